@@ -1,0 +1,14 @@
+"""Errors that mean "the user's input is wrong", shown by the CLI as one line without a traceback."""
+from __future__ import annotations
+
+
+class DynlabError(Exception):
+    """Base class: the CLI prints ``Error: <message>`` and exits 1."""
+
+
+class InputError(DynlabError):
+    """A bad line in an input file: ``str()`` is ``FILE:LINE: what is wrong``."""
+
+    def __init__(self, path: str, line: int, message: str):
+        self.path, self.line, self.message = path, line, message
+        super().__init__(f"{path}:{line}: {message}")

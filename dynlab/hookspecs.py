@@ -1,0 +1,46 @@
+"""The hooks that dynlab plugins implement.
+
+A plugin is any module or object registered with dynlab's pluggy manager,
+normally through the ``dynlab`` entry-point group of its distribution::
+
+    [project.entry-points.dynlab]
+    my_plugin = "my_package.my_module"
+
+and implements one or more of the hooks below with ``@dynlab.hookimpl``.
+Each hook receives a ``register`` callback; call it once per class.
+"""
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "dynlab"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def dynlab_register_strategies(register):
+    """Register routing strategies: ``register(StrategySubclass)``.
+
+    The class must subclass :class:`dynlab.strategy.Strategy` and set a
+    non-empty class attribute ``name`` (the ``--mode`` value).
+    """
+
+
+@hookspec
+def dynlab_register_eviction_policies(register):
+    """Register cache eviction policies: ``register(EvictionPolicySubclass)``.
+
+    The class must subclass :class:`dynlab.cache.EvictionPolicy` and set a
+    non-empty class attribute ``name`` (the ``--policy`` value).
+    """
+
+
+@hookspec
+def dynlab_register_trace_formats(register):
+    """Register trace readers: ``register(TraceFormatSubclass)``.
+
+    The class must subclass :class:`dynlab.traces.TraceFormat` and set a
+    non-empty class attribute ``name`` (the ``--trace-format`` value).
+    """

@@ -1,0 +1,146 @@
+"""The plugin manager and the registries of strategies, eviction policies and trace formats.
+
+The manager is built on first use (:func:`get_plugin_manager`), never at import
+time, from the ``dynlab`` entry-point group; the registries are rebuilt from the
+manager's hooks on each call, so a plugin registered at run time (as the tests
+do) is seen at once.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import pluggy
+
+from dynlab import hookspecs
+
+
+class RegistryError(ValueError):
+    """A plugin registered a class with an empty or duplicate name, or of the wrong kind."""
+
+
+class UnknownNameError(KeyError):
+    """A name that no plugin registered; ``str()`` lists what exists."""
+
+    def __str__(self) -> str:  # KeyError would add quotes around the message
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered class and the plugin source (a distribution name) that registered it."""
+
+    name: str
+    cls: type
+    source: str
+
+    @property
+    def description(self) -> str:
+        """First line of the class docstring ('' when there is none)."""
+        doc = (self.cls.__doc__ or "").strip()
+        return doc.splitlines()[0].strip() if doc else ""
+
+
+class Registry:
+    """Names -> classes for one plugin kind (``strategy``, ``eviction policy``, ``trace format``).
+
+    Raises :class:`RegistryError` on an empty or duplicate name (naming both sources)
+    and :class:`UnknownNameError` (listing the known names) on lookup of an unknown one.
+    """
+
+    def __init__(self, kind: str, base: type | None = None):
+        self.kind = kind
+        self.base = base
+        self._entries: dict[str, Entry] = {}
+
+    def add(self, cls: type, source: str) -> None:
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name.strip():
+            raise RegistryError(f"{source}: {self.kind} class {cls!r} has an empty name")
+        if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise RegistryError(
+                f"{source}: {self.kind} {name!r} is not a subclass of {self.base.__module__}.{self.base.__name__}"
+            )
+        if name in self._entries:
+            other = self._entries[name].source
+            raise RegistryError(f"{self.kind} {name!r} is registered twice: by {other} and by {source}")
+        self._entries[name] = Entry(name, cls, source)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def get(self, name: str) -> type:
+        try:
+            return self._entries[name].cls
+        except KeyError:
+            known = ", ".join(self._entries) or "(none)"
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; available: {known}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@functools.lru_cache(maxsize=None)
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide manager: hookspecs added, ``dynlab`` entry points loaded, hooks checked.
+
+    Raises ``pluggy.PluginValidationError`` when a plugin implements a hook that does not exist.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+    pm.check_pending()
+    return pm
+
+
+def _plugin_sources(pm: pluggy.PluginManager) -> dict[int, str]:
+    """id(plugin) -> the name of the distribution that provides it."""
+    out = {}
+    for plugin, dist in pm.list_plugin_distinfo():
+        name = dist.metadata["Name"] if hasattr(dist, "metadata") else getattr(dist, "project_name", None)
+        out[id(plugin)] = name or str(dist)
+    return out
+
+
+def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginManager | None) -> Registry:
+    pm = pm or get_plugin_manager()
+    registry = Registry(kind, base)
+    sources = _plugin_sources(pm)
+    hook = getattr(pm.hook, hook_name)
+    # Call each implementation separately so every class is credited to its own plugin.
+    for impl in reversed(hook.get_hookimpls()):
+        source = sources.get(id(impl.plugin)) or impl.plugin_name
+        register: Callable[[type], None] = functools.partial(registry.add, source=source)
+        impl.function(register=register)
+    return registry
+
+
+def strategies(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered routing strategy (``--mode`` names)."""
+    from dynlab.strategy import Strategy
+
+    return _collect("dynlab_register_strategies", "strategy", Strategy, pm)
+
+
+def eviction_policies(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered cache eviction policy (``--policy`` names)."""
+    from dynlab.cache import EvictionPolicy
+
+    return _collect("dynlab_register_eviction_policies", "eviction policy", EvictionPolicy, pm)
+
+
+def trace_formats(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered trace reader (``--trace-format`` names)."""
+    from dynlab.traces import TraceFormat
+
+    return _collect("dynlab_register_trace_formats", "trace format", TraceFormat, pm)

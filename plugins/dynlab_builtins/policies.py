@@ -1,0 +1,1 @@
+"""Built-in policies (registered through the dynlab entry-point group)."""

@@ -1,0 +1,1 @@
+"""Built-in routing strategies (registered through the dynlab entry-point group)."""

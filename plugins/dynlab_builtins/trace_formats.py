@@ -1,0 +1,1 @@
+"""Built-in trace_formats (registered through the dynlab entry-point group)."""
