@@ -50,7 +50,27 @@ def write_atomic(path: str, text: str) -> None:
 
 
 class DynlabGroup(click.Group):
-    """A click group that shows :class:`DynlabError` and OS errors as one line and exits 1."""
+    """A click group whose errors are one line on stderr, never a traceback.
+
+    Usage errors (bad option values, unknown names) print ``Error: ...`` and exit 2;
+    :class:`DynlabError` (bad input files) and OS errors print ``Error: ...`` and exit 1.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            click.echo(f"Error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except (click.Abort, KeyboardInterrupt, EOFError):
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
         try:

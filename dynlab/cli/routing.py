@@ -1,0 +1,200 @@
+"""``dynlab sim``, ``dynlab compare`` and ``dynlab strategies``."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+
+import click
+
+from dynlab import plugins
+from dynlab.cli import main
+from dynlab.cli.common import echo_json, split_list
+from dynlab.sim import SimConfig, run
+
+
+class CapacityType(click.ParamType):
+    """Blocks per worker: an int >= 0, or ``unbounded``."""
+
+    name = "BLOCKS|unbounded"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() in ("unbounded", "none", "inf"):
+            return None
+        try:
+            v = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not an integer or 'unbounded'", param, ctx)
+        if v < 0:
+            self.fail(f"{v} is negative", param, ctx)
+        return v
+
+
+class RegistryName(click.ParamType):
+    """A name from a plugin registry; unknown names are usage errors that list the known ones."""
+
+    def __init__(self, kind: str, registry_fn):
+        self.name = kind
+        self._registry_fn = registry_fn
+
+    def convert(self, value, param, ctx):
+        registry = self._registry_fn()
+        if value not in registry:
+            self.fail(f"unknown {self.name} {value!r}; available: {', '.join(registry.names())}", param, ctx)
+        return value
+
+
+# (flags, field, type, sim default, help). compare takes the same flags with comma lists.
+SIM_OPTIONS = [
+    (("--mode", "--modes"), "mode", RegistryName("strategy", plugins.strategies), "kv",
+     "Routing strategy (see `dynlab strategies`)."),
+    (("--workers",), "workers", click.IntRange(min=1), 2, "Number of workers."),
+    (("--prefixes",), "prefixes", click.IntRange(min=0), 12, "Seed workload: distinct prefixes."),
+    (("--reps",), "reps", click.IntRange(min=0), 6, "Seed workload: requests per prefix."),
+    (("--plen",), "plen", click.IntRange(min=0), 96, "Seed workload: prefix length in tokens."),
+    (("--tail",), "tail", click.IntRange(min=0), 16, "Seed workload: per-request tail in tokens."),
+    (("--seed",), "seed", click.INT, 1, "Seed of the run's RNG (shuffle, random choices)."),
+    (("--block",), "block", click.IntRange(min=1), 16, "Tokens per block when hashing tokens."),
+    (("--publish",), "publish", click.Choice(["yes", "no"]), "yes", "Workers publish KV events."),
+    (("--capacity",), "capacity", CapacityType(), None, "KV blocks per worker [default: unbounded]."),
+    (("--policy",), "policy", RegistryName("eviction policy", plugins.eviction_policies), "lru",
+     "Eviction policy of bounded caches (see `dynlab policies`)."),
+    (("--event-delay",), "event_delay", click.IntRange(min=0), 0,
+     "Deliver request i's KV events before request i+1+K is routed."),
+    (("--event-loss",), "event_loss", click.FloatRange(0.0, 1.0), 0.0, "Drop each KV event with this probability."),
+    (("--trace",), "trace", click.STRING, None, "Built-in trace name or path to a JSONL trace."),
+    (("--trace-format",), "trace_format", RegistryName("trace format", plugins.trace_formats), None,
+     "Trace format [default: detected from the first line]."),
+]
+
+
+def _opts(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--opt")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _run(config: SimConfig, quiet: bool) -> dict:
+    try:
+        return run(config, progress=not quiet and sys.stderr.isatty())
+    except (ValueError, plugins.UnknownNameError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _sim_options(fn):
+    for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
+        fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
+                          help=help_)(fn)
+    return fn
+
+
+def _common_flags(fn):
+    fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
+                      help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
+    fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
+    fn = click.option("--quiet", is_flag=True, help="No progress bar.")(fn)
+    return fn
+
+
+@main.command()
+@_sim_options
+@_common_flags
+def sim(opt, all_metrics, quiet, **options):
+    """Replay one workload through the fleet and print its metrics as one JSON object.
+
+    Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
+    seed's keys. With --trace: a real trace, printing the fleet metrics too.
+    """
+    config = SimConfig(**options, opts=_opts(opt), all_metrics=all_metrics)
+    echo_json(_run(config, quiet))
+
+
+def _compare_options(fn):
+    for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
+        fn = click.option(*flags, field, type=click.STRING, default=None,
+                          help=f"{help_} Comma list to vary it [default: {default if default is not None else 'sim default'}].")(fn)
+    return fn
+
+
+def _format_table(results: dict) -> str:
+    cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
+            ("block_hit_rate", "block_hit_rate"), ("ideal", "ideal_block_hit_rate"),
+            ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
+            ("imbalance", "load_imbalance")]
+    present = [c for c in cols if c[1] is None or any(c[1] in r for r in results.values())]
+    rows = [[c[0] for c in present]]
+    for key, r in results.items():
+        rows.append([key] + ["-" if r.get(f) is None else str(r.get(f)) for _, f in present[1:]])
+    widths = [max(len(row[j]) for row in rows) for j in range(len(present))]
+    lines = ["  ".join(cell.ljust(widths[j]) if j == 0 else cell.rjust(widths[j]) for j, cell in enumerate(row))
+             for row in rows]
+    return "\n".join(lines)
+
+
+@main.command()
+@_compare_options
+@_common_flags
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
+              help="Output: an aligned table or the keyed JSON object [default: table on a terminal, else json].")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a bar chart of block hit rate per run (needs dynlab[plot]).")
+@click.pass_context
+def compare(ctx, opt, all_metrics, quiet, fmt, plot_path, **options):
+    """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
+
+    Example: `dynlab compare --modes rr,random,kv` (the seed's modes.json) or
+    `dynlab compare --mode kv-events --publish yes,no` (the seed's events.json).
+    """
+    by_field = {field: (flags[0], ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
+    fixed: dict = {}
+    varied = None
+    for field, text in options.items():
+        if text is None:
+            continue
+        flag, ptype = by_field[field]
+        items = split_list(text, flag)
+        values = [ptype.convert(v, None, ctx) for v in items]
+        if len(items) > 1:
+            if varied is not None:
+                raise click.UsageError(f"only one option may vary per call: {varied[0]} and {flag} both list values")
+            varied = (flag, field, items, values)
+        else:
+            fixed[field] = values[0]
+    base = SimConfig(**fixed, opts=_opts(opt), all_metrics=all_metrics)
+    if varied is None:
+        flag, field = "--mode", "mode"
+        items, values = [base.mode], [base.mode]
+    else:
+        flag, field, items, values = varied
+    results = {}
+    for item, value in zip(items, values):
+        results[item] = _run(replace(base, **{field: value}), quiet)
+    if plot_path:
+        from dynlab.plots import plot_compare
+
+        plot_compare(results, plot_path, title=f"varying {flag}")
+    if fmt is None:
+        fmt = "table" if sys.stdout.isatty() else "json"
+    if fmt == "json":
+        echo_json(results)
+    else:
+        click.echo(_format_table(results))
+
+
+@main.command()
+@click.option("--verbose", "-v", is_flag=True, help="Also list each strategy's options.")
+def strategies(verbose):
+    """List the registered routing strategies (name, description, providing distribution)."""
+    entries = plugins.strategies().entries()
+    width = max((len(e.name) for e in entries), default=0)
+    for e in entries:
+        click.echo(f"{e.name.ljust(width)}  {e.description}  [{e.source}]")
+        if verbose:
+            for o in getattr(e.cls, "options", ()):
+                click.echo(f"{'':{width}}    --opt {o.name}=<{o.type.__name__}> (default {o.default}): {o.help}")

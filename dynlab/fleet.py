@@ -1,0 +1,131 @@
+"""Simulated workers: each holds a KV cache of blocks, serves requests, and publishes KV events.
+
+A worker with ``capacity=None`` remembers every block forever (the seed's model);
+otherwise it keeps at most ``capacity`` blocks (size 1 each) under an eviction
+policy (:class:`dynlab.cache.EvictionPolicy`).
+
+Serving a request of blocks ``h[0..n-1]`` whose first ``k`` blocks are held:
+
+1. the ``k`` cached blocks are touched (so the new blocks cannot evict them unless
+   the request alone exceeds the capacity),
+2. the ``n-k`` new blocks are stored tail-first,
+3. the cached blocks are touched again tail-first,
+
+so a parent is always more recent than its children (vLLM frees a request's
+blocks in reverse order for the same reason) and an LRU cache stays
+*prefix-closed*: if a block is held, so is its parent. For other policies the
+worker enforces prefix-closure itself: evicting a block also drops its held
+descendants (reported as removed, counted as evicted).
+
+The worker then reports the net change as KV events: ``BlockRemoved`` for blocks
+it held before and not after, ``BlockStored`` for blocks it holds now and did not
+before (prefix order).
+"""
+from __future__ import annotations
+
+from typing import Hashable, Optional, Sequence
+
+from dynlab.cache import EvictionPolicy, LRUCache
+
+
+class Worker:
+    """One serving engine's KV cache. ``cache`` is a set (unbounded) or an :class:`EvictionPolicy`."""
+
+    __slots__ = ("id", "cache", "bounded", "evicted_blocks", "_evicted", "_kids", "_lru")
+
+    def __init__(self, worker_id: int, cache: Optional[EvictionPolicy] = None):
+        self.id = worker_id
+        self.bounded = cache is not None
+        self.cache = cache if cache is not None else set()
+        self.evicted_blocks = 0
+        self._evicted: list = []
+        self._lru = type(cache) is LRUCache
+        self._kids: dict = {}
+        if cache is not None:
+            cache.on_evict = self._evicted.append
+
+    def __contains__(self, block: Hashable) -> bool:
+        return block in self.cache
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def overlap(self, hashes: Sequence[Hashable]) -> int:
+        """Leading blocks of ``hashes`` held now (contiguous from block 0)."""
+        cache = self.cache
+        n = 0
+        for h in hashes:
+            if h not in cache:
+                break
+            n += 1
+        return n
+
+    def serve(self, hashes: Sequence[Hashable], cached: int) -> tuple[list, list]:
+        """Store the request's blocks; ``cached`` is :meth:`overlap` on arrival.
+
+        Returns ``(stored, removed)``: blocks newly held (prefix order) and blocks
+        held before and not any more (the payloads of ``BlockStored`` / ``BlockRemoved``).
+        """
+        if not self.bounded:
+            new = hashes[cached:]
+            self.cache.update(new)
+            return list(new), []
+        cache = self.cache
+        evicted = self._evicted
+        access = cache.access
+        n = len(hashes)
+        new_count = n - cached
+        if cached and new_count and cache.used + new_count > cache.capacity:
+            for i in range(cached):  # protect the cached head while new blocks go in
+                access(hashes[i])
+        if not self._lru and new_count:
+            kids = self._kids
+            for i in range(max(cached, 1), n):
+                s = kids.get(hashes[i - 1])
+                if s is None:
+                    kids[hashes[i - 1]] = {hashes[i]}
+                else:
+                    s.add(hashes[i])
+        for i in range(n - 1, cached - 1, -1):
+            access(hashes[i])
+        for i in range(cached - 1, -1, -1):
+            access(hashes[i])
+        stored = [h for h in hashes[cached:] if h in cache]
+        if not evicted:
+            return stored, []
+        if not self._lru:
+            self._drop_orphans()
+        new_set = set(hashes[cached:])
+        seen = set()
+        removed = []
+        for h in evicted:
+            if h in seen or h in cache or h in new_set:
+                continue
+            seen.add(h)
+            removed.append(h)
+        self.evicted_blocks += len(evicted)
+        evicted.clear()
+        return stored, removed
+
+    def _drop_orphans(self) -> None:
+        """Evicting a block also drops its held descendants (prefix-closure for any policy)."""
+        cache, kids, evicted = self.cache, self._kids, self._evicted
+        stack = list(evicted)
+        while stack:
+            x = stack.pop()
+            for c in kids.pop(x, ()):
+                if c in cache:
+                    cache.remove(c)
+                    evicted.append(c)
+                    stack.append(c)
+
+    def clear(self) -> list:
+        """Drop every block (returns what was held)."""
+        held = list(self.cache.keys()) if self.bounded else list(self.cache)
+        if self.bounded:
+            for h in held:
+                self.cache.remove(h)
+        else:
+            self.cache.clear()
+        self._kids.clear()
+        return held

@@ -1,0 +1,292 @@
+"""The replay engine: a workload's requests -> a strategy -> simulated workers -> KV events -> metrics.
+
+:func:`run` is the library function behind ``dynlab sim`` (and every ``compare``
+run and ``sweep`` cell): it takes a :class:`SimConfig` and returns the JSON object
+that ``dynlab sim`` prints.
+
+Count-based model (no time): requests are routed one after another in workload
+order. Each worker serves its request at once (stores its blocks, evicts, and
+publishes the net change as ``BlockStored`` / ``BlockRemoved`` when publishing is
+on). Events produced by serving request ``i`` reach the strategy just before
+request ``i + 1 + event_delay`` is routed; each is dropped with probability
+``event_loss`` (from its own RNG, seeded from the run's seed, so the routing RNG
+is untouched).
+"""
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterable, Mapping, Optional
+
+from dynlab.errors import DynlabError
+from dynlab.fleet import Worker
+from dynlab.strategy import BlockRemoved, BlockStored, FleetView, Request, RunContext, Strategy
+
+SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
+
+    Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
+    ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``); with it,
+    a built-in trace name or a path, read by ``trace_format`` (``None``: detected).
+    Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded) under the
+    eviction ``policy``. Events: ``publish`` (``"yes"``/``"no"``), ``event_delay``
+    (requests), ``event_loss`` (probability). ``opts``: strategy options (name -> text).
+    ``all_metrics``: on the synthetic workload, add the fleet metrics to the seed's keys.
+    """
+
+    mode: str = "kv"
+    workers: int = 2
+    prefixes: int = 12
+    reps: int = 6
+    plen: int = 96
+    tail: int = 16
+    seed: int = 1
+    block: int = 16
+    publish: str = "yes"
+    capacity: Optional[int] = None
+    policy: str = "lru"
+    event_delay: int = 0
+    event_loss: float = 0.0
+    trace: Optional[str] = None
+    trace_format: Optional[str] = None
+    all_metrics: bool = False
+    opts: Mapping[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        for name in ("workers", "block"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("prefixes", "reps", "plen", "tail", "event_delay"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.capacity is not None and self.capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {self.capacity}")
+        if self.publish not in ("yes", "no"):
+            raise ValueError(f"publish must be yes or no, got {self.publish!r}")
+        if not 0.0 <= self.event_loss <= 1.0:
+            raise ValueError(f"event_loss must be between 0 and 1, got {self.event_loss}")
+
+
+def _ratio(num: float, den: float, digits: int = 4) -> float:
+    return round(num / den, digits) if den else 0.0
+
+
+def build_strategy(config: SimConfig, rng: random.Random, registry=None) -> Strategy:
+    """Instantiate ``config.mode`` from the strategy registry with converted options.
+
+    Raises :class:`dynlab.plugins.UnknownNameError` for an unknown mode and
+    ``ValueError`` for an unknown or ill-typed option.
+    """
+    from dynlab import plugins
+
+    registry = registry if registry is not None else plugins.strategies()
+    cls = registry.get(config.mode)
+    declared = {o.name: o for o in cls.options}
+    values = {o.name: o.default for o in cls.options}
+    for name, text in config.opts.items():
+        if name not in declared:
+            known = ", ".join(declared) or "none"
+            raise ValueError(f"strategy {config.mode!r} has no option {name!r} (options: {known})")
+        values[name] = declared[name].convert(text) if isinstance(text, str) else text
+    ctx = RunContext(workers=config.workers, block=config.block, rng=rng, options=values,
+                     publish=config.publish == "yes")
+    return cls(ctx)
+
+
+def make_workers(config: SimConfig, future: Optional[list] = None) -> list[Worker]:
+    """``config.workers`` workers, each with a ``config.capacity``-block cache of ``config.policy``."""
+    if config.capacity is None:
+        return [Worker(w) for w in range(config.workers)]
+    from dynlab import plugins
+
+    policy = plugins.eviction_policies().get(config.policy)
+    return [Worker(w, policy(config.capacity, future=future)) for w in range(config.workers)]
+
+
+def _needs_future(config: SimConfig) -> bool:
+    if config.capacity is None:
+        return False
+    from dynlab import plugins
+
+    cls = plugins.eviction_policies().get(config.policy)
+    return bool(getattr(cls, "needs_future", False))
+
+
+def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker], *,
+           publish: bool = True, event_delay: int = 0, event_loss: float = 0.0,
+           loss_rng: Optional[random.Random] = None, synthetic_prefix_blocks: Optional[bool] = None,
+           progress=None) -> dict[str, Any]:
+    """Route and serve every request; return the fleet metrics (without ``mode``).
+
+    ``synthetic_prefix_blocks`` is ``None`` for a trace (a *repeat* is a request whose
+    first block was seen before anywhere; a *hit* a repeat whose worker holds that
+    block on arrival), or, for the seed workload, whether a prefix spans at least one
+    full block (a *repeat* is a request whose prefix id was seen before; a *hit* a
+    repeat sent to a worker that processed that prefix before and, if it spans a
+    block, still holds its first block).
+    """
+    n = len(workers)
+    counts = [0] * n
+    zeros = [0] * n
+    cached_sizes = [0] * n
+    fleet = FleetView(counts, zeros, zeros, zeros, cached_sizes)
+    loss_rng = loss_rng or random.Random(0)
+    pending: deque = deque()  # (due request index, event)
+    route = strategy.route
+    on_event = strategy.on_event
+    seen: set = set()
+    seen_prefixes: set = set()
+    processed = [set() for _ in range(n)] if synthetic_prefix_blocks is not None else None
+    n_requests = repeats = hits = 0
+    prompt_blocks = cached_blocks = ideal_blocks = 0
+    predicted_blocks = prediction_error = 0
+    has_prediction = False
+    published = dropped = 0
+    i = -1
+    for i, req in enumerate(requests):
+        while pending and pending[0][0] <= i:
+            on_event(pending.popleft()[1])
+        strategy.predicted = None
+        w = route(req, fleet)
+        if type(w) is not int or not 0 <= w < n:
+            raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
+        counts[w] += 1
+        worker = workers[w]
+        hashes = req.hashes
+        nb = len(hashes)
+        actual = worker.overlap(hashes)
+        pred = strategy.predicted
+        if pred is not None:
+            has_prediction = True
+            predicted_blocks += pred
+            prediction_error += abs(pred - actual)
+        # repeats and hits
+        if processed is not None:
+            k = req.prefix
+            if k in seen_prefixes:
+                repeats += 1
+                if k in processed[w] and (not synthetic_prefix_blocks or actual > 0):
+                    hits += 1
+            else:
+                seen_prefixes.add(k)
+            processed[w].add(k)
+        elif nb:
+            if hashes[0] in seen:
+                repeats += 1
+                if actual:
+                    hits += 1
+        # one infinite cache: the bound no strategy can beat
+        j = 0
+        for h in hashes:
+            if h not in seen:
+                break
+            j += 1
+        ideal_blocks += j
+        seen.update(hashes[j:])
+        prompt_blocks += nb
+        cached_blocks += actual
+        stored, removed = worker.serve(hashes, actual)
+        cached_sizes[w] = len(worker)
+        if publish:
+            due = i + 1 + event_delay
+            for ev in ((BlockRemoved(w, tuple(removed)),) if removed else ()) + (
+                    (BlockStored(w, tuple(stored)),) if stored else ()):
+                published += 1
+                if event_loss and loss_rng.random() < event_loss:
+                    dropped += 1
+                    continue
+                if event_delay == 0:
+                    on_event(ev)
+                else:
+                    pending.append((due, ev))
+        n_requests += 1
+        if progress is not None:
+            progress.update(1)
+    mean = n_requests / n if n else 0.0
+    return {
+        "requests": n_requests,
+        "repeat_requests": repeats,
+        "hits": hits,
+        "hit_rate": _ratio(hits, repeats),
+        "prompt_blocks": prompt_blocks,
+        "cached_blocks": cached_blocks,
+        "block_hit_rate": _ratio(cached_blocks, prompt_blocks),
+        "ideal_block_hit_rate": _ratio(ideal_blocks, prompt_blocks),
+        "predicted_blocks": predicted_blocks if has_prediction else None,
+        "prediction_error": prediction_error if has_prediction else None,
+        "evicted_blocks": sum(wk.evicted_blocks for wk in workers),
+        "events_published": published,
+        "events_dropped": dropped,
+        "requests_per_worker": counts,
+        "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
+    }
+
+
+def run(config: SimConfig, progress: bool = False) -> dict[str, Any]:
+    """Run one simulation and return the JSON object ``dynlab sim`` prints.
+
+    Key order: the seed's keys (``mode, workers, requests, repeat_requests, hits,
+    hit_rate``), then ``publish`` for strategies that use KV events, then (on a trace,
+    or with ``all_metrics``) the fleet metrics of :func:`replay`.
+
+    Raises ``ValueError`` for a bad option, :class:`dynlab.plugins.UnknownNameError`
+    for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
+    for a bad trace line.
+    """
+    config.validate()
+    rng = random.Random(config.seed)
+    loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
+    strategy = build_strategy(config, rng)
+    if config.trace is None:
+        from dynlab.workload import seed_requests
+
+        requests: Iterable[Request] = seed_requests(config.prefixes, config.reps, config.plen,
+                                                     config.tail, config.block, rng)
+        synthetic = config.plen >= config.block
+        total = config.prefixes * config.reps
+    else:
+        from dynlab.traces import open_trace
+
+        requests, total = open_trace(config.trace, config.trace_format, config.block)
+        synthetic = None
+    future = None
+    if _needs_future(config):
+        requests = list(requests)
+        future = [h for r in requests for h in reversed(r.hashes)]
+    workers = make_workers(config, future)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="req", leave=False, desc=config.mode)
+    try:
+        metrics = replay(requests, strategy, workers, publish=config.publish == "yes",
+                         event_delay=config.event_delay, event_loss=config.event_loss,
+                         loss_rng=loss_rng, synthetic_prefix_blocks=synthetic, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    out: dict[str, Any] = {"mode": config.mode, "workers": config.workers}
+    for key in SEED_KEYS[2:]:
+        out[key] = metrics[key]
+    if strategy.uses_events:
+        out["publish"] = config.publish
+    if config.trace is not None or config.all_metrics:
+        for key, value in metrics.items():
+            if key not in out:
+                out[key] = value
+    return out
+
+
+def config_fields() -> list[str]:
+    """Names of the :class:`SimConfig` fields (the ``sim`` options, underscores for dashes)."""
+    return [f.name for f in fields(SimConfig)]
+
+
+__all__ = ["SimConfig", "run", "replay", "build_strategy", "make_workers", "config_fields", "replace"]

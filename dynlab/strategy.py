@@ -1,0 +1,176 @@
+"""The routing-strategy interface: ``Strategy``, ``Request``, KV events, the run context and the fleet view.
+
+Strategies are plugins (see :mod:`dynlab.hookspecs`). A strategy never reads a
+worker's cache: it learns only what it routed, what KV events told it, and the
+read-only :class:`FleetView`.
+"""
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Hashable, Mapping, Optional, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as the router sees it.
+
+    - ``hashes``: the prompt's block names in order (chained, so each names its whole prefix).
+    - ``input_length``: prompt tokens; ``output_length``: generated tokens (0 if unknown).
+    - ``timestamp``: arrival time in ms (``None`` when the workload has none).
+    - ``index``: position in the workload, from 0.
+    - ``prefix``: the seed workload's prefix id (``None`` for traces).
+    """
+
+    hashes: tuple
+    input_length: int = 0
+    output_length: int = 0
+    timestamp: Optional[float] = None
+    index: int = 0
+    prefix: Optional[Hashable] = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    """``worker`` stored ``hashes`` (block names, prefix order) in its KV cache (vLLM/Dynamo name)."""
+
+    worker: int
+    hashes: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    """``worker`` evicted ``hashes`` from its KV cache (vLLM/Dynamo name)."""
+
+    worker: int
+    hashes: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    """``worker`` dropped its whole KV cache (vLLM/Dynamo name)."""
+
+    worker: int
+
+
+KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a strategy gets at construction.
+
+    - ``workers``: number of workers (ids ``0..workers-1``); ``block``: tokens per block.
+    - ``rng``: the run's ``random.Random`` (the seed workload's shuffle uses it first;
+      strategies that draw must draw from it, once per decision, in request order).
+    - ``options``: strategy options from ``--opt NAME=VALUE``, already converted.
+    - ``publish``: whether workers publish KV events in this run.
+    """
+
+    workers: int
+    block: int = 16
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    options: Mapping[str, Any] = field(default_factory=dict)
+    publish: bool = True
+
+
+class _ReadOnlyList(Sequence):
+    """A read-only window on a list the engine keeps updating (no copy per request)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: list):
+        self._data = data
+
+    def __getitem__(self, i):
+        return self._data[i]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __repr__(self) -> str:
+        return f"ReadOnly({self._data!r})"
+
+
+class FleetView:
+    """Read-only view of the workers at routing time.
+
+    - ``len(fleet)`` / ``fleet.workers``: number of workers.
+    - ``fleet.requests[w]``: requests routed to worker ``w`` so far.
+    - ``fleet.active_requests[w]``, ``fleet.active_blocks[w]``: requests in flight
+      and the blocks they pin (0 without ``--timing``).
+    - ``fleet.queued_prefill_tokens[w]``: prompt tokens waiting for prefill (0 without ``--timing``).
+    - ``fleet.cached_blocks[w]``: blocks in the worker's KV cache.
+
+    Each attribute is a live read-only sequence: reading it copies nothing.
+    """
+
+    __slots__ = ("workers", "requests", "active_requests", "active_blocks", "queued_prefill_tokens", "cached_blocks")
+
+    def __init__(self, requests: list, active_requests: list, active_blocks: list,
+                 queued_prefill_tokens: list, cached_blocks: list):
+        self.workers = len(requests)
+        self.requests = _ReadOnlyList(requests)
+        self.active_requests = _ReadOnlyList(active_requests)
+        self.active_blocks = _ReadOnlyList(active_blocks)
+        self.queued_prefill_tokens = _ReadOnlyList(queued_prefill_tokens)
+        self.cached_blocks = _ReadOnlyList(cached_blocks)
+
+    def __len__(self) -> int:
+        return self.workers
+
+
+@dataclass(frozen=True)
+class StrategyOption:
+    """One ``--opt NAME=VALUE`` a strategy accepts: its name, type (int/float/str/bool), default and help."""
+
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+
+    def convert(self, text: str) -> Any:
+        """Parse ``text``; raises ``ValueError`` naming the option when it does not fit the type."""
+        if self.type is bool:
+            low = text.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"option {self.name!r} takes a boolean (yes/no), got {text!r}")
+        try:
+            return self.type(text)
+        except ValueError:
+            raise ValueError(f"option {self.name!r} takes a {self.type.__name__}, got {text!r}") from None
+
+
+class Strategy(ABC):
+    """Base class of routing strategies. The first docstring line is shown by ``dynlab strategies``.
+
+    Subclasses set ``name`` (the ``--mode`` value) and implement :meth:`route`.
+    ``options`` declares the ``--opt NAME=VALUE`` the strategy accepts; their
+    converted values arrive in ``ctx.options`` (defaults filled in).
+    ``uses_events`` marks strategies that learn from KV events, so runs report ``publish``.
+    A strategy that keeps an index sets ``self.predicted`` in :meth:`route` to the
+    number of leading blocks it believes the chosen worker holds; the engine sums
+    it into ``predicted_blocks`` and ``prediction_error`` (``None``: no index).
+    """
+
+    name: ClassVar[str] = ""
+    options: ClassVar[Sequence[StrategyOption]] = ()
+    uses_events: ClassVar[bool] = False
+    predicted: Optional[int] = None
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+
+    @abstractmethod
+    def route(self, request: Request, fleet: FleetView) -> int:
+        """Return the worker (``0..fleet.workers-1``) that serves ``request``."""
+
+    def on_event(self, event: KvEvent) -> None:
+        """Receive a KV event from a worker (default: ignore)."""
