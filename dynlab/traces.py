@@ -1,10 +1,188 @@
-"""Trace formats (placeholder until the trace readers land)."""
+"""Trace formats and trace reading: JSONL request traces streamed line by line as :class:`Request` s.
+
+Formats are plugins (hook ``dynlab_register_trace_formats``); the built-ins are
+``mooncake`` (Mooncake's ``hash_ids`` of 512-token blocks, already prefix-chained)
+and ``tokens`` (``{"tokens": [ints]}`` hashed with :func:`dynlab.router.block_hashes`).
+Built-in traces ship inside the package (see :data:`BUILTIN_TRACES`).
+"""
 from __future__ import annotations
 
-from abc import ABC
+import gzip
+import io
+import json
+import os
+from abc import ABC, abstractmethod
+from importlib import resources
+from typing import Any, ClassVar, Iterator, Optional
+
+from dynlab.errors import DynlabError, InputError
+from dynlab.strategy import Request
+
+#: name -> (package resource under dynlab/data, number of requests). The Mooncake
+#: conversation trace: kvcache-ai/Mooncake FAST25-release/traces, Apache-2.0.
+BUILTIN_TRACES = {
+    "mooncake-conversation": ("traces/mooncake_conversation.jsonl.gz", 12031),
+}
 
 
 class TraceFormat(ABC):
-    """Base class of trace readers."""
+    """Base class of trace readers: turns one decoded JSON line into a :class:`Request`.
 
-    name = ""
+    Subclasses set ``name`` (the ``--trace-format`` value) and a one-line docstring,
+    implement :meth:`detect` (does a first record look like this format?) and
+    :meth:`parse` (raise ``ValueError`` with a short message for a bad record; the
+    reader adds ``FILE:LINE``). ``block`` is the ``--block`` option (tokens per
+    block), for formats that hash tokens themselves.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, block: int = 16):
+        self.block = block
+
+    @classmethod
+    @abstractmethod
+    def detect(cls, record: Any) -> bool:
+        """True when ``record`` (the first line, decoded) is in this format."""
+
+    @abstractmethod
+    def parse(self, record: Any, index: int) -> Request:
+        """The request for ``record``; ``index`` is its position among the trace's requests."""
+
+
+def _number(record: dict, key: str, required: bool = True, default=None):
+    if key not in record:
+        if required:
+            raise ValueError(f"missing field {key!r}")
+        return default
+    v = record[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"field {key!r} must be a number, got {v!r}")
+    if v < 0:
+        raise ValueError(f"field {key!r} must not be negative, got {v!r}")
+    return v
+
+
+def _int_list(record: dict, key: str) -> list:
+    if key not in record:
+        raise ValueError(f"missing field {key!r}")
+    v = record[key]
+    if not isinstance(v, list):
+        raise ValueError(f"field {key!r} must be a list of ints")
+    for i, h in enumerate(v):
+        if type(h) is not int:
+            raise ValueError(f"{key}[{i}] must be an int, got {h!r}")
+    return v
+
+
+def open_source(path_or_name: str) -> tuple[io.TextIOBase, str, Optional[int]]:
+    """Open a built-in trace name or a file path (``.gz`` decompressed) as text.
+
+    Returns ``(stream, display name, number of requests or None)``.
+    Raises :class:`DynlabError` when it is neither a built-in name nor a readable file.
+    """
+    if path_or_name in BUILTIN_TRACES:
+        resource, total = BUILTIN_TRACES[path_or_name]
+        raw = resources.files("dynlab").joinpath("data", resource).open("rb")
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8"), path_or_name, total
+    if not os.path.exists(path_or_name):
+        known = ", ".join(BUILTIN_TRACES)
+        raise DynlabError(f"{path_or_name}: no such file, and not a built-in trace ({known})")
+    if path_or_name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path_or_name, "rb"), encoding="utf-8"), path_or_name, None
+    return open(path_or_name, encoding="utf-8"), path_or_name, None
+
+
+def _records(stream, name: str) -> Iterator[tuple[int, Any]]:
+    with stream:
+        try:
+            for lineno, line in enumerate(stream, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield lineno, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+            raise DynlabError(f"{name}: cannot read: {exc}") from None
+
+
+def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
+               registry=None) -> tuple[Iterator[Request], Optional[int]]:
+    """Stream a trace as requests: ``(iterator, number of requests or None)``.
+
+    ``fmt`` names a registered trace format; ``None`` detects it from the first
+    non-blank line. Lines are read one at a time; blank lines are skipped. A bad
+    line raises :class:`InputError` (``FILE:LINE: what is wrong``) when the iterator
+    reaches it; an unknown source raises :class:`DynlabError` at once.
+    """
+    from dynlab import plugins
+
+    registry = registry if registry is not None else plugins.trace_formats()
+    if fmt is not None:
+        registry.get(fmt)  # unknown names fail before any reading
+    stream, name, total = open_source(path_or_name)
+    return _requests(_records(stream, name), name, fmt, block, registry), total
+
+
+def _requests(records, name, fmt, block, registry) -> Iterator[Request]:
+    reader = None
+    for index, (lineno, record) in enumerate(records):
+        if reader is None:
+            if fmt is None:
+                for entry in registry.entries():
+                    if entry.cls.detect(record):
+                        fmt = entry.name
+                        break
+                else:
+                    raise InputError(name, lineno, "unknown trace format (formats: "
+                                     f"{', '.join(registry.names())}); give --trace-format")
+            reader = registry.get(fmt)(block)
+            parse = reader.parse
+        if not isinstance(record, dict):
+            raise InputError(name, lineno, "expected a JSON object")
+        try:
+            yield parse(record, index)
+        except ValueError as exc:
+            raise InputError(name, lineno, str(exc)) from None
+    if reader is None:
+        raise DynlabError(f"{name}: the trace holds no request")
+
+
+class MooncakeTrace(TraceFormat):
+    """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks."""
+
+    name = "mooncake"
+
+    @classmethod
+    def detect(cls, record):
+        return isinstance(record, dict) and "hash_ids" in record
+
+    def parse(self, record, index):
+        hashes = _int_list(record, "hash_ids")
+        return Request(tuple(hashes), input_length=_number(record, "input_length", False, 0),
+                       output_length=_number(record, "output_length", False, 0),
+                       timestamp=_number(record, "timestamp", False, None), index=index)
+
+
+class TokenTrace(TraceFormat):
+    """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length), hashed at --block."""
+
+    name = "tokens"
+
+    @classmethod
+    def detect(cls, record):
+        return isinstance(record, dict) and "tokens" in record
+
+    def parse(self, record, index):
+        from dynlab.router import block_hashes
+
+        tokens = record.get("tokens")
+        if "tokens" not in record:
+            raise ValueError("missing field 'tokens'")
+        if not isinstance(tokens, list):
+            raise ValueError("field 'tokens' must be a list of ints")
+        hashes = block_hashes(tokens, self.block)
+        return Request(tuple(hashes), input_length=len(tokens),
+                       output_length=_number(record, "output_length", False, 0),
+                       timestamp=_number(record, "timestamp", False, None), index=index)
