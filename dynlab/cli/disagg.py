@@ -1,0 +1,153 @@
+"""``dynlab disagg``, ``dynlab models`` and ``dynlab summarize {disagg,offload}``: parse, call the library, print."""
+from __future__ import annotations
+
+import json
+import math
+
+import click
+
+from dynlab import disagg as lib
+from dynlab import summarize as summ
+from dynlab.cli import main
+from dynlab.cli.common import echo_json, split_list, write_atomic
+
+
+class _Number(click.ParamType):
+    """A finite float, either > 0 (``positive``) or >= 0."""
+
+    def __init__(self, positive: bool):
+        self.positive = positive
+        self.name = "positive number" if positive else "non-negative number"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number < 0 or (self.positive and number == 0):
+            self.fail(f"{value!r} is not a {self.name}", param, ctx)
+        return number
+
+
+POSITIVE = _Number(positive=True)
+NON_NEGATIVE = _Number(positive=False)
+SIZE = click.IntRange(min=1)
+
+
+def _bandwidths(value: str) -> list[tuple[str, float]]:
+    out = []
+    for item in split_list(value, "--gbps"):
+        try:
+            out.append((item, POSITIVE.convert(item, None, None)))
+        except click.BadParameter as exc:
+            raise click.BadParameter(exc.message, param_hint="'--gbps'") from None
+    keys = [k for k, _ in out]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise click.BadParameter(f"{dupes[0]!r} is given twice", param_hint="'--gbps'")
+    return out
+
+
+@main.command("disagg")
+@click.option("--tokens", required=True, type=click.IntRange(min=0), help="Prompt tokens whose KV is moved.")
+@click.option("--gbps", required=True, metavar="G[,G...]",
+              help="Link bandwidth in GB/s (10^9 bytes/s); a comma list prints one record per value, keyed as written.")
+@click.option("--model", type=click.Choice(lib.bundled_models()), help="A bundled model config (see `dynlab models`).")
+@click.option("--model-config", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
+              help="A Hugging Face config.json to read the KV shape from.")
+@click.option("--layers", type=SIZE, help="Layers (default 28, Qwen3-0.6B).")
+@click.option("--kv-heads", type=SIZE, help="KV heads (default 8, Qwen3-0.6B).")
+@click.option("--head-dim", type=SIZE, help="Head size (default 128, Qwen3-0.6B).")
+@click.option("--dtype-bytes", type=SIZE, help="Bytes per KV element (default 2, bfloat16); overrides a config's dtype.")
+@click.option("--prefill-ms", type=POSITIVE, help="Prefill time in ms: adds ttft_disagg_ms.")
+@click.option("--overhead-ms", type=NON_NEGATIVE, help="Other per-request time in ms, added to ttft_disagg_ms.")
+@click.option("--saved-ms", type=POSITIVE, help="Time disaggregation saves per request, in ms: adds breakeven_gbps.")
+def disagg_cmd(tokens, gbps, model, model_config, layers, kv_heads, head_dim, dtype_bytes,
+               prefill_ms, overhead_ms, saved_ms):
+    """KV bytes per token, and the time to move the KV of --tokens tokens at each --gbps.
+
+    Prints {"bytes_per_token", "kv_mib", "transfer_ms"} (MiB = 2^20 bytes, ms, one decimal). The
+    model is Qwen3-0.6B unless --model, --model-config or the shape options say otherwise.
+    """
+    links = _bandwidths(gbps)
+    if model and model_config:
+        raise click.UsageError("--model and --model-config cannot be used together")
+    if overhead_ms is not None and prefill_ms is None:
+        raise click.UsageError("--overhead-ms needs --prefill-ms")
+    if model or model_config:
+        given = [o for o, v in (("--layers", layers), ("--kv-heads", kv_heads), ("--head-dim", head_dim)) if v]
+        if given:
+            raise click.UsageError(f"{given[0]} cannot be combined with --model or --model-config "
+                                   "(only --dtype-bytes overrides a config)")
+        if model:
+            bpt = lib.kv_bytes_per_token_from_config(lib.load_model_config(model), dtype_bytes, source=model)
+        else:
+            bpt = lib.kv_bytes_per_token_from_config(lib.read_model_config(model_config), dtype_bytes,
+                                                     source=model_config)
+    else:
+        shape = {k: v for k, v in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
+                                   ("dtype_bytes", dtype_bytes)) if v is not None}
+        bpt = lib.kv_bytes_per_token(**shape)
+
+    def record(g: float) -> dict:
+        return lib.cost_report(tokens, bpt, g, prefill_ms=prefill_ms, overhead_ms=overhead_ms or 0.0,
+                               saved_ms=saved_ms)
+
+    if len(links) == 1:
+        echo_json(record(links[0][1]))
+    else:
+        echo_json({key: record(g) for key, g in links})
+
+
+@main.command("models")
+def models_cmd():
+    """List the bundled model configs with their KV shape and bytes per token."""
+    echo_json(lib.model_table())
+
+
+@main.group("summarize")
+def summarize():
+    """Summarize measured JSON-lines files (IN and OUT may be - for stdin/stdout)."""
+
+
+_IN = click.argument("input", metavar="IN", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+_OUT = click.argument("output", metavar="OUT", type=click.Path(dir_okay=False, allow_dash=True))
+
+
+def _warn(message: str) -> None:
+    click.echo(f"Warning: {message}", err=True)
+
+
+def _run(path: str, output: str, summarize_lines) -> None:
+    # The whole summary is built before OUT is touched, and OUT is replaced atomically.
+    if path == "-":
+        result = summarize_lines(click.get_binary_stream("stdin"), "<stdin>")
+    else:
+        with open(path, "rb") as fh:
+            result = summarize_lines(fh, path)
+    write_atomic(output, json.dumps(result) + "\n")
+
+
+@summarize.command("disagg")
+@_IN
+@_OUT
+def summarize_disagg_cmd(input, output):
+    """Median TTFT per <input>x<conc> cell, agg vs disagg, and the ratio disagg/agg."""
+    _run(input, output, lambda lines, name: summ.summarize_disagg(lines, name, warn=_warn))
+
+
+@summarize.command("offload")
+@_IN
+@_OUT
+@click.option("--base", default="baseline", show_default=True, help="Configuration in the ratio's numerator.")
+@click.option("--cand", default="lmcache", show_default=True, help="Configuration in the ratio's denominator.")
+def summarize_offload_cmd(input, output, base, cand):
+    """TTFT count, median and mean per pass for two configurations, and the ratio base/cand."""
+    if base == cand:
+        raise click.BadParameter(f"--base and --cand are both {base!r}", param_hint="'--cand'")
+    for option, value in (("--base", base), ("--cand", cand)):
+        if value == "ratio":
+            raise click.BadParameter("'ratio' is the output's ratio key", param_hint=f"'{option}'")
+    _run(input, output, lambda lines, name: summ.summarize_offload(lines, name, base, cand, warn=_warn))
