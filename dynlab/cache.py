@@ -267,9 +267,7 @@ class LFUCache(EvictionPolicy):
             if bucket is None:
                 bucket = buckets[f] = OrderedDict()
             bucket[key] = None
-            if self._min not in buckets:
-                self._min = f if f - 1 == self._min else min(buckets)
-            return True
+            return True  # self._min stays <= every frequency; eviction skips past emptied buckets
         capacity = self.capacity
         if size > capacity:
             return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -244,3 +244,55 @@ def test_future_index():
     assert fi.next_after == [3, 4, 5, 5, 5]
     assert fi.first_after("a", -1) == 0 and fi.first_after("a", 0) == 3 and fi.first_after("a", 3) == 5
     assert fi.first_after("zzz", -1) == fi.never == 5
+
+
+# ---- fifo and lfu against a plain model ------------------------------------------------------
+
+# victim order of each online policy, over model entries {"freq", "touched", "stored"}
+VICTIM_ORDER = {
+    LRUCache: lambda e: e["touched"],
+    FIFOCache: lambda e: e["stored"],
+    LFUCache: lambda e: (e["freq"], e["touched"]),
+}
+
+
+@pytest.mark.parametrize("cls", list(VICTIM_ORDER), ids=lambda c: c.name)
+@given(
+    capacity=st.integers(0, 6),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["access"] * 4 + ["remove"]), st.integers(0, 4), st.sampled_from([1, 1, 1, 2, 0])),
+        max_size=80,
+    ),
+)
+@example(  # lfu: remove the only least-frequent entry, hit another, then evict: the least frequent left goes
+    capacity=3,
+    ops=[("access", 0, 1)] * 2 + [("access", 1, 1)] * 3 + [("access", 2, 1)] * 4 + [("remove", 0, 1), ("access", 2, 1), ("access", 3, 2)],
+)
+@example(  # lfu: a new entry (1 access) goes before older ones with 2
+    capacity=2, ops=[("access", k, 1) for k in (0, 0, 1, 1, 2, 3)]
+)
+def test_online_policies_against_a_model(cls, capacity, ops):
+    order = VICTIM_ORDER[cls]
+    cache, model = cls(capacity), {}
+    evicted: list = []
+    cache.on_evict = evicted.append
+    for clock, (op, key, size) in enumerate(ops):
+        evicted.clear()
+        expected_evicted = []
+        if op == "remove":
+            assert cache.remove(key) is (model.pop(key, None) is not None)
+        elif key in model:
+            model[key]["freq"] += 1
+            model[key]["touched"] = clock
+            assert cache.access(key, size) is True
+        else:
+            if size <= capacity:
+                while sum(e["size"] for e in model.values()) + size > capacity:
+                    victim = min(model, key=lambda k: order(model[k]))
+                    expected_evicted.append(victim)
+                    del model[victim]
+                model[key] = {"size": size, "freq": 1, "touched": clock, "stored": clock}
+            assert cache.access(key, size) is False
+        assert evicted == expected_evicted
+        assert cache.keys() == sorted(model, key=lambda k: order(model[k]))
+        assert cache.used == sum(e["size"] for e in model.values())
