@@ -23,9 +23,13 @@ before (prefix order).
 """
 from __future__ import annotations
 
+from collections import deque
+from itertools import islice, repeat
 from typing import Hashable, Optional, Sequence
 
 from dynlab.cache import EvictionPolicy, LRUCache
+
+_consume = deque(maxlen=0).extend  # run an iterator at C speed, keeping nothing
 
 
 class Worker:
@@ -60,16 +64,19 @@ class Worker:
             n += 1
         return n
 
-    def serve(self, hashes: Sequence[Hashable], cached: int) -> tuple[list, list]:
+    def serve(self, hashes: Sequence[Hashable], cached: int) -> tuple[Sequence, Sequence]:
         """Store the request's blocks; ``cached`` is :meth:`overlap` on arrival.
 
         Returns ``(stored, removed)``: blocks newly held (prefix order) and blocks
-        held before and not any more (the payloads of ``BlockStored`` / ``BlockRemoved``).
+        held before and not any more (the payloads of ``BlockStored`` / ``BlockRemoved``);
+        either may be a list or a tuple, and must not be modified.
         """
         if not self.bounded:
             new = hashes[cached:]
             self.cache.update(new)
-            return list(new), []
+            return new, ()
+        if self._lru:
+            return self._serve_lru(hashes, cached)
         cache = self.cache
         evicted = self._evicted
         access = cache.access
@@ -105,6 +112,57 @@ class Worker:
             removed.append(h)
         self.evicted_blocks += len(evicted)
         evicted.clear()
+        return stored, removed
+
+    def _serve_lru(self, hashes: Sequence[Hashable], cached: int) -> tuple[list, list]:
+        """:meth:`serve` for an :class:`LRUCache` of unit-size blocks, on its OrderedDict directly.
+
+        Same three phases as the generic path; in a prefix-closed cache every block after
+        the ``cached`` head is a miss, so the new blocks are stored without lookups.
+        """
+        cache = self.cache
+        od = cache._data
+        cap = cache.capacity
+        n = len(hashes)
+        new_count = n - cached
+        mte = od.move_to_end
+        popitem = od.popitem
+        evicted = []
+        if new_count:
+            room = cap - len(od)
+            if cached and new_count > room:
+                for i in range(cached):
+                    mte(hashes[i])
+            if new_count <= cap:
+                # evict the oldest first, then store the new blocks tail-first in one call
+                if new_count > room:
+                    evicted = list(islice(od, new_count - room))
+                    _consume(map(od.__delitem__, evicted))
+                od.update(zip(reversed(hashes[cached:]), repeat(1)))
+            else:  # the request alone exceeds the cache: its own tail goes first
+                for i in range(n - 1, cached - 1, -1):
+                    if len(od) >= cap:
+                        if cap == 0:
+                            break
+                        evicted.append(popitem(False)[0])
+                    od[hashes[i]] = 1
+        for i in range(cached - 1, -1, -1):
+            h = hashes[i]
+            if h in od:
+                mte(h)
+            elif cap:  # evicted by this request's own new blocks (request longer than the cache)
+                if len(od) >= cap:
+                    evicted.append(popitem(False)[0])
+                od[h] = 1
+        cache._used = len(od)
+        if not evicted or n <= cap:
+            # evictions (if any) took only blocks outside this request, each once
+            self.evicted_blocks += len(evicted)
+            return hashes[cached:], evicted
+        stored = [h for h in hashes[cached:] if h in od]
+        new_set = set(hashes[cached:])
+        removed = [h for h in dict.fromkeys(evicted) if h not in od and h not in new_set]
+        self.evicted_blocks += len(evicted)
         return stored, removed
 
     def _drop_orphans(self) -> None:

@@ -8,75 +8,74 @@ blocks of a request it holds.
 """
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Sequence
+from typing import Hashable, Iterable, Iterator, Sequence
 
 
 class KvIndex:
-    """Block name -> set of workers, plus worker -> set of block names (for ``clear``).
+    """Block name -> the workers holding it, kept as a bitmask (bit ``w`` set: worker ``w`` holds it).
 
-    Worker ids are any hashable (the simulator uses ints ``0..n-1``). Names are the
-    chained block hashes of :func:`dynlab.router.block_hashes` or a trace's ``hash_ids``.
+    Worker ids are ints ``>= 0`` (the simulator's ``0..n-1``). Names are the chained
+    block hashes of :func:`dynlab.router.block_hashes` or a trace's ``hash_ids``.
 
-    Cost: :meth:`find_matches` walks the request's blocks while the set of
-    still-matching workers is non-empty, intersecting it with each block's holders;
-    each step costs ``O(min(|still matching|, |holders|))`` set operations, so the
-    work grows with the blocks matched, not with workers x blocks. ``apply_*`` cost
-    ``O(len(hashes))``; :meth:`clear` costs ``O(blocks the worker holds)``.
+    Cost: :meth:`find_matches` walks the request's blocks while some worker still
+    matches, AND-ing the still-matching mask with each block's mask (one machine
+    word per 64 workers), so the work grows with the blocks matched and the
+    workers reported, not with workers x blocks. ``apply_stored`` and
+    ``apply_removed`` cost ``O(len(hashes))``; :meth:`clear` (rare: a worker
+    restarting) scans the whole index.
     """
 
-    __slots__ = ("_holders", "_blocks")
+    __slots__ = ("_holders",)
 
     def __init__(self) -> None:
-        self._holders: dict[Hashable, set] = {}
-        self._blocks: dict[Hashable, set] = {}
+        self._holders: dict[Hashable, int] = {}
 
-    def apply_stored(self, worker: Hashable, hashes: Iterable[Hashable]) -> None:
+    @staticmethod
+    def _bit(worker: int) -> int:
+        if type(worker) is not int or worker < 0:
+            raise ValueError(f"worker must be an int >= 0, got {worker!r}")
+        return 1 << worker
+
+    def apply_stored(self, worker: int, hashes: Iterable[Hashable]) -> None:
         """Record that ``worker`` now holds each block in ``hashes`` (a ``BlockStored`` event)."""
+        bit = self._bit(worker)
         holders = self._holders
-        mine = self._blocks.get(worker)
-        if mine is None:
-            mine = self._blocks[worker] = set()
+        get = holders.get
         for h in hashes:
-            s = holders.get(h)
-            if s is None:
-                holders[h] = {worker}
-            else:
-                s.add(worker)
-            mine.add(h)
+            holders[h] = get(h, 0) | bit
 
-    def apply_removed(self, worker: Hashable, hashes: Iterable[Hashable]) -> None:
+    def apply_removed(self, worker: int, hashes: Iterable[Hashable]) -> None:
         """Record that ``worker`` no longer holds the blocks in ``hashes`` (a ``BlockRemoved`` event).
 
-        Unknown blocks are ignored (events may arrive late or twice).
+        Blocks the index does not credit to ``worker`` are ignored (events may arrive late or twice).
         """
+        keep = ~self._bit(worker)
         holders = self._holders
-        mine = self._blocks.get(worker)
-        if mine is None:
-            return
+        pop = holders.pop
         for h in hashes:
-            if h in mine:
-                mine.discard(h)
-                s = holders[h]
-                s.discard(worker)
-                if not s:
-                    del holders[h]
+            m = pop(h, 0) & keep
+            if m:
+                holders[h] = m
 
-    def clear(self, worker: Hashable) -> None:
+    def clear(self, worker: int) -> None:
         """Forget every block of ``worker`` (an ``AllBlocksCleared`` event)."""
+        bit = self._bit(worker)
         holders = self._holders
-        for h in self._blocks.pop(worker, ()):
-            s = holders[h]
-            s.discard(worker)
-            if not s:
+        for h in [h for h, m in holders.items() if m & bit]:
+            m = holders[h] & ~bit
+            if m:
+                holders[h] = m
+            else:
                 del holders[h]
 
     def holders(self, block: Hashable) -> frozenset:
         """The workers holding ``block`` (empty when none)."""
-        return frozenset(self._holders.get(block, ()))
+        return frozenset(_workers(self._holders.get(block, 0)))
 
-    def blocks(self, worker: Hashable) -> frozenset:
-        """The blocks ``worker`` holds according to the index."""
-        return frozenset(self._blocks.get(worker, ()))
+    def blocks(self, worker: int) -> frozenset:
+        """The blocks ``worker`` holds according to the index (scans the index)."""
+        bit = self._bit(worker)
+        return frozenset(h for h, m in self._holders.items() if m & bit)
 
     def __len__(self) -> int:
         """Number of distinct blocks held by at least one worker."""
@@ -88,29 +87,32 @@ class KvIndex:
         Workers that hold no leading block are omitted. ``hashes`` is a list of
         block names in prompt order.
         """
-        holders = self._holders
         if not hashes:
             return {}
-        active = holders.get(hashes[0])
+        get = self._holders.get
+        active = get(hashes[0], 0)
         if not active:
             return {}
         scores: dict = {}
         depth = 1
-        n = len(hashes)
-        while depth < n:
-            s = holders.get(hashes[depth])
-            if s is None:
-                break
-            if s is not active:
-                nxt = active & s
-                if len(nxt) != len(active):
-                    for w in active:
-                        if w not in nxt:
-                            scores[w] = depth
-                    if not nxt:
-                        return scores
+        for depth in range(1, len(hashes)):
+            nxt = active & get(hashes[depth], 0)
+            if nxt != active:
+                for w in _workers(active ^ nxt):
+                    scores[w] = depth
+                if not nxt:
+                    return scores
                 active = nxt
-            depth += 1
-        for w in active:
+        else:
+            depth = len(hashes)
+        for w in _workers(active):
             scores[w] = depth
         return scores
+
+
+def _workers(mask: int) -> Iterator[int]:
+    """The set bits of ``mask`` as worker ids, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low

@@ -193,18 +193,23 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         cached_blocks += actual
         stored, removed = worker.serve(hashes, actual)
         cached_sizes[w] = len(worker)
-        if publish:
-            due = i + 1 + event_delay
-            for ev in ((BlockRemoved(w, tuple(removed)),) if removed else ()) + (
-                    (BlockStored(w, tuple(stored)),) if stored else ()):
-                published += 1
-                if event_loss and loss_rng.random() < event_loss:
-                    dropped += 1
-                    continue
-                if event_delay == 0:
+        if publish and (stored or removed):
+            events = []
+            if removed:
+                events.append(BlockRemoved(w, tuple(removed)))
+            if stored:
+                events.append(BlockStored(w, tuple(stored)))
+            published += len(events)
+            if event_loss:
+                kept = [ev for ev in events if loss_rng.random() >= event_loss]
+                dropped += len(events) - len(kept)
+                events = kept
+            if event_delay:
+                due = i + 1 + event_delay
+                pending.extend((due, ev) for ev in events)
+            else:
+                for ev in events:
                     on_event(ev)
-                else:
-                    pending.append((due, ev))
         n_requests += 1
         if progress is not None:
             progress.update(1)

@@ -69,10 +69,14 @@ def _int_list(record: dict, key: str) -> list:
     v = record[key]
     if not isinstance(v, list):
         raise ValueError(f"field {key!r} must be a list of ints")
-    for i, h in enumerate(v):
-        if type(h) is not int:
-            raise ValueError(f"{key}[{i}] must be an int, got {h!r}")
+    if v and set(map(type, v)) != {int}:
+        for i, h in enumerate(v):
+            if type(h) is not int:
+                raise ValueError(f"{key}[{i}] must be an int, got {h!r}")
     return v
+
+
+_NUMBER_TYPES = (int, float)
 
 
 def open_source(path_or_name: str) -> tuple[io.TextIOBase, str, Optional[int]]:
@@ -93,20 +97,6 @@ def open_source(path_or_name: str) -> tuple[io.TextIOBase, str, Optional[int]]:
     return open(path_or_name, encoding="utf-8"), path_or_name, None
 
 
-def _records(stream, name: str) -> Iterator[tuple[int, Any]]:
-    with stream:
-        try:
-            for lineno, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
-        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
-            raise DynlabError(f"{name}: cannot read: {exc}") from None
-
-
 def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                registry=None) -> tuple[Iterator[Request], Optional[int]]:
     """Stream a trace as requests: ``(iterator, number of requests or None)``.
@@ -122,31 +112,48 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     if fmt is not None:
         registry.get(fmt)  # unknown names fail before any reading
     stream, name, total = open_source(path_or_name)
-    return _requests(_records(stream, name), name, fmt, block, registry), total
+    return _requests(stream, name, fmt, block, registry), total
 
 
-def _requests(records, name, fmt, block, registry) -> Iterator[Request]:
-    reader = None
-    for index, (lineno, record) in enumerate(records):
-        if reader is None:
-            if fmt is None:
-                for entry in registry.entries():
-                    if entry.cls.detect(record):
-                        fmt = entry.name
-                        break
-                else:
-                    raise InputError(name, lineno, "unknown trace format (formats: "
-                                     f"{', '.join(registry.names())}); give --trace-format")
-            reader = registry.get(fmt)(block)
-            parse = reader.parse
-        if not isinstance(record, dict):
-            raise InputError(name, lineno, "expected a JSON object")
+def _requests(stream, name, fmt, block, registry) -> Iterator[Request]:
+    """Read, decode and parse line by line in one loop (the replay's hot path)."""
+    parse = None
+    index = 0
+    loads = json.loads
+    with stream:
         try:
-            yield parse(record, index)
-        except ValueError as exc:
-            raise InputError(name, lineno, str(exc)) from None
-    if reader is None:
+            for lineno, line in enumerate(stream, 1):
+                try:
+                    record = loads(line)
+                except json.JSONDecodeError as exc:
+                    if not line.strip():
+                        continue
+                    raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+                if parse is None:
+                    parse = _reader(record, name, lineno, fmt, block, registry).parse
+                if type(record) is not dict:
+                    raise InputError(name, lineno, "expected a JSON object")
+                try:
+                    yield parse(record, index)
+                except ValueError as exc:
+                    raise InputError(name, lineno, str(exc)) from None
+                index += 1
+        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+            raise DynlabError(f"{name}: cannot read: {exc}") from None
+    if parse is None:
         raise DynlabError(f"{name}: the trace holds no request")
+
+
+def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
+    if fmt is None:
+        for entry in registry.entries():
+            if entry.cls.detect(record):
+                fmt = entry.name
+                break
+        else:
+            raise InputError(name, lineno, "unknown trace format (formats: "
+                             f"{', '.join(registry.names())}); give --trace-format")
+    return registry.get(fmt)(block)
 
 
 class MooncakeTrace(TraceFormat):
@@ -160,9 +167,14 @@ class MooncakeTrace(TraceFormat):
 
     def parse(self, record, index):
         hashes = _int_list(record, "hash_ids")
-        return Request(tuple(hashes), input_length=_number(record, "input_length", False, 0),
-                       output_length=_number(record, "output_length", False, 0),
-                       timestamp=_number(record, "timestamp", False, None), index=index)
+        get = record.get
+        inp, out, ts = get("input_length", 0), get("output_length", 0), get("timestamp")
+        if type(inp) is not int or type(out) is not int or (ts is not None and type(ts) not in _NUMBER_TYPES) \
+                or inp < 0 or out < 0 or (ts is not None and ts < 0):
+            inp = _number(record, "input_length", False, 0)
+            out = _number(record, "output_length", False, 0)
+            ts = _number(record, "timestamp", False, None)
+        return Request(tuple(hashes), input_length=inp, output_length=out, timestamp=ts, index=index)
 
 
 class TokenTrace(TraceFormat):

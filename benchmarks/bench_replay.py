@@ -1,0 +1,140 @@
+"""Fleet replay throughput on the bundled Mooncake conversation trace (issue: fleet replay).
+
+Prints requests/s and blocks/s of ``dynlab.sim.run`` (parsing included: the trace is
+decompressed and decoded inside every timed run) for each built-in mode, for 8, 64
+and 512 workers, and a bare loop doing the same work in plain Python (one
+OrderedDict per worker as an LRU cache, one set per worker as the router's index,
+KV events applied at once), with the ratio from the same run.
+
+    python benchmarks/bench_replay.py [--repeat 3] [--capacity 4096]
+
+Best of ``--repeat`` runs; one core; not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import time
+from collections import OrderedDict
+from importlib import resources
+
+from dynlab.sim import SimConfig, run
+from dynlab.traces import BUILTIN_TRACES
+
+TRACE = "mooncake-conversation"
+
+
+def best_of(repeat, fn):
+    best = float("inf")
+    out = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def bare_loop(workers: int, capacity: int) -> dict:
+    """kv-events in plain Python, computing the same metrics as dynlab.
+
+    Parse each line; overlap per worker from its index set; pick (-overlap, count, index);
+    LRU touch tail-first (hits first, so new blocks cannot evict them); evictions and
+    stores applied to the index at once (publish yes, no delay); count repeats, hits,
+    cached blocks and the one-infinite-cache bound.
+    """
+    resource, _ = BUILTIN_TRACES[TRACE]
+    raw = resources.files("dynlab").joinpath("data", resource).open("rb")
+    caches = [OrderedDict() for _ in range(workers)]
+    index = [set() for _ in range(workers)]
+    counts = [0] * workers
+    seen = set()
+    n_req = n_blocks = cached_blocks = ideal = repeats = hits = 0
+    with io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            hashes = json.loads(line)["hash_ids"]
+            best = None
+            for w in range(workers):
+                s = index[w]
+                k = 0
+                for h in hashes:
+                    if h not in s:
+                        break
+                    k += 1
+                key = (-k, counts[w], w)
+                if best is None or key < best:
+                    best = key
+            w = best[2]
+            counts[w] += 1
+            od, s = caches[w], index[w]
+            actual = 0
+            for h in hashes:
+                if h not in od:
+                    break
+                actual += 1
+            j = 0
+            for h in hashes:
+                if h not in seen:
+                    break
+                j += 1
+            seen.update(hashes)
+            if hashes and j:
+                repeats += 1
+                hits += actual > 0
+            for h in hashes[:actual]:
+                od.move_to_end(h)
+            for h in reversed(hashes):
+                if h in od:
+                    od.move_to_end(h)
+                else:
+                    od[h] = 1
+                    s.add(h)
+                    if len(od) > capacity:
+                        old, _ = od.popitem(last=False)
+                        s.discard(old)
+            n_req += 1
+            n_blocks += len(hashes)
+            cached_blocks += actual
+            ideal += j
+    return {"requests": n_req, "prompt_blocks": n_blocks, "cached_blocks": cached_blocks,
+            "repeat_requests": repeats, "hits": hits, "requests_per_worker": counts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--capacity", type=int, default=4096)
+    args = ap.parse_args()
+    cap = args.capacity
+    print(f"trace {TRACE}, capacity {cap} blocks per worker, best of {args.repeat}")
+    print(f"{'run':<34}{'requests/s':>12}{'blocks/s':>12}{'seconds':>9}")
+
+    def show(label, secs, reqs, blocks):
+        print(f"{label:<34}{reqs / secs:>12,.0f}{blocks / secs:>12,.0f}{secs:>9.3f}")
+
+    t_bare, bare = best_of(args.repeat, lambda: bare_loop(8, cap))
+    reqs, blocks = bare["requests"], bare["prompt_blocks"]
+    show("bare loop, 8 workers", t_bare, reqs, blocks)
+    t_dyn = None
+    for workers in (8, 64, 512):
+        for mode in ("rr", "random", "kv", "kv-events"):
+            if workers != 8 and mode in ("rr", "random"):
+                continue
+            cfg = SimConfig(mode=mode, workers=workers, capacity=cap, trace=TRACE)
+            secs, out = best_of(args.repeat, lambda: run(cfg))
+            show(f"dynlab {mode}, {workers} workers", secs, out["requests"], out["prompt_blocks"])
+            if workers == 8 and mode == "kv-events":
+                t_dyn = secs
+                same = all(out[k] == v for k, v in bare.items())
+                print(f"{'':<34}(same results as the bare loop: {same})")
+    t_b512, _ = best_of(1, lambda: bare_loop(512, cap))
+    show("bare loop, 512 workers", t_b512, reqs, blocks)
+    print(f"\nkv-events, 8 workers: dynlab is {t_bare / t_dyn:.2f}x the bare loop's speed "
+          f"(time ratio dynlab/bare = {t_dyn / t_bare:.2f})")
+
+
+if __name__ == "__main__":
+    main()
