@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from dynlab.errors import DynlabError
 from dynlab.fleet import Worker
@@ -233,8 +233,12 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     }
 
 
-def run(config: SimConfig, progress: bool = False) -> dict[str, Any]:
+def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[Request]] = None) -> dict[str, Any]:
     """Run one simulation and return the JSON object ``dynlab sim`` prints.
+
+    ``requests``: the trace already loaded (:func:`dynlab.traces.load_trace` of
+    ``config.trace``, ``config.trace_format`` and ``config.block``), so a sweep reads a
+    trace once per process; ``None`` streams it from ``config.trace``.
 
     Key order: the seed's keys (``mode, workers, requests, repeat_requests, hits,
     hit_rate``), then ``publish`` for strategies that use KV events, then (on a trace,
@@ -251,14 +255,17 @@ def run(config: SimConfig, progress: bool = False) -> dict[str, Any]:
     if config.trace is None:
         from dynlab.workload import seed_requests
 
-        requests: Iterable[Request] = seed_requests(config.prefixes, config.reps, config.plen,
+        requests = seed_requests(config.prefixes, config.reps, config.plen,
                                                      config.tail, config.block, rng)
         synthetic = config.plen >= config.block
         total = config.prefixes * config.reps
     else:
-        from dynlab.traces import open_trace
+        if requests is None:
+            from dynlab.traces import open_trace
 
-        requests, total = open_trace(config.trace, config.trace_format, config.block)
+            requests, total = open_trace(config.trace, config.trace_format, config.block)
+        else:
+            total = len(requests)
         synthetic = None
     future = None
     if _needs_future(config):

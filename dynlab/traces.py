@@ -156,6 +156,15 @@ def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
     return registry.get(fmt)(block)
 
 
+def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16) -> list[Request]:
+    """The whole trace as a list of requests (for runs that replay it many times).
+
+    Same errors as :func:`open_trace`.
+    """
+    requests, _ = open_trace(path_or_name, fmt, block)
+    return list(requests)
+
+
 class MooncakeTrace(TraceFormat):
     """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks."""
 

@@ -1,0 +1,78 @@
+"""Plots (matplotlib, the optional extra ``dynlab[plot]``), written atomically as PNG files."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Mapping
+
+from dynlab.errors import DynlabError
+
+
+def pyplot():
+    """``matplotlib.pyplot`` with the non-interactive Agg backend.
+
+    Raises :class:`DynlabError` with the install command when matplotlib is missing.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DynlabError("plotting needs matplotlib: pip install 'dynlab[plot]'") from None
+    return plt
+
+
+def save(fig, path: str) -> None:
+    """Save ``fig`` as PNG to ``path`` through a temporary file renamed into place, then close it."""
+    plt = pyplot()
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".dynlab-", suffix=".png", dir=directory)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)
+
+
+def plot_compare(results: Mapping[str, Mapping], path: str, title: str = "") -> None:
+    """Bar chart of ``block_hit_rate`` per run with the ``ideal_block_hit_rate`` bound as a line.
+
+    ``results``: run label -> ``dynlab sim`` output. Runs without ``block_hit_rate``
+    (the seed workload without ``--all-metrics``) plot ``hit_rate`` instead.
+    With ``ttft_ms`` in the results (``--timing``), a second panel shows p50/p90/p99 TTFT.
+    """
+    plt = pyplot()
+    labels = list(results)
+    metric = "block_hit_rate" if all("block_hit_rate" in r for r in results.values()) else "hit_rate"
+    timing = all("ttft_ms" in r for r in results.values())
+    fig, axes = plt.subplots(1, 2 if timing else 1, figsize=(10 if timing else 6, 4), squeeze=False)
+    ax = axes[0][0]
+    values = [results[k][metric] for k in labels]
+    bars = ax.bar(labels, values, color="#4878a8")
+    ax.bar_label(bars, fmt="%.3f", fontsize=8)
+    ideal = [r.get("ideal_block_hit_rate") for r in results.values()]
+    if metric == "block_hit_rate" and all(v is not None for v in ideal):
+        ax.axhline(max(ideal), color="#c44e52", linestyle="--", label=f"ideal (one infinite cache) {max(ideal):.4f}")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(0, max(values + [v or 0 for v in ideal] + [0.01]) * 1.15)
+    ax.set_title(title or metric)
+    if timing:
+        ax2 = axes[0][1]
+        width = 0.27
+        for j, p in enumerate(("p50", "p90", "p99")):
+            xs = [i + (j - 1) * width for i in range(len(labels))]
+            ax2.bar(xs, [results[k]["ttft_ms"][p] for k in labels], width, label=p)
+        ax2.set_xticks(range(len(labels)), labels)
+        ax2.set_ylabel("TTFT (ms)")
+        ax2.set_yscale("log")
+        ax2.set_title("time to first token")
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
