@@ -156,16 +156,21 @@ class _OrderedDictCache(EvictionPolicy):
         if size > capacity:
             return False  # oversize: neither stored nor allowed to evict
         data = self._data
-        if self._used + size > capacity:
+        used = self._used + size  # what is stored once the new entry is in
+        if used > capacity:
             popitem = data.popitem
             on_evict = self.on_evict
-            while self._used + size > capacity:
-                old, old_size = popitem(last=False)
-                self._used -= old_size
-                if on_evict is not None:
+            if on_evict is None:
+                while used > capacity:
+                    used -= popitem(False)[1]
+            else:
+                while used > capacity:
+                    old, old_size = popitem(False)
+                    used -= old_size
+                    self._used = used - size  # consistent while the callback runs
                     on_evict(old)
         data[key] = size
-        self._used += size
+        self._used = used
         return False
 
 
@@ -181,13 +186,32 @@ class LRUCache(_OrderedDictCache):
     name = "lru"
 
     def access(self, key: Hashable, size: int = 1) -> bool:
+        # The miss path of _store is inlined: this method is the fleet simulator's inner loop.
         if size < 0:
             raise _negative_size(size)
-        try:
-            self._data.move_to_end(key)
+        data = self._data
+        if key in data:
+            data.move_to_end(key)
             return True
-        except KeyError:
-            return self._store(key, size)
+        capacity = self.capacity
+        if size > capacity:
+            return False  # oversize: neither stored nor allowed to evict
+        used = self._used + size  # what is stored once the new entry is in
+        if used > capacity:
+            popitem = data.popitem
+            on_evict = self.on_evict
+            if on_evict is None:
+                while used > capacity:
+                    used -= popitem(False)[1]
+            else:
+                while used > capacity:
+                    old, old_size = popitem(False)
+                    used -= old_size
+                    self._used = used - size  # consistent while the callback runs
+                    on_evict(old)
+        data[key] = size
+        self._used = used
+        return False
 
 
 class FIFOCache(_OrderedDictCache):

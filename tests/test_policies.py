@@ -33,8 +33,15 @@ def check_policy_contract(cls, capacity, ops):
     cache = cls(capacity, future=future)
     assert cache.capacity == capacity and cache.on_evict is None
     evicted: list = []
-    cache.on_evict = evicted.append
     sizes: dict = {}  # key -> size it was stored with
+
+    def on_evict(key):
+        # called after the key left, with the cache consistent
+        assert key not in cache and key not in cache.keys()
+        assert cache.used == sum(sizes[k] for k in cache.keys())
+        evicted.append(key)
+
+    cache.on_evict = on_evict
     for op, key, size in ops:
         before = cache.keys()
         assert len(before) == len(set(before)) == len(cache)
