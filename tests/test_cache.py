@@ -173,6 +173,24 @@ def test_two_tier_policy_and_shared_future():
         TwoTierCache(2, 3, policy=OptCache)  # opt needs the future
 
 
+@given(
+    sequence=st.lists(st.integers(0, 6), max_size=50),
+    gpu_slots=st.integers(0, 4),
+    cpu_slots=st.integers(0, 6),
+    size=st.integers(1, 3),
+)
+def test_two_tier_opt_gpu_tier_is_exact_belady(sequence, gpu_slots, cpu_slots, size):
+    # Every access reaches the GPU tier, so its opt sees the whole future: at least LRU's GPU hits.
+    opt = TwoTierCache(gpu_slots * size, cpu_slots * size, policy=OptCache, future=sequence)
+    lru = TwoTierCache(gpu_slots * size, cpu_slots * size)
+    opt_results = [opt.access(k, size) for k in sequence]
+    lru_results = [lru.access(k, size) for k in sequence]
+    assert opt_results.count("gpu") >= lru_results.count("gpu")
+    assert opt_results.count("gpu") == brute_force_max_hits(tuple(sequence), gpu_slots)
+    assert opt.gpu.used <= gpu_slots * size and opt.cpu.used <= cpu_slots * size
+    assert opt.gpu.cursor == len(sequence) - 1 if sequence else opt.gpu.cursor == -1
+
+
 # ---- opt ----------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab.cli import main
-from dynlab.plugins import UnknownNameError
+from dynlab.plugins import UnknownNameError, eviction_policies
 from dynlab.scenario import access_sequence, cliff, pass_docs, run_scenario
 
 NO_HITS_FWD = {"order": "fwd", "gpu_hits": 0, "cpu_hits": 0, "misses": 10, "hit_docs": []}
@@ -92,9 +92,10 @@ def test_pass_orders_and_errors():
     docs=st.integers(0, 8),
     tokens=st.integers(0, 12),
     passes=st.lists(st.sampled_from(["fwd", "rev"]), min_size=1, max_size=4),
+    policy=st.sampled_from(eviction_policies().names()),
 )
-def test_scenario_counts_add_up(gpu, cpu, docs, tokens, passes):
-    result = run_scenario(gpu=gpu, docs=docs, tokens=tokens, passes=passes, cpu=cpu)
+def test_scenario_counts_add_up(gpu, cpu, docs, tokens, passes, policy):
+    result = run_scenario(gpu=gpu, docs=docs, tokens=tokens, passes=passes, cpu=cpu, policy=policy)
     assert [p["order"] for p in result["passes"]] == passes
     for p, order in zip(result["passes"], passes):
         assert p["gpu_hits"] + p["cpu_hits"] + p["misses"] == docs
