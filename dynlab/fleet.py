@@ -97,11 +97,11 @@ class Worker:
             access(hashes[i])
         for i in range(cached - 1, -1, -1):
             access(hashes[i])
+        if evicted and not self._lru:
+            self._drop_orphans()
         stored = [h for h in hashes[cached:] if h in cache]
         if not evicted:
             return stored, []
-        if not self._lru:
-            self._drop_orphans()
         new_set = set(hashes[cached:])
         seen = set()
         removed = []
@@ -155,8 +155,8 @@ class Worker:
                     evicted.append(popitem(False)[0])
                 od[h] = 1
         cache._used = len(od)
-        if not evicted or n <= cap:
-            # evictions (if any) took only blocks outside this request, each once
+        if new_count <= cap and (n <= cap or not evicted):
+            # every new block went in; evictions (if any) took only blocks outside this request, once each
             self.evicted_blocks += len(evicted)
             return hashes[cached:], evicted
         stored = [h for h in hashes[cached:] if h in od]
@@ -168,7 +168,7 @@ class Worker:
     def _drop_orphans(self) -> None:
         """Evicting a block also drops its held descendants (prefix-closure for any policy)."""
         cache, kids, evicted = self.cache, self._kids, self._evicted
-        stack = list(evicted)
+        stack = [x for x in evicted if x not in cache]  # evicted and not stored again since
         while stack:
             x = stack.pop()
             for c in kids.pop(x, ()):

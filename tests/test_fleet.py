@@ -1,0 +1,266 @@
+"""Fleet replay: bounded worker caches, KV events, and what the metrics must show (issue: fleet replay)."""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dynlab import plugins
+from dynlab.cli import main
+from dynlab.fleet import Worker
+from dynlab.index import KvIndex
+from dynlab.router import block_hashes
+from dynlab.sim import SimConfig, build_strategy, make_workers, replay, run
+from dynlab.strategy import AllBlocksCleared, BlockRemoved, BlockStored, Request, RunContext, Strategy
+from dynlab.traces import load_trace
+
+TRACE = "mooncake-conversation"
+POLICIES = [n for n in plugins.eviction_policies().names() if n != "opt"]
+
+
+@pytest.fixture(scope="module")
+def head():
+    """The first 1,500 requests of the bundled trace, loaded once."""
+    return load_trace(TRACE)[:1500]
+
+
+def sim(requests, **kw):
+    return run(SimConfig(trace=TRACE, **kw), requests=requests)
+
+
+def strip(result):
+    return {k: v for k, v in result.items() if k not in ("mode", "publish", "predicted_blocks", "prediction_error")}
+
+
+# ---- hand-made traces ---------------------------------------------------------------------------
+
+@st.composite
+def traces(draw, max_requests=30):
+    """Requests whose chained block names share heads: paths over a tiny alphabet, hashed with block=1."""
+    paths = draw(st.lists(st.lists(st.integers(0, 2), max_size=7), min_size=1, max_size=max_requests))
+    return [Request(tuple(block_hashes(p, 1)), input_length=len(p), index=i) for i, p in enumerate(paths)]
+
+
+class Recorder(Strategy):
+    """Test strategy: routes by a fixed random sequence, records every KV event."""
+
+    name = "test-recorder"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.events = []
+
+    def route(self, request, fleet):
+        return self.ctx.rng.randrange(fleet.workers)
+
+    def on_event(self, event):
+        self.events.append(event)
+
+
+def held(worker):
+    return set(worker.cache.keys()) if worker.bounded else set(worker.cache)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(requests=traces(), capacity=st.integers(0, 12), n=st.integers(1, 3), seed=st.integers(0, 10))
+def test_caches_stay_prefix_closed_and_events_equal_the_cache_changes(policy, requests, capacity, n, seed):
+    parent = {}
+    for r in requests:
+        for a, b in zip(r.hashes, r.hashes[1:]):
+            parent[b] = a
+    cls = plugins.eviction_policies().get(policy)
+    workers = [Worker(w, cls(capacity)) for w in range(n)]
+    strategy = Recorder(RunContext(workers=n, rng=random.Random(seed)))
+    model = KvIndex()
+    seen = 0
+    for r in requests:  # replay one request at a time to check the invariants after each
+        replay([r], strategy, workers)
+        for ev in strategy.events[seen:]:
+            if isinstance(ev, BlockStored):
+                model.apply_stored(ev.worker, ev.hashes)
+            elif isinstance(ev, BlockRemoved):
+                model.apply_removed(ev.worker, ev.hashes)
+        seen = len(strategy.events)
+        for wk in workers:
+            blocks = held(wk)
+            assert len(blocks) <= capacity
+            for b in blocks:  # prefix-closed: a held block's parent is held
+                assert b not in parent or parent[b] in blocks, (policy, b)
+            assert model.blocks(wk.id) == blocks  # the events told exactly what changed
+
+
+@given(requests=traces(), n=st.integers(1, 4))
+def test_kv_with_unbounded_caches_equals_kv_events(requests, n):
+    def go(mode):
+        strategy = build_strategy(SimConfig(mode=mode, workers=n), random.Random(1))
+        return replay(requests, strategy, make_workers(SimConfig(workers=n)))
+    assert go("kv") == go("kv-events")
+
+
+@given(requests=traces(), n=st.integers(1, 4), capacity=st.one_of(st.none(), st.integers(0, 10)),
+       mode=st.sampled_from(["rr", "random", "kv", "kv-events"]))
+def test_no_strategy_beats_the_ideal_bound(requests, n, capacity, mode):
+    cfg = SimConfig(mode=mode, workers=n, capacity=capacity)
+    out = replay(requests, build_strategy(cfg, random.Random(3)), make_workers(cfg))
+    assert out["cached_blocks"] <= round(out["ideal_block_hit_rate"] * out["prompt_blocks"]) + 1e-9
+    assert out["block_hit_rate"] <= out["ideal_block_hit_rate"]
+
+
+@given(requests=traces())
+def test_one_worker_reaches_the_ideal_bound(requests):
+    cfg = SimConfig(mode="kv", workers=1)
+    out = replay(requests, build_strategy(cfg, random.Random(1)), make_workers(cfg))
+    assert out["block_hit_rate"] == out["ideal_block_hit_rate"]
+
+
+def test_hand_made_eviction_and_events():
+    # capacity 3, one worker: a=[1,2,3] stored, then b=[1,4] evicts the LRU block (3, the tail)
+    a, b = block_hashes([1, 2, 3], 1), block_hashes([1, 4], 1)
+    strategy = Recorder(RunContext(workers=1))
+    workers = [Worker(0, plugins.eviction_policies().get("lru")(3))]
+    out = replay([Request(tuple(a)), Request(tuple(b))], strategy, workers)
+    assert strategy.events == [BlockStored(0, tuple(a)), BlockRemoved(0, (a[2],)), BlockStored(0, (b[1],))]
+    assert held(workers[0]) == {a[0], a[1], b[1]}
+    assert out["cached_blocks"] == 1 and out["evicted_blocks"] == 1
+    assert out["events_published"] == 3
+
+
+def test_a_request_longer_than_the_cache_keeps_its_head():
+    a = block_hashes(list(range(10)), 1)
+    workers = [Worker(0, plugins.eviction_policies().get("lru")(4))]
+    replay([Request(tuple(a))], Recorder(RunContext(workers=1)), workers)
+    assert held(workers[0]) == set(a[:4])
+
+
+# ---- the bundled trace: what the results must show -----------------------------------------------
+
+def test_unbounded_kv_equals_kv_events_on_the_trace(head):
+    kv = sim(head, mode="kv", workers=4)
+    ev = sim(head, mode="kv-events", workers=4)
+    assert strip(kv) == strip(ev)
+    # every request shares block 0, so overlap-first sends everything to worker 0 ...
+    assert kv["requests_per_worker"] == [len(head), 0, 0, 0]
+    assert kv["load_imbalance"] == 4.0
+    # ... where one worker with an unbounded cache reaches the ideal bound
+    assert kv["block_hit_rate"] == kv["ideal_block_hit_rate"]
+
+
+def test_publish_no_routes_exactly_as_round_robin(head):
+    rr = sim(head, mode="rr", workers=8, capacity=512)
+    silent = sim(head, mode="kv-events", workers=8, capacity=512, publish="no")
+    assert silent["requests_per_worker"] == rr["requests_per_worker"]
+    assert silent["hits"] == rr["hits"] and silent["cached_blocks"] == rr["cached_blocks"]
+    assert silent["events_published"] == 0
+
+
+def test_prediction_error_only_when_the_view_is_stale(head):
+    kv = sim(head, mode="kv", workers=8, capacity=512)
+    ev = sim(head, mode="kv-events", workers=8, capacity=512)
+    assert ev["prediction_error"] == 0 and ev["predicted_blocks"] == ev["cached_blocks"]
+    assert kv["prediction_error"] > 0  # kv remembers blocks the workers already evicted
+    assert sim(head, mode="kv-events", workers=8, capacity=512, event_loss=0.2)["prediction_error"] > 0
+    assert sim(head, mode="kv-events", workers=8, capacity=512, event_delay=2)["prediction_error"] > 0
+    assert sim(head, mode="rr", workers=8, capacity=512)["prediction_error"] is None
+
+
+def test_event_loss_counts_and_leaves_routing_rng_alone(head):
+    lossy = sim(head, mode="kv-events", workers=4, capacity=512, event_loss=0.5, seed=7)
+    assert 0 < lossy["events_dropped"] < lossy["events_published"]
+    r1 = sim(head, mode="random", workers=4, capacity=512, event_loss=0.5, seed=7)
+    r0 = sim(head, mode="random", workers=4, capacity=512, seed=7)
+    assert r1["requests_per_worker"] == r0["requests_per_worker"]
+
+
+@pytest.mark.parametrize("mode,capacity", itertools.product(["rr", "random", "kv", "kv-events"], [None, 64, 2048]))
+def test_nothing_exceeds_the_ideal_on_the_trace(head, mode, capacity):
+    out = sim(head, mode=mode, workers=4, capacity=capacity)
+    assert out["block_hit_rate"] <= out["ideal_block_hit_rate"]
+    assert out["ideal_block_hit_rate"] == sim(head, mode="rr", workers=1)["ideal_block_hit_rate"]
+
+
+def test_whole_trace_ideal_matches_the_published_figure():
+    out = run(SimConfig(trace=TRACE, mode="rr", workers=1))
+    assert out["requests"] == 12031 and out["prompt_blocks"] == 288500
+    assert out["ideal_block_hit_rate"] == 0.3664
+
+
+# ---- the seed workload with bounded caches --------------------------------------------------------
+
+def test_seed_workload_unbounded_keeps_the_seed_numbers_with_all_metrics():
+    out = run(SimConfig(mode="rr", all_metrics=True))
+    assert list(out)[:6] == ["mode", "workers", "requests", "repeat_requests", "hits", "hit_rate"]
+    assert (out["hits"], out["repeat_requests"]) == (49, 60)
+    assert out["requests_per_worker"] == [36, 36]
+
+
+def test_seed_workload_bounded_round_robin_loses_hits_kv_keeps_them():
+    unbounded = run(SimConfig(mode="rr"))["hits"]
+    bounded = run(SimConfig(mode="rr", capacity=42))["hits"]
+    assert bounded < unbounded
+    assert run(SimConfig(mode="kv", capacity=42))["hits"] > bounded
+
+
+# ---- trace readers -------------------------------------------------------------------------------
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_token_trace_equals_hashing_the_tokens(tmp_path):
+    lines = [{"tokens": list(range(40))}, {"tokens": list(range(20)) + [7] * 20, "output_length": 3}]
+    path = write(tmp_path, "t.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n\n")
+    reqs = load_trace(path, block=16)
+    assert [r.hashes for r in reqs] == [tuple(block_hashes(x["tokens"], 16)) for x in lines]
+    assert reqs[1].output_length == 3 and reqs[0].input_length == 40
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"hash_ids": [1, 2]}\n\n{"hash_ids": [1, "x"]}\n', ":3: hash_ids[1] must be an int"),
+    ('{"hash_ids": [1]}\n{oops\n', ":2: not JSON"),
+    ('{"hash_ids": [1]}\n[1, 2]\n', ":2: expected a JSON object"),
+    ('{"hash_ids": [1]}\n{"input_length": 3}\n', ":2: missing field 'hash_ids'"),
+    ('{"hash_ids": [1], "timestamp": "soon"}\n', ":1: field 'timestamp' must be a number"),
+    ('{"nothing": 1}\n', ":1: unknown trace format"),
+    ('{"tokens": [1, 2.5]}\n', ":1: token at position 1 is not an int"),
+])
+def test_bad_trace_lines_name_file_and_line(tmp_path, text, message):
+    path = write(tmp_path, "bad.jsonl", text)
+    result = CliRunner().invoke(main, ["sim", "--trace", path, "--quiet"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert f"{path}{message}" in result.output
+
+
+def test_missing_trace_and_unknown_format(tmp_path):
+    r = CliRunner().invoke(main, ["sim", "--trace", str(tmp_path / "none.jsonl")])
+    assert r.exit_code == 1 and "no such file" in r.output
+    r = CliRunner().invoke(main, ["sim", "--trace", TRACE, "--trace-format", "nope"])
+    assert r.exit_code == 2 and "available: mooncake, tokens" in r.output
+
+
+def test_trace_format_override(tmp_path):
+    path = write(tmp_path, "m.jsonl", '{"hash_ids": [1, 2], "tokens": [1]}\n')
+    assert load_trace(path, "mooncake")[0].hashes == (1, 2)
+    assert load_trace(path, "tokens", block=1)[0].hashes == tuple(block_hashes([1], 1))
+
+
+# ---- compare on a trace ------------------------------------------------------------------------------
+
+def test_compare_table_and_json(tmp_path):
+    args = ["compare", "--trace", TRACE, "--workers", "2", "--capacity", "256", "--modes", "rr,kv-events", "--quiet"]
+    as_json = CliRunner().invoke(main, args + ["--format", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert list(data) == ["rr", "kv-events"]
+    assert data["rr"] == run(SimConfig(trace=TRACE, workers=2, capacity=256, mode="rr"))
+    table = CliRunner().invoke(main, args + ["--format", "table"])
+    lines = table.output.splitlines()
+    assert lines[0].split()[0] == "run" and lines[1].split()[0] == "rr" and lines[2].split()[0] == "kv-events"
+    assert str(data["rr"]["block_hit_rate"]) in lines[1]
