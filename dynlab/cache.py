@@ -67,8 +67,8 @@ class EvictionPolicy(ABC):
 
     - ``__init__(capacity, future=None)``: ``capacity`` is a non-negative int (0 is valid and
       stores only size-0 entries); negative -> ``ValueError``, not an integer -> ``TypeError``.
-      ``future`` is the whole access sequence of keys, for offline policies (``opt``); online
-      policies ignore it.
+      ``future`` is the whole access sequence of keys, for offline policies (``opt``, which set
+      ``needs_future = True`` and raise ``ValueError`` without it); online policies ignore it.
     - ``access(key, size=1) -> bool``: a hit returns True and updates the policy's state (the
       stored size stays the size given when the key was stored); a miss returns False, evicts
       entries as the policy chooses until the new one fits, then stores it. An entry larger than
@@ -83,6 +83,9 @@ class EvictionPolicy(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: True for offline policies that must be given ``future`` (``opt``); callers check it before
+    #: building the whole access sequence.
+    needs_future: ClassVar[bool] = False
 
     def __init__(self, capacity: int, future: Optional[Sequence[Hashable]] = None):
         self.capacity: int = _check_capacity(capacity)
@@ -181,6 +184,9 @@ class LRUCache(_OrderedDictCache):
     entry most recent, a miss evicts oldest-first until the new entry fits. ``keys()`` lists keys
     oldest (next victim) first. Each access is O(1) amortised: an ``OrderedDict`` of key -> size
     and a running total for ``used``. Source: step 1 of the seed lab ``shared/seeds/002``.
+
+    ``_data`` (the OrderedDict of key -> size, oldest first) and ``_used`` are read and updated
+    directly by the fleet's unit-size fast path (:mod:`dynlab.fleet`): keep their meaning.
     """
 
     name = "lru"
@@ -384,6 +390,7 @@ class OptCache(EvictionPolicy):
     """
 
     name = "opt"
+    needs_future = True
 
     def __init__(self, capacity: int, future: Optional[Sequence[Hashable]] = None):
         super().__init__(capacity, future)

@@ -83,6 +83,11 @@ def test_every_policy_keeps_the_contract(entry, capacity, ops):
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_every_policy_rejects_bad_values(entry):
     assert issubclass(entry.cls, EvictionPolicy) and entry.description
+    if entry.cls.needs_future:
+        with pytest.raises(ValueError):
+            entry.cls(4)
+    else:
+        assert len(entry.cls(4)) == 0  # online policies need no future
     with pytest.raises(ValueError):
         entry.cls(-1, future=[])
     cache = entry.cls(4, future=["a"])
