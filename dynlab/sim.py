@@ -22,8 +22,10 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from dynlab.errors import DynlabError
 from dynlab.fleet import Worker
 from dynlab.strategy import BlockRemoved, BlockStored, FleetView, Request, RunContext, Strategy
+from dynlab.timing import DECODE_TPS, POISSON_RATE, PREFILL_TPS, Clock, PinnedLRUWorker, TimeModel
 
 SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
+TIMED_KEYS = ("ttft_ms", "queue_wait_ms", "makespan_s", "peak_active_requests", "overflow_blocks")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class SimConfig:
     eviction ``policy``. Events: ``publish`` (``"yes"``/``"no"``), ``event_delay``
     (requests), ``event_loss`` (probability). ``opts``: strategy options (name -> text).
     ``all_metrics``: on the synthetic workload, add the fleet metrics to the seed's keys.
+    Time (``timing=True``, :mod:`dynlab.timing`): ``time_scale`` multiplies trace
+    timestamps, ``rate`` (requests/s) drives Poisson arrivals for workloads without
+    them, ``prefill_tps`` (tokens/s per worker) and ``decode_tps`` (tokens/s per request).
     """
 
     mode: str = "kv"
@@ -56,6 +61,15 @@ class SimConfig:
     trace_format: Optional[str] = None
     all_metrics: bool = False
     opts: Mapping[str, str] = field(default_factory=dict)
+    timing: bool = False
+    time_scale: float = 1.0
+    rate: float = POISSON_RATE
+    prefill_tps: float = PREFILL_TPS
+    decode_tps: float = DECODE_TPS
+
+    def time_model(self) -> TimeModel:
+        """The :class:`dynlab.timing.TimeModel` of these options."""
+        return TimeModel(self.prefill_tps, self.decode_tps, self.time_scale, self.rate)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
@@ -71,14 +85,20 @@ class SimConfig:
             raise ValueError(f"publish must be yes or no, got {self.publish!r}")
         if not 0.0 <= self.event_loss <= 1.0:
             raise ValueError(f"event_loss must be between 0 and 1, got {self.event_loss}")
+        self.time_model().validate()
+        if self.timing and self.capacity is not None and self.policy != "lru":
+            raise ValueError(f"--timing pins active blocks in an LRU list (vLLM's free-block queue); "
+                             f"policy {self.policy!r} is not supported with it")
 
 
 def _ratio(num: float, den: float, digits: int = 4) -> float:
     return round(num / den, digits) if den else 0.0
 
 
-def build_strategy(config: SimConfig, rng: random.Random, registry=None) -> Strategy:
+def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_tokens: Optional[int] = None) -> Strategy:
     """Instantiate ``config.mode`` from the strategy registry with converted options.
+
+    ``block_tokens``: tokens per block of the workload's names (default ``config.block``).
 
     Raises :class:`dynlab.plugins.UnknownNameError` for an unknown mode and
     ``ValueError`` for an unknown or ill-typed option.
@@ -94,13 +114,15 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None) -> Stra
             known = ", ".join(declared) or "none"
             raise ValueError(f"strategy {config.mode!r} has no option {name!r} (options: {known})")
         values[name] = declared[name].convert(text) if isinstance(text, str) else text
-    ctx = RunContext(workers=config.workers, block=config.block, rng=rng, options=values,
+    ctx = RunContext(workers=config.workers, block=block_tokens or config.block, rng=rng, options=values,
                      publish=config.publish == "yes")
     return cls(ctx)
 
 
 def make_workers(config: SimConfig, future: Optional[list] = None) -> list[Worker]:
     """``config.workers`` workers, each with a ``config.capacity``-block cache of ``config.policy``."""
+    if config.timing:
+        return [PinnedLRUWorker(w, config.capacity) for w in range(config.workers)]
     if config.capacity is None:
         return [Worker(w) for w in range(config.workers)]
     from dynlab import plugins
@@ -110,7 +132,7 @@ def make_workers(config: SimConfig, future: Optional[list] = None) -> list[Worke
 
 
 def _needs_future(config: SimConfig) -> bool:
-    if config.capacity is None:
+    if config.capacity is None or config.timing:
         return False
     from dynlab import plugins
 
@@ -121,8 +143,15 @@ def _needs_future(config: SimConfig) -> bool:
 def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker], *,
            publish: bool = True, event_delay: int = 0, event_loss: float = 0.0,
            loss_rng: Optional[random.Random] = None, synthetic_prefix_blocks: Optional[bool] = None,
-           progress=None) -> dict[str, Any]:
+           progress=None, time_model: Optional[TimeModel] = None, block_tokens: int = 16,
+           seed: int = 1) -> dict[str, Any]:
     """Route and serve every request; return the fleet metrics (without ``mode``).
+
+    With ``time_model`` (workers must then be :class:`dynlab.timing.PinnedLRUWorker`),
+    requests arrive in time, queue for prefill and pin their blocks until their decode
+    ends (:mod:`dynlab.timing`); the fleet view shows each worker's load, and the
+    result gains the timed metrics. ``block_tokens`` converts cached blocks to tokens
+    (``uncached = input_length - cached_blocks * block_tokens``, at least 0).
 
     ``synthetic_prefix_blocks`` is ``None`` for a trace (a *repeat* is a request whose
     first block was seen before anywhere; a *hit* a repeat whose worker holds that
@@ -133,9 +162,11 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     """
     n = len(workers)
     counts = [0] * n
-    zeros = [0] * n
+    active_requests, active_blocks, queued_tokens = [0] * n, [0] * n, [0] * n
     cached_sizes = [0] * n
-    fleet = FleetView(counts, zeros, zeros, zeros, cached_sizes)
+    fleet = FleetView(counts, active_requests, active_blocks, queued_tokens, cached_sizes)
+    clock = None if time_model is None else Clock(time_model, workers, active_requests, active_blocks,
+                                                  queued_tokens, seed)
     loss_rng = loss_rng or random.Random(0)
     pending: deque = deque()  # (due request index, event)
     route = strategy.route
@@ -148,8 +179,28 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     predicted_blocks = prediction_error = 0
     has_prediction = False
     published = dropped = 0
+    def emit(events: list, due: int) -> None:
+        nonlocal published, dropped
+        published += len(events)
+        if event_loss:
+            kept = [ev for ev in events if loss_rng.random() >= event_loss]
+            dropped += len(events) - len(kept)
+            events = kept
+        if event_delay:
+            pending.extend((due, ev) for ev in events)
+        else:
+            for ev in events:
+                on_event(ev)
+
     i = -1
+    t = 0.0
     for i, req in enumerate(requests):
+        if clock is not None:
+            t = clock.arrival(req.timestamp)
+            for w, removed in clock.advance(t):
+                cached_sizes[w] = len(workers[w])
+                if publish:
+                    emit([BlockRemoved(w, tuple(removed))], i + event_delay)
         while pending and pending[0][0] <= i:
             on_event(pending.popleft()[1])
         strategy.predicted = None
@@ -199,22 +250,15 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
                 events.append(BlockRemoved(w, tuple(removed)))
             if stored:
                 events.append(BlockStored(w, tuple(stored)))
-            published += len(events)
-            if event_loss:
-                kept = [ev for ev in events if loss_rng.random() >= event_loss]
-                dropped += len(events) - len(kept)
-                events = kept
-            if event_delay:
-                due = i + 1 + event_delay
-                pending.extend((due, ev) for ev in events)
-            else:
-                for ev in events:
-                    on_event(ev)
+            emit(events, i + 1 + event_delay)
+        if clock is not None:
+            uncached = req.input_length - actual * block_tokens
+            clock.admit(w, t, hashes, uncached if uncached > 0 else 0, req.output_length)
         n_requests += 1
         if progress is not None:
             progress.update(1)
     mean = n_requests / n if n else 0.0
-    return {
+    out = {
         "requests": n_requests,
         "repeat_requests": repeats,
         "hits": hits,
@@ -231,6 +275,10 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         "requests_per_worker": counts,
         "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
     }
+    if clock is not None:
+        clock.advance(float("inf"))
+        out.update(clock.metrics())
+    return out
 
 
 def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[Request]] = None) -> dict[str, Any]:
@@ -251,7 +299,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     config.validate()
     rng = random.Random(config.seed)
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
-    strategy = build_strategy(config, rng)
+    block_tokens = config.block
     if config.trace is None:
         from dynlab.workload import seed_requests
 
@@ -263,14 +311,18 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         if requests is None:
             from dynlab.traces import open_trace
 
-            requests, total = open_trace(config.trace, config.trace_format, config.block)
+            requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block)
         else:
             total = len(requests)
+            block_tokens = getattr(requests, "block_tokens", config.block)
         synthetic = None
+    strategy = build_strategy(config, rng, block_tokens=block_tokens)
     future = None
     if _needs_future(config):
         requests = list(requests)
-        future = [h for r in requests for h in reversed(r.hashes)]
+        from dynlab.cache import FutureIndex
+
+        future = FutureIndex([h for r in requests for h in reversed(r.hashes)])  # indexed once, shared
     workers = make_workers(config, future)
     bar = None
     if progress:
@@ -280,7 +332,9 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     try:
         metrics = replay(requests, strategy, workers, publish=config.publish == "yes",
                          event_delay=config.event_delay, event_loss=config.event_loss,
-                         loss_rng=loss_rng, synthetic_prefix_blocks=synthetic, progress=bar)
+                         loss_rng=loss_rng, synthetic_prefix_blocks=synthetic, progress=bar,
+                         time_model=config.time_model() if config.timing else None,
+                         block_tokens=block_tokens, seed=config.seed)
     finally:
         if bar is not None:
             bar.close()
@@ -293,6 +347,9 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         for key, value in metrics.items():
             if key not in out:
                 out[key] = value
+    elif config.timing:
+        for key in TIMED_KEYS:
+            out[key] = metrics[key]
     return out
 
 

@@ -36,6 +36,8 @@ class TraceFormat(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: tokens per block of the names the format yields; ``None``: the ``--block`` option
+    block_tokens: ClassVar[Optional[int]] = None
 
     def __init__(self, block: int = 16):
         self.block = block
@@ -97,14 +99,23 @@ def open_source(path_or_name: str) -> tuple[io.TextIOBase, str, Optional[int]]:
     return open(path_or_name, encoding="utf-8"), path_or_name, None
 
 
+class TraceRequests(list):
+    """A loaded trace: a list of :class:`Request` plus ``block_tokens`` (tokens per block of its names)."""
+
+    block_tokens: int = 16
+
+
 def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
-               registry=None) -> tuple[Iterator[Request], Optional[int]]:
-    """Stream a trace as requests: ``(iterator, number of requests or None)``.
+               registry=None) -> tuple[Iterator[Request], Optional[int], int]:
+    """Stream a trace as requests: ``(iterator, number of requests or None, tokens per block)``.
 
     ``fmt`` names a registered trace format; ``None`` detects it from the first
-    non-blank line. Lines are read one at a time; blank lines are skipped. A bad
-    line raises :class:`InputError` (``FILE:LINE: what is wrong``) when the iterator
-    reaches it; an unknown source raises :class:`DynlabError` at once.
+    non-blank line, which is read at once (so a bad first line or an unknown
+    format fails here). The rest is read one line at a time as the iterator
+    advances; blank lines are skipped; a bad line raises :class:`InputError`
+    (``FILE:LINE: what is wrong``). Tokens per block are the format's own
+    (``TraceFormat.block_tokens``, 512 for Mooncake) or ``block``.
+    An unknown source raises :class:`DynlabError`.
     """
     from dynlab import plugins
 
@@ -112,36 +123,63 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     if fmt is not None:
         registry.get(fmt)  # unknown names fail before any reading
     stream, name, total = open_source(path_or_name)
-    return _requests(stream, name, fmt, block, registry), total
-
-
-def _requests(stream, name, fmt, block, registry) -> Iterator[Request]:
-    """Read, decode and parse line by line in one loop (the replay's hot path)."""
-    parse = None
-    index = 0
-    loads = json.loads
-    with stream:
+    try:
+        lines = enumerate(stream, 1)
+        with _read_errors(name):
+            for lineno, line in lines:
+                if line.strip():
+                    break
+            else:
+                raise DynlabError(f"{name}: the trace holds no request")
         try:
-            for lineno, line in enumerate(stream, 1):
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+        reader = _reader(record, name, lineno, fmt, block, registry)
+    except BaseException:
+        stream.close()
+        raise
+    return _requests(stream, lines, name, reader, lineno, record), total, reader.block_tokens or block
+
+
+class _read_errors:
+    """Turn decompression and decoding failures into a one-line :class:`DynlabError`."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, (UnicodeDecodeError, EOFError, gzip.BadGzipFile)):
+            raise DynlabError(f"{self.name}: cannot read: {exc}") from None
+        return False
+
+
+def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
+    """Parse the first record, then read, decode and parse line by line (the replay's hot path)."""
+    parse = reader.parse
+    loads = json.loads
+    index = 0
+    with stream, _read_errors(name):
+        while True:
+            if type(record) is not dict:
+                raise InputError(name, lineno, "expected a JSON object")
+            try:
+                yield parse(record, index)
+            except ValueError as exc:
+                raise InputError(name, lineno, str(exc)) from None
+            index += 1
+            for lineno, line in lines:
                 try:
                     record = loads(line)
+                    break
                 except json.JSONDecodeError as exc:
-                    if not line.strip():
-                        continue
-                    raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
-                if parse is None:
-                    parse = _reader(record, name, lineno, fmt, block, registry).parse
-                if type(record) is not dict:
-                    raise InputError(name, lineno, "expected a JSON object")
-                try:
-                    yield parse(record, index)
-                except ValueError as exc:
-                    raise InputError(name, lineno, str(exc)) from None
-                index += 1
-        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
-            raise DynlabError(f"{name}: cannot read: {exc}") from None
-    if parse is None:
-        raise DynlabError(f"{name}: the trace holds no request")
+                    if line.strip():
+                        raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+            else:
+                return
 
 
 def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
@@ -156,19 +194,22 @@ def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
     return registry.get(fmt)(block)
 
 
-def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16) -> list[Request]:
-    """The whole trace as a list of requests (for runs that replay it many times).
+def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16) -> TraceRequests:
+    """The whole trace as a list of requests (for runs that replay it many times), with ``block_tokens``.
 
     Same errors as :func:`open_trace`.
     """
-    requests, _ = open_trace(path_or_name, fmt, block)
-    return list(requests)
+    requests, _, block_tokens = open_trace(path_or_name, fmt, block)
+    out = TraceRequests(requests)
+    out.block_tokens = block_tokens
+    return out
 
 
 class MooncakeTrace(TraceFormat):
     """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks."""
 
     name = "mooncake"
+    block_tokens = 512
 
     @classmethod
     def detect(cls, record):

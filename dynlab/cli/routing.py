@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import click
 
-from dynlab import plugins
+from dynlab import plugins, timing
 from dynlab.cli import main
 from dynlab.cli.common import echo_json, split_list
 from dynlab.sim import SimConfig, run
@@ -67,6 +67,14 @@ SIM_OPTIONS = [
     (("--trace",), "trace", click.STRING, None, "Built-in trace name or path to a JSONL trace."),
     (("--trace-format",), "trace_format", RegistryName("trace format", plugins.trace_formats), None,
      "Trace format [default: detected from the first line]."),
+    (("--time-scale",), "time_scale", click.FloatRange(min=0, min_open=True), 1.0,
+     "With --timing: multiply trace timestamps (0.5 = twice the rate)."),
+    (("--rate",), "rate", click.FloatRange(min=0, min_open=True), timing.POISSON_RATE,
+     "With --timing: Poisson arrivals (requests/s) for workloads without timestamps."),
+    (("--prefill-tps",), "prefill_tps", click.FloatRange(min=0, min_open=True), timing.PREFILL_TPS,
+     "With --timing: prefill speed per worker, tokens/s (8B model, H100-class GPU)."),
+    (("--decode-tps",), "decode_tps", click.FloatRange(min=0, min_open=True), timing.DECODE_TPS,
+     "With --timing: decode speed per request, tokens/s."),
 ]
 
 
@@ -98,6 +106,8 @@ def _common_flags(fn):
     fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
                       help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
     fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
+    fn = click.option("--timing", is_flag=True,
+                      help="Time model: arrivals, prefill queues, TTFT (see dynlab.timing).")(fn)
     fn = click.option("--quiet", is_flag=True, help="No progress bar.")(fn)
     return fn
 
@@ -105,13 +115,13 @@ def _common_flags(fn):
 @main.command()
 @_sim_options
 @_common_flags
-def sim(opt, all_metrics, quiet, **options):
+def sim(opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
     seed's keys. With --trace: a real trace, printing the fleet metrics too.
     """
-    config = SimConfig(**options, opts=_opts(opt), all_metrics=all_metrics)
+    config = SimConfig(**options, opts=_opts(opt), all_metrics=all_metrics, timing=timing)
     echo_json(_run(config, quiet))
 
 
@@ -145,7 +155,7 @@ def _format_table(results: dict) -> str:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a bar chart of block hit rate per run (needs dynlab[plot]).")
 @click.pass_context
-def compare(ctx, opt, all_metrics, quiet, fmt, plot_path, **options):
+def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
 
     Example: `dynlab compare --modes rr,random,kv` (the seed's modes.json) or
@@ -166,7 +176,7 @@ def compare(ctx, opt, all_metrics, quiet, fmt, plot_path, **options):
             varied = (flag, field, items, values)
         else:
             fixed[field] = values[0]
-    base = SimConfig(**fixed, opts=_opts(opt), all_metrics=all_metrics)
+    base = SimConfig(**fixed, opts=_opts(opt), all_metrics=all_metrics, timing=timing)
     if varied is None:
         flag, field = "--mode", "mode"
         items, values = [base.mode], [base.mode]
