@@ -63,13 +63,14 @@ def plot_compare(results: Mapping[str, Mapping], path: str, title: str = "") -> 
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_ylim(0, max(values + [v or 0 for v in ideal] + [0.01]) * 1.15)
     ax.set_title(title or metric)
+    ax.tick_params(axis="x", labelrotation=30)
     if timing:
         ax2 = axes[0][1]
         width = 0.27
         for j, p in enumerate(("p50", "p90", "p99")):
             xs = [i + (j - 1) * width for i in range(len(labels))]
             ax2.bar(xs, [results[k]["ttft_ms"][p] for k in labels], width, label=p)
-        ax2.set_xticks(range(len(labels)), labels)
+        ax2.set_xticks(range(len(labels)), labels, rotation=30)
         ax2.set_ylabel("TTFT (ms)")
         ax2.set_yscale("log")
         ax2.set_title("time to first token")

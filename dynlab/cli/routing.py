@@ -133,14 +133,25 @@ def _compare_options(fn):
 
 
 def _format_table(results: dict) -> str:
+    """An aligned text table of the main metrics, one row per run (``-`` where a run lacks a value)."""
     cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
             ("block_hit_rate", "block_hit_rate"), ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
-            ("imbalance", "load_imbalance")]
-    present = [c for c in cols if c[1] is None or any(c[1] in r for r in results.values())]
+            ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
+            ("wait_p99_ms", "queue_wait_ms.p99")]
+
+    def get(r, path):
+        for part in path.split("."):
+            if not isinstance(r, dict) or part not in r:
+                return None
+            r = r[part]
+        return r
+
+    present = [c for c in cols if c[1] is None or any(get(r, c[1]) is not None or c[1] in r
+                                                      for r in results.values())]
     rows = [[c[0] for c in present]]
     for key, r in results.items():
-        rows.append([key] + ["-" if r.get(f) is None else str(r.get(f)) for _, f in present[1:]])
+        rows.append([key] + ["-" if get(r, f) is None else str(get(r, f)) for _, f in present[1:]])
     widths = [max(len(row[j]) for row in rows) for j in range(len(present))]
     lines = ["  ".join(cell.ljust(widths[j]) if j == 0 else cell.rjust(widths[j]) for j, cell in enumerate(row))
              for row in rows]

@@ -1,12 +1,20 @@
 """Built-in routing strategies, registered through the ``dynlab`` entry-point group.
 
 ``rr``, ``random``, ``kv`` and ``kv-events`` reproduce lab 000 (steps 4-5).
+``least-loaded``, ``power-of-two``, ``kv-cost`` (NVIDIA Dynamo's KV router cost) and
+``cache-aware`` (SGLang's router policy) weigh load; they read the fleet view's
+load, which is only non-zero with ``--timing`` (without it every worker's load is 0).
 """
 from __future__ import annotations
 
+import math
+
 from dynlab import hookimpl
+from dynlab.cache import LRUCache
+from dynlab.fleet import Worker
+from dynlab.index import KvIndex
 from dynlab.router import KvRouter
-from dynlab.strategy import AllBlocksCleared, BlockRemoved, BlockStored, Strategy
+from dynlab.strategy import AllBlocksCleared, BlockRemoved, BlockStored, Strategy, StrategyOption
 
 
 class RoundRobin(Strategy):
@@ -59,16 +67,187 @@ class KvEvents(KvAware):
         self.router = KvRouter(ctx.workers, ctx.block, use_events=True)
 
     def on_event(self, event):
-        index = self.router.index
-        if type(event) is BlockStored:
-            index.apply_stored(event.worker, event.hashes)
-        elif type(event) is BlockRemoved:
-            index.apply_removed(event.worker, event.hashes)
-        elif type(event) is AllBlocksCleared:
-            index.clear(event.worker)
+        _apply_event(self.router.index, event)
+
+
+def _apply_event(index: KvIndex, event) -> None:
+    if type(event) is BlockStored:
+        index.apply_stored(event.worker, event.hashes)
+    elif type(event) is BlockRemoved:
+        index.apply_removed(event.worker, event.hashes)
+    elif type(event) is AllBlocksCleared:
+        index.clear(event.worker)
+
+
+def _least_active(active) -> int:
+    """Fewest active requests, ties to the lowest index."""
+    return min(range(len(active)), key=active.__getitem__)
+
+
+class LeastLoaded(Strategy):
+    """Fewest active requests (queued, prefilling or decoding), ties to the lowest index."""
+
+    name = "least-loaded"
+
+    def route(self, request, fleet):
+        return _least_active(fleet.active_requests)
+
+
+class PowerOfTwo(Strategy):
+    """Two distinct workers drawn from the run's RNG; the one with fewer active requests (tie: the first drawn)."""
+
+    name = "power-of-two"
+
+    def route(self, request, fleet):
+        n = fleet.workers
+        if n == 1:
+            return 0
+        rng = self.ctx.rng
+        a = rng.randrange(n)
+        b = rng.randrange(n - 1)
+        if b >= a:
+            b += 1
+        active = fleet.active_requests
+        return b if active[b] < active[a] else a
+
+
+class KvCost(Strategy):
+    """NVIDIA Dynamo's KV router: cheapest prefill_load_scale*max(prefill - credit*overlap, 0) + decode, from KV events.
+
+    For each worker ``w`` (blocks of ``ctx.block`` tokens): ``overlap`` = leading blocks
+    of the request that the events say ``w`` holds; ``prefill_blocks`` = ``w``'s queued
+    prefill tokens / block + the request's blocks; ``decode_blocks`` = ``w``'s active
+    blocks + the request's blocks; ``cost = prefill_load_scale * max(prefill_blocks -
+    overlap_credit * overlap, 0) + decode_blocks``. Temperature 0 takes the cheapest
+    (ties drawn from the run's RNG); above 0 it samples from ``softmax(-c / T)`` over
+    min-max normalised costs ``c``. Source: Dynamo's KV router cost function
+    (``overlap_score_weight``/``router_temperature`` options); the index grows only
+    from ``BlockStored`` events, so ``--publish no`` shows the same trap as ``kv-events``.
+    """
+
+    name = "kv-cost"
+    uses_events = True
+    options = (
+        StrategyOption("overlap_credit", float, 1.0, "blocks of prefill saved per cached block"),
+        StrategyOption("prefill_load_scale", float, 1.0, "weight of the prefill term against decode"),
+        StrategyOption("temperature", float, 0.0, "0: cheapest worker; > 0: softmax sampling"),
+    )
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        o = ctx.options
+        self.credit = o.get("overlap_credit", 1.0)
+        self.scale = o.get("prefill_load_scale", 1.0)
+        self.temperature = o.get("temperature", 0.0)
+        if self.temperature < 0:
+            raise ValueError(f"option 'temperature' must be >= 0, got {self.temperature}")
+        self.index = KvIndex()
+
+    def on_event(self, event):
+        _apply_event(self.index, event)
+
+    def costs(self, request, fleet) -> tuple[list, dict]:
+        """Each worker's cost and the index's overlaps (worker -> blocks)."""
+        matches = self.index.find_matches(request.hashes) if self.credit else {}
+        nb = len(request.hashes)
+        block = self.ctx.block
+        queued, active = fleet.queued_prefill_tokens, fleet.active_blocks
+        scale, credit = self.scale, self.credit
+        out = []
+        for w in range(fleet.workers):
+            prefill = queued[w] / block + nb - credit * matches.get(w, 0)
+            out.append(scale * (prefill if prefill > 0 else 0.0) + active[w] + nb)
+        return out, matches
+
+    def route(self, request, fleet):
+        costs, matches = self.costs(request, fleet)
+        rng = self.ctx.rng
+        if self.temperature > 0:
+            lo, hi = min(costs), max(costs)
+            span = hi - lo
+            weights = [math.exp(-((c - lo) / span if span else 0.0) / self.temperature) for c in costs]
+            x = rng.random() * sum(weights)
+            w = len(costs) - 1
+            for i, wt in enumerate(weights):
+                x -= wt
+                if x < 0:
+                    w = i
+                    break
+        else:
+            best = min(costs)
+            ties = [i for i, c in enumerate(costs) if c == best]
+            w = ties[0] if len(ties) == 1 else rng.choice(ties)
+        self.predicted = matches.get(w, 0)
+        return w
+
+
+class CacheAware(Strategy):
+    """SGLang's cache_aware router: shortest queue when unbalanced, else best prefix match above a threshold.
+
+    Loads are active requests. If ``max - min > balance_abs_threshold`` and
+    ``max > balance_rel_threshold * min``: the least-loaded worker. Otherwise, if the
+    best match rate (leading blocks held / request blocks, from the strategy's own
+    approximate index of what it routed) exceeds ``cache_threshold``: that worker
+    (ties: less loaded, then lower index). Otherwise ``fallback``: ``least-loaded``
+    (current SGLang) or ``least-cached`` (older releases: the smallest approximate
+    index). The index keeps ``index_capacity`` blocks per worker, least recently
+    routed dropped first; it never sees KV events. Defaults 64, 1.5 and 0.3 are
+    SGLang's router defaults.
+    """
+
+    name = "cache-aware"
+    options = (
+        StrategyOption("balance_abs_threshold", int, 64, "imbalance needs max - min load above this"),
+        StrategyOption("balance_rel_threshold", float, 1.5, "... and max load above this times min load"),
+        StrategyOption("cache_threshold", float, 0.3, "route by prefix match above this match rate"),
+        StrategyOption("index_capacity", int, 1 << 20, "blocks per worker in the approximate index"),
+        StrategyOption("fallback", str, "least-loaded", "least-loaded (current SGLang) or least-cached (older)"),
+    )
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        o = ctx.options
+        self.abs_thr = o.get("balance_abs_threshold", 64)
+        self.rel_thr = o.get("balance_rel_threshold", 1.5)
+        self.cache_thr = o.get("cache_threshold", 0.3)
+        self.fallback = o.get("fallback", "least-loaded")
+        capacity = o.get("index_capacity", 1 << 20)
+        if self.fallback not in ("least-loaded", "least-cached"):
+            raise ValueError(f"option 'fallback' must be least-loaded or least-cached, got {self.fallback!r}")
+        if capacity < 0:
+            raise ValueError(f"option 'index_capacity' must be >= 0, got {capacity}")
+        self.index = KvIndex()
+        self.trees = [Worker(w, LRUCache(capacity)) for w in range(ctx.workers)]
+
+    def choose(self, request, fleet) -> tuple[int, int]:
+        """``(worker, approximate overlap)`` by SGLang's rule."""
+        active = fleet.active_requests
+        hi, lo = max(active), min(active)
+        matches = self.index.find_matches(request.hashes)
+        if hi - lo > self.abs_thr and hi > self.rel_thr * lo:
+            w = _least_active(active)
+            return w, matches.get(w, 0)
+        if matches:
+            w = min(matches, key=lambda k: (-matches[k], active[k], k))
+            if matches[w] / len(request.hashes) > self.cache_thr:
+                return w, matches[w]
+        if self.fallback == "least-cached":
+            w = min(range(fleet.workers), key=lambda k: (len(self.trees[k]), k))
+        else:
+            w = _least_active(active)
+        return w, matches.get(w, 0)
+
+    def route(self, request, fleet):
+        w, self.predicted = self.choose(request, fleet)
+        tree = self.trees[w]
+        stored, removed = tree.serve(request.hashes, tree.overlap(request.hashes))
+        if removed:
+            self.index.apply_removed(w, removed)
+        self.index.apply_stored(w, stored)
+        return w
 
 
 @hookimpl
 def dynlab_register_strategies(register):
-    for cls in (RoundRobin, RandomChoice, KvAware, KvEvents):
+    for cls in (RoundRobin, RandomChoice, KvAware, KvEvents, LeastLoaded, PowerOfTwo, KvCost, CacheAware):
         register(cls)
