@@ -257,6 +257,13 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         n_requests += 1
         if progress is not None:
             progress.update(1)
+    if clock is not None:  # the last requests finish: their released blocks may be evicted
+        for w, removed in clock.advance(float("inf")):
+            cached_sizes[w] = len(workers[w])
+            if publish:
+                emit([BlockRemoved(w, tuple(removed))], i + 1 + event_delay)
+    while pending:  # late events still reach the strategy (no routing decision depends on them)
+        on_event(pending.popleft()[1])
     mean = n_requests / n if n else 0.0
     out = {
         "requests": n_requests,
@@ -276,7 +283,6 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
     }
     if clock is not None:
-        clock.advance(float("inf"))
         out.update(clock.metrics())
     return out
 
