@@ -2,7 +2,7 @@
 
 Prints requests/s and blocks/s of ``dynlab.sim.run`` (parsing included: the trace is
 decompressed and decoded inside every timed run) for each built-in mode, for 8, 64
-and 512 workers, and a bare loop doing the same work in plain Python (one
+and 512 workers, with ``--timing`` (time scale 0.5) for 8 workers, and a bare loop doing the same work in plain Python (one
 OrderedDict per worker as an LRU cache, one set per worker as the router's index,
 KV events applied at once), with the ratio from the same run.
 
@@ -130,6 +130,10 @@ def main() -> None:
                 t_dyn = secs
                 same = all(out[k] == v for k, v in bare.items())
                 print(f"{'':<34}(same results as the bare loop: {same})")
+    for mode in ("rr", "kv-events", "kv-cost", "cache-aware"):
+        cfg = SimConfig(mode=mode, workers=8, capacity=cap, trace=TRACE, timing=True, time_scale=0.5)
+        secs, out = best_of(args.repeat, lambda: run(cfg))
+        show(f"dynlab --timing {mode}, 8 workers", secs, out["requests"], out["prompt_blocks"])
     t_b512, _ = best_of(1, lambda: bare_loop(512, cap))
     show("bare loop, 512 workers", t_b512, reqs, blocks)
     print(f"\nkv-events, 8 workers: dynlab is {t_bare / t_dyn:.2f}x the bare loop's speed "

@@ -29,6 +29,9 @@ def save(fig, path: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".dynlab-", suffix=".png", dir=directory)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
     try:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
         os.replace(tmp, path)

@@ -24,6 +24,13 @@ def split_list(value: str, option: str) -> list[str]:
     return items
 
 
+def default_mode() -> int:
+    """The permission bits a newly created file gets under the current umask (``0o666 & ~umask``)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file renamed into place; ``-`` is stdout.
 
@@ -36,6 +43,7 @@ def write_atomic(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".dynlab-", suffix=".tmp", dir=directory)
     try:
+        os.chmod(tmp, default_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
