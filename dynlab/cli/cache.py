@@ -21,24 +21,6 @@ from dynlab.scenario import (
 )
 
 
-class OneLineErrorCommand(click.Command):
-    """A command whose usage errors print as a single ``Error: ...`` line (exit 2), without the usage banner."""
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except click.UsageError as exc:
-            exc.ctx = None  # no ctx: UsageError.show() prints only the "Error: ..." line
-            raise
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except click.UsageError as exc:
-            exc.ctx = None
-            raise
-
-
 def _passes(ctx, param, value: str) -> list[str]:
     orders = split_list(value, "--passes")
     for order in orders:
@@ -112,7 +94,7 @@ _policy_option = click.option(
 )
 
 
-@main.command(cls=OneLineErrorCommand)
+@main.command()
 @click.option("--gpu", type=_TOKENS, default=DEFAULT_GPU, show_default=True, help="GPU KV capacity in tokens.")
 @_docs_option
 @_tokens_option
@@ -130,7 +112,7 @@ def scenario(gpu, docs, tokens, passes, cpu, policy):
     echo_json(run_scenario(gpu=gpu, docs=docs, tokens=tokens, passes=passes, cpu=cpu, policy=policy))
 
 
-@main.command("cliff", cls=OneLineErrorCommand)
+@main.command("cliff")
 @click.option(
     "--gpu",
     default=str(DEFAULT_GPU),
@@ -190,7 +172,7 @@ def cliff_command(ctx, gpu, cpu, docs, tokens, passes, metric, policy):
     echo_json(result)
 
 
-@main.command(cls=OneLineErrorCommand)
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def policies(as_json):
     """List the registered cache eviction policies (--policy names) and the distribution of each."""

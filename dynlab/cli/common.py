@@ -24,6 +24,20 @@ def split_list(value: str, option: str) -> list[str]:
     return items
 
 
+def output_path(ctx, param, value):
+    """click callback: an output file whose directory must exist and be writable (``-`` passes through)."""
+    if value is None or value == "-":
+        return value
+    directory = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(directory):
+        raise click.BadParameter(f"{value}: directory {directory} does not exist", ctx, param)
+    if not os.access(directory, os.W_OK):
+        raise click.BadParameter(f"{value}: directory {directory} is not writable", ctx, param)
+    if os.path.isdir(value):
+        raise click.BadParameter(f"{value} is a directory", ctx, param)
+    return value
+
+
 def default_mode() -> int:
     """The permission bits a newly created file gets under the current umask (``0o666 & ~umask``)."""
     umask = os.umask(0)

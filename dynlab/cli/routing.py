@@ -9,7 +9,7 @@ import click
 
 from dynlab import plugins, timing
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, split_list
+from dynlab.cli.common import echo_json, output_path, split_list
 from dynlab.sim import SimConfig, run
 
 
@@ -163,7 +163,7 @@ def _format_table(results: dict) -> str:
 @_common_flags
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the keyed JSON object [default: table on a terminal, else json].")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               help="Write a bar chart of block hit rate per run (needs dynlab[plot]).")
 @click.pass_context
 def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
