@@ -1,0 +1,121 @@
+"""A separate distribution (tests/plugin_dist) adds a strategy through the `dynlab` entry-point group.
+
+The module installs it once into this interpreter with pip, checks the CLI in
+subprocesses (the plugin manager is built once per process), and uninstalls it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DIST_DIR = Path(__file__).parent / "plugin_dist"
+DIST_NAME = "dynlab-example-plugin"
+STRATEGY = "last-worker"
+DESCRIPTION = "Always the highest-numbered worker (an example third-party strategy)."
+SEED_KEYS = ["mode", "workers", "requests", "repeat_requests", "hits", "hit_rate"]
+
+
+def _pip(*args) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    if proc.returncode != 0:
+        pytest.fail(f"pip {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _dynlab_command() -> list[str]:
+    bindir = Path(sys.executable).parent
+    for name in ("dynlab", "dynlab.exe"):
+        if (bindir / name).exists():
+            return [str(bindir / name)]
+    found = shutil.which("dynlab")
+    assert found, "the dynlab console script is not installed"
+    return [found]
+
+
+def dynlab(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(_dynlab_command() + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def installed_plugin(tmp_path_factory):
+    """Install the example distribution (from a copy, so the source tree stays clean); uninstall afterwards."""
+    src = tmp_path_factory.mktemp("plugin_dist") / "dynlab-example-plugin"
+    shutil.copytree(DIST_DIR, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist"))
+    _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--force-reinstall", str(src))
+    try:
+        yield DIST_NAME
+    finally:
+        _pip("uninstall", "-y", DIST_NAME)
+
+
+def test_the_distribution_declares_the_entry_point(installed_plugin):
+    code = ("import importlib.metadata as m, json; d = m.distribution(%r); "
+            "print(json.dumps([[e.group, e.name, e.value] for e in d.entry_points]))" % installed_plugin)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert ["dynlab", "example_strategies", "dynlab_example_plugin.strategies"] in json.loads(proc.stdout)
+
+
+def test_strategies_lists_it_with_its_distribution(installed_plugin):
+    proc = dynlab("strategies")
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert {"rr", "random", "kv", "kv-events", STRATEGY} <= set(lines)
+    line = lines[STRATEGY]
+    assert DESCRIPTION in line
+    assert installed_plugin in line
+    assert installed_plugin not in lines["rr"]
+
+
+def test_sim_runs_it(installed_plugin):
+    """Every request goes to the last worker, so every repeat is a hit."""
+    proc = dynlab("sim", "--mode", STRATEGY)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert list(out) == SEED_KEYS
+    assert out == {"mode": STRATEGY, "workers": 2, "requests": 72, "repeat_requests": 60, "hits": 60,
+                   "hit_rate": 1.0}
+
+
+def test_sim_really_uses_its_route(installed_plugin):
+    """3 workers, 4 prefixes x 5 reps: all 20 requests land on worker 2 (no built-in does that)."""
+    proc = dynlab("sim", "--mode", STRATEGY, "--workers", 3, "--prefixes", 4, "--reps", 5, "--all-metrics")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["requests"], out["repeat_requests"], out["hits"], out["hit_rate"]) == (20, 16, 16, 1.0)
+    assert out["requests_per_worker"] == [0, 0, 20]
+
+
+def test_compare_takes_it_like_a_builtin(installed_plugin):
+    proc = dynlab("compare", "--modes", f"rr,{STRATEGY}")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert list(out) == ["rr", STRATEGY]
+    assert out[STRATEGY]["hits"] == 60 and out["rr"]["hits"] == 49
+
+
+def test_unknown_mode_error_lists_it(installed_plugin):
+    proc = dynlab("sim", "--mode", "no-such-strategy")
+    assert proc.returncode == 2
+    assert STRATEGY in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_registry_parametrised_tests_cover_it(installed_plugin):
+    """tests/test_strategies.py parametrises over the registry, so a fresh run covers the new strategy."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__).parent /
+                                                                             "test_strategies.py"),
+         "-k", STRATEGY],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    # Exit 5 would mean no test matched: the strategy was not collected.
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "passed" in proc.stdout
