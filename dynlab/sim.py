@@ -250,7 +250,12 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
                 events.append(BlockRemoved(w, tuple(removed)))
             if stored:
                 events.append(BlockStored(w, tuple(stored)))
-            emit(events, i + 1 + event_delay)
+            if event_loss or event_delay:
+                emit(events, i + 1 + event_delay)
+            else:
+                published += len(events)
+                for ev in events:
+                    on_event(ev)
         if clock is not None:
             uncached = req.input_length - actual * block_tokens
             clock.admit(w, t, hashes, uncached if uncached > 0 else 0, req.output_length)

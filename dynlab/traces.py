@@ -25,6 +25,9 @@ BUILTIN_TRACES = {
 }
 
 
+_DECODER = json.JSONDecoder()
+
+
 class TraceFormat(ABC):
     """Base class of trace readers: turns one decoded JSON line into a :class:`Request`.
 
@@ -160,7 +163,7 @@ class _read_errors:
 def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
     """Parse the first record, then read, decode and parse line by line (the replay's hot path)."""
     parse = reader.parse
-    loads = json.loads
+    raw_decode = _DECODER.raw_decode  # json.loads minus two wrapper layers; the line's end is checked below
     index = 0
     with stream, _read_errors(name):
         while True:
@@ -173,10 +176,18 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
             index += 1
             for lineno, line in lines:
                 try:
-                    record = loads(line)
+                    record, end = raw_decode(line)
+                    if end == len(line) - 1 or end == len(line) or line[end:].isspace():
+                        break
+                    record = json.loads(line)  # trailing data: let json say what is wrong
                     break
-                except json.JSONDecodeError as exc:
-                    if line.strip():
+                except json.JSONDecodeError:
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)  # leading whitespace is fine for json.loads
+                        break
+                    except json.JSONDecodeError as exc:
                         raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
             else:
                 return

@@ -120,9 +120,9 @@ class KvCost(Strategy):
     blocks + the request's blocks; ``cost = prefill_load_scale * max(prefill_blocks -
     overlap_credit * overlap, 0) + decode_blocks``. Temperature 0 takes the cheapest
     (ties drawn from the run's RNG); above 0 it samples from ``softmax(-c / T)`` over
-    min-max normalised costs ``c``. Source: Dynamo's KV router cost function
-    (``overlap_score_weight``/``router_temperature`` options); the index grows only
-    from ``BlockStored`` events, so ``--publish no`` shows the same trap as ``kv-events``.
+    min-max normalised costs ``c``. Source: NVIDIA Dynamo's KV router (its overlap
+    weight and router temperature settings). The index grows only from KV events,
+    so ``--publish no`` shows the same trap as ``kv-events``.
     """
 
     name = "kv-cost"
