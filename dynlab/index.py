@@ -8,7 +8,7 @@ blocks of a request it holds.
 """
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Iterator, Sequence
+from typing import Hashable, Iterable, Sequence
 
 
 class KvIndex:
@@ -98,21 +98,45 @@ class KvIndex:
         for depth in range(1, len(hashes)):
             nxt = active & get(hashes[depth], 0)
             if nxt != active:
-                for w in _workers(active ^ nxt):
-                    scores[w] = depth
+                # every still-matching worker gets this depth; those that go on matching are
+                # overwritten with their larger depth later (listing ``active`` reuses a memoised
+                # tuple: the holders of a popular prefix recur across queries)
+                if scores:
+                    scores.update(dict.fromkeys(_workers(active), depth))
+                else:
+                    scores = dict.fromkeys(_workers(active), depth)
                 if not nxt:
                     return scores
                 active = nxt
         else:
             depth = len(hashes)
-        for w in _workers(active):
-            scores[w] = depth
-        return scores
+        if scores:
+            scores.update(dict.fromkeys(_workers(active), depth))
+            return scores
+        return dict.fromkeys(_workers(active), depth)
 
 
-def _workers(mask: int) -> Iterator[int]:
-    """The set bits of ``mask`` as worker ids, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+_BITS_CACHE: dict = {}
+
+
+def _workers(mask: int) -> tuple:
+    """The set bits of ``mask`` as worker ids, lowest first.
+
+    A mask with many bits (a popular prefix held by most of a large fleet) recurs
+    across queries, so its listing is memoised (a bounded dict, cleared when full).
+    """
+    if not mask & (mask - 1):
+        return (mask.bit_length() - 1,) if mask else ()
+    out = _BITS_CACHE.get(mask)
+    if out is None:
+        bits = []
+        m = mask
+        while m:
+            low = m & -m
+            bits.append(low.bit_length() - 1)
+            m ^= low
+        out = tuple(bits)
+        if len(_BITS_CACHE) >= 4096:
+            _BITS_CACHE.clear()
+        _BITS_CACHE[mask] = out
+    return out

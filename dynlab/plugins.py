@@ -14,9 +14,10 @@ from typing import Callable, Iterator
 import pluggy
 
 from dynlab import hookspecs
+from dynlab.errors import DynlabError
 
 
-class RegistryError(ValueError):
+class RegistryError(DynlabError, ValueError):
     """A plugin registered a class with an empty or duplicate name, or of the wrong kind."""
 
 
@@ -94,12 +95,16 @@ class Registry:
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide manager: hookspecs added, ``dynlab`` entry points loaded, hooks checked.
 
-    Raises ``pluggy.PluginValidationError`` when a plugin implements a hook that does not exist.
+    Raises :class:`DynlabError` when a plugin fails to import or implements a hook that
+    does not exist (``pluggy``'s ``check_pending``).
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    pm.load_setuptools_entrypoints(hookspecs.PROJECT)
-    pm.check_pending()
+    try:
+        pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+        pm.check_pending()
+    except Exception as exc:  # a broken third-party plugin must not crash with a traceback
+        raise DynlabError(f"a dynlab plugin failed to load: {type(exc).__name__}: {exc}") from exc
     return pm
 
 

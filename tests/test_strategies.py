@@ -256,3 +256,12 @@ def test_strategies_command_lists_a_runtime_plugin(register_plugin):
     assert result.exit_code == 0, result.output
     line = _line_for(result.stdout, "throwaway-listed")
     assert "Throwaway: listed by the command." in line and "throwaway-listed-src" in line
+
+
+def test_conflicting_plugin_is_a_one_line_error(register_plugin):
+    register_plugin(ThrowawayPlugin(make_strategy("rr")), "dup-src")
+    r = CliRunner().invoke(main, ["strategies"])
+    assert r.exit_code == 1, r.output
+    assert "dup-src" in r.output and r.output.count("\n") == 1 and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["sim", "--mode", "kv"])
+    assert r.exit_code == 1 and "registered twice" in r.output
