@@ -35,13 +35,14 @@ _consume = deque(maxlen=0).extend  # run an iterator at C speed, keeping nothing
 class Worker:
     """One serving engine's KV cache. ``cache`` is a set (unbounded) or an :class:`EvictionPolicy`."""
 
-    __slots__ = ("id", "cache", "bounded", "evicted_blocks", "_evicted", "_kids", "_lru")
+    __slots__ = ("id", "cache", "bounded", "evicted_blocks", "size", "_evicted", "_kids", "_lru")
 
     def __init__(self, worker_id: int, cache: Optional[EvictionPolicy] = None):
         self.id = worker_id
         self.bounded = cache is not None
         self.cache = cache if cache is not None else set()
         self.evicted_blocks = 0
+        self.size = 0  # blocks held, kept current by serve() and clear()
         self._evicted: list = []
         self._lru = type(cache) is LRUCache
         self._kids: dict = {}
@@ -74,6 +75,7 @@ class Worker:
         if not self.bounded:
             new = hashes[cached:]
             self.cache.update(new)
+            self.size = len(self.cache)
             return new, ()
         if self._lru:
             return self._serve_lru(hashes, cached)
@@ -99,6 +101,7 @@ class Worker:
             access(hashes[i])
         if evicted and not self._lru:
             self._drop_orphans()
+        self.size = len(cache)
         stored = [h for h in hashes[cached:] if h in cache]
         if not evicted:
             return stored, []
@@ -154,7 +157,7 @@ class Worker:
                 if len(od) >= cap:
                     evicted.append(popitem(False)[0])
                 od[h] = 1
-        cache._used = len(od)
+        cache._used = self.size = len(od)
         if new_count <= cap and (n <= cap or not evicted):
             # every new block went in; evictions (if any) took only blocks outside this request, once each
             self.evicted_blocks += len(evicted)
@@ -186,4 +189,5 @@ class Worker:
         else:
             self.cache.clear()
         self._kids.clear()
+        self.size = 0
         return held

@@ -115,23 +115,20 @@ class KvRouter:
             heapq.heappop(heap)
         return heap[0][1]
 
-    def choose(self, hashes: Sequence[Hashable]) -> int:
-        """The worker ``route_hashes`` would pick, without counting or recording anything."""
-        matches = self.index.find_matches(hashes) if hashes else {}
-        if matches:
-            best = max(matches.values())
-            counts = self.counts
-            cand = min((counts[w], w) for w, d in matches.items() if d == best)
-            self.last_overlap = best
-            return cand[1]
-        self.last_overlap = 0
-        return self._least_loaded()
-
     def route_hashes(self, hashes: Sequence[Hashable]) -> int:
         """Like :meth:`route` for precomputed block names (a trace's ``hash_ids``)."""
-        w = self.choose(hashes)
-        self.counts[w] += 1
-        heapq.heappush(self._heap, (self.counts[w], w))
+        counts = self.counts
+        matches = self.index.find_matches(hashes) if hashes else None
+        if matches:
+            best = max(matches.values())
+            w = min((counts[k], k) for k, d in matches.items() if d == best)[1] if len(matches) > 1 else \
+                next(iter(matches))
+            self.last_overlap = best
+        else:
+            w = self._least_loaded()
+            self.last_overlap = 0
+        c = counts[w] = counts[w] + 1
+        heapq.heappush(self._heap, (c, w))
         if not self.use_events:
             self.index.apply_stored(w, hashes)
         return w

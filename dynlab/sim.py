@@ -198,7 +198,7 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         if clock is not None:
             t = clock.arrival(req.timestamp)
             for w, removed in clock.advance(t):
-                cached_sizes[w] = len(workers[w])
+                cached_sizes[w] = workers[w].size
                 if publish:
                     emit([BlockRemoved(w, tuple(removed))], i + event_delay)
         while pending and pending[0][0] <= i:
@@ -243,7 +243,7 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         prompt_blocks += nb
         cached_blocks += actual
         stored, removed = worker.serve(hashes, actual)
-        cached_sizes[w] = len(worker)
+        cached_sizes[w] = worker.size
         if publish and (stored or removed):
             events = []
             if removed:
@@ -264,7 +264,7 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
             progress.update(1)
     if clock is not None:  # the last requests finish: their released blocks may be evicted
         for w, removed in clock.advance(float("inf")):
-            cached_sizes[w] = len(workers[w])
+            cached_sizes[w] = workers[w].size
             if publish:
                 emit([BlockRemoved(w, tuple(removed))], i + 1 + event_delay)
     while pending:  # late events still reach the strategy (no routing decision depends on them)

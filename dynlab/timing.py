@@ -81,7 +81,7 @@ class PinnedLRUWorker:
     :class:`dynlab.fleet.Worker`, plus :meth:`release`.
     """
 
-    __slots__ = ("id", "capacity", "lru", "pins", "evicted_blocks", "overflow_peak", "bounded")
+    __slots__ = ("id", "capacity", "lru", "pins", "evicted_blocks", "overflow_peak", "bounded", "size")
 
     def __init__(self, worker_id: int, capacity: Optional[int]):
         self.id = worker_id
@@ -91,6 +91,7 @@ class PinnedLRUWorker:
         self.pins: dict = {}  # block -> number of requests in flight using it
         self.evicted_blocks = 0
         self.overflow_peak = 0
+        self.size = 0  # blocks held (pinned + evictable), kept current by serve() and release()
 
     def __contains__(self, block: Hashable) -> bool:
         return block in self.pins or block in self.lru
@@ -144,7 +145,9 @@ class PinnedLRUWorker:
         new = hashes[cached:]
         for h in new:
             pins[h] = 1
-        return new, (self._evict() if self.bounded else ())
+        removed = self._evict() if self.bounded else ()
+        self.size = len(pins) + len(lru)
+        return new, removed
 
     def release(self, hashes: Sequence[Hashable]) -> list:
         """The request finished: unpin its blocks tail-first; returns blocks evicted to get back under capacity."""
@@ -157,7 +160,9 @@ class PinnedLRUWorker:
                 lru[h] = 1
             else:
                 pins[h] = c - 1
-        return self._evict() if self.bounded else []
+        removed = self._evict() if self.bounded else []
+        self.size = len(pins) + len(lru)
+        return removed
 
 
 def _stats(values: list) -> dict:

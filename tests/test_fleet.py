@@ -88,6 +88,7 @@ def test_caches_stay_prefix_closed_and_events_equal_the_cache_changes(policy, re
         seen = len(strategy.events)
         for wk in workers:
             blocks = held(wk)
+            assert wk.size == len(blocks) == len(wk)  # what the fleet view reports as cached_blocks
             assert len(blocks) <= capacity
             for b in blocks:  # prefix-closed: a held block's parent is held
                 assert b not in parent or parent[b] in blocks, (policy, b)

@@ -124,6 +124,7 @@ def test_timed_caches_stay_prefix_closed_and_events_match(spec, capacity, n):
                  block_tokens=1)
     for wk in workers:
         held = set(wk.keys())
+        assert wk.size == len(held)
         assert len(held) <= capacity + out["overflow_blocks"]
         assert all(b not in parent or parent[b] in held for b in held)
         assert strategy.index.blocks(wk.id) == held

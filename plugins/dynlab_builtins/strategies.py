@@ -65,9 +65,17 @@ class KvEvents(KvAware):
     def __init__(self, ctx):
         Strategy.__init__(self, ctx)
         self.router = KvRouter(ctx.workers, ctx.block, use_events=True)
+        self._stored = self.router.index.apply_stored
+        self._removed = self.router.index.apply_removed
 
     def on_event(self, event):
-        _apply_event(self.router.index, event)
+        kind = type(event)
+        if kind is BlockStored:
+            self._stored(event.worker, event.hashes)
+        elif kind is BlockRemoved:
+            self._removed(event.worker, event.hashes)
+        elif kind is AllBlocksCleared:
+            self.router.index.clear(event.worker)
 
 
 def _apply_event(index: KvIndex, event) -> None:
