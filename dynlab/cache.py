@@ -192,32 +192,13 @@ class LRUCache(_OrderedDictCache):
     name = "lru"
 
     def access(self, key: Hashable, size: int = 1) -> bool:
-        # The miss path of _store is inlined: this method is the fleet simulator's inner loop.
         if size < 0:
             raise _negative_size(size)
         data = self._data
         if key in data:
             data.move_to_end(key)
             return True
-        capacity = self.capacity
-        if size > capacity:
-            return False  # oversize: neither stored nor allowed to evict
-        used = self._used + size  # what is stored once the new entry is in
-        if used > capacity:
-            popitem = data.popitem
-            on_evict = self.on_evict
-            if on_evict is None:
-                while used > capacity:
-                    used -= popitem(False)[1]
-            else:
-                while used > capacity:
-                    old, old_size = popitem(False)
-                    used -= old_size
-                    self._used = used - size  # consistent while the callback runs
-                    on_evict(old)
-        data[key] = size
-        self._used = used
-        return False
+        return self._store(key, size)
 
 
 class FIFOCache(_OrderedDictCache):

@@ -168,6 +168,18 @@ class Strategy(ABC):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
 
+    def option(self, name: str) -> Any:
+        """The value of the declared option ``name``: from ``ctx.options``, else its default.
+
+        Raises ``KeyError`` for a name the class does not declare in ``options``.
+        """
+        if name in self.ctx.options:
+            return self.ctx.options[name]
+        for o in self.options:
+            if o.name == name:
+                return o.default
+        raise KeyError(f"strategy {self.name!r} declares no option {name!r}")
+
     @abstractmethod
     def route(self, request: Request, fleet: FleetView) -> int:
         """Return the worker (``0..fleet.workers-1``) that serves ``request``."""

@@ -143,10 +143,9 @@ class KvCost(Strategy):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        o = ctx.options
-        self.credit = o.get("overlap_credit", 1.0)
-        self.scale = o.get("prefill_load_scale", 1.0)
-        self.temperature = o.get("temperature", 0.0)
+        self.credit = self.option("overlap_credit")
+        self.scale = self.option("prefill_load_scale")
+        self.temperature = self.option("temperature")
         if self.temperature < 0:
             raise ValueError(f"option 'temperature' must be >= 0, got {self.temperature}")
         self.index = KvIndex()
@@ -214,12 +213,11 @@ class CacheAware(Strategy):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        o = ctx.options
-        self.abs_thr = o.get("balance_abs_threshold", 64)
-        self.rel_thr = o.get("balance_rel_threshold", 1.5)
-        self.cache_thr = o.get("cache_threshold", 0.3)
-        self.fallback = o.get("fallback", "least-loaded")
-        capacity = o.get("index_capacity", 1 << 20)
+        self.abs_thr = self.option("balance_abs_threshold")
+        self.rel_thr = self.option("balance_rel_threshold")
+        self.cache_thr = self.option("cache_threshold")
+        self.fallback = self.option("fallback")
+        capacity = self.option("index_capacity")
         if self.fallback not in ("least-loaded", "least-cached"):
             raise ValueError(f"option 'fallback' must be least-loaded or least-cached, got {self.fallback!r}")
         if capacity < 0:
