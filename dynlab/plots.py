@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Mapping
 
+from dynlab.atomic import replace_file
 from dynlab.errors import DynlabError
 
 
@@ -24,21 +24,21 @@ def pyplot():
 
 
 def save(fig, path: str) -> None:
-    """Save ``fig`` as PNG to ``path`` through a temporary file renamed into place, then close it."""
+    """Save ``fig`` to ``path`` atomically, then close it. The format follows the suffix
+    (``.png``, ``.pdf``, ``.svg``, ...; PNG when there is none).
+
+    Raises :class:`DynlabError` for a suffix matplotlib cannot write, or a path that cannot be written.
+    """
     plt = pyplot()
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".dynlab-", suffix=".png", dir=directory)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+    suffix = os.path.splitext(path)[1].lower().lstrip(".")
+    fmt = suffix or "png"
+    supported = fig.canvas.get_supported_filetypes()
     try:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        if fmt not in supported:
+            raise DynlabError(f"{path}: cannot write a .{fmt} plot; use one of "
+                              f"{', '.join('.' + k for k in sorted(supported))}")
+        replace_file(path, lambda name: fig.savefig(name, format=fmt, dpi=110, bbox_inches="tight"),
+                     suffix="." + fmt)
     finally:
         plt.close(fig)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 
 import click
 
+from dynlab.atomic import replace_file
 from dynlab.errors import DynlabError
 
 
@@ -38,15 +38,8 @@ def output_path(ctx, param, value):
     return value
 
 
-def default_mode() -> int:
-    """The permission bits a newly created file gets under the current umask (``0o666 & ~umask``)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place; ``-`` is stdout.
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`dynlab.atomic.replace_file`); ``-`` is stdout.
 
     A failure leaves an existing ``path`` exactly as it was.
     """
@@ -54,21 +47,15 @@ def write_atomic(path: str, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".dynlab-", suffix=".tmp", dir=directory)
-    try:
-        os.chmod(tmp, default_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+
+    def write(name: str) -> None:
+        with open(name, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            if os.path.isfile(name):
+                os.fsync(fh.fileno())
+
+    replace_file(path, write)
 
 
 class DynlabGroup(click.Group):
