@@ -4,7 +4,8 @@ A worker with ``capacity=None`` remembers every block forever (the seed's model)
 otherwise it keeps at most ``capacity`` blocks (size 1 each) under an eviction
 policy (:class:`dynlab.cache.EvictionPolicy`).
 
-Serving a request of blocks ``h[0..n-1]`` whose first ``k`` blocks are held:
+Serving a request of blocks ``h[0..n-1]`` whose first ``k`` blocks are held, an
+LRU cache (the default) goes through three steps:
 
 1. the ``k`` cached blocks are touched (so the new blocks cannot evict them unless
    the request alone exceeds the capacity),
@@ -12,10 +13,11 @@ Serving a request of blocks ``h[0..n-1]`` whose first ``k`` blocks are held:
 3. the cached blocks are touched again tail-first,
 
 so a parent is always more recent than its children (vLLM frees a request's
-blocks in reverse order for the same reason) and an LRU cache stays
-*prefix-closed*: if a block is held, so is its parent. For other policies the
-worker enforces prefix-closure itself: evicting a block also drops its held
-descendants (reported as removed, counted as evicted).
+blocks in reverse order for the same reason) and the cache stays *prefix-closed*:
+if a block is held, so is its parent. Other policies see one access per block,
+tail-first (the order in which the future of an offline policy such as ``opt``
+is laid out), and the worker enforces prefix-closure itself: evicting a block
+also drops its held descendants (reported as removed, counted as evicted).
 
 The worker then reports the net change as KV events: ``BlockRemoved`` for blocks
 it held before and not after, ``BlockStored`` for blocks it holds now and did not
@@ -84,10 +86,7 @@ class Worker:
         access = cache.access
         n = len(hashes)
         new_count = n - cached
-        if cached and new_count and cache.used + new_count > cache.capacity:
-            for i in range(cached):  # protect the cached head while new blocks go in
-                access(hashes[i])
-        if not self._lru and new_count:
+        if new_count:
             kids = self._kids
             for i in range(max(cached, 1), n):
                 s = kids.get(hashes[i - 1])
@@ -95,11 +94,9 @@ class Worker:
                     kids[hashes[i - 1]] = {hashes[i]}
                 else:
                     s.add(hashes[i])
-        for i in range(n - 1, cached - 1, -1):
+        for i in range(n - 1, -1, -1):  # one tail-first pass: the order an opt future is built in
             access(hashes[i])
-        for i in range(cached - 1, -1, -1):
-            access(hashes[i])
-        if evicted and not self._lru:
+        if evicted:
             self._drop_orphans()
         self.size = len(cache)
         stored = [h for h in hashes[cached:] if h in cache]

@@ -177,7 +177,7 @@ def test_event_loss_counts_and_leaves_routing_rng_alone(head):
     assert r1["requests_per_worker"] == r0["requests_per_worker"]
 
 
-@pytest.mark.parametrize("mode,capacity", itertools.product(["rr", "random", "kv", "kv-events"], [None, 64, 2048]))
+@pytest.mark.parametrize("mode,capacity", list(itertools.product(["rr", "random", "kv", "kv-events"], [None, 64, 2048])))
 def test_nothing_exceeds_the_ideal_on_the_trace(head, mode, capacity):
     out = sim(head, mode=mode, workers=4, capacity=capacity)
     assert out["block_hit_rate"] <= out["ideal_block_hit_rate"]
@@ -265,3 +265,11 @@ def test_compare_table_and_json(tmp_path):
     lines = table.output.splitlines()
     assert lines[0].split()[0] == "run" and lines[1].split()[0] == "rr" and lines[2].split()[0] == "kv-events"
     assert str(data["rr"]["block_hit_rate"]) in lines[1]
+
+
+@pytest.mark.parametrize("capacity", [64, 512])
+def test_opt_is_the_upper_bound_among_policies_on_one_worker(head, capacity):
+    rates = {p: sim(head, mode="kv-events", workers=1, capacity=capacity, policy=p)["block_hit_rate"]
+             for p in plugins.eviction_policies().names()}
+    assert all(rates["opt"] >= r for r in rates.values()), rates
+    assert rates["opt"] > rates["lru"]
