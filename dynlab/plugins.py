@@ -8,6 +8,8 @@ do) is seen at once.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -95,26 +97,42 @@ class Registry:
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide manager: hookspecs added, ``dynlab`` entry points loaded, hooks checked.
 
-    Raises :class:`DynlabError` when a plugin fails to import or implements a hook that
-    does not exist (``pluggy``'s ``check_pending``).
+    A plugin whose module fails to import, or that implements a hook that does not
+    exist, is left out with a one-line warning on stderr naming its distribution, so
+    one broken package cannot stop every command.
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    try:
-        pm.load_setuptools_entrypoints(hookspecs.PROJECT)
-        pm.check_pending()
-    except Exception as exc:  # a broken third-party plugin must not crash with a traceback
-        raise DynlabError(f"a dynlab plugin failed to load: {type(exc).__name__}: {exc}") from exc
+    for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        dist = ep.dist.metadata["Name"] if ep.dist is not None else "?"
+        try:
+            plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+        except Exception as exc:
+            warnings.warn(f"dynlab plugin {ep.name!r} from {dist} is left out: {type(exc).__name__}: {exc}",
+                          PluginWarning, stacklevel=2)
+            continue
+        _SOURCES[id(plugin)] = dist
+        try:
+            pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            pm.unregister(plugin)
+            warnings.warn(f"dynlab plugin {ep.name!r} from {dist} is left out: {exc}", PluginWarning, stacklevel=2)
     return pm
+
+
+class PluginWarning(UserWarning):
+    """A plugin could not be loaded and was left out."""
+
+
+_SOURCES: dict[int, str] = {}  # id(plugin module) -> the distribution that provides it
 
 
 def _plugin_sources(pm: pluggy.PluginManager) -> dict[int, str]:
     """id(plugin) -> the name of the distribution that provides it."""
-    out = {}
-    for plugin, dist in pm.list_plugin_distinfo():
-        name = dist.metadata["Name"] if hasattr(dist, "metadata") else getattr(dist, "project_name", None)
-        out[id(plugin)] = name or str(dist)
-    return out
+    return {id(p): _SOURCES[id(p)] for p in pm.get_plugins() if id(p) in _SOURCES}
 
 
 def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginManager | None) -> Registry:

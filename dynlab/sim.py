@@ -15,6 +15,7 @@ is untouched).
 from __future__ import annotations
 
 import random
+import sys
 from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -89,6 +90,23 @@ class SimConfig:
         if self.timing and self.capacity is not None and self.policy != "lru":
             raise ValueError(f"--timing pins active blocks in an LRU list (vLLM's free-block queue); "
                              f"policy {self.policy!r} is not supported with it")
+
+
+class StrategyError(DynlabError):
+    """A strategy plugin raised an exception: the message names the strategy and the call."""
+
+
+def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
+    """Whether the traceback of ``exc`` passes through the strategy class's own source files."""
+    files = {getattr(c, "__module__", None) for c in type(strategy).__mro__} - {"builtins", "abc", __name__}
+    files = {getattr(sys.modules.get(m), "__file__", None) for m in files} - {None}
+    files.discard(getattr(sys.modules.get("dynlab.strategy"), "__file__", None))
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename in files:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _ratio(num: float, den: float, digits: int = 4) -> float:
@@ -194,74 +212,82 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
 
     i = -1
     t = 0.0
-    for i, req in enumerate(requests):
-        if clock is not None:
-            t = clock.arrival(req.timestamp)
-            for w, removed in clock.advance(t):
-                cached_sizes[w] = workers[w].size
-                if publish:
-                    emit([BlockRemoved(w, tuple(removed))], i + event_delay)
-        while pending and pending[0][0] <= i:
-            on_event(pending.popleft()[1])
-        strategy.predicted = None
-        w = route(req, fleet)
-        if type(w) is not int or not 0 <= w < n:
-            raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
-        counts[w] += 1
-        worker = workers[w]
-        hashes = req.hashes
-        nb = len(hashes)
-        actual = worker.overlap(hashes)
-        pred = strategy.predicted
-        if pred is not None:
-            has_prediction = True
-            predicted_blocks += pred
-            prediction_error += abs(pred - actual)
-        # repeats and hits
-        if processed is not None:
-            k = req.prefix
-            if k in seen_prefixes:
-                repeats += 1
-                if k in processed[w] and (not synthetic_prefix_blocks or actual > 0):
-                    hits += 1
-            else:
-                seen_prefixes.add(k)
-            processed[w].add(k)
-        elif nb:
-            if hashes[0] in seen:
-                repeats += 1
-                if actual:
-                    hits += 1
-        # one infinite cache: the bound no strategy can beat
-        j = 0
-        for h in hashes:
-            if h not in seen:
-                break
-            j += 1
-        ideal_blocks += j
-        seen.update(hashes[j:])
-        prompt_blocks += nb
-        cached_blocks += actual
-        stored, removed = worker.serve(hashes, actual)
-        cached_sizes[w] = worker.size
-        if publish and (stored or removed):
-            events = []
-            if removed:
-                events.append(BlockRemoved(w, tuple(removed)))
-            if stored:
-                events.append(BlockStored(w, tuple(stored)))
-            if event_loss or event_delay:
-                emit(events, i + 1 + event_delay)
-            else:
-                published += len(events)
-                for ev in events:
-                    on_event(ev)
-        if clock is not None:
-            uncached = req.input_length - actual * block_tokens
-            clock.admit(w, t, hashes, uncached if uncached > 0 else 0, req.output_length)
-        n_requests += 1
-        if progress is not None:
-            progress.update(1)
+    try:
+        for i, req in enumerate(requests):
+            if clock is not None:
+                t = clock.arrival(req.timestamp)
+                for w, removed in clock.advance(t):
+                    cached_sizes[w] = workers[w].size
+                    if publish:
+                        emit([BlockRemoved(w, tuple(removed))], i + event_delay)
+            while pending and pending[0][0] <= i:
+                on_event(pending.popleft()[1])
+            strategy.predicted = None
+            w = route(req, fleet)
+            if type(w) is not int or not 0 <= w < n:
+                raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
+            counts[w] += 1
+            worker = workers[w]
+            hashes = req.hashes
+            nb = len(hashes)
+            actual = worker.overlap(hashes)
+            pred = strategy.predicted
+            if pred is not None:
+                has_prediction = True
+                predicted_blocks += pred
+                prediction_error += abs(pred - actual)
+            # repeats and hits
+            if processed is not None:
+                k = req.prefix
+                if k in seen_prefixes:
+                    repeats += 1
+                    if k in processed[w] and (not synthetic_prefix_blocks or actual > 0):
+                        hits += 1
+                else:
+                    seen_prefixes.add(k)
+                processed[w].add(k)
+            elif nb:
+                if hashes[0] in seen:
+                    repeats += 1
+                    if actual:
+                        hits += 1
+            # one infinite cache: the bound no strategy can beat
+            j = 0
+            for h in hashes:
+                if h not in seen:
+                    break
+                j += 1
+            ideal_blocks += j
+            seen.update(hashes[j:])
+            prompt_blocks += nb
+            cached_blocks += actual
+            stored, removed = worker.serve(hashes, actual)
+            cached_sizes[w] = worker.size
+            if publish and (stored or removed):
+                events = []
+                if removed:
+                    events.append(BlockRemoved(w, tuple(removed)))
+                if stored:
+                    events.append(BlockStored(w, tuple(stored)))
+                if event_loss or event_delay:
+                    emit(events, i + 1 + event_delay)
+                else:
+                    published += len(events)
+                    for ev in events:
+                        on_event(ev)
+            if clock is not None:
+                uncached = req.input_length - actual * block_tokens
+                clock.admit(w, t, hashes, uncached if uncached > 0 else 0, req.output_length)
+            n_requests += 1
+            if progress is not None:
+                progress.update(1)
+    except DynlabError:
+        raise
+    except Exception as exc:
+        if _raised_in_plugin(exc, strategy):
+            raise StrategyError(f"strategy {strategy.name!r} failed at request {i}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        raise
     if clock is not None:  # the last requests finish: their released blocks may be evicted
         for w, removed in clock.advance(float("inf")):
             cached_sizes[w] = workers[w].size

@@ -6,6 +6,7 @@ read-only :class:`FleetView`.
 """
 from __future__ import annotations
 
+import math
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -126,15 +127,18 @@ class FleetView:
 
 @dataclass(frozen=True)
 class StrategyOption:
-    """One ``--opt NAME=VALUE`` a strategy accepts: its name, type (int/float/str/bool), default and help."""
+    """One ``--opt NAME=VALUE`` a strategy accepts: name, type (int/float/str/bool), default, help,
+    and for numbers an optional inclusive ``minimum`` / ``maximum``."""
 
     name: str
     type: type
     default: Any
     help: str = ""
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
 
     def convert(self, text: str) -> Any:
-        """Parse ``text``; raises ``ValueError`` naming the option when it does not fit the type."""
+        """Parse ``text``; raises ``ValueError`` naming the option when it does not fit the type or range."""
         if self.type is bool:
             low = text.strip().lower()
             if low in ("1", "true", "yes", "on"):
@@ -143,9 +147,16 @@ class StrategyOption:
                 return False
             raise ValueError(f"option {self.name!r} takes a boolean (yes/no), got {text!r}")
         try:
-            return self.type(text)
+            value = self.type(text)
         except ValueError:
             raise ValueError(f"option {self.name!r} takes a {self.type.__name__}, got {text!r}") from None
+        if self.type is float and not math.isfinite(value):
+            raise ValueError(f"option {self.name!r} takes a finite number, got {text!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"option {self.name!r} must be >= {self.minimum}, got {text!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"option {self.name!r} must be <= {self.maximum}, got {text!r}")
+        return value
 
 
 class Strategy(ABC):

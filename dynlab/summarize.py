@@ -94,7 +94,7 @@ def _check(value, kind: str, name: str, number: int, field: str):
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
-    return None if denominator == 0 else round(numerator / denominator, 2)
+    return None if denominator == 0 else round(float(numerator / denominator), 2)
 
 
 DISAGG_FIELDS = {"mode": "text", "input": "whole", "conc": "whole", "rep": "number", "ttft_p50_ms": "ms"}
@@ -135,8 +135,8 @@ def summarize_disagg(lines: Iterable[str | bytes], name: str = "<input>", warn: 
             if ratio is None:
                 warn(f"{name}: cell {key} has an agg median of 0; its ratio is null")
         out[key] = {
-            "agg_ms": None if med["agg"] is None else round(med["agg"], 1),
-            "disagg_ms": None if med["disagg"] is None else round(med["disagg"], 1),
+            "agg_ms": None if med["agg"] is None else round(float(med["agg"]), 1),
+            "disagg_ms": None if med["disagg"] is None else round(float(med["disagg"]), 1),
             "ratio": ratio,
         }
     return out
@@ -180,13 +180,13 @@ def summarize_offload(
         passes.setdefault(rec["pass"])
         values[config].setdefault(rec["pass"], []).append(rec["ttft_ms"])
 
-    for config, count in skipped.items():
-        warn(f"{name}: skipped {count} line{'s' if count != 1 else ''} of configuration {config!r}")
     absent = [c for c in (base, cand) if not values[c]]
     if absent:
         present = sorted(set(values) - set(absent) | set(skipped))
         raise DynlabError(
             f"{name}: no lines with config {absent[0]!r}; configurations present: {', '.join(map(repr, present)) or 'none'}")
+    for config, count in skipped.items():
+        warn(f"{name}: skipped {count} line{'s' if count != 1 else ''} of configuration {config!r}")
 
     out: dict[str, dict] = {base: {}, cand: {}, "ratio": {}}
     for p in passes:
@@ -195,7 +195,8 @@ def summarize_offload(
             v = values[config].get(p)
             stats[config] = (statistics.median(v), statistics.mean(v), len(v)) if v else None
             out[config][p] = None if not v else {
-                "n": len(v), "p50_ms": round(stats[config][0], 1), "mean_ms": round(stats[config][1], 1)}
+                "n": len(v), "p50_ms": round(float(stats[config][0]), 1),
+                "mean_ms": round(float(stats[config][1]), 1)}
         if stats[base] is None or stats[cand] is None:
             lacking = base if stats[base] is None else cand
             warn(f"{name}: pass {p!r} has no {lacking!r} lines; its {lacking} entry and ratio are null")

@@ -38,6 +38,7 @@ the workload in order and first drain every event due at or before them.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -67,8 +68,9 @@ class TimeModel:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first non-positive parameter."""
         for name in ("prefill_tps", "decode_tps", "time_scale", "rate"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            v = getattr(self, name)
+            if not (v > 0 and math.isfinite(v) and math.isfinite(1000.0 / v)):
+                raise ValueError(f"{name} must be a finite number > 0 (and not vanishingly small), got {v}")
 
 
 class PinnedLRUWorker:

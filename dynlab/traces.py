@@ -10,7 +10,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
+import sys
 from abc import ABC, abstractmethod
 from importlib import resources
 from typing import Any, ClassVar, Iterator, Optional
@@ -63,6 +65,8 @@ def _number(record: dict, key: str, required: bool = True, default=None):
     v = record[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"field {key!r} must be a number, got {v!r}")
+    if not math.isfinite(v):
+        raise ValueError(f"field {key!r} must be a finite number, got {v!r}")
     if v < 0:
         raise ValueError(f"field {key!r} must not be negative, got {v!r}")
     return v
@@ -81,15 +85,14 @@ def _int_list(record: dict, key: str) -> list:
     return v
 
 
-_NUMBER_TYPES = (int, float)
-
-
 def open_source(path_or_name: str) -> tuple[io.TextIOBase, str, Optional[int]]:
-    """Open a built-in trace name or a file path (``.gz`` decompressed) as text.
+    """Open a built-in trace name, a file path (``.gz`` decompressed) or ``-`` (stdin) as text.
 
     Returns ``(stream, display name, number of requests or None)``.
     Raises :class:`DynlabError` when it is neither a built-in name nor a readable file.
     """
+    if path_or_name == "-":
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8"), "<stdin>", None
     if path_or_name in BUILTIN_TRACES:
         resource, total = BUILTIN_TRACES[path_or_name]
         raw = resources.files("dynlab").joinpath("data", resource).open("rb")
@@ -230,8 +233,8 @@ class MooncakeTrace(TraceFormat):
         hashes = _int_list(record, "hash_ids")
         get = record.get
         inp, out, ts = get("input_length", 0), get("output_length", 0), get("timestamp")
-        if type(inp) is not int or type(out) is not int or (ts is not None and type(ts) not in _NUMBER_TYPES) \
-                or inp < 0 or out < 0 or (ts is not None and ts < 0):
+        if type(inp) is not int or type(out) is not int or (ts is not None and type(ts) is not int and (
+                type(ts) is not float or not math.isfinite(ts))) or inp < 0 or out < 0 or (ts is not None and ts < 0):
             inp = _number(record, "input_length", False, 0)
             out = _number(record, "output_length", False, 0)
             ts = _number(record, "timestamp", False, None)

@@ -7,7 +7,7 @@ from dynlab import __version__
 from dynlab.cli.common import DynlabGroup
 
 
-@click.group(cls=DynlabGroup)
+@click.group(cls=DynlabGroup, context_settings={"max_content_width": 120})
 @click.version_option(__version__, prog_name="dynlab")
 def main():
     """Simulate KV-aware request routing over a fleet of LLM serving workers and their KV caches."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 
 import click
 
@@ -12,8 +13,15 @@ from dynlab.errors import DynlabError
 
 
 def echo_json(obj) -> None:
-    """Print one JSON object on one line (``json.dumps`` default separators)."""
-    click.echo(json.dumps(obj))
+    """Print one JSON object on one line (``json.dumps`` default separators).
+
+    Raises :class:`DynlabError` rather than print ``NaN`` or ``Infinity``, which are not JSON.
+    """
+    try:
+        text = json.dumps(obj, allow_nan=False)
+    except ValueError:
+        raise DynlabError("the result holds a number that is not finite (NaN or infinity); check the inputs") from None
+    click.echo(text)
 
 
 def split_list(value: str, option: str) -> list[str]:
@@ -58,6 +66,10 @@ def write_atomic(path: str, text: str) -> None:
     replace_file(path, write)
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"Warning: {message}", err=True)
+
+
 class DynlabGroup(click.Group):
     """A click group whose errors are one line on stderr, never a traceback.
 
@@ -68,8 +80,12 @@ class DynlabGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        warnings.showwarning = _one_line_warning
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help(), err=True)
+            sys.exit(exc.exit_code)
         except click.UsageError as exc:
             click.echo(f"Error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)
@@ -78,7 +94,7 @@ class DynlabGroup(click.Group):
             sys.exit(exc.exit_code)
         except (click.Abort, KeyboardInterrupt, EOFError):
             click.echo("Aborted!", err=True)
-            sys.exit(1)
+            sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import click
 
@@ -123,7 +124,7 @@ def _warn(message: str) -> None:
 def _run(path: str, output: str, summarize_lines) -> None:
     # The whole summary is built before OUT is touched, and OUT is replaced atomically.
     if path == "-":
-        result = summarize_lines(click.get_binary_stream("stdin"), "<stdin>")
+        result = summarize_lines(sys.stdin.buffer, "<stdin>")
     else:
         with open(path, "rb") as fh:
             result = summarize_lines(fh, path)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 
@@ -29,6 +30,16 @@ class CapacityType(click.ParamType):
             self.fail(f"{value!r} is not an integer or 'unbounded'", param, ctx)
         if v < 0:
             self.fail(f"{v} is negative", param, ctx)
+        return v
+
+
+class FiniteFloat(click.FloatRange):
+    """A float range that also refuses NaN and infinities."""
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
         return v
 
 
@@ -63,17 +74,17 @@ SIM_OPTIONS = [
      "Eviction policy of bounded caches (see `dynlab policies`)."),
     (("--event-delay",), "event_delay", click.IntRange(min=0), 0,
      "Deliver request i's KV events before request i+1+K is routed."),
-    (("--event-loss",), "event_loss", click.FloatRange(0.0, 1.0), 0.0, "Drop each KV event with this probability."),
+    (("--event-loss",), "event_loss", FiniteFloat(0.0, 1.0), 0.0, "Drop each KV event with this probability."),
     (("--trace",), "trace", click.STRING, None, "Built-in trace name or path to a JSONL trace."),
     (("--trace-format",), "trace_format", RegistryName("trace format", plugins.trace_formats), None,
      "Trace format [default: detected from the first line]."),
-    (("--time-scale",), "time_scale", click.FloatRange(min=0, min_open=True), 1.0,
+    (("--time-scale",), "time_scale", FiniteFloat(min=0, min_open=True), 1.0,
      "With --timing: multiply trace timestamps (0.5 = twice the rate)."),
-    (("--rate",), "rate", click.FloatRange(min=0, min_open=True), timing.POISSON_RATE,
+    (("--rate",), "rate", FiniteFloat(min=0, min_open=True), timing.POISSON_RATE,
      "With --timing: Poisson arrivals (requests/s) for workloads without timestamps."),
-    (("--prefill-tps",), "prefill_tps", click.FloatRange(min=0, min_open=True), timing.PREFILL_TPS,
+    (("--prefill-tps",), "prefill_tps", FiniteFloat(min=0, min_open=True), timing.PREFILL_TPS,
      "With --timing: prefill speed per worker, tokens/s (8B model, H100-class GPU)."),
-    (("--decode-tps",), "decode_tps", click.FloatRange(min=0, min_open=True), timing.DECODE_TPS,
+    (("--decode-tps",), "decode_tps", FiniteFloat(min=0, min_open=True), timing.DECODE_TPS,
      "With --timing: decode speed per request, tokens/s."),
 ]
 
@@ -84,8 +95,23 @@ def _opts(values: tuple[str, ...]) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--opt")
+        if name.strip() in out:
+            raise click.BadParameter(f"option {name.strip()!r} is given twice", param_hint="--opt")
         out[name.strip()] = value.strip()
     return out
+
+
+TIMING_ONLY = ("time_scale", "rate", "prefill_tps", "decode_tps")
+
+
+def _check_timing_options(ctx, timing: bool) -> None:
+    """Options of the time model given without ``--timing`` are a usage error, not silently ignored."""
+    if timing:
+        return
+    for name in TIMING_ONLY:
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} only applies with --timing")
 
 
 def _run(config: SimConfig, quiet: bool) -> dict:
@@ -115,12 +141,14 @@ def _common_flags(fn):
 @main.command()
 @_sim_options
 @_common_flags
-def sim(opt, all_metrics, timing, quiet, **options):
+@click.pass_context
+def sim(ctx, opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
     seed's keys. With --trace: a real trace, printing the fleet metrics too.
     """
+    _check_timing_options(ctx, timing)
     config = SimConfig(**options, opts=_opts(opt), all_metrics=all_metrics, timing=timing)
     echo_json(_run(config, quiet))
 
@@ -172,6 +200,7 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     Example: `dynlab compare --modes rr,random,kv` (the seed's modes.json) or
     `dynlab compare --mode kv-events --publish yes,no` (the seed's events.json).
     """
+    _check_timing_options(ctx, timing)
     by_field = {field: (flags[0], ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
     fixed: dict = {}
     varied = None
@@ -180,7 +209,13 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
             continue
         flag, ptype = by_field[field]
         items = split_list(text, flag)
-        values = [ptype.convert(v, None, ctx) for v in items]
+        if len(set(items)) != len(items):
+            raise click.BadParameter(f"a value is listed twice in {text!r}", param_hint=flag)
+        try:
+            values = [ptype.convert(v, None, ctx) for v in items]
+        except click.BadParameter as exc:
+            exc.param_hint = flag
+            raise
         if len(items) > 1:
             if varied is not None:
                 raise click.UsageError(f"only one option may vary per call: {varied[0]} and {flag} both list values")

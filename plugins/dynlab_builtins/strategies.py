@@ -136,9 +136,9 @@ class KvCost(Strategy):
     name = "kv-cost"
     uses_events = True
     options = (
-        StrategyOption("overlap_credit", float, 1.0, "blocks of prefill saved per cached block"),
-        StrategyOption("prefill_load_scale", float, 1.0, "weight of the prefill term against decode"),
-        StrategyOption("temperature", float, 0.0, "0: cheapest worker; > 0: softmax sampling"),
+        StrategyOption("overlap_credit", float, 1.0, "blocks of prefill saved per cached block", minimum=0),
+        StrategyOption("prefill_load_scale", float, 1.0, "weight of the prefill term against decode", minimum=0),
+        StrategyOption("temperature", float, 0.0, "0: cheapest worker; > 0: softmax sampling", minimum=0),
     )
 
     def __init__(self, ctx):
@@ -146,8 +146,6 @@ class KvCost(Strategy):
         self.credit = self.option("overlap_credit")
         self.scale = self.option("prefill_load_scale")
         self.temperature = self.option("temperature")
-        if self.temperature < 0:
-            raise ValueError(f"option 'temperature' must be >= 0, got {self.temperature}")
         self.index = KvIndex()
 
     def on_event(self, event):
@@ -204,10 +202,12 @@ class CacheAware(Strategy):
 
     name = "cache-aware"
     options = (
-        StrategyOption("balance_abs_threshold", int, 64, "imbalance needs max - min load above this"),
-        StrategyOption("balance_rel_threshold", float, 1.5, "... and max load above this times min load"),
-        StrategyOption("cache_threshold", float, 0.3, "route by prefix match above this match rate"),
-        StrategyOption("index_capacity", int, 1 << 20, "blocks per worker in the approximate index"),
+        StrategyOption("balance_abs_threshold", int, 64, "imbalance needs max - min load above this", minimum=0),
+        StrategyOption("balance_rel_threshold", float, 1.5, "... and max load above this times min load",
+                       minimum=0),
+        StrategyOption("cache_threshold", float, 0.3, "route by prefix match above this match rate",
+                       minimum=0, maximum=1),
+        StrategyOption("index_capacity", int, 1 << 20, "blocks per worker in the approximate index", minimum=0),
         StrategyOption("fallback", str, "least-loaded", "least-loaded (current SGLang) or least-cached (older)"),
     )
 
@@ -220,8 +220,6 @@ class CacheAware(Strategy):
         capacity = self.option("index_capacity")
         if self.fallback not in ("least-loaded", "least-cached"):
             raise ValueError(f"option 'fallback' must be least-loaded or least-cached, got {self.fallback!r}")
-        if capacity < 0:
-            raise ValueError(f"option 'index_capacity' must be >= 0, got {capacity}")
         self.index = KvIndex()
         self.trees = [Worker(w, LRUCache(capacity)) for w in range(ctx.workers)]
 

@@ -1,0 +1,85 @@
+"""Bad input anywhere gives one line, the right exit code, and no traceback."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from dynlab import hookimpl, plugins
+from dynlab.cli import main
+from dynlab.strategy import Strategy
+
+
+def one_line_error(args, code, needle, **kw):
+    r = CliRunner().invoke(main, args, **kw)
+    assert r.exit_code == code, r.output
+    assert r.output.count("\n") == 1 and "Traceback" not in r.output, r.output
+    assert needle in r.output, r.output
+    return r
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["sim", "--event-loss", "nan"], "not a finite number"),
+    (["sim", "--timing", "--prefill-tps", "inf"], "not a finite number"),
+    (["sim", "--timing", "--prefill-tps", "1e-320"], "vanishingly small"),
+    (["sim", "--time-scale", "0.5"], "--time-scale only applies with --timing"),
+    (["compare", "--rate", "2"], "--rate only applies with --timing"),
+    (["compare", "--modes", "rr,rr"], "listed twice"),
+    (["compare", "--workers", "2,0"], "--workers"),
+    (["sim", "--opt", "a=1", "--opt", "a=2"], "given twice"),
+    (["sim", "--mode", "kv-cost", "--opt", "temperature=inf"], "finite number"),
+    (["sim", "--mode", "kv-cost", "--opt", "prefill_load_scale=-1"], "must be >= 0"),
+    (["sim", "--mode", "cache-aware", "--opt", "cache_threshold=2"], "must be <= 1"),
+])
+def test_usage_errors(args, needle):
+    one_line_error(args, 2, needle)
+
+
+@pytest.mark.parametrize("line,needle", [
+    ('{"hash_ids": [1], "timestamp": NaN}', "finite"),
+    ('{"hash_ids": [1], "input_length": 1e400}', "finite"),
+])
+def test_non_finite_trace_values_are_refused(tmp_path, line, needle):
+    path = tmp_path / "t.jsonl"
+    path.write_text(line + "\n")
+    one_line_error(["sim", "--trace", str(path), "--timing"], 1, f"{path}:1:")
+
+
+def test_trace_from_stdin():
+    lines = '{"hash_ids": [1, 2]}\n{"hash_ids": [1, 3]}\n'
+    r = CliRunner().invoke(main, ["sim", "--trace", "-", "--mode", "kv", "--workers", "1"], input=lines)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["requests"] == 2 and out["cached_blocks"] == 1
+
+
+class Boom(Strategy):
+    """Raises on every request (a broken plugin)."""
+
+    name = "test-boom"
+
+    def route(self, request, fleet):
+        raise ZeroDivisionError("oops")
+
+
+class BoomPlugin:
+    @hookimpl
+    def dynlab_register_strategies(self, register):
+        register(Boom)
+
+
+def test_a_failing_strategy_is_named_in_one_line():
+    pm = plugins.get_plugin_manager()
+    pm.register(BoomPlugin(), name="test-boom-plugin")
+    try:
+        one_line_error(["sim", "--mode", "test-boom"], 1, "strategy 'test-boom' failed at request 0: ZeroDivisionError")
+    finally:
+        pm.unregister(name="test-boom-plugin")
+
+
+def test_no_subcommand_prints_help_without_error_prefix():
+    r = subprocess.run([sys.executable, "-c", "from dynlab.cli import main; main()"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Usage:" in r.stderr and "Error" not in r.stderr
