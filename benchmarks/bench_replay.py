@@ -110,10 +110,10 @@ def main() -> None:
     args = ap.parse_args()
     cap = args.capacity
     print(f"trace {TRACE}, capacity {cap} blocks per worker, best of {args.repeat}")
-    print(f"{'run':<34}{'requests/s':>12}{'blocks/s':>12}{'seconds':>9}")
+    print(f"{'run':<40}{'requests/s':>12}{'blocks/s':>12}{'seconds':>9}")
 
     def show(label, secs, reqs, blocks):
-        print(f"{label:<34}{reqs / secs:>12,.0f}{blocks / secs:>12,.0f}{secs:>9.3f}")
+        print(f"{label:<40}{reqs / secs:>12,.0f}{blocks / secs:>12,.0f}{secs:>9.3f}")
 
     t_bare, bare = best_of(args.repeat, lambda: bare_loop(8, cap))
     reqs, blocks = bare["requests"], bare["prompt_blocks"]
@@ -129,7 +129,7 @@ def main() -> None:
             if workers == 8 and mode == "kv-events":
                 t_dyn = secs
                 same = all(out[k] == v for k, v in bare.items())
-                print(f"{'':<34}(same results as the bare loop: {same})")
+                print(f"{'':<40}(same results as the bare loop: {same})")
     for mode in ("rr", "kv-events", "kv-cost", "cache-aware"):
         cfg = SimConfig(mode=mode, workers=8, capacity=cap, trace=TRACE, timing=True, time_scale=0.5)
         secs, out = best_of(args.repeat, lambda: run(cfg))

@@ -220,8 +220,8 @@ def lab000_artifacts(disagg: Optional[MeasuredSource] = None, warn: Warn = _igno
         base = SimConfig(capacity=_capacity(label), all_metrics=True)
         bounded[label] = compare_runs("mode", BOUNDED_MODES, BOUNDED_MODES, base)
     add("bounded.json",
-        f"dynlab compare --modes {','.join(BOUNDED_MODES)} --capacity C --all-metrics, "
-        f"keyed by C = {', '.join(BOUNDED_CAPACITIES)}",
+        f"dynlab compare --modes {','.join(BOUNDED_MODES)} --capacity C --all-metrics` "
+        f"for C = {', '.join(BOUNDED_CAPACITIES)}, keyed by `C",
         bounded)
     return out
 

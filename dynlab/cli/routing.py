@@ -156,8 +156,21 @@ def sim(ctx, opt, all_metrics, timing, quiet, **options):
 def _compare_options(fn):
     for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
         fn = click.option(*flags, field, type=click.STRING, default=None,
-                          help=f"{help_} Comma list to vary it [default: {default if default is not None else 'sim default'}].")(fn)
+                          help=f"{help_} A comma list varies it.")(fn)
     return fn
+
+
+def _options_per_mode(configs: dict) -> dict:
+    """Comparing modes: each run gets the ``--opt`` its strategy declares; an option no mode declares is an error."""
+    registry = plugins.strategies()
+    declared = {item: {o.name for o in registry.get(c.mode).options} for item, c in configs.items()}
+    names = next(iter(configs.values())).opts
+    for name in names:
+        if not any(name in d for d in declared.values()):
+            modes = ", ".join(c.mode for c in configs.values())
+            raise click.UsageError(f"no compared strategy ({modes}) has an option {name!r}")
+    return {item: replace(c, opts={k: v for k, v in c.opts.items() if k in declared[item]})
+            for item, c in configs.items()}
 
 
 def _format_table(results: dict) -> str:
@@ -228,9 +241,10 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
         items, values = [base.mode], [base.mode]
     else:
         flag, field, items, values = varied
-    results = {}
-    for item, value in zip(items, values):
-        results[item] = _run(replace(base, **{field: value}), quiet)
+    configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
+    if field == "mode" and base.opts:
+        configs = _options_per_mode(configs)
+    results = {item: _run(config, quiet) for item, config in configs.items()}
     if plot_path:
         from dynlab.plots import plot_compare
 
