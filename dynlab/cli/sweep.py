@@ -1,0 +1,271 @@
+"""``dynlab sweep``: a grid of ``sim`` options, one ``sim`` run per cell, on a process pool or Ray.
+
+Thin: the grid's option names, types and validation come from ``sim``'s own options
+(the ``SIM_OPTIONS`` table and ``sim``'s flags, read from this command's parameters),
+converted here and handed to :mod:`dynlab.sweep` as plain values.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+
+import click
+from click.core import ParameterSource
+
+from dynlab import plugins
+from dynlab.cli import main
+from dynlab.cli.common import output_path, write_atomic
+from dynlab.cli.routing import _common_flags, _opts, _sim_options
+from dynlab.sim import SimConfig, config_fields
+from dynlab.sweep import (EXECUTORS, OPT_PREFIX, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
+                          check_ray_address, execute, import_ray, option_text, plot_layout, plot_sweep,
+                          preload_traces, read_grid_file, record_line, to_csv)
+
+# this command's own parameters: everything else that is a SimConfig field is a sim option
+_OWN = {"grid_items", "grid_file", "executor", "jobs", "ray_address", "out", "resume", "csv_path",
+        "plot_path", "metric", "dry_run", "opt", "quiet"}
+
+
+def _sim_params(command: click.Command) -> dict[str, click.Option]:
+    """Option name as written in a grid (``event-loss``; also ``event_loss`` and aliases) -> its parameter."""
+    fields = set(config_fields()) - {"opts"}
+    names: dict[str, click.Option] = {}
+    for p in command.params:
+        if p.name in _OWN or p.name not in fields or not isinstance(p, click.Option):
+            continue
+        for flag in p.opts:
+            names.setdefault(flag.lstrip("-"), p)
+        names.setdefault(p.name, p)
+    return names
+
+
+def _canonical(p: click.Option) -> str:
+    return p.opts[0].lstrip("-")
+
+
+def _convert(p: click.Option, name: str, raw, ctx) -> object:
+    try:
+        return p.type.convert(raw, p, ctx)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint=f"--grid {name}") from None
+
+
+def _parse_grid_item(item: str) -> tuple[str, list[str]]:
+    name, sep, text = item.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise click.BadParameter(f"expected NAME=V1,V2,..., got {item!r}", param_hint="--grid")
+    if not text.strip():
+        raise click.BadParameter(f"{name}: empty value list", param_hint="--grid")
+    values = [v.strip() for v in text.split(",")]
+    if any(v == "" for v in values):
+        raise click.BadParameter(f"{name}: empty value in the list {text!r}", param_hint="--grid")
+    return name, values
+
+
+def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
+    params = _sim_params(ctx.command)
+    known = sorted({_canonical(p) for p in params.values()})
+    raw_axes: list[tuple[str, list, bool]] = []  # (name as written, values, from the file)
+    if grid_file is not None:
+        try:
+            raw_axes += [(n, v, True) for n, v in read_grid_file(grid_file)]
+        except GridError as exc:
+            raise click.UsageError(str(exc)) from None
+    raw_axes += [(*_parse_grid_item(item), False) for item in grid_items]
+    if not raw_axes:
+        raise click.UsageError("give the grid with --grid NAME=V1,V2,... or --grid-file FILE")
+    fixed_opts = _opts(opt)
+    axes: list[Axis] = []
+    fields: dict[str, str] = {}
+    for name, values, from_file in raw_axes:
+        if not values:
+            raise click.UsageError(f"grid option {name!r}: empty value list")
+        if name.startswith(OPT_PREFIX):
+            canon = OPT_PREFIX + name[len(OPT_PREFIX):].strip()
+            if canon == OPT_PREFIX:
+                raise click.UsageError(f"grid option {name!r}: no strategy option name after 'opt.'")
+            if canon[len(OPT_PREFIX):] in fixed_opts:
+                raise click.UsageError(f"{canon} is both in the grid and given with --opt")
+            converted = [option_text(v) if from_file else v for v in values]
+        else:
+            p = params.get(name)
+            if p is None:
+                raise click.UsageError(f"unknown option {name!r} in the grid; options: {', '.join(known)}, "
+                                       "opt.NAME (strategy options)")
+            canon = _canonical(p)
+            if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None):
+                raise click.UsageError(f"{canon} is both in the grid and given as {p.opts[0]}")
+            fields[canon] = p.name
+            converted = [_convert(p, canon, v, ctx) for v in values]
+        if any(a.name == canon for a in axes):
+            raise click.UsageError(f"grid option {canon!r} is given twice")
+        seen: dict[str, object] = {}
+        for text, value in zip(values, converted):
+            key = cell_key({"v": value})
+            if key in seen:
+                raise click.UsageError(f"grid option {canon!r}: value {text!r} repeats {seen[key]!r}")
+            seen[key] = text
+        axes.append(Axis(canon, tuple(converted), tuple(str(option_text(v)) for v in values)))
+    # options given once apply to every cell and are part of its identity
+    fields_of_config = set(config_fields())
+    fixed: dict[str, object] = {}
+    for p in ctx.command.params:
+        if p.name in options and ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None):
+            if p.name not in fields_of_config:  # a sim flag that is not a simulation setting
+                raise click.UsageError(f"{p.opts[0]} is not supported by sweep")
+            fixed[_canonical(p)] = options[p.name]
+            fields[_canonical(p)] = p.name
+    for name, text in fixed_opts.items():
+        fixed[OPT_PREFIX + name] = text
+    base = {name: value for name, value in options.items() if name in fields_of_config}
+    return Grid(tuple(axes), fixed, fields, dict(base, opts={}))
+
+
+def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
+    configs = []
+    for cell in cells:
+        config = grid.config(cell)
+        try:
+            check_config(config)
+        except (ValueError, plugins.UnknownNameError) as exc:
+            raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
+        configs.append(config)
+    return configs
+
+
+@main.command()
+@_sim_options
+@_common_flags
+@click.option("--grid", "grid_items", multiple=True, metavar="NAME=V1,V2,...",
+              help="An option to vary and its values; repeatable. NAME: a sim option without dashes "
+                   "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option.")
+@click.option("--grid-file", type=click.Path(dir_okay=False), default=None,
+              help="A TOML file of NAME = [values] (a single value applies to every cell; [opt] for strategy options).")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="serial (this process), local (a process pool) or ray (dynlab[ray]).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes (local) or CPUs of the local Ray instance [default: the CPUs available].")
+@click.option("--ray-address", default=None, metavar="ADDRESS",
+              help="Run on this Ray cluster (host:port) instead of a local instance started for the sweep.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, callback=output_path,
+              help="Append one JSON line per finished cell here [default: print them to stdout].")
+@click.option("--resume", is_flag=True, help="Skip the cells already in --out; append the others.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
+              help="Also write the grid's results as CSV (options, then flattened metrics).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
+              help="Write a PNG: a line per strategy (one varied number) or a heatmap per strategy (two).")
+@click.option("--metric", default=None, metavar="PATH",
+              help="Metric to plot, a dotted path (block_hit_rate, ttft_ms.p99, load_imbalance) "
+                   "[default: block_hit_rate, else hit_rate].")
+@click.option("--dry-run", is_flag=True, help="List the cells (still to run, with --resume) and stop.")
+@click.pass_context
+def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, csv_path, plot_path, metric,
+          dry_run, opt, quiet, **options):
+    """Run `sim` for every cell of a grid of options and collect the results.
+
+    The cells are the cross product of the --grid options; the other sim options
+    apply to every cell. Each result is exactly what `dynlab sim` prints for the
+    cell's options, whichever executor runs it. Example:
+
+    \b
+      dynlab sweep --trace mooncake-conversation --grid mode=rr,kv \\
+        --grid workers=2,4,8 --grid capacity=1024,4096 --out results.jsonl --plot hit.png
+    """
+    if resume and not out:
+        raise click.UsageError("--resume needs --out FILE")
+    if metric and not plot_path:
+        raise click.UsageError("--metric needs --plot")
+    if ray_address and executor != "ray":
+        raise click.UsageError("--ray-address needs --executor ray")
+    if jobs is not None and executor == "serial":
+        raise click.UsageError("--jobs needs --executor local or ray")
+    if jobs is not None and ray_address:
+        raise click.UsageError("--jobs sets the CPUs of a local Ray instance; with --ray-address the cluster's count")
+    grid = _build_grid(ctx, grid_items, grid_file, opt, options)
+    cells = grid.cells()
+    configs = _check_cells(grid, cells)
+    if plot_path:
+        try:
+            plot_layout(grid)
+        except GridError as exc:
+            raise click.UsageError(str(exc)) from None
+    if out and not resume and not dry_run and os.path.exists(out) and os.path.getsize(out) > 0:
+        raise click.UsageError(f"{out} already holds results: add --resume to run only the missing cells, "
+                               "or choose another file")
+    results_file = ResultsFile(out) if out else None
+    done: set[str] = set()
+    if results_file is not None and resume:
+        results_file.scan()
+        done = results_file.done()
+    todo = [(cell, config) for cell, config in zip(cells, configs) if cell_key(cell) not in done]
+    in_grid = {cell_key(c) for c in cells}
+    if dry_run:
+        for cell, _ in todo:
+            click.echo(json.dumps(cell))
+        note = f", {len(cells) - len(todo)} already in {out}" if resume else ""
+        click.echo(f"{len(cells)} cells{note}, {len(todo)} to run", err=True)
+        return
+    if plot_path:
+        from dynlab.plots import pyplot
+
+        pyplot()  # a missing matplotlib fails now, not after the sweep
+    if executor == "ray" and todo:
+        import_ray(ray_address)
+        if ray_address:
+            check_ray_address(ray_address)
+    preload_traces(c for _, c in todo)  # a bad trace fails before anything is written
+    results = {k: r for k, (_, r) in (results_file.records.items() if results_file else ())}
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        # The pool (forked) or Ray starts first: its processes must not inherit the results file's lock.
+        runs = stack.enter_context(contextlib.closing(
+            execute([c for _, c in todo], executor, jobs, ray_address)))
+        if results_file is not None:
+            stack.enter_context(results_file)  # lock and re-read: a cell another sweep added is not written twice
+            results.update({k: r for k, (_, r) in results_file.records.items()})
+            if results_file.dropped_partial and not quiet:
+                click.echo(f"{out}: dropping an incomplete last line (an interrupted write)", err=True)
+            stray = len(set(results_file.records) - in_grid)
+            if stray and not quiet:
+                click.echo(f"{out}: {stray} record(s) are not cells of this grid; kept", err=True)
+        from tqdm import tqdm
+
+        bar = stack.enter_context(tqdm(total=len(todo), unit="cell", desc="sweep", file=sys.stderr,
+                                       disable=quiet or not todo, leave=False))
+        for i, result in runs:
+            cell = todo[i][0]
+            if results_file is not None:
+                results_file.append(cell, result)
+            else:
+                click.echo(record_line(cell, result))
+            results[cell_key(cell)] = result
+            bar.update(1)
+    elapsed = time.perf_counter() - started
+    if not quiet:
+        skipped = len(cells) - len(todo)
+        where = f" into {out}" if out else ""
+        extra = f"; {skipped} already there" if skipped else ""
+        click.echo(f"sweep: {len(todo)} cells in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
+    results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
+    if csv_path:
+        write_atomic(csv_path, to_csv((c, results[cell_key(c)]) for c in cells if cell_key(c) in results))
+    if plot_path:
+        _plot(grid, results, plot_path, metric)
+
+
+def _plot(grid: Grid, results: dict, path: str, metric) -> None:
+    from dynlab.errors import DynlabError
+    from dynlab.sweep import metric_value, numeric_paths
+
+    values = list(results.values())
+    if metric is None:
+        metric = "block_hit_rate" if any(metric_value(r, "block_hit_rate") is not None for r in values) \
+            else "hit_rate"
+    if not any(metric_value(r, metric) is not None for r in values):
+        raise DynlabError(f"--metric {metric}: no result has this number; available: "
+                          f"{', '.join(numeric_paths(values))}")
+    plot_sweep(grid, results, path, metric)
