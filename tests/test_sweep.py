@@ -102,10 +102,10 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     flags, field, ptype, default, _ = entry
     name = flags[0].lstrip("-")
     value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake"}.get(field, default)
-    result = ok(invoke("sweep", "--grid", f"{name}={value}", "--dry-run"))
+    result = ok(invoke("sweep", "--grid", f"{name}={value}", "--timing", "--dry-run"))  # --timing: time options
     (cell,) = [json.loads(line) for line in lines_of(result.stdout)]
     expected = ptype.convert(value, None, None) if value is not None else None
-    assert cell == {name: expected}
+    assert cell == {name: expected, "timing": True}
     grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
     assert getattr(grid.config(cell), field) == expected
 
@@ -294,6 +294,8 @@ def test_an_existing_results_file_needs_resume(tmp_path):
     (["--grid", "mode=kv-cost,rr", "--grid", "opt.temperature=0.5"], ["strategy 'rr' has no option 'temperature'"]),
     (["--grid", "mode=kv-cost", "--grid", "opt.temperature=0.5,warm"], ["temperature", "float"]),
     (["--grid", "workers=2,2"], ["repeats"]),
+    (["--grid", "time-scale=0.5,1"], ["--time-scale only applies with --timing"]),
+    (["--grid", "timing=yes,no", "--rate", "8"], ['"timing": false', "--rate only applies with --timing"]),
     (["--grid", "capacity=unbounded,none"], ["repeats"]),
     (["--grid", "workers=2", "--grid", "workers=4"], ["given twice"]),
     (["--grid", "workers=2,4", "--workers", "3"], ["both in the grid"]),

@@ -18,7 +18,7 @@ from click.core import ParameterSource
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import output_path, write_atomic
-from dynlab.cli.routing import _common_flags, _opts, _sim_options
+from dynlab.cli.routing import TIMING_ONLY, _common_flags, _opts, _sim_options
 from dynlab.sim import SimConfig, config_fields
 from dynlab.sweep import (EXECUTORS, OPT_PREFIX, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
                           check_ray_address, execute, import_ray, option_text, plot_layout, plot_sweep,
@@ -126,10 +126,15 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
 
 
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
+    """Every cell's configuration, checked as `sim` checks its options (usage errors name the cell)."""
     configs = []
     for cell in cells:
         config = grid.config(cell)
         try:
+            if not config.timing:  # as in sim: time-model options without --timing are refused
+                for name in cell:
+                    if grid.fields.get(name) in TIMING_ONLY:
+                        raise ValueError(f"--{name} only applies with --timing")
             check_config(config)
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
