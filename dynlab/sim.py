@@ -87,6 +87,10 @@ class SimConfig:
         if not 0.0 <= self.event_loss <= 1.0:
             raise ValueError(f"event_loss must be between 0 and 1, got {self.event_loss}")
         self.time_model().validate()
+        if not self.timing:
+            for name in TIME_MODEL_FIELDS:
+                if getattr(self, name) != _DEFAULTS[name]:
+                    raise ValueError(f"--{name.replace('_', '-')} only applies with --timing")
         if self.timing and self.capacity is not None and self.policy != "lru":
             raise ValueError(f"--timing pins active blocks in an LRU list (vLLM's free-block queue); "
                              f"policy {self.policy!r} is not supported with it")
@@ -107,6 +111,11 @@ def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+#: the options of the time model: set without ``timing`` they would silently do nothing, so they are refused
+TIME_MODEL_FIELDS = ("time_scale", "rate", "prefill_tps", "decode_tps")
+_DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
 
 
 def _ratio(num: float, den: float, digits: int = 4) -> float:

@@ -89,7 +89,8 @@ SIM_OPTIONS = [
 ]
 
 
-def _opts(values: tuple[str, ...]) -> dict[str, str]:
+def parse_opts(values: tuple[str, ...]) -> dict[str, str]:
+    """``("a=1", "b=x")`` -> ``{"a": "1", "b": "x"}``; a malformed or repeated NAME is a usage error."""
     out = {}
     for item in values:
         name, sep, value = item.partition("=")
@@ -101,19 +102,6 @@ def _opts(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-TIMING_ONLY = ("time_scale", "rate", "prefill_tps", "decode_tps")
-
-
-def _check_timing_options(ctx, timing: bool) -> None:
-    """Options of the time model given without ``--timing`` are a usage error, not silently ignored."""
-    if timing:
-        return
-    for name in TIMING_ONLY:
-        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
-            flag = "--" + name.replace("_", "-")
-            raise click.UsageError(f"{flag} only applies with --timing")
-
-
 def _run(config: SimConfig, quiet: bool) -> dict:
     try:
         return run(config, progress=not quiet and sys.stderr.isatty())
@@ -121,14 +109,14 @@ def _run(config: SimConfig, quiet: bool) -> dict:
         raise click.UsageError(str(exc)) from None
 
 
-def _sim_options(fn):
+def sim_options(fn):
     for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
                           help=help_)(fn)
     return fn
 
 
-def _common_flags(fn):
+def common_flags(fn):
     fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
                       help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
     fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
@@ -139,17 +127,15 @@ def _common_flags(fn):
 
 
 @main.command()
-@_sim_options
-@_common_flags
-@click.pass_context
-def sim(ctx, opt, all_metrics, timing, quiet, **options):
+@sim_options
+@common_flags
+def sim(opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
     seed's keys. With --trace: a real trace, printing the fleet metrics too.
     """
-    _check_timing_options(ctx, timing)
-    config = SimConfig(**options, opts=_opts(opt), all_metrics=all_metrics, timing=timing)
+    config = SimConfig(**options, opts=parse_opts(opt), all_metrics=all_metrics, timing=timing)
     echo_json(_run(config, quiet))
 
 
@@ -201,7 +187,7 @@ def _format_table(results: dict) -> str:
 
 @main.command()
 @_compare_options
-@_common_flags
+@common_flags
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the keyed JSON object [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
@@ -213,7 +199,6 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     Example: `dynlab compare --modes rr,random,kv` (the seed's modes.json) or
     `dynlab compare --mode kv-events --publish yes,no` (the seed's events.json).
     """
-    _check_timing_options(ctx, timing)
     by_field = {field: (flags[0], ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
     fixed: dict = {}
     varied = None
@@ -235,7 +220,7 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
             varied = (flag, field, items, values)
         else:
             fixed[field] = values[0]
-    base = SimConfig(**fixed, opts=_opts(opt), all_metrics=all_metrics, timing=timing)
+    base = SimConfig(**fixed, opts=parse_opts(opt), all_metrics=all_metrics, timing=timing)
     if varied is None:
         flag, field = "--mode", "mode"
         items, values = [base.mode], [base.mode]

@@ -18,7 +18,7 @@ from click.core import ParameterSource
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import output_path, write_atomic
-from dynlab.cli.routing import TIMING_ONLY, _common_flags, _opts, _sim_options
+from dynlab.cli.routing import common_flags, parse_opts, sim_options
 from dynlab.sim import SimConfig, config_fields
 from dynlab.sweep import (EXECUTORS, OPT_PREFIX, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
                           check_ray_address, execute, import_ray, option_text, plot_layout, plot_sweep,
@@ -78,7 +78,7 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
     raw_axes += [(*_parse_grid_item(item), False) for item in grid_items]
     if not raw_axes:
         raise click.UsageError("give the grid with --grid NAME=V1,V2,... or --grid-file FILE")
-    fixed_opts = _opts(opt)
+    fixed_opts = parse_opts(opt)
     axes: list[Axis] = []
     fields: dict[str, str] = {}
     for name, values, from_file in raw_axes:
@@ -131,10 +131,6 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     for cell in cells:
         config = grid.config(cell)
         try:
-            if not config.timing:  # as in sim: time-model options without --timing are refused
-                for name in cell:
-                    if grid.fields.get(name) in TIMING_ONLY:
-                        raise ValueError(f"--{name} only applies with --timing")
             check_config(config)
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
@@ -143,8 +139,8 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
 
 
 @main.command()
-@_sim_options
-@_common_flags
+@sim_options
+@common_flags
 @click.option("--grid", "grid_items", multiple=True, metavar="NAME=V1,V2,...",
               help="An option to vary and its values; repeatable. NAME: a sim option without dashes "
                    "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option.")
