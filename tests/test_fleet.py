@@ -7,7 +7,7 @@ import random
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab import plugins
@@ -16,7 +16,7 @@ from dynlab.fleet import Worker
 from dynlab.index import KvIndex
 from dynlab.router import block_hashes
 from dynlab.sim import SimConfig, build_strategy, make_workers, replay, run
-from dynlab.strategy import AllBlocksCleared, BlockRemoved, BlockStored, Request, RunContext, Strategy
+from dynlab.strategy import BlockRemoved, BlockStored, Request, RunContext, Strategy
 from dynlab.traces import load_trace
 
 TRACE = "mooncake-conversation"

@@ -9,18 +9,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab import plugins
-from dynlab.cli import main
+from helpers import dynlab_command, invoke
 
 SEED_KEYS = ["mode", "workers", "requests", "repeat_requests", "hits", "hit_rate"]
 
@@ -42,10 +38,6 @@ SEED = {
 }
 
 
-def invoke(*args):
-    return CliRunner().invoke(main, list(args))
-
-
 def one_json_line(result) -> dict:
     """The command succeeded and printed exactly one JSON object on one line."""
     assert result.exit_code == 0, (result.exit_code, result.stderr, result.exception)
@@ -63,17 +55,6 @@ def assert_usage_error(result):
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
     return err
-
-
-def dynlab_command() -> list[str]:
-    """The installed `dynlab` console script of this interpreter."""
-    bindir = Path(sys.executable).parent
-    for name in ("dynlab", "dynlab.exe"):
-        if (bindir / name).exists():
-            return [str(bindir / name)]
-    found = shutil.which("dynlab")
-    assert found, "the dynlab console script is not installed"
-    return [found]
 
 
 def run_dynlab(*args):

@@ -13,35 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from dynlab import sweep as lib
-from dynlab.cli import main
+from helpers import dynlab_command, invoke, lines_of, ok
 from dynlab.cli.routing import SIM_OPTIONS
 from dynlab.sim import SimConfig, run
 
 TRACE = "mooncake-conversation"
-
-
-def dynlab_command() -> list[str]:
-    bindir = Path(sys.executable).parent
-    for name in ("dynlab", "dynlab.exe"):
-        if (bindir / name).exists():
-            return [str(bindir / name)]
-    return [sys.executable, "-c", "from dynlab.cli import main; main()"]
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def ok(result):
-    assert result.exit_code == 0, (result.exit_code, result.stderr, result.exception)
-    return result
-
-
-def lines_of(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip()]
 
 
 def records(path) -> list[dict]:

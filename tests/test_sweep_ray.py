@@ -25,35 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from click.testing import CliRunner
 
-from dynlab.cli import main
+from helpers import dynlab_command, invoke, lines_of, ok
 
 pytestmark = pytest.mark.ray
 
 TRACE = "mooncake-conversation"
 GRID = ["--trace", TRACE, "--grid", "mode=rr,kv-cost,power-of-two", "--grid", "capacity=512,unbounded",
         "--grid", "workers=2,3", "--event-loss", "0.2", "--quiet"]
-
-
-def dynlab_command() -> list[str]:
-    bindir = Path(sys.executable).parent
-    if (bindir / "dynlab").exists():
-        return [str(bindir / "dynlab")]
-    return [sys.executable, "-c", "from dynlab.cli import main; main()"]
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def ok(result):
-    assert result.exit_code == 0, (result.exit_code, result.stderr, result.exception)
-    return result
-
-
-def lines_of(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip()]
 
 
 def _require_ray():

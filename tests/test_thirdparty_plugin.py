@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import dynlab_command
 
 DIST_DIR = Path(__file__).parent / "plugin_dist"
 DIST_NAME = "dynlab-example-plugin"
@@ -30,18 +31,8 @@ def _pip(*args) -> subprocess.CompletedProcess:
     return proc
 
 
-def _dynlab_command() -> list[str]:
-    bindir = Path(sys.executable).parent
-    for name in ("dynlab", "dynlab.exe"):
-        if (bindir / name).exists():
-            return [str(bindir / name)]
-    found = shutil.which("dynlab")
-    assert found, "the dynlab console script is not installed"
-    return [found]
-
-
 def dynlab(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(_dynlab_command() + [str(a) for a in args], capture_output=True, text=True,
+    return subprocess.run(dynlab_command() + [str(a) for a in args], capture_output=True, text=True,
                           timeout=120)
 
 

@@ -14,7 +14,7 @@ from dynlab.index import KvIndex
 from dynlab.router import block_hashes
 from dynlab.sim import TIMED_KEYS, SimConfig, build_strategy, make_workers, replay, run
 from dynlab.strategy import BlockRemoved, BlockStored, FleetView, Request, RunContext, Strategy
-from dynlab.timing import Clock, PinnedLRUWorker, TimeModel
+from dynlab.timing import PinnedLRUWorker, TimeModel
 from dynlab.traces import load_trace
 
 TRACE = "mooncake-conversation"

@@ -1,7 +1,6 @@
 """``dynlab sim``, ``dynlab compare`` and ``dynlab strategies``."""
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import replace
