@@ -1,4 +1,4 @@
-"""Shared test set-up: hypothesis profiles (CI's is deterministic) and CLI helpers."""
+"""Shared test set-up: hypothesis profiles (CI's is derandomized, so a run is repeatable)."""
 from __future__ import annotations
 
 import os
