@@ -37,7 +37,7 @@ _consume = deque(maxlen=0).extend  # run an iterator at C speed, keeping nothing
 class Worker:
     """One serving engine's KV cache. ``cache`` is a set (unbounded) or an :class:`EvictionPolicy`."""
 
-    __slots__ = ("id", "cache", "bounded", "evicted_blocks", "size", "_evicted", "_kids", "_lru")
+    __slots__ = ("id", "cache", "bounded", "evicted_blocks", "size", "_evicted", "_kids", "_lru", "_members")
 
     def __init__(self, worker_id: int, cache: Optional[EvictionPolicy] = None):
         self.id = worker_id
@@ -47,6 +47,8 @@ class Worker:
         self.size = 0  # blocks held, kept current by serve() and clear()
         self._evicted: list = []
         self._lru = type(cache) is LRUCache
+        # membership tests go straight to the LRU's OrderedDict (no Python-level __contains__)
+        self._members = cache._data if self._lru else self.cache
         self._kids: dict = {}
         if cache is not None:
             cache.on_evict = self._evicted.append
@@ -59,7 +61,7 @@ class Worker:
 
     def overlap(self, hashes: Sequence[Hashable]) -> int:
         """Leading blocks of ``hashes`` held now (contiguous from block 0)."""
-        cache = self.cache
+        cache = self._members
         n = 0
         for h in hashes:
             if h not in cache:

@@ -101,7 +101,7 @@ class KvRouter:
         self.use_events = use_events
         self.index = KvIndex()
         self.counts = [0] * n_workers
-        self._heap = [(0, w) for w in range(n_workers)]  # (count, worker); stale entries skipped
+        self._heap = [(0, w) for w in range(n_workers)]  # (count, worker), one per worker; see _least_loaded
         self.last_overlap = 0
 
     def route(self, tokens: Sequence[int]) -> int:
@@ -109,11 +109,19 @@ class KvRouter:
         return self.route_hashes(block_hashes(tokens, self.block))
 
     def _least_loaded(self) -> int:
-        """The worker with the fewest routed requests, lowest index first (lazy heap)."""
+        """The worker with the fewest routed requests, lowest index first.
+
+        The heap holds one ``(count, worker)`` entry per worker whose count may lag
+        behind (counts only grow): a stale top is refreshed in place until the top is
+        current, which makes it the true minimum. Routing itself never touches the heap.
+        """
         heap, counts = self._heap, self.counts
-        while heap[0][0] != counts[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0][1]
+        while True:
+            c, w = heap[0]
+            current = counts[w]
+            if c == current:
+                return w
+            heapq.heapreplace(heap, (current, w))
 
     def route_hashes(self, hashes: Sequence[Hashable]) -> int:
         """Like :meth:`route` for precomputed block names (a trace's ``hash_ids``)."""
@@ -127,8 +135,7 @@ class KvRouter:
         else:
             w = self._least_loaded()
             self.last_overlap = 0
-        c = counts[w] = counts[w] + 1
-        heapq.heappush(self._heap, (c, w))
+        counts[w] += 1
         if not self.use_events:
             self.index.apply_stored(w, hashes)
         return w

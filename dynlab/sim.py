@@ -273,17 +273,20 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
             stored, removed = worker.serve(hashes, actual)
             cached_sizes[w] = worker.size
             if publish and (stored or removed):
-                events = []
-                if removed:
-                    events.append(BlockRemoved(w, tuple(removed)))
-                if stored:
-                    events.append(BlockStored(w, tuple(stored)))
                 if event_loss or event_delay:
+                    events = []
+                    if removed:
+                        events.append(BlockRemoved(w, tuple(removed)))
+                    if stored:
+                        events.append(BlockStored(w, tuple(stored)))
                     emit(events, i + 1 + event_delay)
-                else:
-                    published += len(events)
-                    for ev in events:
-                        on_event(ev)
+                else:  # the common case, delivered at once: no list, no bookkeeping
+                    if removed:
+                        published += 1
+                        on_event(BlockRemoved(w, tuple(removed)))
+                    if stored:
+                        published += 1
+                        on_event(BlockStored(w, tuple(stored)))
             if clock is not None:
                 uncached = req.input_length - actual * block_tokens
                 clock.admit(w, t, hashes, uncached if uncached > 0 else 0, req.output_length)

@@ -238,7 +238,7 @@ class MooncakeTrace(TraceFormat):
             inp = _number(record, "input_length", False, 0)
             out = _number(record, "output_length", False, 0)
             ts = _number(record, "timestamp", False, None)
-        return Request(tuple(hashes), input_length=inp, output_length=out, timestamp=ts, index=index)
+        return Request(tuple(hashes), inp, out, ts, index)  # positional: the replay's hot path
 
 
 class TokenTrace(TraceFormat):
