@@ -23,6 +23,20 @@ def pyplot():
     return plt
 
 
+def check_plot_path(path: str) -> str:
+    """The plot format for ``path`` (its suffix, PNG when none); raises :class:`DynlabError`
+    when matplotlib is missing or cannot write that format."""
+    pyplot()
+    from matplotlib.figure import Figure
+
+    fmt = os.path.splitext(path)[1].lower().lstrip(".") or "png"
+    supported = Figure().canvas.get_supported_filetypes()
+    if fmt not in supported:
+        raise DynlabError(f"{path}: cannot write a .{fmt} plot; use one of "
+                          f"{', '.join('.' + k for k in sorted(supported))}")
+    return fmt
+
+
 def save(fig, path: str) -> None:
     """Save ``fig`` to ``path`` atomically, then close it. The format follows the suffix
     (``.png``, ``.pdf``, ``.svg``, ...; PNG when there is none).
@@ -30,13 +44,8 @@ def save(fig, path: str) -> None:
     Raises :class:`DynlabError` for a suffix matplotlib cannot write, or a path that cannot be written.
     """
     plt = pyplot()
-    suffix = os.path.splitext(path)[1].lower().lstrip(".")
-    fmt = suffix or "png"
-    supported = fig.canvas.get_supported_filetypes()
     try:
-        if fmt not in supported:
-            raise DynlabError(f"{path}: cannot write a .{fmt} plot; use one of "
-                              f"{', '.join('.' + k for k in sorted(supported))}")
+        fmt = check_plot_path(path)
         replace_file(path, lambda name: fig.savefig(name, format=fmt, dpi=110, bbox_inches="tight"),
                      suffix="." + fmt)
     finally:

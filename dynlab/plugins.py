@@ -58,6 +58,8 @@ class Registry:
         self._entries: dict[str, Entry] = {}
 
     def add(self, cls: type, source: str) -> None:
+        if not isinstance(cls, type):
+            raise RegistryError(f"{source}: registered {cls!r} as a {self.kind}, but it is not a class")
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name.strip():
             raise RegistryError(f"{source}: {self.kind} class {cls!r} has an empty name")
@@ -110,7 +112,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
         try:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # SystemExit: a plugin that exits while imported
             warnings.warn(f"dynlab plugin {ep.name!r} from {dist} is left out: {type(exc).__name__}: {exc}",
                           PluginWarning, stacklevel=2)
             continue
@@ -144,7 +146,12 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
     for impl in reversed(hook.get_hookimpls()):
         source = sources.get(id(impl.plugin)) or impl.plugin_name
         register: Callable[[type], None] = functools.partial(registry.add, source=source)
-        impl.function(register=register)
+        try:
+            impl.function(register=register)
+        except RegistryError:
+            raise
+        except Exception as exc:
+            raise RegistryError(f"{source}: its {hook_name} hook failed: {type(exc).__name__}: {exc}") from exc
     return registry
 
 

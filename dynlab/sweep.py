@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import random
+import signal
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -144,7 +145,7 @@ def read_grid_file(path: str) -> list[tuple[str, list]]:
             data = tomllib.load(fh)
     except OSError as exc:
         raise GridError(f"cannot read grid file {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GridError(f"grid file {path} is not valid TOML: {exc}") from None
     out: list[tuple[str, list]] = []
 
@@ -240,9 +241,17 @@ def _guarded(config: SimConfig, loader=None) -> tuple[bool, Any]:
         return False, f"{where}{exc}"
 
 
-def _unwrap(ok: bool, value: Any) -> dict:
+class CellError(DynlabError):
+    """A cell failed while running: ``index`` is its position in the configurations run."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index = index
+
+
+def _unwrap(ok: bool, value: Any, index: int) -> dict:
     if not ok:
-        raise DynlabError(value)
+        raise CellError(index, value)
     return value
 
 
@@ -315,14 +324,16 @@ def _is_loopback(address: str) -> bool:
 
 def _serial(configs: Sequence[SimConfig]) -> Iterator[tuple[int, dict]]:
     for i, config in enumerate(configs):
-        yield i, _unwrap(*_guarded(config))
+        yield i, _unwrap(*_guarded(config), i)
 
 
 def _local(configs: Sequence[SimConfig], jobs: int) -> Iterator[tuple[int, dict]]:
     from concurrent.futures import ProcessPoolExecutor
 
     # The pool starts (forks) here, before the caller opens output files or starts threads.
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    # Its workers ignore Ctrl-C: only this process handles it, then cancels what has not started
+    # (a worker interrupted while holding the pool's queue lock would hang the shutdown).
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
     try:
         futures = {pool.submit(_guarded, config): i for i, config in enumerate(configs)}
     except BaseException:
@@ -331,12 +342,16 @@ def _local(configs: Sequence[SimConfig], jobs: int) -> Iterator[tuple[int, dict]
     return _drain_pool(pool, futures)
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _drain_pool(pool, futures: dict) -> Iterator[tuple[int, dict]]:
     from concurrent.futures import as_completed
 
     try:
         for fut in as_completed(futures):
-            yield futures[fut], _unwrap(*fut.result())
+            yield futures[fut], _unwrap(*fut.result(), futures[fut])
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -355,6 +370,9 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Ite
     ray = import_ray(address)
     own = not ray.is_initialized()
     if own:
+        # The processes Ray starts inherit an ignored SIGINT, so Ctrl-C reaches only this
+        # driver, which then shuts them down; a raylet hit by Ctrl-C crashes and leaks agents.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             if address is None:
                 ray.init(address="local", num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
@@ -366,6 +384,8 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Ite
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             raise DynlabError(f"cannot start or reach {where}: {first}") from None
+        finally:
+            signal.signal(signal.SIGINT, previous)
     pending: list = []
     try:
         refs: dict = {}
@@ -390,7 +410,7 @@ def _drain_ray(ray, pending: list, index: dict, own: bool) -> Iterator[tuple[int
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
-                yield index[ref], _unwrap(*ray.get(ref))
+                yield index[ref], _unwrap(*ray.get(ref), index[ref])
     finally:
         _ray_stop(ray, pending, own)
 

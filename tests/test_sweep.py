@@ -384,8 +384,87 @@ def test_plot_a_line_per_strategy_and_a_heatmap_per_strategy(tmp_path):
 
 def test_plot_of_an_absent_metric_lists_the_ones_there(tmp_path):
     png = tmp_path / "p.png"
-    result = invoke("sweep", "--grid", "mode=rr,kv", "--grid", "workers=2,3", "--plot", png, "--metric", "ttft_ms.p99",
+    result = invoke("sweep", "--grid", "mode=rr,kv", "--grid", "workers=2,3", "--plot", png, "--metric", "nosuch",
                     "--quiet")
     assert result.exit_code == 1 and "hit_rate" in result.stderr and "Traceback" not in result.stderr
     assert not png.exists()
+    # a timed metric without --timing is refused before any cell runs
+    result = invoke("sweep", "--grid", "mode=rr,kv", "--grid", "workers=2,3", "--plot", png, "--metric", "ttft_ms.p99",
+                    "--out", tmp_path / "r.jsonl", "--quiet")
+    assert result.exit_code == 2 and "needs --timing" in result.stderr
+    assert not png.exists() and not (tmp_path / "r.jsonl").exists()
     assert lib.metric_value({"a": {"b": 2}}, "a.b") == 2.0 and lib.metric_value({"a": True}, "a") is None
+
+
+def test_grid_file_values_are_checked_as_written(tmp_path):
+    toml = tmp_path / "g.toml"
+    toml.write_text("workers = [1.5]\n")
+    r = invoke("sweep", "--grid-file", toml, "--dry-run")
+    assert r.exit_code == 2 and "1.5" in r.stderr  # no silent truncation to 1
+    toml.write_bytes(b"\xff\xfe")
+    r = invoke("sweep", "--grid-file", toml, "--dry-run")
+    assert r.exit_code == 2 and "not valid TOML" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_strategy_option_values_are_one_cell_whatever_the_spelling():
+    r = invoke("sweep", "--grid", "mode=kv-cost", "--grid", "opt.temperature=0,0.0", "--dry-run")
+    assert r.exit_code == 2 and "repeats" in r.stderr
+    r = ok(invoke("sweep", "--grid", "mode=kv-cost", "--grid", "opt.temperature=0.50,1", "--dry-run"))
+    assert [json.loads(x)["opt.temperature"] for x in lines_of(r.stdout)] == ["0.5", "1.0"]
+
+
+def test_out_csv_and_plot_must_differ(tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = invoke("sweep", "--grid", "mode=rr,kv", "--out", out, "--csv", out)
+    assert r.exit_code == 2 and "different files" in r.stderr and not out.exists()
+
+
+def test_a_failing_cell_is_named(tmp_path):
+    from dynlab import hookimpl, plugins
+    from dynlab.strategy import Strategy
+
+    class Fails(Strategy):
+        """Fails on more than two workers."""
+
+        name = "test-fails-wide"
+
+        def route(self, request, fleet):
+            if fleet.workers > 2:
+                raise RuntimeError("too wide")
+            return 0
+
+    class Plugin:
+        @hookimpl
+        def dynlab_register_strategies(self, register):
+            register(Fails)
+
+    pm = plugins.get_plugin_manager()
+    pm.register(Plugin(), name="test-fails-plugin")
+    try:
+        r = invoke("sweep", "--grid", "mode=test-fails-wide", "--grid", "workers=2,3", "--executor", "serial",
+                   "--quiet")
+    finally:
+        pm.unregister(name="test-fails-plugin")
+    assert r.exit_code == 1 and "Traceback" not in r.stderr
+    assert '"workers": 3' in r.stderr and "too wide" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_ctrl_c_stops_a_pool_sweep_promptly(tmp_path):
+    """SIGINT to the whole process group (what Ctrl-C does) must not hang the process pool."""
+    out = tmp_path / "r.jsonl"
+    cmd = dynlab_command() + ["sweep", "--trace", TRACE, "--grid", "mode=rr,kv,kv-events,random",
+                              "--grid", "workers=2,3,4,5", "--executor", "local", "--jobs", "2", "--out", str(out),
+                              "--quiet"]
+    for _ in range(3):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        time.sleep(1.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=120)  # a hang, not a speed: cells take ~0.2 s each
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("the sweep hung after Ctrl-C")
+        assert proc.returncode in (0, 130), err
+        assert b"Traceback" not in err
+        if out.exists():
+            out.unlink()

@@ -101,9 +101,9 @@ def parse_opts(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _run(config: SimConfig, quiet: bool) -> dict:
+def _run(config: SimConfig, quiet: bool, requests=None) -> dict:
     try:
-        return run(config, progress=not quiet and sys.stderr.isatty())
+        return run(config, progress=not quiet and sys.stderr.isatty(), requests=requests)
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -121,7 +121,7 @@ def common_flags(fn):
     fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
     fn = click.option("--timing", is_flag=True,
                       help="Time model: arrivals, prefill queues, TTFT (see dynlab.timing).")(fn)
-    fn = click.option("--quiet", is_flag=True, help="No progress bar.")(fn)
+    fn = click.option("--quiet", is_flag=True, help="No progress bar (and, for sweep, no summary line).")(fn)
     return fn
 
 
@@ -228,7 +228,16 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
     if field == "mode" and base.opts:
         configs = _options_per_mode(configs)
-    results = {item: _run(config, quiet) for item, config in configs.items()}
+    if plot_path:
+        from dynlab.plots import check_plot_path
+
+        check_plot_path(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
+    requests = None
+    if base.trace is not None and field not in ("trace", "trace_format", "block"):
+        from dynlab.traces import load_trace  # read once for every run (and stdin can only be read once)
+
+        requests = load_trace(base.trace, base.trace_format, base.block)
+    results = {item: _run(config, quiet, requests) for item, config in configs.items()}
     if plot_path:
         from dynlab.plots import plot_compare
 

@@ -19,8 +19,9 @@ from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import output_path, write_atomic
 from dynlab.cli.routing import common_flags, parse_opts, sim_options
+from dynlab.errors import DynlabError
 from dynlab.sim import SimConfig, config_fields
-from dynlab.sweep import (EXECUTORS, OPT_PREFIX, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
+from dynlab.sweep import (EXECUTORS, OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
                           check_ray_address, execute, import_ray, option_text, plot_layout, plot_sweep,
                           preload_traces, read_grid_file, record_line, to_csv)
 
@@ -51,6 +52,21 @@ def _convert(p: click.Option, name: str, raw, ctx) -> object:
         return p.type.convert(raw, p, ctx)
     except click.BadParameter as exc:
         raise click.BadParameter(exc.message, param_hint=f"--grid {name}") from None
+
+
+def _canonical_opt(name: str, text: str) -> str:
+    """A strategy option's value in one spelling (``0``, ``0.0`` and ``0e0`` are one cell), when a
+    registered strategy declares ``name`` and the text converts; otherwise the text as written
+    (a bad value is then reported per cell, as ``sim`` reports it)."""
+    for entry in plugins.strategies().entries():
+        for o in entry.cls.options:
+            if o.name == name:
+                try:
+                    value = o.convert(text)
+                except ValueError:
+                    return text
+                return option_text(value)
+    return text
 
 
 def _parse_grid_item(item: str) -> tuple[str, list[str]]:
@@ -90,7 +106,8 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
                 raise click.UsageError(f"grid option {name!r}: no strategy option name after 'opt.'")
             if canon[len(OPT_PREFIX):] in fixed_opts:
                 raise click.UsageError(f"{canon} is both in the grid and given with --opt")
-            converted = [option_text(v) if from_file else v for v in values]
+            converted = [_canonical_opt(canon[len(OPT_PREFIX):], option_text(v) if from_file else v)
+                         for v in values]
         else:
             p = params.get(name)
             if p is None:
@@ -100,7 +117,7 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
             if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None):
                 raise click.UsageError(f"{canon} is both in the grid and given as {p.opts[0]}")
             fields[canon] = p.name
-            converted = [_convert(p, canon, v, ctx) for v in values]
+            converted = [_convert(p, canon, option_text(v) if from_file else v, ctx) for v in values]
         if any(a.name == canon for a in axes):
             raise click.UsageError(f"grid option {canon!r} is given twice")
         seen: dict[str, object] = {}
@@ -120,7 +137,7 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
             fixed[_canonical(p)] = options[p.name]
             fields[_canonical(p)] = p.name
     for name, text in fixed_opts.items():
-        fixed[OPT_PREFIX + name] = text
+        fixed[OPT_PREFIX + name] = _canonical_opt(name, text)
     base = {name: value for name, value in options.items() if name in fields_of_config}
     return Grid(tuple(axes), fixed, fields, dict(base, opts={}))
 
@@ -186,6 +203,9 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         raise click.UsageError("--jobs needs --executor local or ray")
     if jobs is not None and ray_address:
         raise click.UsageError("--jobs sets the CPUs of a local Ray instance; with --ray-address the cluster's count")
+    paths = [os.path.realpath(p) for p in (out, csv_path, plot_path) if p and p != "-"]
+    if len(set(paths)) != len(paths):
+        raise click.UsageError("--out, --csv and --plot must name different files")
     grid = _build_grid(ctx, grid_items, grid_file, opt, options)
     cells = grid.cells()
     configs = _check_cells(grid, cells)
@@ -208,12 +228,15 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         for cell, _ in todo:
             click.echo(json.dumps(cell))
         note = f", {len(cells) - len(todo)} already in {out}" if resume else ""
-        click.echo(f"{len(cells)} cells{note}, {len(todo)} to run", err=True)
+        click.echo(f"{_cells(len(cells))}{note}, {len(todo)} to run", err=True)
         return
     if plot_path:
-        from dynlab.plots import pyplot
+        from dynlab.plots import check_plot_path
 
-        pyplot()  # a missing matplotlib fails now, not after the sweep
+        check_plot_path(plot_path)  # a missing matplotlib or an unknown suffix fails now, not after the sweep
+        if metric and metric.split(".")[0] in ("ttft_ms", "queue_wait_ms", "makespan_s") and \
+                not any(c.timing for c in configs):
+            raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
     if executor == "ray" and todo:
         import_ray(ray_address)
         if ray_address:
@@ -236,21 +259,24 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         from tqdm import tqdm
 
         bar = stack.enter_context(tqdm(total=len(todo), unit="cell", desc="sweep", file=sys.stderr,
-                                       disable=quiet or not todo, leave=False))
-        for i, result in runs:
-            cell = todo[i][0]
-            if results_file is not None:
-                results_file.append(cell, result)
-            else:
-                click.echo(record_line(cell, result))
-            results[cell_key(cell)] = result
-            bar.update(1)
+                                       disable=quiet or not todo or not sys.stderr.isatty(), leave=False))
+        try:
+            for i, result in runs:
+                cell = todo[i][0]
+                if results_file is not None:
+                    results_file.append(cell, result)
+                else:
+                    click.echo(record_line(cell, result))
+                results[cell_key(cell)] = result
+                bar.update(1)
+        except CellError as exc:
+            raise DynlabError(f"cell {json.dumps(todo[exc.index][0])}: {exc}") from None
     elapsed = time.perf_counter() - started
     if not quiet:
         skipped = len(cells) - len(todo)
         where = f" into {out}" if out else ""
         extra = f"; {skipped} already there" if skipped else ""
-        click.echo(f"sweep: {len(todo)} cells in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
+        click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
     results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
     if csv_path:
         write_atomic(csv_path, to_csv((c, results[cell_key(c)]) for c in cells if cell_key(c) in results))
@@ -258,8 +284,11 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         _plot(grid, results, plot_path, metric)
 
 
+def _cells(n: int) -> str:
+    return f"{n} cell" if n == 1 else f"{n} cells"
+
+
 def _plot(grid: Grid, results: dict, path: str, metric) -> None:
-    from dynlab.errors import DynlabError
     from dynlab.sweep import metric_value, numeric_paths
 
     values = list(results.values())
