@@ -349,11 +349,18 @@ def _ignore_sigint() -> None:
 def _drain_pool(pool, futures: dict) -> Iterator[tuple[int, dict]]:
     from concurrent.futures import as_completed
 
+    finished = False
     try:
         for fut in as_completed(futures):
             yield futures[fut], _unwrap(*fut.result(), futures[fut])
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if not finished:
+            # Interrupted (Ctrl-C) or closed early: stop the workers now rather than wait for
+            # a clean hand-over that an interrupt in this process can leave stuck forever.
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def _ray_cell(config: SimConfig, box: list) -> tuple[bool, Any]:
@@ -408,7 +415,8 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Ite
 def _drain_ray(ray, pending: list, index: dict, own: bool) -> Iterator[tuple[int, dict]]:
     try:
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            # a short timeout returns to Python regularly, so Ctrl-C (KeyboardInterrupt) is seen at once
+            done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
             for ref in done:
                 yield index[ref], _unwrap(*ray.get(ref), index[ref])
     finally:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import warnings
 
@@ -93,6 +94,7 @@ class DynlabGroup(click.Group):
             exc.show()
             sys.exit(exc.exit_code)
         except (click.Abort, KeyboardInterrupt, EOFError):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up at exit
             click.echo("Aborted!", err=True)
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
