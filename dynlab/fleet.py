@@ -44,7 +44,7 @@ class Worker:
         self.bounded = cache is not None
         self.cache = cache if cache is not None else set()
         self.evicted_blocks = 0
-        self.size = 0  # blocks held, kept current by serve() and clear()
+        self.size = 0  # blocks held, kept current by serve()
         self._evicted: list = []
         self._lru = type(cache) is LRUCache
         # membership tests go straight to the LRU's OrderedDict (no Python-level __contains__)
@@ -178,15 +178,3 @@ class Worker:
                     cache.remove(c)
                     evicted.append(c)
                     stack.append(c)
-
-    def clear(self) -> list:
-        """Drop every block (returns what was held)."""
-        held = list(self.cache.keys()) if self.bounded else list(self.cache)
-        if self.bounded:
-            for h in held:
-                self.cache.remove(h)
-        else:
-            self.cache.clear()
-        self._kids.clear()
-        self.size = 0
-        return held

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import sys
 from collections import deque
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from dynlab.errors import DynlabError
@@ -407,4 +407,4 @@ def config_fields() -> list[str]:
     return [f.name for f in fields(SimConfig)]
 
 
-__all__ = ["SimConfig", "run", "replay", "build_strategy", "make_workers", "config_fields", "replace"]
+__all__ = ["SimConfig", "run", "replay", "build_strategy", "make_workers", "config_fields"]
