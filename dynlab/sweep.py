@@ -376,6 +376,8 @@ def _ray_cell(config: SimConfig, box: list) -> tuple[bool, Any]:
 def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Iterator[tuple[int, dict]]:
     ray = import_ray(address)
     own = not ray.is_initialized()
+    if own and address is not None:
+        check_ray_address(address)  # fails in one line at once, where Ray would retry for minutes
     if own:
         # The processes Ray starts inherit an ignored SIGINT, so Ctrl-C reaches only this
         # driver, which then shuts them down; a raylet hit by Ctrl-C crashes and leaks agents.
@@ -385,7 +387,6 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Ite
                 ray.init(address="local", num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
                          logging_level=logging.ERROR, log_to_driver=False)
             else:
-                check_ray_address(address)
                 ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         except Exception as exc:  # Ray's connection errors: one line for the user
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -22,8 +22,8 @@ from dynlab.cli.routing import common_flags, parse_opts, sim_options
 from dynlab.errors import DynlabError
 from dynlab.sim import SimConfig, config_fields
 from dynlab.sweep import (EXECUTORS, OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
-                          check_ray_address, execute, import_ray, option_text, plot_layout, plot_sweep,
-                          preload_traces, read_grid_file, record_line, to_csv)
+                          execute, option_text, plot_layout, plot_sweep,
+                          read_grid_file, record_line, to_csv)
 
 # this command's own parameters: everything else that is a SimConfig field is a sim option
 _OWN = {"grid_items", "grid_file", "executor", "jobs", "ray_address", "out", "resume", "csv_path",
@@ -237,15 +237,12 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         if metric and metric.split(".")[0] in ("ttft_ms", "queue_wait_ms", "makespan_s") and \
                 not any(c.timing for c in configs):
             raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
-    if executor == "ray" and todo:
-        import_ray(ray_address)
-        if ray_address:
-            check_ray_address(ray_address)
-    preload_traces(c for _, c in todo)  # a bad trace fails before anything is written
     results = {k: r for k, (_, r) in (results_file.records.items() if results_file else ())}
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        # The pool (forked) or Ray starts first: its processes must not inherit the results file's lock.
+        # execute() loads and checks the traces, checks Ray and its address, and starts the pool (forked)
+        # or Ray, all before the results file is opened: a bad trace or an unreachable cluster writes
+        # nothing, and the workers do not inherit the file's lock.
         runs = stack.enter_context(contextlib.closing(
             execute([c for _, c in todo], executor, jobs, ray_address)))
         if results_file is not None:
