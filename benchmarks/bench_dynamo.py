@@ -19,7 +19,7 @@ blocks (parent: none), then ``find_matches`` is asked for every sequence.
 
 Names. A block's *local hash* is the first 8 bytes of ``blake2b`` of its tokens alone
 (``tokens_hash`` in Dynamo's event); its *sequence hash* is
-:func:`dynlab.router.block_hashes`, chained over the blocks before it (``block_hash``,
+:func:`dynlab.routing.hashing.block_hashes`, chained over the blocks before it (``block_hash``,
 and the parent's one in ``parent_hash``). ``KvIndex`` is keyed by sequence hashes and
 queried with them; Dynamo's tree is queried with local hashes, which it walks from the
 root. The two questions are the same because a sequence hash is a function of (parent
@@ -57,8 +57,8 @@ import struct
 import sys
 import time
 
-from dynlab.index import KvIndex
-from dynlab.router import block_hashes
+from dynlab.routing.hashing import block_hashes
+from dynlab.routing.index import KvIndex
 
 
 # --------------------------------------------------------------------------- workload

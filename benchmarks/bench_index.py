@@ -24,7 +24,7 @@ import random
 import statistics
 import time
 
-from dynlab.index import KvIndex
+from dynlab.routing.index import KvIndex
 
 
 def make_sequences(n: int, depth: int, heads: int, head: int, seed: int) -> list[list[int]]:

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from importlib import resources
 
-from dynlab.cache import LRUCache
+from dynlab.kv.policies import LRUCache
 
 FRACTIONS = (0.01, 0.10, 0.50)
 
@@ -94,7 +94,7 @@ def main() -> None:
         print(f"{label:>18}  {n / t:>18,.0f}  {hits / n:>9.4f}  {n / tb:>18,.0f}  {t / tb:>5.2f}")
 
     if args.all_policies:
-        from dynlab.cache import FutureIndex
+        from dynlab.kv.policies import FutureIndex
         from dynlab.plugins import eviction_policies
 
         future = FutureIndex(keys)

@@ -2,7 +2,7 @@
 
 A worker with ``capacity=None`` remembers every block forever (the seed's model);
 otherwise it keeps at most ``capacity`` blocks (size 1 each) under an eviction
-policy (:class:`dynlab.cache.EvictionPolicy`).
+policy (:class:`dynlab.kv.policies.EvictionPolicy`).
 
 Serving a request of blocks ``h[0..n-1]`` whose first ``k`` blocks are held, an
 LRU cache (the default) goes through three steps:
@@ -29,7 +29,7 @@ from collections import deque
 from itertools import islice, repeat
 from typing import Hashable, Optional, Sequence
 
-from dynlab.cache import EvictionPolicy, LRUCache
+from dynlab.kv.policies import EvictionPolicy, LRUCache
 
 _consume = deque(maxlen=0).extend  # run an iterator at C speed, keeping nothing
 

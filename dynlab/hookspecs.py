@@ -23,7 +23,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def dynlab_register_strategies(register):
     """Register routing strategies: ``register(StrategySubclass)``.
 
-    The class must subclass :class:`dynlab.strategy.Strategy` and set a
+    The class must subclass :class:`dynlab.routing.strategy.Strategy` and set a
     non-empty class attribute ``name`` (the ``--mode`` value).
     """
 
@@ -32,7 +32,7 @@ def dynlab_register_strategies(register):
 def dynlab_register_eviction_policies(register):
     """Register cache eviction policies: ``register(EvictionPolicySubclass)``.
 
-    The class must subclass :class:`dynlab.cache.EvictionPolicy` and set a
+    The class must subclass :class:`dynlab.kv.policies.EvictionPolicy` and set a
     non-empty class attribute ``name`` (the ``--policy`` value).
     """
 

@@ -157,14 +157,14 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
 
 def strategies(pm: pluggy.PluginManager | None = None) -> Registry:
     """Every registered routing strategy (``--mode`` names)."""
-    from dynlab.strategy import Strategy
+    from dynlab.routing.strategy import Strategy
 
     return _collect("dynlab_register_strategies", "strategy", Strategy, pm)
 
 
 def eviction_policies(pm: pluggy.PluginManager | None = None) -> Registry:
     """Every registered cache eviction policy (``--policy`` names)."""
-    from dynlab.cache import EvictionPolicy
+    from dynlab.kv.policies import EvictionPolicy
 
     return _collect("dynlab_register_eviction_policies", "eviction policy", EvictionPolicy, pm)
 

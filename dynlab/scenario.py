@@ -6,7 +6,7 @@ tokens of KV, read in passes (``fwd``: 0 first, ``rev``: docs-1 first) through o
 is never emptied between passes. Capacities and sizes are in tokens. The defaults are the seed
 lab's: a 21,520-token GPU cache (about 4.3 documents), 10 documents of 5,011 tokens, passes
 ``fwd,fwd,rev``, no CPU tier. The CPU tier (``cpu > 0``) is the offload idea of LMCache and
-vLLM's CPU KV offloading (see :class:`dynlab.cache.TwoTierCache`).
+vLLM's CPU KV offloading (see :class:`dynlab.kv.tiers.TwoTierCache`).
 
 :func:`run_scenario` gives the seed's JSON object; :func:`cliff` sweeps one capacity and reports
 one number of the last pass per capacity (the seed's steps 4 and 7).
@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from dynlab.cache import EvictionPolicy, FutureIndex, TwoTierCache
+from dynlab.kv.policies import EvictionPolicy, FutureIndex
+from dynlab.kv.tiers import TwoTierCache
 
 __all__ = [
     "DEFAULT_GPU",

@@ -22,7 +22,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from dynlab.errors import DynlabError
 from dynlab.fleet import Worker
-from dynlab.strategy import BlockRemoved, BlockStored, FleetView, Request, RunContext, Strategy
+from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
 from dynlab.timing import DECODE_TPS, POISSON_RATE, PREFILL_TPS, Clock, PinnedLRUWorker, TimeModel
 
 SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
@@ -104,7 +105,7 @@ def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
     """Whether the traceback of ``exc`` passes through the strategy class's own source files."""
     files = {getattr(c, "__module__", None) for c in type(strategy).__mro__} - {"builtins", "abc", __name__}
     files = {getattr(sys.modules.get(m), "__file__", None) for m in files} - {None}
-    files.discard(getattr(sys.modules.get("dynlab.strategy"), "__file__", None))
+    files.discard(getattr(sys.modules.get("dynlab.routing.strategy"), "__file__", None))
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_filename in files:
@@ -369,7 +370,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     future = None
     if _needs_future(config):
         requests = list(requests)
-        from dynlab.cache import FutureIndex
+        from dynlab.kv.policies import FutureIndex
 
         future = FutureIndex([h for r in requests for h in reversed(r.hashes)])  # indexed once, shared
     workers = make_workers(config, future)

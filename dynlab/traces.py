@@ -2,7 +2,7 @@
 
 Formats are plugins (hook ``dynlab_register_trace_formats``); the built-ins are
 ``mooncake`` (Mooncake's ``hash_ids`` of 512-token blocks, already prefix-chained)
-and ``tokens`` (``{"tokens": [ints]}`` hashed with :func:`dynlab.router.block_hashes`).
+and ``tokens`` (``{"tokens": [ints]}`` hashed with :func:`dynlab.routing.hashing.block_hashes`).
 Built-in traces ship inside the package (see :data:`BUILTIN_TRACES`).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any, ClassVar, Iterator, Optional
 
 from dynlab.errors import DynlabError, InputError
-from dynlab.strategy import Request
+from dynlab.routing.strategy import Request
 
 #: name -> (package resource under dynlab/data, number of requests). The Mooncake
 #: conversation trace: kvcache-ai/Mooncake FAST25-release/traces, Apache-2.0.
@@ -251,7 +251,7 @@ class TokenTrace(TraceFormat):
         return isinstance(record, dict) and "tokens" in record
 
     def parse(self, record, index):
-        from dynlab.router import block_hashes
+        from dynlab.routing.hashing import block_hashes
 
         tokens = record.get("tokens")
         if "tokens" not in record:

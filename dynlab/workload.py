@@ -4,8 +4,8 @@ from __future__ import annotations
 import random
 from typing import Iterator
 
-from dynlab.router import block_hashes
-from dynlab.strategy import Request
+from dynlab.routing.hashing import block_hashes
+from dynlab.routing.strategy import Request
 
 
 def seed_order(prefixes: int, reps: int, rng: random.Random) -> list[int]:

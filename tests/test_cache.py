@@ -8,7 +8,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from dynlab.cache import FIFOCache, FutureIndex, LFUCache, LRUCache, OptCache, TwoTierCache
+from dynlab.kv.policies import FutureIndex, LRUCache
+from dynlab.kv.tiers import TwoTierCache
+from dynlab_builtins.policies import FIFOCache, LFUCache, OptCache
 
 KEYS = st.integers(0, 7)
 

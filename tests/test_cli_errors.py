@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from dynlab import hookimpl, plugins
 from dynlab.cli import main
-from dynlab.strategy import Strategy
+from dynlab.routing.strategy import Strategy
 
 
 def one_line_error(args, code, needle, **kw):

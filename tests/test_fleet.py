@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.fleet import Worker
-from dynlab.index import KvIndex
-from dynlab.router import block_hashes
+from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.hashing import block_hashes
+from dynlab.routing.index import KvIndex
+from dynlab.routing.strategy import Request, RunContext, Strategy
 from dynlab.sim import SimConfig, build_strategy, make_workers, replay, run
-from dynlab.strategy import BlockRemoved, BlockStored, Request, RunContext, Strategy
 from dynlab.traces import load_trace
 
 TRACE = "mooncake-conversation"

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dynlab.index import KvIndex
+from dynlab.routing.index import KvIndex
 
 # Mostly a few small ids (so workers share blocks), sometimes ids past a 64-bit word.
 WORKERS = st.one_of(st.integers(0, 4), st.sampled_from([63, 64, 65, 511]))

@@ -10,9 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab import hookimpl
-from dynlab.cache import EvictionPolicy, OptCache
+from dynlab.kv.policies import EvictionPolicy
 from dynlab.cli import main
 from dynlab.plugins import eviction_policies, get_plugin_manager
+from dynlab_builtins.policies import OptCache
 
 ENTRIES = eviction_policies().entries()
 IDS = [e.name for e in ENTRIES]

@@ -1,4 +1,4 @@
-"""Properties of ``dynlab.router``: the block-hash chain, ``overlap`` and ``KvRouter`` (lab 000 steps 1-3, 5)."""
+"""Properties of ``dynlab.routing.hashing`` and ``dynlab.routing.router``: the block-hash chain, ``overlap`` and ``KvRouter`` (lab 000 steps 1-3, 5)."""
 from __future__ import annotations
 
 import copy
@@ -13,8 +13,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from dynlab.index import KvIndex
-from dynlab.router import KvRouter, block_hashes, overlap
+from dynlab.routing.hashing import block_hashes, overlap
+from dynlab.routing.index import KvIndex
+from dynlab.routing.router import KvRouter
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -140,7 +141,7 @@ def test_distinct_blocks_get_distinct_names(a, b):
 
 _SUBPROCESS_CODE = """
 import json, sys
-from dynlab.router import block_hashes
+from dynlab.routing.hashing import block_hashes
 cases = json.load(sys.stdin)
 print(json.dumps([block_hashes(tokens, block) for tokens, block in cases]))
 """

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from dynlab import hookimpl, plugins
 from dynlab.cli import main
 from dynlab.fleet import Worker
+from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
+from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
 from dynlab.sim import SimConfig, build_strategy, replay
-from dynlab.strategy import (AllBlocksCleared, BlockRemoved, BlockStored, FleetView, Request, RunContext,
-                             Strategy)
 
 # Collected once, when pytest imports this module: whatever is installed is covered.
 STRATEGY_NAMES = plugins.strategies().names()

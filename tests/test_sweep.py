@@ -421,7 +421,7 @@ def test_out_csv_and_plot_must_differ(tmp_path):
 
 def test_a_failing_cell_is_named(tmp_path):
     from dynlab import hookimpl, plugins
-    from dynlab.strategy import Strategy
+    from dynlab.routing.strategy import Strategy
 
     class Fails(Strategy):
         """Fails on more than two workers."""

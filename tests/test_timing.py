@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 from dynlab import plugins
 from dynlab.cli import main
-from dynlab.index import KvIndex
-from dynlab.router import block_hashes
+from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.hashing import block_hashes
+from dynlab.routing.index import KvIndex
+from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
 from dynlab.sim import TIMED_KEYS, SimConfig, build_strategy, make_workers, replay, run
-from dynlab.strategy import BlockRemoved, BlockStored, FleetView, Request, RunContext, Strategy
 from dynlab.timing import PinnedLRUWorker, TimeModel
 from dynlab.traces import load_trace
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 
 from dynlab import hookimpl
-from dynlab.cache import LRUCache
 from dynlab.fleet import Worker
-from dynlab.index import KvIndex
-from dynlab.router import KvRouter
-from dynlab.strategy import AllBlocksCleared, BlockRemoved, BlockStored, Strategy, StrategyOption
+from dynlab.kv.policies import LRUCache
+from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
+from dynlab.routing.index import KvIndex
+from dynlab.routing.router import KvRouter
+from dynlab.routing.strategy import Strategy, StrategyOption
 
 
 class RoundRobin(Strategy):

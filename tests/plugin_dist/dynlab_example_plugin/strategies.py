@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dynlab import hookimpl
-from dynlab.strategy import Strategy
+from dynlab.routing.strategy import Strategy
 
 
 class LastWorker(Strategy):

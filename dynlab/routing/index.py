@@ -15,7 +15,7 @@ class KvIndex:
     """Block name -> the workers holding it, kept as a bitmask (bit ``w`` set: worker ``w`` holds it).
 
     Worker ids are ints ``>= 0`` (the simulator's ``0..n-1``). Names are the chained
-    block hashes of :func:`dynlab.router.block_hashes` or a trace's ``hash_ids``.
+    block hashes of :func:`dynlab.routing.hashing.block_hashes` or a trace's ``hash_ids``.
 
     Cost: :meth:`find_matches` walks the request's blocks while some worker still
     matches, AND-ing the still-matching mask with each block's mask (one machine

@@ -1,4 +1,4 @@
-"""The routing-strategy interface: ``Strategy``, ``Request``, KV events, the run context and the fleet view.
+"""The routing-strategy interface: ``Strategy``, ``Request``, the run context and the fleet view.
 
 Strategies are plugins (see :mod:`dynlab.hookspecs`). A strategy never reads a
 worker's cache: it learns only what it routed, what KV events told it, and the
@@ -11,6 +11,8 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Hashable, Mapping, Optional, Sequence
+
+from dynlab.routing.events import KvEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,32 +32,6 @@ class Request:
     timestamp: Optional[float] = None
     index: int = 0
     prefix: Optional[Hashable] = None
-
-
-@dataclass(frozen=True, slots=True)
-class BlockStored:
-    """``worker`` stored ``hashes`` (block names, prefix order) in its KV cache (vLLM/Dynamo name)."""
-
-    worker: int
-    hashes: tuple
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
-    """``worker`` evicted ``hashes`` from its KV cache (vLLM/Dynamo name)."""
-
-    worker: int
-    hashes: tuple
-
-
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
-    """``worker`` dropped its whole KV cache (vLLM/Dynamo name)."""
-
-    worker: int
-
-
-KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 @dataclass(frozen=True)
