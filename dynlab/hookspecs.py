@@ -41,6 +41,6 @@ def dynlab_register_eviction_policies(register):
 def dynlab_register_trace_formats(register):
     """Register trace readers: ``register(TraceFormatSubclass)``.
 
-    The class must subclass :class:`dynlab.traces.TraceFormat` and set a
+    The class must subclass :class:`dynlab.traces.format.TraceFormat` and set a
     non-empty class attribute ``name`` (the ``--trace-format`` value).
     """

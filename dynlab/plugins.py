@@ -171,6 +171,6 @@ def eviction_policies(pm: pluggy.PluginManager | None = None) -> Registry:
 
 def trace_formats(pm: pluggy.PluginManager | None = None) -> Registry:
     """Every registered trace reader (``--trace-format`` names)."""
-    from dynlab.traces import TraceFormat
+    from dynlab.traces.format import TraceFormat
 
     return _collect("dynlab_register_trace_formats", "trace format", TraceFormat, pm)

@@ -1,7 +1,7 @@
 """Every artifact of the two seed labs in one run, and a report that answers their questions from the numbers.
 
 ``dynlab reproduce OUTDIR`` is :func:`build` followed by writing its files. :func:`build` calls the
-same library functions the individual commands call (:func:`dynlab.sim.run` behind ``sim`` and
+same library functions the individual commands call (:func:`dynlab.engine.run.run` behind ``sim`` and
 ``compare``, :func:`dynlab.disagg.cost_report` behind ``disagg``, :func:`dynlab.scenario.run_scenario`
 and :func:`dynlab.scenario.cliff` behind ``scenario`` and ``cliff``, :mod:`dynlab.summarize` behind
 ``summarize``), so each JSON artifact is exactly what its command prints (:attr:`Artifact.text`: one
@@ -36,8 +36,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from dynlab import __version__
 from dynlab import disagg as kvcost_lib
 from dynlab import summarize as summarize_lib
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import run
 from dynlab.scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, cliff, run_scenario
-from dynlab.sim import SimConfig, run
 
 __all__ = [
     "LABS",

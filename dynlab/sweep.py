@@ -1,4 +1,4 @@
-"""Parameter sweeps: a grid of ``sim`` options, one :func:`dynlab.sim.run` per cell, run serially,
+"""Parameter sweeps: a grid of ``sim`` options, one :func:`dynlab.engine.run.run` per cell, run serially,
 on a process pool or on a Ray cluster, resumable from a JSON-lines results file.
 
 A *cell* is a dict of option name -> value (names as the user writes them: ``mode``,
@@ -29,8 +29,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import build_strategy, run
 from dynlab.errors import DynlabError
-from dynlab.sim import SimConfig, build_strategy, run
 
 #: Prefix of grid names that set a strategy option (``opt.NAME`` -> ``SimConfig.opts[NAME]``).
 OPT_PREFIX = "opt."
@@ -187,7 +188,7 @@ def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
     """This process's copy of ``config``'s trace (``None`` without a trace), loaded on first use.
 
     Keyed by (trace, trace format, block); at most :data:`TRACE_CACHE_SIZE` traces are kept.
-    ``loader`` replaces :func:`dynlab.traces.load_trace` (Ray fetches from its object store).
+    ``loader`` replaces :func:`dynlab.traces.reader.load_trace` (Ray fetches from its object store).
     """
     if config.trace is None:
         return None
@@ -196,7 +197,7 @@ def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
         _TRACES.move_to_end(key)
         return _TRACES[key]
     if loader is None:
-        from dynlab.traces import load_trace
+        from dynlab.traces.reader import load_trace
 
         requests = load_trace(config.trace, config.trace_format, config.block)
     else:

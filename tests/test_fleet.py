@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 from dynlab import plugins
 from dynlab.cli import main
-from dynlab.fleet import Worker
+from dynlab.engine.config import SimConfig
+from dynlab.engine.counted import Worker
+from dynlab.engine.run import build_strategy, make_workers, replay, run
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.hashing import block_hashes
 from dynlab.routing.index import KvIndex
 from dynlab.routing.strategy import Request, RunContext, Strategy
-from dynlab.sim import SimConfig, build_strategy, make_workers, replay, run
-from dynlab.traces import load_trace
+from dynlab.traces.reader import load_trace
 
 TRACE = "mooncake-conversation"
 POLICIES = [n for n in plugins.eviction_policies().names() if n != "opt"]

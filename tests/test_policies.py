@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab import hookimpl
-from dynlab.kv.policies import EvictionPolicy
 from dynlab.cli import main
+from dynlab.kv.policies import EvictionPolicy
 from dynlab.plugins import eviction_policies, get_plugin_manager
 from dynlab_builtins.policies import OptCache
 

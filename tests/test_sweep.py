@@ -17,7 +17,8 @@ import pytest
 from dynlab import sweep as lib
 from helpers import dynlab_command, invoke, lines_of, ok
 from dynlab.cli.routing import SIM_OPTIONS
-from dynlab.sim import SimConfig, run
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import run
 
 TRACE = "mooncake-conversation"
 

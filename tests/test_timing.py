@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 
 from dynlab import plugins
 from dynlab.cli import main
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import TIMED_KEYS, build_strategy, make_workers, replay, run
+from dynlab.engine.timing import PinnedLRUWorker, TimeModel
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.hashing import block_hashes
 from dynlab.routing.index import KvIndex
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
-from dynlab.sim import TIMED_KEYS, SimConfig, build_strategy, make_workers, replay, run
-from dynlab.timing import PinnedLRUWorker, TimeModel
-from dynlab.traces import load_trace
+from dynlab.traces.reader import load_trace
 
 TRACE = "mooncake-conversation"
 

@@ -7,10 +7,12 @@ from dataclasses import replace
 
 import click
 
-from dynlab import plugins, timing
+from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import echo_json, output_path, split_list
-from dynlab.sim import SimConfig, run
+from dynlab.engine import timing
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import run
 
 
 class CapacityType(click.ParamType):
@@ -120,7 +122,7 @@ def common_flags(fn):
                       help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
     fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
     fn = click.option("--timing", is_flag=True,
-                      help="Time model: arrivals, prefill queues, TTFT (see dynlab.timing).")(fn)
+                      help="Time model: arrivals, prefill queues, TTFT (see dynlab.engine.timing).")(fn)
     fn = click.option("--quiet", is_flag=True, help="No progress bar (and, for sweep, no summary line).")(fn)
     return fn
 
@@ -234,7 +236,7 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
         check_plot_path(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
     if base.trace is not None and field not in ("trace", "trace_format", "block"):
-        from dynlab.traces import load_trace  # read once for every run (and stdin can only be read once)
+        from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
         requests = load_trace(base.trace, base.trace_format, base.block)
     results = {item: _run(config, quiet, requests) for item, config in configs.items()}

@@ -19,8 +19,9 @@ from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import output_path, write_atomic
 from dynlab.cli.routing import common_flags, parse_opts, sim_options
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import config_fields
 from dynlab.errors import DynlabError
-from dynlab.sim import SimConfig, config_fields
 from dynlab.sweep import (EXECUTORS, OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
                           execute, option_text, plot_layout, plot_sweep,
                           read_grid_file, record_line, to_csv)

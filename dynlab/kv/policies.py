@@ -175,7 +175,7 @@ class LRUCache(_OrderedDictCache):
     and a running total for ``used``. Source: step 1 of the seed lab ``shared/seeds/002``.
 
     ``_data`` (the OrderedDict of key -> size, oldest first) and ``_used`` are read and updated
-    directly by the fleet's unit-size fast path (:mod:`dynlab.fleet`): keep their meaning.
+    directly by the fleet's unit-size fast path (:mod:`dynlab.engine.counted`): keep their meaning.
     """
 
     name = "lru"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from dynlab import hookimpl
-from dynlab.fleet import Worker
+from dynlab.engine.counted import Worker
 from dynlab.kv.policies import LRUCache
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
 from dynlab.routing.index import KvIndex

@@ -1,6 +1,84 @@
 """Built-in trace formats (``mooncake``, ``tokens``), registered through the dynlab entry-point group."""
+from __future__ import annotations
+
+import math
+
 from dynlab import hookimpl
-from dynlab.traces import MooncakeTrace, TokenTrace
+from dynlab.routing.strategy import Request
+from dynlab.traces.format import TraceFormat
+
+
+def _number(record: dict, key: str, required: bool = True, default=None):
+    if key not in record:
+        if required:
+            raise ValueError(f"missing field {key!r}")
+        return default
+    v = record[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"field {key!r} must be a number, got {v!r}")
+    if not math.isfinite(v):
+        raise ValueError(f"field {key!r} must be a finite number, got {v!r}")
+    if v < 0:
+        raise ValueError(f"field {key!r} must not be negative, got {v!r}")
+    return v
+
+
+def _int_list(record: dict, key: str) -> list:
+    if key not in record:
+        raise ValueError(f"missing field {key!r}")
+    v = record[key]
+    if not isinstance(v, list):
+        raise ValueError(f"field {key!r} must be a list of ints")
+    if v and set(map(type, v)) != {int}:
+        for i, h in enumerate(v):
+            if type(h) is not int:
+                raise ValueError(f"{key}[{i}] must be an int, got {h!r}")
+    return v
+
+
+class MooncakeTrace(TraceFormat):
+    """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks."""
+
+    name = "mooncake"
+    block_tokens = 512
+
+    @classmethod
+    def detect(cls, record):
+        return isinstance(record, dict) and "hash_ids" in record
+
+    def parse(self, record, index):
+        hashes = _int_list(record, "hash_ids")
+        get = record.get
+        inp, out, ts = get("input_length", 0), get("output_length", 0), get("timestamp")
+        if type(inp) is not int or type(out) is not int or (ts is not None and type(ts) is not int and (
+                type(ts) is not float or not math.isfinite(ts))) or inp < 0 or out < 0 or (ts is not None and ts < 0):
+            inp = _number(record, "input_length", False, 0)
+            out = _number(record, "output_length", False, 0)
+            ts = _number(record, "timestamp", False, None)
+        return Request(tuple(hashes), inp, out, ts, index)  # positional: the replay's hot path
+
+
+class TokenTrace(TraceFormat):
+    """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length), hashed at --block."""
+
+    name = "tokens"
+
+    @classmethod
+    def detect(cls, record):
+        return isinstance(record, dict) and "tokens" in record
+
+    def parse(self, record, index):
+        from dynlab.routing.hashing import block_hashes
+
+        tokens = record.get("tokens")
+        if "tokens" not in record:
+            raise ValueError("missing field 'tokens'")
+        if not isinstance(tokens, list):
+            raise ValueError("field 'tokens' must be a list of ints")
+        hashes = block_hashes(tokens, self.block)
+        return Request(tuple(hashes), input_length=len(tokens),
+                       output_length=_number(record, "output_length", False, 0),
+                       timestamp=_number(record, "timestamp", False, None), index=index)
 
 
 @hookimpl

@@ -1,6 +1,7 @@
-"""Trace formats and trace reading: JSONL request traces streamed line by line as :class:`Request` s.
+"""Trace reading: JSONL request traces streamed line by line as :class:`Request` s.
 
-Formats are plugins (hook ``dynlab_register_trace_formats``); the built-ins are
+Formats are plugins (hook ``dynlab_register_trace_formats``, interface
+:class:`dynlab.traces.format.TraceFormat`); the built-ins, in ``dynlab_builtins.trace_formats``, are
 ``mooncake`` (Mooncake's ``hash_ids`` of 512-token blocks, already prefix-chained)
 and ``tokens`` (``{"tokens": [ints]}`` hashed with :func:`dynlab.routing.hashing.block_hashes`).
 Built-in traces ship inside the package (see :data:`BUILTIN_TRACES`).
@@ -10,15 +11,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import math
 import os
 import sys
-from abc import ABC, abstractmethod
 from importlib import resources
-from typing import Any, ClassVar, Iterator, Optional
+from typing import Iterator, Optional
 
 from dynlab.errors import DynlabError, InputError
 from dynlab.routing.strategy import Request
+from dynlab.traces.format import TraceFormat
 
 #: name -> (package resource under dynlab/data, number of requests). The Mooncake
 #: conversation trace: kvcache-ai/Mooncake FAST25-release/traces, Apache-2.0.
@@ -28,61 +28,6 @@ BUILTIN_TRACES = {
 
 
 _DECODER = json.JSONDecoder()
-
-
-class TraceFormat(ABC):
-    """Base class of trace readers: turns one decoded JSON line into a :class:`Request`.
-
-    Subclasses set ``name`` (the ``--trace-format`` value) and a one-line docstring,
-    implement :meth:`detect` (does a first record look like this format?) and
-    :meth:`parse` (raise ``ValueError`` with a short message for a bad record; the
-    reader adds ``FILE:LINE``). ``block`` is the ``--block`` option (tokens per
-    block), for formats that hash tokens themselves.
-    """
-
-    name: ClassVar[str] = ""
-    #: tokens per block of the names the format yields; ``None``: the ``--block`` option
-    block_tokens: ClassVar[Optional[int]] = None
-
-    def __init__(self, block: int = 16):
-        self.block = block
-
-    @classmethod
-    @abstractmethod
-    def detect(cls, record: Any) -> bool:
-        """True when ``record`` (the first line, decoded) is in this format."""
-
-    @abstractmethod
-    def parse(self, record: Any, index: int) -> Request:
-        """The request for ``record``; ``index`` is its position among the trace's requests."""
-
-
-def _number(record: dict, key: str, required: bool = True, default=None):
-    if key not in record:
-        if required:
-            raise ValueError(f"missing field {key!r}")
-        return default
-    v = record[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"field {key!r} must be a number, got {v!r}")
-    if not math.isfinite(v):
-        raise ValueError(f"field {key!r} must be a finite number, got {v!r}")
-    if v < 0:
-        raise ValueError(f"field {key!r} must not be negative, got {v!r}")
-    return v
-
-
-def _int_list(record: dict, key: str) -> list:
-    if key not in record:
-        raise ValueError(f"missing field {key!r}")
-    v = record[key]
-    if not isinstance(v, list):
-        raise ValueError(f"field {key!r} must be a list of ints")
-    if v and set(map(type, v)) != {int}:
-        for i, h in enumerate(v):
-            if type(h) is not int:
-                raise ValueError(f"{key}[{i}] must be an int, got {h!r}")
-    return v
 
 
 def open_source(path_or_name: str) -> tuple[io.TextIOBase, str, Optional[int]]:
@@ -217,48 +162,3 @@ def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16) ->
     out = TraceRequests(requests)
     out.block_tokens = block_tokens
     return out
-
-
-class MooncakeTrace(TraceFormat):
-    """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks."""
-
-    name = "mooncake"
-    block_tokens = 512
-
-    @classmethod
-    def detect(cls, record):
-        return isinstance(record, dict) and "hash_ids" in record
-
-    def parse(self, record, index):
-        hashes = _int_list(record, "hash_ids")
-        get = record.get
-        inp, out, ts = get("input_length", 0), get("output_length", 0), get("timestamp")
-        if type(inp) is not int or type(out) is not int or (ts is not None and type(ts) is not int and (
-                type(ts) is not float or not math.isfinite(ts))) or inp < 0 or out < 0 or (ts is not None and ts < 0):
-            inp = _number(record, "input_length", False, 0)
-            out = _number(record, "output_length", False, 0)
-            ts = _number(record, "timestamp", False, None)
-        return Request(tuple(hashes), inp, out, ts, index)  # positional: the replay's hot path
-
-
-class TokenTrace(TraceFormat):
-    """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length), hashed at --block."""
-
-    name = "tokens"
-
-    @classmethod
-    def detect(cls, record):
-        return isinstance(record, dict) and "tokens" in record
-
-    def parse(self, record, index):
-        from dynlab.routing.hashing import block_hashes
-
-        tokens = record.get("tokens")
-        if "tokens" not in record:
-            raise ValueError("missing field 'tokens'")
-        if not isinstance(tokens, list):
-            raise ValueError("field 'tokens' must be a list of ints")
-        hashes = block_hashes(tokens, self.block)
-        return Request(tuple(hashes), input_length=len(tokens),
-                       output_length=_number(record, "output_length", False, 0),
-                       timestamp=_number(record, "timestamp", False, None), index=index)

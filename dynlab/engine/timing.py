@@ -80,7 +80,7 @@ class PinnedLRUWorker:
     pinned (reference-counted) and never evicted; released blocks join the LRU
     list tail-first, so a parent is always more recent than its children and the
     cache stays prefix-closed. Same ``overlap`` / ``serve`` interface as
-    :class:`dynlab.fleet.Worker`, plus :meth:`release`.
+    :class:`dynlab.engine.counted.Worker`, plus :meth:`release`.
     """
 
     __slots__ = ("id", "capacity", "lru", "pins", "evicted_blocks", "overflow_peak", "bounded", "size")
@@ -133,7 +133,7 @@ class PinnedLRUWorker:
     def serve(self, hashes: Sequence[Hashable], cached: int):
         """Pin the request's blocks (the ``cached`` head is held; the rest is new); evict if over capacity.
 
-        Returns ``(stored, removed)`` like :meth:`dynlab.fleet.Worker.serve`.
+        Returns ``(stored, removed)`` like :meth:`dynlab.engine.counted.Worker.serve`.
         """
         pins, lru = self.pins, self.lru
         for i in range(cached):

@@ -17,84 +17,18 @@ from __future__ import annotations
 import random
 import sys
 from collections import deque
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from dataclasses import fields
+from typing import Any, Iterable, Optional, Sequence
 
+from dynlab.engine.counted import Worker
+from dynlab.engine.config import SimConfig
+from dynlab.engine.timing import Clock, PinnedLRUWorker, TimeModel
 from dynlab.errors import DynlabError
-from dynlab.fleet import Worker
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
-from dynlab.timing import DECODE_TPS, POISSON_RATE, PREFILL_TPS, Clock, PinnedLRUWorker, TimeModel
 
 SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
 TIMED_KEYS = ("ttft_ms", "queue_wait_ms", "makespan_s", "peak_active_requests", "overflow_blocks")
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
-
-    Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
-    ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``); with it,
-    a built-in trace name or a path, read by ``trace_format`` (``None``: detected).
-    Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded) under the
-    eviction ``policy``. Events: ``publish`` (``"yes"``/``"no"``), ``event_delay``
-    (requests), ``event_loss`` (probability). ``opts``: strategy options (name -> text).
-    ``all_metrics``: on the synthetic workload, add the fleet metrics to the seed's keys.
-    Time (``timing=True``, :mod:`dynlab.timing`): ``time_scale`` multiplies trace
-    timestamps, ``rate`` (requests/s) drives Poisson arrivals for workloads without
-    them, ``prefill_tps`` (tokens/s per worker) and ``decode_tps`` (tokens/s per request).
-    """
-
-    mode: str = "kv"
-    workers: int = 2
-    prefixes: int = 12
-    reps: int = 6
-    plen: int = 96
-    tail: int = 16
-    seed: int = 1
-    block: int = 16
-    publish: str = "yes"
-    capacity: Optional[int] = None
-    policy: str = "lru"
-    event_delay: int = 0
-    event_loss: float = 0.0
-    trace: Optional[str] = None
-    trace_format: Optional[str] = None
-    all_metrics: bool = False
-    opts: Mapping[str, str] = field(default_factory=dict)
-    timing: bool = False
-    time_scale: float = 1.0
-    rate: float = POISSON_RATE
-    prefill_tps: float = PREFILL_TPS
-    decode_tps: float = DECODE_TPS
-
-    def time_model(self) -> TimeModel:
-        """The :class:`dynlab.timing.TimeModel` of these options."""
-        return TimeModel(self.prefill_tps, self.decode_tps, self.time_scale, self.rate)
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field."""
-        for name in ("workers", "block"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("prefixes", "reps", "plen", "tail", "event_delay"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.capacity is not None and self.capacity < 0:
-            raise ValueError(f"capacity must be >= 0, got {self.capacity}")
-        if self.publish not in ("yes", "no"):
-            raise ValueError(f"publish must be yes or no, got {self.publish!r}")
-        if not 0.0 <= self.event_loss <= 1.0:
-            raise ValueError(f"event_loss must be between 0 and 1, got {self.event_loss}")
-        self.time_model().validate()
-        if not self.timing:
-            for name in TIME_MODEL_FIELDS:
-                if getattr(self, name) != _DEFAULTS[name]:
-                    raise ValueError(f"--{name.replace('_', '-')} only applies with --timing")
-        if self.timing and self.capacity is not None and self.policy != "lru":
-            raise ValueError(f"--timing pins active blocks in an LRU list (vLLM's free-block queue); "
-                             f"policy {self.policy!r} is not supported with it")
 
 
 class StrategyError(DynlabError):
@@ -112,11 +46,6 @@ def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-#: the options of the time model: set without ``timing`` they would silently do nothing, so they are refused
-TIME_MODEL_FIELDS = ("time_scale", "rate", "prefill_tps", "decode_tps")
-_DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
 
 
 def _ratio(num: float, den: float, digits: int = 4) -> float:
@@ -175,9 +104,9 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
            seed: int = 1) -> dict[str, Any]:
     """Route and serve every request; return the fleet metrics (without ``mode``).
 
-    With ``time_model`` (workers must then be :class:`dynlab.timing.PinnedLRUWorker`),
+    With ``time_model`` (workers must then be :class:`dynlab.engine.timing.PinnedLRUWorker`),
     requests arrive in time, queue for prefill and pin their blocks until their decode
-    ends (:mod:`dynlab.timing`); the fleet view shows each worker's load, and the
+    ends (:mod:`dynlab.engine.timing`); the fleet view shows each worker's load, and the
     result gains the timed metrics. ``block_tokens`` converts cached blocks to tokens
     (``uncached = input_length - cached_blocks * block_tokens``, at least 0).
 
@@ -334,7 +263,7 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
 def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[Request]] = None) -> dict[str, Any]:
     """Run one simulation and return the JSON object ``dynlab sim`` prints.
 
-    ``requests``: the trace already loaded (:func:`dynlab.traces.load_trace` of
+    ``requests``: the trace already loaded (:func:`dynlab.traces.reader.load_trace` of
     ``config.trace``, ``config.trace_format`` and ``config.block``), so a sweep reads a
     trace once per process; ``None`` streams it from ``config.trace``.
 
@@ -351,7 +280,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
     block_tokens = config.block
     if config.trace is None:
-        from dynlab.workload import seed_requests
+        from dynlab.traces.synthetic import seed_requests
 
         requests = seed_requests(config.prefixes, config.reps, config.plen,
                                                      config.tail, config.block, rng)
@@ -359,7 +288,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         total = config.prefixes * config.reps
     else:
         if requests is None:
-            from dynlab.traces import open_trace
+            from dynlab.traces.reader import open_trace
 
             requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block)
         else:

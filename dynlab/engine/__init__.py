@@ -1,0 +1,12 @@
+"""The replay engine: requests -> a strategy -> simulated workers -> KV events -> metrics.
+
+- :mod:`~dynlab.engine.config`: :class:`SimConfig`, every option of ``dynlab sim``, and its validation;
+- :mod:`~dynlab.engine.run`: :func:`run` (one simulation, the JSON ``dynlab sim`` prints),
+  :func:`replay` (the event loop over given requests, strategy and workers) and their helpers;
+- :mod:`~dynlab.engine.counted`: the count-based :class:`Worker` (no time);
+- :mod:`~dynlab.engine.timing`: the first-order time model (``--timing``).
+"""
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import StrategyError, replay, run
+
+__all__ = ["SimConfig", "run", "replay", "StrategyError"]
