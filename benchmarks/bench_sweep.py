@@ -21,6 +21,7 @@ import sys
 import time
 
 from dynlab import sweep as lib
+from dynlab.errors import DynlabError
 
 TRACE = "mooncake-conversation"
 MODES = ("rr", "random", "kv", "kv-events")
@@ -80,7 +81,7 @@ def main() -> int:
     if not args.no_ray:
         try:
             lib.import_ray(None)
-        except lib.DynlabError as exc:
+        except DynlabError as exc:
             print(f"ray: skipped ({exc})")
         else:
             ups, downs, times = [], [], []

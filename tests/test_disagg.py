@@ -1,4 +1,4 @@
-"""dynlab.disagg and ``dynlab disagg`` / ``dynlab models``: seed values, units, model configs, bad input."""
+"""dynlab.disagg.cost and ``dynlab disagg`` / ``dynlab models``: seed values, units, model configs, bad input."""
 from __future__ import annotations
 
 import json
@@ -9,20 +9,11 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dynlab import disagg
 from dynlab.cli import main
-from dynlab.disagg import (
-    ModelConfigError,
-    UnknownModelError,
-    breakeven_gbps,
-    effective_gbps,
-    kv_bytes_per_token,
-    kv_bytes_per_token_from_config,
-    kv_shape_from_config,
-    mla_kv_bytes_per_token,
-    transfer_ms,
-    ttft_disagg,
-)
+from dynlab.disagg import cost as disagg
+from dynlab.disagg.cost import (ModelConfigError, UnknownModelError, breakeven_gbps, effective_gbps, kv_bytes_per_token,
+                                kv_bytes_per_token_from_config, kv_shape_from_config, mla_kv_bytes_per_token,
+                                transfer_ms, ttft_disagg)
 
 QWEN3_06B_BPT = 2 * 28 * 8 * 128 * 2  # K and V x 28 layers x 8 KV heads x 128 x bfloat16
 

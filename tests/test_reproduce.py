@@ -9,8 +9,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from dynlab import reproduce as lib
 from dynlab.cli import main
+from dynlab.labs import reproduce as lib
 
 LAB000 = ["modes.json", "events.json", "kvcost.json", "disagg_measured.json", "bounded.json",
           "strategies.png", "bounded.png"]

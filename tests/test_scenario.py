@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab.cli import main
+from dynlab.labs.scenario import access_sequence, cliff, pass_docs, run_scenario
 from dynlab.plugins import UnknownNameError, eviction_policies
-from dynlab.scenario import access_sequence, cliff, pass_docs, run_scenario
 
 NO_HITS_FWD = {"order": "fwd", "gpu_hits": 0, "cpu_hits": 0, "misses": 10, "hit_docs": []}
 

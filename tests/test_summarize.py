@@ -1,4 +1,4 @@
-"""dynlab.summarize and ``dynlab summarize {disagg,offload}``: medians, ratios, warnings, bad lines, atomic OUT."""
+"""dynlab.labs.summarize and ``dynlab summarize {disagg,offload}``: medians, ratios, warnings, bad lines, atomic OUT."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dynlab.cli import main
 from dynlab.errors import DynlabError, InputError
-from dynlab.summarize import summarize_disagg, summarize_offload
+from dynlab.labs.summarize import summarize_disagg, summarize_offload
 
 FIXTURES = resources.files("dynlab").joinpath("data", "fixtures")
 KEEP = "previous content, must survive a failed run\n"

@@ -19,6 +19,7 @@ from helpers import dynlab_command, invoke, lines_of, ok
 from dynlab.cli.routing import SIM_OPTIONS
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import run
+from dynlab.errors import DynlabError
 
 TRACE = "mooncake-conversation"
 
@@ -229,12 +230,12 @@ def test_results_file_appends_each_cell_once(tmp_path):
         rf.append({"a": 1}, {"x": 1})
         rf.append({"a": 1}, {"x": 2})
         assert path.read_text() == '{"cell": {"a": 1}, "result": {"x": 1}}\n'  # flushed at once
-        with pytest.raises(lib.DynlabError, match="in use by another sweep"):
+        with pytest.raises(DynlabError, match="in use by another sweep"):
             lib.ResultsFile(str(path)).open()
     with lib.ResultsFile(str(path)) as rf:
         assert rf.done() == {lib.cell_key({"a": 1})}
     path.write_text('{"cell": {"a": 1}, "result": {"x": 1}}\nnot json\n')
-    with pytest.raises(lib.DynlabError, match=r"r.jsonl:2: not a sweep record"):
+    with pytest.raises(DynlabError, match=r"r.jsonl:2: not a sweep record"):
         lib.ResultsFile(str(path)).open()
 
 
@@ -244,9 +245,9 @@ def test_an_unreachable_ray_address_fails_at_once_in_one_line():
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(lib.DynlabError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
+    with pytest.raises(DynlabError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
         lib.check_ray_address(f"127.0.0.1:{port}")
-    with pytest.raises(lib.DynlabError, match="expected HOST:PORT"):
+    with pytest.raises(DynlabError, match="expected HOST:PORT"):
         lib.check_ray_address("nonsense")
 
 

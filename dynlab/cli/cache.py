@@ -1,6 +1,6 @@
 """``dynlab scenario``, ``dynlab cliff`` and ``dynlab policies``: the document-cache lab (seed 002, steps 1-7).
 
-Thin: parse and validate the options, call :mod:`dynlab.scenario`, print one JSON object.
+Thin: parse and validate the options, call :mod:`dynlab.labs.scenario`, print one JSON object.
 """
 from __future__ import annotations
 
@@ -8,17 +8,8 @@ import click
 
 from dynlab.cli import main
 from dynlab.cli.common import echo_json, split_list
-from dynlab.scenario import (
-    DEFAULT_CPU,
-    DEFAULT_DOCS,
-    DEFAULT_GPU,
-    DEFAULT_PASSES,
-    DEFAULT_TOKENS,
-    METRICS,
-    PASS_ORDERS,
-    cliff,
-    run_scenario,
-)
+from dynlab.labs.scenario import (DEFAULT_CPU, DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_PASSES, DEFAULT_TOKENS, METRICS,
+                                  PASS_ORDERS, cliff, run_scenario)
 
 
 def _passes(ctx, param, value: str) -> list[str]:

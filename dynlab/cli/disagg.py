@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from dynlab import disagg as lib
-from dynlab import summarize as summ
 from dynlab.cli import main
 from dynlab.cli.common import echo_json, split_list, write_atomic
+from dynlab.disagg import cost as lib
+from dynlab.labs import summarize as summ
 
 
 class _Number(click.ParamType):

@@ -1,6 +1,6 @@
 """``dynlab reproduce OUTDIR``: every artifact of the two labs, their plots and REPORT.md, in one run.
 
-Thin: check the options and OUTDIR, call :func:`dynlab.reproduce.build`, write its files atomically
+Thin: check the options and OUTDIR, call :func:`dynlab.labs.reproduce.build`, write its files atomically
 one by one, print the paths written.
 """
 from __future__ import annotations
@@ -9,10 +9,10 @@ import os
 
 import click
 
-from dynlab import reproduce as lib
 from dynlab.cli import main
 from dynlab.cli.common import write_atomic
 from dynlab.errors import DynlabError
+from dynlab.labs import reproduce as lib
 
 _FILE = click.Path(exists=True, dir_okay=False)
 

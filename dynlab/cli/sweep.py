@@ -23,8 +23,7 @@ from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields
 from dynlab.errors import DynlabError
 from dynlab.sweep import (EXECUTORS, OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
-                          execute, option_text, plot_layout, plot_sweep,
-                          read_grid_file, record_line, to_csv)
+                          execute, option_text, plot_layout, plot_sweep, read_grid_file, record_line, to_csv)
 
 # this command's own parameters: everything else that is a SimConfig field is a sim option
 _OWN = {"grid_items", "grid_file", "executor", "jobs", "ray_address", "out", "resume", "csv_path",

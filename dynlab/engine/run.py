@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import fields
 from typing import Any, Iterable, Optional, Sequence
 
-from dynlab.engine.counted import Worker
 from dynlab.engine.config import SimConfig
+from dynlab.engine.counted import Worker
 from dynlab.engine.timing import Clock, PinnedLRUWorker, TimeModel
 from dynlab.errors import DynlabError
 from dynlab.routing.events import BlockRemoved, BlockStored

@@ -2,8 +2,8 @@
 
 ``dynlab reproduce OUTDIR`` is :func:`build` followed by writing its files. :func:`build` calls the
 same library functions the individual commands call (:func:`dynlab.engine.run.run` behind ``sim`` and
-``compare``, :func:`dynlab.disagg.cost_report` behind ``disagg``, :func:`dynlab.scenario.run_scenario`
-and :func:`dynlab.scenario.cliff` behind ``scenario`` and ``cliff``, :mod:`dynlab.summarize` behind
+``compare``, :func:`dynlab.disagg.cost.cost_report` behind ``disagg``, :func:`dynlab.labs.scenario.run_scenario`
+and :func:`dynlab.labs.scenario.cliff` behind ``scenario`` and ``cliff``, :mod:`dynlab.labs.summarize` behind
 ``summarize``), so each JSON artifact is exactly what its command prints (:attr:`Artifact.text`: one
 ``json.dumps`` line and a newline). ``REPORT.md`` is rendered from those objects; it holds no number
 of its own except the ranges the labs quote from their measurements (:data:`LAB000_MEASURED`).
@@ -19,7 +19,7 @@ Artifacts per lab (file -> the equivalent command):
   ``cliff.json``, ``offload.json``, ``cpu_cliff.json`` (``dynlab scenario`` / ``dynlab cliff``) and,
   given a measured file, ``offload_measured.json`` (``dynlab summarize offload FILE -``).
 
-Plots (:mod:`dynlab.report_plots`, matplotlib): ``strategies.png`` and ``bounded.png`` (lab 000),
+Plots (:mod:`dynlab.labs.report_plots`, matplotlib): ``strategies.png`` and ``bounded.png`` (lab 000),
 ``cliff_gpu.png`` and ``cliff_cpu.png`` (lab 002).
 
 This module writes nothing: :func:`build` returns a :class:`Reproduction` whose texts and plot
@@ -34,11 +34,11 @@ from importlib import resources
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from dynlab import __version__
-from dynlab import disagg as kvcost_lib
-from dynlab import summarize as summarize_lib
+from dynlab.disagg import cost as kvcost_lib
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import run
-from dynlab.scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, cliff, run_scenario
+from dynlab.labs import summarize as summarize_lib
+from dynlab.labs.scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, cliff, run_scenario
 
 __all__ = [
     "LABS",
@@ -272,7 +272,7 @@ def _total_tokens() -> int:
 
 def lab_plots(artifacts: Mapping[str, Artifact]) -> dict[str, Plot]:
     """The plots whose data is among ``artifacts``; drawing them needs matplotlib."""
-    from dynlab import report_plots as rp
+    from dynlab.labs import report_plots as rp
 
     data = {name: a.data for name, a in artifacts.items()}
     total = _total_tokens()

@@ -1,0 +1,312 @@
+"""Running a sweep's cells: serially, on a local process pool or on Ray (:func:`execute`).
+
+Each process loads a trace once (:func:`cached_trace`); a failing cell comes back as one
+line (:class:`CellError`); Ctrl-C stops pool workers and Ray tasks instead of waiting for them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import run
+from dynlab.errors import DynlabError
+
+#: The executors :func:`execute` knows.
+EXECUTORS = ("serial", "local", "ray")
+#: Loaded traces each process keeps (least recently used dropped first).
+TRACE_CACHE_SIZE = 2
+RAY_EXTRA_MESSAGE = "--executor ray needs Ray: pip install 'dynlab[ray]'"
+
+
+_TRACES: "OrderedDict[tuple, Any]" = OrderedDict()
+
+
+def _trace_key(config: SimConfig) -> tuple:
+    return (config.trace, config.trace_format, config.block)
+
+
+def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
+    """This process's copy of ``config``'s trace (``None`` without a trace), loaded on first use.
+
+    Keyed by (trace, trace format, block); at most :data:`TRACE_CACHE_SIZE` traces are kept.
+    ``loader`` replaces :func:`dynlab.traces.reader.load_trace` (Ray fetches from its object store).
+    """
+    if config.trace is None:
+        return None
+    key = _trace_key(config)
+    if key in _TRACES:
+        _TRACES.move_to_end(key)
+        return _TRACES[key]
+    if loader is None:
+        from dynlab.traces.reader import load_trace
+
+        requests = load_trace(config.trace, config.trace_format, config.block)
+    else:
+        requests = loader()
+    _TRACES[key] = requests
+    while len(_TRACES) > TRACE_CACHE_SIZE:
+        _TRACES.popitem(last=False)
+    return requests
+
+
+def clear_trace_cache() -> None:
+    """Drop this process's loaded traces."""
+    _TRACES.clear()
+
+
+def preload_traces(configs: Iterable[SimConfig]) -> None:
+    """Load every trace the configurations use into this process's cache, raising their errors now.
+
+    With more than :data:`TRACE_CACHE_SIZE` traces the first ones are read (checked) and dropped again.
+    """
+    seen = set()
+    for config in configs:
+        key = _trace_key(config)
+        if config.trace is not None and key not in seen:
+            seen.add(key)
+            cached_trace(config)
+
+
+def run_cell(config: SimConfig) -> dict:
+    """``run(config)`` with the trace from this process's cache: the JSON object ``dynlab sim`` prints."""
+    return run(config, requests=cached_trace(config))
+
+
+def _guarded(config: SimConfig, loader=None) -> tuple[bool, Any]:
+    # Worker side: user errors travel back as text (some error classes do not pickle).
+    try:
+        if loader is not None:
+            cached_trace(config, loader)
+        return True, run_cell(config)
+    except (DynlabError, ValueError, LookupError, OSError) as exc:
+        where = f"{exc.filename}: " if isinstance(exc, OSError) and getattr(exc, "filename", None) else ""
+        return False, f"{where}{exc}"
+
+
+class CellError(DynlabError):
+    """A cell failed while running: ``index`` is its position in the configurations run."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index = index
+
+
+def _unwrap(ok: bool, value: Any, index: int) -> dict:
+    if not ok:
+        raise CellError(index, value)
+    return value
+
+
+def default_jobs() -> int:
+    """The number of CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def import_ray(address: Optional[str] = None):
+    """Import Ray, or raise :class:`DynlabError` naming the ``dynlab[ray]`` extra.
+
+    ``address``: the cluster the sweep will use (``None``: a local instance it starts).
+    Ray reads its settings from the environment when it is imported, so when this is
+    the first import, the environment is prepared first (existing values are kept):
+
+    - a local instance, or a cluster at a loopback address, stays on the loopback
+      interface (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``; otherwise Ray replaces
+      127.0.0.1 with the host's outbound address);
+    - a local instance sends no usage statistics, and is protected by a throwaway
+      authentication token held in this process's environment (``RAY_AUTH_MODE=token``,
+      ``RAY_AUTH_TOKEN``), unless Ray authentication is configured already. Ray's own
+      default would save a token to ``~/.ray/auth_token``, which later ``ray start``
+      runs then pick up.
+    """
+    if "ray" not in sys.modules:
+        if address is None or _is_loopback(address):
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if address is None:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            if not any(k in os.environ for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+                import secrets
+
+                os.environ["RAY_AUTH_MODE"] = "token"
+                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    try:
+        import ray
+    except ImportError:
+        raise DynlabError(RAY_EXTRA_MESSAGE) from None
+    return ray
+
+
+def check_ray_address(address: str, timeout: float = 10.0) -> None:
+    """Raise :class:`DynlabError` when nothing accepts connections at a ``host:port`` Ray address.
+
+    Ray itself keeps retrying an unreachable address for minutes. ``auto`` and
+    ``ray://`` client addresses are left to Ray. ``timeout``: seconds to wait for the
+    TCP connection.
+    """
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise DynlabError(f"--ray-address {address!r}: expected HOST:PORT (the head node's GCS port)")
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise DynlabError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _serial(configs: Sequence[SimConfig]) -> Iterator[tuple[int, dict]]:
+    for i, config in enumerate(configs):
+        yield i, _unwrap(*_guarded(config), i)
+
+
+def _local(configs: Sequence[SimConfig], jobs: int) -> Iterator[tuple[int, dict]]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    # The pool starts (forks) here, before the caller opens output files or starts threads.
+    # Its workers ignore Ctrl-C: only this process handles it, then cancels what has not started
+    # (a worker interrupted while holding the pool's queue lock would hang the shutdown).
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
+    try:
+        futures = {pool.submit(_guarded, config): i for i, config in enumerate(configs)}
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    return _drain_pool(pool, futures)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _drain_pool(pool, futures: dict) -> Iterator[tuple[int, dict]]:
+    from concurrent.futures import as_completed
+
+    finished = False
+    try:
+        for fut in as_completed(futures):
+            yield futures[fut], _unwrap(*fut.result(), futures[fut])
+        finished = True
+    finally:
+        if not finished:
+            # Interrupted (Ctrl-C) or closed early: stop the workers now rather than wait for
+            # a clean hand-over that an interrupt in this process can leave stuck forever.
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _ray_cell(config: SimConfig, box: list) -> tuple[bool, Any]:
+    # ``box`` holds the trace's object reference inside a list, so Ray does not fetch
+    # it for every task: a worker process fetches it once and keeps it in its cache.
+    if config.trace is None or _trace_key(config) in _TRACES:
+        return _guarded(config)
+    import ray
+
+    return _guarded(config, loader=lambda: ray.get(box[0]))
+
+
+def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Iterator[tuple[int, dict]]:
+    ray = import_ray(address)
+    own = not ray.is_initialized()
+    if own and address is not None:
+        check_ray_address(address)  # fails in one line at once, where Ray would retry for minutes
+    if own:
+        # The processes Ray starts inherit an ignored SIGINT, so Ctrl-C reaches only this
+        # driver, which then shuts them down; a raylet hit by Ctrl-C crashes and leaks agents.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            if address is None:
+                ray.init(address="local", num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
+                         logging_level=logging.ERROR, log_to_driver=False)
+            else:
+                ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+        except Exception as exc:  # Ray's connection errors: one line for the user
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            raise DynlabError(f"cannot start or reach {where}: {first}") from None
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    pending: list = []
+    try:
+        refs: dict = {}
+        for config in configs:  # each trace goes into the object store once
+            key = _trace_key(config)
+            if config.trace is not None and key not in refs:
+                refs[key] = ray.put(cached_trace(config))
+        task = ray.remote(num_cpus=1)(_ray_cell)
+        index = {}
+        for i, config in enumerate(configs):
+            ref = task.remote(config, [refs.get(_trace_key(config))])
+            index[ref] = i
+            pending.append(ref)
+    except BaseException:
+        _ray_stop(ray, pending, own)
+        raise
+    return _drain_ray(ray, pending, index, own)
+
+
+def _drain_ray(ray, pending: list, index: dict, own: bool) -> Iterator[tuple[int, dict]]:
+    try:
+        while pending:
+            # a short timeout returns to Python regularly, so Ctrl-C (KeyboardInterrupt) is seen at once
+            done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+            for ref in done:
+                yield index[ref], _unwrap(*ray.get(ref), index[ref])
+    finally:
+        _ray_stop(ray, pending, own)
+
+
+def _ray_stop(ray, pending: list, own: bool) -> None:
+    for ref in pending:
+        try:
+            ray.cancel(ref)
+        except Exception:  # best effort: the task may have finished meanwhile
+            pass
+    if own:
+        ray.shutdown()
+
+
+def execute(configs: Sequence[SimConfig], executor: str = "local", jobs: Optional[int] = None,
+            ray_address: Optional[str] = None) -> Iterator[tuple[int, dict]]:
+    """Run every configuration; yield ``(position in configs, result)`` as each finishes.
+
+    - ``serial``: one after another in this process.
+    - ``local``: a :class:`concurrent.futures.ProcessPoolExecutor` of ``jobs`` processes
+      (default: the CPUs this process may use).
+    - ``ray``: one Ray task per configuration (1 CPU each) on the cluster at
+      ``ray_address``, or on a local instance of ``jobs`` CPUs started here and shut
+      down at the end. Each trace is put in Ray's object store once.
+
+    Every process loads each trace once (see :func:`cached_trace`); the traces are
+    loaded here first, so a bad trace raises before any cell runs. The pool or the Ray
+    instance starts before this returns; iterate the result to completion or close it
+    (``contextlib.closing``) to shut them down. Results do not depend on the executor.
+    A cell's error raises :class:`DynlabError` (one line); closing early cancels the
+    cells not yet started.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; available: {', '.join(EXECUTORS)}")
+    if not configs:
+        return _serial(())
+    jobs = jobs or default_jobs()
+    preload_traces(configs)  # errors before any cell runs; forked pool workers inherit the cache
+    if executor == "serial":
+        return _serial(configs)
+    if executor == "local":
+        return _local(configs, min(jobs, len(configs)))
+    return _ray(configs, jobs, ray_address)

@@ -1,0 +1,146 @@
+"""Plots of a sweep: a line per series over one numeric option, or a heatmap per series over two."""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Mapping, Sequence
+
+from dynlab.sweep.grid import Axis, Grid, GridError, cell_key
+from dynlab.sweep.results import metric_value
+
+
+def _is_numeric_axis(axis: Axis) -> bool:
+    vals = [v for v in axis.values if v is not None]
+    return bool(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+
+
+def plot_layout(grid: Grid) -> tuple[list[Axis], list[Axis]]:
+    """``(numeric axes, series axes)`` of a sweep plot; raises :class:`GridError` when it cannot be drawn.
+
+    The numeric axes are the varied options whose values are all numbers (or null,
+    e.g. ``capacity=unbounded``): one gives a line plot, two a heatmap. The other
+    varied options (``mode``, ``policy``, ...) make the series: one line, or one
+    heatmap panel, per combination.
+    """
+    varied = grid.varied()
+    numeric = [a for a in varied if _is_numeric_axis(a)]
+    if not 1 <= len(numeric) <= 2:
+        names = ", ".join(a.name for a in numeric) or "none"
+        raise GridError("--plot needs one or two varied numeric options (a line or a heatmap per strategy); "
+                        f"varied numeric options: {names}")
+    return numeric, [a for a in varied if a not in numeric]
+
+
+def _compact(v: float) -> str:
+    """A short label for a heatmap cell: three significant digits, k and M for large values."""
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    if a >= 1e3:
+        return f"{v:.0f}"
+    return f"{v:.3g}"
+
+
+def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, metric: str) -> None:
+    """Plot ``metric`` (a dotted path into each result) over the grid, as a PNG at ``path``.
+
+    ``results``: :func:`cell_key` -> result for the grid's cells (missing cells are
+    left blank). One varied numeric option: a line per series (strategy) against it.
+    Two: a heatmap per series, the first option across and the second down, all
+    panels on one colour scale (logarithmic when the values span more than a factor
+    of 100), each cell labelled with its value. Needs matplotlib
+    (``dynlab[plot]``); raises :class:`GridError` when the layout cannot be drawn.
+    """
+    from dynlab.plots import pyplot, save
+
+    numeric, series_axes = plot_layout(grid)
+    plt = pyplot()
+    series = list(itertools.product(*(range(len(a.values)) for a in series_axes)))
+
+    def series_label(combo) -> str:
+        if not combo:
+            return ""
+        return ", ".join(a.label(i) if a.name == "mode" else f"{a.name}={a.label(i)}"
+                         for a, i in zip(series_axes, combo))
+
+    # (series value indices, numeric values) -> metric, from the first matching cell
+    table: dict = {}
+    for cell in grid.cells():
+        r = results.get(cell_key(cell))
+        v = metric_value(r, metric) if r is not None else None
+        combo = tuple(a.values.index(cell[a.name]) for a in series_axes)
+        table.setdefault((combo, tuple(cell[a.name] for a in numeric)), math.nan if v is None else v)
+
+    def value_at(combo, picks: Sequence[Any]) -> float:
+        return table.get((combo, tuple(picks)), math.nan)
+
+    label = metric
+    if len(numeric) == 1:
+        ax_opt = numeric[0]
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        xs = list(range(len(ax_opt.values)))
+        for combo in series:
+            ys = [value_at(combo, (v,)) for v in ax_opt.values]
+            ax.plot(xs, ys, marker="o", label=series_label(combo) or None)
+        ax.set_xticks(xs, [ax_opt.label(i) for i in xs])
+        ax.set_xlabel(ax_opt.name)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if any(series_label(c) for c in series):
+            ax.legend(fontsize=8)
+        ax.set_title(f"{label} by {ax_opt.name}")
+        fig.tight_layout()
+        save(fig, path)
+        return
+    x_opt, y_opt = numeric
+    grids = []
+    for combo in series:
+        grids.append([[value_at(combo, (xv, yv)) for xv in x_opt.values]
+                      for yv in y_opt.values])
+    finite = [v for g in grids for row in g for v in row if not math.isnan(v)]
+    vmin, vmax = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    if vmin == vmax:
+        vmin, vmax = vmin - 0.5, vmax + 0.5
+    n = len(series)
+    ncols = n if n <= 3 else math.ceil(math.sqrt(n))
+    nrows = math.ceil(n / ncols)
+    cw = max(2.6, 0.7 * len(x_opt.values) + 1.0)
+    ch = max(2.0, 0.45 * len(y_opt.values) + 1.0)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(cw * ncols + 1.4, ch * nrows + 0.7), squeeze=False,
+                             constrained_layout=True)
+    cmap = plt.get_cmap("viridis")
+    log = vmin > 0 and vmax / vmin > 100  # values over several decades: a log colour scale
+    if log:
+        from matplotlib.colors import LogNorm
+
+        norm = LogNorm(vmin=vmin, vmax=vmax)
+    else:
+        from matplotlib.colors import Normalize
+
+        norm = Normalize(vmin=vmin, vmax=vmax)
+    image = None
+    for k, (combo, g) in enumerate(zip(series, grids)):
+        ax = axes[k // ncols][k % ncols]
+        image = ax.imshow(g, cmap=cmap, norm=norm, aspect="auto", origin="lower")
+        ax.set_xticks(range(len(x_opt.values)), [x_opt.label(i) for i in range(len(x_opt.values))], fontsize=8)
+        ax.set_yticks(range(len(y_opt.values)), [y_opt.label(i) for i in range(len(y_opt.values))], fontsize=8)
+        if k // ncols == nrows - 1 or k + ncols >= n:
+            ax.set_xlabel(x_opt.name, fontsize=9)
+        if k % ncols == 0:
+            ax.set_ylabel(y_opt.name, fontsize=9)
+        ax.set_title(series_label(combo) or label, fontsize=10)
+        for yi, row in enumerate(g):
+            for xi, v in enumerate(row):
+                if math.isnan(v):
+                    continue
+                bright = float(norm(v)) > 0.6
+                ax.text(xi, yi, _compact(v), ha="center", va="center", fontsize=7,
+                        color="black" if bright else "white")
+    for k in range(n, nrows * ncols):
+        axes[k // ncols][k % ncols].axis("off")
+    fig.suptitle(label, fontsize=11)
+    if image is not None:
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label=label + (" (log scale)" if log else ""))
+    save(fig, path)
