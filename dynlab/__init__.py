@@ -1,9 +1,38 @@
 """dynlab: simulate the KV-aware request router in front of a fleet of LLM serving workers.
 
+The stable public API: :data:`hookimpl` and ``__version__``, and, imported on first use so that
+``import dynlab`` stays fast, :func:`block_hashes`, :func:`overlap`, :class:`KvRouter`,
+:class:`KvIndex`, :class:`SimConfig` and :func:`run`.
+
 Plugins implement the hooks in :mod:`dynlab.hookspecs` with :data:`hookimpl`.
 """
 from dynlab.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
-__all__ = ["hookimpl", "__version__"]
+#: public name -> the module that defines it, imported on first access
+_LAZY = {
+    "block_hashes": "dynlab.routing.hashing",
+    "overlap": "dynlab.routing.hashing",
+    "KvRouter": "dynlab.routing.router",
+    "KvIndex": "dynlab.routing.index",
+    "SimConfig": "dynlab.engine.config",
+    "run": "dynlab.engine.run",
+}
+
+__all__ = ["hookimpl", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dynlab' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))

@@ -5,8 +5,11 @@
   :func:`replay` (the event loop over given requests, strategy and workers) and their helpers;
 - :mod:`~dynlab.engine.counted`: the count-based :class:`Worker` (no time);
 - :mod:`~dynlab.engine.timing`: the first-order time model (``--timing``).
+
+The function :func:`~dynlab.engine.run.run` is not re-exported here, where it would hide its own
+module ``dynlab.engine.run``; it is ``dynlab.run``.
 """
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import StrategyError, replay, run
+from dynlab.engine.run import StrategyError, replay
 
-__all__ = ["SimConfig", "run", "replay", "StrategyError"]
+__all__ = ["SimConfig", "replay", "StrategyError"]

@@ -8,13 +8,37 @@
 - :mod:`~dynlab.routing.events`: the KV events workers publish (``BlockStored``, ``BlockRemoved``,
   ``AllBlocksCleared``).
 """
-from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
-from dynlab.routing.hashing import block_hashes, overlap
-from dynlab.routing.index import KvIndex
-from dynlab.routing.router import KvRouter
-from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy, StrategyOption
+#: public name -> the module that defines it, imported on first access: the engine imports
+#: ``dynlab.routing.strategy`` at start-up, which must not pull in the router and hashlib
+_LAZY = {
+    "block_hashes": "dynlab.routing.hashing",
+    "overlap": "dynlab.routing.hashing",
+    "KvIndex": "dynlab.routing.index",
+    "KvRouter": "dynlab.routing.router",
+    "Strategy": "dynlab.routing.strategy",
+    "StrategyOption": "dynlab.routing.strategy",
+    "RunContext": "dynlab.routing.strategy",
+    "FleetView": "dynlab.routing.strategy",
+    "Request": "dynlab.routing.strategy",
+    "BlockStored": "dynlab.routing.events",
+    "BlockRemoved": "dynlab.routing.events",
+    "AllBlocksCleared": "dynlab.routing.events",
+    "KvEvent": "dynlab.routing.events",
+}
 
-__all__ = [
-    "block_hashes", "overlap", "KvIndex", "KvRouter", "Strategy", "StrategyOption", "RunContext", "FleetView",
-    "Request", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KvEvent",
-]
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dynlab.routing' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
