@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import math
+
 from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.strategy import StrategyOption
@@ -91,15 +93,17 @@ class Roofline(LatencyModel):
         c1 = self._pair_ms * requests
         m0 = self._weights_ms + self._kv_ms * context
         m1 = self._kv_ms * requests
-        if c1 == m1:
-            split = 0 if c0 >= m0 else steps  # the same one wins every step
-        else:
-            cross = (m0 - c0) / (c1 - m1)  # compute >= memory for k >= cross when c1 > m1
-            split = min(max(int(-(-cross // 1)), 0), steps)  # ceil, clamped
-        if c1 > m1 or (c1 == m1 and c0 >= m0):
+        def split_at(x: float) -> int:  # first integer k >= x, clamped to [0, steps]
+            return min(max(math.ceil(x), 0), steps)
+
+        if c1 > m1:  # compute >= memory from k = (m0 - c0) / (c1 - m1) on
+            split = split_at((m0 - c0) / (c1 - m1))
             total = _arith(m0, m1, 0, split) + _arith(c0, c1, split, steps)
-        else:
+        elif c1 < m1:  # memory >= compute from k = (c0 - m0) / (m1 - c1) on
+            split = split_at((c0 - m0) / (m1 - c1))
             total = _arith(c0, c1, 0, split) + _arith(m0, m1, split, steps)
+        else:  # parallel: the same one wins every step
+            total = _arith(c0, c1, 0, steps) if c0 >= m0 else _arith(m0, m1, 0, steps)
         return total + self._overhead * steps
 
 
