@@ -45,7 +45,10 @@ class Roofline(LatencyModel):
     qwen3-8b, qwen3-32b (tp 1 and 2) on h100 and h200, 3 prefill sizes (512/2,048/8,192 tokens, no
     cached context) and 8 decode batches (1/16/64/256 at context 2,048 and 16,384), 110 steps:
     ``mfu=0.758``, ``mbu=0.878``, ``overhead_ms=1.30``; MAPE prefill 9.9% (worst 35%: qwen3-0.6b at
-    512 tokens, -35%), decode 6.5% (worst 25%: qwen3-32b at tp 2, 256 decodes at 16,384, -25%). The GPU figures are datasheet numbers
+    512 tokens, -35%), decode 6.5% (worst 25%: qwen3-32b at tp 2, 256 decodes at 16,384, -25%).
+    Out of sample (``benchmarks/fidelity_latency.py``, a denser grid, docs/latency.md): dense models
+    13.2% prefill and 7.1% decode MAPE; DeepSeek-V3 (MoE + MLA, tp 8, not in the fit) is off by up
+    to 4x in prefill: the roofline has no term for expert routing, MLA's extra work or all-reduces. The GPU figures are datasheet numbers
     (:mod:`dynlab.latency.hardware`).
     """
 

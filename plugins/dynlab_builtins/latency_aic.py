@@ -104,6 +104,8 @@ class AIConfigurator(LatencyModel):
             version = self.opts["backend_version"] or get_latest_database_version(system, backend)
             config = {"schema_version": 1, "model_name": HF_IDS[model.name], "system_name": system,
                       "backend": backend, "backend_version": version, "tp_size": hardware.tp, "pp_size": 1}
+            if model.active_params != model.params:  # MoE: experts split over the same GPUs (tensor parallel)
+                config.update(moe_tp_size=hardware.tp, moe_ep_size=1)
             error = None
             if not version:
                 error = f"no {backend} database for {system}"
