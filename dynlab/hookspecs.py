@@ -44,3 +44,12 @@ def dynlab_register_trace_formats(register):
     The class must subclass :class:`dynlab.traces.format.TraceFormat` and set a
     non-empty class attribute ``name`` (the ``--trace-format`` value).
     """
+
+
+@hookspec
+def dynlab_register_latency_models(register):
+    """Register step-latency models: ``register(LatencyModelSubclass)``.
+
+    The class must subclass :class:`dynlab.latency.base.LatencyModel` and set a
+    non-empty class attribute ``name`` (the ``--latency-model`` value).
+    """

@@ -1,4 +1,4 @@
-"""The plugin manager and the registries of strategies, eviction policies and trace formats.
+"""The plugin manager and the registries of strategies, eviction policies, trace formats and latency models.
 
 The manager is built on first use (:func:`get_plugin_manager`), never at import
 time, from the ``dynlab`` entry-point group; the registries are rebuilt from the
@@ -174,3 +174,10 @@ def trace_formats(pm: pluggy.PluginManager | None = None) -> Registry:
     from dynlab.traces.format import TraceFormat
 
     return _collect("dynlab_register_trace_formats", "trace format", TraceFormat, pm)
+
+
+def latency_models(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered step-latency model (``--latency-model`` names)."""
+    from dynlab.latency.base import LatencyModel
+
+    return _collect("dynlab_register_latency_models", "latency model", LatencyModel, pm)

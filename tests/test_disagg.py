@@ -182,7 +182,7 @@ def test_non_numbers_raise_type_error_naming_them(call, name):
 
 
 def test_bundled_models_and_their_sizes():
-    assert disagg.bundled_models() == ["deepseek-v3", "llama-3-8b", "qwen3-0.6b", "qwen3-32b"]
+    assert disagg.bundled_models() == ["deepseek-v3", "llama-3-8b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-32b", "qwen3-8b"]
     size = {n: kv_bytes_per_token_from_config(disagg.load_model_config(n)) for n in disagg.bundled_models()}
     assert size["qwen3-0.6b"] == kv_bytes_per_token()  # the shipped default equals the function's defaults
     assert size["llama-3-8b"] == 2 * 32 * 8 * (4096 // 32) * 2  # no head_dim in its config: hidden/heads
@@ -330,7 +330,7 @@ def test_unknown_model_library_error_lists_names():
         (["--tokens", "10", "--gbps", "1", "--layers", "0"], ["--layers"]),
         (["--tokens", "10", "--gbps", "1", "--dtype-bytes", "-1"], ["--dtype-bytes"]),
         (["--tokens", "10", "--gbps", "1", "--model", "gpt-5"],
-         ["--model", "deepseek-v3", "llama-3-8b", "qwen3-0.6b", "qwen3-32b"]),
+         ["--model", "deepseek-v3", "llama-3-8b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-32b", "qwen3-8b"]),
         (["--tokens", "10", "--gbps", "1", "--model", "llama-3-8b", "--layers", "4"], ["--layers", "--model"]),
     ],
 )

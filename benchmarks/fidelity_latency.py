@@ -1,0 +1,100 @@
+"""Fidelity of the closed-form latency models against aiconfigurator (vLLM backend): MAPE and worst case.
+
+    pip install -e ".[aiconfigurator]"   # Python 3.11+
+    python benchmarks/fidelity_latency.py [--models roofline,linear]
+
+For every bundled model (tp 1; qwen3-32b also tp 2; deepseek-v3 at tp 8) on h100 and h200, each
+latency model is compared with aiconfigurator-core on a grid denser than the one roofline was
+fitted on: prefills of 128-8,192 tokens with nothing cached, and of 512-4,096 tokens after 4,096
+cached ones; 1-256 decodes at contexts 512-32,768. Prints one table row per model x GPU x tp and
+phase, then per phase a row over the dense models (what roofline was fitted on) and one over all. A model/GPU aiconfigurator cannot estimate is listed and skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+
+from dynlab.latency.base import StepBatch
+from dynlab.latency.grid import build_latency_model, hardware_for
+from dynlab.latency.hardware import model_names
+
+GPUS = ("h100", "h200")
+PREFILL = [((t,), (0,)) for t in (128, 256, 512, 1024, 2048, 4096, 8192)] + \
+          [((t,), (4096,)) for t in (512, 1024, 2048, 4096)]
+DECODE = [(b, c) for b in (1, 4, 16, 32, 64, 128, 256) for c in (512, 2048, 8192, 16384, 32768)]
+
+
+def steps():
+    for tokens, ctx in PREFILL:
+        yield "prefill", StepBatch(tokens, ctx, 0, 0)
+    for b, c in DECODE:
+        yield "decode", StepBatch((), (), b, b * c)
+
+
+def configs():
+    for model in model_names():
+        if model == "llama-3-8b":
+            continue  # the same shapes and aiconfigurator model as llama-3.1-8b
+        tps = {"qwen3-32b": (1, 2), "deepseek-v3": (8,)}.get(model, (1,))
+        for gpu in GPUS:
+            for tp in tps:
+                yield model, gpu, tp
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="roofline,linear", help="latency models to compare (comma list)")
+    args = parser.parse_args(argv)
+    names = args.models.split(",")
+    rows, everything, dense, skipped = [], {}, {}, []
+    start = time.perf_counter()
+    for model, gpu, tp in configs():
+        hardware = hardware_for(model, gpu, tp)
+        try:
+            ref = build_latency_model("aiconfigurator", hardware)
+        except ValueError as exc:
+            skipped.append(f"{model} {tp}x{gpu}: {exc}")
+            continue
+        built = {n: build_latency_model(n, hardware) for n in names}
+        errs = {(n, phase): [] for n in names for phase in ("prefill", "decode")}
+        for phase, batch in steps():
+            truth = ref.step_ms(batch)
+            for n in names:
+                e = built[n].step_ms(batch) / truth - 1.0
+                errs[(n, phase)].append(e)
+                everything.setdefault((n, phase), []).append(e)
+                if hardware.model.active_params == hardware.model.params:
+                    dense.setdefault((n, phase), []).append(e)
+        for phase in ("prefill", "decode"):
+            rows.append((f"{model} {tp}x{gpu}", phase, {n: errs[(n, phase)] for n in names}))
+    for label, pool in (("all dense models", dense), ("all", everything)):
+        for phase in ("prefill", "decode"):
+            rows.append((label, phase, {n: pool.get((n, phase), []) for n in names}))
+
+    def cell(es):
+        if not es:
+            return "-"
+        worst = max(es, key=abs)
+        return f"{100 * sum(abs(e) for e in es) / len(es):5.1f}% ({100 * worst:+6.1f}%)"
+
+    header = ["model, GPU", "phase", "steps"] + [f"{n} MAPE (worst)" for n in names]
+    table = [header] + [[label, phase, str(len(next(iter(d.values()))))] + [cell(d[n]) for n in names]
+                        for label, phase, d in rows]
+    widths = [max(len(r[j]) for r in table) for j in range(len(header))]
+    print("| " + " | ".join(h.ljust(widths[j]) for j, h in enumerate(header)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in table[1:]:
+        print("| " + " | ".join(c.ljust(widths[j]) for j, c in enumerate(r)) + " |")
+    from importlib.metadata import version
+
+    print(f"\nreference: aiconfigurator-core {version('aiconfigurator-core')} (vLLM backend, latest database per GPU); "
+          f"{platform.machine()} {platform.system()}, Python {platform.python_version()}; "
+          f"{time.perf_counter() - start:.1f} s")
+    for s in skipped:
+        print(f"skipped: {s}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""``dynlab latency``: a latency model's step times on a fixed grid; parse, call the library, print."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from dynlab.cli import main
+from dynlab.cli.common import echo_json, output_path, split_list
+from dynlab.latency import grid as lib
+from dynlab.latency import hardware as hw
+
+
+def _parse_opts(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="'--latency-opt'")
+        if name in out:
+            raise click.BadParameter(f"option {name!r} is given twice", param_hint="'--latency-opt'")
+        out[name] = value.strip()
+    return out
+
+
+def _table(grid: dict) -> str:
+    names = list(grid["latency_models"])
+    rows = [["step"] + [f"{n} ms" for n in names]]
+    first = grid["latency_models"][names[0]]
+    for tokens in first["prefill_ms"]:
+        rows.append([f"prefill {int(tokens):,} tokens"] +
+                    [f"{grid['latency_models'][n]['prefill_ms'][tokens]:.2f}" for n in names])
+    for ctx, by_batch in first["decode_ms"].items():
+        for batch in by_batch:
+            rows.append([f"decode {int(batch)} x context {int(ctx):,}"] +
+                        [f"{grid['latency_models'][n]['decode_ms'][ctx][batch]:.2f}" for n in names])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+    head = f"{grid['model']} on {grid['tp']} x {grid['gpu']}"
+    return "\n".join([head] + ["  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j])
+                                         for j, c in enumerate(r)) for r in rows])
+
+
+def _gpu_table() -> str:
+    rows = [["gpu", "memory_gb", "bf16_tflops", "hbm_gbps", "source"]]
+    for name, g in lib.gpu_table().items():
+        rows.append([name, f"{g['memory_gb']:g}", f"{g['bf16_tflops']:g}", f"{g['hbm_gbps']:g}", g["source"]])
+    widths = [max(len(r[j]) for r in rows) for j in range(5)]
+    return "\n".join("  ".join(c.ljust(widths[j]) for j, c in enumerate(r)).rstrip() for r in rows)
+
+
+@main.command("latency")
+@click.option("--model", default=hw.DEFAULT_MODEL, show_default=True, metavar="NAME|PATH",
+              help="A bundled model (see `dynlab models`) or a Hugging Face config.json.")
+@click.option("--gpu", default=hw.DEFAULT_GPU, show_default=True, help="A catalogue GPU (see --list).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per worker (tensor parallel).")
+@click.option("--latency-model", "latency_models", default=lib.DEFAULT_LATENCY_MODEL, show_default=True,
+              metavar="NAME[,NAME...]", help="Registered latency model; a comma list compares them side by side.")
+@click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
+              help="An option of the latency model(s) (repeatable), e.g. mfu=0.6.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
+              help="Output: an aligned table or JSON [default: table on a terminal, else json].")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
+              metavar="FILE.png", help="Also write step time against batch size (needs dynlab[plot]).")
+@click.option("--list", "list_gpus", is_flag=True, help="List the catalogue GPUs and latency models, and exit.")
+def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, list_gpus):
+    """Step times (ms) of one or more latency models on a fixed grid of steps.
+
+    The grid: one prefill of 512, 2,048 and 8,192 tokens at context 0; 1, 16, 64 and 256 decodes,
+    each at context 2,048 and 16,384. Example: `dynlab latency --latency-model roofline,linear`.
+    """
+    if list_gpus:
+        given = [flag for flag, value, default in (
+            ("--model", model, hw.DEFAULT_MODEL), ("--gpu", gpu, hw.DEFAULT_GPU), ("--tp", tp, 1),
+            ("--latency-model", latency_models, lib.DEFAULT_LATENCY_MODEL), ("--latency-opt", latency_opts, ()),
+            ("--plot", plot_path, None)) if value != default]
+        if given:
+            raise click.UsageError(f"--list cannot be combined with {', '.join(given)}")
+        from dynlab import plugins
+
+        entries = plugins.latency_models().entries()
+        if (fmt or ("table" if sys.stdout.isatty() else "json")) == "json":
+            echo_json({"gpus": lib.gpu_table(),
+                       "latency_models": {e.name: {"description": e.description, "source": e.source,
+                                                   "options": {o.name: o.default for o in e.cls.options}}
+                                          for e in entries}})
+        else:
+            click.echo(_gpu_table())
+            click.echo("")
+            width = max(len(e.name) for e in entries)
+            for e in entries:
+                click.echo(f"{e.name.ljust(width)}  {e.description}  [{e.source}]")
+        return
+    names = split_list(latency_models, "'--latency-model'")
+    opts = _parse_opts(latency_opts)
+    if plot_path:
+        from dynlab.plots import check_plot_path
+
+        check_plot_path(plot_path)  # before the work: a bad suffix or missing matplotlib fails now
+    try:
+        grid = lib.latency_grid(names, model=model, gpu=gpu, tp=tp, options=opts)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if plot_path:
+        from dynlab.latency.plot import plot_latency_grid
+
+        plot_latency_grid(grid, plot_path)
+    if fmt is None:
+        fmt = "table" if sys.stdout.isatty() else "json"
+    if fmt == "json":
+        echo_json(grid)
+    else:
+        click.echo(_table(grid))

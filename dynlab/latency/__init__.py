@@ -1,0 +1,1 @@
+"""Step latency: the LatencyModel interface, the hardware and model catalogue, built-in models."""

@@ -1,0 +1,77 @@
+"""The step-latency interface: how long one engine step takes for its batch.
+
+A :class:`LatencyModel` is a plugin kind (hook ``dynlab_register_latency_models``),
+chosen with ``--latency-model NAME`` and configured with ``--latency-opt NAME=VALUE``.
+The engine (``dynlab.engine``) asks it for the duration of every step, and for the
+total duration of a run of consecutive decode-only steps (bulk decode).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Optional, Sequence
+
+# StrategyOption (dynlab.strategy; dynlab.routing.strategy after the restructuring) is reused for declared
+# options: name, type, default, help, min, max. Build a model by name with dynlab.latency.grid.build_latency_model.
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """One engine step's work (tokens; contexts in tokens).
+
+    - ``prefill_tokens[i]``: prompt tokens computed in this step for prefilling request i (its chunk).
+    - ``prefill_context[i]``: tokens of request i already in the KV cache before this chunk
+      (prefix-cache hits plus earlier chunks); same length as ``prefill_tokens``.
+    - ``decode_requests``: requests generating one token in this step.
+    - ``decode_context``: sum over those requests of their context length (prompt + tokens generated so far).
+    """
+
+    prefill_tokens: tuple = ()
+    prefill_context: tuple = ()
+    decode_requests: int = 0
+    decode_context: int = 0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a latency model may read: the served model, the GPU, tensor parallelism.
+
+    ``model``: a ``ModelSpec`` (name, parameters, layers, heads, head_dim, dtype bytes,
+    kv bytes per token, the raw HF config); ``gpu``: a ``GpuSpec`` (name, memory GB,
+    dense bf16 TFLOP/s, HBM GB/s, source); ``tp``: GPUs per worker (tensor parallel).
+    """
+
+    model: Any
+    gpu: Any
+    tp: int = 1
+
+
+class LatencyModel(ABC):
+    """Base class of step-latency models. The first docstring line is shown by ``dynlab plugins``.
+
+    Subclasses set ``name`` and ``options`` and implement :meth:`step_ms`. Construction
+    gets the :class:`Hardware` and the converted option values (defaults filled in);
+    raise ``ValueError`` with one line for an unsupported model/GPU/option combination.
+    """
+
+    name: ClassVar[str] = ""
+    options: ClassVar[Sequence[Any]] = ()
+
+    def __init__(self, hardware: Hardware, options: Mapping[str, Any]):
+        self.hardware = hardware
+        self.opts = dict(options)
+
+    @abstractmethod
+    def step_ms(self, batch: StepBatch) -> float:
+        """Duration of one step in ms (> 0, finite), non-decreasing in every batch field."""
+
+    def decode_ms(self, requests: int, context: int, steps: int) -> float:
+        """Total ms of ``steps`` consecutive decode-only steps of ``requests`` requests.
+
+        ``context`` is the summed context at the first step; it grows by ``requests``
+        each step. Default: the sum of :meth:`step_ms`; models override with a closed form.
+        """
+        total = 0.0
+        for k in range(steps):
+            total += self.step_ms(StepBatch((), (), requests, context + k * requests))
+        return total

@@ -1,0 +1,101 @@
+"""Choosing a latency model by name, and the table of step times ``dynlab latency`` prints.
+
+:func:`build_latency_model` is what a caller (the engine, the CLI) uses to turn names and
+``NAME=VALUE`` option strings into a constructed :class:`~dynlab.latency.base.LatencyModel`;
+:func:`latency_grid` evaluates one or more models on a fixed grid of steps.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from dynlab import plugins
+from dynlab.latency import hardware as hw
+from dynlab.latency.base import Hardware, LatencyModel, StepBatch
+
+DEFAULT_LATENCY_MODEL = "roofline"
+
+PREFILL_TOKENS = (512, 2048, 8192)
+"""Prefill grid: one request of this many prompt tokens, nothing cached (context 0)."""
+DECODE_BATCHES = (1, 16, 64, 256)
+"""Decode grid: this many requests, each at every context in :data:`DECODE_CONTEXTS`."""
+DECODE_CONTEXTS = (2048, 16384)
+
+
+def hardware_for(model: str = hw.DEFAULT_MODEL, gpu: str = hw.DEFAULT_GPU, tp: int = 1) -> Hardware:
+    """The :class:`Hardware` of a bundled model (or ``config.json`` path) on ``tp`` catalogue GPUs.
+
+    Raises ``ValueError`` naming what exists for an unknown model or GPU, or a bad ``tp``.
+    """
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    return Hardware(hw.model_spec(model), hw.gpu_spec(gpu), tp)
+
+
+def build_latency_model(name: str, hardware: Hardware, options: Mapping[str, Any] | None = None) -> LatencyModel:
+    """Construct the registered latency model ``name`` with ``options`` (strings are converted).
+
+    Option values may be strings (``--latency-opt NAME=VALUE``, converted by the declared
+    ``StrategyOption``) or already-typed values; missing ones take their defaults. Raises
+    ``ValueError`` (one line) for an unknown model name (listing the registered ones), an option the
+    model does not declare (listing those it does), a bad value, or a model that refuses the hardware.
+    """
+    try:
+        cls = plugins.latency_models().get(name)
+    except plugins.UnknownNameError as exc:
+        raise ValueError(str(exc)) from None
+    declared = {o.name: o for o in cls.options}
+    values = {o.name: o.default for o in cls.options}
+    for key, value in (options or {}).items():
+        if key not in declared:
+            known = ", ".join(declared) or "none"
+            raise ValueError(f"latency model {name!r} has no option {key!r}; its options: {known}")
+        values[key] = declared[key].convert(value) if isinstance(value, str) else value
+    return cls(hardware, values)
+
+
+def _row(model: LatencyModel) -> dict:
+    prefill = {str(t): model.step_ms(StepBatch((t,), (0,), 0, 0)) for t in PREFILL_TOKENS}
+    decode = {str(c): {str(b): model.step_ms(StepBatch((), (), b, b * c)) for b in DECODE_BATCHES}
+              for c in DECODE_CONTEXTS}
+    return {"prefill_ms": prefill, "decode_ms": decode}
+
+
+def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model: str = hw.DEFAULT_MODEL,
+                 gpu: str = hw.DEFAULT_GPU, tp: int = 1, options: Mapping[str, str] | None = None,
+                 digits: int = 3) -> dict:
+    """Step times (ms, rounded to ``digits`` decimals) of each latency model on the fixed grid.
+
+    Returns ``{"model", "gpu", "tp", "latency_models": {NAME: {"prefill_ms": {TOKENS: ms},
+    "decode_ms": {CONTEXT: {BATCH: ms}}}}}`` (keys are strings, as in JSON). The grid: one prefill of
+    512/2,048/8,192 tokens at context 0; 1/16/64/256 decodes each at context 2,048 and 16,384.
+    ``options`` go to every listed model that declares them; one that no listed model declares is
+    a ``ValueError``. Raises ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`.
+    """
+    if not latency_models:
+        raise ValueError("no latency model given")
+    if len(set(latency_models)) != len(latency_models):
+        raise ValueError(f"a latency model is listed twice in {','.join(latency_models)}")
+    hardware = hardware_for(model, gpu, tp)
+    options = dict(options or {})
+    registry = plugins.latency_models()
+    for name in latency_models:
+        if name not in registry:
+            raise ValueError(f"unknown latency model {name!r}; available: {', '.join(registry.names())}")
+    declared = {n: {o.name for o in registry.get(n).options} for n in latency_models}
+    for key in options:
+        if not any(key in d for d in declared.values()):
+            raise ValueError(f"no listed latency model ({', '.join(latency_models)}) has an option {key!r}")
+    out = {"model": hardware.model.name, "gpu": hardware.gpu.name, "tp": tp, "latency_models": {}}
+    for name in latency_models:
+        built = build_latency_model(name, hardware, {k: v for k, v in options.items() if k in declared[name]})
+        row = _row(built)
+        out["latency_models"][name] = {
+            "prefill_ms": {k: round(v, digits) for k, v in row["prefill_ms"].items()},
+            "decode_ms": {c: {b: round(v, digits) for b, v in d.items()} for c, d in row["decode_ms"].items()},
+        }
+    return out
+
+
+def gpu_table() -> dict:
+    """``{name: GpuSpec.as_dict()}`` for every catalogue GPU (``dynlab latency --list``)."""
+    return {name: g.as_dict() for name, g in hw.GPUS.items()}

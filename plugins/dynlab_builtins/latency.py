@@ -1,0 +1,151 @@
+"""Built-in step-latency models, registered through the ``dynlab`` entry-point group.
+
+``roofline`` (the default) and ``linear`` are closed forms over the hardware catalogue;
+``aiconfigurator`` wraps NVIDIA's estimator when the ``dynlab[aiconfigurator]`` extra is installed
+(:mod:`dynlab_builtins.latency_aic`). The interface is :class:`dynlab.latency.base.LatencyModel`.
+"""
+from __future__ import annotations
+
+import math
+
+from dynlab import hookimpl
+from dynlab.latency.base import LatencyModel, StepBatch
+from dynlab.strategy import StrategyOption
+
+
+def _arith(a: float, b: float, lo: int, hi: int) -> float:
+    """``sum(a + b*k for k in range(lo, hi))`` in closed form (0 when ``hi <= lo``)."""
+    n = hi - lo
+    if n <= 0:
+        return 0.0
+    return n * a + b * n * (lo + hi - 1) / 2.0
+
+
+class Roofline(LatencyModel):
+    """Roofline: max(compute, memory) per step at fitted MFU/MBU, plus a fixed overhead (default).
+
+    One step is one forward pass over the whole batch (prefill chunks and decodes together), so a
+    mixed step costs ``max(total compute time, total memory time) + overhead_ms``, per GPU:
+
+    - compute FLOPs: ``2 * N * T + attn * T * (ctx + T/2)`` for each prefill chunk of ``T`` tokens
+      after ``ctx`` cached tokens, plus ``2 * N * B + attn * C`` for ``B`` decodes of summed context
+      ``C``; ``N`` = active parameters (all for dense models), ``attn`` =
+      ``2 * L * n_q * (d_qk + d_v)`` FLOPs per (query, key) pair (``4 * L * n_q * d`` for GQA);
+      time = FLOPs / (dense bf16 peak x ``mfu``);
+    - memory bytes: the weights once (``params x bytes per param``, every expert of an MoE) plus
+      the KV read and written: ``kv_bytes_per_token x (C + sum(ctx) + sum(T))``; time = bytes /
+      (HBM bandwidth x ``mbu``);
+    - tensor parallelism divides FLOPs and weights by ``tp`` and KV by ``min(tp, kv_heads)`` (an MLA
+      latent is replicated); the all-reduce between the ``tp`` GPUs is ignored (no sourced cost), so
+      ``tp > 1`` is optimistic (qwen3-32b at tp 2: -8% to -16% on average against aiconfigurator).
+
+    Defaults fitted on 2026-11-30 by ``benchmarks/fit_roofline.py`` (a coarse-to-fine grid search
+    minimising prefill MAPE + decode MAPE) to aiconfigurator-core 0.12.0's vLLM step times
+    (``RustForwardPassPerfModel.from_native``, vLLM 0.24.0 data) for qwen3-0.6b, llama-3.1-8b,
+    qwen3-8b, qwen3-32b (tp 1 and 2) on h100 and h200, 3 prefill sizes (512/2,048/8,192 tokens, no
+    cached context) and 8 decode batches (1/16/64/256 at context 2,048 and 16,384), 110 steps:
+    ``mfu=0.758``, ``mbu=0.878``, ``overhead_ms=1.30``; MAPE prefill 9.9% (worst 35%: qwen3-0.6b at
+    512 tokens, -35%), decode 6.5% (worst 25%: qwen3-32b at tp 2, 256 decodes at 16,384, -25%).
+    Out of sample (``benchmarks/fidelity_latency.py``, a denser grid, docs/latency.md): dense models
+    13.2% prefill and 7.1% decode MAPE; DeepSeek-V3 (MoE + MLA, tp 8, not in the fit) is off by up
+    to 4x in prefill: the roofline has no term for expert routing, MLA's extra work or all-reduces. The GPU figures are datasheet numbers
+    (:mod:`dynlab.latency.hardware`).
+    """
+
+    name = "roofline"
+    options = (
+        StrategyOption("mfu", float, 0.758, "share of the dense bf16 peak reached (fitted to aiconfigurator, vLLM)",
+                       minimum=0.01, maximum=1.0),
+        StrategyOption("mbu", float, 0.878, "share of the HBM bandwidth reached (fitted to aiconfigurator, vLLM)",
+                       minimum=0.01, maximum=1.0),
+        StrategyOption("overhead_ms", float, 1.30, "fixed time per step in ms (fitted to aiconfigurator, vLLM)",
+                       minimum=0.0),
+    )
+
+    def __init__(self, hardware, options):
+        super().__init__(hardware, options)
+        m, g, tp = hardware.model, hardware.gpu, hardware.tp
+        flops_per_ms = g.bf16_tflops * 1e12 * self.opts["mfu"] / 1e3
+        bytes_per_ms = g.hbm_gbps * 1e9 * self.opts["mbu"] / 1e3
+        # per GPU, in ms: cost of one linear token, one (query, key) pair, the weights, one KV token
+        self._token_ms = 2.0 * m.active_params / tp / flops_per_ms
+        self._pair_ms = m.attention_flops_per_pair / tp / flops_per_ms
+        self._weights_ms = m.weight_bytes / tp / bytes_per_ms
+        self._kv_ms = m.kv_bytes_per_token_per_gpu(tp) / bytes_per_ms
+        self._overhead = self.opts["overhead_ms"]
+
+    def parts_ms(self, batch: StepBatch) -> tuple[float, float]:
+        """``(compute ms, memory ms)`` of one step, before the max and the overhead."""
+        tokens = sum(batch.prefill_tokens)
+        pairs = sum(t * (c + t / 2.0) for t, c in zip(batch.prefill_tokens, batch.prefill_context))
+        compute = self._token_ms * (tokens + batch.decode_requests) + self._pair_ms * (pairs + batch.decode_context)
+        kv = batch.decode_context + sum(batch.prefill_context) + tokens
+        memory = self._weights_ms + self._kv_ms * kv
+        return compute, memory
+
+    def step_ms(self, batch: StepBatch) -> float:
+        compute, memory = self.parts_ms(batch)
+        return max(compute, memory) + self._overhead
+
+    def decode_ms(self, requests: int, context: int, steps: int) -> float:
+        """Closed form: compute and memory are both linear in the step index, so their max crosses once."""
+        if steps <= 0:
+            return 0.0
+        # step k: compute = c0 + c1*k, memory = m0 + m1*k
+        c0 = self._token_ms * requests + self._pair_ms * context
+        c1 = self._pair_ms * requests
+        m0 = self._weights_ms + self._kv_ms * context
+        m1 = self._kv_ms * requests
+        def split_at(x: float) -> int:  # first integer k >= x, clamped to [0, steps]
+            return min(max(math.ceil(x), 0), steps)
+
+        if c1 > m1:  # compute >= memory from k = (m0 - c0) / (c1 - m1) on
+            split = split_at((m0 - c0) / (c1 - m1))
+            total = _arith(m0, m1, 0, split) + _arith(c0, c1, split, steps)
+        elif c1 < m1:  # memory >= compute from k = (c0 - m0) / (m1 - c1) on
+            split = split_at((c0 - m0) / (m1 - c1))
+            total = _arith(c0, c1, 0, split) + _arith(m0, m1, split, steps)
+        else:  # parallel: the same one wins every step
+            total = _arith(c0, c1, 0, steps) if c0 >= m0 else _arith(m0, m1, 0, steps)
+        return total + self._overhead * steps
+
+
+class Linear(LatencyModel):
+    """Linear (BLIS first-order): beta0 + beta1 x prefill tokens + beta2 x decode requests, in ms.
+
+    inference-sim (BLIS)'s first-order step-time form, ignoring context length. The defaults are
+    NOT BLIS's published coefficients: they are a least-squares fit (``benchmarks/fit_roofline.py``,
+    2026-11-30) to this package's ``roofline`` model for llama-3.1-8b on h100 over prefill chunks of
+    256-8,192 tokens and decode batches of 1-256 at context 2,048; set them with ``--latency-opt``
+    for another model or GPU.
+    """
+
+    name = "linear"
+    options = (
+        StrategyOption("beta0", float, 3.991, "ms per step (fit to roofline, llama-3.1-8b on h100)", minimum=0.0),
+        StrategyOption("beta1", float, 0.02339, "ms per prefill token (fit to roofline, llama-3.1-8b on h100)",
+                       minimum=0.0),
+        StrategyOption("beta2", float, 0.10746, "ms per decode request (fit to roofline, llama-3.1-8b on h100)",
+                       minimum=0.0),
+    )
+
+    def __init__(self, hardware, options):
+        super().__init__(hardware, options)
+        self._b0, self._b1, self._b2 = self.opts["beta0"], self.opts["beta1"], self.opts["beta2"]
+        if self._b0 <= 0:
+            raise ValueError("linear: beta0 must be positive (a step always takes some time)")
+
+    def step_ms(self, batch: StepBatch) -> float:
+        return self._b0 + self._b1 * sum(batch.prefill_tokens) + self._b2 * batch.decode_requests
+
+    def decode_ms(self, requests: int, context: int, steps: int) -> float:
+        """Closed form: every decode-only step of ``requests`` requests costs the same."""
+        return max(steps, 0) * (self._b0 + self._b2 * requests)
+
+
+@hookimpl
+def dynlab_register_latency_models(register):
+    from dynlab_builtins.latency_aic import AIConfigurator
+
+    for cls in (Roofline, Linear, AIConfigurator):
+        register(cls)

@@ -1,0 +1,253 @@
+"""Every registered latency model: positive, finite, monotone; linear and roofline pinned by hand."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dynlab import hookimpl, plugins
+from dynlab.latency.base import LatencyModel, StepBatch
+from dynlab.latency.grid import build_latency_model, hardware_for
+
+HAVE_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
+BUILTIN = ("roofline", "linear", "aiconfigurator")
+_BUILT: dict = {}
+
+
+def built(name: str) -> LatencyModel:
+    """One instance per model name (llama-3.1-8b on h100), built once per test session."""
+    if name not in _BUILT:
+        _BUILT[name] = build_latency_model(name, hardware_for())
+    return _BUILT[name]
+
+
+def registered() -> list:
+    params = []
+    for name in plugins.latency_models().names():
+        marks = [pytest.mark.skipif(not HAVE_AIC, reason="needs dynlab[aiconfigurator]")] \
+            if name == "aiconfigurator" else []
+        params.append(pytest.param(name, marks=marks))
+    return params
+
+
+def test_builtins_are_registered():
+    assert set(BUILTIN) <= set(plugins.latency_models().names())
+    assert all(e.source == "dynlab" for e in plugins.latency_models().entries() if e.name in BUILTIN)
+
+
+chunks = st.lists(st.tuples(st.integers(1, 8192), st.integers(0, 32768)), max_size=4)
+decodes = st.tuples(st.integers(0, 512), st.integers(0, 4096))  # requests, mean context
+
+
+def make(chunk_list, requests, mean_ctx):
+    return StepBatch(tuple(t for t, _ in chunk_list), tuple(c for _, c in chunk_list), requests, requests * mean_ctx)
+
+
+@pytest.mark.parametrize("name", registered())
+@given(chunk_list=chunks, dec=decodes, extra=st.integers(1, 4096), which=st.sampled_from(
+    ["prefill_tokens", "prefill_context", "new_chunk", "decode_requests", "decode_context"]))
+def test_positive_finite_and_non_decreasing(name, chunk_list, dec, extra, which):
+    model = built(name)
+    requests, mean_ctx = dec
+    base = make(chunk_list, requests, mean_ctx)
+    if which == "prefill_tokens" and chunk_list:
+        bigger = make([(chunk_list[0][0] + extra, chunk_list[0][1])] + chunk_list[1:], requests, mean_ctx)
+    elif which == "prefill_context" and chunk_list:
+        bigger = make([(chunk_list[0][0], chunk_list[0][1] + extra)] + chunk_list[1:], requests, mean_ctx)
+    elif which == "decode_requests":  # one more request at the same mean context
+        bigger = StepBatch(base.prefill_tokens, base.prefill_context, requests + 1, (requests + 1) * mean_ctx)
+    elif which == "decode_context" and requests:
+        bigger = StepBatch(base.prefill_tokens, base.prefill_context, requests, base.decode_context + extra)
+    else:  # one more prefill chunk
+        bigger = make(chunk_list + [(extra, 0)], requests, mean_ctx)
+    small, large = model.step_ms(base), model.step_ms(bigger)
+    assert 0 < small < math.inf and 0 < large < math.inf
+    if name in NOT_MONOTONE:
+        return
+    assert large >= small * (1 - 1e-9), (base, bigger, small, large)
+
+
+NOT_MONOTONE = {"aiconfigurator"}
+"""Models exempt from the monotonicity check, each with a pinned counterexample below."""
+
+
+@pytest.mark.skipif(not HAVE_AIC, reason="needs dynlab[aiconfigurator]")
+def test_aiconfigurator_is_not_monotone_and_we_say_so():
+    # aiconfigurator-core 0.12.0 sees only sums over the batch and interpolates measured tables:
+    # one more cached token, one more decode, or one more short chunk can make a step cheaper.
+    # If this starts failing, upstream became monotone: drop it from NOT_MONOTONE.
+    model = built("aiconfigurator")
+    assert model.step_ms(StepBatch((1,), (1,), 0, 0)) < model.step_ms(StepBatch((1,), (0,), 0, 0))
+    assert model.step_ms(StepBatch((), (), 33, 33 * 780)) < model.step_ms(StepBatch((), (), 32, 32 * 780))
+
+
+@pytest.mark.parametrize("name", registered())
+@given(requests=st.integers(0, 300), mean_ctx=st.integers(0, 20000), steps=st.integers(0, 60))
+def test_decode_ms_is_the_sum_of_its_steps(name, requests, mean_ctx, steps):
+    model = built(name)
+    context = requests * mean_ctx
+    expected = sum(model.step_ms(StepBatch((), (), requests, context + k * requests)) for k in range(steps))
+    assert model.decode_ms(requests, context, steps) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@given(requests=st.integers(1, 512), mean_ctx=st.integers(0, 40000), steps=st.integers(1, 400),
+       mfu=st.floats(0.01, 1), mbu=st.floats(0.01, 1))
+def test_roofline_closed_form_where_compute_and_memory_cross(requests, mean_ctx, steps, mfu, mbu):
+    model = build_latency_model("roofline", hardware_for("qwen3-0.6b", "l40s"), {"mfu": mfu, "mbu": mbu})
+    context = requests * mean_ctx
+    expected = sum(model.step_ms(StepBatch((), (), requests, context + k * requests)) for k in range(steps))
+    assert model.decode_ms(requests, context, steps) == pytest.approx(expected, rel=1e-9)
+
+
+# ------------------------------------------------------------------ hand-computed steps
+
+N = 8_030_261_248          # Llama-3.1-8B parameters (tests/latency/test_hardware.py)
+ATTN = 4 * 32 * 32 * 128   # 4 * layers * query heads * head_dim: FLOPs per (query, key) pair
+KV = 131_072               # bytes per token: 2 * 32 layers * 8 KV heads * 128 * 2 bytes
+FLOPS_PER_MS = 989e12 * 0.758 / 1e3   # h100 dense bf16 x fitted MFU
+BYTES_PER_MS = 3350e9 * 0.878 / 1e3   # h100 HBM x fitted MBU
+
+
+def test_roofline_prefill_by_hand():
+    # one 2,048-token prefill, nothing cached: compute-bound
+    compute = (2 * N * 2048 + ATTN * 2048 * (0 + 1024)) / FLOPS_PER_MS   # 45.35 ms
+    memory = (2 * N + 2048 * KV) / BYTES_PER_MS                           # 5.55 ms
+    assert compute > memory
+    assert built("roofline").step_ms(StepBatch((2048,), (0,), 0, 0)) == pytest.approx(compute + 1.30, rel=1e-12)
+    assert compute + 1.30 == pytest.approx(46.65, abs=0.01)
+
+
+def test_roofline_decode_and_mixed_by_hand():
+    # 64 decodes at context 2,048: memory-bound (weights once + every request's KV)
+    compute = (2 * N * 64 + ATTN * 64 * 2048) / FLOPS_PER_MS              # 1.46 ms
+    memory = (2 * N + 64 * 2048 * KV) / BYTES_PER_MS                      # 11.30 ms
+    assert built("roofline").step_ms(StepBatch((), (), 64, 64 * 2048)) == pytest.approx(memory + 1.30, rel=1e-12)
+    assert memory + 1.30 == pytest.approx(12.60, abs=0.01)
+    # mixed: a 512-token chunk after 1,024 cached tokens plus those decodes, one pass
+    compute = (2 * N * (512 + 64) + ATTN * (512 * (1024 + 256) + 64 * 2048)) / FLOPS_PER_MS
+    memory = (2 * N + (64 * 2048 + 1024 + 512) * KV) / BYTES_PER_MS
+    step = built("roofline").step_ms(StepBatch((512,), (1024,), 64, 64 * 2048))
+    assert step == pytest.approx(max(compute, memory) + 1.30, rel=1e-12)
+
+
+def test_roofline_tp_divides_the_work():
+    one = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 1))
+    two = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 2))
+    for batch in (StepBatch((4096,), (0,), 0, 0), StepBatch((), (), 128, 128 * 4096)):
+        assert two.step_ms(batch) - 1.30 == pytest.approx((one.step_ms(batch) - 1.30) / 2, rel=1e-12)
+
+
+def test_linear_by_hand():
+    step = built("linear").step_ms(StepBatch((100, 200), (0, 5000), 3, 9000))
+    assert step == pytest.approx(3.991 + 0.02339 * 300 + 0.10746 * 3, rel=1e-12)
+    assert built("linear").decode_ms(10, 999, 7) == pytest.approx(7 * (3.991 + 0.10746 * 10), rel=1e-12)
+
+
+def test_options_are_converted_and_checked():
+    hardware = hardware_for()
+    model = build_latency_model("linear", hardware, {"beta0": "2", "beta1": "0", "beta2": "0.5"})
+    assert model.step_ms(StepBatch((), (), 4, 0)) == 4.0
+    with pytest.raises(ValueError, match="has no option 'beta3'; its options: beta0, beta1, beta2"):
+        build_latency_model("linear", hardware, {"beta3": "1"})
+    with pytest.raises(ValueError, match="option 'mfu' must be <= 1.0"):
+        build_latency_model("roofline", hardware, {"mfu": "1.5"})
+    with pytest.raises(ValueError, match="unknown latency model 'nope'; available: .*roofline"):
+        build_latency_model("nope", hardware)
+
+
+# ------------------------------------------------------------------ aiconfigurator
+
+
+def test_aiconfigurator_without_the_extra_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)  # import fails as if not installed
+    with pytest.raises(ValueError) as info:
+        build_latency_model("aiconfigurator", hardware_for())
+    assert str(info.value) == ('the aiconfigurator latency model needs aiconfigurator-core: '
+                               'pip install "dynlab[aiconfigurator]"')
+
+
+@pytest.mark.skipif(not HAVE_AIC, reason="needs dynlab[aiconfigurator]")
+def test_aiconfigurator_returns_what_its_api_returns(capfd):
+    from aiconfigurator_core.sdk.rust_engine_step import RustForwardPassPerfModel
+
+    model = build_latency_model("aiconfigurator", hardware_for("qwen3-8b", "h100"))
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # its log noise stays out of dynlab's output
+    import logging
+
+    logging.getLogger("aiconfigurator_core").setLevel(logging.CRITICAL + 1)
+    direct = RustForwardPassPerfModel.from_native(dict(model.config))
+
+    def fpm(n_prefill, tokens, kv, decodes, decode_kv):
+        return {"scheduled_requests": {"num_prefill_requests": n_prefill, "sum_prefill_tokens": tokens,
+                                       "sum_prefill_kv_tokens": kv, "num_decode_requests": decodes,
+                                       "sum_decode_kv_tokens": decode_kv}}
+
+    cases = [(StepBatch((2048,), (0,), 0, 0), fpm(1, 2048, 0, 0, 0)),
+             (StepBatch((), (), 64, 64 * 2048), fpm(0, 0, 0, 64, 64 * 2048)),
+             (StepBatch((512, 256), (1024, 0), 32, 32 * 4096), fpm(2, 768, 1024, 32, 32 * 4096))]
+    for batch, record in cases:
+        assert model.step_ms(batch) == direct.estimate_forward_pass_time_ms(record)
+    # the reference figures of the design notes: Qwen3-8B on H100, vLLM
+    assert model.step_ms(cases[0][0]) == pytest.approx(44.5, abs=0.05)
+    assert model.step_ms(cases[1][0]) == pytest.approx(13.4, abs=0.05)
+
+
+@pytest.mark.skipif(not HAVE_AIC, reason="needs dynlab[aiconfigurator]")
+def test_aiconfigurator_refuses_what_it_cannot_model():
+    with pytest.raises(ValueError, match="backend must be vllm, sglang or trtllm"):
+        build_latency_model("aiconfigurator", hardware_for(), {"backend": "tgi"})
+
+
+# ------------------------------------------------------------------ the plugin kind
+
+
+class _Const(LatencyModel):
+    """Constant: every step takes 1 ms."""
+
+    name = "throwaway-const"
+
+    def step_ms(self, batch):
+        return 1.0
+
+
+class _Plugin:
+    @hookimpl
+    def dynlab_register_latency_models(self, register):
+        register(_Const)
+
+
+def test_a_third_party_latency_model_is_seen_and_removed():
+    pm = plugins.get_plugin_manager()
+    plugin = _Plugin()
+    pm.register(plugin, name="throwaway-latency")
+    try:
+        assert "throwaway-const" in plugins.latency_models()
+        model = build_latency_model("throwaway-const", hardware_for())
+        assert model.decode_ms(5, 100, 3) == 3.0  # the base class sums step_ms
+    finally:
+        pm.unregister(plugin)
+    assert "throwaway-const" not in plugins.latency_models()
+
+
+def test_a_non_latency_class_is_refused():
+    class Bad:
+        name = "bad"
+
+    class BadPlugin:
+        @hookimpl
+        def dynlab_register_latency_models(self, register):
+            register(Bad)
+
+    pm = plugins.get_plugin_manager()
+    plugin = BadPlugin()
+    pm.register(plugin, name="throwaway-bad-latency")
+    try:
+        with pytest.raises(plugins.RegistryError, match="not a subclass of dynlab.latency.base.LatencyModel"):
+            plugins.latency_models()
+    finally:
+        pm.unregister(plugin)
