@@ -1,0 +1,1 @@
+"""KV-cache storage: the block pool with its free queue and prefix cache."""
