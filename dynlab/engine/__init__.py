@@ -1,0 +1,1 @@
+"""The per-worker serving-engine model: engine block names and the step-based EngineWorker."""
