@@ -54,7 +54,9 @@ The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preempt
   admission, no preemption), the worker advances ``k`` such steps at once, ``k`` = steps until the
   earliest finish or the first step needing a new block; duration ``latency.decode_ms(R, ctx, k)``.
   :meth:`submit` / :meth:`interrupt` cut a run at the first step boundary >= the time given.
-  ``bulk=False`` runs one step at a time; results are the same.
+  ``bulk=False`` runs one step at a time; results are the same up to float rounding (a run's
+  boundaries are ``start + decode_ms(j)``, a step-by-step run's are running sums, so an arrival
+  within rounding error of a boundary can fall on different sides of it).
 
 Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`,
 :attr:`capacity`, :attr:`peak_used_blocks`, :meth:`used_block_ms` (integral of blocks held by
@@ -294,7 +296,8 @@ class EngineWorker:
                     break
             if need > 0:
                 req.keys += pool.allocate(need)
-            self._register(req, n)
+            if req.nreg < len(req.names):
+                self._register(req, n)
             sched.append((req, n))
             budget -= n
             i += 1

@@ -120,13 +120,20 @@ class BlockPool:
         free = self._free
         if n > len(free):
             raise ValueError(f"cannot allocate {n} blocks: {len(free)} free")
+        s = self._serial
+        if n == 1:  # the common case: a decode crossing a block boundary
+            key = free.popitem(last=False)[0]
+            if key >= 0:
+                del self._ref[key]
+                self.removed.append(key)
+            self._serial = s - 1
+            return [s]
         taken = list(islice(free, n))
         _consume(map(free.__delitem__, taken))
         named = list(filter(_NONNEG, taken))
         if named:
             _consume(map(self._ref.__delitem__, named))
             self.removed.extend(named)
-        s = self._serial
         self._serial = s - n
         return list(range(s, s - n, -1))
 
@@ -166,7 +173,7 @@ class BlockPool:
             left = list(map(sub, map(ref.__getitem__, named), repeat(1)))
             ref.update(zip(named, left))
             if any(left):  # some blocks are shared with running requests: they stay in use
-                rev = [k for k in rev if k < 0 or not ref[k]]
+                rev = list(compress(rev, map(not_, map(ref.get, rev))))  # unnamed: get() is None
         self._free.update(zip(rev, repeat(None)))
 
     def check(self) -> None:

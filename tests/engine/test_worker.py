@@ -317,3 +317,25 @@ def test_random_workloads_do_preempt():
     specs = [(0, 30, 12, tuple(range(100 * i, 100 * i + 15))) for i in range(4)]
     w, reqs, _ = simulate((2, 30, 40, 5, (1.0, 0.25, 1.0), specs), bulk=True, check=True)
     assert w.preemptions > 0 and all(r.finish_ms is not None for r in reqs)
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_no_admission_in_a_step_with_a_preemption(bulk):
+    """block 4, 12 blocks, budget 8. V and A: 3-token prompts (no full block, no names), 40 outputs.
+
+    They decode in lock step, taking a block every 4 tokens, 6 blocks each when the pool is full.
+    V (first in running order) then needs a 7th block: A, the last, is preempted (frees 6). V takes
+    one: 5 free. A could re-enter at once (25 tokens to recompute, chunk min(25, 7 budget left) = 7
+    tokens = 2 blocks), but nothing is admitted in a step with a preemption: A's 7-token chunk comes
+    in the next step.
+    """
+    lat = Linear()
+    w = EngineWorker(0, 12, 4, lat, max_num_batched_tokens=8, bulk=bulk)
+    v = EngineRequest("V", 0.0, 3, 40, [])
+    a = EngineRequest("A", 0.0, 3, 40, [])
+    results = run(w, [v, a], check=True)
+    k = next(i for i, r in enumerate(results) if r.preempted)
+    assert results[k].preempted == 1 and results[k].batch_size == 1 and results[k].decode_requests == 1
+    assert results[k + 1].batch_size == 2 and results[k + 1].prefill_tokens == 7
+    assert v.preemptions == 0 and a.preemptions >= 1  # V keeps growing: A is preempted again later
+    assert v.finish_ms is not None and a.finish_ms is not None
