@@ -1,0 +1,65 @@
+"""Engine block names: a trace's prompt names (trace blocks) turned into an engine's block names.
+
+A trace names a prompt in *trace blocks* of ``trace_block`` tokens (Mooncake: 512 tokens per
+``hash_id``; its ids are already prefix-chained, so id ``i`` identifies the whole prefix up to
+trace block ``i``). An engine caches KV in *engine blocks* of ``block`` tokens (vLLM: 16), and
+only **full** engine blocks of the prompt are named.
+
+Engine block ``j`` covers tokens ``[j*block, (j+1)*block)`` and exists only when
+``(j+1)*block <= input_length``. It is named after the trace block holding its LAST token,
+``t = ((j+1)*block - 1) // trace_block``, plus its offset among the engine blocks whose last
+token falls in ``t``::
+
+    name(j) = trace_hashes[t] * 1024 + (j - first engine block whose last token is in t)
+
+So two requests share engine block ``j`` exactly when they share every trace id up to ``t(j)``
+(given prefix-chained ids). When ``trace_block == block`` the names are the trace ids themselves.
+Names are ints, non-negative when the trace ids are (the engine's block pool relies on that).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+#: names carry at most this many engine blocks per trace block (offsets 0..1023)
+_SPREAD = 1024
+#: largest trace_block / block ratio accepted (so offsets stay well below _SPREAD)
+MAX_RATIO = 1022
+
+
+def engine_block_names(trace_hashes: Sequence[int], input_length: int, trace_block: int, block: int) -> list[int]:
+    """The names of the full engine blocks of a prompt (``input_length // block`` ints, prefix order).
+
+    ``trace_hashes``: the trace's prefix-chained ids of ``trace_block``-token blocks;
+    ``input_length``: prompt tokens; ``block``: engine tokens per block.
+
+    Raises ``ValueError`` for a non-positive ``block``/``trace_block``, a ratio
+    ``trace_block / block`` above 1022, a negative ``input_length``, or a hash list too short
+    to name the last full engine block.
+    """
+    if block < 1 or trace_block < 1:
+        raise ValueError(f"block sizes must be >= 1 (block={block}, trace_block={trace_block})")
+    if trace_block > MAX_RATIO * block:
+        raise ValueError(f"trace_block/block = {trace_block}/{block} is above {MAX_RATIO}: "
+                         "engine block names would collide")
+    if input_length < 0:
+        raise ValueError(f"input_length must be >= 0, got {input_length}")
+    n = input_length // block
+    if n == 0:
+        return []
+    last_t = (n * block - 1) // trace_block
+    if len(trace_hashes) <= last_t:
+        raise ValueError(f"{len(trace_hashes)} trace hashes of {trace_block} tokens cannot name "
+                         f"{input_length} tokens ({last_t + 1} needed)")
+    if trace_block == block:
+        return list(trace_hashes[:n])
+    out: list[int] = []
+    extend = out.extend
+    # trace block t holds the last tokens of engine blocks (t*T)//B .. ((t+1)*T)//B - 1
+    first = 0
+    for t in range(last_t + 1):
+        end = min(((t + 1) * trace_block) // block, n)
+        if end > first:
+            base = trace_hashes[t] * _SPREAD
+            extend(range(base, base + end - first))
+            first = end
+    return out

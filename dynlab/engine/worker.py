@@ -1,0 +1,436 @@
+"""One serving engine (a worker) as vLLM v1's scheduler runs it: steps, chunked prefill, a block pool, preemption.
+
+This module has no clock and no event loop: an event loop drives each :class:`EngineWorker`
+through four calls, all times in **ms** (floats)::
+
+    w = EngineWorker(worker_id, capacity_blocks, block_tokens, latency_model)
+    ok = w.submit(req, now)          # a request arrives (False: rejected, it can never fit)
+    end = w.start_step(now)          # schedule the next step (or a run of decode steps) at now
+    removed = w.removed              # names evicted at `now` (publish as BlockRemoved at now)
+    ...                              # at `end` (or a new end after submit/interrupt):
+    res = w.finish_step()            # apply it: res.stored (BlockStored at res.end),
+                                     # res.first_tokens, res.finished: [(req, time ms)]
+
+Driving rules (what makes the model vLLM's, and bulk runs equal to step-by-step ones):
+
+- At a time ``t``, first :meth:`finish_step` the step ending at ``t``, then :meth:`submit` every
+  request arriving at ``t`` (in arrival order), then, if :attr:`step_end` is ``None`` and not
+  :attr:`idle`, :meth:`start_step` at ``t``: a request added at exactly a step's start joins it.
+- :meth:`submit` during a step may move :attr:`step_end` EARLIER (a bulk decode run is cut at its
+  first step boundary >= now, see :meth:`interrupt`): re-read :attr:`step_end` after every
+  submit and reschedule the worker's step-end event. It may become equal to ``now``.
+- Call :meth:`start_step` right after :meth:`finish_step` unless :attr:`idle` (the engine
+  never waits with work to do). :meth:`start_step` returns ``None`` only when idle.
+
+The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preemption):
+
+- A request has ``num_tokens`` (prompt + tokens generated so far) and ``computed`` tokens (in
+  the KV cache). A step schedules ``min(num_tokens - computed, budget)`` of its tokens and needs
+  ``ceil((computed + scheduled) / block)`` blocks in all. When a step brings ``computed`` to
+  ``num_tokens`` the request emits one token at the step's end (``num_tokens += 1``); the step
+  computing the last prompt token emits the first one (TTFT = its end - arrival). The
+  ``output_length``-th token finishes the request at that step's end; its blocks are freed.
+- Each step: first the running requests in running order while token budget
+  (``max_num_batched_tokens``) remains; a request that cannot get its blocks preempts the LAST
+  running request, repeatedly (if it preempts itself, no further running request is scheduled).
+  Then, only if nothing was preempted, waiting requests in FCFS order while budget and sequence
+  slots (``max_num_seqs``) remain, each admitted if the blocks for the chunk it schedules now
+  can be taken, stopping at the first that cannot.
+- Admission looks up the prefix cache: the leading full prompt blocks cached, at most
+  ``min(len(names), (num_tokens - 1) // block)`` blocks (vLLM recomputes the last token; for a
+  fresh request that is ``(input_length - 1) // block``). Full prompt blocks are registered
+  (named) when the chunk completing them is scheduled, so a request admitted later in the same
+  step can hit them.
+- A preempted request frees its blocks, goes to the FRONT of the waiting queue, and on
+  re-admission looks up the cache again and recomputes from the hit (prompt and generated
+  tokens; its recomputation chunks count as prefill). The step finishing it emits its next token.
+- A request whose ``input_length + output_length - 1`` tokens exceed ``capacity * block`` is
+  rejected by :meth:`submit`.
+- Step duration: ``latency.step_ms(StepBatch(prefill chunks, their prior contexts, decode
+  requests, summed decode contexts))``. A request is a decode in a step when it computes 1
+  token, that token is its last uncomputed one and ``computed >= input_length``; its context
+  is ``num_tokens`` (prompt + generated so far).
+- **Bulk decode** (``bulk=True``): when a step is decode-only (every running request decodes, no
+  admission, no preemption), the worker advances ``k`` such steps at once, ``k`` = steps until the
+  earliest finish or the first step needing a new block; duration ``latency.decode_ms(R, ctx, k)``.
+  :meth:`submit` / :meth:`interrupt` cut a run at the first step boundary >= the time given.
+  ``bulk=False`` runs one step at a time; results are the same up to float rounding (a run's
+  boundaries are ``start + decode_ms(j)``, a step-by-step run's are running sums, so an arrival
+  within rounding error of a boundary can fall on different sides of it).
+
+Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`,
+:attr:`capacity`, :attr:`peak_used_blocks`, :meth:`used_block_ms` (integral of blocks held by
+requests over time, blocks x ms; cached free blocks never count), and per request (on the
+:class:`EngineRequest`): ``hit_tokens`` (prefix hit of its first admission's lookup, tokens),
+``first_scheduled_ms``, ``queue_wait_ms``, ``first_token_ms``, ``finish_ms``, ``preemptions``.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+from dynlab.kv.block_pool import BlockPool
+from dynlab.latency.base import LatencyModel, StepBatch
+
+__all__ = ["EngineRequest", "EngineWorker", "StepResult"]
+
+
+class EngineRequest:
+    """A request inside an engine: its identity and lengths, its progress, its metrics.
+
+    Given: ``id`` (any, for the caller), ``arrival_ms``, ``input_length`` (prompt tokens, >= 1),
+    ``output_length`` (tokens to generate, >= 1), ``names`` (the names of its full prompt
+    blocks at the engine's block size, ``input_length // block`` ints >= 0, from
+    :func:`dynlab.engine.names.engine_block_names`; distinct within a request).
+
+    Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``.
+    Metrics (``None`` until known): ``hit_tokens``, ``first_scheduled_ms``, ``first_token_ms``,
+    ``finish_ms``; ``preemptions`` (int); ``rejected`` (bool).
+    """
+
+    __slots__ = ("id", "arrival_ms", "input_length", "output_length", "names",
+                 "num_tokens", "computed", "generated", "keys", "nreg",
+                 "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
+                 "preemptions", "rejected")
+
+    def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int]):
+        if input_length < 1:
+            raise ValueError(f"request {id!r}: input_length must be >= 1, got {input_length}")
+        if output_length < 1:
+            raise ValueError(f"request {id!r}: output_length must be >= 1 (a request generates a token), "
+                             f"got {output_length}")
+        self.id = id
+        self.arrival_ms = arrival_ms
+        self.input_length = input_length
+        self.output_length = output_length
+        self.names = names
+        self.num_tokens = input_length
+        self.computed = 0
+        self.generated = 0
+        self.keys: list = []  # the pool keys of its blocks, in sequence order
+        self.nreg = 0  # leading full prompt blocks already hit or registered
+        self.hit_tokens: Optional[int] = None
+        self.first_scheduled_ms: Optional[float] = None
+        self.first_token_ms: Optional[float] = None
+        self.finish_ms: Optional[float] = None
+        self.preemptions = 0
+        self.rejected = False
+
+    @property
+    def queue_wait_ms(self) -> Optional[float]:
+        """First scheduled minus arrival (ms), ``None`` before it is scheduled."""
+        return None if self.first_scheduled_ms is None else self.first_scheduled_ms - self.arrival_ms
+
+    def __repr__(self):
+        return (f"EngineRequest({self.id!r}, arrival={self.arrival_ms}, in={self.input_length}, "
+                f"out={self.output_length}, computed={self.computed}/{self.num_tokens})")
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What :meth:`EngineWorker.finish_step` reports for the step (or bulk run of ``steps``) just ended.
+
+    - ``start``, ``end``: ms. ``steps``: engine iterations covered (> 1 for a bulk decode run).
+    - ``stored``: names registered by the step, prefix order per request (publish as
+      ``BlockStored`` at ``end``). ``removed``: names evicted at ``start`` (the same tuple as
+      :attr:`EngineWorker.removed` after :meth:`~EngineWorker.start_step`; publish once).
+    - ``first_tokens`` / ``finished``: ``[(request, time ms)]``, times == ``end``.
+    - ``preempted``: requests preempted when the step was scheduled.
+    - ``batch_size``: requests in the step; ``prefill_tokens``: prompt/recompute tokens computed
+      (per step; 0 in a bulk run); ``decode_requests``: decodes per step.
+    - ``used_blocks``: blocks held by requests during the step.
+    """
+
+    start: float
+    end: float
+    steps: int
+    stored: tuple
+    removed: tuple
+    first_tokens: List[Tuple[EngineRequest, float]] = field(default_factory=list)
+    finished: List[Tuple[EngineRequest, float]] = field(default_factory=list)
+    preempted: int = 0
+    batch_size: int = 0
+    prefill_tokens: int = 0
+    decode_requests: int = 0
+    used_blocks: int = 0
+
+
+class _Step:
+    __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
+                 "prefill_tokens", "used")
+
+
+class EngineWorker:
+    """One serving engine: a waiting queue, running requests, a :class:`BlockPool`, a latency model.
+
+    ``capacity``: KV blocks in the pool; ``block``: tokens per block; ``latency``: the step-time
+    model; ``max_num_batched_tokens``: token budget per step; ``max_num_seqs``: running requests
+    at most; ``bulk``: advance runs of decode-only steps at once (same results as ``False``).
+    """
+
+    def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
+                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True):
+        if block < 1:
+            raise ValueError(f"block must be >= 1 token, got {block}")
+        if max_num_batched_tokens < 1 or max_num_seqs < 1:
+            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
+        self.worker_id = worker_id
+        self.block = block
+        self.latency = latency
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.bulk = bulk
+        self.pool = BlockPool(capacity)
+        self.waiting: deque = deque()
+        self.running: List[EngineRequest] = []
+        self.preemptions = 0
+        self.rejected = 0
+        self.steps = 0
+        self.peak_used_blocks = 0
+        self.removed: tuple = ()
+        self._step: Optional[_Step] = None
+        self._used_ms = 0.0
+        self._used_t: Optional[float] = None
+
+    # -- reading --------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """Blocks in the pool."""
+        return self.pool.capacity
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks held by requests now (never cached free blocks)."""
+        return self.pool.used_blocks
+
+    @property
+    def idle(self) -> bool:
+        """No step in progress and nothing to schedule (no running or waiting request)."""
+        return self._step is None and not self.running and not self.waiting
+
+    @property
+    def step_end(self) -> Optional[float]:
+        """End (ms) of the step or bulk run in progress, ``None`` between steps."""
+        return None if self._step is None else self._step.end
+
+    def used_block_ms(self, now: Optional[float] = None) -> float:
+        """Integral of :attr:`used_blocks` over time (blocks x ms) up to ``now`` (default: the last change)."""
+        total = self._used_ms
+        if now is not None and self._used_t is not None:
+            total += self.pool.used_blocks * (now - self._used_t)
+        return total
+
+    # -- driving --------------------------------------------------------------------------
+    def submit(self, req: EngineRequest, now: float) -> bool:
+        """Queue ``req`` at ``now`` (ms); ``False`` (and counted in :attr:`rejected`) when its
+        ``input_length + output_length - 1`` tokens can never fit the pool.
+
+        A bulk decode run in progress is cut at its first step boundary >= ``now``: re-read
+        :attr:`step_end`. Raises ``ValueError`` when ``len(req.names) != input_length // block``.
+        """
+        if len(req.names) != req.input_length // self.block:
+            raise ValueError(f"request {req.id!r}: {len(req.names)} block names for {req.input_length} "
+                             f"tokens at block {self.block} (want {req.input_length // self.block})")
+        if req.input_length + req.output_length - 1 > self.pool.capacity * self.block:
+            req.rejected = True
+            self.rejected += 1
+            return False
+        self.waiting.append(req)
+        if self._step is not None and self._step.k > 1:
+            self.interrupt(now)
+        return True
+
+    def interrupt(self, t: float) -> float:
+        """Cut a bulk decode run at its first step boundary >= ``t`` (the step in progress at ``t``
+        finishes); returns the step end (ms), unchanged for a single step."""
+        st = self._step
+        if st is None:
+            raise RuntimeError("no step in progress")
+        if st.k == 1 or t >= st.end:
+            return st.end
+        decode_ms, start, r, ctx = self.latency.decode_ms, st.start, st.decodes, st.context
+        lo, hi = 1, st.k  # smallest j with start + decode_ms(j) >= t; decode_ms(k) >= t holds
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if start + decode_ms(r, ctx, mid) >= t:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < st.k:
+            st.k = lo
+            st.end = start + decode_ms(r, ctx, lo)
+        return st.end
+
+    def start_step(self, now: float) -> Optional[float]:
+        """Schedule the next step (or bulk decode run) starting at ``now`` (ms); returns its end
+        (ms), or ``None`` when idle. Blocks evicted for it are in :attr:`removed` (at ``now``)."""
+        if self._step is not None:
+            raise RuntimeError("a step is already in progress")
+        running, waiting = self.running, self.waiting
+        if not running and not waiting:
+            self.removed = ()
+            return None
+        self._accumulate(now)
+        pool, B = self.pool, self.block
+        pool.stored, pool.removed = [], []
+        budget = self.max_num_batched_tokens
+        sched: list = []
+        preempted = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.num_tokens - req.computed
+            if n > budget:
+                n = budget
+            need = -(-(req.computed + n) // B) - len(req.keys)
+            if need > pool.num_free:
+                victim = None
+                while need > pool.num_free:
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted += 1
+                    if victim is req:
+                        break
+                if victim is req:
+                    break
+            if need > 0:
+                req.keys += pool.allocate(need)
+            if req.nreg < len(req.names):
+                self._register(req, n)
+            sched.append((req, n))
+            budget -= n
+            i += 1
+        admitted = 0
+        if not preempted:
+            max_seqs = self.max_num_seqs
+            while waiting and budget > 0 and len(running) < max_seqs:
+                req = waiting[0]
+                names = req.names
+                h = pool.lookup(names, min(len(names), (req.num_tokens - 1) // B))
+                hit = names[:h]
+                computed = h * B
+                n = req.num_tokens - computed
+                if n > budget:
+                    n = budget
+                need = -(-(computed + n) // B) - h
+                if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+                    break
+                waiting.popleft()
+                pool.take_hits(hit)
+                req.keys = list(hit)
+                if need > 0:
+                    req.keys += pool.allocate(need)
+                req.computed = computed
+                req.nreg = h
+                if req.hit_tokens is None:
+                    req.hit_tokens = computed
+                    req.first_scheduled_ms = now
+                self._register(req, n)
+                running.append(req)
+                sched.append((req, n))
+                budget -= n
+                admitted += 1
+        if not sched:
+            raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
+
+        prefill_tokens, prefill_context = [], []
+        decodes = context = 0
+        for req, n in sched:
+            if n == 1 and req.num_tokens - req.computed == 1 and req.computed >= req.input_length:
+                decodes += 1
+                context += req.num_tokens
+            else:
+                prefill_tokens.append(n)
+                prefill_context.append(req.computed)
+        k = 1
+        if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(running):
+            # every step of the run is this one again: no admission (the waiting queue's head meets
+            # the same budget, slots and pool), no new block, no finish before the last step
+            k = min(min(r.output_length - r.generated, len(r.keys) * B - r.computed) for r, _ in sched)
+        st = _Step()
+        st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, k, sched, decodes, context, preempted
+        st.prefill_tokens = sum(prefill_tokens)
+        if k > 1:
+            st.end = now + self.latency.decode_ms(decodes, context, k)
+        else:
+            st.end = now + self.latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
+                                                          decodes, context))
+        st.stored = tuple(pool.stored)
+        st.removed = self.removed = tuple(pool.removed)
+        st.used = used = pool.used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        self._step = st
+        return st.end
+
+    def finish_step(self) -> StepResult:
+        """Apply the step (or bulk run) in progress at its end: computed tokens, emitted tokens,
+        finishes (their blocks return to the free queue)."""
+        st = self._step
+        if st is None:
+            raise RuntimeError("no step in progress")
+        self._step = None
+        end, k = st.end, st.k
+        self._accumulate(end)
+        first_tokens, finished = [], []
+        for req, n in st.sched:
+            if k > 1:
+                req.computed += k
+                req.num_tokens += k
+                req.generated += k
+            else:
+                req.computed += n
+                if req.computed != req.num_tokens:
+                    continue
+                req.num_tokens += 1
+                req.generated += 1
+                if req.generated == 1:
+                    req.first_token_ms = end
+                    first_tokens.append((req, end))
+            if req.generated >= req.output_length:
+                req.finish_ms = end
+                finished.append((req, end))
+                self.pool.release(req.keys)
+                req.keys = []
+        if finished:
+            self.running = [r for r in self.running if r.finish_ms is None]
+        self.steps += k
+        return StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,
+                          len(st.sched), st.prefill_tokens, st.decodes, st.used)
+
+    # -- internals ------------------------------------------------------------------------
+    def _accumulate(self, t: float) -> None:
+        if self._used_t is not None:
+            self._used_ms += self.pool.used_blocks * (t - self._used_t)
+        self._used_t = t
+
+    def _register(self, req: EngineRequest, n: int) -> None:
+        """Name the full prompt blocks the chunk of ``n`` tokens scheduled now completes."""
+        full = min(req.computed + n, req.input_length) // self.block
+        if full > req.nreg:
+            self.pool.register(req.keys, req.nreg, req.names[req.nreg:full])
+            req.nreg = full
+
+    def _preempt(self, req: EngineRequest) -> None:
+        self.pool.release(req.keys)
+        req.keys = []
+        req.computed = 0
+        req.nreg = 0
+        req.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def check(self) -> None:
+        """Assert invariants (tests): used blocks == blocks held by running requests, pool consistent."""
+        self.pool.check()
+        held = {}
+        for r in self.running:
+            for key in r.keys:
+                held[key] = held.get(key, 0) + 1
+        assert len(held) == self.pool.used_blocks, (len(held), self.pool.used_blocks)
+        for key, c in held.items():
+            assert key < 0 and c == 1 or self.pool._ref.get(key) == c
+        for r in self.running:
+            assert len(r.keys) >= -(-r.computed // self.block)
+        assert all(not r.keys for r in self.waiting)

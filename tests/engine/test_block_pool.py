@@ -1,0 +1,166 @@
+"""BlockPool against a per-block reference model (vLLM v1's BlockPool, written the slow, obvious way)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from dynlab.kv.block_pool import BlockPool
+
+
+class ModelPool:
+    """Physical blocks 0..capacity-1, a free list (head first), a name -> block map, ref counts."""
+
+    def __init__(self, capacity):
+        self.name = [None] * capacity
+        self.ref = [0] * capacity
+        self.free = list(range(capacity))
+        self.where = {}
+        self.stored, self.removed = [], []
+
+    def lookup(self, names, max_blocks):
+        h = 0
+        for name in names[:max_blocks]:
+            if name not in self.where:
+                break
+            h += 1
+        return h
+
+    def admit(self, names, h, extra):
+        """Hit names[:h], allocate the rest + extra, register names[h:]; None if it does not fit."""
+        hits = [self.where[n] for n in names[:h]]
+        need = len(names) - h + extra
+        if need + sum(1 for b in hits if self.ref[b] == 0) > len(self.free):
+            return None
+        for b in hits:
+            if self.ref[b] == 0:
+                self.free.remove(b)
+            self.ref[b] += 1
+        new = []
+        for _ in range(need):
+            b = self.free.pop(0)
+            if self.name[b] is not None:
+                del self.where[self.name[b]]
+                self.removed.append(self.name[b])
+                self.name[b] = None
+            self.ref[b] = 1
+            new.append(b)
+        for b, n in zip(new, names[h:]):
+            if n not in self.where:
+                self.where[n] = b
+                self.name[b] = n
+                self.stored.append(n)
+        return hits + new
+
+    def release(self, blocks):
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free.append(b)
+
+    def free_names(self):
+        return [self.name[b] for b in self.free]
+
+
+def pool_admit(pool, names, extra):
+    h = pool.lookup(names, len(names))
+    need = len(names) - h + extra
+    if need + pool.evictable_hits(names[:h]) > pool.num_free:
+        return h, None
+    pool.take_hits(names[:h])
+    keys = list(names[:h]) + pool.allocate(need)
+    pool.register(keys, h, names[h:])
+    return h, keys
+
+
+class PoolMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.cap = 12
+        self.pool = BlockPool(self.cap)
+        self.model = ModelPool(self.cap)
+        self.holders = []  # (pool keys, model blocks)
+        self.from_events = set()
+
+    def apply_events(self):
+        # an admission evicts (allocate) before it registers: removed first, then stored
+        self.from_events.difference_update(self.pool.removed)
+        self.from_events.update(self.pool.stored)
+        del self.pool.removed[:], self.pool.stored[:], self.model.removed[:], self.model.stored[:]
+
+    @rule(prefix=st.integers(0, 3), length=st.integers(0, 6), branch=st.integers(0, 2), extra=st.integers(0, 2))
+    def admit(self, prefix, length, branch, extra):
+        # chained names: a tree of prefixes (prefix family, branch point)
+        names = [prefix * 100 + (i if i < 2 else 10 * branch + i) for i in range(length)]
+        h, keys = pool_admit(self.pool, names, extra)
+        assert h == self.model.lookup(names, len(names))
+        blocks = self.model.admit(names, h, extra)
+        assert (keys is None) == (blocks is None)
+        if keys is not None:
+            self.holders.append((keys, blocks))
+        assert self.pool.stored == self.model.stored and self.pool.removed == self.model.removed
+        self.apply_events()
+
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data())
+    def release(self, data):
+        i = data.draw(st.integers(0, len(self.holders) - 1))
+        keys, blocks = self.holders.pop(i)
+        self.pool.release(keys)
+        self.model.release(blocks)
+
+    @invariant()
+    def same_state(self):
+        pool, model = self.pool, self.model
+        pool.check()
+        assert pool.num_free == len(model.free)
+        assert pool.used_blocks + pool.num_free == self.cap
+        assert pool.cached() == set(model.where)
+        assert [k if k >= 0 else None for k in pool._free] == model.free_names()
+        assert pool.cached() == self.from_events  # the cache as a subscriber to its events sees it
+
+
+TestPoolMachine = PoolMachine.TestCase
+
+
+def test_free_queue_order_and_eviction():
+    pool = BlockPool(4)
+    a = pool.allocate(3)
+    pool.register(a, 0, [10, 11, 12])
+    assert pool.stored == [10, 11, 12] and pool.used_blocks == 3
+    pool.release(a)  # tail gets 12, 11, 10 after the never-used block
+    assert pool.num_free == 4 and pool.cached() == {10, 11, 12}
+    b = pool.allocate(2)  # the never-used block, then 12 (tail of the sequence first)
+    assert pool.removed == [12] and pool.cached() == {10, 11}
+    assert pool.lookup([10, 11, 12], 3) == 2
+    assert pool.lookup([10, 11, 12], 1) == 1
+    assert pool.evictable_hits([10, 11]) == 2
+    pool.take_hits([10, 11])
+    assert pool.num_free == 0 and pool.used_blocks == 4
+    with pytest.raises(ValueError):
+        pool.allocate(1)
+    pool.release(b)
+    pool.release([10, 11])
+    assert pool.num_free == 4
+
+
+def test_shared_block_stays_in_use_until_last_release():
+    pool = BlockPool(3)
+    a = pool.allocate(2)
+    pool.register(a, 0, [1, 2])
+    pool.take_hits([1])  # a second request shares block 1
+    pool.release(a)  # block 2 is free, block 1 still held
+    assert pool.num_free == 2 and pool.evictable_hits([1, 2]) == 1
+    pool.allocate(2)  # the never-used block and 2; never 1
+    assert pool.removed == [2] and 1 in pool
+    pool.release([1])
+    assert pool.evictable_hits([1]) == 1
+
+
+def test_duplicate_name_stays_unnamed():
+    pool = BlockPool(4)
+    a = pool.allocate(1)
+    pool.register(a, 0, [5])
+    b = pool.allocate(2)
+    pool.register(b, 0, [5, 6])  # 5 is already cached: b's first block stays unnamed
+    assert b[0] < 0 and b[1] == 6 and pool.stored == [5, 6]
