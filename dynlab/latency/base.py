@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
-# StrategyOption (dynlab.strategy; dynlab.routing.strategy after the restructuring) is reused for declared
+# StrategyOption (dynlab.routing.strategy) is reused for declared
 # options: name, type, default, help, min, max. Build a model by name with dynlab.latency.grid.build_latency_model.
 
 

@@ -42,7 +42,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dynlab import disagg
+from dynlab.disagg import cost as disagg
 
 GIB = 2**30
 
@@ -206,7 +206,7 @@ class ModelSpec:
     ``weight_bytes_per_param``: 1 for an fp8 ``quantization_config``, else the ``torch_dtype`` size;
     ``dtype_bytes``: activation and KV element size (``torch_dtype``); ``head_dim``/``v_head_dim``:
     query-key and value head sizes (MLA: ``qk_nope + qk_rope`` and ``v_head_dim``);
-    ``kv_bytes_per_token``: :func:`dynlab.disagg.kv_bytes_per_token_from_config`.
+    ``kv_bytes_per_token``: :func:`dynlab.disagg.cost.kv_bytes_per_token_from_config`.
     """
 
     name: str

@@ -10,7 +10,7 @@ import math
 
 from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
-from dynlab.strategy import StrategyOption
+from dynlab.routing.strategy import StrategyOption
 
 
 def _arith(a: float, b: float, lo: int, hi: int) -> float:

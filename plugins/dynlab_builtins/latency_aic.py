@@ -14,7 +14,7 @@ import sys
 import warnings
 
 from dynlab.latency.base import LatencyModel, StepBatch
-from dynlab.strategy import StrategyOption
+from dynlab.routing.strategy import StrategyOption
 
 INSTALL_HINT = 'the aiconfigurator latency model needs aiconfigurator-core: pip install "dynlab[aiconfigurator]"'
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dynlab import disagg
+from dynlab.disagg import cost as disagg
 from dynlab.latency import hardware as hw
 
 
