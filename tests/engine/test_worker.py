@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from dynlab.engine.names import engine_block_names
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.latency.base import LatencyModel, StepBatch
-from dynlab.router import block_hashes
+from dynlab.routing.hashing import block_hashes
 
 
 class Linear(LatencyModel):
