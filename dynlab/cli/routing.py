@@ -10,7 +10,7 @@ import click
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import echo_json, output_path, split_list
-from dynlab.engine import timing
+from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import run
 
@@ -81,24 +81,39 @@ SIM_OPTIONS = [
      "Trace format [default: detected from the first line]."),
     (("--time-scale",), "time_scale", FiniteFloat(min=0, min_open=True), 1.0,
      "With --timing: multiply trace timestamps (0.5 = twice the rate)."),
-    (("--rate",), "rate", FiniteFloat(min=0, min_open=True), timing.POISSON_RATE,
+    (("--rate",), "rate", FiniteFloat(min=0, min_open=True), POISSON_RATE,
      "With --timing: Poisson arrivals (requests/s) for workloads without timestamps."),
-    (("--prefill-tps",), "prefill_tps", FiniteFloat(min=0, min_open=True), timing.PREFILL_TPS,
-     "With --timing: prefill speed per worker, tokens/s (8B model, H100-class GPU)."),
-    (("--decode-tps",), "decode_tps", FiniteFloat(min=0, min_open=True), timing.DECODE_TPS,
-     "With --timing: decode speed per request, tokens/s."),
+    (("--trace-block",), "trace_block", click.IntRange(min=1), None,
+     "With --timing: tokens per trace block of a trace that names its own blocks "
+     "[default: the format's, 512 for mooncake]."),
+    (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), 8192,
+     "With --timing: token budget of one engine step (vLLM's)."),
+    (("--max-num-seqs",), "max_num_seqs", click.IntRange(min=1), 256,
+     "With --timing: running requests per engine at most (vLLM's)."),
+    (("--latency-model",), "latency_model", RegistryName("latency model", plugins.latency_models), "roofline",
+     "With --timing: step latency model (see `dynlab latency --list`)."),
+    (("--model",), "model", click.STRING, "llama-3.1-8b",
+     "With --timing: served model, a bundled name (see `dynlab models`) or a config.json path."),
+    (("--gpu",), "gpu", click.STRING, "h100", "With --timing: GPU of each worker (see `dynlab latency --list`)."),
+    (("--tp",), "tp", click.IntRange(min=1), 1, "With --timing: GPUs per worker (tensor parallel)."),
+    (("--gpu-memory-utilization",), "gpu_memory_utilization", FiniteFloat(0.0, 1.0, min_open=True), 0.9,
+     "With --timing: share of GPU memory for weights and KV (vLLM's); sizes the pool without --capacity."),
+    (("--event-delay-ms",), "event_delay_ms", FiniteFloat(min=0), 0.0,
+     "With --timing: KV events reach the router this many ms after they happen."),
+    (("--slo-ttft-ms",), "slo_ttft_ms", FiniteFloat(min=0), None, "With --timing: TTFT SLO for goodput."),
+    (("--slo-tpot-ms",), "slo_tpot_ms", FiniteFloat(min=0), None, "With --timing: TPOT SLO for goodput."),
 ]
 
 
-def parse_opts(values: tuple[str, ...]) -> dict[str, str]:
+def parse_opts(values: tuple[str, ...], flag: str = "--opt") -> dict[str, str]:
     """``("a=1", "b=x")`` -> ``{"a": "1", "b": "x"}``; a malformed or repeated NAME is a usage error."""
     out = {}
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--opt")
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint=flag)
         if name.strip() in out:
-            raise click.BadParameter(f"option {name.strip()!r} is given twice", param_hint="--opt")
+            raise click.BadParameter(f"option {name.strip()!r} is given twice", param_hint=flag)
         out[name.strip()] = value.strip()
     return out
 
@@ -121,8 +136,11 @@ def common_flags(fn):
     fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
                       help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
     fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
+    fn = click.option("--latency-opt", "latency_opt", multiple=True, metavar="NAME=VALUE",
+                      help="With --timing: latency model option (see `dynlab latency --list`); repeatable.")(fn)
     fn = click.option("--timing", is_flag=True,
-                      help="Time model: arrivals, prefill queues, TTFT (see dynlab.engine.timing).")(fn)
+                      help="Serve in time on vLLM-like engines: batching, chunked prefill, a finite block pool, "
+                           "preemption, TTFT/TPOT (see docs/engine.md).")(fn)
     fn = click.option("--quiet", is_flag=True, help="No progress bar (and, for sweep, no summary line).")(fn)
     return fn
 
@@ -130,13 +148,14 @@ def common_flags(fn):
 @main.command()
 @sim_options
 @common_flags
-def sim(opt, all_metrics, timing, quiet, **options):
+def sim(opt, latency_opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
     seed's keys. With --trace: a real trace, printing the fleet metrics too.
     """
-    config = SimConfig(**options, opts=parse_opts(opt), all_metrics=all_metrics, timing=timing)
+    config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
+                       all_metrics=all_metrics, timing=timing)
     echo_json(_run(config, quiet))
 
 
@@ -166,7 +185,7 @@ def _format_table(results: dict) -> str:
             ("block_hit_rate", "block_hit_rate"), ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
-            ("wait_p99_ms", "queue_wait_ms.p99")]
+            ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"), ("preempted", "preemptions")]
 
     def get(r, path):
         for part in path.split("."):
@@ -194,7 +213,7 @@ def _format_table(results: dict) -> str:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               help="Write a bar chart of block hit rate per run (needs dynlab[plot]).")
 @click.pass_context
-def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
+def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
 
     Example: `dynlab compare --modes rr,random,kv` (the seed's modes.json) or
@@ -221,7 +240,8 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
             varied = (flag, field, items, values)
         else:
             fixed[field] = values[0]
-    base = SimConfig(**fixed, opts=parse_opts(opt), all_metrics=all_metrics, timing=timing)
+    base = SimConfig(**fixed, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
+                     all_metrics=all_metrics, timing=timing)
     if varied is None:
         flag, field = "--mode", "mode"
         items, values = [base.mode], [base.mode]

@@ -4,7 +4,7 @@
 - :mod:`~dynlab.engine.run`: :func:`run` (one simulation, the JSON ``dynlab sim`` prints),
   :func:`replay` (the event loop over given requests, strategy and workers) and their helpers;
 - :mod:`~dynlab.engine.counted`: the count-based :class:`Worker` (no time);
-- :mod:`~dynlab.engine.timing`: the first-order time model (``--timing``).
+- :mod:`~dynlab.engine.timed`, :mod:`~dynlab.engine.worker`: the timed serving engine (``--timing``).
 
 The function :func:`~dynlab.engine.run.run` is not re-exported here, where it would hide its own
 module ``dynlab.engine.run``; it is ``dynlab.run``.

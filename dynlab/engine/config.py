@@ -1,10 +1,12 @@
 """A simulation's configuration: :class:`SimConfig` (every option of ``dynlab sim``) and its validation."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Mapping, Optional
 
-from dynlab.engine.timing import DECODE_TPS, POISSON_RATE, PREFILL_TPS, TimeModel
+#: requests/s of the Poisson arrivals of a timed workload without timestamps
+POISSON_RATE = 4.0
 
 
 @dataclass(frozen=True)
@@ -14,13 +16,20 @@ class SimConfig:
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
     ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``); with it,
     a built-in trace name or a path, read by ``trace_format`` (``None``: detected).
-    Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded) under the
-    eviction ``policy``. Events: ``publish`` (``"yes"``/``"no"``), ``event_delay``
-    (requests), ``event_loss`` (probability). ``opts``: strategy options (name -> text).
+    Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded without
+    ``timing``, the hardware-derived pool with it) under the eviction ``policy``.
+    Events: ``publish`` (``"yes"``/``"no"``), ``event_delay`` (requests; count-based runs),
+    ``event_loss`` (probability). ``opts``: strategy options (name -> text).
     ``all_metrics``: on the synthetic workload, add the fleet metrics to the seed's keys.
-    Time (``timing=True``, :mod:`dynlab.engine.timing`): ``time_scale`` multiplies trace
-    timestamps, ``rate`` (requests/s) drives Poisson arrivals for workloads without
-    them, ``prefill_tps`` (tokens/s per worker) and ``decode_tps`` (tokens/s per request).
+
+    Timed runs (``timing=True``, the serving engine of :mod:`dynlab.engine.worker`):
+    ``block`` is the engine's KV block (tokens), ``trace_block`` the trace's (``None``: the
+    format's own, 512 for Mooncake); ``time_scale`` multiplies trace timestamps, ``rate``
+    (requests/s) drives Poisson arrivals for workloads without them; ``max_num_batched_tokens``
+    and ``max_num_seqs`` (vLLM's scheduler limits); ``latency_model`` with ``latency_opts``;
+    ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size when ``capacity`` is
+    ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
+    ``slo_tpot_ms`` (goodput).
     """
 
     mode: str = "kv"
@@ -43,16 +52,22 @@ class SimConfig:
     timing: bool = False
     time_scale: float = 1.0
     rate: float = POISSON_RATE
-    prefill_tps: float = PREFILL_TPS
-    decode_tps: float = DECODE_TPS
-
-    def time_model(self) -> TimeModel:
-        """The :class:`dynlab.engine.timing.TimeModel` of these options."""
-        return TimeModel(self.prefill_tps, self.decode_tps, self.time_scale, self.rate)
+    trace_block: Optional[int] = None
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    latency_model: str = "roofline"
+    latency_opts: Mapping[str, str] = field(default_factory=dict)
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
+    tp: int = 1
+    gpu_memory_utilization: float = 0.9
+    event_delay_ms: float = 0.0
+    slo_ttft_ms: Optional[float] = None
+    slo_tpot_ms: Optional[float] = None
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field."""
-        for name in ("workers", "block"):
+        """Raise ``ValueError`` naming the first bad field or an option that has no effect."""
+        for name in ("workers", "block", "max_num_batched_tokens", "max_num_seqs", "tp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("prefixes", "reps", "plen", "tail", "event_delay"):
@@ -60,20 +75,38 @@ class SimConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.capacity is not None and self.capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {self.capacity}")
+        if self.trace_block is not None and self.trace_block < 1:
+            raise ValueError(f"trace_block must be >= 1, got {self.trace_block}")
         if self.publish not in ("yes", "no"):
             raise ValueError(f"publish must be yes or no, got {self.publish!r}")
         if not 0.0 <= self.event_loss <= 1.0:
             raise ValueError(f"event_loss must be between 0 and 1, got {self.event_loss}")
-        self.time_model().validate()
+        for name in ("time_scale", "rate"):
+            v = getattr(self, name)
+            if not (v > 0 and math.isfinite(v) and math.isfinite(1000.0 / v)):
+                raise ValueError(f"{name} must be a finite number > 0 (and not vanishingly small), got {v}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms"):
+            v = getattr(self, name)
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v}")
         if not self.timing:
             for name in TIME_MODEL_FIELDS:
                 if getattr(self, name) != _DEFAULTS[name]:
                     raise ValueError(f"--{name.replace('_', '-')} only applies with --timing")
-        if self.timing and self.capacity is not None and self.policy != "lru":
-            raise ValueError(f"--timing pins active blocks in an LRU list (vLLM's free-block queue); "
-                             f"policy {self.policy!r} is not supported with it")
+        else:
+            if self.event_delay:
+                raise ValueError("--event-delay counts requests and applies without --timing only; "
+                                 "with --timing use --event-delay-ms")
+            if self.policy != _DEFAULTS["policy"]:
+                raise ValueError(f"--policy applies without --timing only: the timed engine evicts from "
+                                 f"vLLM's free-block queue (policy {self.policy!r} given)")
 
 
-#: the options of the time model: set without ``timing`` they would silently do nothing, so they are refused
-TIME_MODEL_FIELDS = ("time_scale", "rate", "prefill_tps", "decode_tps")
+#: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
+TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_tokens", "max_num_seqs",
+                     "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
+                     "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
+_DEFAULTS["opts"] = _DEFAULTS["latency_opts"] = {}  # default factories: empty mappings

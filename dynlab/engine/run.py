@@ -22,13 +22,11 @@ from typing import Any, Iterable, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
 from dynlab.engine.counted import Worker
-from dynlab.engine.timing import Clock, PinnedLRUWorker, TimeModel
 from dynlab.errors import DynlabError
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
 
 SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
-TIMED_KEYS = ("ttft_ms", "queue_wait_ms", "makespan_s", "peak_active_requests", "overflow_blocks")
 
 
 class StrategyError(DynlabError):
@@ -78,8 +76,6 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
 
 def make_workers(config: SimConfig, future: Optional[list] = None) -> list[Worker]:
     """``config.workers`` workers, each with a ``config.capacity``-block cache of ``config.policy``."""
-    if config.timing:
-        return [PinnedLRUWorker(w, config.capacity) for w in range(config.workers)]
     if config.capacity is None:
         return [Worker(w) for w in range(config.workers)]
     from dynlab import plugins
@@ -89,7 +85,7 @@ def make_workers(config: SimConfig, future: Optional[list] = None) -> list[Worke
 
 
 def _needs_future(config: SimConfig) -> bool:
-    if config.capacity is None or config.timing:
+    if config.capacity is None:
         return False
     from dynlab import plugins
 
@@ -100,15 +96,8 @@ def _needs_future(config: SimConfig) -> bool:
 def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker], *,
            publish: bool = True, event_delay: int = 0, event_loss: float = 0.0,
            loss_rng: Optional[random.Random] = None, synthetic_prefix_blocks: Optional[bool] = None,
-           progress=None, time_model: Optional[TimeModel] = None, block_tokens: int = 16,
-           seed: int = 1) -> dict[str, Any]:
-    """Route and serve every request; return the fleet metrics (without ``mode``).
-
-    With ``time_model`` (workers must then be :class:`dynlab.engine.timing.PinnedLRUWorker`),
-    requests arrive in time, queue for prefill and pin their blocks until their decode
-    ends (:mod:`dynlab.engine.timing`); the fleet view shows each worker's load, and the
-    result gains the timed metrics. ``block_tokens`` converts cached blocks to tokens
-    (``uncached = input_length - cached_blocks * block_tokens``, at least 0).
+           progress=None) -> dict[str, Any]:
+    """Route and serve every request, count-based (no time); return the fleet metrics (without ``mode``).
 
     ``synthetic_prefix_blocks`` is ``None`` for a trace (a *repeat* is a request whose
     first block was seen before anywhere; a *hit* a repeat whose worker holds that
@@ -122,8 +111,6 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     active_requests, active_blocks, queued_tokens = [0] * n, [0] * n, [0] * n
     cached_sizes = [0] * n
     fleet = FleetView(counts, active_requests, active_blocks, queued_tokens, cached_sizes)
-    clock = None if time_model is None else Clock(time_model, workers, active_requests, active_blocks,
-                                                  queued_tokens, seed)
     loss_rng = loss_rng or random.Random(0)
     pending: deque = deque()  # (due request index, event)
     route = strategy.route
@@ -150,15 +137,8 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
                 on_event(ev)
 
     i = -1
-    t = 0.0
     try:
         for i, req in enumerate(requests):
-            if clock is not None:
-                t = clock.arrival(req.timestamp)
-                for w, removed in clock.advance(t):
-                    cached_sizes[w] = workers[w].size
-                    if publish:
-                        emit([BlockRemoved(w, tuple(removed))], i + event_delay)
             while pending and pending[0][0] <= i:
                 on_event(pending.popleft()[1])
             strategy.predicted = None
@@ -217,9 +197,6 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
                     if stored:
                         published += 1
                         on_event(BlockStored(w, tuple(stored)))
-            if clock is not None:
-                uncached = req.input_length - actual * block_tokens
-                clock.admit(w, t, hashes, uncached if uncached > 0 else 0, req.output_length)
             n_requests += 1
             if progress is not None:
                 progress.update(1)
@@ -230,11 +207,6 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
             raise StrategyError(f"strategy {strategy.name!r} failed at request {i}: "
                                 f"{type(exc).__name__}: {exc}") from exc
         raise
-    if clock is not None:  # the last requests finish: their released blocks may be evicted
-        for w, removed in clock.advance(float("inf")):
-            cached_sizes[w] = workers[w].size
-            if publish:
-                emit([BlockRemoved(w, tuple(removed))], i + 1 + event_delay)
     while pending:  # late events still reach the strategy (no routing decision depends on them)
         on_event(pending.popleft()[1])
     mean = n_requests / n if n else 0.0
@@ -255,8 +227,6 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         "requests_per_worker": counts,
         "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
     }
-    if clock is not None:
-        out.update(clock.metrics())
     return out
 
 
@@ -269,7 +239,8 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
     Key order: the seed's keys (``mode, workers, requests, repeat_requests, hits,
     hit_rate``), then ``publish`` for strategies that use KV events, then (on a trace,
-    or with ``all_metrics``) the fleet metrics of :func:`replay`.
+    with ``all_metrics`` or with ``timing``) the fleet metrics; timed runs add the serving
+    metrics and say which block sizes, pool, hardware and latency model they used.
 
     Raises ``ValueError`` for a bad option, :class:`dynlab.plugins.UnknownNameError`
     for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
@@ -278,42 +249,25 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     config.validate()
     rng = random.Random(config.seed)
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
-    block_tokens = config.block
-    if config.trace is None:
-        from dynlab.traces.synthetic import seed_requests
+    requests, total, block_tokens, synthetic = _workload(config, rng, requests)
+    timed = None
+    if config.timing:
+        from dynlab.engine.serving import build_engines
 
-        requests = seed_requests(config.prefixes, config.reps, config.plen,
-                                                     config.tail, config.block, rng)
-        synthetic = config.plen >= config.block
-        total = config.prefixes * config.reps
-    else:
-        if requests is None:
-            from dynlab.traces.reader import open_trace
-
-            requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block)
-        else:
-            total = len(requests)
-            block_tokens = getattr(requests, "block_tokens", config.block)
-        synthetic = None
+        timed = build_engines(config, block_tokens)
+        block_tokens = config.block
     strategy = build_strategy(config, rng, block_tokens=block_tokens)
-    future = None
-    if _needs_future(config):
-        requests = list(requests)
-        from dynlab.kv.policies import FutureIndex
-
-        future = FutureIndex([h for r in requests for h in reversed(r.hashes)])  # indexed once, shared
-    workers = make_workers(config, future)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=total, unit="req", leave=False, desc=config.mode)
     try:
-        metrics = replay(requests, strategy, workers, publish=config.publish == "yes",
-                         event_delay=config.event_delay, event_loss=config.event_loss,
-                         loss_rng=loss_rng, synthetic_prefix_blocks=synthetic, progress=bar,
-                         time_model=config.time_model() if config.timing else None,
-                         block_tokens=block_tokens, seed=config.seed)
+        if timed is not None:
+            metrics = _guard(strategy, lambda: timed.replay(requests, strategy, rng=rng, loss_rng=loss_rng,
+                                                            progress=bar))
+        else:
+            metrics = _replay_counted(config, requests, strategy, synthetic, loss_rng, bar)
     finally:
         if bar is not None:
             bar.close()
@@ -322,14 +276,53 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         out[key] = metrics[key]
     if strategy.uses_events:
         out["publish"] = config.publish
-    if config.trace is not None or config.all_metrics:
+    if config.trace is not None or config.all_metrics or timed is not None:
+        if timed is not None:
+            out.update(timed.describe())
         for key, value in metrics.items():
             if key not in out:
                 out[key] = value
-    elif config.timing:
-        for key in TIMED_KEYS:
-            out[key] = metrics[key]
     return out
+
+
+def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
+    """``(requests, total, tokens per block of their names, synthetic_prefix_blocks)`` of ``config``."""
+    if config.trace is None:
+        from dynlab.traces.synthetic import seed_requests
+
+        requests = seed_requests(config.prefixes, config.reps, config.plen, config.tail, config.block, rng)
+        return requests, config.prefixes * config.reps, config.block, config.plen >= config.block
+    if requests is None:
+        from dynlab.traces.reader import open_trace
+
+        requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block)
+        return requests, total, block_tokens, None
+    return requests, len(requests), getattr(requests, "block_tokens", config.block), None
+
+
+def _replay_counted(config: SimConfig, requests, strategy: Strategy, synthetic, loss_rng, bar) -> dict:
+    future = None
+    if _needs_future(config):
+        requests = list(requests)
+        from dynlab.kv.policies import FutureIndex
+
+        future = FutureIndex([h for r in requests for h in reversed(r.hashes)])  # indexed once, shared
+    workers = make_workers(config, future)
+    return replay(requests, strategy, workers, publish=config.publish == "yes",
+                  event_delay=config.event_delay, event_loss=config.event_loss,
+                  loss_rng=loss_rng, synthetic_prefix_blocks=synthetic, progress=bar)
+
+
+def _guard(strategy: Strategy, fn):
+    """Run ``fn()``; an exception raised inside the strategy's own code becomes a :class:`StrategyError`."""
+    try:
+        return fn()
+    except DynlabError:
+        raise
+    except Exception as exc:
+        if _raised_in_plugin(exc, strategy):
+            raise StrategyError(f"strategy {strategy.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise
 
 
 def config_fields() -> list[str]:

@@ -1,0 +1,175 @@
+"""Metrics recorders: every figure a run reports is computed here, from callbacks.
+
+- :class:`RoutingMetrics` (``on_route``): requests per worker, repeats and hits, prompt and
+  cached blocks, the ideal bound (one infinite cache), the strategy's prediction error.
+- :class:`ServingMetrics` (``on_first_token``, ``on_finish``, ``on_reject``, ``on_step``):
+  the timed engine's TTFT, TPOT, E2E, queue wait, throughput, preemptions, KV usage, goodput.
+
+A new metric touches this file only.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any, Optional, Sequence
+
+
+def ratio(num: float, den: float, digits: int = 4) -> float:
+    """``num / den`` rounded to ``digits`` (0.0 when ``den`` is 0)."""
+    return round(num / den, digits) if den else 0.0
+
+
+def stats(values: Sequence[float]) -> dict:
+    """``{"p50", "p90", "p99", "mean"}`` rounded to 0.1 (inclusive-method quantiles; empty -> zeros)."""
+    if not values:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
+    if len(values) == 1:
+        v = round(values[0], 1)
+        return {"p50": v, "p90": v, "p99": v, "mean": v}
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": round(q[49], 1), "p90": round(q[89], 1), "p99": round(q[98], 1),
+            "mean": round(statistics.fmean(values), 1)}
+
+
+class RoutingMetrics:
+    """What the routing decisions achieved, per request at routing time.
+
+    ``workers``: fleet size. ``on_route(hashes, w, predicted, actual, cap)``: the request's
+    block names, the chosen worker, the strategy's predicted overlap (``None``: no index) and
+    the worker's actual overlap (leading blocks held at routing time), ``cap``: most leading
+    blocks that can hit (``None``: all; the timed engine recomputes the last prompt token).
+    A *repeat* is a request whose first block was seen before anywhere; a *hit* a repeat whose
+    worker holds that block. The ideal bound is one infinite cache of every block seen.
+    """
+
+    __slots__ = ("counts", "requests", "repeats", "hits", "prompt_blocks", "cached_blocks", "ideal_blocks",
+                 "predicted_blocks", "prediction_error", "has_prediction", "_seen")
+
+    def __init__(self, workers: int):
+        self.counts = [0] * workers
+        self.requests = self.repeats = self.hits = 0
+        self.prompt_blocks = self.cached_blocks = self.ideal_blocks = 0
+        self.predicted_blocks = self.prediction_error = 0
+        self.has_prediction = False
+        self._seen: set = set()
+
+    def on_route(self, hashes: Sequence, w: int, predicted: Optional[int], actual: int,
+                 cap: Optional[int] = None) -> None:
+        self.counts[w] += 1
+        self.requests += 1
+        seen = self._seen
+        if predicted is not None:
+            self.has_prediction = True
+            self.predicted_blocks += predicted
+            self.prediction_error += abs(predicted - actual)
+        if hashes and hashes[0] in seen:
+            self.repeats += 1
+            if actual:
+                self.hits += 1
+        j = 0
+        for h in hashes:
+            if h not in seen:
+                break
+            j += 1
+        seen.update(hashes[j:])
+        self.ideal_blocks += j if cap is None or j <= cap else cap
+        self.prompt_blocks += len(hashes)
+        self.cached_blocks += actual if cap is None or actual <= cap else cap
+
+    def result(self) -> dict[str, Any]:
+        """The routing keys of ``dynlab sim``'s JSON (without the event and eviction counts)."""
+        counts = self.counts
+        mean = self.requests / len(counts) if counts else 0.0
+        return {
+            "requests": self.requests,
+            "repeat_requests": self.repeats,
+            "hits": self.hits,
+            "hit_rate": ratio(self.hits, self.repeats),
+            "prompt_blocks": self.prompt_blocks,
+            "cached_blocks": self.cached_blocks,
+            "block_hit_rate": ratio(self.cached_blocks, self.prompt_blocks),
+            "ideal_block_hit_rate": ratio(self.ideal_blocks, self.prompt_blocks),
+            "predicted_blocks": self.predicted_blocks if self.has_prediction else None,
+            "prediction_error": self.prediction_error if self.has_prediction else None,
+        }
+
+
+class ServingMetrics:
+    """The timed engine's figures, from per-request and per-step callbacks (times in ms).
+
+    ``slo_ttft_ms`` / ``slo_tpot_ms``: when either is given, ``goodput`` is the share of ALL
+    requests (rejected ones included, as failures) whose TTFT and TPOT meet the SLOs given
+    (DistServe's definition); a one-token request has no TPOT and meets any TPOT SLO.
+    ``tpot_ms`` of a request: ``(finish - first token) / (output_length - 1)``.
+    """
+
+    def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None):
+        self.slo_ttft_ms = slo_ttft_ms
+        self.slo_tpot_ms = slo_tpot_ms
+        self.ttft: list = []
+        self.tpot: list = []
+        self.e2e: list = []
+        self.wait: list = []
+        self.good = 0
+        self.total = 0
+        self.rejected = 0
+        self.output_tokens = 0
+        self.prompt_tokens = 0
+        self.hit_tokens = 0
+        self.first_arrival: Optional[float] = None
+        self.last_finish = 0.0
+        self.steps = 0
+
+    def on_arrival(self, req, t: float) -> None:
+        """A request (an :class:`~dynlab.engine.worker.EngineRequest`) arrived at ``t``."""
+        if self.first_arrival is None:
+            self.first_arrival = t
+        self.total += 1
+        self.prompt_tokens += req.input_length
+
+    def on_reject(self, req) -> None:
+        self.rejected += 1
+
+    def on_first_token(self, req, t: float) -> None:
+        self.ttft.append(t - req.arrival_ms)
+
+    def on_finish(self, req, t: float) -> None:
+        ttft = req.first_token_ms - req.arrival_ms
+        self.e2e.append(t - req.arrival_ms)
+        self.wait.append(req.first_scheduled_ms - req.arrival_ms)
+        self.output_tokens += req.output_length
+        self.hit_tokens += req.hit_tokens or 0
+        tpot = None
+        if req.output_length > 1:
+            tpot = (t - req.first_token_ms) / (req.output_length - 1)
+            self.tpot.append(tpot)
+        if (self.slo_ttft_ms is None or ttft <= self.slo_ttft_ms) and \
+                (self.slo_tpot_ms is None or tpot is None or tpot <= self.slo_tpot_ms):
+            self.good += 1
+        if t > self.last_finish:
+            self.last_finish = t
+
+    def on_step(self, worker: int, result) -> None:
+        self.steps += result.steps
+
+    def result(self, engines: Sequence) -> dict[str, Any]:
+        """The timed keys of ``dynlab sim``'s JSON; ``engines``: the fleet's engine workers."""
+        start = self.first_arrival or 0.0
+        span_ms = max(self.last_finish - start, 0.0)
+        out = {
+            "ttft_ms": stats(self.ttft),
+            "tpot_ms": stats(self.tpot),
+            "e2e_ms": stats(self.e2e),
+            "queue_wait_ms": stats(self.wait),
+            "output_tokens_per_s": round(self.output_tokens / (span_ms / 1000.0), 1) if span_ms else 0.0,
+            "makespan_s": round(span_ms / 1000.0, 3),
+            "preemptions": sum(e.preemptions for e in engines),
+            "rejected": self.rejected,
+            "engine_steps": self.steps,
+            "prefix_hit_rate": ratio(self.hit_tokens, self.prompt_tokens),
+            "peak_kv_blocks": [e.peak_used_blocks for e in engines],
+            "mean_kv_usage": [ratio(e.used_block_ms(self.last_finish), e.capacity * span_ms)
+                              for e in engines],
+        }
+        if self.slo_ttft_ms is not None or self.slo_tpot_ms is not None:
+            out["goodput"] = ratio(self.good, self.total)
+        return out

@@ -1,0 +1,91 @@
+"""A timed run's fleet, built from its configuration: engines, pool size, latency model, block names.
+
+:func:`build_engines` resolves what ``--timing`` needs from a :class:`~dynlab.engine.config.SimConfig`:
+the hardware (``--model``, ``--gpu``, ``--tp``), the latency model (``--latency-model``,
+``--latency-opt``), each worker's pool (``--capacity`` engine blocks, or the hardware-derived
+pool of :func:`dynlab.latency.hardware.kv_blocks`), and the mapping from a workload's names
+(trace blocks of ``--trace-block`` tokens) to the engine's block names (``--block`` tokens,
+:func:`dynlab.engine.names.engine_block_names`). It knows nothing of strategies or metrics.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional
+
+from dynlab.engine.config import SimConfig
+from dynlab.engine.names import MAX_RATIO, engine_block_names
+from dynlab.engine.timed import replay_timed
+from dynlab.engine.worker import EngineWorker
+from dynlab.latency.base import LatencyModel
+
+
+@dataclass
+class TimedSetup:
+    """What a timed run is made of; :meth:`replay` serves a workload, :meth:`describe` says what was used."""
+
+    config: SimConfig
+    latency: LatencyModel
+    capacity: int
+    capacity_source: str
+    trace_block: int
+    names_of: Callable
+    bulk: bool = True
+
+    def engines(self) -> list[EngineWorker]:
+        c = self.config
+        return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
+                             max_num_seqs=c.max_num_seqs, bulk=self.bulk) for w in range(c.workers)]
+
+    def replay(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
+               progress=None) -> dict:
+        """Serve ``requests`` (routed by ``strategy``) on fresh engines; the metrics of :func:`replay_timed`."""
+        c = self.config
+        return replay_timed(requests, strategy, self.engines(), names_of=self.names_of, time_scale=c.time_scale,
+                            rate=c.rate, arrival_rng=random.Random(f"dynlab-arrivals-{c.seed}"),
+                            publish=c.publish == "yes", event_delay_ms=c.event_delay_ms,
+                            event_loss=c.event_loss, loss_rng=loss_rng, slo_ttft_ms=c.slo_ttft_ms,
+                            slo_tpot_ms=c.slo_tpot_ms, progress=progress)
+
+    def describe(self) -> dict[str, Any]:
+        """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency)."""
+        c = self.config
+        return {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
+                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
+                "latency_model": c.latency_model}
+
+
+def build_engines(config: SimConfig, names_block: int, bulk: bool = True) -> TimedSetup:
+    """The :class:`TimedSetup` of ``config``; ``names_block``: tokens per block of the workload's names.
+
+    Raises ``ValueError`` (one line) for an unknown model, GPU or latency model, a model that
+    does not fit the GPUs, a ``--trace-block`` that has no effect, or block sizes whose ratio
+    exceeds what engine block names can carry.
+    """
+    from dynlab.latency.grid import build_latency_model, hardware_for
+    from dynlab.latency.hardware import kv_blocks
+
+    hardware = hardware_for(config.model, config.gpu, config.tp)
+    latency = build_latency_model(config.latency_model, hardware, config.latency_opts)
+    if config.capacity is not None:
+        capacity, source = config.capacity, f"--capacity {config.capacity} blocks of {config.block} tokens"
+    else:
+        capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp,
+                                     config.gpu_memory_utilization)
+    trace_block = names_block
+    if config.trace_block is not None:
+        if names_block == config.block:
+            raise ValueError(f"--trace-block has no effect: the workload's blocks are hashed at --block "
+                             f"({config.block} tokens); it applies to traces that name their own blocks (mooncake)")
+        trace_block = config.trace_block
+    if trace_block > MAX_RATIO * config.block:
+        raise ValueError(f"--block {config.block} is too small for trace blocks of {trace_block} tokens "
+                         f"(at most {MAX_RATIO} engine blocks per trace block)")
+    block = config.block
+    if trace_block == block:
+        def names_of(req) -> list:
+            return list(req.hashes[:req.input_length // block])
+    else:
+        def names_of(req) -> list:
+            return engine_block_names(req.hashes, req.input_length, trace_block, block)
+    return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk)

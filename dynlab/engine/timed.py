@@ -1,0 +1,201 @@
+"""The timed replay (``--timing``): requests arrive in time at a fleet of serving engines.
+
+Data flows one way: an arrival is routed by the strategy (which sees only the router's own
+load view and the KV events that reached it), submitted to the chosen worker's engine
+(:class:`~dynlab.engine.worker.EngineWorker`: vLLM v1's scheduler, block pool, preemption),
+whose steps publish KV events through the :class:`~dynlab.engine.bus.EventBus`; the
+recorders (:mod:`dynlab.engine.metrics`) observe routes, first tokens, finishes and steps.
+
+The router's load view (:class:`~dynlab.routing.strategy.FleetView`) is what a real router
+knows, never the engines' state: per worker, the requests it routed and has not seen finish
+(it proxies the responses, so it sees first tokens and finishes at once), its estimate of
+their KV blocks (``ceil((input + output) / block)`` each) and of their prompt tokens still
+to prefill (``input_length - block * predicted overlap`` until the first token), and
+``cached_blocks`` 0 (a router cannot see engine caches).
+
+Arrivals: trace timestamps (ms) times ``time_scale``; a workload without timestamps arrives
+as a Poisson process of ``rate`` requests/s from its own RNG. Timestamps must not go
+backwards (the trace readers refuse such traces).
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+from dynlab.engine.bus import EventBus
+from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
+from dynlab.engine.metrics import RoutingMetrics, ServingMetrics
+from dynlab.engine.worker import EngineRequest, EngineWorker
+from dynlab.errors import DynlabError
+from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.strategy import FleetView, Request, Strategy
+
+
+def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
+                  rng: random.Random) -> Iterator[tuple[Request, float]]:
+    """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards."""
+    now = 0.0
+    for req in requests:
+        if req.timestamp is None:
+            now += rng.expovariate(rate) * 1000.0
+        else:
+            t = req.timestamp * time_scale
+            if t < now:
+                raise ValueError(f"request {req.index}: timestamp {req.timestamp} is earlier than the previous "
+                                 f"request's; timed runs need arrivals in time order")
+            now = t
+        yield req, now
+
+
+class TimedFleet:
+    """Drives ``engines`` from an :class:`EventLoop`: arrivals, steps, KV events, the router's view.
+
+    ``names_of(request) -> list[int]``: the request's full prompt block names at the engine's
+    block size. ``routing`` / ``serving``: the recorders. ``progress``: a tqdm bar or ``None``.
+    """
+
+    def __init__(self, strategy: Strategy, engines: Sequence[EngineWorker], bus: EventBus, loop: EventLoop,
+                 names_of: Callable[[Request], list], routing: RoutingMetrics, serving: ServingMetrics,
+                 progress=None):
+        n = len(engines)
+        self.strategy, self.engines, self.bus, self.loop = strategy, engines, bus, loop
+        self.names_of, self.routing, self.serving, self.progress = names_of, routing, serving, progress
+        self.block = engines[0].block if n else 1
+        self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
+        # the view's request counts are the recorder's (requests routed to each worker so far)
+        self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, [0] * n)
+        self.generation = [0] * n
+        self.evicted_blocks = 0
+        self._estimate: dict = {}  # request id -> (worker, blocks, prefill tokens still expected)
+        self._arrivals: Optional[Iterator] = None
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self, arrivals: Iterator[tuple[Request, float]]) -> None:
+        """Replay every ``(request, arrival ms)`` until the last request finishes."""
+        self._arrivals = arrivals
+        self._next_arrival()
+        self.loop.run()
+
+    def _next_arrival(self) -> None:
+        nxt = next(self._arrivals, None)
+        if nxt is not None:
+            self.loop.at(nxt[1], ARRIVAL, self._on_arrival, nxt[0])
+
+    # -- arrivals --------------------------------------------------------------------------
+    def _on_arrival(self, req: Request) -> None:
+        t = self.loop.now
+        names = self.names_of(req)
+        routed = Request(tuple(names), req.input_length, req.output_length, req.timestamp, req.index)
+        w = self._route(routed)
+        engine = self.engines[w]
+        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names)
+        cap = (ereq.input_length - 1) // self.block
+        actual = engine.pool.lookup(names, cap)
+        self.routing.on_route(routed.hashes, w, self.strategy.predicted, actual, cap)
+        self.serving.on_arrival(ereq, t)
+        self._track(ereq, w, self.strategy.predicted)
+        before = engine.step_end
+        if not engine.submit(ereq, t):
+            self.serving.on_reject(ereq)
+            self._untrack(ereq)
+        elif before is None:
+            self.loop.at(t, STEP_START, self._on_start, w)
+        elif engine.step_end != before:
+            self._schedule_end(w)
+        if self.progress is not None:
+            self.progress.update(1)
+        self._next_arrival()
+
+    def _route(self, req: Request) -> int:
+        strategy = self.strategy
+        strategy.predicted = None
+        w = strategy.route(req, self.fleet)
+        n = len(self.engines)
+        if type(w) is not int or not 0 <= w < n:
+            raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
+        return w
+
+    # -- the router's load view -------------------------------------------------------------
+    def _track(self, ereq: EngineRequest, w: int, predicted: Optional[int]) -> None:
+        blocks = -(-(ereq.input_length + ereq.output_length) // self.block)
+        prefill = max(ereq.input_length - self.block * (predicted or 0), 0)
+        self._estimate[ereq.id] = (w, blocks, prefill)
+        self.active[w] += 1
+        self.active_blocks[w] += blocks
+        self.queued[w] += prefill
+
+    def _first_token(self, ereq: EngineRequest) -> None:
+        w, blocks, prefill = self._estimate[ereq.id]
+        self.queued[w] -= prefill
+        self._estimate[ereq.id] = (w, blocks, 0)
+
+    def _untrack(self, ereq: EngineRequest) -> None:
+        w, blocks, prefill = self._estimate.pop(ereq.id)
+        self.active[w] -= 1
+        self.active_blocks[w] -= blocks
+        self.queued[w] -= prefill
+
+    # -- steps -----------------------------------------------------------------------------
+    def _on_start(self, w: int) -> None:
+        engine = self.engines[w]
+        if engine.step_end is not None or engine.idle:
+            return
+        engine.start_step(self.loop.now)
+        if engine.removed:
+            self.evicted_blocks += len(engine.removed)
+            self.bus.send((BlockRemoved(w, tuple(engine.removed)),))
+        self._schedule_end(w)
+
+    def _schedule_end(self, w: int) -> None:
+        self.generation[w] += 1
+        end = self.engines[w].step_end
+        if end is not None:
+            self.loop.at(end, STEP_END, self._on_end, w, self.generation[w])
+
+    def _on_end(self, w: int, generation: int) -> None:
+        if generation != self.generation[w]:
+            return  # superseded: a submit cut the bulk decode run short
+        engine = self.engines[w]
+        res = engine.finish_step()
+        if res.stored:
+            self.bus.send((BlockStored(w, tuple(res.stored)),))
+        serving = self.serving
+        serving.on_step(w, res)
+        for ereq, t in res.first_tokens:
+            self._first_token(ereq)
+            serving.on_first_token(ereq, t)
+        for ereq, t in res.finished:
+            self._untrack(ereq)
+            serving.on_finish(ereq, t)
+        if not engine.idle:
+            self.loop.at(self.loop.now, STEP_START, self._on_start, w)
+
+
+def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Sequence[EngineWorker], *,
+                 names_of: Callable[[Request], list], time_scale: float = 1.0, rate: float = 4.0,
+                 arrival_rng: Optional[random.Random] = None, publish: bool = True, event_delay_ms: float = 0.0,
+                 event_loss: float = 0.0, loss_rng: Optional[random.Random] = None,
+                 slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
+                 progress=None) -> dict:
+    """Serve ``requests`` on ``engines`` in time; return the routing and serving metrics (without ``mode``).
+
+    See the module docstring for the model. Raises ``ValueError`` when timestamps go backwards.
+    """
+    loop = EventLoop()
+    bus = EventBus(loop, strategy.on_event, delay_ms=event_delay_ms, loss=event_loss, rng=loss_rng,
+                   publish=publish)
+    routing, serving = RoutingMetrics(len(engines)), ServingMetrics(slo_ttft_ms, slo_tpot_ms)
+    fleet = TimedFleet(strategy, engines, bus, loop, names_of, routing, serving, progress)
+    fleet.run(arrival_times(requests, time_scale, rate, arrival_rng or random.Random(0)))
+    out = routing.result()
+    counts = routing.counts
+    mean = routing.requests / len(counts) if counts else 0.0
+    out.update({
+        "evicted_blocks": fleet.evicted_blocks,
+        "events_published": bus.published,
+        "events_dropped": bus.dropped,
+        "requests_per_worker": list(counts),
+        "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
+    })
+    out.update(serving.result(engines))
+    return out
