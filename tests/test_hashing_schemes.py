@@ -322,3 +322,28 @@ def test_local_hashes_equal_dynamos(block, lora):
         assert dynamo_local_hashes(tokens, block, lora_name=lora) == list(theirs)
         assert dynamo_local_hashes(tokens, block, lora_name=lora, cache_salt="ns") == list(
             llm.compute_block_hash_for_seq(tokens, block, lora_name=lora, cache_namespace="ns"))
+
+
+def test_a_run_whose_events_were_all_refused_warns():
+    """An engine publishing at another block size: every stored event refused, the JSON counts them, a warning says so."""
+    import random
+    import warnings
+
+    from dynlab import plugins
+    from dynlab.engine.run import build_strategy, make_workers, replay
+
+    strategy = build_strategy(SimConfig(mode="kv-events", workers=2), random.Random(1), plugins.strategies())
+    apply = strategy.on_event
+
+    def at_64(ev):  # as an engine hashing at 64 tokens would publish them
+        apply(BlockStored(ev.worker, ev.hashes, block_size=64) if type(ev) is BlockStored else ev)
+
+    strategy.on_event = at_64
+    requests = [dynlab.routing.Request(tuple(block_hashes(list(range(32)), 16)), index=i) for i in range(3)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = replay(requests, strategy, make_workers(SimConfig(workers=2)))
+    # the index learns nothing, so requests go by load: 0 -> worker 0, 1 -> worker 1 (each one stored event,
+    # refused), 2 -> worker 0 again, whose cache does hold both blocks
+    assert (out["events_refused_block_size"], out["cached_blocks"]) == (2, 2)
+    assert any("refused every one of its 2 stored KV events" in str(w.message) for w in caught)
