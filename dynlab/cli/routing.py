@@ -69,6 +69,8 @@ SIM_OPTIONS = [
     (("--tail",), "tail", click.IntRange(min=0), 16, "Seed workload: per-request tail in tokens."),
     (("--seed",), "seed", click.INT, 1, "Seed of the run's RNG (shuffle, random choices)."),
     (("--block",), "block", click.IntRange(min=1), 16, "Tokens per block when hashing tokens."),
+    (("--hash",), "hash", click.Choice(["dynlab", "dynamo"]), "dynlab",
+     "Block names of hashed tokens: dynlab's, or NVIDIA Dynamo's (xxh3, see docs/events.md)."),
     (("--publish",), "publish", click.Choice(["yes", "no"]), "yes", "Workers publish KV events."),
     (("--capacity",), "capacity", CapacityType(), None, "KV blocks per worker [default: unbounded]."),
     (("--policy",), "policy", RegistryName("eviction policy", plugins.eviction_policies), "lru",
@@ -235,10 +237,13 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
 
         check_plot_path(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
-    if base.trace is not None and field not in ("trace", "trace_format", "block"):
+    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
-        requests = load_trace(base.trace, base.trace_format, base.block)
+        try:
+            requests = load_trace(base.trace, base.trace_format, base.block, base.hash)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     results = {item: _run(config, quiet, requests) for item, config in configs.items()}
     if plot_path:
         from dynlab.plots import plot_compare

@@ -12,7 +12,8 @@ class SimConfig:
     """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
 
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
-    ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``); with it,
+    ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``; block names by the
+    ``hash`` scheme, ``dynlab`` or ``dynamo``); with it,
     a built-in trace name or a path, read by ``trace_format`` (``None``: detected).
     Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded) under the
     eviction ``policy``. Events: ``publish`` (``"yes"``/``"no"``), ``event_delay``
@@ -31,6 +32,7 @@ class SimConfig:
     tail: int = 16
     seed: int = 1
     block: int = 16
+    hash: str = "dynlab"
     publish: str = "yes"
     capacity: Optional[int] = None
     policy: str = "lru"
@@ -60,6 +62,10 @@ class SimConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.capacity is not None and self.capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {self.capacity}")
+        from dynlab.routing.hashing import HASH_SCHEMES
+
+        if self.hash not in HASH_SCHEMES:
+            raise ValueError(f"hash must be one of {', '.join(HASH_SCHEMES)}, got {self.hash!r}")
         if self.publish not in ("yes", "no"):
             raise ValueError(f"publish must be yes or no, got {self.publish!r}")
         if not 0.0 <= self.event_loss <= 1.0:

@@ -252,6 +252,18 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         "evicted_blocks": sum(wk.evicted_blocks for wk in workers),
         "events_published": published,
         "events_dropped": dropped,
+    }
+    refused = strategy.refused_events()
+    if refused is not None:
+        out["events_refused_block_size"] = refused["block_size"]
+        out["events_refused_parent"] = refused["parent"]
+        if refused["stored"] and refused["block_size"] == refused["stored"]:
+            import warnings
+
+            warnings.warn(f"strategy {strategy.name!r} refused every one of its {refused['stored']} stored "
+                          f"KV events: their block size differs from the router's ({strategy.ctx.block} tokens)",
+                          stacklevel=2)
+    out |= {
         "requests_per_worker": counts,
         "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
     }
@@ -283,14 +295,15 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         from dynlab.traces.synthetic import seed_requests
 
         requests = seed_requests(config.prefixes, config.reps, config.plen,
-                                                     config.tail, config.block, rng)
+                                                     config.tail, config.block, rng, config.hash)
         synthetic = config.plen >= config.block
         total = config.prefixes * config.reps
     else:
         if requests is None:
             from dynlab.traces.reader import open_trace
 
-            requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block)
+            requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block,
+                                                                scheme=config.hash)
         else:
             total = len(requests)
             block_tokens = getattr(requests, "block_tokens", config.block)

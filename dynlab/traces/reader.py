@@ -57,7 +57,7 @@ class TraceRequests(list):
 
 
 def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
-               registry=None) -> tuple[Iterator[Request], Optional[int], int]:
+               registry=None, scheme: str = "dynlab") -> tuple[Iterator[Request], Optional[int], int]:
     """Stream a trace as requests: ``(iterator, number of requests or None, tokens per block)``.
 
     ``fmt`` names a registered trace format; ``None`` detects it from the first
@@ -65,7 +65,9 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     format fails here). The rest is read one line at a time as the iterator
     advances; blank lines are skipped; a bad line raises :class:`InputError`
     (``FILE:LINE: what is wrong``). Tokens per block are the format's own
-    (``TraceFormat.block_tokens``, 512 for Mooncake) or ``block``.
+    (``TraceFormat.block_tokens``, 512 for Mooncake) or ``block``. ``scheme``: the hash
+    scheme (``--hash``) of formats that hash tokens (``TraceFormat.hashes_tokens``); any
+    other than ``dynlab`` on a format that reads its names from the trace raises ``ValueError``.
     An unknown source raises :class:`DynlabError`.
     """
     from dynlab import plugins
@@ -87,6 +89,11 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
         except json.JSONDecodeError as exc:
             raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
         reader = _reader(record, name, lineno, fmt, block, registry)
+        if scheme != "dynlab":
+            if not reader.hashes_tokens:
+                raise ValueError(f"--hash {scheme} names blocks of tokens, but {reader.name} traces carry "
+                                 f"their own block names; use --hash dynlab")
+            reader.hash_scheme = scheme
     except BaseException:
         stream.close()
         raise
@@ -153,12 +160,13 @@ def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
     return registry.get(fmt)(block)
 
 
-def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16) -> TraceRequests:
+def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
+               scheme: str = "dynlab") -> TraceRequests:
     """The whole trace as a list of requests (for runs that replay it many times), with ``block_tokens``.
 
-    Same errors as :func:`open_trace`.
+    Same arguments (``scheme``: the hash scheme) and errors as :func:`open_trace`.
     """
-    requests, _, block_tokens = open_trace(path_or_name, fmt, block)
+    requests, _, block_tokens = open_trace(path_or_name, fmt, block, scheme=scheme)
     out = TraceRequests(requests)
     out.block_tokens = block_tokens
     return out
