@@ -76,7 +76,11 @@ SIM_OPTIONS = [
     (("--event-delay",), "event_delay", click.IntRange(min=0), 0,
      "Deliver request i's KV events before request i+1+K is routed."),
     (("--event-loss",), "event_loss", FiniteFloat(0.0, 1.0), 0.0, "Drop each KV event with this probability."),
-    (("--trace",), "trace", click.STRING, None, "Built-in trace name or path to a JSONL trace."),
+    (("--trace",), "trace", click.STRING, None,
+     "A bundled trace (mooncake-conversation: 12031 requests of Mooncake's public conversation trace), "
+     "a path to a JSONL trace (.gz read as gzip) or - for stdin. Rows must be in time order: a trace "
+     "whose timestamps go backwards, or that gives some rows a timestamp and others none, is refused "
+     "with FILE:LINE (the trace is streamed, not sorted)."),
     (("--trace-format",), "trace_format", RegistryName("trace format", plugins.trace_formats), None,
      "Trace format [default: detected from the first line]."),
     (("--time-scale",), "time_scale", FiniteFloat(min=0, min_open=True), 1.0,
