@@ -27,7 +27,7 @@ def one_line_error(args, code, needle, **kw):
     (["sim", "--timing", "--prefill-tps", "1e-320"], "vanishingly small"),
     (["sim", "--time-scale", "0.5"], "--time-scale only applies with --timing"),
     (["compare", "--rate", "2"], "--rate only applies with --timing"),
-    (["compare", "--modes", "rr,rr"], "listed twice"),
+    (["compare", "--modes", "rr,rr"], "'rr' repeats 'rr'"),
     (["compare", "--workers", "2,0"], "--workers"),
     (["sim", "--opt", "a=1", "--opt", "a=2"], "given twice"),
     (["sim", "--mode", "kv-cost", "--opt", "temperature=inf"], "finite number"),

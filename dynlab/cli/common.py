@@ -33,6 +33,19 @@ def split_list(value: str, option: str) -> list[str]:
     return items
 
 
+def refuse_repeats(texts: list[str], values: list, option: str) -> None:
+    """A usage error when two items of a list option have the same value (``100,0100``, ``unbounded,none``).
+
+    Every list option calls this, so each refuses a repeat alike: the message names the option and
+    both spellings. ``values`` are the converted items, compared with ``==``.
+    """
+    for j, value in enumerate(values):
+        for i in range(j):
+            if values[i] == value:
+                raise click.BadParameter(f"{texts[j]!r} repeats {texts[i]!r}; list each value once",
+                                         param_hint=f"'{option}'")
+
+
 def output_path(ctx, param, value):
     """click callback: an output file whose directory must exist and be writable (``-`` passes through)."""
     if value is None or value == "-":

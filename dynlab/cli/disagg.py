@@ -8,7 +8,7 @@ import sys
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, split_list, write_atomic
+from dynlab.cli.common import echo_json, refuse_repeats, split_list, write_atomic
 from dynlab.disagg import cost as lib
 from dynlab.labs import summarize as summ
 
@@ -44,10 +44,7 @@ def _bandwidths(value: str) -> list[tuple[str, float]]:
             out.append((item, POSITIVE.convert(item, None, None)))
         except click.BadParameter as exc:
             raise click.BadParameter(exc.message, param_hint="'--gbps'") from None
-    keys = [k for k, _ in out]
-    dupes = sorted({k for k in keys if keys.count(k) > 1})
-    if dupes:
-        raise click.BadParameter(f"{dupes[0]!r} is given twice", param_hint="'--gbps'")
+    refuse_repeats([k for k, _ in out], [v for _, v in out], "--gbps")
     return out
 
 

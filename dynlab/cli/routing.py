@@ -9,7 +9,7 @@ import click
 
 from dynlab import plugins
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, split_list
+from dynlab.cli.common import echo_json, output_path, refuse_repeats, split_list
 from dynlab.engine import timing
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import run
@@ -212,13 +212,12 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
             continue
         flag, ptype = by_field[field]
         items = split_list(text, flag)
-        if len(set(items)) != len(items):
-            raise click.BadParameter(f"a value is listed twice in {text!r}", param_hint=flag)
         try:
             values = [ptype.convert(v, None, ctx) for v in items]
         except click.BadParameter as exc:
             exc.param_hint = flag
             raise
+        refuse_repeats(items, values, flag)
         if len(items) > 1:
             if varied is not None:
                 raise click.UsageError(f"only one option may vary per call: {varied[0]} and {flag} both list values")
