@@ -82,10 +82,13 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     flags, field, ptype, default, _ = entry
     name = flags[0].lstrip("-")
     value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake"}.get(field, default)
-    result = ok(invoke("sweep", "--grid", f"{name}={value}", "--timing", "--dry-run"))  # --timing: time options
+    # --timing: time options; --capacity and --trace: where --policy and --trace-format have an effect
+    context = {"policy": ["--capacity", "8"], "trace_format": ["--trace", TRACE]}.get(field, [])
+    result = ok(invoke("sweep", "--grid", f"{name}={value}", "--timing", *context, "--dry-run"))
     (cell,) = [json.loads(line) for line in lines_of(result.stdout)]
     expected = ptype.convert(value, None, None) if value is not None else None
-    assert cell == {name: expected, "timing": True}
+    extra = {"policy": {"capacity": 8}, "trace_format": {"trace": TRACE}}.get(field, {})
+    assert cell == {name: expected, "timing": True, **extra}
     grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
     assert getattr(grid.config(cell), field) == expected
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import random
 import sys
 from dataclasses import replace
 
@@ -12,7 +13,7 @@ from dynlab.cli import main
 from dynlab.cli.common import echo_json, output_path, refuse_repeats, split_list
 from dynlab.engine import timing
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.engine.run import build_strategy, run
 
 
 class CapacityType(click.ParamType):
@@ -107,6 +108,38 @@ def parse_opts(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def given_fields(ctx: click.Context) -> set[str]:
+    """The :class:`SimConfig` fields the user wrote on the command line (or in the environment)."""
+    from click.core import ParameterSource
+
+    return {p.name for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+
+
+def check_options(config: SimConfig, given, requests=None) -> None:
+    """Usage error (exit 2) for an option that has no effect in ``config``
+    (:func:`dynlab.engine.config.check_effective`); ``given``: the fields the user wrote.
+
+    ``--block`` needs the trace's format: read from the loaded ``requests``, else from the
+    trace's first line (stdin cannot be read twice: :func:`run` then refuses a non-default value).
+    """
+    from dynlab.engine.config import check_effective
+
+    own = None
+    if config.trace is not None and ("block" in given or config.block != SimConfig.block):
+        if requests is not None:
+            own = getattr(requests, "own_block_tokens", None)
+        elif config.trace != "-":
+            from dynlab.traces.reader import own_block_tokens
+
+            own = own_block_tokens(config.trace, config.trace_format, config.block)
+    try:
+        config.validate()
+        check_effective(config, given, own)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _run(config: SimConfig, quiet: bool, requests=None) -> dict:
     try:
         return run(config, progress=not quiet and sys.stderr.isatty(), requests=requests)
@@ -134,13 +167,17 @@ def common_flags(fn):
 @main.command()
 @sim_options
 @common_flags
-def sim(opt, all_metrics, timing, quiet, **options):
+@click.pass_context
+def sim(ctx, opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
-    seed's keys. With --trace: a real trace, printing the fleet metrics too.
+    seed's keys. With --trace: a real trace, printing the fleet metrics too, with
+    block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
+    An option that would have no effect in the combination given is refused (exit 2).
     """
     config = SimConfig(**options, opts=parse_opts(opt), all_metrics=all_metrics, timing=timing)
+    check_options(config, given_fields(ctx))
     echo_json(_run(config, quiet))
 
 
@@ -149,19 +186,6 @@ def _compare_options(fn):
         fn = click.option(*flags, field, type=click.STRING, default=None,
                           help=f"{help_} A comma list varies it.")(fn)
     return fn
-
-
-def _options_per_mode(configs: dict) -> dict:
-    """Comparing modes: each run gets the ``--opt`` its strategy declares; an option no mode declares is an error."""
-    registry = plugins.strategies()
-    declared = {item: {o.name for o in registry.get(c.mode).options} for item, c in configs.items()}
-    names = next(iter(configs.values())).opts
-    for name in names:
-        if not any(name in d for d in declared.values()):
-            modes = ", ".join(c.mode for c in configs.values())
-            raise click.UsageError(f"no compared strategy ({modes}) has an option {name!r}")
-    return {item: replace(c, opts={k: v for k, v in c.opts.items() if k in declared[item]})
-            for item, c in configs.items()}
 
 
 def _format_table(results: dict) -> str:
@@ -231,8 +255,15 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     else:
         flag, field, items, values = varied
     configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
-    if field == "mode" and base.opts:
-        configs = _options_per_mode(configs)
+    given = {f for f, text in options.items() if text is not None} | ({"all_metrics"} if all_metrics else set())
+    for item, config in configs.items():
+        # every run is checked before the first: an option a compared strategy lacks (--opt), or
+        # one that has no effect, is refused for all alike, as sweep refuses it for its cells
+        check_options(config, given)
+        try:
+            build_strategy(config, random.Random(0))
+        except ValueError as exc:
+            raise click.UsageError(f"{flag} {item}: {exc}") from None
     if plot_path:
         from dynlab.plots import check_plot_path
 

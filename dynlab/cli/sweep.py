@@ -144,11 +144,20 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
 
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     """Every cell's configuration, checked as `sim` checks its options (usage errors name the cell)."""
+    from dynlab.engine.config import check_effective
+    from dynlab.traces.reader import own_block_tokens
+
+    given = set(grid.fields.values())  # the options written once or as an axis
+    own: dict = {}  # (trace, format) -> the block size its format names its blocks at
     configs = []
     for cell in cells:
         config = grid.config(cell)
         try:
             check_config(config)
+            key = (config.trace, config.trace_format)
+            if config.trace not in (None, "-") and "block" in given and key not in own:
+                own[key] = own_block_tokens(config.trace, config.trace_format, config.block)
+            check_effective(config, given, own.get(key))
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
         configs.append(config)

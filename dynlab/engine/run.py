@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import fields
 from typing import Any, Iterable, Optional, Sequence
 
-from dynlab.engine.config import SimConfig
+from dynlab.engine.config import SimConfig, check_effective
 from dynlab.engine.counted import Worker
 from dynlab.engine.timing import Clock, PinnedLRUWorker, TimeModel
 from dynlab.errors import DynlabError
@@ -269,9 +269,11 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
     Key order: the seed's keys (``mode, workers, requests, repeat_requests, hits,
     hit_rate``), then ``publish`` for strategies that use KV events, then (on a trace,
-    or with ``all_metrics``) the fleet metrics of :func:`replay`.
+    or with ``all_metrics``) ``block_tokens`` (tokens per block of the names replayed: the trace
+    format's own, 512 for Mooncake, else ``config.block``) and the fleet metrics of :func:`replay`.
 
-    Raises ``ValueError`` for a bad option, :class:`dynlab.plugins.UnknownNameError`
+    Raises ``ValueError`` for a bad option or one that has no effect here
+    (:func:`dynlab.engine.config.check_effective`), :class:`dynlab.plugins.UnknownNameError`
     for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
     for a bad trace line.
     """
@@ -288,12 +290,15 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         total = config.prefixes * config.reps
     else:
         if requests is None:
-            from dynlab.traces.reader import open_trace
+            from dynlab.traces.reader import open_reader
 
-            requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block)
+            requests, total, reader = open_reader(config.trace, config.trace_format, config.block)
+            own = reader.block_tokens
         else:
             total = len(requests)
-            block_tokens = getattr(requests, "block_tokens", config.block)
+            own = getattr(requests, "own_block_tokens", None)
+        block_tokens = own or config.block
+        check_effective(config, own_block_tokens=own)  # --block on a trace that names its own blocks
         synthetic = None
     strategy = build_strategy(config, rng, block_tokens=block_tokens)
     future = None
@@ -323,6 +328,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     if strategy.uses_events:
         out["publish"] = config.publish
     if config.trace is not None or config.all_metrics:
+        out["block_tokens"] = block_tokens
         for key, value in metrics.items():
             if key not in out:
                 out[key] = value
