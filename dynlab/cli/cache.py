@@ -163,21 +163,3 @@ def cliff_command(ctx, gpu, cpu, docs, tokens, passes, metric, policy):
         **{fixed_name: fixed[0][1]},
     )
     echo_json(result)
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def policies(as_json):
-    """List the registered cache eviction policies (--policy names) and the distribution of each."""
-    from dynlab.plugins import eviction_policies
-
-    entries = eviction_policies().entries()
-    if as_json:
-        echo_json(
-            {"policies": [{"name": e.name, "description": e.description, "source": e.source} for e in entries]}
-        )
-        return
-    width = max((len(e.name) for e in entries), default=0)
-    source_width = max((len(e.source) for e in entries), default=0)
-    for e in entries:
-        click.echo(f"{e.name:<{width}}  {e.source:<{source_width}}  {e.description}")

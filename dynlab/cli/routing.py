@@ -284,16 +284,3 @@ def compare(ctx, opt, all_metrics, timing, quiet, fmt, plot_path, **options):
         echo_json(results)
     else:
         click.echo(_format_table(results))
-
-
-@main.command()
-@click.option("--verbose", "-v", is_flag=True, help="Also list each strategy's options.")
-def strategies(verbose):
-    """List the registered routing strategies (name, description, providing distribution)."""
-    entries = plugins.strategies().entries()
-    width = max((len(e.name) for e in entries), default=0)
-    for e in entries:
-        click.echo(f"{e.name.ljust(width)}  {e.description}  [{e.source}]")
-        if verbose:
-            for o in getattr(e.cls, "options", ()):
-                click.echo(f"{'':{width}}    --opt {o.name}=<{o.type.__name__}> (default {o.default}): {o.help}")
