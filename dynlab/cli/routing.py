@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 import random
 import sys
 from dataclasses import replace
@@ -154,19 +155,22 @@ def sim_options(fn):
     return fn
 
 
-def common_flags(fn):
-    fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
-                      help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
-    fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
-    fn = click.option("--timing", is_flag=True,
-                      help="Time model: arrivals, prefill queues, TTFT (see dynlab.engine.timing).")(fn)
-    fn = click.option("--quiet", is_flag=True, help="No progress bar (and, for sweep, no summary line).")(fn)
-    return fn
+def common_flags(quiet_help: str = "No progress bar on stderr (shown only when stderr is a terminal)."):
+    """The flags sim, compare and sweep share; ``quiet_help`` says what --quiet silences in that command."""
+    def decorate(fn):
+        fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
+                          help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
+        fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
+        fn = click.option("--timing", is_flag=True,
+                          help="Time model: arrivals, prefill queues, TTFT (see dynlab.engine.timing).")(fn)
+        fn = click.option("--quiet", is_flag=True, help=quiet_help)(fn)
+        return fn
+    return decorate
 
 
 @main.command()
 @sim_options
-@common_flags
+@common_flags()
 @click.pass_context
 def sim(ctx, opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
@@ -181,10 +185,31 @@ def sim(ctx, opt, all_metrics, timing, quiet, **options):
     echo_json(_run(config, quiet))
 
 
+def type_text(ptype: click.ParamType) -> str:
+    """What a value of ``ptype`` is, for --help: ``integer >= 1``, ``number 0 to 1``, ``yes|no``, ``strategy name``."""
+    if isinstance(ptype, click.Choice):
+        return "|".join(ptype.choices)
+    if isinstance(ptype, RegistryName):
+        return f"{ptype.name} name"
+    if isinstance(ptype, CapacityType):
+        return "integer >= 0 or unbounded"
+    if isinstance(ptype, (click.IntRange, click.FloatRange)):
+        kind = "integer" if isinstance(ptype, click.IntRange) else "number"
+        if ptype.min is not None and ptype.max is not None:
+            return f"{kind} {ptype.min} to {ptype.max}"
+        return f"{kind} {'>' if ptype.min_open else '>='} {ptype.min}"
+    return {"integer": "integer", "text": "text"}.get(ptype.name, ptype.name)
+
+
+_NO_DEFAULT = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected"}
+
+
 def _compare_options(fn):
     for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
-        fn = click.option(*flags, field, type=click.STRING, default=None,
-                          help=f"{help_} A comma list varies it.")(fn)
+        shown = _NO_DEFAULT.get(field, default)
+        help_ = re.sub(r"\s*\[default: [^]]*\]", "", help_)  # said once, below
+        fn = click.option(*flags, field, type=click.STRING, default=None, metavar="V[,V...]",
+                          help=f"{help_} A comma list varies it. [type: {type_text(ptype)}; default: {shown}]")(fn)
     return fn
 
 
@@ -216,7 +241,7 @@ def _format_table(results: dict) -> str:
 
 @main.command()
 @_compare_options
-@common_flags
+@common_flags("No progress bar per run on stderr (shown only when stderr is a terminal).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the keyed JSON object [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,

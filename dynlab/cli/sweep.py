@@ -166,7 +166,7 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
 
 @main.command()
 @sim_options
-@common_flags
+@common_flags("No progress bar and no closing summary line on stderr.")
 @click.option("--grid", "grid_items", multiple=True, metavar="NAME=V1,V2,...",
               help="An option to vary and its values; repeatable. NAME: a sim option without dashes "
                    "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option.")
