@@ -302,3 +302,37 @@ def test_the_option_does_something_or_is_refused(run, name, flag):
 @pytest.mark.parametrize("args, flag", NO_EFFECT, ids=[" ".join(a) for a, _ in NO_EFFECT])
 def test_an_option_without_effect_is_refused_alike(run, command, args, flag):
     refused(run(*COMMANDS[command], *args), flag)
+
+
+# ------------------------------------------------------------------ the block size a run used (block_tokens)
+def test_a_trace_run_says_its_block_size(run):
+    # Mooncake ids name 512-token blocks; a token trace is hashed at --block (4 here); the synthetic
+    # workload with --all-metrics at the default 16
+    moon = json.loads(run("sim", "--trace", MOON).stdout)
+    assert moon["block_tokens"] == 512
+    tokens = run("sim", "--trace", "t.jsonl", "--block", "4", files={"t.jsonl": '{"tokens": [1, 2, 3, 4, 5]}\n'})
+    assert json.loads(tokens.stdout)["block_tokens"] == 4
+    assert json.loads(run("sim", "--all-metrics").stdout)["block_tokens"] == 16
+    # the seed's default output keeps exactly its keys (the lab fixes them)
+    assert list(json.loads(run("sim").stdout)) == ["mode", "workers", "requests", "repeat_requests", "hits",
+                                                   "hit_rate"]
+
+
+def test_compare_and_sweep_agree_on_an_option_a_strategy_lacks(run):
+    # kv-cost has temperature, rr does not: both commands refuse, naming the strategy and the option
+    a = run("compare", "--modes", "kv-cost,rr", "--opt", "temperature=0.5")
+    b = run("sweep", "--grid", "mode=kv-cost,rr", "--opt", "temperature=0.5", "--dry-run")
+    for out in (a, b):
+        refused(out, "temperature")
+        assert "'rr'" in out.stderr
+    # where every compared strategy has it, it applies
+    assert run("compare", "--modes", "kv-cost", "--opt", "temperature=0.5").code == 0
+
+
+def test_the_issue_example_block_is_refused(run):
+    # the issue's 64-token trace: --block cannot make the count-based replay read 64-token blocks
+    text = ('{"timestamp": 0, "input_length": 200, "output_length": 10, "hash_ids": [1, 2, 3, 4]}\n'
+            '{"timestamp": 10000, "input_length": 200, "output_length": 10, "hash_ids": [1, 2, 5, 6]}\n')
+    out = run("sim", "--trace", "t.jsonl", "--workers", "1", "--block", "64", files={"t.jsonl": text})
+    refused(out, "--block")
+    assert "512-token blocks" in out.stderr
