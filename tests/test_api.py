@@ -73,3 +73,18 @@ def test_subpackages_re_export_their_main_names():
                                        BlockRemoved, BlockStored, FleetView, KvEvent, KvIndex, KvRouter, Request,
                                        RunContext, Strategy, StrategyOption, block_hashes, overlap, BUILTIN_TRACES,
                                        TraceFormat, load_trace, open_trace))
+
+
+def test_python_m_dynlab_is_the_command():
+    import subprocess
+    import sys
+
+    from dynlab import __version__
+
+    done = subprocess.run([sys.executable, "-m", "dynlab", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"dynlab, version {__version__}\n"
+    done = subprocess.run([sys.executable, "-m", "dynlab", "sim", "--workers", "0"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("Error: ") and "Usage: dynlab" not in done.stderr

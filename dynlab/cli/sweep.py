@@ -144,11 +144,20 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
 
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     """Every cell's configuration, checked as `sim` checks its options (usage errors name the cell)."""
+    from dynlab.engine.config import check_effective
+    from dynlab.traces.reader import own_block_tokens
+
+    given = set(grid.fields.values())  # the options written once or as an axis
+    own: dict = {}  # (trace, format) -> the block size its format names its blocks at
     configs = []
     for cell in cells:
         config = grid.config(cell)
         try:
             check_config(config)
+            key = (config.trace, config.trace_format)
+            if config.trace not in (None, "-") and "block" in given and key not in own:
+                own[key] = own_block_tokens(config.trace, config.trace_format, config.block)
+            check_effective(config, given, own.get(key))
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
         configs.append(config)
@@ -157,7 +166,7 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
 
 @main.command()
 @sim_options
-@common_flags
+@common_flags("No progress bar and no closing summary line on stderr.")
 @click.option("--grid", "grid_items", multiple=True, metavar="NAME=V1,V2,...",
               help="An option to vary and its values; repeatable. NAME: a sim option without dashes "
                    "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option.")
@@ -243,8 +252,11 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         # execute() loads and checks the traces, checks Ray and its address, and starts the pool (forked)
         # or Ray, all before the results file is opened: a bad trace or an unreachable cluster writes
         # nothing, and the workers do not inherit the file's lock.
-        runs = stack.enter_context(contextlib.closing(
-            execute([c for _, c in todo], executor, jobs, ray_address)))
+        try:
+            runs = stack.enter_context(contextlib.closing(
+                execute([c for _, c in todo], executor, jobs, ray_address)))
+        except ValueError as exc:  # a trace the cells' options cannot read (e.g. --hash on named blocks)
+            raise click.UsageError(str(exc)) from None
         if results_file is not None:
             stack.enter_context(results_file)  # lock and re-read: a cell another sweep added is not written twice
             results.update({k: r for k, (_, r) in results_file.records.items()})

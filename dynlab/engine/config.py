@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Mapping, Optional
+from typing import AbstractSet, Mapping, Optional
 
 from dynlab.engine.timing import DECODE_TPS, POISSON_RATE, PREFILL_TPS, TimeModel
 
@@ -71,10 +71,7 @@ class SimConfig:
         if not 0.0 <= self.event_loss <= 1.0:
             raise ValueError(f"event_loss must be between 0 and 1, got {self.event_loss}")
         self.time_model().validate()
-        if not self.timing:
-            for name in TIME_MODEL_FIELDS:
-                if getattr(self, name) != _DEFAULTS[name]:
-                    raise ValueError(f"--{name.replace('_', '-')} only applies with --timing")
+        check_effective(self)
         if self.timing and self.capacity is not None and self.policy != "lru":
             raise ValueError(f"--timing pins active blocks in an LRU list (vLLM's free-block queue); "
                              f"policy {self.policy!r} is not supported with it")
@@ -83,3 +80,55 @@ class SimConfig:
 #: the options of the time model: set without ``timing`` they would silently do nothing, so they are refused
 TIME_MODEL_FIELDS = ("time_scale", "rate", "prefill_tps", "decode_tps")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
+
+
+#: the synthetic workload's options: they shape the seed workload only, never a trace
+WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
+    """``(field, why it has no effect)`` for each option that would do nothing in ``config``.
+
+    The one table of the combinations where an option is refused; each reason completes
+    "``--NAME`` has no effect ...". A new option with such a combination gets a row here.
+    """
+    for name in WORKLOAD_FIELDS:
+        if config.trace is not None:
+            yield name, "with --trace: it shapes the synthetic workload only"
+    if config.trace is not None:
+        yield "all_metrics", "with --trace: a trace run prints the fleet metrics already"
+    else:
+        yield "trace_format", "without --trace"
+    if config.trace is not None and own_block_tokens is not None:
+        yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
+                        "count-based replay never hashes tokens")
+    if config.capacity is None:
+        yield "policy", "without --capacity: an unbounded cache never evicts"
+    if config.publish == "no":
+        for name in ("event_delay", "event_loss"):
+            yield name, "with --publish no: no KV event is published"
+    if not config.timing:
+        for name in TIME_MODEL_FIELDS:
+            yield name, "without --timing (it is a setting of the time model)"
+
+
+def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),
+                    own_block_tokens: Optional[int] = None) -> None:
+    """Raise ``ValueError`` naming the first option set in ``config`` that would have no effect.
+
+    An option is *set* when it differs from its default, or when its field name is in ``given``
+    (what the user wrote, even at the default value: ``dynlab sim --trace T --block 16``).
+    ``own_block_tokens``: the block size a trace's format names its blocks at (512 for Mooncake,
+    :func:`dynlab.traces.reader.own_block_tokens`), ``None`` when unknown or when the format
+    hashes tokens at ``block``. Message: ``--NAME has no effect WHY``; the time-model options keep
+    ``--NAME only applies with --timing``.
+    """
+    for name, why in _no_effect_rules(config, own_block_tokens):
+        if name in given or getattr(config, name) != _DEFAULTS[name]:
+            if name in TIME_MODEL_FIELDS:
+                raise ValueError(f"{_flag(name)} only applies with --timing")
+            raise ValueError(f"{_flag(name)} has no effect {why}")

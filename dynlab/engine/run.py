@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import fields
 from typing import Any, Iterable, Optional, Sequence
 
-from dynlab.engine.config import SimConfig
+from dynlab.engine.config import SimConfig, check_effective
 from dynlab.engine.counted import Worker
 from dynlab.engine.timing import Clock, PinnedLRUWorker, TimeModel
 from dynlab.errors import DynlabError
@@ -281,9 +281,12 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
     Key order: the seed's keys (``mode, workers, requests, repeat_requests, hits,
     hit_rate``), then ``publish`` for strategies that use KV events, then (on a trace,
-    or with ``all_metrics``) the fleet metrics of :func:`replay`.
+    or with ``all_metrics``) ``block_tokens`` (tokens per block of the names replayed: the trace
+    format's own, 512 for Mooncake, else ``config.block``), ``hash`` (the scheme that named blocks
+    of tokens; absent when the trace names its own blocks) and the fleet metrics of :func:`replay`.
 
-    Raises ``ValueError`` for a bad option, :class:`dynlab.plugins.UnknownNameError`
+    Raises ``ValueError`` for a bad option or one that has no effect here
+    (:func:`dynlab.engine.config.check_effective`), :class:`dynlab.plugins.UnknownNameError`
     for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
     for a bad trace line.
     """
@@ -291,6 +294,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     rng = random.Random(config.seed)
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
     block_tokens = config.block
+    own = None  # tokens per block of names a trace carries itself; None: dynlab hashes tokens
     if config.trace is None:
         from dynlab.traces.synthetic import seed_requests
 
@@ -300,13 +304,16 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         total = config.prefixes * config.reps
     else:
         if requests is None:
-            from dynlab.traces.reader import open_trace
+            from dynlab.traces.reader import open_reader
 
-            requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block,
-                                                                scheme=config.hash)
+            requests, total, reader = open_reader(config.trace, config.trace_format, config.block,
+                                                  scheme=config.hash)
+            own = reader.block_tokens
         else:
             total = len(requests)
-            block_tokens = getattr(requests, "block_tokens", config.block)
+            own = getattr(requests, "own_block_tokens", None)
+        block_tokens = own or config.block
+        check_effective(config, own_block_tokens=own)  # --block on a trace that names its own blocks
         synthetic = None
     strategy = build_strategy(config, rng, block_tokens=block_tokens)
     future = None
@@ -336,6 +343,9 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     if strategy.uses_events:
         out["publish"] = config.publish
     if config.trace is not None or config.all_metrics:
+        out["block_tokens"] = block_tokens
+        if own is None:
+            out["hash"] = config.hash  # the scheme that named the blocks
         for key, value in metrics.items():
             if key not in out:
                 out[key] = value

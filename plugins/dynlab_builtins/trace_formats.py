@@ -58,7 +58,13 @@ def _keyed_names(hashes: list, lora, salt) -> tuple:
 
 
 class MooncakeTrace(TraceFormat):
-    """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks."""
+    """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks.
+
+    A row is refused (``ValueError``, reported as ``FILE:LINE``) when its ``hash_ids`` name a block twice
+    (a prefix chain names each block once) or, when it gives ``input_length``, when it does not hold
+    ``ceil(input_length / block_tokens)`` ids (one per 512-token block, the last one partial). Every
+    row of the bundled conversation trace (12031 rows) satisfies both rules.
+    """
 
     name = "mooncake"
     block_tokens = 512
@@ -76,6 +82,19 @@ class MooncakeTrace(TraceFormat):
             inp = _number(record, "input_length", False, 0)
             out = _number(record, "output_length", False, 0)
             ts = _number(record, "timestamp", False, None)
+        n = len(hashes)
+        if len(set(hashes)) != n:
+            first = {}
+            for i, h in enumerate(hashes):
+                if h in first:
+                    raise ValueError(f"hash_ids[{i}] repeats hash_ids[{first[h]}] ({h}): "
+                                     "a prefix chain names each block once")
+                first[h] = i
+        if "input_length" in record:
+            need = math.ceil(inp / self.block_tokens)
+            if n != need:
+                raise ValueError(f"hash_ids holds {n} ids, but input_length {inp} needs ceil({inp}/"
+                                 f"{self.block_tokens}) = {need} (one per {self.block_tokens}-token block)")
         if "lora_name" in record or "cache_salt" in record:  # rows may carry vLLM's extra keys
             lora, salt = _extra_keys(record)
             if lora is not None or salt is not None:
