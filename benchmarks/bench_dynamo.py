@@ -17,15 +17,14 @@ built so that prefixes are shared the way real traffic shares them:
 Sequence ``i`` is stored on worker ``i % workers`` by one stored event of all its
 blocks (parent: none), then ``find_matches`` is asked for every sequence.
 
-Names. A block's *local hash* is the first 8 bytes of ``blake2b`` of its tokens alone
-(``tokens_hash`` in Dynamo's event); its *sequence hash* is
-:func:`dynlab.routing.hashing.block_hashes`, chained over the blocks before it (``block_hash``,
-and the parent's one in ``parent_hash``). ``KvIndex`` is keyed by sequence hashes and
-queried with them; Dynamo's tree is queried with local hashes, which it walks from the
-root. The two questions are the same because a sequence hash is a function of (parent
-sequence hash, the block's tokens) and the local hashes never collide here: the script
-checks that (parent, local) -> sequence hash is one-to-one over the whole workload
-before timing anything. Each structure is timed with its own natural input.
+Names: Dynamo's own. A block's *local hash* is :func:`dynlab.dynamo_local_hashes` (xxh3-64,
+seed 1337, of its tokens as u32; ``tokens_hash`` in Dynamo's event, and what
+``dynamo.llm.compute_block_hash_for_seq`` returns: the script checks that on the first
+sequences); its *sequence hash* is ``dynlab.block_hashes(..., scheme="dynamo")``, chained over
+the blocks before it (``block_hash``). ``KvIndex`` is keyed by sequence hashes and queried
+with them; Dynamo's tree is queried with local hashes, which it walks from the root: both
+get the same real hashes a Dynamo deployment would see. The script checks that
+(parent, local) -> sequence hash is one-to-one over the whole workload before timing anything.
 
 Timed: only the index operations. ``KvIndex.apply_stored(worker, sequence_hashes)`` vs
 ``RadixTree.apply_event(worker, json_bytes)`` (the JSON bytes are encoded beforehand,
@@ -50,14 +49,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import random
 import struct
 import sys
 import time
 
-from dynlab.routing.hashing import block_hashes
+from dynlab.routing.hashing import block_hashes, dynamo_local_hashes
 from dynlab.routing.index import KvIndex
 
 
@@ -79,17 +77,24 @@ def make_workload(args) -> tuple[list[int], list[list[int]], list[list[int]]]:
     prompts = [tokens(args.prompt_blocks) for _ in range(args.prompts)]
     contexts = [prompts[c % args.prompts] + tokens(args.context_blocks) for c in range(args.contexts)]
     marker = tokens(1)
-    blake2b = hashlib.blake2b
-    step = 8 * blk
-    owners, seq_hashes, local_hashes = [], [], []
+    owners, seq_hashes, local_hashes, samples = [], [], [], []
     for i in range(args.sequences):
         toks = contexts[rng.randrange(args.contexts)] + marker + tokens(tail)
-        data = struct.pack(f"<{len(toks)}q", *toks)  # the bytes block_hashes hashes
         owners.append(i % args.workers)
-        seq_hashes.append(block_hashes(toks, blk))
-        local_hashes.append([int.from_bytes(blake2b(data[j : j + step], digest_size=8).digest(), "big")
-                             for j in range(0, args.depth * step, step)])
-    return owners, seq_hashes, local_hashes
+        seq_hashes.append(block_hashes(toks, blk, scheme="dynamo"))
+        local_hashes.append(dynamo_local_hashes(toks, blk))
+        if i < 20:
+            samples.append(toks)
+    return owners, seq_hashes, local_hashes, samples
+
+
+def check_against_dynamo(samples, local_hashes, blk) -> None:
+    """dynlab's local hashes must be the ones Dynamo computes for the same tokens."""
+    from dynamo.llm import compute_block_hash_for_seq
+
+    for toks, ours in zip(samples, local_hashes):
+        if list(compute_block_hash_for_seq(toks, blk)) != ours:
+            raise SystemExit("dynlab's dynamo local hashes differ from dynamo.llm.compute_block_hash_for_seq")
 
 
 def check_names(seq_hashes, local_hashes) -> int:
@@ -207,7 +212,9 @@ def main() -> int:
         dynamo_error = f"{type(exc).__name__}: {exc}"
 
     t0 = time.perf_counter()
-    owners, seq_hashes, local_hashes = make_workload(args)
+    owners, seq_hashes, local_hashes, samples = make_workload(args)
+    if RadixTree is not None:
+        check_against_dynamo(samples, local_hashes, args.block)
     distinct = check_names(seq_hashes, local_hashes)
     n, blocks = len(seq_hashes), sum(len(s) for s in seq_hashes)
     tail = args.depth - args.prompt_blocks - args.context_blocks - 1

@@ -1,7 +1,7 @@
 """dynlab: simulate the KV-aware request router in front of a fleet of LLM serving workers.
 
 The stable public API: :data:`hookimpl` and ``__version__``, and, imported on first use so that
-``import dynlab`` stays fast, :func:`block_hashes`, :func:`overlap`, :class:`KvRouter`,
+``import dynlab`` stays fast, :func:`block_hashes`, :func:`dynamo_local_hashes`, :func:`overlap`, :class:`KvRouter`,
 :class:`KvIndex`, :class:`SimConfig` and :func:`run`.
 
 Plugins implement the hooks in :mod:`dynlab.hookspecs` with :data:`hookimpl`.
@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "block_hashes": "dynlab.routing.hashing",
     "overlap": "dynlab.routing.hashing",
+    "dynamo_local_hashes": "dynlab.routing.hashing",
     "KvRouter": "dynlab.routing.router",
     "KvIndex": "dynlab.routing.index",
     "SimConfig": "dynlab.engine.config",

@@ -1,4 +1,4 @@
-"""Plots (matplotlib, the optional extra ``dynlab[plot]``), written atomically as PNG files."""
+"""Plots (matplotlib, a dependency of dynlab), written atomically as PNG files."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,8 @@ from dynlab.errors import DynlabError
 def pyplot():
     """``matplotlib.pyplot`` with the non-interactive Agg backend.
 
-    Raises :class:`DynlabError` with the install command when matplotlib is missing.
+    Raises :class:`DynlabError` with the install command when matplotlib is missing (it is a
+    dependency of dynlab, so only a broken installation lacks it).
     """
     try:
         import matplotlib
@@ -19,7 +20,8 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise DynlabError("plotting needs matplotlib: pip install 'dynlab[plot]'") from None
+        raise DynlabError("plotting needs matplotlib, a dependency of dynlab missing from this environment: "
+                          "pip install matplotlib") from None
     return plt
 
 

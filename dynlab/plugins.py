@@ -155,6 +155,20 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
     return registry
 
 
+def kinds() -> dict[str, Callable[[], Registry]]:
+    """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
+    return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats}
+
+
+def distribution_version(source: str) -> str | None:
+    """The installed version of the distribution ``source`` (an :attr:`Entry.source`), ``None`` when
+    ``source`` is not an installed distribution (a plugin registered at run time)."""
+    try:
+        return importlib.metadata.version(source)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
 def strategies(pm: pluggy.PluginManager | None = None) -> Registry:
     """Every registered routing strategy (``--mode`` names)."""
     from dynlab.routing.strategy import Strategy

@@ -20,8 +20,12 @@ def test_public_names_import_from_dynlab_directly():
         hashing_block_hashes, hashing_overlap, router_KvRouter, index_KvIndex)
     assert (SimConfig, run, hookimpl) == (config_SimConfig, engine_run, spec_hookimpl)
     assert isinstance(__version__, str)
-    assert set(dynlab.__all__) == {"hookimpl", "__version__", "block_hashes", "overlap", "KvRouter", "KvIndex",
-                                   "SimConfig", "run"}
+    assert set(dynlab.__all__) == {"hookimpl", "__version__", "block_hashes", "dynamo_local_hashes", "overlap",
+                                   "KvRouter", "KvIndex", "SimConfig", "run"}
+    from dynlab import dynamo_local_hashes
+    from dynlab.routing.hashing import dynamo_local_hashes as hashing_dynamo_local_hashes
+
+    assert dynamo_local_hashes is hashing_dynamo_local_hashes
     assert set(dynlab.__all__) <= set(dir(dynlab))
 
 
@@ -63,8 +67,24 @@ def test_subpackages_re_export_their_main_names():
 
     assert set(dynlab.routing.__all__) == {
         "block_hashes", "overlap", "KvIndex", "KvRouter", "Strategy", "StrategyOption", "RunContext", "FleetView",
-        "Request", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KvEvent"}
+        "Request", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KvEvent", "KvEventBatch",
+        "dynamo_local_hashes", "HASH_SCHEMES"}
     assert all(x is not None for x in (EvictionPolicy, FutureIndex, LRUCache, TwoTierCache, AllBlocksCleared,
                                        BlockRemoved, BlockStored, FleetView, KvEvent, KvIndex, KvRouter, Request,
                                        RunContext, Strategy, StrategyOption, block_hashes, overlap, BUILTIN_TRACES,
                                        TraceFormat, load_trace, open_trace))
+
+
+def test_python_m_dynlab_is_the_command():
+    import subprocess
+    import sys
+
+    from dynlab import __version__
+
+    done = subprocess.run([sys.executable, "-m", "dynlab", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"dynlab, version {__version__}\n"
+    done = subprocess.run([sys.executable, "-m", "dynlab", "sim", "--workers", "0"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("Error: ") and "Usage: dynlab" not in done.stderr

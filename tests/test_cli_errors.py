@@ -23,11 +23,11 @@ def one_line_error(args, code, needle, **kw):
 
 @pytest.mark.parametrize("args,needle", [
     (["sim", "--event-loss", "nan"], "not a finite number"),
-    (["sim", "--timing", "--prefill-tps", "inf"], "not a finite number"),
-    (["sim", "--timing", "--prefill-tps", "1e-320"], "vanishingly small"),
+    (["sim", "--timing", "--time-scale", "inf"], "not a finite number"),
+    (["sim", "--timing", "--time-scale", "1e-320"], "vanishingly small"),
     (["sim", "--time-scale", "0.5"], "--time-scale only applies with --timing"),
     (["compare", "--rate", "2"], "--rate only applies with --timing"),
-    (["compare", "--modes", "rr,rr"], "listed twice"),
+    (["compare", "--modes", "rr,rr"], "'rr' repeats 'rr'"),
     (["compare", "--workers", "2,0"], "--workers"),
     (["sim", "--opt", "a=1", "--opt", "a=2"], "given twice"),
     (["sim", "--mode", "kv-cost", "--opt", "temperature=inf"], "finite number"),
@@ -83,3 +83,41 @@ def test_a_failing_strategy_is_named_in_one_line():
 def test_no_subcommand_prints_help_without_error_prefix():
     r = subprocess.run([sys.executable, "-c", "from dynlab.cli import main; main()"], capture_output=True, text=True)
     assert r.returncode == 2 and "Usage:" in r.stderr and "Error" not in r.stderr
+
+
+def _help(*command):
+    from helpers import invoke as _invoke
+
+    result = _invoke(*command, "--help")
+    assert result.exit_code == 0
+    return " ".join(result.output.split())
+
+
+def test_compare_help_shows_each_options_type_and_default():
+    from dynlab.cli.routing import SIM_OPTIONS
+
+    text = _help("compare")
+    for flags, field, _, default, _ in SIM_OPTIONS:
+        i = text.index(flags[0] + " V[,V...]") if flags[0] != "--mode" else text.index("--modes V[,V...]")
+        entry = text[i:text.index("]", text.index("[type:", i)) + 1]
+        shown = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected"}
+        assert f"default: {shown.get(field, default)}]" in entry, entry
+    assert "[type: integer >= 1; default: 2]" in text  # --workers, by hand from SIM_OPTIONS
+    assert "[type: number 0.0 to 1.0; default: 0.0]" in text  # --event-loss
+
+
+@pytest.mark.parametrize("kind, fields", [
+    ("disagg", ["mode", "input", "conc", "rep", "ttft_p50_ms"]),
+    ("offload", ["config", "pass", "doc", "doc_tokens", "ttft_ms", "total_ms"]),
+])
+def test_summarize_help_describes_the_input_line(kind, fields):
+    text = _help("summarize", kind)
+    assert "Each line of IN is one JSON object" in text
+    for field in fields:
+        assert f'"{field}":' in text and f"{field}:" in text
+
+
+def test_quiet_says_what_it_silences_in_each_command():
+    texts = {c: _help(c).split("--quiet ")[1].split(" --")[0] for c in ("sim", "compare", "sweep")}
+    assert "summary line" in texts["sweep"] and "summary" not in texts["sim"] + texts["compare"]
+    assert "per run" in texts["compare"]

@@ -322,7 +322,7 @@ def test_unknown_model_library_error_lists_names():
         (["--tokens", "10", "--gbps", "inf"], ["--gbps"]),
         (["--tokens", "10", "--gbps", "fast"], ["--gbps", "'fast'"]),
         (["--tokens", "10", "--gbps", "1,,2"], ["--gbps"]),
-        (["--tokens", "10", "--gbps", "1,2,1"], ["--gbps", "twice"]),
+        (["--tokens", "10", "--gbps", "1,2,1"], ["--gbps", "repeats"]),
         (["--tokens", "10", "--gbps", "1", "--prefill-ms", "0"], ["--prefill-ms"]),
         (["--tokens", "10", "--gbps", "1", "--saved-ms", "-3"], ["--saved-ms"]),
         (["--tokens", "10", "--gbps", "1", "--prefill-ms", "5", "--overhead-ms", "-1"], ["--overhead-ms"]),

@@ -295,7 +295,7 @@ def test_missing_matplotlib_is_one_line_and_writes_nothing(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     out = tmp_path / "g"
     line = one_error_line(cli("reproduce", out), 1)
-    assert "dynlab[plot]" in line and "--no-plots" in line
+    assert "pip install matplotlib" in line and "--no-plots" in line
     assert not out.exists()
     assert cli("reproduce", out, "--no-plots").exit_code == 0
 
@@ -303,3 +303,49 @@ def test_missing_matplotlib_is_one_line_and_writes_nothing(tmp_path, monkeypatch
 def test_build_rejects_an_unknown_lab():
     with pytest.raises(ValueError, match="lab000"):
         lib.build(only="lab001", with_plots=False)
+
+
+def test_an_interrupted_run_leaves_no_outdir(tmp_path, monkeypatch):
+    # Ctrl-C while the third file is written: OUTDIR must be absent (not partial), and no staging left
+    import dynlab.cli.reproduce as cmd
+
+    real, calls = cmd.write_atomic, []
+
+    def interrupted(path, text):
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(cmd, "write_atomic", interrupted)
+    out = tmp_path / "out"
+    result = cli("reproduce", out, "--no-plots")
+    assert result.exit_code == 130
+    assert len(calls) == 3
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(cmd, "write_atomic", real)
+    assert cli("reproduce", out, "--no-plots").exit_code == 0  # no --force needed afterwards
+
+
+def test_a_failing_step_into_an_empty_outdir_leaves_it_empty(tmp_path, monkeypatch):
+    import dynlab.cli.reproduce as cmd
+
+    def fail(path, text):
+        raise OSError(28, "No space left on device", path)
+
+    monkeypatch.setattr(cmd, "write_atomic", fail)
+    out = tmp_path / "out"
+    out.mkdir()
+    one_error_line(cli("reproduce", out, "--no-plots"), 1)
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == []
+
+
+def test_force_keeps_other_files_when_interrupted(tmp_path, monkeypatch):
+    import dynlab.cli.reproduce as cmd
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    monkeypatch.setattr(cmd, "write_atomic", lambda path, text: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert cli("reproduce", out, "--force", "--no-plots").exit_code == 130
+    assert os.listdir(tmp_path) == ["o"] and os.listdir(out) == ["keep.txt"]

@@ -266,3 +266,37 @@ def test_conflicting_plugin_is_a_one_line_error(register_plugin):
     assert "dup-src" in r.output and r.output.count("\n") == 1 and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["sim", "--mode", "kv"])
     assert r.exit_code == 1 and "registered twice" in r.output
+
+
+def test_plugins_lists_every_kind_with_distribution_and_version():
+    import importlib.metadata
+    import json as _json
+
+    from dynlab import plugins as _plugins
+
+    out = CliRunner().invoke(main, ["plugins", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = _json.loads(out.stdout)["plugins"]
+    version = importlib.metadata.version("dynlab")
+    for kind, registry in _plugins.kinds().items():
+        names = [r["name"] for r in rows if r["kind"] == kind]
+        assert names == registry().names()
+    assert {r["kind"] for r in rows} == {"strategy", "eviction policy", "trace format"}
+    assert all(r["source"] == "dynlab" and r["version"] == version for r in rows if r["name"] in ("rr", "lru", "mooncake"))
+    text = CliRunner().invoke(main, ["plugins"]).stdout.splitlines()
+    assert text[0].split() == ["KIND", "NAME", "DISTRIBUTION", "VERSION", "DESCRIPTION"]
+    assert len(text) == len(rows) + 1
+
+
+@pytest.mark.parametrize("command", ["strategies", "policies"])
+def test_strategies_and_policies_take_the_same_flags(command):
+    import json as _json
+
+    for flags in ([], ["--verbose"], ["-v"], ["--json"], ["--json", "--verbose"]):
+        r = CliRunner().invoke(main, [command, *flags])
+        assert r.exit_code == 0, (flags, r.output)
+    plain = _json.loads(CliRunner().invoke(main, [command, "--json"]).stdout)[command]
+    verbose = _json.loads(CliRunner().invoke(main, [command, "--json", "--verbose"]).stdout)[command]
+    assert [p["name"] for p in plain] == [p["name"] for p in verbose]
+    assert all(set(p) == {"name", "description", "source", "version"} for p in plain)
+    assert all(set(v) > set(p) for p, v in zip(plain, verbose))  # --verbose adds details

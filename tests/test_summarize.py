@@ -328,3 +328,38 @@ def test_library_input_error_carries_path_and_line():
         summarize_disagg(["\n", GOOD_D, "{}\n"], "m.jsonl")
     assert (info.value.path, info.value.line) == ("m.jsonl", 3)
     assert str(info.value) == "m.jsonl:3: missing field 'mode'"
+
+
+# ---------------------------------------------------------------- a measured TTFT of 0 (issue 13)
+
+
+def test_disagg_zero_ttft_is_flagged_with_a_key_and_a_warning():
+    # cell 1x1: agg 0 and 4 (median 2.0), disagg 6 (median 6.0, ratio 6/2 = 3.0); one line (line 1) is 0 ms
+    lines = [d("agg", 1, 1, 0, 0), d("agg", 1, 1, 1, 4.0), d("disagg", 1, 1, 0, 6.0), d("agg", 2, 1, 0, 5.0),
+             d("disagg", 2, 1, 0, 5.0)]
+    warnings = []
+    out = summarize_disagg(lines, "in.jsonl", warn=warnings.append)
+    assert out == {"1x1": {"agg_ms": 2.0, "disagg_ms": 6.0, "ratio": 3.0, "zero_ttft_lines": 1},
+                   "2x1": {"agg_ms": 5.0, "disagg_ms": 5.0, "ratio": 1.0}}
+    assert warnings == ["in.jsonl: cell 1x1: 1 line reports a TTFT of 0 ms, which is not a measurement "
+                        "(first at line 1); its statistics include them (zero_ttft_lines: 1)"]
+
+
+def test_offload_zero_ttft_is_flagged_per_pass(tmp_path):
+    # lmcache pass "warm": 0, 0, 3 -> n 3, median 0.0, mean 1.0; lines 2 and 4 are 0 ms
+    src = tmp_path / "in.jsonl"
+    src.write_text(o("baseline", "warm", 0, 6.0) + o("lmcache", "warm", 0, 0) + o("lmcache", "warm", 1, 3.0)
+                   + o("lmcache", "warm", 2, 0))
+    result = run("summarize", "offload", str(src), "-")
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert out["lmcache"]["warm"] == {"n": 3, "p50_ms": 0.0, "mean_ms": 1.0, "zero_ttft_lines": 2}
+    assert "zero_ttft_lines" not in out["baseline"]["warm"]
+    assert f"{src}: configuration 'lmcache' pass 'warm': 2 lines report a TTFT of 0 ms" in result.stderr
+    assert "first at line 2" in result.stderr
+
+
+def test_no_zero_no_key():
+    out = summarize_offload(fixture_lines("ttft.jsonl"), "ttft.jsonl")
+    assert "zero_ttft_lines" not in json.dumps(out)
+    assert "zero_ttft_lines" not in json.dumps(summarize_disagg(fixture_lines("disagg.jsonl")))

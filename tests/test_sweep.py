@@ -81,21 +81,28 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     """Names, types and validation come from sim's options: each one is accepted under its flag name."""
     flags, field, ptype, default, _ = entry
     name = flags[0].lstrip("-")
-    value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake"}.get(field, default)
-    result = ok(invoke("sweep", "--grid", f"{name}={value}", "--timing", "--dry-run"))  # --timing: time options
+    value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake", "trace_block": "256",
+             "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0"}.get(field, default)
+    # --timing: the timed engine's options (count-based-only --policy and --event-delay go without it);
+    # --capacity and --trace: where --policy and --trace-format have an effect
+    context = {"policy": ["--capacity", "8"], "trace_format": ["--trace", TRACE]}.get(field, [])
+    timing = field not in ("policy", "event_delay")
+    result = ok(invoke("sweep", "--grid", f"{name}={value}", *(["--timing"] if timing else []), *context,
+                       "--dry-run"))
     (cell,) = [json.loads(line) for line in lines_of(result.stdout)]
     expected = ptype.convert(value, None, None) if value is not None else None
-    assert cell == {name: expected, "timing": True}
+    extra = {"policy": {"capacity": 8}, "trace_format": {"trace": TRACE}}.get(field, {})
+    assert cell == {name: expected, **({"timing": True} if timing else {}), **extra}
     grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
     assert getattr(grid.config(cell), field) == expected
 
 
 def test_sim_flags_and_aliases_and_underscores_are_grid_names_too():
-    result = ok(invoke("sweep", "--grid", "timing=yes,no", "--grid", "modes=rr", "--grid", "event_delay=1",
+    result = ok(invoke("sweep", "--grid", "timing=yes,no", "--grid", "modes=rr", "--grid", "event_loss=0.5",
                        "--dry-run"))
     cells = [json.loads(line) for line in lines_of(result.stdout)]
-    assert cells == [{"timing": True, "mode": "rr", "event-delay": 1},
-                     {"timing": False, "mode": "rr", "event-delay": 1}]
+    assert cells == [{"timing": True, "mode": "rr", "event-loss": 0.5},
+                     {"timing": False, "mode": "rr", "event-loss": 0.5}]
 
 
 def test_grid_file_holds_the_same_grid(tmp_path):
@@ -470,3 +477,35 @@ def test_ctrl_c_stops_a_pool_sweep_promptly(tmp_path):
         assert b"Traceback" not in err
         if out.exists():
             out.unlink()
+
+
+def _unwritable_dirs(tmp_path):
+    """Directories this process cannot create files in: a read-only one (not for root, whom
+    permissions do not stop) and /proc (no regular files can be made there, even by root)."""
+    out = []
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o500)
+        out.append(str(d))
+    if os.path.isdir("/proc"):
+        out.append("/proc")
+    if not out:
+        pytest.skip("no unwritable directory on this machine")
+    return out
+
+
+@pytest.mark.parametrize("flag, name", [("--csv", "r.csv"), ("--plot", "r.png"), ("--out", "r.jsonl")])
+def test_an_unwritable_output_fails_before_the_first_cell(tmp_path, flag, name, monkeypatch):
+    import dynlab.cli.sweep as cmd
+
+    def no_cells(*args, **kwargs):
+        raise AssertionError("a cell ran")
+
+    monkeypatch.setattr(cmd, "execute", no_cells)
+    for directory in _unwritable_dirs(tmp_path):
+        path = os.path.join(directory, name)
+        r = invoke("sweep", "--grid", "workers=1,2", "--executor", "serial", flag, path)
+        assert r.exit_code == 2, r.output
+        (line,) = r.stderr.splitlines()
+        assert line.startswith("Error: ") and flag in line and "cannot write" in line

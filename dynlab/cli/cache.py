@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, split_list
+from dynlab.cli.common import echo_json, refuse_repeats, split_list
 from dynlab.labs.scenario import (DEFAULT_CPU, DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_PASSES, DEFAULT_TOKENS, METRICS,
                                   PASS_ORDERS, cliff, run_scenario)
 
@@ -40,6 +40,7 @@ def _capacities(ctx, param, value: str) -> list[tuple[str, int]]:
         if number < 0:
             raise click.BadParameter(f"{item} is negative; it must be >= 0")
         out.append((item, number))
+    refuse_repeats([t for t, _ in out], [v for _, v in out], param.opts[0])
     return out
 
 
@@ -74,7 +75,8 @@ _passes_option = click.option(
     default=",".join(DEFAULT_PASSES),
     show_default=True,
     callback=_passes,
-    help="Comma-separated pass orders: fwd reads 0..docs-1, rev the reverse; one cache across all passes.",
+    help="Comma-separated pass orders: fwd reads 0..docs-1, rev the reverse; one cache across all passes. "
+         "A sequence, not a set: fwd,fwd reads forward twice.",
 )
 _policy_option = click.option(
     "--policy",
@@ -161,21 +163,3 @@ def cliff_command(ctx, gpu, cpu, docs, tokens, passes, metric, policy):
         **{fixed_name: fixed[0][1]},
     )
     echo_json(result)
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def policies(as_json):
-    """List the registered cache eviction policies (--policy names) and the distribution of each."""
-    from dynlab.plugins import eviction_policies
-
-    entries = eviction_policies().entries()
-    if as_json:
-        echo_json(
-            {"policies": [{"name": e.name, "description": e.description, "source": e.source} for e in entries]}
-        )
-        return
-    width = max((len(e.name) for e in entries), default=0)
-    source_width = max((len(e.source) for e in entries), default=0)
-    for e in entries:
-        click.echo(f"{e.name:<{width}}  {e.source:<{source_width}}  {e.description}")

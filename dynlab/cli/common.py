@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import warnings
 
 import click
@@ -33,6 +34,19 @@ def split_list(value: str, option: str) -> list[str]:
     return items
 
 
+def refuse_repeats(texts: list[str], values: list, option: str) -> None:
+    """A usage error when two items of a list option have the same value (``100,0100``, ``unbounded,none``).
+
+    Every list option calls this, so each refuses a repeat alike: the message names the option and
+    both spellings. ``values`` are the converted items, compared with ``==``.
+    """
+    for j, value in enumerate(values):
+        for i in range(j):
+            if values[i] == value:
+                raise click.BadParameter(f"{texts[j]!r} repeats {texts[i]!r}; list each value once",
+                                         param_hint=f"'{option}'")
+
+
 def output_path(ctx, param, value):
     """click callback: an output file whose directory must exist and be writable (``-`` passes through)."""
     if value is None or value == "-":
@@ -40,10 +54,19 @@ def output_path(ctx, param, value):
     directory = os.path.dirname(os.path.abspath(value))
     if not os.path.isdir(directory):
         raise click.BadParameter(f"{value}: directory {directory} does not exist", ctx, param)
-    if not os.access(directory, os.W_OK):
-        raise click.BadParameter(f"{value}: directory {directory} is not writable", ctx, param)
     if os.path.isdir(value):
         raise click.BadParameter(f"{value} is a directory", ctx, param)
+    # os.access() says yes to root on a read-only file system: try to create the temporary file an
+    # atomic write will need, so an unwritable path fails now, not after a long run.
+    target = os.path.realpath(value)
+    if not os.path.exists(target) or os.path.isfile(target):
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".dynlab-probe-", dir=os.path.dirname(target))
+        except OSError as exc:
+            raise click.BadParameter(f"{value}: cannot write in {os.path.dirname(target)}: "
+                                     f"{exc.strerror or exc}", ctx, param) from None
+        os.close(fd)
+        os.unlink(probe)
     return value
 
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, split_list, write_atomic
+from dynlab.cli.common import echo_json, refuse_repeats, split_list, write_atomic
 from dynlab.disagg import cost as lib
 from dynlab.labs import summarize as summ
 
@@ -44,10 +44,7 @@ def _bandwidths(value: str) -> list[tuple[str, float]]:
             out.append((item, POSITIVE.convert(item, None, None)))
         except click.BadParameter as exc:
             raise click.BadParameter(exc.message, param_hint="'--gbps'") from None
-    keys = [k for k, _ in out]
-    dupes = sorted({k for k in keys if keys.count(k) > 1})
-    if dupes:
-        raise click.BadParameter(f"{dupes[0]!r} is given twice", param_hint="'--gbps'")
+    refuse_repeats([k for k, _ in out], [v for _, v in out], "--gbps")
     return out
 
 
@@ -135,7 +132,15 @@ def _run(path: str, output: str, summarize_lines) -> None:
 @_IN
 @_OUT
 def summarize_disagg_cmd(input, output):
-    """Median TTFT per <input>x<conc> cell, agg vs disagg, and the ratio disagg/agg."""
+    """Median TTFT per <input>x<conc> cell, agg vs disagg, and the ratio disagg/agg.
+
+    \b
+    Each line of IN is one JSON object, e.g.
+      {"mode": "agg", "input": 1500, "conc": 4, "rep": 0, "ttft_p50_ms": 45.7}
+    mode: agg or disagg; input: prompt tokens; conc: concurrency; rep: repetition;
+    ttft_p50_ms: the run's median TTFT in ms. OUT holds {"<input>x<conc>": {"agg_ms",
+    "disagg_ms", "ratio"}}; a cell with a TTFT of 0 ms also gets "zero_ttft_lines".
+    """
     _run(input, output, lambda lines, name: summ.summarize_disagg(lines, name, warn=_warn))
 
 
@@ -145,7 +150,17 @@ def summarize_disagg_cmd(input, output):
 @click.option("--base", default="baseline", show_default=True, help="Configuration in the ratio's numerator.")
 @click.option("--cand", default="lmcache", show_default=True, help="Configuration in the ratio's denominator.")
 def summarize_offload_cmd(input, output, base, cand):
-    """TTFT count, median and mean per pass for two configurations, and the ratio base/cand."""
+    """TTFT count, median and mean per pass for two configurations, and the ratio base/cand.
+
+    \b
+    Each line of IN is one JSON object, e.g.
+      {"config": "lmcache", "pass": "pass2-replay", "doc": 3, "doc_tokens": 4864, "ttft_ms": 47.5, "total_ms": 251.0}
+    config: the configuration measured (--base, --cand); pass: the pass name; doc: the
+    document; doc_tokens: its length; ttft_ms: time to first token and total_ms: the
+    request's whole time, both in ms. OUT holds
+    {base: {pass: {"n", "p50_ms", "mean_ms"}}, cand: {...}, "ratio": {pass: {"p50", "mean"}}};
+    a pass entry with a TTFT of 0 ms also gets "zero_ttft_lines".
+    """
     if base == cand:
         raise click.BadParameter(f"--base and --cand are both {base!r}", param_hint="'--cand'")
     for option, value in (("--base", base), ("--cand", cand)):

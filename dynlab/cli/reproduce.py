@@ -1,11 +1,14 @@
 """``dynlab reproduce OUTDIR``: every artifact of the two labs, their plots and REPORT.md, in one run.
 
-Thin: check the options and OUTDIR, call :func:`dynlab.labs.reproduce.build`, write its files atomically
-one by one, print the paths written.
+Thin: check the options and OUTDIR, call :func:`dynlab.labs.reproduce.build`, write its files into a
+temporary directory beside OUTDIR and move it into place at the end, print the paths written.
 """
 from __future__ import annotations
 
 import os
+import shutil
+import stat
+import tempfile
 
 import click
 
@@ -42,14 +45,15 @@ def _invocation(only, disagg_file, offload_file, with_samples, no_plots) -> str:
               help="Measured offload JSON-lines file: adds offload_measured.json (lab002).")
 @click.option("--with-samples", is_flag=True,
               help="Use the package's sample measured files for the files not given.")
-@click.option("--no-plots", is_flag=True, help="Write the JSON files and REPORT.md without plots (no matplotlib).")
+@click.option("--no-plots", is_flag=True, help="Write the JSON files and REPORT.md without plots.")
 def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, no_plots):
     """Write every artifact of the two labs into OUTDIR, with plots and a REPORT.md that reads them.
 
-    Each JSON file is exactly what the command named in REPORT.md prints. OUTDIR is created if
-    missing; a non-empty OUTDIR is refused unless --force, which also removes dynlab's own files
-    from an earlier run that this run does not produce. Plots need matplotlib (dynlab[plot]); without
-    it the command stops before writing anything, unless --no-plots.
+    Each JSON file is exactly what the command named in REPORT.md prints. The files are written
+    into a temporary directory beside OUTDIR, which becomes OUTDIR at the end: an interrupted run
+    (Ctrl-C, an error) leaves no OUTDIR, never a partial one. A non-empty OUTDIR is refused unless
+    --force, which moves the new files in one by one at the end and removes dynlab's own files from
+    an earlier run that this run does not produce.
     """
     if only == "lab000" and offload_file:
         raise click.UsageError("--offload-file is a lab002 input; it cannot be used with --only lab000")
@@ -78,24 +82,41 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
         invocation=_invocation(only, disagg_file, offload_file, with_samples, no_plots),
     )
 
-    os.makedirs(outdir, exist_ok=True)
-    written = []
-    for name, artifact in result.artifacts.items():
+    parent = os.path.dirname(os.path.abspath(outdir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(outdir))}.dynlab-", dir=parent)
+    try:
+        names = []
+        for name, artifact in result.artifacts.items():
+            write_atomic(os.path.join(staging, name), artifact.text)
+            names.append(name)
+        for name, plot in result.plots.items():
+            plot.draw(os.path.join(staging, name))
+            names.append(name)
+        write_atomic(os.path.join(staging, lib.REPORT), result.report)
+        names.append(lib.REPORT)
+        _move_into_place(staging, outdir, names, stale=set(lib.artifact_names()) - set(result.files()))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for name in names:
+        click.echo(os.path.join(outdir, name))
+
+
+def _move_into_place(staging: str, outdir: str, names: list[str], stale: set[str]) -> None:
+    """Make ``staging`` OUTDIR: renamed whole when OUTDIR is absent or empty, else (``--force``) file by file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, stat.S_IMODE(os.stat(outdir).st_mode) if os.path.isdir(outdir) else 0o777 & ~umask)
+    if os.path.isdir(outdir) and not os.listdir(outdir):
+        os.rmdir(outdir)
+    if not os.path.exists(outdir):
+        os.rename(staging, outdir)
+        return
+    for name in names:
+        os.replace(os.path.join(staging, name), os.path.join(outdir, name))
+    for name in stale:
         path = os.path.join(outdir, name)
-        write_atomic(path, artifact.text)
-        written.append(path)
-    for name, plot in result.plots.items():
-        path = os.path.join(outdir, name)
-        plot.draw(path)
-        written.append(path)
-    path = os.path.join(outdir, lib.REPORT)
-    write_atomic(path, result.report)
-    written.append(path)
-    if force:
-        produced = set(result.files())
-        for name in lib.artifact_names():
-            stale = os.path.join(outdir, name)
-            if name not in produced and os.path.isfile(stale):
-                os.remove(stale)
-    for path in written:
-        click.echo(path)
+        if os.path.isfile(path):
+            os.remove(path)
+    os.rmdir(staging)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import re
+import random
 import sys
 from dataclasses import replace
 
@@ -9,10 +11,10 @@ import click
 
 from dynlab import plugins
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, split_list
+from dynlab.cli.common import echo_json, output_path, refuse_repeats, split_list
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.engine.run import build_strategy, run
 
 
 class CapacityType(click.ParamType):
@@ -69,6 +71,8 @@ SIM_OPTIONS = [
     (("--tail",), "tail", click.IntRange(min=0), 16, "Seed workload: per-request tail in tokens."),
     (("--seed",), "seed", click.INT, 1, "Seed of the run's RNG (shuffle, random choices)."),
     (("--block",), "block", click.IntRange(min=1), 16, "Tokens per block when hashing tokens."),
+    (("--hash",), "hash", click.Choice(["dynlab", "dynamo"]), "dynlab",
+     "Block names of hashed tokens: dynlab's, or NVIDIA Dynamo's (xxh3, see docs/events.md)."),
     (("--publish",), "publish", click.Choice(["yes", "no"]), "yes", "Workers publish KV events."),
     (("--capacity",), "capacity", CapacityType(), None, "KV blocks per worker [default: unbounded]."),
     (("--policy",), "policy", RegistryName("eviction policy", plugins.eviction_policies), "lru",
@@ -76,7 +80,11 @@ SIM_OPTIONS = [
     (("--event-delay",), "event_delay", click.IntRange(min=0), 0,
      "Deliver request i's KV events before request i+1+K is routed."),
     (("--event-loss",), "event_loss", FiniteFloat(0.0, 1.0), 0.0, "Drop each KV event with this probability."),
-    (("--trace",), "trace", click.STRING, None, "Built-in trace name or path to a JSONL trace."),
+    (("--trace",), "trace", click.STRING, None,
+     "A bundled trace (mooncake-conversation: 12031 requests of Mooncake's public conversation trace), "
+     "a path to a JSONL trace (.gz read as gzip) or - for stdin. Rows must be in time order: a trace "
+     "whose timestamps go backwards, or that gives some rows a timestamp and others none, is refused "
+     "with FILE:LINE (the trace is streamed, not sorted)."),
     (("--trace-format",), "trace_format", RegistryName("trace format", plugins.trace_formats), None,
      "Trace format [default: detected from the first line]."),
     (("--time-scale",), "time_scale", FiniteFloat(min=0, min_open=True), 1.0,
@@ -118,6 +126,38 @@ def parse_opts(values: tuple[str, ...], flag: str = "--opt") -> dict[str, str]:
     return out
 
 
+def given_fields(ctx: click.Context) -> set[str]:
+    """The :class:`SimConfig` fields the user wrote on the command line (or in the environment)."""
+    from click.core import ParameterSource
+
+    return {p.name for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+
+
+def check_options(config: SimConfig, given, requests=None) -> None:
+    """Usage error (exit 2) for an option that has no effect in ``config``
+    (:func:`dynlab.engine.config.check_effective`); ``given``: the fields the user wrote.
+
+    ``--block`` needs the trace's format: read from the loaded ``requests``, else from the
+    trace's first line (stdin cannot be read twice: :func:`run` then refuses a non-default value).
+    """
+    from dynlab.engine.config import check_effective
+
+    own = None
+    if config.trace is not None and ("block" in given or config.block != SimConfig.block):
+        if requests is not None:
+            own = getattr(requests, "own_block_tokens", None)
+        elif config.trace != "-":
+            from dynlab.traces.reader import own_block_tokens
+
+            own = own_block_tokens(config.trace, config.trace_format, config.block)
+    try:
+        config.validate()
+        check_effective(config, given, own)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _run(config: SimConfig, quiet: bool, requests=None) -> dict:
     try:
         return run(config, progress=not quiet and sys.stderr.isatty(), requests=requests)
@@ -132,51 +172,66 @@ def sim_options(fn):
     return fn
 
 
-def common_flags(fn):
-    fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
-                      help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
-    fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
-    fn = click.option("--latency-opt", "latency_opt", multiple=True, metavar="NAME=VALUE",
-                      help="With --timing: latency model option (see `dynlab latency --list`); repeatable.")(fn)
-    fn = click.option("--timing", is_flag=True,
-                      help="Serve in time on vLLM-like engines: batching, chunked prefill, a finite block pool, "
-                           "preemption, TTFT/TPOT (see docs/engine.md).")(fn)
-    fn = click.option("--quiet", is_flag=True, help="No progress bar (and, for sweep, no summary line).")(fn)
-    return fn
+def common_flags(quiet_help: str = "No progress bar on stderr (shown only when stderr is a terminal)."):
+    """The flags sim, compare and sweep share; ``quiet_help`` says what --quiet silences in that command."""
+    def decorate(fn):
+        fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
+                          help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
+        fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
+        fn = click.option("--latency-opt", "latency_opt", multiple=True, metavar="NAME=VALUE",
+                          help="With --timing: latency model option (see `dynlab latency --list`); repeatable.")(fn)
+        fn = click.option("--timing", is_flag=True,
+                          help="Serve in time on vLLM-like engines: batching, chunked prefill, a finite block "
+                               "pool, preemption, TTFT/TPOT (see docs/engine.md).")(fn)
+        fn = click.option("--quiet", is_flag=True, help=quiet_help)(fn)
+        return fn
+    return decorate
 
 
 @main.command()
 @sim_options
-@common_flags
-def sim(opt, latency_opt, all_metrics, timing, quiet, **options):
+@common_flags()
+@click.pass_context
+def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
-    seed's keys. With --trace: a real trace, printing the fleet metrics too.
+    seed's keys. With --trace: a real trace, printing the fleet metrics too, with
+    block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
+    An option that would have no effect in the combination given is refused (exit 2).
     """
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                        all_metrics=all_metrics, timing=timing)
+    check_options(config, given_fields(ctx))
     echo_json(_run(config, quiet))
+
+
+def type_text(ptype: click.ParamType) -> str:
+    """What a value of ``ptype`` is, for --help: ``integer >= 1``, ``number 0 to 1``, ``yes|no``, ``strategy name``."""
+    if isinstance(ptype, click.Choice):
+        return "|".join(ptype.choices)
+    if isinstance(ptype, RegistryName):
+        return f"{ptype.name} name"
+    if isinstance(ptype, CapacityType):
+        return "integer >= 0 or unbounded"
+    if isinstance(ptype, (click.IntRange, click.FloatRange)):
+        kind = "integer" if isinstance(ptype, click.IntRange) else "number"
+        if ptype.min is not None and ptype.max is not None:
+            return f"{kind} {ptype.min} to {ptype.max}"
+        return f"{kind} {'>' if ptype.min_open else '>='} {ptype.min}"
+    return {"integer": "integer", "text": "text"}.get(ptype.name, ptype.name)
+
+
+_NO_DEFAULT = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected"}
 
 
 def _compare_options(fn):
     for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
-        fn = click.option(*flags, field, type=click.STRING, default=None,
-                          help=f"{help_} A comma list varies it.")(fn)
+        shown = _NO_DEFAULT.get(field, default)
+        help_ = re.sub(r"\s*\[default: [^]]*\]", "", help_)  # said once, below
+        fn = click.option(*flags, field, type=click.STRING, default=None, metavar="V[,V...]",
+                          help=f"{help_} A comma list varies it. [type: {type_text(ptype)}; default: {shown}]")(fn)
     return fn
-
-
-def _options_per_mode(configs: dict) -> dict:
-    """Comparing modes: each run gets the ``--opt`` its strategy declares; an option no mode declares is an error."""
-    registry = plugins.strategies()
-    declared = {item: {o.name for o in registry.get(c.mode).options} for item, c in configs.items()}
-    names = next(iter(configs.values())).opts
-    for name in names:
-        if not any(name in d for d in declared.values()):
-            modes = ", ".join(c.mode for c in configs.values())
-            raise click.UsageError(f"no compared strategy ({modes}) has an option {name!r}")
-    return {item: replace(c, opts={k: v for k, v in c.opts.items() if k in declared[item]})
-            for item, c in configs.items()}
 
 
 def _format_table(results: dict) -> str:
@@ -207,11 +262,11 @@ def _format_table(results: dict) -> str:
 
 @main.command()
 @_compare_options
-@common_flags
+@common_flags("No progress bar per run on stderr (shown only when stderr is a terminal).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the keyed JSON object [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
-              help="Write a bar chart of block hit rate per run (needs dynlab[plot]).")
+              help="Write a bar chart of block hit rate per run (PNG).")
 @click.pass_context
 def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
@@ -227,13 +282,12 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             continue
         flag, ptype = by_field[field]
         items = split_list(text, flag)
-        if len(set(items)) != len(items):
-            raise click.BadParameter(f"a value is listed twice in {text!r}", param_hint=flag)
         try:
             values = [ptype.convert(v, None, ctx) for v in items]
         except click.BadParameter as exc:
             exc.param_hint = flag
             raise
+        refuse_repeats(items, values, flag)
         if len(items) > 1:
             if varied is not None:
                 raise click.UsageError(f"only one option may vary per call: {varied[0]} and {flag} both list values")
@@ -248,17 +302,27 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
     else:
         flag, field, items, values = varied
     configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
-    if field == "mode" and base.opts:
-        configs = _options_per_mode(configs)
+    given = {f for f, text in options.items() if text is not None} | ({"all_metrics"} if all_metrics else set())
+    for item, config in configs.items():
+        # every run is checked before the first: an option a compared strategy lacks (--opt), or
+        # one that has no effect, is refused for all alike, as sweep refuses it for its cells
+        check_options(config, given)
+        try:
+            build_strategy(config, random.Random(0))
+        except ValueError as exc:
+            raise click.UsageError(f"{flag} {item}: {exc}") from None
     if plot_path:
         from dynlab.plots import check_plot_path
 
         check_plot_path(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
-    if base.trace is not None and field not in ("trace", "trace_format", "block"):
+    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
-        requests = load_trace(base.trace, base.trace_format, base.block)
+        try:
+            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     results = {item: _run(config, quiet, requests) for item, config in configs.items()}
     if plot_path:
         from dynlab.plots import plot_compare
@@ -270,16 +334,3 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
         echo_json(results)
     else:
         click.echo(_format_table(results))
-
-
-@main.command()
-@click.option("--verbose", "-v", is_flag=True, help="Also list each strategy's options.")
-def strategies(verbose):
-    """List the registered routing strategies (name, description, providing distribution)."""
-    entries = plugins.strategies().entries()
-    width = max((len(e.name) for e in entries), default=0)
-    for e in entries:
-        click.echo(f"{e.name.ljust(width)}  {e.description}  [{e.source}]")
-        if verbose:
-            for o in getattr(e.cls, "options", ()):
-                click.echo(f"{'':{width}}    --opt {o.name}=<{o.type.__name__}> (default {o.default}): {o.help}")

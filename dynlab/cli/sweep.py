@@ -22,7 +22,7 @@ from dynlab.cli.routing import common_flags, parse_opts, sim_options
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields
 from dynlab.errors import DynlabError
-from dynlab.sweep import (EXECUTORS, OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
+from dynlab.sweep import (EXECUTORS, OPT_PREFIX, LATENCY_OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
                           execute, option_text, plot_layout, plot_sweep, read_grid_file, record_line, to_csv)
 
 # this command's own parameters: everything else that is a SimConfig field is a sim option
@@ -82,7 +82,7 @@ def _parse_grid_item(item: str) -> tuple[str, list[str]]:
     return name, values
 
 
-def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
+def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Grid:
     params = _sim_params(ctx.command)
     known = sorted({_canonical(p) for p in params.values()})
     raw_axes: list[tuple[str, list, bool]] = []  # (name as written, values, from the file)
@@ -138,26 +138,42 @@ def _build_grid(ctx, grid_items, grid_file, opt, options) -> Grid:
             fields[_canonical(p)] = p.name
     for name, text in fixed_opts.items():
         fixed[OPT_PREFIX + name] = _canonical_opt(name, text)
+    for name, text in parse_opts(latency_opt, "--latency-opt").items():
+        fixed[LATENCY_OPT_PREFIX + name] = text
     base = {name: value for name, value in options.items() if name in fields_of_config}
     return Grid(tuple(axes), fixed, fields, dict(base, opts={}))
 
 
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     """Every cell's configuration, checked as `sim` checks its options (usage errors name the cell)."""
+    from dynlab.engine.config import check_effective
+    from dynlab.traces.reader import own_block_tokens
+
+    given = set(grid.fields.values())  # the options written once or as an axis
+    own: dict = {}  # (trace, format) -> the block size its format names its blocks at
     configs = []
     for cell in cells:
         config = grid.config(cell)
         try:
             check_config(config)
+            key = (config.trace, config.trace_format)
+            if config.trace not in (None, "-") and "block" in given and key not in own:
+                own[key] = own_block_tokens(config.trace, config.trace_format, config.block)
+            check_effective(config, given, own.get(key))
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
         configs.append(config)
     return configs
 
 
+#: metrics only a timed run (--timing) computes
+TIMED_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_ms", "makespan_s", "output_tokens_per_s", "goodput",
+                 "preemptions", "prefix_hit_rate")
+
+
 @main.command()
 @sim_options
-@common_flags
+@common_flags("No progress bar and no closing summary line on stderr.")
 @click.option("--grid", "grid_items", multiple=True, metavar="NAME=V1,V2,...",
               help="An option to vary and its values; repeatable. NAME: a sim option without dashes "
                    "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option.")
@@ -182,7 +198,7 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
 @click.option("--dry-run", is_flag=True, help="List the cells (still to run, with --resume) and stop.")
 @click.pass_context
 def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, csv_path, plot_path, metric,
-          dry_run, opt, quiet, **options):
+          dry_run, opt, latency_opt, quiet, **options):
     """Run `sim` for every cell of a grid of options and collect the results.
 
     The cells are the cross product of the --grid options; the other sim options
@@ -206,7 +222,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
     paths = [os.path.realpath(p) for p in (out, csv_path, plot_path) if p and p != "-"]
     if len(set(paths)) != len(paths):
         raise click.UsageError("--out, --csv and --plot must name different files")
-    grid = _build_grid(ctx, grid_items, grid_file, opt, options)
+    grid = _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt)
     cells = grid.cells()
     configs = _check_cells(grid, cells)
     if plot_path:
@@ -234,7 +250,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         from dynlab.plots import check_plot_path
 
         check_plot_path(plot_path)  # a missing matplotlib or an unknown suffix fails now, not after the sweep
-        if metric and metric.split(".")[0] in ("ttft_ms", "queue_wait_ms", "makespan_s") and \
+        if metric and metric.split(".")[0] in TIMED_METRICS and \
                 not any(c.timing for c in configs):
             raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
     results = {k: r for k, (_, r) in (results_file.records.items() if results_file else ())}
@@ -243,8 +259,11 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         # execute() loads and checks the traces, checks Ray and its address, and starts the pool (forked)
         # or Ray, all before the results file is opened: a bad trace or an unreachable cluster writes
         # nothing, and the workers do not inherit the file's lock.
-        runs = stack.enter_context(contextlib.closing(
-            execute([c for _, c in todo], executor, jobs, ray_address)))
+        try:
+            runs = stack.enter_context(contextlib.closing(
+                execute([c for _, c in todo], executor, jobs, ray_address)))
+        except ValueError as exc:  # a trace the cells' options cannot read (e.g. --hash on named blocks)
+            raise click.UsageError(str(exc)) from None
         if results_file is not None:
             stack.enter_context(results_file)  # lock and re-read: a cell another sweep added is not written twice
             results.update({k: r for k, (_, r) in results_file.records.items()})

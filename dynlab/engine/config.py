@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Mapping, Optional
+from typing import AbstractSet, Mapping, Optional
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
@@ -14,7 +14,8 @@ class SimConfig:
     """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
 
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
-    ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``); with it,
+    ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``; block names by the
+    ``hash`` scheme, ``dynlab`` or ``dynamo``); with it,
     a built-in trace name or a path, read by ``trace_format`` (``None``: detected).
     Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded without
     ``timing``, the hardware-derived pool with it) under the eviction ``policy``.
@@ -40,6 +41,7 @@ class SimConfig:
     tail: int = 16
     seed: int = 1
     block: int = 16
+    hash: str = "dynlab"
     publish: str = "yes"
     capacity: Optional[int] = None
     policy: str = "lru"
@@ -77,6 +79,10 @@ class SimConfig:
             raise ValueError(f"capacity must be >= 0, got {self.capacity}")
         if self.trace_block is not None and self.trace_block < 1:
             raise ValueError(f"trace_block must be >= 1, got {self.trace_block}")
+        from dynlab.routing.hashing import HASH_SCHEMES
+
+        if self.hash not in HASH_SCHEMES:
+            raise ValueError(f"hash must be one of {', '.join(HASH_SCHEMES)}, got {self.hash!r}")
         if self.publish not in ("yes", "no"):
             raise ValueError(f"publish must be yes or no, got {self.publish!r}")
         if not 0.0 <= self.event_loss <= 1.0:
@@ -91,17 +97,7 @@ class SimConfig:
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
-        if not self.timing:
-            for name in TIME_MODEL_FIELDS:
-                if getattr(self, name) != _DEFAULTS[name]:
-                    raise ValueError(f"--{name.replace('_', '-')} only applies with --timing")
-        else:
-            if self.event_delay:
-                raise ValueError("--event-delay counts requests and applies without --timing only; "
-                                 "with --timing use --event-delay-ms")
-            if self.policy != _DEFAULTS["policy"]:
-                raise ValueError(f"--policy applies without --timing only: the timed engine evicts from "
-                                 f"vLLM's free-block queue (policy {self.policy!r} given)")
+        check_effective(self)
 
 
 #: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
@@ -110,3 +106,60 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
 _DEFAULTS["opts"] = _DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
+
+
+_WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
+
+#: the synthetic workload's options: they shape the seed workload only, never a trace
+WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
+    """``(field, why it has no effect)`` for each option that would do nothing in ``config``.
+
+    The one table of the combinations where an option is refused; each reason completes
+    "``--NAME`` has no effect ...". A new option with such a combination gets a row here.
+    """
+    for name in WORKLOAD_FIELDS:
+        if config.trace is not None:
+            yield name, "with --trace: it shapes the synthetic workload only"
+    if config.trace is not None:
+        yield "all_metrics", "with --trace: a trace run prints the fleet metrics already"
+    else:
+        yield "trace_format", "without --trace"
+    if config.trace is not None and own_block_tokens is not None and not config.timing:
+        yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
+                        "count-based replay never hashes tokens (with --timing it is the engine's block)")
+    if config.timing:
+        yield "policy", "with --timing: the engine evicts from vLLM's free-block queue"
+        yield "event_delay", "with --timing: it counts requests; use --event-delay-ms"
+    elif config.capacity is None:
+        yield "policy", "without --capacity: an unbounded cache never evicts"
+    if config.publish == "no":
+        for name in ("event_delay", "event_loss", "event_delay_ms"):
+            yield name, "with --publish no: no KV event is published"
+    if not config.timing:
+        for name in TIME_MODEL_FIELDS:
+            yield name, _WITHOUT_TIMING
+
+
+def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),
+                    own_block_tokens: Optional[int] = None) -> None:
+    """Raise ``ValueError`` naming the first option set in ``config`` that would have no effect.
+
+    An option is *set* when it differs from its default, or when its field name is in ``given``
+    (what the user wrote, even at the default value: ``dynlab sim --trace T --block 16``).
+    ``own_block_tokens``: the block size a trace's format names its blocks at (512 for Mooncake,
+    :func:`dynlab.traces.reader.own_block_tokens`), ``None`` when unknown or when the format
+    hashes tokens at ``block``. Message: ``--NAME has no effect WHY``; the time-model options keep
+    ``--NAME only applies with --timing``.
+    """
+    for name, why in _no_effect_rules(config, own_block_tokens):
+        if name in given or getattr(config, name) != _DEFAULTS[name]:
+            if why is _WITHOUT_TIMING:
+                raise ValueError(f"{_flag(name)} only applies with --timing")
+            raise ValueError(f"{_flag(name)} has no effect {why}")

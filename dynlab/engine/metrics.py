@@ -30,6 +30,22 @@ def stats(values: Sequence[float]) -> dict:
             "mean": round(statistics.fmean(values), 1)}
 
 
+def event_refusals(strategy) -> dict[str, int]:
+    """``events_refused_block_size`` and ``events_refused_parent`` of a strategy that keeps an index
+    (``{}`` for one that does not); warns when every stored event was refused for its block size
+    (router and engines hash at different block sizes: every overlap is 0)."""
+    refused = strategy.refused_events()
+    if refused is None:
+        return {}
+    if refused["stored"] and refused["block_size"] == refused["stored"]:
+        import warnings
+
+        warnings.warn(f"strategy {strategy.name!r} refused every one of its {refused['stored']} stored "
+                      f"KV events: their block size differs from the router's ({strategy.ctx.block} tokens)",
+                      stacklevel=2)
+    return {"events_refused_block_size": refused["block_size"], "events_refused_parent": refused["parent"]}
+
+
 class RoutingMetrics:
     """What the routing decisions achieved, per request at routing time.
 

@@ -20,8 +20,9 @@ from collections import deque
 from dataclasses import fields
 from typing import Any, Iterable, Optional, Sequence
 
-from dynlab.engine.config import SimConfig
+from dynlab.engine.config import SimConfig, check_effective
 from dynlab.engine.counted import Worker
+from dynlab.engine.metrics import event_refusals
 from dynlab.errors import DynlabError
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
@@ -224,6 +225,9 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
         "evicted_blocks": sum(wk.evicted_blocks for wk in workers),
         "events_published": published,
         "events_dropped": dropped,
+    }
+    out |= event_refusals(strategy)
+    out |= {
         "requests_per_worker": counts,
         "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
     }
@@ -239,22 +243,27 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
     Key order: the seed's keys (``mode, workers, requests, repeat_requests, hits,
     hit_rate``), then ``publish`` for strategies that use KV events, then (on a trace,
-    with ``all_metrics`` or with ``timing``) the fleet metrics; timed runs add the serving
-    metrics and say which block sizes, pool, hardware and latency model they used.
+    with ``all_metrics`` or with ``timing``) ``block_tokens`` (tokens per block of the names
+    replayed: the trace format's own, 512 for Mooncake, else ``config.block``; without ``timing``),
+    ``hash`` (the scheme that named blocks of tokens; absent when the trace names its own blocks)
+    and the fleet metrics; timed runs add the serving metrics and say which block sizes, pool,
+    hardware and latency model they used.
 
-    Raises ``ValueError`` for a bad option, :class:`dynlab.plugins.UnknownNameError`
+    Raises ``ValueError`` for a bad option or one that has no effect here
+    (:func:`dynlab.engine.config.check_effective`), :class:`dynlab.plugins.UnknownNameError`
     for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
     for a bad trace line.
     """
     config.validate()
     rng = random.Random(config.seed)
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
-    requests, total, block_tokens, synthetic = _workload(config, rng, requests)
+    requests, total, own, synthetic = _workload(config, rng, requests)
+    block_tokens = own or config.block
     timed = None
     if config.timing:
         from dynlab.engine.serving import build_engines
 
-        timed = build_engines(config, block_tokens)
+        timed = build_engines(config, own)
         block_tokens = config.block
     strategy = build_strategy(config, rng, block_tokens=block_tokens)
     bar = None
@@ -279,6 +288,10 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     if config.trace is not None or config.all_metrics or timed is not None:
         if timed is not None:
             out.update(timed.describe())
+        else:
+            out["block_tokens"] = block_tokens
+        if own is None:
+            out["hash"] = config.hash  # the scheme that named the blocks
         for key, value in metrics.items():
             if key not in out:
                 out[key] = value
@@ -286,18 +299,24 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
 
 def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
-    """``(requests, total, tokens per block of their names, synthetic_prefix_blocks)`` of ``config``."""
+    """``(requests, total, own, synthetic_prefix_blocks)`` of ``config``; ``own``: tokens per block of
+    names the trace carries itself (512 for Mooncake), ``None`` when dynlab hashes tokens at ``block``."""
     if config.trace is None:
         from dynlab.traces.synthetic import seed_requests
 
-        requests = seed_requests(config.prefixes, config.reps, config.plen, config.tail, config.block, rng)
-        return requests, config.prefixes * config.reps, config.block, config.plen >= config.block
+        requests = seed_requests(config.prefixes, config.reps, config.plen, config.tail, config.block, rng,
+                                 config.hash)
+        return requests, config.prefixes * config.reps, None, config.plen >= config.block
     if requests is None:
-        from dynlab.traces.reader import open_trace
+        from dynlab.traces.reader import open_reader
 
-        requests, total, block_tokens = open_trace(config.trace, config.trace_format, config.block)
-        return requests, total, block_tokens, None
-    return requests, len(requests), getattr(requests, "block_tokens", config.block), None
+        requests, total, reader = open_reader(config.trace, config.trace_format, config.block, scheme=config.hash,
+                                              trace_block=config.trace_block)
+        own = reader.block_tokens
+    else:
+        total, own = len(requests), getattr(requests, "own_block_tokens", None)
+    check_effective(config, own_block_tokens=own)  # --block on a trace that names its own blocks
+    return requests, total, own, None
 
 
 def _replay_counted(config: SimConfig, requests, strategy: Strategy, synthetic, loss_rng, bar) -> dict:

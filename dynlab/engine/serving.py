@@ -55,8 +55,9 @@ class TimedSetup:
                 "latency_model": c.latency_model}
 
 
-def build_engines(config: SimConfig, names_block: int, bulk: bool = True) -> TimedSetup:
-    """The :class:`TimedSetup` of ``config``; ``names_block``: tokens per block of the workload's names.
+def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool = True) -> TimedSetup:
+    """The :class:`TimedSetup` of ``config``; ``own_block_tokens``: tokens per block of the names a trace
+    carries itself (512 for Mooncake), ``None`` when the workload's tokens are hashed at ``config.block``.
 
     Raises ``ValueError`` (one line) for an unknown model, GPU or latency model, a model that
     does not fit the GPUs, a ``--trace-block`` that has no effect, or block sizes whose ratio
@@ -72,9 +73,9 @@ def build_engines(config: SimConfig, names_block: int, bulk: bool = True) -> Tim
     else:
         capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp,
                                      config.gpu_memory_utilization)
-    trace_block = names_block
+    trace_block = own_block_tokens or config.block
     if config.trace_block is not None:
-        if names_block == config.block:
+        if own_block_tokens is None:
             raise ValueError(f"--trace-block has no effect: the workload's blocks are hashed at --block "
                              f"({config.block} tokens); it applies to traces that name their own blocks (mooncake)")
         trace_block = config.trace_block

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.bus import EventBus
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
-from dynlab.engine.metrics import RoutingMetrics, ServingMetrics
+from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
 from dynlab.routing.events import BlockRemoved, BlockStored
@@ -194,6 +194,7 @@ def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Seque
         "evicted_blocks": fleet.evicted_blocks,
         "events_published": bus.published,
         "events_dropped": bus.dropped,
+        **event_refusals(strategy),
         "requests_per_worker": list(counts),
         "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
     })

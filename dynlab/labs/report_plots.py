@@ -1,9 +1,8 @@
 """The plots of ``dynlab reproduce``: capacity cliffs, the strategy comparison, bounded vs unbounded hits.
 
 Each function takes the JSON objects exactly as the commands print them and writes one PNG through
-:func:`dynlab.plots.save` (a temporary file renamed into place). They need matplotlib (the
-``dynlab[plot]`` extra); without it :func:`dynlab.plots.pyplot` raises :class:`~dynlab.errors.DynlabError`
-naming the extra.
+:func:`dynlab.plots.save` (a temporary file renamed into place). They need matplotlib (a dependency);
+without it :func:`dynlab.plots.pyplot` raises :class:`~dynlab.errors.DynlabError`.
 """
 from __future__ import annotations
 

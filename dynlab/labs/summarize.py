@@ -12,6 +12,11 @@ unrounded statistics and rounded to two decimals.
 
 Warnings (a cell or pass with one side missing, skipped configurations) go to the ``warn`` callback,
 one line each; by default they are discarded.
+
+A measured TTFT of exactly 0 ms is not a measurement (no prefill takes no time: a broken client or
+a failed request). Such lines are kept, but the cell or pass whose statistics include them gains the
+key :data:`ZERO_KEY` (``"zero_ttft_lines"``: how many of its lines report 0 ms), present only then,
+and ``warn`` gets one line per cell or pass naming the first such line.
 """
 from __future__ import annotations
 
@@ -97,6 +102,16 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return None if denominator == 0 else round(float(numerator / denominator), 2)
 
 
+#: the key added to a cell (disagg) or a pass entry (offload) with lines that report a TTFT of 0 ms
+ZERO_KEY = "zero_ttft_lines"
+
+
+def _zero_warning(name: str, what: str, lines: list[int]) -> str:
+    count = "1 line reports" if len(lines) == 1 else f"{len(lines)} lines report"
+    return (f"{name}: {what}: {count} a TTFT of 0 ms, which is not a measurement (first at line "
+            f"{lines[0]}); its statistics include them ({ZERO_KEY}: {len(lines)})")
+
+
 DISAGG_FIELDS = {"mode": "text", "input": "whole", "conc": "whole", "rep": "number", "ttft_p50_ms": "ms"}
 OFFLOAD_FIELDS = {"config": "text", "pass": "text", "doc": "number", "doc_tokens": "number",
                   "ttft_ms": "ms", "total_ms": "ms"}
@@ -108,7 +123,8 @@ def summarize_disagg(lines: Iterable[str | bytes], name: str = "<input>", warn: 
 
     Input lines: ``{"mode": "agg"|"disagg", "input": tokens, "conc": concurrency, "rep": n,
     "ttft_p50_ms": ms}``. Output, cells in order of first appearance:
-    ``{"<input>x<conc>": {"agg_ms", "disagg_ms", "ratio"}}`` where each ``_ms`` is the median of the
+    ``{"<input>x<conc>": {"agg_ms", "disagg_ms", "ratio"}}`` (plus ``"zero_ttft_lines"`` when some of the
+    cell's lines report 0 ms, see the module doc) where each ``_ms`` is the median of the
     cell's ``ttft_p50_ms`` over its repetitions (one decimal) and ``ratio`` = disagg median / agg
     median (unrounded medians, two decimals; > 1 means disaggregation was slower).
 
@@ -117,11 +133,15 @@ def summarize_disagg(lines: Iterable[str | bytes], name: str = "<input>", warn: 
     ``mode`` other than agg/disagg) and :class:`DynlabError` for an empty input.
     """
     cells: dict[str, dict[str, list[float]]] = {}
+    zeros: dict[str, list[int]] = {}
     for number, rec in _records(lines, name, DISAGG_FIELDS):
         if rec["mode"] not in MODES:
             raise InputError(name, number, f"field 'mode' must be \"agg\" or \"disagg\", got {json.dumps(rec['mode'])}")
-        cell = cells.setdefault(f"{rec['input']}x{rec['conc']}", {m: [] for m in MODES})
+        key = f"{rec['input']}x{rec['conc']}"
+        cell = cells.setdefault(key, {m: [] for m in MODES})
         cell[rec["mode"]].append(rec["ttft_p50_ms"])
+        if rec["ttft_p50_ms"] == 0:
+            zeros.setdefault(key, []).append(number)
 
     out = {}
     for key, by_mode in cells.items():
@@ -139,6 +159,9 @@ def summarize_disagg(lines: Iterable[str | bytes], name: str = "<input>", warn: 
             "disagg_ms": None if med["disagg"] is None else round(float(med["disagg"]), 1),
             "ratio": ratio,
         }
+        if key in zeros:
+            out[key][ZERO_KEY] = len(zeros[key])
+            warn(_zero_warning(name, f"cell {key}", zeros[key]))
     return out
 
 
@@ -153,6 +176,7 @@ def summarize_offload(
 
     Input lines: ``{"config", "pass", "doc", "doc_tokens", "ttft_ms", "total_ms"}``. Output:
     ``{base: {pass: {"n", "p50_ms", "mean_ms"}}, cand: {...}, "ratio": {pass: {"p50", "mean"}}}``
+    (a pass entry gains ``"zero_ttft_lines"`` when some of its lines report 0 ms, see the module doc)
     over ``ttft_ms``: ``n`` lines, median and mean in ms (one decimal); ``ratio`` = base / cand of the
     unrounded statistics (two decimals; > 1 means the candidate was faster). Passes keep the names of
     the input, in order of first appearance among the two configurations' lines.
@@ -172,13 +196,16 @@ def summarize_offload(
     values: dict[str, dict[str, list[float]]] = {base: {}, cand: {}}
     passes: dict[str, None] = {}
     skipped: dict[str, int] = {}
-    for _, rec in _records(lines, name, OFFLOAD_FIELDS):
+    zeros: dict[tuple[str, str], list[int]] = {}
+    for number, rec in _records(lines, name, OFFLOAD_FIELDS):
         config = rec["config"]
         if config not in values:
             skipped[config] = skipped.get(config, 0) + 1
             continue
         passes.setdefault(rec["pass"])
         values[config].setdefault(rec["pass"], []).append(rec["ttft_ms"])
+        if rec["ttft_ms"] == 0:
+            zeros.setdefault((config, rec["pass"]), []).append(number)
 
     absent = [c for c in (base, cand) if not values[c]]
     if absent:
@@ -197,6 +224,9 @@ def summarize_offload(
             out[config][p] = None if not v else {
                 "n": len(v), "p50_ms": round(float(stats[config][0]), 1),
                 "mean_ms": round(float(stats[config][1]), 1)}
+            if (config, p) in zeros:
+                out[config][p][ZERO_KEY] = len(zeros[(config, p)])
+                warn(_zero_warning(name, f"configuration {config!r} pass {p!r}", zeros[(config, p)]))
         if stats[base] is None or stats[cand] is None:
             lacking = base if stats[base] is None else cand
             warn(f"{name}: pass {p!r} has no {lacking!r} lines; its {lacking} entry and ratio are null")

@@ -13,6 +13,8 @@
 _LAZY = {
     "block_hashes": "dynlab.routing.hashing",
     "overlap": "dynlab.routing.hashing",
+    "dynamo_local_hashes": "dynlab.routing.hashing",
+    "HASH_SCHEMES": "dynlab.routing.hashing",
     "KvIndex": "dynlab.routing.index",
     "KvRouter": "dynlab.routing.router",
     "Strategy": "dynlab.routing.strategy",
@@ -24,6 +26,7 @@ _LAZY = {
     "BlockRemoved": "dynlab.routing.events",
     "AllBlocksCleared": "dynlab.routing.events",
     "KvEvent": "dynlab.routing.events",
+    "KvEventBatch": "dynlab.routing.events",
 }
 
 __all__ = list(_LAZY)

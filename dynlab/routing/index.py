@@ -8,7 +8,9 @@ blocks of a request it holds.
 """
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Sequence
+from typing import Hashable, Iterable, Optional, Sequence
+
+from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 
 class KvIndex:
@@ -23,12 +25,30 @@ class KvIndex:
     workers reported, not with workers x blocks. ``apply_stored`` and
     ``apply_removed`` cost ``O(len(hashes))``; :meth:`clear` (rare: a worker
     restarting) scans the whole index.
+
+    Events (:meth:`apply_event`) are checked as Dynamo's indexer checks them: a
+    ``BlockStored`` hashed at another ``block_size`` than the index's, or whose
+    ``parent_block_hash`` the worker does not hold, is refused (counted in
+    :attr:`refused_block_size` / :attr:`refused_parent`, not applied). Copies are
+    counted: vLLM's block pool may hold two physical blocks with the same hash (each
+    stored and removed by its own event), so a duplicate ``BlockStored`` adds a copy and
+    a ``BlockRemoved`` forgets a block only with its last copy. (:meth:`apply_stored` and
+    :meth:`apply_removed` keep set semantics: the simulator's workers hold one copy per
+    name, so their stored/removed events alternate per name and a set is exact.)
+
+    ``block_size``: tokens per block of the names this index holds (``None``: unchecked).
     """
 
-    __slots__ = ("_holders",)
+    __slots__ = ("_holders", "_copies", "block_size", "refused_block_size", "refused_parent",
+                 "stored_events")
 
-    def __init__(self) -> None:
+    def __init__(self, block_size: Optional[int] = None) -> None:
         self._holders: dict[Hashable, int] = {}
+        self._copies: dict = {}  # (worker, name) -> copies beyond the first (apply_event only)
+        self.block_size = block_size
+        self.refused_block_size = 0
+        self.refused_parent = 0
+        self.stored_events = 0  # BlockStored events seen by apply_event, refused or not
 
     @staticmethod
     def _bit(worker: int) -> int:
@@ -57,9 +77,65 @@ class KvIndex:
             if m:
                 holders[h] = m
 
+    def apply_event(self, event) -> bool:
+        """Apply one KV event (:mod:`dynlab.routing.events`); False when it was refused.
+
+        A ``BlockStored`` is refused when its ``block_size`` is set and differs from the
+        index's (both set), or when its ``parent_block_hash`` is set and not held by the
+        event's worker (Dynamo's rule: the stored blocks would hang from nothing). Stored
+        names already held by the worker add a copy; a removal drops one copy, and the
+        block when it was the last (see the class docstring). Raises ``ValueError`` for a
+        bad worker id and ``TypeError`` for anything that is not a KV event.
+        """
+        kind = type(event)
+        if kind is BlockStored:
+            self.stored_events += 1
+            bs = event.block_size
+            if bs is not None and self.block_size is not None and bs != self.block_size:
+                self.refused_block_size += 1
+                return False
+            bit = self._bit(event.worker)
+            holders = self._holders
+            parent = event.parent_block_hash
+            if parent is not None and not holders.get(parent, 0) & bit:
+                self.refused_parent += 1
+                return False
+            get = holders.get
+            for h in event.hashes:
+                m = get(h, 0)
+                if m & bit:
+                    key = (event.worker, h)
+                    self._copies[key] = self._copies.get(key, 0) + 1
+                else:
+                    holders[h] = m | bit
+            return True
+        if kind is BlockRemoved:
+            copies = self._copies
+            if copies:
+                w = event.worker
+                hashes = []
+                for h in event.hashes:
+                    n = copies.get((w, h))
+                    if n is None:
+                        hashes.append(h)
+                    elif n > 1:
+                        copies[(w, h)] = n - 1
+                    else:
+                        del copies[(w, h)]
+                self.apply_removed(w, hashes)
+            else:
+                self.apply_removed(event.worker, event.hashes)
+            return True
+        if kind is AllBlocksCleared:
+            self.clear(event.worker)
+            return True
+        raise TypeError(f"not a KV event: {event!r}")
+
     def clear(self, worker: int) -> None:
         """Forget every block of ``worker`` (an ``AllBlocksCleared`` event)."""
         bit = self._bit(worker)
+        if self._copies:
+            self._copies = {k: n for k, n in self._copies.items() if k[0] != worker}
         holders = self._holders
         for h in [h for h, m in holders.items() if m & bit]:
             m = holders[h] & ~bit

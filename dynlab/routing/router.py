@@ -7,9 +7,10 @@ from :func:`dynlab.routing.hashing.block_hashes`, and the router's index is a
 from __future__ import annotations
 
 import heapq
-from typing import Hashable, Iterable, Sequence
+from typing import Hashable, Iterable, Optional, Sequence
 
-from dynlab.routing.hashing import block_hashes
+from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
+from dynlab.routing.hashing import HASH_SCHEMES, block_hashes
 from dynlab.routing.index import KvIndex
 
 
@@ -27,25 +28,38 @@ class KvRouter:
     :meth:`KvIndex.find_matches`, and the least-loaded worker among those with no
     overlap comes from a heap of ``(count, index)``.
 
-    Raises ``ValueError`` for ``n_workers < 1``, ``block < 1`` or a bad worker index.
+    ``scheme`` names blocks in :meth:`route` (:data:`dynlab.routing.hashing.HASH_SCHEMES`:
+    ``dynlab``, or ``dynamo`` for NVIDIA Dynamo's hashes). The index holds names of
+    ``block`` tokens: a ``BlockStored`` event hashed at another ``block_size`` is refused
+    and counted (:attr:`refused`), as is one whose parent the worker does not hold.
+
+    Raises ``ValueError`` for ``n_workers < 1``, ``block < 1``, an unknown scheme or a bad worker index.
     """
 
-    def __init__(self, n_workers: int, block: int = 16, use_events: bool = False):
+    def __init__(self, n_workers: int, block: int = 16, use_events: bool = False, scheme: str = "dynlab"):
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"n_workers must be an int >= 1, got {n_workers!r}")
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
             raise ValueError(f"block must be an int >= 1, got {block!r}")
+        if scheme not in HASH_SCHEMES:
+            raise ValueError(f"unknown hash scheme {scheme!r} (schemes: {', '.join(HASH_SCHEMES)})")
         self.n_workers = n_workers
         self.block = block
         self.use_events = use_events
-        self.index = KvIndex()
+        self.scheme = scheme
+        self.index = KvIndex(block)
         self.counts = [0] * n_workers
         self._heap = [(0, w) for w in range(n_workers)]  # (count, worker), one per worker; see _least_loaded
         self.last_overlap = 0
 
-    def route(self, tokens: Sequence[int]) -> int:
-        """Pick a worker for a prompt of ``tokens`` (ints); see the class docstring for the rules."""
-        return self.route_hashes(block_hashes(tokens, self.block))
+    def route(self, tokens: Sequence[int], *, lora_name: Optional[str] = None,
+              cache_salt: Optional[str] = None) -> int:
+        """Pick a worker for a prompt of ``tokens`` (ints); see the class docstring for the rules.
+
+        ``lora_name`` / ``cache_salt``: vLLM's extra keys (:func:`dynlab.routing.hashing.block_hashes`).
+        """
+        return self.route_hashes(block_hashes(tokens, self.block, scheme=self.scheme,
+                                              lora_name=lora_name, cache_salt=cache_salt))
 
     def _least_loaded(self) -> int:
         """The worker with the fewest routed requests, lowest index first.
@@ -83,10 +97,26 @@ class KvRouter:
         if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < self.n_workers:
             raise ValueError(f"worker must be an int in 0..{self.n_workers - 1}, got {worker!r}")
 
-    def on_event(self, worker: int, hashes: Iterable[Hashable]) -> None:
-        """A worker reports that it holds ``hashes`` (a ``BlockStored`` event)."""
+    @property
+    def refused(self) -> dict:
+        """Stored events refused so far: ``{"block_size": n, "parent": m, "stored": events seen}``."""
+        index = self.index
+        return {"block_size": index.refused_block_size, "parent": index.refused_parent,
+                "stored": index.stored_events}
+
+    def on_event(self, worker, hashes: Optional[Iterable[Hashable]] = None) -> bool:
+        """Apply a KV event: ``on_event(BlockStored(...))`` (or ``BlockRemoved``, ``AllBlocksCleared``),
+        or the lab's short form ``on_event(worker, hashes)`` (stored, unchecked).
+
+        Returns False when the event was refused (:meth:`KvIndex.apply_event`: another block
+        size, or a parent the worker does not hold).
+        """
+        if hashes is None and type(worker) in (BlockStored, BlockRemoved, AllBlocksCleared):
+            self._check_worker(worker.worker)
+            return self.index.apply_event(worker)
         self._check_worker(worker)
         self.index.apply_stored(worker, hashes)
+        return True
 
     def on_removed(self, worker: int, hashes: Iterable[Hashable]) -> None:
         """A worker reports that it evicted ``hashes`` (a ``BlockRemoved`` event)."""

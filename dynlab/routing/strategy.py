@@ -171,5 +171,11 @@ class Strategy(ABC):
     def route(self, request: Request, fleet: FleetView) -> int:
         """Return the worker (``0..fleet.workers-1``) that serves ``request``."""
 
+    def refused_events(self) -> Optional[Mapping[str, int]]:
+        """Stored events the strategy's index refused: ``{"block_size": n, "parent": m, "stored": k}``
+        (``k``: stored events received)
+        (:meth:`dynlab.routing.index.KvIndex.apply_event`), or ``None`` (default: no index)."""
+        return None
+
     def on_event(self, event: KvEvent) -> None:
         """Receive a KV event from a worker (default: ignore)."""

@@ -14,6 +14,8 @@ from dynlab.errors import DynlabError
 
 #: Prefix of grid names that set a strategy option (``opt.NAME`` -> ``SimConfig.opts[NAME]``).
 OPT_PREFIX = "opt."
+#: fixed latency-model options of every cell (``--latency-opt NAME=VALUE``), as ``latency-opt.NAME``
+LATENCY_OPT_PREFIX = "latency-opt."
 
 
 class GridError(DynlabError):
@@ -46,7 +48,8 @@ class Grid:
     - ``fixed``: options given once that apply to every cell (name -> converted value);
       they are part of each cell's identity, so a results file records them.
     - ``fields``: option name -> :class:`SimConfig` field for every name used
-      (``opt.NAME`` names need no entry: they go to ``SimConfig.opts``).
+      (``opt.NAME`` names need no entry: they go to ``SimConfig.opts``; ``latency-opt.NAME`` to
+      ``SimConfig.latency_opts``).
     - ``base``: :class:`SimConfig` keyword arguments every cell starts from (``sim``'s defaults).
     """
 
@@ -74,12 +77,16 @@ class Grid:
         """The :class:`SimConfig` of ``cell``: ``base`` with the cell's options applied."""
         kwargs = dict(self.base)
         opts = dict(kwargs.get("opts") or {})
+        latency_opts = dict(kwargs.get("latency_opts") or {})
         for name, value in cell.items():
             if name.startswith(OPT_PREFIX):
                 opts[name[len(OPT_PREFIX):]] = value
+            elif name.startswith(LATENCY_OPT_PREFIX):
+                latency_opts[name[len(LATENCY_OPT_PREFIX):]] = value
             else:
                 kwargs[self.fields.get(name, name.replace("-", "_"))] = value
         kwargs["opts"] = opts
+        kwargs["latency_opts"] = latency_opts
         return SimConfig(**kwargs)
 
 

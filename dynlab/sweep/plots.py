@@ -51,7 +51,7 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
     Two: a heatmap per series, the first option across and the second down, all
     panels on one colour scale (logarithmic when the values span more than a factor
     of 100), each cell labelled with its value. Needs matplotlib
-    (``dynlab[plot]``); raises :class:`GridError` when the layout cannot be drawn.
+    (matplotlib); raises :class:`GridError` when the layout cannot be drawn.
     """
     from dynlab.plots import pyplot, save
 

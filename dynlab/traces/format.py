@@ -24,6 +24,11 @@ class TraceFormat(ABC):
     name: ClassVar[str] = ""
     #: tokens per block of the names the format yields; ``None``: the ``--block`` option
     block_tokens: ClassVar[Optional[int]] = None
+    #: whether the format hashes tokens itself (and so follows ``--hash``); a format that reads
+    #: names from the trace (Mooncake's ``hash_ids``) leaves it False and ``--hash dynamo`` is refused
+    hashes_tokens: ClassVar[bool] = False
+    #: the hash scheme (``--hash``) for formats that hash tokens; set by the reader after construction
+    hash_scheme: str = "dynlab"
 
     def __init__(self, block: int = 16):
         self.block = block

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+import zlib
 from importlib import resources
 from typing import Iterator, Optional
 
@@ -30,34 +31,46 @@ BUILTIN_TRACES = {
 _DECODER = json.JSONDecoder()
 
 
-def open_source(path_or_name: str) -> tuple[io.TextIOBase, str, Optional[int]]:
-    """Open a built-in trace name, a file path (``.gz`` decompressed) or ``-`` (stdin) as text.
+def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int]]:
+    """Open a built-in trace name, a file path (``.gz`` decompressed) or ``-`` (stdin) as bytes.
 
-    Returns ``(stream, display name, number of requests or None)``.
+    Returns ``(binary stream, display name, number of requests or None)``; lines are decoded
+    (UTF-8) one by one by the reader, so a bad byte is reported as ``FILE:LINE``.
     Raises :class:`DynlabError` when it is neither a built-in name nor a readable file.
     """
     if path_or_name == "-":
-        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8"), "<stdin>", None
+        return sys.stdin.buffer, "<stdin>", None
     if path_or_name in BUILTIN_TRACES:
         resource, total = BUILTIN_TRACES[path_or_name]
         raw = resources.files("dynlab").joinpath("data", resource).open("rb")
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8"), path_or_name, total
+        return gzip.GzipFile(fileobj=raw), path_or_name, total
     if not os.path.exists(path_or_name):
         known = ", ".join(BUILTIN_TRACES)
         raise DynlabError(f"{path_or_name}: no such file, and not a built-in trace ({known})")
     if path_or_name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path_or_name, "rb"), encoding="utf-8"), path_or_name, None
-    return open(path_or_name, encoding="utf-8"), path_or_name, None
+        return gzip.open(path_or_name, "rb"), path_or_name, None
+    return open(path_or_name, "rb"), path_or_name, None
+
+
+def _decoded(lines, name: str):
+    """``(line number, bytes)`` -> ``(line number, str)``; a line that is not UTF-8 raises ``FILE:LINE``."""
+    for lineno, raw in lines:
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(name, lineno, "not UTF-8 text") from None
 
 
 class TraceRequests(list):
     """A loaded trace: a list of :class:`Request` plus ``block_tokens`` (tokens per block of its names)."""
 
     block_tokens: int = 16
+    #: the format's own block size (``TraceFormat.block_tokens``), ``None`` when it hashes at ``--block``
+    own_block_tokens: Optional[int] = None
 
 
 def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
-               registry=None) -> tuple[Iterator[Request], Optional[int], int]:
+               registry=None, scheme: str = "dynlab") -> tuple[Iterator[Request], Optional[int], int]:
     """Stream a trace as requests: ``(iterator, number of requests or None, tokens per block)``.
 
     ``fmt`` names a registered trace format; ``None`` detects it from the first
@@ -65,8 +78,26 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     format fails here). The rest is read one line at a time as the iterator
     advances; blank lines are skipped; a bad line raises :class:`InputError`
     (``FILE:LINE: what is wrong``). Tokens per block are the format's own
-    (``TraceFormat.block_tokens``, 512 for Mooncake) or ``block``.
+    (``TraceFormat.block_tokens``, 512 for Mooncake) or ``block``. ``scheme``: the hash
+    scheme (``--hash``) of formats that hash tokens (``TraceFormat.hashes_tokens``); any
+    other than ``dynlab`` on a format that reads its names from the trace raises ``ValueError``.
     An unknown source raises :class:`DynlabError`.
+
+    Time order is checked as the lines stream (a streaming reader cannot sort): every
+    request has a timestamp or none does, and timestamps never decrease; otherwise
+    :class:`InputError` names the first offending line.
+    """
+    requests, total, reader = open_reader(path_or_name, fmt, block, registry, scheme)
+    return requests, total, reader.block_tokens or block
+
+
+def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
+                registry=None, scheme: str = "dynlab",
+                trace_block: Optional[int] = None) -> tuple[Iterator[Request], Optional[int], TraceFormat]:
+    """:func:`open_trace`, returning the format's reader (its ``name`` and ``block_tokens``) last.
+
+    ``trace_block``: tokens per block of a trace that names its own blocks (``--trace-block``;
+    ``None``: the format's, 512 for Mooncake); ``ValueError`` for a format that hashes tokens.
     """
     from dynlab import plugins
 
@@ -75,22 +106,37 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
         registry.get(fmt)  # unknown names fail before any reading
     stream, name, total = open_source(path_or_name)
     try:
-        lines = enumerate(stream, 1)
-        with _read_errors(name):
-            for lineno, line in lines:
-                if line.strip():
-                    break
-            else:
-                raise DynlabError(f"{name}: the trace holds no request")
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
-        reader = _reader(record, name, lineno, fmt, block, registry)
+        lines, (lineno, record), reader = _first(stream, name, fmt, block, registry)
+        if scheme != "dynlab":
+            if not reader.hashes_tokens:
+                raise ValueError(f"--hash {scheme} names blocks of tokens, but {reader.name} traces carry "
+                                 f"their own block names; use --hash dynlab")
+            reader.hash_scheme = scheme
+        if trace_block is not None:
+            if reader.block_tokens is None:
+                raise ValueError(f"--trace-block has no effect: {reader.name} traces are hashed at --block; "
+                                 f"it applies to traces that name their own blocks (mooncake)")
+            reader.block_tokens = trace_block
     except BaseException:
         stream.close()
         raise
-    return _requests(stream, lines, name, reader, lineno, record), total, reader.block_tokens or block
+    return _requests(stream, lines, name, reader, lineno, record), total, reader
+
+
+def _first(stream, name, fmt, block, registry):
+    """Read up to the first non-blank line: ``(remaining lines, (its number, its record), reader)``."""
+    lines = _decoded(enumerate(stream, 1), name)
+    with _read_errors(name):
+        for lineno, line in lines:
+            if line.strip():
+                break
+        else:
+            raise DynlabError(f"{name}: the trace holds no request")
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+    return lines, (lineno, record), _reader(record, name, lineno, fmt, block, registry)
 
 
 class _read_errors:
@@ -103,7 +149,7 @@ class _read_errors:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, (UnicodeDecodeError, EOFError, gzip.BadGzipFile)):
+        if isinstance(exc, (EOFError, gzip.BadGzipFile, zlib.error)):
             raise DynlabError(f"{self.name}: cannot read: {exc}") from None
         return False
 
@@ -113,14 +159,30 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
     parse = reader.parse
     raw_decode = _DECODER.raw_decode  # json.loads minus two wrapper layers; the line's end is checked below
     index = 0
+    timed = None  # whether the trace's requests carry timestamps (decided by the first)
+    last = 0.0
     with stream, _read_errors(name):
         while True:
             if type(record) is not dict:
                 raise InputError(name, lineno, "expected a JSON object")
             try:
-                yield parse(record, index)
+                req = parse(record, index)
             except ValueError as exc:
                 raise InputError(name, lineno, str(exc)) from None
+            ts = req.timestamp
+            if timed is None:
+                timed = ts is not None
+            elif (ts is not None) != timed:
+                raise InputError(name, lineno, "this request has no timestamp but the first has one; "
+                                 "a trace gives every request a timestamp or none" if timed else
+                                 "this request has a timestamp but the first has none; "
+                                 "a trace gives every request a timestamp or none")
+            if ts is not None:
+                if ts < last:
+                    raise InputError(name, lineno, f"timestamp {ts} is earlier than the previous request's "
+                                     f"{last}; the trace must be in time order (sort it by timestamp)")
+                last = ts
+            yield req
             index += 1
             for lineno, line in lines:
                 try:
@@ -153,12 +215,34 @@ def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
     return registry.get(fmt)(block)
 
 
-def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16) -> TraceRequests:
+def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
+               scheme: str = "dynlab", trace_block: Optional[int] = None) -> TraceRequests:
     """The whole trace as a list of requests (for runs that replay it many times), with ``block_tokens``.
 
-    Same errors as :func:`open_trace`.
+    Same arguments (``scheme``: the hash scheme) and errors as :func:`open_trace`.
     """
-    requests, _, block_tokens = open_trace(path_or_name, fmt, block)
+    requests, _, reader = open_reader(path_or_name, fmt, block, scheme=scheme, trace_block=trace_block)
     out = TraceRequests(requests)
-    out.block_tokens = block_tokens
+    out.block_tokens = reader.block_tokens or block
+    out.own_block_tokens = reader.block_tokens
     return out
+
+
+def own_block_tokens(path_or_name: str, fmt: Optional[str] = None, block: int = 16) -> Optional[int]:
+    """The block size the trace's format names its blocks at (512 for Mooncake), or ``None`` when the
+    format hashes tokens at ``--block`` (or the source is stdin, which cannot be read twice).
+
+    Reads only the first request's line (to detect the format when ``fmt`` is ``None``); raises
+    what :func:`open_trace` raises for that line.
+    """
+    from dynlab import plugins
+
+    registry = plugins.trace_formats()
+    if fmt is not None:
+        return registry.get(fmt).block_tokens
+    if path_or_name == "-":
+        return None
+    stream, name, _ = open_source(path_or_name)
+    with stream:
+        _, _, reader = _first(stream, name, fmt, block, registry)
+    return reader.block_tokens

@@ -22,16 +22,18 @@ def seed_tokens(k: int, i: int, plen: int, tail: int) -> list[int]:
 
 
 def seed_requests(prefixes: int = 12, reps: int = 6, plen: int = 96, tail: int = 16,
-                  block: int = 16, rng: random.Random | None = None) -> Iterator[Request]:
+                  block: int = 16, rng: random.Random | None = None,
+                  scheme: str = "dynlab") -> Iterator[Request]:
     """Yield the seed workload's ``prefixes * reps`` requests in shuffled order.
 
     The shuffle draws from ``rng`` (default ``random.Random(1)``) before the first
     request is yielded, so a strategy drawing from the same ``rng`` afterwards sees
     the seed's sequence. Each request carries its block names at ``block`` tokens,
     its prompt length, and ``prefix=k``. No timestamps; ``output_length`` is 0.
+    ``scheme``: the hash scheme of the names (:func:`dynlab.routing.hashing.block_hashes`).
     """
     rng = rng if rng is not None else random.Random(1)
     order = seed_order(prefixes, reps, rng)
     for i, k in enumerate(order):
         tokens = seed_tokens(k, i, plen, tail)
-        yield Request(tuple(block_hashes(tokens, block)), input_length=len(tokens), index=i, prefix=k)
+        yield Request(tuple(block_hashes(tokens, block, scheme=scheme)), input_length=len(tokens), index=i, prefix=k)

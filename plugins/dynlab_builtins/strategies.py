@@ -66,26 +66,10 @@ class KvEvents(KvAware):
     def __init__(self, ctx):
         Strategy.__init__(self, ctx)
         self.router = KvRouter(ctx.workers, ctx.block, use_events=True)
-        self._stored = self.router.index.apply_stored
-        self._removed = self.router.index.apply_removed
+        self.on_event = self.router.index.apply_event  # the hot path: no wrapper per event
 
-    def on_event(self, event):
-        kind = type(event)
-        if kind is BlockStored:
-            self._stored(event.worker, event.hashes)
-        elif kind is BlockRemoved:
-            self._removed(event.worker, event.hashes)
-        elif kind is AllBlocksCleared:
-            self.router.index.clear(event.worker)
-
-
-def _apply_event(index: KvIndex, event) -> None:
-    if type(event) is BlockStored:
-        index.apply_stored(event.worker, event.hashes)
-    elif type(event) is BlockRemoved:
-        index.apply_removed(event.worker, event.hashes)
-    elif type(event) is AllBlocksCleared:
-        index.clear(event.worker)
+    def refused_events(self):
+        return self.router.refused
 
 
 def _least_active(active) -> int:
@@ -147,10 +131,15 @@ class KvCost(Strategy):
         self.credit = self.option("overlap_credit")
         self.scale = self.option("prefill_load_scale")
         self.temperature = self.option("temperature")
-        self.index = KvIndex()
+        self.index = KvIndex(ctx.block)
 
     def on_event(self, event):
-        _apply_event(self.index, event)
+        self.index.apply_event(event)
+
+    def refused_events(self):
+        index = self.index
+        return {"block_size": index.refused_block_size, "parent": index.refused_parent,
+                "stored": index.stored_events}
 
     def costs(self, request, fleet) -> tuple[list, dict]:
         """Each worker's cost and the index's overlaps (worker -> blocks)."""
@@ -221,7 +210,7 @@ class CacheAware(Strategy):
         capacity = self.option("index_capacity")
         if self.fallback not in ("least-loaded", "least-cached"):
             raise ValueError(f"option 'fallback' must be least-loaded or least-cached, got {self.fallback!r}")
-        self.index = KvIndex()
+        self.index = KvIndex(ctx.block)
         self.trees = [Worker(w, LRUCache(capacity)) for w in range(ctx.workers)]
 
     def choose(self, request, fleet) -> tuple[int, int]:

@@ -36,8 +36,35 @@ def _int_list(record: dict, key: str) -> list:
     return v
 
 
+def _extra_keys(record: dict) -> tuple:
+    """``(lora_name, cache_salt)`` of a record (vLLM's extra keys; ``None`` when absent or empty)."""
+    lora, salt = record.get("lora_name"), record.get("cache_salt")
+    for key, v in (("lora_name", lora), ("cache_salt", salt)):
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"field {key!r} must be a string, got {v!r}")
+    return lora or None, salt or None
+
+
+def _keyed_names(hashes: list, lora, salt) -> tuple:
+    """A trace's own block names made distinct per (lora_name, cache_salt): names are already
+    prefix-chained, so both keys go into every name (the salt, on block 0 only in vLLM, reaches
+    every later block through the chain there)."""
+    import hashlib
+
+    tag = repr((lora, salt)).encode("utf-8")
+    blake2b = hashlib.blake2b
+    return tuple(int.from_bytes(blake2b(repr(h).encode() + b"|" + tag, digest_size=8).digest(), "big")
+                 for h in hashes)
+
+
 class MooncakeTrace(TraceFormat):
-    """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks."""
+    """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks.
+
+    A row is refused (``ValueError``, reported as ``FILE:LINE``) when its ``hash_ids`` name a block twice
+    (a prefix chain names each block once) or, when it gives ``input_length``, when it does not hold
+    ``ceil(input_length / block_tokens)`` ids (one per 512-token block, the last one partial). Every
+    row of the bundled conversation trace (12031 rows) satisfies both rules.
+    """
 
     name = "mooncake"
     block_tokens = 512
@@ -55,13 +82,31 @@ class MooncakeTrace(TraceFormat):
             inp = _number(record, "input_length", False, 0)
             out = _number(record, "output_length", False, 0)
             ts = _number(record, "timestamp", False, None)
+        n = len(hashes)
+        if len(set(hashes)) != n:
+            first = {}
+            for i, h in enumerate(hashes):
+                if h in first:
+                    raise ValueError(f"hash_ids[{i}] repeats hash_ids[{first[h]}] ({h}): "
+                                     "a prefix chain names each block once")
+                first[h] = i
+        if "input_length" in record:
+            need = math.ceil(inp / self.block_tokens)
+            if n != need:
+                raise ValueError(f"hash_ids holds {n} ids, but input_length {inp} needs ceil({inp}/"
+                                 f"{self.block_tokens}) = {need} (one per {self.block_tokens}-token block)")
+        if "lora_name" in record or "cache_salt" in record:  # rows may carry vLLM's extra keys
+            lora, salt = _extra_keys(record)
+            if lora is not None or salt is not None:
+                return Request(_keyed_names(hashes, lora, salt), inp, out, ts, index)
         return Request(tuple(hashes), inp, out, ts, index)  # positional: the replay's hot path
 
 
 class TokenTrace(TraceFormat):
-    """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length), hashed at --block."""
+    """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length, lora_name, cache_salt), hashed at --block."""
 
     name = "tokens"
+    hashes_tokens = True
 
     @classmethod
     def detect(cls, record):
@@ -75,7 +120,8 @@ class TokenTrace(TraceFormat):
             raise ValueError("missing field 'tokens'")
         if not isinstance(tokens, list):
             raise ValueError("field 'tokens' must be a list of ints")
-        hashes = block_hashes(tokens, self.block)
+        lora, salt = _extra_keys(record)
+        hashes = block_hashes(tokens, self.block, scheme=self.hash_scheme, lora_name=lora, cache_salt=salt)
         return Request(tuple(hashes), input_length=len(tokens),
                        output_length=_number(record, "output_length", False, 0),
                        timestamp=_number(record, "timestamp", False, None), index=index)

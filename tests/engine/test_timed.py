@@ -167,7 +167,7 @@ def test_every_request_finishes_once_and_events_mirror_the_pools(rows, mode, wor
 
     cfg = SimConfig(mode=mode, workers=workers, capacity=capacity, block=block, timing=True,
                     latency_model="linear", latency_opts=LINEAR, max_num_batched_tokens=32)
-    setup = build_engines(cfg, block)
+    setup = build_engines(cfg, None)
     strategy = build_strategy(cfg, random.Random(1), block_tokens=block)
     engines = setup.engines()
     loop = EventLoop()
@@ -216,8 +216,10 @@ def test_poisson_arrivals_without_timestamps_are_seeded():
     (["--max-num-seqs", "4"], "--max-num-seqs only applies with --timing"),
     (["--event-delay-ms", "5"], "--event-delay-ms only applies with --timing"),
     (["--latency-model", "linear"], "--latency-model only applies with --timing"),
-    (["--timing", "--event-delay", "2"], "with --timing use --event-delay-ms"),
-    (["--timing", "--policy", "fifo"], "--policy applies without --timing only"),
+    (["--timing", "--event-delay", "2"], "--event-delay has no effect with --timing"),
+    (["--timing", "--policy", "fifo"], "--policy has no effect with --timing"),
+    (["--timing", "--capacity", "9", "--policy", "fifo"], "--policy has no effect with --timing"),
+    (["--timing", "--publish", "no", "--event-delay-ms", "3"], "--event-delay-ms has no effect with --publish no"),
     (["--timing", "--trace-block", "64"], "--trace-block has no effect"),
     (["--timing", "--gpu", "h1000"], "h1000"),
     (["--timing", "--model", "nope"], "nope"),

@@ -1,0 +1,370 @@
+"""Every option of every command changes some output, or is refused where it would have no effect.
+
+The test walks the click tree of ``dynlab.cli.main``; each option must have a row in :data:`TABLE`
+(``(command path, flag) -> case``), so a new option fails this test until a row proves what it does.
+A case is a function of ``run`` (``run(*args, files={name: text})`` runs the command in a fresh
+directory holding ``files`` and returns ``Out(code, stdout, stderr, files written)``).
+
+Each case compares two runs that differ only in the option (the outputs must differ), or runs the
+option in a combination where it has no effect and expects exit 2 with one line naming it.
+"""
+from __future__ import annotations
+
+import json
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from typing import NamedTuple
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from dynlab.cli import main
+
+from helpers import dynlab_command
+
+# a 3-request Mooncake trace (512-token blocks: len(hash_ids) == ceil(input_length / 512)), timestamps in ms
+MOON = "moon.jsonl"
+MOON_TEXT = "".join(json.dumps(r) + "\n" for r in [
+    {"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
+    {"timestamp": 50, "input_length": 1536, "output_length": 4, "hash_ids": [1, 2, 3]},
+    {"timestamp": 90, "input_length": 600, "output_length": 4, "hash_ids": [7, 8]},
+])
+DISAGG = "d.jsonl"
+DISAGG_TEXT = ('{"mode": "agg", "input": 10, "conc": 1, "rep": 0, "ttft_p50_ms": 20.0}\n'
+               '{"mode": "disagg", "input": 10, "conc": 1, "rep": 0, "ttft_p50_ms": 50.0}\n')
+OFFLOAD = "o.jsonl"
+OFFLOAD_TEXT = "".join(json.dumps({"config": c, "pass": "p", "doc": 0, "doc_tokens": 10, "ttft_ms": ms,
+                                   "total_ms": ms + 1}) + "\n"
+                       for c, ms in [("baseline", 30.0), ("lmcache", 10.0), ("other", 5.0)])
+MODEL = "config.json"
+MODEL_TEXT = json.dumps({"num_hidden_layers": 2, "num_key_value_heads": 1, "head_dim": 64,
+                         "hidden_size": 128, "num_attention_heads": 2, "torch_dtype": "float32"})
+TOKENS = "tokens.jsonl"
+TOKENS_TEXT = '{"tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]}\n' * 2
+FILES = {TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
+
+
+class Out(NamedTuple):
+    code: int
+    stdout: str
+    stderr: str
+    files: dict
+
+
+def differ(a: Out, b: Out) -> None:
+    assert a.code == 0 and b.code == 0, (a.stderr, b.stderr)
+    assert (a.stdout, a.files) != (b.stdout, b.files)
+
+
+def refused(out: Out, flag: str) -> None:
+    assert out.code == 2, out
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("Error: ") and flag in line, line
+
+
+def changes(base: list, extra: list):
+    """The command ``base`` and ``base + extra`` print different outputs (stdout or files written)."""
+    return lambda run: differ(run(*base), run(*base, *extra))
+
+
+def swaps(a: list, b: list):
+    """Two full command lines (differing in one option's value) print different outputs."""
+    return lambda run: differ(run(*a), run(*b))
+
+
+def refuses(args: list, flag: str):
+    """The command is a usage error naming ``flag``."""
+    return lambda run: refused(run(*args), flag)
+
+
+def on_a_terminal(args: list):
+    """--quiet: on a terminal the progress bar goes to stderr; --quiet removes it."""
+    def case(run):
+        def stderr_of(extra):
+            main_fd, tty = pty.openpty()
+            # a terminal of 0 columns gets no bar from tqdm: give it a size
+            fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            try:
+                proc = subprocess.run(dynlab_command() + args + extra, stderr=tty, stdout=subprocess.PIPE,
+                                      timeout=300)
+                os.close(tty)
+                tty = None
+                chunks = []
+                while True:
+                    try:
+                        data = os.read(main_fd, 65536)
+                    except OSError:  # EIO: the terminal's other side is closed
+                        break
+                    if not data:
+                        break
+                    chunks.append(data)
+            finally:
+                if tty is not None:
+                    os.close(tty)
+                os.close(main_fd)
+            assert proc.returncode == 0
+            return b"".join(chunks)
+        assert stderr_of([]) != b"" and stderr_of(["--quiet"]) == b""
+    return case
+
+
+# ------------------------------------------------------------------------------------------ sim options
+def sim_rows(cmd: list) -> dict:
+    """The rows of the options sim, compare and sweep share, for the command line ``cmd``."""
+    t = ["--trace", MOON]
+    timed = cmd + ["--timing", "--trace", MOON]
+    busy = timed + ["--time-scale", "0.001"]  # all three requests at once
+    return {
+        "--mode": changes(cmd, ["--mode", "rr"]),
+        "--workers": changes(cmd, ["--workers", "3"]),
+        "--prefixes": changes(cmd, ["--prefixes", "3"]),
+        "--reps": changes(cmd, ["--reps", "3"]),
+        "--plen": changes(cmd + ["--all-metrics"], ["--plen", "40"]),
+        "--tail": changes(cmd + ["--all-metrics"], ["--tail", "40"]),
+        "--seed": changes(cmd + ["--mode", "random", "--all-metrics"], ["--seed", "2"]),
+        "--block": changes(cmd + ["--all-metrics"], ["--block", "32"]),
+        "--publish": changes(cmd + ["--mode", "kv-events"], ["--publish", "no"]),
+        "--capacity": changes(cmd + ["--all-metrics"], ["--capacity", "4"]),
+        "--policy": changes(cmd + ["--capacity", "4"], ["--policy", "opt"]),
+        "--event-delay": changes(cmd + ["--mode", "kv-events"], ["--event-delay", "5"]),
+        "--event-loss": changes(cmd + ["--mode", "kv-events"], ["--event-loss", "0.5"]),
+        "--trace": changes(cmd, t),
+        "--trace-format": refuses(cmd + ["--trace-format", "mooncake"], "--trace-format"),
+        # the timed engine: each option changes a timed run (and is refused without --timing: NO_EFFECT)
+        "--time-scale": changes(timed, ["--time-scale", "2"]),
+        "--rate": changes(cmd + ["--timing"], ["--rate", "5"]),
+        "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
+        "--max-num-batched-tokens": changes(timed, ["--max-num-batched-tokens", "256"]),
+        "--max-num-seqs": changes(busy, ["--max-num-seqs", "1"]),
+        "--latency-model": changes(timed, ["--latency-model", "linear"]),
+        "--latency-opt": changes(timed + ["--latency-model", "linear"], ["--latency-opt", "beta0=1"]),
+        "--model": changes(timed, ["--model", "qwen3-8b"]),
+        "--gpu": changes(timed, ["--gpu", "h200"]),
+        "--tp": changes(timed, ["--tp", "2"]),
+        "--gpu-memory-utilization": changes(timed, ["--gpu-memory-utilization", "0.5"]),
+        "--event-delay-ms": changes(timed + ["--mode", "kv-events"], ["--event-delay-ms", "60"]),
+        "--slo-ttft-ms": changes(timed, ["--slo-ttft-ms", "100"]),
+        "--slo-tpot-ms": changes(timed, ["--slo-tpot-ms", "100"]),
+        "--timing": changes(cmd, ["--timing"]),
+        "--all-metrics": changes(cmd, ["--all-metrics"]),
+        "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),
+        # a trace that names its own blocks cannot be re-hashed; on tokens the run says its scheme
+        "--hash": changes(cmd + ["--trace", TOKENS], ["--hash", "dynamo"]),
+    }
+
+
+# combinations where a sim option has no effect: each is refused by sim, compare and sweep alike
+NO_EFFECT = [
+    (["--trace", MOON, "--block", "64"], "--block"),
+    (["--trace", MOON, "--block", "16"], "--block"),  # written at its default value: still no effect
+    (["--trace", MOON, "--prefixes", "3"], "--prefixes"),
+    (["--trace", MOON, "--reps", "3"], "--reps"),
+    (["--trace", MOON, "--plen", "3"], "--plen"),
+    (["--trace", MOON, "--tail", "3"], "--tail"),
+    (["--trace", MOON, "--all-metrics"], "--all-metrics"),
+    (["--trace-format", "tokens"], "--trace-format"),
+    (["--policy", "fifo"], "--policy"),
+    (["--publish", "no", "--event-delay", "2"], "--event-delay"),
+    (["--publish", "no", "--event-loss", "0.1"], "--event-loss"),
+    (["--rate", "3"], "--rate"),
+    (["--max-num-seqs", "3"], "--max-num-seqs"),
+    (["--latency-opt", "beta0=3"], "--latency-opt"),
+    (["--timing", "--policy", "fifo"], "--policy"),
+    (["--timing", "--event-delay", "2"], "--event-delay"),
+    (["--trace", MOON, "--hash", "dynamo"], "--hash"),
+    (["--mode", "rr", "--opt", "temperature=1"], "temperature"),
+]
+
+LATENCY = ["latency", "--format", "json"]
+KV_EVENTS = os.path.join(os.path.dirname(__import__("dynlab").__file__), "data", "fixtures", "kv_events.jsonl")
+SWEEP = ["sweep", "--executor", "serial", "--quiet", "--grid", "workers=1,2"]
+COMMANDS = {"sim": ["sim"], "compare": ["compare", "--format", "json"], "sweep": SWEEP}
+
+TABLE: dict[tuple[str, str], object] = {}
+for name, cmd in COMMANDS.items():
+    for flag, case in sim_rows(cmd).items():
+        TABLE[(name, flag)] = case
+TABLE[("sweep", "--workers")] = changes(["sweep", "--executor", "serial", "--quiet", "--grid", "seed=1,2"],
+                                        ["--workers", "3"])  # workers is SWEEP's axis
+TABLE[("sim", "--quiet")] = on_a_terminal(["sim", "--trace", "mooncake-conversation"])
+TABLE[("compare", "--quiet")] = on_a_terminal(["compare", "--trace", "mooncake-conversation", "--format", "json"])
+TABLE.update({
+    ("compare", "--format"): swaps(["compare", "--format", "json"], ["compare", "--format", "table"]),
+    ("compare", "--plot"): changes(["compare", "--modes", "rr,kv"], ["--plot", "c.png"]),
+    ("sweep", "--quiet"): lambda run: (lambda a, b: (a.stderr != "" and b.stderr == "") or pytest.fail("stderr"))(
+        run(*SWEEP[:3], *SWEEP[4:]), run(*SWEEP)),
+    ("sweep", "--grid"): changes(SWEEP, ["--grid", "mode=rr,kv"]),
+    ("sweep", "--grid-file"): lambda run: differ(
+        run(*SWEEP[:4], "--grid-file", "g.toml", files={"g.toml": "workers = [1]\n"}),
+        run(*SWEEP[:4], "--grid-file", "g.toml", files={"g.toml": "workers = [1, 2]\n"})),
+    ("sweep", "--executor"): lambda run: (
+        lambda a, b: a.stderr.rstrip().endswith("(serial)") and b.stderr.rstrip().endswith("(local)")
+        or pytest.fail(a.stderr + b.stderr))(
+        run("sweep", "--executor", "serial", "--grid", "workers=1,2"),
+        run("sweep", "--executor", "local", "--jobs", "1", "--grid", "workers=1,2")),
+    ("sweep", "--jobs"): refuses(SWEEP + ["--jobs", "2"], "--jobs"),
+    ("sweep", "--ray-address"): refuses(SWEEP + ["--ray-address", "127.0.0.1:1"], "--ray-address"),
+    ("sweep", "--out"): changes(SWEEP, ["--out", "r.jsonl"]),
+    ("sweep", "--resume"): refuses(SWEEP + ["--resume"], "--resume"),
+    ("sweep", "--csv"): changes(SWEEP, ["--csv", "r.csv"]),
+    ("sweep", "--plot"): changes(SWEEP, ["--plot", "r.png"]),
+    ("sweep", "--metric"): refuses(SWEEP + ["--metric", "hit_rate"], "--metric"),
+    ("sweep", "--dry-run"): changes(SWEEP, ["--dry-run"]),
+    # the document-cache lab
+    ("scenario", "--gpu"): changes(["scenario"], ["--gpu", "60000"]),
+    ("scenario", "--docs"): changes(["scenario"], ["--docs", "3"]),
+    ("scenario", "--tokens"): changes(["scenario"], ["--tokens", "100"]),
+    ("scenario", "--passes"): changes(["scenario"], ["--passes", "rev"]),
+    ("scenario", "--cpu"): changes(["scenario"], ["--cpu", "60000"]),
+    ("scenario", "--policy"): changes(["scenario"], ["--policy", "opt"]),
+    ("cliff", "--gpu"): changes(["cliff"], ["--gpu", "10000,60000"]),
+    ("cliff", "--cpu"): changes(["cliff"], ["--cpu", "0,60000"]),
+    ("cliff", "--docs"): changes(["cliff"], ["--docs", "3"]),
+    ("cliff", "--tokens"): changes(["cliff"], ["--tokens", "100"]),
+    ("cliff", "--passes"): changes(["cliff"], ["--passes", "fwd"]),
+    ("cliff", "--metric"): changes(["cliff"], ["--metric", "misses"]),
+    ("cliff", "--policy"): changes(["cliff", "--passes", "fwd,fwd"], ["--policy", "opt"]),
+    # listings
+    ("strategies", "--verbose"): changes(["strategies"], ["--verbose"]),
+    ("strategies", "--json"): changes(["strategies"], ["--json"]),
+    ("policies", "--verbose"): changes(["policies"], ["--verbose"]),
+    ("policies", "--json"): changes(["policies"], ["--json"]),
+    ("plugins", "--json"): changes(["plugins"], ["--json"]),
+    # KV transfer cost
+    ("disagg", "--tokens"): swaps(["disagg", "--tokens", "10", "--gbps", "1"], ["disagg", "--tokens", "20", "--gbps", "1"]),
+    ("disagg", "--gbps"): swaps(["disagg", "--tokens", "10", "--gbps", "1"], ["disagg", "--tokens", "10", "--gbps", "2"]),
+    ("disagg", "--model"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--model", "llama-3-8b"]),
+    ("disagg", "--model-config"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--model-config", MODEL]),
+    ("disagg", "--layers"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--layers", "2"]),
+    ("disagg", "--kv-heads"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--kv-heads", "2"]),
+    ("disagg", "--head-dim"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--head-dim", "2"]),
+    ("disagg", "--dtype-bytes"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--dtype-bytes", "1"]),
+    ("disagg", "--prefill-ms"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--prefill-ms", "5"]),
+    ("disagg", "--overhead-ms"): refuses(["disagg", "--tokens", "10", "--gbps", "1", "--overhead-ms", "5"],
+                                         "--overhead-ms"),
+    ("disagg", "--saved-ms"): changes(["disagg", "--tokens", "10", "--gbps", "1"], ["--saved-ms", "5"]),
+    # measured files
+    ("summarize offload", "--base"): changes(["summarize", "offload", OFFLOAD, "-"], ["--base", "other"]),
+    ("summarize offload", "--cand"): changes(["summarize", "offload", OFFLOAD, "-"], ["--cand", "other"]),
+    # the labs in one command (JSON only: plots are slow to draw)
+    ("reproduce", "--force"): lambda run: (lambda a, b: (a.code == 2 and b.code == 0) or pytest.fail(str((a, b))))(
+        run("reproduce", ".", "--only", "lab002", "--no-plots"),
+        run("reproduce", ".", "--only", "lab002", "--no-plots", "--force")),
+    ("reproduce", "--only"): changes(["reproduce", "out", "--no-plots"], ["--only", "lab002"]),
+    ("reproduce", "--disagg-file"): changes(["reproduce", "out", "--only", "lab000", "--no-plots"],
+                                            ["--disagg-file", DISAGG]),
+    ("reproduce", "--offload-file"): changes(["reproduce", "out", "--only", "lab002", "--no-plots"],
+                                             ["--offload-file", OFFLOAD]),
+    ("reproduce", "--with-samples"): changes(["reproduce", "out", "--only", "lab002", "--no-plots"],
+                                             ["--with-samples"]),
+    ("events replay", "--block"): changes(["events", "replay", KV_EVENTS], ["--block", "64"]),
+    ("latency", "--format"): swaps(LATENCY, ["latency", "--format", "table"]),
+    ("latency", "--gpu"): changes(LATENCY, ["--gpu", "h200"]),
+    ("latency", "--model"): changes(LATENCY, ["--model", "qwen3-8b"]),
+    ("latency", "--tp"): changes(LATENCY, ["--tp", "2"]),
+    ("latency", "--latency-model"): changes(LATENCY, ["--latency-model", "linear"]),
+    ("latency", "--latency-opt"): changes(LATENCY + ["--latency-model", "linear"], ["--latency-opt", "beta0=1"]),
+    ("latency", "--list"): changes(LATENCY, ["--list"]),
+    ("latency", "--plot"): changes(LATENCY, ["--plot", "l.png"]),
+    ("reproduce", "--no-plots"): changes(["reproduce", "out", "--only", "lab002"], ["--no-plots"]),
+})
+
+
+def _walk(command: click.Command, path: tuple = ()):
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from _walk(sub, path + (name,))
+    else:
+        yield " ".join(path), command
+
+
+OPTIONS = sorted((name, p.opts[0]) for name, command in _walk(main) for p in command.params
+                 if isinstance(p, click.Option) and p.opts[0] not in ("--help", "--version"))
+
+
+def test_every_option_has_a_row():
+    missing = [f"{name} {flag}" for name, flag in OPTIONS if (name, flag) not in TABLE]
+    assert not missing, f"options without a row in TABLE (add a case proving each does something): {missing}"
+    stale = [f"{name} {flag}" for name, flag in TABLE if (name, flag) not in OPTIONS]
+    assert not stale, f"rows for options that no longer exist: {stale}"
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    counter = iter(range(10**6))
+
+    def run_(*args, files=None) -> Out:
+        where = tmp_path / f"run{next(counter)}"
+        where.mkdir()
+        monkeypatch.chdir(where)
+        for name, text in {**FILES, **(files or {})}.items():
+            (where / name).write_text(text)
+        before = set(os.listdir(where))
+        result = CliRunner().invoke(main, [str(a) for a in args])
+        written = {}
+        for root, _, names in os.walk(where):
+            for n in names:
+                path = os.path.join(root, n)
+                rel = os.path.relpath(path, where)
+                if rel not in before:
+                    with open(path, "rb") as fh:
+                        written[rel] = fh.read()
+        return Out(result.exit_code, result.stdout, result.stderr, written)
+
+    return run_
+
+
+@pytest.mark.parametrize("name, flag", OPTIONS, ids=[f"{n} {f}" for n, f in OPTIONS])
+def test_the_option_does_something_or_is_refused(run, name, flag):
+    if (name, flag) not in TABLE:
+        pytest.fail(f"no row for {name} {flag}")
+    if TABLE[(name, flag)] is not None and "on_a_terminal" in getattr(TABLE[(name, flag)], "__qualname__", "") \
+            and sys.platform == "win32":
+        pytest.skip("needs a pseudo-terminal")
+    TABLE[(name, flag)](run)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("args, flag", NO_EFFECT, ids=[" ".join(a) for a, _ in NO_EFFECT])
+def test_an_option_without_effect_is_refused_alike(run, command, args, flag):
+    refused(run(*COMMANDS[command], *args), flag)
+
+
+# ------------------------------------------------------------------ the block size a run used (block_tokens)
+def test_a_trace_run_says_its_block_size(run):
+    # Mooncake ids name 512-token blocks; a token trace is hashed at --block (4 here); the synthetic
+    # workload with --all-metrics at the default 16
+    moon = json.loads(run("sim", "--trace", MOON).stdout)
+    assert moon["block_tokens"] == 512
+    tokens = run("sim", "--trace", "t.jsonl", "--block", "4", files={"t.jsonl": '{"tokens": [1, 2, 3, 4, 5]}\n'})
+    assert json.loads(tokens.stdout)["block_tokens"] == 4
+    assert json.loads(run("sim", "--all-metrics").stdout)["block_tokens"] == 16
+    # the seed's default output keeps exactly its keys (the lab fixes them)
+    assert list(json.loads(run("sim").stdout)) == ["mode", "workers", "requests", "repeat_requests", "hits",
+                                                   "hit_rate"]
+
+
+def test_compare_and_sweep_agree_on_an_option_a_strategy_lacks(run):
+    # kv-cost has temperature, rr does not: both commands refuse, naming the strategy and the option
+    a = run("compare", "--modes", "kv-cost,rr", "--opt", "temperature=0.5")
+    b = run("sweep", "--grid", "mode=kv-cost,rr", "--opt", "temperature=0.5", "--dry-run")
+    for out in (a, b):
+        refused(out, "temperature")
+        assert "'rr'" in out.stderr
+    # where every compared strategy has it, it applies
+    assert run("compare", "--modes", "kv-cost", "--opt", "temperature=0.5").code == 0
+
+
+def test_the_issue_example_block_is_refused(run):
+    # the issue's 64-token trace: --block cannot make the count-based replay read 64-token blocks
+    text = ('{"timestamp": 0, "input_length": 200, "output_length": 10, "hash_ids": [1, 2, 3, 4]}\n'
+            '{"timestamp": 10000, "input_length": 200, "output_length": 10, "hash_ids": [1, 2, 5, 6]}\n')
+    out = run("sim", "--trace", "t.jsonl", "--workers", "1", "--block", "64", files={"t.jsonl": text})
+    refused(out, "--block")
+    assert "512-token blocks" in out.stderr

@@ -1,0 +1,101 @@
+"""Traces that are inconsistent are refused with FILE:LINE (issue 13, part 4).
+
+Every expected line number below is the 1-based line of the first offending row in the hand-written file.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from importlib import resources
+
+import pytest
+
+from helpers import invoke
+
+from dynlab.errors import InputError
+from dynlab.traces.reader import BUILTIN_TRACES, load_trace
+
+
+def _write(tmp_path, text: str | bytes, name: str = "t.jsonl"):
+    path = tmp_path / name
+    if isinstance(text, str):
+        text = text.encode()
+    path.write_bytes(text)
+    return str(path)
+
+
+def _row(ts, n, ids, **extra):
+    row = {"input_length": n, "output_length": 1, "hash_ids": ids, **extra}
+    if ts is not None:
+        row["timestamp"] = ts
+    return json.dumps(row)
+
+
+@pytest.mark.parametrize("lines, line, words", [
+    # [5, 5]: the second id repeats the first, on row 1
+    ([_row(0, 600, [5, 5])], 1, "hash_ids[1] repeats hash_ids[0]"),
+    # 200 tokens need ceil(200/512) = 1 block, the row names 4 (the issue's 64-token example)
+    ([_row(0, 200, [1, 2, 3, 4])], 1, "ceil(200/512) = 1"),
+    # 1025 tokens need ceil(1025/512) = 3 blocks; row 2 names 2
+    ([_row(0, 512, [1]), _row(1, 1025, [1, 2])], 2, "ceil(1025/512) = 3"),
+    # row 3 is stamped 5 ms after a row stamped 10 ms
+    ([_row(0, 512, [1]), _row(10, 512, [2]), _row(5, 512, [3])], 3, "earlier than the previous"),
+    # row 2 has no timestamp, row 1 has one
+    ([_row(0, 512, [1]), _row(None, 512, [2])], 2, "has no timestamp"),
+    # row 2 has a timestamp, row 1 has none
+    ([_row(None, 512, [1]), _row(3, 512, [2])], 2, "has a timestamp but the first has none"),
+])
+def test_inconsistent_rows_are_refused_with_file_and_line(tmp_path, lines, line, words):
+    path = _write(tmp_path, "\n".join(lines) + "\n")
+    result = invoke("sim", "--trace", path)
+    assert result.exit_code == 1
+    (message,) = result.stderr.splitlines()
+    assert message.startswith(f"Error: {path}:{line}: ")
+    assert words in message
+    with pytest.raises(InputError) as info:
+        load_trace(path)
+    assert info.value.line == line
+
+
+def test_equal_timestamps_are_in_order(tmp_path):
+    # non-decreasing is time order: two rows at 0 ms are fine
+    path = _write(tmp_path, _row(0, 512, [1]) + "\n" + _row(0, 512, [1]) + "\n")
+    assert len(load_trace(path)) == 2
+
+
+def test_a_row_without_input_length_is_not_checked_against_it(tmp_path):
+    # the length rule needs input_length; a row without it keeps its ids as given
+    path = _write(tmp_path, '{"hash_ids": [1, 2]}\n{"hash_ids": [1, 3]}\n')
+    assert [r.hashes for r in load_trace(path)] == [(1, 2), (1, 3)]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_non_utf8_line_is_reported_with_its_line(tmp_path, gz):
+    # row 2 holds the byte 0xff, which no UTF-8 text contains
+    data = (_row(0, 512, [1]) + "\n").encode() + b'{"hash_ids": [1], "x": "\xff"}\n'
+    path = _write(tmp_path, gzip.compress(data) if gz else data, "t.jsonl.gz" if gz else "t.jsonl")
+    result = invoke("sim", "--trace", path)
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {path}:2: not UTF-8 text\n"
+
+
+def test_the_bundled_trace_obeys_the_rules():
+    # the rules were set by this data: no repeated id, len(hash_ids) == ceil(input_length / 512), time order
+    resource, total = BUILTIN_TRACES["mooncake-conversation"]
+    with resources.files("dynlab").joinpath("data", resource).open("rb") as raw, gzip.open(raw, "rt") as fh:
+        rows = [json.loads(line) for line in fh]
+    assert len(rows) == total
+    for r in rows:
+        assert len(set(r["hash_ids"])) == len(r["hash_ids"])
+        assert len(r["hash_ids"]) == math.ceil(r["input_length"] / 512)
+    assert all(a["timestamp"] <= b["timestamp"] for a, b in zip(rows, rows[1:]))
+    assert len(load_trace("mooncake-conversation")) == total
+
+
+@pytest.mark.parametrize("command", [["sim"], ["compare"], ["sweep"]])
+def test_help_says_out_of_order_traces_are_refused(command):
+    text = " ".join(invoke(*command, "--help").output.split())
+    assert "timestamps go backwards" in text and "refused with FILE:LINE" in text
+    for name in BUILTIN_TRACES:
+        assert name in text
