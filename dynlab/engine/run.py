@@ -301,7 +301,9 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         requests = list(requests)
         from dynlab.kv.policies import FutureIndex
 
-        future = FutureIndex([h for r in requests for h in reversed(r.hashes)])  # indexed once, shared
+        # indexed once, shared; a block's time is its request's number (opt ranks a request's blocks together)
+        future = FutureIndex([h for r in requests for h in reversed(r.hashes)],
+                             times=[i for i, r in enumerate(requests) for _ in r.hashes])
     workers = make_workers(config, future)
     bar = None
     if progress:
