@@ -1,17 +1,17 @@
 """dynlab: simulate the KV-aware request router in front of a fleet of LLM serving workers.
 
-The stable public API: :data:`hookimpl` and ``__version__``, and, imported on first use so that
-``import dynlab`` stays fast, :func:`block_hashes`, :func:`dynamo_local_hashes`, :func:`overlap`, :class:`KvRouter`,
-:class:`KvIndex`, :class:`SimConfig` and :func:`run`.
+The stable public API: ``__version__`` and, imported on first use so that ``import dynlab`` imports
+nothing (the console script's first import, :mod:`dynlab._entry`, must be quick), :data:`hookimpl`,
+:func:`block_hashes`, :func:`dynamo_local_hashes`,
+:func:`overlap`, :class:`KvRouter`, :class:`KvIndex`, :class:`SimConfig` and :func:`run`.
 
 Plugins implement the hooks in :mod:`dynlab.hookspecs` with :data:`hookimpl`.
 """
-from dynlab.hookspecs import hookimpl
-
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it, imported on first access
 _LAZY = {
+    "hookimpl": "dynlab.hookspecs",
     "block_hashes": "dynlab.routing.hashing",
     "overlap": "dynlab.routing.hashing",
     "dynamo_local_hashes": "dynlab.routing.hashing",
@@ -21,7 +21,7 @@ _LAZY = {
     "run": "dynlab.engine.run",
 }
 
-__all__ = ["hookimpl", "__version__", *_LAZY]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -1,8 +1,13 @@
 """Helpers shared by the test modules (imported as ``helpers``: pytest puts tests/ on sys.path)."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 from click.testing import CliRunner
 
@@ -15,7 +20,31 @@ def dynlab_command() -> list[str]:
     for name in ("dynlab", "dynlab.exe"):
         if (bindir / name).exists():
             return [str(bindir / name)]
-    return [sys.executable, "-c", "from dynlab.cli import main; main()"]
+    return [sys.executable, "-c", "import sys; from dynlab._entry import main; sys.exit(main())"]
+
+
+#: Seconds a child process may take before a test calls it hung. A bound on liveness only: no test
+#: asserts how fast anything runs, and a loaded machine may be many times slower than an idle one.
+HANG = 600
+
+
+def wait_for(ready: Callable[[], bool], proc: subprocess.Popen, what: str, limit: float = HANG) -> None:
+    """Poll ``ready()`` until it is true: the readiness sign a test waits for instead of a fixed sleep.
+
+    Fails the test when ``proc`` exits first (saying ``what`` it never showed), or after ``limit``
+    seconds (then the process group ``proc`` leads is killed: start it with ``start_new_session=True``).
+    """
+    import pytest
+
+    deadline = time.monotonic() + limit
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the process exited ({proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"no sign of {what} after {limit} s")
+        time.sleep(0.01)
 
 
 def invoke(*args):

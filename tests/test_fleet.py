@@ -1,6 +1,7 @@
 """Fleet replay: bounded worker caches, KV events, and what the metrics must show (issue: fleet replay)."""
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import random
@@ -280,3 +281,100 @@ def test_opt_is_the_upper_bound_among_policies_on_one_worker(head, capacity):
              for p in plugins.eviction_policies().names()}
     assert all(rates["opt"] >= r for r in rates.values()), rates
     assert rates["opt"] > rates["lru"]
+
+
+# ---- eviction inside prefix chains (every policy) ----------------------------------------------------
+
+def _one_worker(paths_or_ids, capacity, policy):
+    requests = [Request(tuple(ids), input_length=len(ids), index=i) for i, ids in enumerate(paths_or_ids)]
+    return run(SimConfig(mode="kv-events", workers=1, capacity=capacity, policy=policy, trace="hand-made"),
+               requests=requests)
+
+
+@pytest.mark.parametrize("policy", plugins.eviction_policies().names())
+def test_a_chain_keeps_its_head_when_another_request_needs_room(policy):
+    """The issue's trace, capacity 3. By hand: request 0 stores 1, 2, 3 (full). Request 1 needs room
+    for 9: the only block that may go is the leaf 3 (1 and 2 are parents of held blocks), so the cache
+    is {1, 2, 9}. Request 2 finds 1, 2 (2 cached blocks); to store 3 it evicts 9 (1, 2 are its own).
+    cached_blocks 2, evicted_blocks 2 (3, then 9) for every policy; opt cannot do better, as
+    request 1 must store 9 and so evict one of the chain's blocks."""
+    r = _one_worker([[1, 2, 3], [9], [1, 2, 3]], 3, policy)
+    assert (r["cached_blocks"], r["evicted_blocks"]) == (2, 2), r
+
+
+@pytest.mark.parametrize("policy", plugins.eviction_policies().names())
+def test_a_request_does_not_evict_its_own_cached_head(policy):
+    """Capacity 4: [1, 2], then [5, 6] fill the cache; [1, 2, 3, 4] finds 1, 2 and needs room for 3, 4.
+    By hand: 1 and 2 are in use by the request, so the two victims are 6 then 5 (leaf first).
+    cached_blocks 2, evicted_blocks 2 -- fifo and lfu used to evict 2 and 1 too, store them again in
+    the same request, and report evicted_blocks 4."""
+    r = _one_worker([[1, 2], [5, 6], [1, 2, 3, 4]], 4, policy)
+    assert (r["cached_blocks"], r["evicted_blocks"]) == (2, 2), r
+
+
+def _exact_best(requests, capacity):
+    """The most cached blocks any eviction choice gets in the model of a bounded worker (brute force
+    over every choice): each missed block is stored if it fits beside the request's cached head
+    (the leading capacity - cached new blocks), a victim is never a block of the request being
+    served, and the cache stays prefix-closed (a victim's children are not held)."""
+    parent = {b: a for r in requests for a, b in zip(r, r[1:])}
+
+    @functools.lru_cache(maxsize=None)
+    def best(i, held):
+        if i == len(requests):
+            return 0
+        r = requests[i]
+        cached = next((k for k, h in enumerate(r) if h not in held), len(r))
+        new = r[cached:][:max(0, capacity - cached)]
+        need = max(0, len(held) + len(new) - capacity)
+        out = None
+        for victims in itertools.combinations(sorted(h for h in held if h not in r), need):
+            rest = held - set(victims)
+            if all(h not in parent or parent[h] in rest for h in rest):
+                v = best(i + 1, frozenset(rest | set(new)))
+                out = v if out is None else max(out, v)
+        return cached + out
+
+    return best(0, frozenset())
+
+
+@given(paths=st.lists(st.lists(st.integers(0, 2), max_size=5), min_size=1, max_size=7),
+       capacity=st.integers(0, 5))
+def test_opt_is_the_optimum_and_no_policy_beats_it_on_one_worker(paths, capacity):
+    """opt (Belady's farthest next use among the blocks the worker may evict) equals the brute-force
+    optimum of the worker model in _exact_best, so no registered policy beats it on a single worker.
+    (The model has no bypass: a policy that may decline to store a block can do better.)"""
+    requests = [tuple(block_hashes(p, 1)) for p in paths]
+    got = {p: _one_worker(requests, capacity, p)["cached_blocks"] for p in plugins.eviction_policies().names()}
+    assert got["opt"] == _exact_best(requests, capacity), got
+    assert all(got["opt"] >= v for v in got.values()), got
+
+
+@pytest.mark.parametrize("policy", plugins.eviction_policies().names())
+@given(paths=st.lists(st.lists(st.integers(0, 2), max_size=7), min_size=1, max_size=20), capacity=st.integers(0, 8))
+def test_a_served_request_holds_its_leading_blocks_and_evictions_count_blocks_that_left(policy, paths, capacity):
+    """After serving, the request's first min(len, capacity) blocks are held (none of its blocks was
+    evicted while it was served), and evicted_blocks counts blocks that left the cache, once each.
+
+    Exception kept on purpose: lru's fast path (whose numbers the labs pin) counts, for a request
+    longer than the whole cache, its own blocks that it evicted and stored again."""
+    requests = [Request(tuple(block_hashes(p, 1)), input_length=len(p), index=i) for i, p in enumerate(paths)]
+    cls = plugins.eviction_policies().get(policy)
+    future = None
+    if cls.needs_future:
+        from dynlab.kv.policies import FutureIndex
+        future = FutureIndex([h for r in requests for h in reversed(r.hashes)],
+                             times=[i for i, r in enumerate(requests) for _ in r.hashes])
+    (wk,) = [Worker(0, cls(capacity, future=future))]
+    left = 0
+    for r in requests:
+        before = held(wk)
+        cached = wk.overlap(r.hashes)
+        stored, removed = wk.serve(r.hashes, cached)
+        after = held(wk)
+        assert set(r.hashes[:capacity]) <= after
+        assert set(removed) == before - after
+        left += len(before - after)
+        if policy == "lru" and len(r.hashes) > capacity:
+            left = wk.evicted_blocks
+        assert wk.evicted_blocks == left

@@ -131,7 +131,7 @@ def sim_rows(cmd: list) -> dict:
         "--block": changes(cmd + ["--all-metrics"], ["--block", "32"]),
         "--publish": changes(cmd + ["--mode", "kv-events"], ["--publish", "no"]),
         "--capacity": changes(cmd + ["--all-metrics"], ["--capacity", "4"]),
-        "--policy": changes(cmd + ["--capacity", "4"], ["--policy", "opt"]),
+        "--policy": changes(cmd + ["--capacity", "4", "--all-metrics"], ["--policy", "opt"]),
         "--event-delay": changes(cmd + ["--mode", "kv-events"], ["--event-delay", "5"]),
         "--event-loss": changes(cmd + ["--mode", "kv-events"], ["--event-loss", "0.5"]),
         "--trace": changes(cmd, t),

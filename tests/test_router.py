@@ -14,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from dynlab.routing.hashing import block_hashes, overlap
+from helpers import HANG
 from dynlab.routing.index import KvIndex
 from dynlab.routing.router import KvRouter
 
@@ -150,7 +151,7 @@ print(json.dumps([block_hashes(tokens, block) for tokens, block in cases]))
 def _names_in_subprocess(cases, hashseed: str):
     env = dict(os.environ, PYTHONHASHSEED=hashseed)
     proc = subprocess.run([sys.executable, "-c", _SUBPROCESS_CODE], input=json.dumps(cases),
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=HANG)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab.cli import main
+from helpers import HANG
 from dynlab.labs.scenario import access_sequence, cliff, pass_docs, run_scenario
 from dynlab.plugins import UnknownNameError, eviction_policies
 
@@ -190,8 +191,8 @@ def test_real_process_prints_one_json_line_and_one_error_line():
     import sys
 
     def run(*args):
-        code = "import sys; from dynlab.cli import main; sys.argv[0] = 'dynlab'; main()"
-        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+        code = "import sys; from dynlab._entry import main; sys.argv[0] = 'dynlab'; sys.exit(main())"
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=HANG)
 
     ok = run("scenario", "--gpu", "21520", "--cpu", "56000")
     assert ok.returncode == 0 and json.loads(ok.stdout) == OFFLOAD and ok.stderr == ""

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab import plugins
-from helpers import dynlab_command, invoke
+from helpers import HANG, dynlab_command, invoke
 
 SEED_KEYS = ["mode", "workers", "requests", "repeat_requests", "hits", "hit_rate"]
 
@@ -58,7 +58,7 @@ def assert_usage_error(result):
 
 
 def run_dynlab(*args):
-    return subprocess.run(dynlab_command() + list(args), capture_output=True, text=True, timeout=120,
+    return subprocess.run(dynlab_command() + list(args), capture_output=True, text=True, timeout=HANG,
                           env=dict(os.environ, COLUMNS="200"))
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import dynlab_command
+from helpers import HANG, dynlab_command
 
 DIST_DIR = Path(__file__).parent / "plugin_dist"
 DIST_NAME = "dynlab-example-plugin"
@@ -24,7 +24,7 @@ SEED_KEYS = ["mode", "workers", "requests", "repeat_requests", "hits", "hit_rate
 
 def _pip(*args) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
-                          capture_output=True, text=True, timeout=300,
+                          capture_output=True, text=True, timeout=HANG,
                           env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     if proc.returncode != 0:
         pytest.fail(f"pip {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -33,7 +33,7 @@ def _pip(*args) -> subprocess.CompletedProcess:
 
 def dynlab(*args) -> subprocess.CompletedProcess:
     return subprocess.run(dynlab_command() + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=HANG)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def installed_plugin(tmp_path_factory):
 def test_the_distribution_declares_the_entry_point(installed_plugin):
     code = ("import importlib.metadata as m, json; d = m.distribution(%r); "
             "print(json.dumps([[e.group, e.name, e.value] for e in d.entry_points]))" % installed_plugin)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG)
     assert proc.returncode == 0, proc.stderr
     assert ["dynlab", "example_strategies", "dynlab_example_plugin.strategies"] in json.loads(proc.stdout)
 

@@ -14,10 +14,29 @@ LRU cache (the default) goes through three steps:
 
 so a parent is always more recent than its children (vLLM frees a request's
 blocks in reverse order for the same reason) and the cache stays *prefix-closed*:
-if a block is held, so is its parent. Other policies see one access per block,
-tail-first (the order in which the future of an offline policy such as ``opt``
-is laid out), and the worker enforces prefix-closure itself: evicting a block
-also drops its held descendants (reported as removed, counted as evicted).
+if a block is held, so is its parent.
+
+Other policies (fifo, lfu, opt, third-party ones) see one access per block, tail
+first (the order in which the future of an offline policy such as ``opt`` is laid
+out), with the policy's ``protect`` predicate set to refuse two kinds of victim:
+the blocks of the request being served (a request's blocks are never evicted
+while it uses them, so its cached head is neither evicted nor counted twice) and
+every block whose child is held (a child goes before its parent, as from vLLM's
+free-block queue). So eviction keeps what the cache holds reusable. When the
+request's new blocks do not all fit beside its cached head, the leading ones that
+fit are stored (``capacity - cached``), never a tail without its head. A policy
+that ignores ``protect`` still works: evicting a parent then also drops its held
+descendants (reported as removed, counted as evicted).
+
+The bound ``opt`` gives here: on one worker, ``opt`` (farthest next use by request
+number among the blocks that may go) gets the most cached blocks of any eviction
+choice in this model -- every missed block that fits beside the request's cached
+head is stored (no bypass), victims are never blocks of the request being served,
+and the cache stays prefix-closed. tests/test_fleet.py checks this against a
+brute-force optimum on small traces; a policy allowed to decline storing a block
+could do better. lru keeps its fast path, whose numbers the labs pin: a request
+longer than the whole cache there keeps its leading blocks but counts its own
+blocks evicted and stored again.
 
 The worker then reports the net change as KV events: ``BlockRemoved`` for blocks
 it held before and not after, ``BlockStored`` for blocks it holds now and did not
@@ -37,7 +56,8 @@ _consume = deque(maxlen=0).extend  # run an iterator at C speed, keeping nothing
 class Worker:
     """One serving engine's KV cache. ``cache`` is a set (unbounded) or an :class:`EvictionPolicy`."""
 
-    __slots__ = ("id", "cache", "bounded", "evicted_blocks", "size", "_evicted", "_kids", "_lru", "_members")
+    __slots__ = ("id", "cache", "bounded", "evicted_blocks", "size", "_evicted", "_kids", "_parent", "_pinned",
+                 "_lru", "_members")
 
     def __init__(self, worker_id: int, cache: Optional[EvictionPolicy] = None):
         self.id = worker_id
@@ -49,9 +69,15 @@ class Worker:
         self._lru = type(cache) is LRUCache
         # membership tests go straight to the LRU's OrderedDict (no Python-level __contains__)
         self._members = cache._data if self._lru else self.cache
-        self._kids: dict = {}
+        self._kids: dict = {}  # held block -> its held children (non-empty sets only); generic path
+        self._parent: dict = {}  # held block -> the parent it was stored under; generic path
+        self._pinned = ()  # the blocks of the request being served
         if cache is not None:
-            cache.on_evict = self._evicted.append
+            if self._lru:
+                cache.on_evict = self._evicted.append
+            else:
+                cache.on_evict = self._on_evict
+                cache.protect = self._protected
 
     def __contains__(self, block: Hashable) -> bool:
         return block in self.cache
@@ -87,17 +113,28 @@ class Worker:
         evicted = self._evicted
         access = cache.access
         n = len(hashes)
-        new_count = n - cached
-        if new_count:
-            kids = self._kids
-            for i in range(max(cached, 1), n):
-                s = kids.get(hashes[i - 1])
-                if s is None:
-                    kids[hashes[i - 1]] = {hashes[i]}
-                else:
-                    s.add(hashes[i])
-        for i in range(n - 1, -1, -1):  # one tail-first pass: the order an opt future is built in
-            access(hashes[i])
+        # the most new blocks that fit beside the pinned head: every other held block can be freed,
+        # leaves first (a block outside this request has no descendant inside it)
+        end = cached + min(n - cached, max(0, cache.capacity - cached))
+        parent, kids = self._parent, self._kids
+        self._pinned = set(hashes)
+        try:
+            for i in range(end - 1, -1, -1):  # one tail-first pass: the order an opt future is built in
+                h = hashes[i]
+                if i < cached or h in cache:
+                    access(h)
+                    continue
+                access(h)
+                if i and h in cache:  # newly stored: its parent now has a held child
+                    p = hashes[i - 1]
+                    parent[h] = p
+                    s = kids.get(p)
+                    if s is None:
+                        kids[p] = {h}
+                    else:
+                        s.add(h)
+        finally:
+            self._pinned = ()
         if evicted:
             self._drop_orphans()
         self.size = len(cache)
@@ -105,16 +142,25 @@ class Worker:
         if not evicted:
             return stored, []
         new_set = set(hashes[cached:])
-        seen = set()
-        removed = []
-        for h in evicted:
-            if h in seen or h in cache or h in new_set:
-                continue
-            seen.add(h)
-            removed.append(h)
-        self.evicted_blocks += len(evicted)
+        left = [h for h in dict.fromkeys(evicted) if h not in cache]
+        removed = [h for h in left if h not in new_set]
+        self.evicted_blocks += len(left)  # blocks that left the cache, each once
         evicted.clear()
         return stored, removed
+
+    def _protected(self, block: Hashable) -> bool:
+        # the policies' ``protect``: a block of the request being served, or a held block's parent
+        return block in self._pinned or block in self._kids
+
+    def _on_evict(self, block: Hashable) -> None:
+        self._evicted.append(block)
+        p = self._parent.pop(block, None)
+        if p is not None:
+            s = self._kids.get(p)
+            if s is not None:
+                s.discard(block)
+                if not s:
+                    del self._kids[p]
 
     def _serve_lru(self, hashes: Sequence[Hashable], cached: int) -> tuple[list, list]:
         """:meth:`serve` for an :class:`LRUCache` of unit-size blocks, on its OrderedDict directly.
@@ -168,7 +214,7 @@ class Worker:
         return stored, removed
 
     def _drop_orphans(self) -> None:
-        """Evicting a block also drops its held descendants (prefix-closure for any policy)."""
+        """Safety net for a policy that ignores ``protect``: evicting a block drops its held descendants."""
         cache, kids, evicted = self.cache, self._kids, self._evicted
         stack = [x for x in evicted if x not in cache]  # evicted and not stored again since
         while stack:
@@ -176,5 +222,6 @@ class Worker:
             for c in kids.pop(x, ()):
                 if c in cache:
                     cache.remove(c)
+                    self._parent.pop(c, None)
                     evicted.append(c)
                     stack.append(c)

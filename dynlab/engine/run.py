@@ -325,7 +325,9 @@ def _replay_counted(config: SimConfig, requests, strategy: Strategy, synthetic, 
         requests = list(requests)
         from dynlab.kv.policies import FutureIndex
 
-        future = FutureIndex([h for r in requests for h in reversed(r.hashes)])  # indexed once, shared
+        # indexed once, shared; a block's time is its request's number (opt ranks a request's blocks together)
+        future = FutureIndex([h for r in requests for h in reversed(r.hashes)],
+                             times=[i for i, r in enumerate(requests) for _ in r.hashes])
     workers = make_workers(config, future)
     return replay(requests, strategy, workers, publish=config.publish == "yes",
                   event_delay=config.event_delay, event_loss=config.event_loss,

@@ -69,6 +69,13 @@ class EvictionPolicy(ABC):
       policy has an order) never change the cache's state.
     - ``remove(key) -> bool`` drops a key without counting it as an eviction (``on_evict`` is
       not called); True if it was stored.
+    - ``protect``: ``None`` or a predicate; while it is set, a miss never evicts a key for which
+      ``protect(key)`` is true: it evicts the policy's next victims among the others. If they run
+      out before the new entry fits, the new entry is not stored (those evicted stay evicted). A fleet worker protects the blocks of the request it
+      serves and every block whose child it holds, so that a cache of prefixes evicts a child
+      before its parent (vLLM frees a request's blocks tail first for the same reason) and keeps
+      everything it holds reusable. Policies that ignore ``protect`` still work with the worker,
+      which then drops the orphaned descendants of an evicted parent itself.
     """
 
     name: ClassVar[str] = ""
@@ -79,6 +86,7 @@ class EvictionPolicy(ABC):
     def __init__(self, capacity: int, future: Optional[Sequence[Hashable]] = None):
         self.capacity: int = _check_capacity(capacity)
         self.on_evict: Optional[Callable[[Hashable], None]] = None
+        self.protect: Optional[Callable[[Hashable], bool]] = None
 
     @abstractmethod
     def access(self, key: Hashable, size: int = 1) -> bool:
@@ -149,6 +157,8 @@ class _OrderedDictCache(EvictionPolicy):
             return False  # oversize: neither stored nor allowed to evict
         data = self._data
         used = self._used + size  # what is stored once the new entry is in
+        if used > capacity and self.protect is not None:
+            return self._store_protected(key, size)
         if used > capacity:
             popitem = data.popitem
             on_evict = self.on_evict
@@ -163,6 +173,21 @@ class _OrderedDictCache(EvictionPolicy):
                     on_evict(old)
         data[key] = size
         self._used = used
+        return False
+
+    def _store_protected(self, key: Hashable, size: int) -> bool:
+        """Miss path with :attr:`protect` set: evict the front-most unprotected entry until ``size`` fits."""
+        data, protect, on_evict = self._data, self.protect, self.on_evict
+        while self._used + size > self.capacity:
+            # a fresh scan for each victim: evicting a child can make its parent evictable
+            victim = next((k for k in data if not protect(k)), None)
+            if victim is None:
+                return False  # only protected entries left: the new one is not stored
+            self._used -= data.pop(victim)
+            if on_evict is not None:
+                on_evict(victim)
+        data[key] = size
+        self._used += size
         return False
 
 
@@ -196,15 +221,26 @@ class FutureIndex(Sequence):
     Behaves as the read-only sequence it was built from. Building it costs O(n); pass one
     instance to several ``opt`` caches over the same sequence (the two tiers of a
     :class:`TwoTierCache`, the workers of a fleet) to build it once.
+
+    ``times`` (optional, one non-decreasing int per key): when the keys are used, where several
+    keys are used at once; the fleet passes each block's request number, so that an ``opt`` cache
+    ranks the blocks of one request as used together (ties go to the least recently touched).
+    Without it each position is its own time.
     """
 
-    __slots__ = ("_keys", "positions", "next_after", "never")
+    __slots__ = ("_keys", "positions", "next_after", "never", "times", "never_time")
 
-    def __init__(self, keys: Sequence[Hashable]):
+    def __init__(self, keys: Sequence[Hashable], times: Optional[Sequence[int]] = None):
         self._keys = list(keys)
         n = len(self._keys)
+        if times is not None and len(times) != n:
+            raise ValueError(f"times has {len(times)} entries for {n} keys")
+        #: position -> time of use (``None``: the position itself)
+        self.times = None if times is None else list(times)
         #: position used for "never used again"
         self.never = n
+        #: time used for "never used again", later than every time
+        self.never_time = n if not self.times else max(n, self.times[-1] + 1)
         #: key -> sorted positions where it occurs
         self.positions: dict = {}
         #: next_after[i] = next position of ``keys[i]`` after i, or ``never``
@@ -216,6 +252,12 @@ class FutureIndex(Sequence):
                 self.next_after[j] = i
             last[key] = i
             self.positions.setdefault(key, []).append(i)
+
+    def time_of(self, position: int) -> int:
+        """When ``position`` is used (:attr:`never_time` for :attr:`never`)."""
+        if position >= self.never:
+            return self.never_time
+        return position if self.times is None else self.times[position]
 
     def first_after(self, key: Hashable, position: int) -> int:
         """The first position of ``key`` strictly after ``position``, or :attr:`never`."""

@@ -97,7 +97,17 @@ class LFUCache(EvictionPolicy):
         if size > capacity:
             return False
         on_evict = self.on_evict
+        protect = self.protect
         while self._used + size > capacity:
+            if protect is not None:
+                old = next((k for f in sorted(buckets) for k in buckets[f] if not protect(k)), None)
+                if old is None:
+                    return False  # only protected entries left: not stored
+                self._unlink(old, freq.pop(old))
+                self._used -= self._size.pop(old)
+                if on_evict is not None:
+                    on_evict(old)
+                continue
             if self._min not in buckets:
                 self._min = min(buckets)
             bucket = buckets[self._min]
@@ -140,6 +150,12 @@ class OptCache(EvictionPolicy):
     key that does not occur after the cursor (or is not in ``future`` at all) leaves the cursor
     where it is, and that key counts as never used again. O(log n) per access plus, over the
     cache's lifetime, one step per position of ``future`` skipped.
+
+    With ``future`` a :class:`FutureIndex` that has ``times`` (the fleet's: a block's time is its
+    request's number), "farthest" compares the times of next use, so the blocks of one request
+    rank as used together and ties go to the least recently touched. The fleet worker touches a
+    request's blocks tail first and protects parents (``protect``), so within a prefix chain the
+    child goes first; the bound this gives there is stated in :mod:`dynlab.engine.counted`.
     """
 
     name = "opt"
@@ -150,6 +166,7 @@ class OptCache(EvictionPolicy):
         if future is None:
             raise ValueError("the opt policy needs the whole access sequence (future=...)")
         self._future = future if isinstance(future, FutureIndex) else FutureIndex(future)
+        self._times = self._future.times
         self._cursor = -1
         self._size: dict = {}
         self._next: dict = {}  # stored key -> its first position in future after the cursor
@@ -190,7 +207,8 @@ class OptCache(EvictionPolicy):
         self._next[key] = next_use
         self._stamp[key] = seq
         heap = self._heap
-        heapq.heappush(heap, (-next_use, seq, key))
+        rank = next_use if self._times is None else self._future.time_of(next_use)
+        heapq.heappush(heap, (-rank, seq, key))
         if len(heap) > 2 * len(self._size) + 64:
             live = self._stamp
             self._heap = [e for e in heap if live.get(e[2]) == e[1]]
@@ -223,16 +241,27 @@ class OptCache(EvictionPolicy):
         capacity = self.capacity
         if size > capacity:
             return False
-        on_evict = self.on_evict
+        on_evict, protect = self.on_evict, self.protect
         heap, stamp = self._heap, self._stamp
+        kept = []  # live entries of protected keys, pushed back after
         while self._used + size > capacity:
-            _, seq, old = heapq.heappop(heap)
+            if not heap:
+                for entry in kept:
+                    heapq.heappush(heap, entry)
+                return False  # only protected entries left: not stored
+            entry = heapq.heappop(heap)
+            _, seq, old = entry
             if stamp.get(old) != seq:
                 continue  # stale entry
+            if protect is not None and protect(old):
+                kept.append(entry)
+                continue
             del stamp[old], self._next[old]
             self._used -= self._size.pop(old)
             if on_evict is not None:
                 on_evict(old)
+        for entry in kept:
+            heapq.heappush(heap, entry)
         self._size[key] = size
         self._used += size
         self._push(key, next_use)
