@@ -1,4 +1,6 @@
-"""The KV-event bus: what the workers publish reaches the router late, or not at all.
+"""The KV-event buses: what the workers publish reaches the router late, or not at all.
+
+Count-based runs use :class:`CountedEventBus` (delays in requests); timed runs :class:`EventBus`:
 
 Timed runs (``--timing``): a worker publishes a batch of events when they happen (its
 ``BlockRemoved`` when a step's allocation evicts cached blocks, at the step's start; its
@@ -9,9 +11,11 @@ router ``delay_ms`` later (at once when 0, before anything else happens at that 
 from __future__ import annotations
 
 import random
+from collections import deque
 from typing import Callable, Sequence
 
 from dynlab.engine.loop import DELIVER, EventLoop
+from dynlab.routing.events import BlockRemoved, BlockStored
 
 
 class EventBus:
@@ -56,3 +60,71 @@ class EventBus:
         deliver = self.deliver
         for ev in events:
             deliver(ev)
+
+
+class CountedEventBus:
+    """The count-based replay's KV-event bus: delays count requests, not time.
+
+    Events produced while serving request ``i`` reach ``deliver`` just before request
+    ``i + 1 + delay`` is routed (:meth:`tick` with the index of the request about to be routed
+    delivers what is due); each is dropped with probability ``loss`` (its own ``rng``).
+    :meth:`flush` delivers what is still pending at the end. Counts as :class:`EventBus`.
+    """
+
+    __slots__ = ("deliver", "delay", "loss", "rng", "publish", "published", "dropped", "_pending", "_now")
+
+    def __init__(self, deliver: Callable, *, delay: int = 0, loss: float = 0.0,
+                 rng: random.Random | None = None, publish: bool = True):
+        self.deliver = deliver
+        self.delay = delay
+        self.loss = loss
+        self.rng = rng or random.Random(0)
+        self.publish = publish
+        self.published = 0
+        self.dropped = 0
+        self._pending: deque = deque()  # (due request index, event)
+        self._now = 0
+
+    def tick(self, i: int) -> None:
+        """Request ``i`` is about to be routed: deliver every event due by then."""
+        self._now = i
+        pending = self._pending
+        while pending and pending[0][0] <= i:
+            self.deliver(pending.popleft()[1])
+
+    def change(self, worker: int, stored: Sequence, removed: Sequence) -> None:
+        """Publish a worker's net change for the request being served: ``BlockRemoved``, then ``BlockStored``."""
+        if not self.publish:
+            return
+        if not (self.loss or self.delay):  # the common case, delivered at once: no list, no bookkeeping
+            deliver = self.deliver
+            if removed:
+                self.published += 1
+                deliver(BlockRemoved(worker, tuple(removed)))
+            if stored:
+                self.published += 1
+                deliver(BlockStored(worker, tuple(stored)))
+            return
+        events = []
+        if removed:
+            events.append(BlockRemoved(worker, tuple(removed)))
+        if stored:
+            events.append(BlockStored(worker, tuple(stored)))
+        self.published += len(events)
+        if self.loss:
+            rand, loss = self.rng.random, self.loss
+            kept = [ev for ev in events if rand() >= loss]
+            self.dropped += len(events) - len(kept)
+            events = kept
+        if self.delay:
+            due = self._now + 1 + self.delay
+            self._pending.extend((due, ev) for ev in events)
+        else:
+            for ev in events:
+                self.deliver(ev)
+
+    def flush(self) -> None:
+        """Deliver every pending event (late events still reach the strategy; no decision depends on them)."""
+        pending = self._pending
+        while pending:
+            self.deliver(pending.popleft()[1])

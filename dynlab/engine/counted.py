@@ -49,6 +49,7 @@ from itertools import islice, repeat
 from typing import Hashable, Optional, Sequence
 
 from dynlab.kv.policies import EvictionPolicy, LRUCache
+from dynlab.routing.hashing import overlap
 
 _consume = deque(maxlen=0).extend  # run an iterator at C speed, keeping nothing
 
@@ -87,13 +88,7 @@ class Worker:
 
     def overlap(self, hashes: Sequence[Hashable]) -> int:
         """Leading blocks of ``hashes`` held now (contiguous from block 0)."""
-        cache = self._members
-        n = 0
-        for h in hashes:
-            if h not in cache:
-                break
-            n += 1
-        return n
+        return overlap(hashes, self._members)
 
     def serve(self, hashes: Sequence[Hashable], cached: int) -> tuple[Sequence, Sequence]:
         """Store the request's blocks; ``cached`` is :meth:`overlap` on arrival.

@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Optional, Sequence
 
+from dynlab.routing.hashing import overlap
+
 
 def ratio(num: float, den: float, digits: int = 4) -> float:
     """``num / den`` rounded to ``digits`` (0.0 when ``den`` is 0)."""
@@ -49,27 +51,37 @@ def event_refusals(strategy) -> dict[str, int]:
 class RoutingMetrics:
     """What the routing decisions achieved, per request at routing time.
 
-    ``workers``: fleet size. ``on_route(hashes, w, predicted, actual, cap)``: the request's
-    block names, the chosen worker, the strategy's predicted overlap (``None``: no index) and
-    the worker's actual overlap (leading blocks held at routing time), ``cap``: most leading
-    blocks that can hit (``None``: all; the timed engine recomputes the last prompt token).
-    A *repeat* is a request whose first block was seen before anywhere; a *hit* a repeat whose
-    worker holds that block. The ideal bound is one infinite cache of every block seen.
+    ``workers``: fleet size. ``on_route(hashes, w, predicted, actual, cap, prefix)``: the request's
+    block names, the chosen worker, the strategy's predicted overlap (``None``: no index), the
+    worker's actual overlap (leading blocks held at routing time), ``cap``: most leading blocks
+    that can hit (``None``: all; the timed engine recomputes the last prompt token), ``prefix``: the
+    synthetic workload's prefix id.
+
+    On a trace (``synthetic_prefix_blocks`` is ``None``) a *repeat* is a request whose first block
+    was seen before anywhere, and a *hit* a repeat whose worker holds that block. On the labs'
+    synthetic workload (``synthetic_prefix_blocks``: whether a prefix spans at least one full block)
+    a *repeat* is a request whose prefix id was seen before, and a *hit* a repeat sent to a worker
+    that processed that prefix before and, if it spans a block, still holds its first block. The
+    ideal bound is one infinite cache of every block seen.
     """
 
     __slots__ = ("counts", "requests", "repeats", "hits", "prompt_blocks", "cached_blocks", "ideal_blocks",
-                 "predicted_blocks", "prediction_error", "has_prediction", "_seen")
+                 "predicted_blocks", "prediction_error", "has_prediction", "_seen", "_prefixes", "_processed",
+                 "_spans_block")
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, synthetic_prefix_blocks: Optional[bool] = None):
         self.counts = [0] * workers
         self.requests = self.repeats = self.hits = 0
         self.prompt_blocks = self.cached_blocks = self.ideal_blocks = 0
         self.predicted_blocks = self.prediction_error = 0
         self.has_prediction = False
         self._seen: set = set()
+        self._spans_block = bool(synthetic_prefix_blocks)
+        self._prefixes: set = set()
+        self._processed = None if synthetic_prefix_blocks is None else [set() for _ in range(workers)]
 
     def on_route(self, hashes: Sequence, w: int, predicted: Optional[int], actual: int,
-                 cap: Optional[int] = None) -> None:
+                 cap: Optional[int] = None, prefix=None) -> None:
         self.counts[w] += 1
         self.requests += 1
         seen = self._seen
@@ -77,24 +89,27 @@ class RoutingMetrics:
             self.has_prediction = True
             self.predicted_blocks += predicted
             self.prediction_error += abs(predicted - actual)
-        if hashes and hashes[0] in seen:
+        processed = self._processed
+        if processed is not None:
+            if prefix in self._prefixes:
+                self.repeats += 1
+                if prefix in processed[w] and (not self._spans_block or actual > 0):
+                    self.hits += 1
+            else:
+                self._prefixes.add(prefix)
+            processed[w].add(prefix)
+        elif hashes and hashes[0] in seen:
             self.repeats += 1
             if actual:
                 self.hits += 1
-        j = 0
-        for h in hashes:
-            if h not in seen:
-                break
-            j += 1
+        j = overlap(hashes, seen)
         seen.update(hashes[j:])
         self.ideal_blocks += j if cap is None or j <= cap else cap
         self.prompt_blocks += len(hashes)
         self.cached_blocks += actual if cap is None or actual <= cap else cap
 
     def result(self) -> dict[str, Any]:
-        """The routing keys of ``dynlab sim``'s JSON (without the event and eviction counts)."""
-        counts = self.counts
-        mean = self.requests / len(counts) if counts else 0.0
+        """The routing keys of ``dynlab sim``'s JSON, from ``requests`` to ``prediction_error``."""
         return {
             "requests": self.requests,
             "repeat_requests": self.repeats,
@@ -107,6 +122,13 @@ class RoutingMetrics:
             "predicted_blocks": self.predicted_blocks if self.has_prediction else None,
             "prediction_error": self.prediction_error if self.has_prediction else None,
         }
+
+    def balance(self) -> dict[str, Any]:
+        """``requests_per_worker`` and ``load_imbalance`` (max ÷ mean requests per worker)."""
+        counts = self.counts
+        mean = self.requests / len(counts) if counts else 0.0
+        return {"requests_per_worker": list(counts),
+                "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0}
 
 
 class ServingMetrics:

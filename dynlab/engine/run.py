@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import random
 import sys
-from collections import deque
 from dataclasses import fields
 from typing import Any, Iterable, Optional, Sequence
 
 from dynlab.engine.config import SimConfig, check_effective
 from dynlab.engine.counted import Worker
-from dynlab.engine.metrics import event_refusals
+from dynlab.engine.bus import CountedEventBus
+from dynlab.engine.metrics import RoutingMetrics, event_refusals
 from dynlab.errors import DynlabError
-from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
 
 SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
@@ -45,10 +44,6 @@ def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-def _ratio(num: float, den: float, digits: int = 4) -> float:
-    return round(num / den, digits) if den else 0.0
 
 
 def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_tokens: Optional[int] = None) -> Strategy:
@@ -100,105 +95,34 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
            progress=None) -> dict[str, Any]:
     """Route and serve every request, count-based (no time); return the fleet metrics (without ``mode``).
 
-    ``synthetic_prefix_blocks`` is ``None`` for a trace (a *repeat* is a request whose
-    first block was seen before anywhere; a *hit* a repeat whose worker holds that
-    block on arrival), or, for the seed workload, whether a prefix spans at least one
-    full block (a *repeat* is a request whose prefix id was seen before; a *hit* a
-    repeat sent to a worker that processed that prefix before and, if it spans a
-    block, still holds its first block).
+    Each request is routed, then served at once by its worker, whose net change reaches the
+    strategy through a :class:`~dynlab.engine.bus.CountedEventBus` (``event_delay`` requests later,
+    each event dropped with probability ``event_loss``). ``synthetic_prefix_blocks``: ``None`` for
+    a trace, else the synthetic workload's rule for repeats and hits
+    (:class:`~dynlab.engine.metrics.RoutingMetrics`).
     """
     n = len(workers)
-    counts = [0] * n
-    active_requests, active_blocks, queued_tokens = [0] * n, [0] * n, [0] * n
+    routing = RoutingMetrics(n, synthetic_prefix_blocks)
     cached_sizes = [0] * n
-    fleet = FleetView(counts, active_requests, active_blocks, queued_tokens, cached_sizes)
-    loss_rng = loss_rng or random.Random(0)
-    pending: deque = deque()  # (due request index, event)
-    route = strategy.route
-    on_event = strategy.on_event
-    seen: set = set()
-    seen_prefixes: set = set()
-    processed = [set() for _ in range(n)] if synthetic_prefix_blocks is not None else None
-    n_requests = repeats = hits = 0
-    prompt_blocks = cached_blocks = ideal_blocks = 0
-    predicted_blocks = prediction_error = 0
-    has_prediction = False
-    published = dropped = 0
-    def emit(events: list, due: int) -> None:
-        nonlocal published, dropped
-        published += len(events)
-        if event_loss:
-            kept = [ev for ev in events if loss_rng.random() >= event_loss]
-            dropped += len(events) - len(kept)
-            events = kept
-        if event_delay:
-            pending.extend((due, ev) for ev in events)
-        else:
-            for ev in events:
-                on_event(ev)
-
+    fleet = FleetView(routing.counts, [0] * n, [0] * n, [0] * n, cached_sizes)
+    bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish)
+    route, on_route, tick, change = strategy.route, routing.on_route, bus.tick, bus.change
     i = -1
     try:
         for i, req in enumerate(requests):
-            while pending and pending[0][0] <= i:
-                on_event(pending.popleft()[1])
+            tick(i)
             strategy.predicted = None
             w = route(req, fleet)
             if type(w) is not int or not 0 <= w < n:
                 raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
-            counts[w] += 1
             worker = workers[w]
             hashes = req.hashes
-            nb = len(hashes)
             actual = worker.overlap(hashes)
-            pred = strategy.predicted
-            if pred is not None:
-                has_prediction = True
-                predicted_blocks += pred
-                prediction_error += abs(pred - actual)
-            # repeats and hits
-            if processed is not None:
-                k = req.prefix
-                if k in seen_prefixes:
-                    repeats += 1
-                    if k in processed[w] and (not synthetic_prefix_blocks or actual > 0):
-                        hits += 1
-                else:
-                    seen_prefixes.add(k)
-                processed[w].add(k)
-            elif nb:
-                if hashes[0] in seen:
-                    repeats += 1
-                    if actual:
-                        hits += 1
-            # one infinite cache: the bound no strategy can beat
-            j = 0
-            for h in hashes:
-                if h not in seen:
-                    break
-                j += 1
-            ideal_blocks += j
-            seen.update(hashes[j:])
-            prompt_blocks += nb
-            cached_blocks += actual
+            on_route(hashes, w, strategy.predicted, actual, None, req.prefix)
             stored, removed = worker.serve(hashes, actual)
             cached_sizes[w] = worker.size
-            if publish and (stored or removed):
-                if event_loss or event_delay:
-                    events = []
-                    if removed:
-                        events.append(BlockRemoved(w, tuple(removed)))
-                    if stored:
-                        events.append(BlockStored(w, tuple(stored)))
-                    emit(events, i + 1 + event_delay)
-                else:  # the common case, delivered at once: no list, no bookkeeping
-                    if removed:
-                        published += 1
-                        on_event(BlockRemoved(w, tuple(removed)))
-                    if stored:
-                        published += 1
-                        on_event(BlockStored(w, tuple(stored)))
-            n_requests += 1
+            if stored or removed:
+                change(w, stored, removed)
             if progress is not None:
                 progress.update(1)
     except DynlabError:
@@ -208,29 +132,12 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
             raise StrategyError(f"strategy {strategy.name!r} failed at request {i}: "
                                 f"{type(exc).__name__}: {exc}") from exc
         raise
-    while pending:  # late events still reach the strategy (no routing decision depends on them)
-        on_event(pending.popleft()[1])
-    mean = n_requests / n if n else 0.0
-    out = {
-        "requests": n_requests,
-        "repeat_requests": repeats,
-        "hits": hits,
-        "hit_rate": _ratio(hits, repeats),
-        "prompt_blocks": prompt_blocks,
-        "cached_blocks": cached_blocks,
-        "block_hit_rate": _ratio(cached_blocks, prompt_blocks),
-        "ideal_block_hit_rate": _ratio(ideal_blocks, prompt_blocks),
-        "predicted_blocks": predicted_blocks if has_prediction else None,
-        "prediction_error": prediction_error if has_prediction else None,
-        "evicted_blocks": sum(wk.evicted_blocks for wk in workers),
-        "events_published": published,
-        "events_dropped": dropped,
-    }
+    bus.flush()
+    out = routing.result()
+    out |= {"evicted_blocks": sum(wk.evicted_blocks for wk in workers),
+            "events_published": bus.published, "events_dropped": bus.dropped}
     out |= event_refusals(strategy)
-    out |= {
-        "requests_per_worker": counts,
-        "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
-    }
+    out |= routing.balance()
     return out
 
 

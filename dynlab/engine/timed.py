@@ -90,7 +90,7 @@ class TimedFleet:
         engine = self.engines[w]
         ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names)
         cap = (ereq.input_length - 1) // self.block
-        actual = engine.pool.lookup(names, cap)
+        actual = engine.overlap(names, cap)
         self.routing.on_route(routed.hashes, w, self.strategy.predicted, actual, cap)
         self.serving.on_arrival(ereq, t)
         self._track(ereq, w, self.strategy.predicted)
@@ -188,15 +188,12 @@ def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Seque
     fleet = TimedFleet(strategy, engines, bus, loop, names_of, routing, serving, progress)
     fleet.run(arrival_times(requests, time_scale, rate, arrival_rng or random.Random(0)))
     out = routing.result()
-    counts = routing.counts
-    mean = routing.requests / len(counts) if counts else 0.0
     out.update({
         "evicted_blocks": fleet.evicted_blocks,
         "events_published": bus.published,
         "events_dropped": bus.dropped,
         **event_refusals(strategy),
-        "requests_per_worker": list(counts),
-        "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
+        **routing.balance(),
     })
     out.update(serving.result(engines))
     return out

@@ -214,6 +214,14 @@ class EngineWorker:
         """End (ms) of the step or bulk run in progress, ``None`` between steps."""
         return None if self._step is None else self._step.end
 
+    def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
+        """Leading ``names`` cached now (at most ``cap``): what a request would hit if admitted at once.
+
+        The question every worker answers alike (the count-based :class:`~dynlab.engine.counted.Worker`
+        too); a reading only, for the metrics, never for a strategy.
+        """
+        return self.pool.lookup(names, len(names) if cap is None else cap)
+
     def used_block_ms(self, now: Optional[float] = None) -> float:
         """Integral of :attr:`used_blocks` over time (blocks x ms) up to ``now`` (default: the last change)."""
         total = self._used_ms
