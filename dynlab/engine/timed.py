@@ -158,7 +158,7 @@ class TimedFleet:
         engine = self.engines[w]
         res = engine.finish_step()
         if res.stored:
-            self.bus.send((BlockStored(w, tuple(res.stored)),))
+            self.bus.send((BlockStored(w, tuple(res.stored), block_size=self.block),))
         serving = self.serving
         serving.on_step(w, res)
         for ereq, t in res.first_tokens:
