@@ -1,13 +1,15 @@
 """Fidelity of the closed-form latency models against aiconfigurator (vLLM backend): MAPE and worst case.
 
     pip install -e ".[aiconfigurator]"   # Python 3.11+
-    python benchmarks/fidelity_latency.py [--models roofline,linear]
+    python benchmarks/fidelity_latency.py [--models roofline,linear,blis]
 
 For every bundled model (tp 1; qwen3-32b also tp 2; deepseek-v3 at tp 8) on h100 and h200, each
 latency model is compared with aiconfigurator-core on a grid denser than the one roofline was
 fitted on: prefills of 128-8,192 tokens with nothing cached, and of 512-4,096 tokens after 4,096
 cached ones; 1-256 decodes at contexts 512-32,768. Prints one table row per model x GPU x tp and
-phase, then per phase a row over the dense models (what roofline was fitted on) and one over all. A model/GPU aiconfigurator cannot estimate is listed and skipped.
+phase, then per phase a row over the dense models (what roofline was fitted on) and one over all. A model/GPU
+aiconfigurator cannot estimate is listed and skipped; a latency model that refuses a configuration (blis:
+dense models only) shows "-" there.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def configs():
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="roofline,linear", help="latency models to compare (comma list)")
+    parser.add_argument("--models", default="roofline,linear,blis", help="latency models to compare (comma list)")
     args = parser.parse_args(argv)
     names = args.models.split(",")
     rows, everything, dense, skipped = [], {}, {}, []
@@ -57,11 +59,16 @@ def main(argv=None) -> None:
         except ValueError as exc:
             skipped.append(f"{model} {tp}x{gpu}: {exc}")
             continue
-        built = {n: build_latency_model(n, hardware) for n in names}
+        built = {}
+        for n in names:
+            try:
+                built[n] = build_latency_model(n, hardware)
+            except ValueError as exc:
+                skipped.append(f"{n} on {model} {tp}x{gpu}: {exc}")
         errs = {(n, phase): [] for n in names for phase in ("prefill", "decode")}
         for phase, batch in steps():
             truth = ref.step_ms(batch)
-            for n in names:
+            for n in built:
                 e = built[n].step_ms(batch) / truth - 1.0
                 errs[(n, phase)].append(e)
                 everything.setdefault((n, phase), []).append(e)
@@ -80,7 +87,7 @@ def main(argv=None) -> None:
         return f"{100 * sum(abs(e) for e in es) / len(es):5.1f}% ({100 * worst:+6.1f}%)"
 
     header = ["model, GPU", "phase", "steps"] + [f"{n} MAPE (worst)" for n in names]
-    table = [header] + [[label, phase, str(len(next(iter(d.values()))))] + [cell(d[n]) for n in names]
+    table = [header] + [[label, phase, str(max(len(v) for v in d.values()))] + [cell(d[n]) for n in names]
                         for label, phase, d in rows]
     widths = [max(len(r[j]) for r in table) for j in range(len(header))]
     print("| " + " | ".join(h.ljust(widths[j]) for j, h in enumerate(header)) + " |")

@@ -1,6 +1,7 @@
 """Built-in step-latency models, registered through the ``dynlab`` entry-point group.
 
-``roofline`` (the default) and ``linear`` are closed forms over the hardware catalogue;
+``roofline`` (the default), ``linear`` and ``blis`` (:mod:`dynlab_builtins.latency_blis`) are closed
+forms over the hardware catalogue;
 ``aiconfigurator`` wraps NVIDIA's estimator when the ``dynlab[aiconfigurator]`` extra is installed
 (:mod:`dynlab_builtins.latency_aic`). The interface is :class:`dynlab.latency.base.LatencyModel`.
 """
@@ -118,6 +119,16 @@ class Linear(LatencyModel):
     2026-11-30) to this package's ``roofline`` model for llama-3.1-8b on h100 over prefill chunks of
     256-8,192 tokens and decode batches of 1-256 at context 2,048; set them with ``--latency-opt``
     for another model or GPU.
+
+    BLIS published no global coefficients for this form, only per (model, GPU, tp, vLLM image)
+    ones, and an option has one default whatever the hardware, so they are not the defaults. To
+    use them, convert from microseconds: inference-sim's ``defaults.yaml`` at ``e7b124c9^`` (the
+    last commit with the blackbox model, removed in ``90522ded``) gives, as ``beta0,beta1,beta2`` in
+    us, meta-llama/llama-3.1-8b-instruct on H100 tp 1 (vLLM 0.11.0) ``6472.0076, 19.7972,
+    304.4021`` (``--latency-opt beta0=6.472 --latency-opt beta1=0.0197972 --latency-opt
+    beta2=0.3044021``), on H100 tp 2 (vLLM 0.8.4) ``6910.4205, 17.6706, 2.8377`` and on A100-80 tp 1
+    (vLLM 0.8.4) ``16441.5315, 47.8374, 18.2056``. BLIS's ``beta1`` counts prefill tokens not
+    served from the prefix cache, as this model's prefill tokens do.
     """
 
     name = "linear"
@@ -146,6 +157,7 @@ class Linear(LatencyModel):
 @hookimpl
 def dynlab_register_latency_models(register):
     from dynlab_builtins.latency_aic import AIConfigurator
+    from dynlab_builtins.latency_blis import Blis
 
-    for cls in (Roofline, Linear, AIConfigurator):
+    for cls in (Roofline, Linear, Blis, AIConfigurator):
         register(cls)

@@ -39,7 +39,8 @@ def test_table():
 def test_list():
     out = json.loads(ok(invoke("latency", "--list")).stdout)
     assert list(out["gpus"]) == ["h100", "h200", "a100-80gb", "l40s", "b200"]
-    assert {"roofline", "linear", "aiconfigurator"} <= set(out["latency_models"])
+    assert {"roofline", "linear", "blis", "aiconfigurator"} <= set(out["latency_models"])
+    assert out["latency_models"]["blis"]["options"] == {}
     assert out["latency_models"]["roofline"]["options"] == {"mfu": 0.758, "mbu": 0.878, "overhead_ms": 1.30}
 
 

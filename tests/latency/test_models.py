@@ -1,4 +1,4 @@
-"""Every registered latency model: positive, finite, monotone; linear and roofline pinned by hand."""
+"""Every registered latency model: positive, finite, monotone; linear, roofline and blis pinned by hand."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,7 +14,7 @@ from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.latency.grid import build_latency_model, hardware_for
 
 HAVE_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
-BUILTIN = ("roofline", "linear", "aiconfigurator")
+BUILTIN = ("roofline", "linear", "blis", "aiconfigurator")
 _BUILT: dict = {}
 
 
@@ -145,6 +145,60 @@ def test_linear_by_hand():
     step = built("linear").step_ms(StepBatch((100, 200), (0, 5000), 3, 9000))
     assert step == pytest.approx(3.991 + 0.02339 * 300 + 0.10746 * 3, rel=1e-12)
     assert built("linear").decode_ms(10, 999, 7) == pytest.approx(7 * (3.991 + 0.10746 * 10), rel=1e-12)
+
+
+# blis (inference-sim trained physics @ f90a1e3a), llama-3.1-8b on h100 (BLIS's table: 989.5 TFLOP/s, 3.35 TB/s):
+# L=32, d=4096, 32 heads -> dH=128, 8 KV heads -> dKV=1024, dff=14336; times in us.
+B_FLOPS_PER_US, B_BYTES_PER_US = 989.5e6, 3.35e6
+B_TOKEN = 32 * (2 * 4096 * (2 * 4096 + 2 * 1024) + 6 * 4096 * 14336)      # projections + FFN FLOPs per token
+B_PAIR = 32 * 4 * 32 * 128                                               # L * 4 * heads * dH per (query, key)
+B_KV = 32 * 2 * 1024 * 2                                                 # L * 2 * dKV * 2 bytes per KV token
+B_WEIGHTS_US = 32 * (4096 * (2 * 4096 + 2 * 1024) + 3 * 4096 * 14336) * 2 / B_BYTES_PER_US
+B_FIXED_US = 1.36252915 * B_WEIGHTS_US + 32.09546717 * 32 + 126.024825   # weights, per layer, per step
+
+
+def test_blis_prefill_by_hand():
+    # one 2,048-token prefill, nothing cached: BLIS charges attention t*(s + t/2) with s = the prompt (2,048)
+    flops = 2048 * B_TOKEN + B_PAIR * 2048 * (2048 + 1024)
+    expected = 0.152128 * flops / B_FLOPS_PER_US + B_FIXED_US + 4.41684444 * 1
+    assert built("blis").step_ms(StepBatch((2048,), (0,), 0, 0)) == pytest.approx(expected / 1e3, rel=1e-12)
+    assert expected / 1e3 == pytest.approx(11.74, abs=0.01)  # the research notes' re-implementation
+
+
+def test_blis_decode_and_mixed_by_hand():
+    # 64 decodes at context 2,048: decode compute has coefficient 0; the KV read of context + 1 per request
+    expected = 1.94710771 * B_KV * (64 * 2048 + 64) / B_BYTES_PER_US + B_FIXED_US + 4.41684444 * 64
+    assert built("blis").step_ms(StepBatch((), (), 64, 64 * 2048)) == pytest.approx(expected / 1e3, rel=1e-12)
+    assert expected / 1e3 == pytest.approx(17.10, abs=0.01)
+    # mixed: a 512-token chunk after 1,024 cached (s = 1,536) plus those decodes; prefill KV write has coefficient 0
+    prefill = 0.152128 * (512 * B_TOKEN + B_PAIR * 512 * (1536 + 256)) / B_FLOPS_PER_US
+    step = built("blis").step_ms(StepBatch((512,), (1024,), 64, 64 * 2048))
+    assert step == pytest.approx((prefill + expected + 4.41684444) / 1e3, rel=1e-12)
+    assert built("blis").step_ms(StepBatch()) == 0.001  # an empty step: 1 us, as in BLIS
+
+
+def test_blis_tp_adds_the_all_reduce_and_refuses_what_it_cannot_model():
+    # qwen3-32b at tp 2 on h100: the ring all-reduce is 2L units x tokens x d x 2 bytes x 2 x (1/2), at 0.752037
+    one = build_latency_model("blis", hardware_for("qwen3-32b", "h100", 2))
+    comm_us = 2 * 64 * 1 * 5120 * 2 * 2 * 0.5 / B_BYTES_PER_US * 0.752037   # per token
+    a, b = one.step_ms(StepBatch((), (), 1, 0)), one.step_ms(StepBatch((), (), 2, 0))
+    # one more decode at context 0: + per-request 4.417 us + its comm + its KV read (1 token) and compute (coef 0)
+    # BLIS ignores qwen3-32b's head_dim 128: dH = 5120 / 64 = 80, so dKV / tp = 8 * 80 / 2
+    kv_us = 1.94710771 * 64 * 2 * (8 * 80 / 2) * 2 / B_BYTES_PER_US
+    assert (b - a) * 1e3 == pytest.approx(4.41684444 + comm_us + kv_us, rel=1e-9)
+    with pytest.raises(ValueError, match="blis: deepseek-v3 is a mixture-of-experts or MLA model"):
+        build_latency_model("blis", hardware_for("deepseek-v3", "h100", 8))
+    with pytest.raises(ValueError, match=r"blis: tp 3 must divide the query heads \(64\) and KV heads \(8\)"):
+        build_latency_model("blis", hardware_for("qwen3-32b", "h100", 3))
+
+
+def test_blis_gpus_outside_its_table_take_the_datasheet():
+    # h200 is not in BLIS's hardware table: dynlab's 989 TFLOP/s and 4.8 TB/s; one decode at context 0 is
+    # weights + per layer + per step + one request + one KV token, all memory terms at 4,800 bytes/us... x1e3
+    model = build_latency_model("blis", hardware_for("llama-3.1-8b", "h200"))
+    weights_us = B_WEIGHTS_US * 3.35 / 4.8
+    expected = 1.36252915 * weights_us + 32.09546717 * 32 + 126.024825 + 4.41684444 + 1.94710771 * B_KV / 4.8e6
+    assert model.step_ms(StepBatch((), (), 1, 0)) == pytest.approx(expected / 1e3, rel=1e-12)
 
 
 def test_options_are_converted_and_checked():
