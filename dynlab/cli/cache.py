@@ -105,7 +105,7 @@ def scenario(gpu, docs, tokens, passes, cpu, policy):
     Defaults are the seed lab's (10 documents of 5011 tokens, a 21520-token GPU cache).
     """
     _check_reads(docs, passes)
-    with progress_bar(docs * len(passes), "scenario", "read") as bar:
+    with progress_bar(docs * len(passes), "scenario", "read", unit_scale=True) as bar:
         result = run_scenario(gpu=gpu, docs=docs, tokens=tokens, passes=passes, cpu=cpu, policy=policy,
                               progress=bar)
     echo_json(result)
@@ -166,7 +166,7 @@ def cliff_command(ctx, gpu, cpu, docs, tokens, passes, metric, policy):
     swept, fixed = (gpu, cpu) if over == "gpu" else (cpu, gpu)
     fixed_name = "cpu" if over == "gpu" else "gpu"
     _check_reads(docs, passes)
-    with progress_bar(docs * len(passes) * len(swept), "cliff", "read") as bar:
+    with progress_bar(docs * len(passes) * len(swept), "cliff", "read", unit_scale=True) as bar:
         result = cliff(
             [value for _, value in swept],
             over=over,

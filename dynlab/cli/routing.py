@@ -11,7 +11,7 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, refuse_repeats, split_list
+from dynlab.cli.common import echo_json, output_path, progress_bar, refuse_repeats, split_list
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy, run
@@ -327,7 +327,11 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    results = {item: _run(config, quiet, requests) for item, config in configs.items()}
+    results = {}
+    with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
+        for item, config in configs.items():
+            results[item] = _run(config, quiet, requests)
+            bar.update(1)
     if plot_path:
         from dynlab.plots import plot_compare
 
