@@ -7,7 +7,8 @@ from __future__ import annotations
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, refuse_repeats, split_list
+from dynlab.cli.common import echo_json, progress_bar, refuse_repeats, split_list
+from dynlab.limits import MAX_DOC_READS, check_doc_reads
 from dynlab.labs.scenario import (DEFAULT_CPU, DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_PASSES, DEFAULT_TOKENS, METRICS,
                                   PASS_ORDERS, cliff, run_scenario)
 
@@ -65,7 +66,8 @@ class NonNegativeInt(click.ParamType):
 _TOKENS = NonNegativeInt()
 
 _docs_option = click.option(
-    "--docs", type=_TOKENS, default=DEFAULT_DOCS, show_default=True, help="Documents 0..docs-1."
+    "--docs", type=_TOKENS, default=DEFAULT_DOCS, show_default=True,
+    help=f"Documents 0..docs-1; docs x passes at most {MAX_DOC_READS:,} reads (see docs/limits.md)."
 )
 _tokens_option = click.option(
     "--tokens", type=_TOKENS, default=DEFAULT_TOKENS, show_default=True, help="KV tokens per document."
@@ -102,7 +104,19 @@ def scenario(gpu, docs, tokens, passes, cpu, policy):
     Prints {"passes": [{"order", "gpu_hits", "cpu_hits", "misses", "hit_docs"}, ...]}.
     Defaults are the seed lab's (10 documents of 5011 tokens, a 21520-token GPU cache).
     """
-    echo_json(run_scenario(gpu=gpu, docs=docs, tokens=tokens, passes=passes, cpu=cpu, policy=policy))
+    _check_reads(docs, passes)
+    with progress_bar(docs * len(passes), "scenario", "read", unit_scale=True) as bar:
+        result = run_scenario(gpu=gpu, docs=docs, tokens=tokens, passes=passes, cpu=cpu, policy=policy,
+                              progress=bar)
+    echo_json(result)
+
+
+def _check_reads(docs: int, passes: list) -> None:
+    """Usage error (exit 2) before any work when the runs would read more than the limit allows."""
+    try:
+        check_doc_reads(docs, passes)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @main.command("cliff")
@@ -151,15 +165,18 @@ def cliff_command(ctx, gpu, cpu, docs, tokens, passes, metric, policy):
         over = "cpu" if given["cpu"] and not given["gpu"] else "gpu"
     swept, fixed = (gpu, cpu) if over == "gpu" else (cpu, gpu)
     fixed_name = "cpu" if over == "gpu" else "gpu"
-    result = cliff(
-        [value for _, value in swept],
-        over=over,
-        metric=metric,
-        labels=[label for label, _ in swept],
-        docs=docs,
-        tokens=tokens,
-        passes=passes,
-        policy=policy,
-        **{fixed_name: fixed[0][1]},
-    )
+    _check_reads(docs, passes)
+    with progress_bar(docs * len(passes) * len(swept), "cliff", "read", unit_scale=True) as bar:
+        result = cliff(
+            [value for _, value in swept],
+            over=over,
+            metric=metric,
+            labels=[label for label, _ in swept],
+            docs=docs,
+            tokens=tokens,
+            passes=passes,
+            policy=policy,
+            progress=bar,
+            **{fixed_name: fixed[0][1]},
+        )
     echo_json(result)

@@ -90,6 +90,18 @@ def write_atomic(path: str, text: str) -> None:
     replace_file(path, write)
 
 
+def progress_bar(total, desc: str, unit: str, quiet: bool = False, unit_scale: bool = False):
+    """A tqdm bar on stderr, shown only when stderr is a terminal (never when piped) and not ``quiet``.
+
+    Use as a context manager; a hidden bar takes ``update()`` calls and writes nothing.
+    ``unit_scale``: show large counts as 1.2M (for counts in the millions).
+    """
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, unit_scale=unit_scale,
+                disable=quiet or not sys.stderr.isatty())
+
+
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     click.echo(f"Warning: {message}", err=True)
 

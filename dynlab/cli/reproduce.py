@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 import tempfile
 
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import write_atomic
+from dynlab.cli.common import progress_bar, write_atomic
 from dynlab.errors import DynlabError
 from dynlab.labs import reproduce as lib
 
@@ -73,14 +74,20 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
 
     disagg = lib.measured_file(disagg_file) if disagg_file else (lib.sample_file("disagg") if with_samples else None)
     offload = lib.measured_file(offload_file) if offload_file else (lib.sample_file("offload") if with_samples else None)
-    result = lib.build(
-        only=only,
-        disagg=disagg,
-        offload=offload,
-        with_plots=not no_plots,
-        warn=lambda message: click.echo(f"Warning: {message}", err=True),
-        invocation=_invocation(only, disagg_file, offload_file, with_samples, no_plots),
-    )
+    bar = progress_bar(None, "reproduce", "file")  # one step per file computed or drawn; closed below
+    try:
+        result = lib.build(
+            only=only,
+            disagg=disagg,
+            offload=offload,
+            with_plots=not no_plots,
+            warn=lambda message: bar.write(f"Warning: {message}", file=sys.stderr),
+            invocation=_invocation(only, disagg_file, offload_file, with_samples, no_plots),
+            progress=bar,
+        )
+    except BaseException:
+        bar.close()
+        raise
 
     parent = os.path.dirname(os.path.abspath(outdir))
     os.makedirs(parent, exist_ok=True)
@@ -93,12 +100,15 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
         for name, plot in result.plots.items():
             plot.draw(os.path.join(staging, name))
             names.append(name)
+            bar.update(1)
         write_atomic(os.path.join(staging, lib.REPORT), result.report)
         names.append(lib.REPORT)
         _move_into_place(staging, outdir, names, stale=set(lib.artifact_names()) - set(result.files()))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        bar.close()
     for name in names:
         click.echo(os.path.join(outdir, name))
 

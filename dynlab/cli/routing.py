@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import click
 
-from dynlab import plugins
+from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, refuse_repeats, split_list
+from dynlab.cli.common import echo_json, output_path, progress_bar, refuse_repeats, split_list
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy, run
@@ -64,10 +64,14 @@ class RegistryName(click.ParamType):
 SIM_OPTIONS = [
     (("--mode", "--modes"), "mode", RegistryName("strategy", plugins.strategies), "kv",
      "Routing strategy (see `dynlab strategies`)."),
-    (("--workers",), "workers", click.IntRange(min=1), 2, "Number of workers."),
-    (("--prefixes",), "prefixes", click.IntRange(min=0), 12, "Seed workload: distinct prefixes."),
+    (("--workers",), "workers", click.IntRange(min=1), 2,
+     f"Number of workers (at most {limits.MAX_WORKERS:,}; see docs/limits.md)."),
+    (("--prefixes",), "prefixes", click.IntRange(min=0), 12,
+     f"Seed workload: distinct prefixes (prefixes x reps at most {limits.MAX_SEED_REQUESTS:,} requests "
+     f"and {limits.MAX_SEED_BLOCKS:,} full blocks)."),
     (("--reps",), "reps", click.IntRange(min=0), 6, "Seed workload: requests per prefix."),
-    (("--plen",), "plen", click.IntRange(min=0), 96, "Seed workload: prefix length in tokens."),
+    (("--plen",), "plen", click.IntRange(min=0), 96,
+     f"Seed workload: prefix length in tokens (plen + tail at most {limits.MAX_PROMPT_TOKENS:,})."),
     (("--tail",), "tail", click.IntRange(min=0), 16, "Seed workload: per-request tail in tokens."),
     (("--seed",), "seed", click.INT, 1, "Seed of the run's RNG (shuffle, random choices)."),
     (("--block",), "block", click.IntRange(min=1), 16, "Tokens per block when hashing tokens."),
@@ -323,7 +327,11 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    results = {item: _run(config, quiet, requests) for item, config in configs.items()}
+    results = {}
+    with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
+        for item, config in configs.items():
+            results[item] = _run(config, quiet, requests)
+            bar.update(1)
     if plot_path:
         from dynlab.plots import plot_compare
 

@@ -22,6 +22,7 @@ from dynlab.cli.routing import common_flags, parse_opts, sim_options
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields
 from dynlab.errors import DynlabError
+from dynlab.limits import MAX_GRID_CELLS
 from dynlab.sweep import (EXECUTORS, OPT_PREFIX, LATENCY_OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
                           execute, option_text, plot_layout, plot_sweep, read_grid_file, record_line, to_csv)
 
@@ -176,7 +177,8 @@ TIMED_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_ms", "makespan_s", 
 @common_flags("No progress bar and no closing summary line on stderr.")
 @click.option("--grid", "grid_items", multiple=True, metavar="NAME=V1,V2,...",
               help="An option to vary and its values; repeatable. NAME: a sim option without dashes "
-                   "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option.")
+                   "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option. "
+                   f"At most {MAX_GRID_CELLS:,} cells (see docs/limits.md).")
 @click.option("--grid-file", type=click.Path(dir_okay=False), default=None,
               help="A TOML file of NAME = [values] (a single value applies to every cell; [opt] for strategy options).")
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
@@ -223,7 +225,10 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
     if len(set(paths)) != len(paths):
         raise click.UsageError("--out, --csv and --plot must name different files")
     grid = _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt)
-    cells = grid.cells()
+    try:
+        cells = grid.cells()  # refuses a grid over the cell limit before building any cell
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     configs = _check_cells(grid, cells)
     if plot_path:
         try:

@@ -68,7 +68,8 @@ class SimConfig:
     slo_tpot_ms: Optional[float] = None
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field or an option that has no effect."""
+        """Raise ``ValueError`` naming the first bad field, a size over a limit of :mod:`dynlab.limits`,
+        or an option that has no effect."""
         for name in ("workers", "block", "max_num_batched_tokens", "max_num_seqs", "tp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -97,6 +98,9 @@ class SimConfig:
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
+        from dynlab.limits import check_sim
+
+        check_sim(self)  # sizes the machine cannot hold (dynlab/limits.py)
         check_effective(self)
 
 

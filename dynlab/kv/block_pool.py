@@ -15,7 +15,7 @@ Modelled on vLLM v1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` (``vllm/v1/core`
   a ``BlockStored``). A name already cached is not registered twice: the second block stays
   unnamed (vLLM keeps both copies under one hash; see docs of :meth:`register`).
 
-Invariant: ``used_blocks + num_free == capacity``.
+Invariant: ``used_blocks + num_free == capacity`` (``num_free`` counts the never-used blocks too).
 
 Representation (no per-block Python loop on the common paths; everything runs through
 C-level ``map``/``zip``/``islice``/``dict.update``):
@@ -26,6 +26,11 @@ C-level ``map``/``zip``/``islice``/``dict.update``):
   is in the free queue (cached but evictable). ``set(_ref)`` is the prefix cache's content.
 - ``_free``: an ``OrderedDict`` of the free queue's keys, head first (O(1) removal from the
   middle for hits, ``islice`` from the head for allocation).
+- ``_fresh``: how many never-used blocks wait at the head of the free queue, ahead of
+  ``_free``. They are unnamed and interchangeable, so they are a count, not entries: the pool's
+  memory grows with the blocks a workload touches, not with ``capacity`` (``--capacity
+  1000000000 --timing`` costs nothing until used). Allocation takes them first, exactly where
+  vLLM's initial free queue puts them.
 
 A holder (a request) keeps the list of its keys in sequence order and hands it back to
 :meth:`release`; the pool does not track which holder owns which unnamed block.
@@ -57,14 +62,15 @@ class BlockPool:
       (the engine clears them per step).
     """
 
-    __slots__ = ("capacity", "_free", "_ref", "_serial", "stored", "removed")
+    __slots__ = ("capacity", "_free", "_fresh", "_ref", "_serial", "stored", "removed")
 
     def __init__(self, capacity: int):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1 block, got {capacity}")
         self.capacity = capacity
-        self._serial = -capacity - 1  # next fresh unnamed key counts down from here
-        self._free: OrderedDict = OrderedDict.fromkeys(range(-1, -capacity - 1, -1))
+        self._serial = -1  # next unnamed key counts down from here
+        self._fresh = capacity  # never-used blocks, at the head of the free queue (a count, not entries)
+        self._free: OrderedDict = OrderedDict()
         self._ref: dict = {}
         self.stored: List[int] = []
         self.removed: List[int] = []
@@ -73,12 +79,12 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks in the free queue (unnamed, or cached and evictable)."""
-        return len(self._free)
+        return self._fresh + len(self._free)
 
     @property
     def used_blocks(self) -> int:
         """Blocks held by requests (a shared block counts once); never counts cached free blocks."""
-        return self.capacity - len(self._free)
+        return self.capacity - self._fresh - len(self._free)
 
     def cached(self) -> set:
         """The names the pool holds (in use or free): what a prefix lookup can find."""
@@ -118,9 +124,16 @@ class BlockPool:
         if n <= 0:
             return []
         free = self._free
-        if n > len(free):
-            raise ValueError(f"cannot allocate {n} blocks: {len(free)} free")
+        if n > self._fresh + len(free):
+            raise ValueError(f"cannot allocate {n} blocks: {self._fresh + len(free)} free")
         s = self._serial
+        if self._fresh:  # never-used blocks first: they are the head of the queue, and evict nothing
+            fresh = min(n, self._fresh)
+            self._fresh -= fresh
+            self._serial = s - fresh
+            if fresh == n:
+                return list(range(s, s - n, -1))
+            return list(range(s, s - fresh, -1)) + self.allocate(n - fresh)
         if n == 1:  # the common case: a decode crossing a block boundary
             key = free.popitem(last=False)[0]
             if key >= 0:
@@ -183,5 +196,6 @@ class BlockPool:
         assert all(r >= 0 for r in self._ref.values()), "negative reference count"
         zero = sum(1 for r in self._ref.values() if r == 0)
         assert zero == sum(1 for k in free if k >= 0), "cached blocks at 0 refs are not all free"
-        assert self.used_blocks + len(free) == self.capacity
-        assert len(free) <= self.capacity
+        assert self._fresh >= 0
+        assert self.used_blocks + self._fresh + len(free) == self.capacity
+        assert self._fresh + len(free) <= self.capacity

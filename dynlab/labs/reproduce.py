@@ -194,7 +194,7 @@ def _capacity(label: str) -> Optional[int]:
     return None if label == "unbounded" else int(label)
 
 
-def lab000_artifacts(disagg: Optional[MeasuredSource] = None, warn: Warn = _ignore) -> dict[str, Artifact]:
+def lab000_artifacts(disagg: Optional[MeasuredSource] = None, warn: Warn = _ignore, progress=None) -> dict[str, Artifact]:
     """Lab 000's artifacts (see the module docstring), ``disagg_measured.json`` only with ``disagg``.
 
     Raises :class:`dynlab.errors.InputError` (``FILE:LINE: ...``) for a bad line of the measured file
@@ -204,6 +204,8 @@ def lab000_artifacts(disagg: Optional[MeasuredSource] = None, warn: Warn = _igno
 
     def add(name: str, command: str, data: Any) -> None:
         out[name] = Artifact(name, "lab000", command, data)
+        if progress is not None:
+            progress.update(1)
 
     modes = ("rr", "random", "kv")
     add("modes.json", f"dynlab compare --modes {','.join(modes)}",
@@ -227,7 +229,7 @@ def lab000_artifacts(disagg: Optional[MeasuredSource] = None, warn: Warn = _igno
     return out
 
 
-def lab002_artifacts(offload: Optional[MeasuredSource] = None, warn: Warn = _ignore) -> dict[str, Artifact]:
+def lab002_artifacts(offload: Optional[MeasuredSource] = None, warn: Warn = _ignore, progress=None) -> dict[str, Artifact]:
     """Lab 002's artifacts (see the module docstring), ``offload_measured.json`` only with ``offload``.
 
     Raises as :func:`lab000_artifacts` for a bad measured file.
@@ -236,6 +238,8 @@ def lab002_artifacts(offload: Optional[MeasuredSource] = None, warn: Warn = _ign
 
     def add(name: str, command: str, data: Any) -> None:
         out[name] = Artifact(name, "lab002", command, data)
+        if progress is not None:
+            progress.update(1)
 
     fwd2 = ["fwd", "fwd"]
     add("cyclic.json", "dynlab scenario --passes fwd,fwd", run_scenario(passes=fwd2))
@@ -757,13 +761,15 @@ def build(
     with_plots: bool = True,
     warn: Warn = _ignore,
     invocation: str = "dynlab reproduce OUTDIR",
+    progress=None,
 ) -> Reproduction:
     """Compute every artifact of the labs (``only``: one of :data:`LABS`), the plots' data and ``REPORT.md``.
 
     ``disagg`` / ``offload``: measured files to summarize (:func:`measured_file`, :func:`sample_file`);
     a source whose lab is not selected is ignored. ``with_plots=False`` leaves the plots out of the
     result and the report. ``warn`` receives the summaries' warnings. ``invocation`` is quoted at the
-    top of the report.
+    top of the report. ``progress``: an object with ``update(n)`` (a tqdm bar) told of each artifact
+    computed, or ``None``.
 
     Raises ``ValueError`` for an unknown ``only``, and what :func:`lab000_artifacts` raises for a bad
     measured file. Nothing is written.
@@ -774,11 +780,11 @@ def build(
     artifacts: dict[str, Artifact] = {}
     sources: dict[str, MeasuredSource] = {}
     if "lab000" in labs:
-        artifacts.update(lab000_artifacts(disagg, warn))
+        artifacts.update(lab000_artifacts(disagg, warn, progress))
         if disagg is not None:
             sources["disagg"] = disagg
     if "lab002" in labs:
-        artifacts.update(lab002_artifacts(offload, warn))
+        artifacts.update(lab002_artifacts(offload, warn, progress))
         if offload is not None:
             sources["offload"] = offload
     plots = lab_plots(artifacts) if with_plots else {}

@@ -18,6 +18,7 @@ from typing import Optional, Union
 
 from dynlab.kv.policies import EvictionPolicy, FutureIndex
 from dynlab.kv.tiers import TwoTierCache
+from dynlab.limits import check_doc_reads
 
 __all__ = [
     "DEFAULT_GPU",
@@ -101,6 +102,7 @@ def run_scenario(
     passes: Sequence[str] = DEFAULT_PASSES,
     cpu: int = DEFAULT_CPU,
     policy: PolicyArg = None,
+    progress=None,
 ) -> dict:
     """Read the documents pass after pass through one two-tier cache; count hits per pass.
 
@@ -113,12 +115,16 @@ def run_scenario(
     object per pass in order, ``hit_docs`` the documents hit on either tier in reading order.
     With the defaults the third pass hits ``[9, 8, 7, 6]`` on the GPU.
 
-    Raises ``ValueError`` on a negative number or an unknown pass order, ``TypeError`` on a
+    ``progress``: an object with ``update(n)`` (a tqdm bar) told of every document read, or ``None``.
+
+    Raises ``ValueError`` on a negative number, an unknown pass order, more document reads
+    (``docs * len(passes)``) than :data:`dynlab.limits.MAX_DOC_READS`, ``TypeError`` on a
     non-integer, :class:`dynlab.plugins.UnknownNameError` on an unknown policy name.
     """
     for name, value in (("gpu", gpu), ("docs", docs), ("tokens", tokens), ("cpu", cpu)):
         _check_non_negative(name, value)
     passes = list(passes)
+    check_doc_reads(docs, passes)
     future = FutureIndex(access_sequence(docs, passes))  # also validates the pass orders
     cache = TwoTierCache(gpu, cpu, policy=resolve_policy(policy), future=future)
     out = []
@@ -127,6 +133,8 @@ def run_scenario(
         hit_docs = []
         for doc in pass_docs(order, docs):
             where = cache.access(doc, tokens)
+            if progress is not None:
+                progress.update(1)
             counts[where] += 1
             if where != "miss":
                 hit_docs.append(doc)
@@ -165,7 +173,8 @@ def cliff(
     The seed's step 4: ``cliff([21520, 30000, 40000, 45000, 50109, 50110], passes=["fwd", "fwd"])``
     -> every value 0 but ``"50110": 10``: a cyclic read hits nothing under LRU until all ten
     documents (50,110 tokens) fit. Step 7 (``over="cpu"``, ``metric="misses"``, GPU 21520) shows
-    the CPU tier needs room for every document too.
+    the CPU tier needs room for every document too. A ``progress`` keyword (see :func:`run_scenario`)
+    is told of every read of every run.
 
     Raises ``ValueError`` on an unknown ``over`` or ``metric``, labels of the wrong length, or any
     error of :func:`run_scenario`.

@@ -59,7 +59,14 @@ class Grid:
     base: Mapping[str, Any] = field(default_factory=dict)
 
     def cells(self) -> list[dict]:
-        """Every cell in order (the last axis varies fastest): axes' values first, then ``fixed``."""
+        """Every cell in order (the last axis varies fastest): axes' values first, then ``fixed``.
+
+        Raises ``ValueError`` when the grid has more cells than :data:`dynlab.limits.MAX_GRID_CELLS`
+        (counted before any is built).
+        """
+        from dynlab.limits import check_grid_cells
+
+        check_grid_cells([len(a.values) for a in self.axes])
         names = [a.name for a in self.axes]
         out = []
         for combo in itertools.product(*(a.values for a in self.axes)):

@@ -116,7 +116,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert pool.num_free == len(model.free)
         assert pool.used_blocks + pool.num_free == self.cap
         assert pool.cached() == set(model.where)
-        assert [k if k >= 0 else None for k in pool._free] == model.free_names()
+        # the never-used blocks are a count at the queue's head (unnamed), then the queue's entries
+        assert [None] * pool._fresh + [k if k >= 0 else None for k in pool._free] == model.free_names()
         assert pool.cached() == self.from_events  # the cache as a subscriber to its events sees it
 
 
@@ -164,3 +165,15 @@ def test_duplicate_name_stays_unnamed():
     b = pool.allocate(2)
     pool.register(b, 0, [5, 6])  # 5 is already cached: b's first block stays unnamed
     assert b[0] < 0 and b[1] == 6 and pool.stored == [5, 6]
+
+
+def test_a_huge_pool_costs_nothing_until_used():
+    # --capacity 10**9 --timing: the never-used blocks are a count, so construction allocates no
+    # entry per block; taking 3 blocks (all never used) leaves 10**9 - 3 free and evicts nothing.
+    pool = BlockPool(10**9)
+    assert pool.num_free == 10**9 and len(pool._free) == 0
+    keys = pool.allocate(3)
+    assert len(set(keys)) == 3 and pool.num_free == 10**9 - 3 and pool.removed == []
+    pool.release(keys)
+    assert pool.num_free == 10**9 and len(pool._free) == 3
+    pool.check()

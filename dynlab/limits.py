@@ -1,0 +1,126 @@
+"""How much one command may ask of the machine: every size limit, in one place, with its reasoning.
+
+A size option that allocates per unit (workers, requests, blocks, tokens, document reads, grid
+cells) is checked here before anything is allocated; a run over a limit is refused with one line
+naming the option, the limit and the memory per unit (the CLI shows it as a usage error, exit 2).
+
+The reasoning, the same for every limit::
+
+    limit = BUDGET_BYTES / bytes per unit, rounded down to one significant digit
+
+- :data:`MACHINE_BYTES`: the machine dynlab is sized for, 24 GiB of memory.
+- :data:`BUDGET_BYTES`: one run may use a third of it, 8 GiB: the machine is shared (and ``sweep``
+  runs a cell per CPU), and Python's allocator and the OS need room beside it.
+- bytes per unit: peaks measured with ``tracemalloc`` on CPython 3.11 (``dynlab sim`` runs of 1,000
+  and 4,000 workers; seed workloads of 10,000 requests of 16 blocks; ``run_scenario`` with
+  100,000 documents), rounded up to a power of two for headroom. The measured figures are in
+  each constant's comment.
+
+Options that need no limit, because nothing is allocated per unit up front: ``--capacity``
+(count-based caches grow with what they store; the timed engine's block pool keeps its
+never-used blocks as a count, :class:`dynlab.kv.block_pool.BlockPool`), ``--max-num-seqs`` and
+``--max-num-batched-tokens`` (caps on a step, not reservations), ``--event-delay`` (holds the
+events of K requests), ``scenario``/``cliff`` ``--gpu``/``--cpu``/``--tokens`` (numbers of
+tokens, never materialised), ``disagg --tokens`` and ``--gbps`` (arithmetic). A trace is
+streamed (the ``opt`` policy and ``compare`` hold it in memory, as big as the file the user gave).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+__all__ = ["MACHINE_BYTES", "BUDGET_BYTES", "WORKER_BYTES", "SEED_REQUEST_BYTES", "SEED_BLOCK_BYTES",
+           "PROMPT_TOKEN_BYTES", "DOC_READ_BYTES", "GRID_CELL_BYTES", "MAX_WORKERS", "MAX_SEED_REQUESTS",
+           "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "check_sim",
+           "check_doc_reads", "check_grid_cells"]
+
+GIB = 2**30
+#: memory of the machine dynlab is sized for
+MACHINE_BYTES = 24 * GIB
+#: what one run may use: a third of the machine (shared; a sweep runs a cell per CPU)
+BUDGET_BYTES = MACHINE_BYTES // 3
+
+#: one worker: its cache, the router's per-worker state, a timed engine with an empty pool
+#: (measured 0.84-2.4 KB per worker)
+WORKER_BYTES = 4096
+#: one request of the synthetic workload before its blocks: its place in the shuffled order
+#: (measured about 40 bytes)
+SEED_REQUEST_BYTES = 64
+#: one block name of the synthetic workload, held by the router's index, the caches, the ideal
+#: cache's set, and ``opt``'s look-ahead (measured 110-280 bytes per block)
+SEED_BLOCK_BYTES = 512
+#: one token of one synthetic request, materialised while its blocks are hashed (measured 56 bytes)
+PROMPT_TOKEN_BYTES = 64
+#: one document read of ``scenario``/``cliff``: the access sequence, ``opt``'s future index, the
+#: output's ``hit_docs`` (measured about 150 bytes per read)
+DOC_READ_BYTES = 256
+#: one sweep cell: its options, its configuration and its result record (measured about 2 KB
+#: for the first two; a result is a few KB)
+GRID_CELL_BYTES = 8192
+
+
+def _one_digit(n: int) -> int:
+    """``n`` rounded down to one significant digit: 2,097,152 -> 2,000,000."""
+    scale = 10 ** (len(str(n)) - 1)
+    return n // scale * scale
+
+
+#: ``--workers`` at most (2,000,000)
+MAX_WORKERS = _one_digit(BUDGET_BYTES // WORKER_BYTES)
+#: ``--prefixes`` x ``--reps`` at most (100,000,000 requests)
+MAX_SEED_REQUESTS = _one_digit(BUDGET_BYTES // SEED_REQUEST_BYTES)
+#: ``--prefixes`` x ``--reps`` x blocks per request at most (10,000,000 block names)
+MAX_SEED_BLOCKS = _one_digit(BUDGET_BYTES // SEED_BLOCK_BYTES)
+#: ``--plen`` + ``--tail`` at most (100,000,000 tokens in one request)
+MAX_PROMPT_TOKENS = _one_digit(BUDGET_BYTES // PROMPT_TOKEN_BYTES)
+#: ``--docs`` x passes at most (30,000,000 document reads)
+MAX_DOC_READS = _one_digit(BUDGET_BYTES // DOC_READ_BYTES)
+#: cells of a sweep grid at most (1,000,000)
+MAX_GRID_CELLS = _one_digit(BUDGET_BYTES // GRID_CELL_BYTES)
+
+
+def _over(what: str, asked: int, limit: int, unit: str, per: int) -> ValueError:
+    return ValueError(f"{what} asks for {asked:,} {unit}, more than dynlab allows: at most {limit:,} "
+                      f"(about {per:,} bytes each within {BUDGET_BYTES // GIB} GiB; see docs/limits.md)")
+
+
+def check_sim(config) -> None:
+    """Raise ``ValueError`` (one line naming the option and its limit) when a
+    :class:`dynlab.engine.config.SimConfig` asks for more than :data:`MAX_WORKERS` workers, or a
+    synthetic workload (no ``trace``) of more than :data:`MAX_SEED_REQUESTS` requests,
+    :data:`MAX_SEED_BLOCKS` block names or :data:`MAX_PROMPT_TOKENS` tokens per request.
+    """
+    if config.workers > MAX_WORKERS:
+        raise _over(f"--workers {config.workers}", config.workers, MAX_WORKERS, "workers", WORKER_BYTES)
+    if config.trace is not None:
+        return
+    tokens = config.plen + config.tail
+    if tokens > MAX_PROMPT_TOKENS:
+        raise _over(f"--plen {config.plen} + --tail {config.tail}", tokens, MAX_PROMPT_TOKENS,
+                    "tokens per request", PROMPT_TOKEN_BYTES)
+    requests = config.prefixes * config.reps
+    if requests > MAX_SEED_REQUESTS:
+        raise _over(f"--prefixes {config.prefixes} x --reps {config.reps}", requests, MAX_SEED_REQUESTS,
+                    "requests", SEED_REQUEST_BYTES)
+    blocks = requests * (tokens // config.block)  # full blocks only are named
+    if blocks > MAX_SEED_BLOCKS:
+        raise _over(f"--prefixes {config.prefixes} x --reps {config.reps} x {tokens // config.block} blocks "
+                    "per request", blocks, MAX_SEED_BLOCKS, "block names", SEED_BLOCK_BYTES)
+
+
+def check_doc_reads(docs: int, passes: Sequence[str]) -> None:
+    """Raise ``ValueError`` when ``docs`` documents read in ``len(passes)`` passes exceed
+    :data:`MAX_DOC_READS` reads (``scenario`` and ``cliff``)."""
+    reads = docs * len(passes)
+    if reads > MAX_DOC_READS:
+        raise _over(f"--docs {docs} x {len(passes)} passes", reads, MAX_DOC_READS, "document reads",
+                    DOC_READ_BYTES)
+
+
+def check_grid_cells(sizes: Sequence[int], what: Optional[str] = None) -> None:
+    """Raise ``ValueError`` when a grid of axes of ``sizes`` values has more than
+    :data:`MAX_GRID_CELLS` cells (counted before any cell is built)."""
+    cells = math.prod(sizes)
+    if cells > MAX_GRID_CELLS:
+        what = what or f"the grid ({' x '.join(map(str, sizes))} values)"
+        raise _over(what, cells, MAX_GRID_CELLS, "cells", GRID_CELL_BYTES)

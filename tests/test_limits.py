@@ -1,0 +1,202 @@
+"""Sizes the machine cannot hold are refused up front in one line (dynlab/limits.py); long runs show a
+progress bar on a terminal and nothing on stderr when piped."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import struct
+import subprocess
+import termios
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dynlab import limits
+from dynlab.engine.config import SimConfig
+from dynlab.labs.scenario import cliff, run_scenario
+from dynlab.sweep.grid import Axis, Grid
+from helpers import dynlab_command, invoke, ok
+
+
+def one_line_usage_error(result, *words):
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert result.stdout == ""
+
+
+# -- the limits and their reasoning ------------------------------------------------------------------
+
+def test_the_limits_are_the_budget_over_the_memory_per_unit():
+    # 24 GiB / 3 = 8 GiB = 8,589,934,592 bytes; each limit is that over the bytes per unit, rounded
+    # down to one digit: /4096 = 2,097,152; /64 = 134,217,728; /512 = 16,777,216; /256 = 33,554,432;
+    # /8192 = 1,048,576.
+    assert limits.BUDGET_BYTES == 8 * 2**30 == limits.MACHINE_BYTES // 3
+    assert limits.MAX_WORKERS == 2_000_000
+    assert limits.MAX_SEED_REQUESTS == 100_000_000
+    assert limits.MAX_SEED_BLOCKS == 10_000_000
+    assert limits.MAX_PROMPT_TOKENS == 100_000_000
+    assert limits.MAX_DOC_READS == 30_000_000
+    assert limits.MAX_GRID_CELLS == 1_000_000
+    for limit, per in ((limits.MAX_WORKERS, limits.WORKER_BYTES),
+                       (limits.MAX_SEED_REQUESTS, limits.SEED_REQUEST_BYTES),
+                       (limits.MAX_SEED_BLOCKS, limits.SEED_BLOCK_BYTES),
+                       (limits.MAX_PROMPT_TOKENS, limits.PROMPT_TOKEN_BYTES),
+                       (limits.MAX_DOC_READS, limits.DOC_READ_BYTES),
+                       (limits.MAX_GRID_CELLS, limits.GRID_CELL_BYTES)):
+        assert limit * per <= limits.BUDGET_BYTES
+
+
+@given(st.integers(1, 10**30))
+def test_one_digit_rounds_down_to_one_significant_digit(n):
+    r = limits._one_digit(n)
+    scale = 10 ** (len(str(n)) - 1)
+    assert r <= n < r + scale and r % scale == 0 and 1 <= r // scale <= 9
+
+
+@pytest.mark.parametrize("fields, ok_", [
+    # at a limit passes, one past it is refused; hand-made from the limits above
+    ({"workers": 2_000_000}, True), ({"workers": 2_000_001}, False),
+    # plen + tail = 10**8 tokens is the limit; one block of 10**8 tokens per request, 1 request
+    ({"prefixes": 1, "reps": 1, "plen": 10**8, "tail": 0, "block": 10**8}, True),
+    ({"prefixes": 1, "reps": 1, "plen": 10**8, "tail": 1, "block": 10**8}, False),
+    # 10**8 requests of no full block (plen + tail = 0)
+    ({"prefixes": 10**8, "reps": 1, "plen": 0, "tail": 0}, True),
+    ({"prefixes": 10**8 + 1, "reps": 1, "plen": 0, "tail": 0}, False),
+    # 10**6 x 10 requests x (16 // 16 = 1 block) = 10**7 block names; 32 tokens: 2 blocks each
+    ({"prefixes": 10**6, "reps": 10, "plen": 0, "tail": 16}, True),
+    ({"prefixes": 10**6, "reps": 10, "plen": 0, "tail": 32}, False),
+])
+def test_sim_limits_at_the_boundary(fields, ok_):
+    config = SimConfig(**fields)
+    if ok_:
+        limits.check_sim(config)
+    else:
+        with pytest.raises(ValueError, match="more than dynlab allows"):
+            limits.check_sim(config)
+
+
+def test_a_trace_run_has_no_synthetic_workload_limits():
+    limits.check_sim(SimConfig(trace="t.jsonl", prefixes=10**9, reps=10**9))  # the seed options are not used
+
+
+def test_document_reads_and_grid_cells_at_the_boundary():
+    limits.check_doc_reads(10**7, ["fwd"] * 3)  # 3 x 10**7 reads: the limit
+    with pytest.raises(ValueError, match="30,000,001 document reads"):
+        limits.check_doc_reads(30_000_001, ["fwd"])
+    limits.check_grid_cells([1000, 1000])
+    with pytest.raises(ValueError, match=r"1000 x 1001 values\) asks for 1,001,000 cells"):
+        limits.check_grid_cells([1000, 1001])
+
+
+def test_the_library_refuses_before_allocating():
+    with pytest.raises(ValueError, match="--docs 100000000 x 3 passes"):
+        run_scenario(docs=10**8)
+    with pytest.raises(ValueError, match="document reads"):
+        cliff([1, 2], docs=10**8)
+    axis = Axis("seed", tuple(range(1001)), tuple(map(str, range(1001))))
+    with pytest.raises(ValueError, match="1,002,001 cells"):  # 1001 x 1001
+        Grid((axis, Axis("workers", axis.values, axis.labels)), {}, {}, {}).cells()
+    with pytest.raises(ValueError, match="--workers"):
+        SimConfig(workers=10**9).validate()
+
+
+# -- the issue's inputs, and every command alike -----------------------------------------------------
+
+def test_sim_workers_one_billion_is_a_one_line_error():
+    # the issue: a MemoryError traceback after minutes; 10**9 > 2,000,000
+    one_line_usage_error(invoke("sim", "--workers", 1_000_000_000), "--workers 1000000000", "2,000,000")
+
+
+def test_scenario_docs_one_hundred_million_is_a_one_line_error():
+    # the issue: hung silently; 10**8 documents x 3 passes (fwd,fwd,rev) = 3 x 10**8 reads > 3 x 10**7
+    one_line_usage_error(invoke("scenario", "--docs", 100_000_000), "--docs 100000000", "300,000,000",
+                         "30,000,000")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["cliff", "--docs", 100_000_000, "--gpu", "1,2"], ["--docs", "30,000,000"]),
+    (["compare", "--workers", "1,1000000000"], ["--workers", "2,000,000"]),
+    (["sweep", "--executor", "serial", "--grid", "workers=1,1000000000"], ["--workers", "2,000,000"]),
+    (["sim", "--trace", "mooncake-conversation", "--workers", 3_000_000], ["--workers", "2,000,000"]),
+    (["sim", "--timing", "--workers", 3_000_000], ["--workers", "2,000,000"]),
+    (["sim", "--prefixes", 100_000, "--reps", 1000], ["--prefixes", "10,000,000"]),
+    (["sim", "--plen", 1_000_000_000], ["--plen", "100,000,000"]),
+    (["sweep", "--grid", "seed=" + ",".join(map(str, range(1001))),
+      "--grid", "workers=" + ",".join(map(str, range(1, 1001))), "--dry-run"], ["1,001,000 cells", "1,000,000"]),
+])
+def test_every_command_refuses_a_size_over_its_limit(args, words):
+    one_line_usage_error(invoke(*args), *words)
+
+
+def test_a_huge_timed_pool_runs_in_bounded_memory():
+    # --capacity 10**9 --timing used to allocate a free-queue entry per block (MemoryError). The seed
+    # workload stores 72 x 7 = 504 blocks at most, so a pool of 100,000 never evicts either: the two
+    # runs serve identically, and only the reported pool size differs.
+    big = json.loads(ok(invoke("sim", "--timing", "--capacity", 10**9)).stdout)
+    small = json.loads(ok(invoke("sim", "--timing", "--capacity", 100_000)).stdout)
+    assert big["kv_blocks"] == 10**9 and big["evicted_blocks"] == 0
+    for key in ("cached_blocks", "ttft_ms", "requests_per_worker", "peak_kv_blocks"):
+        assert big[key] == small[key]
+
+
+def test_help_states_the_limits():
+    assert "2,000,000" in ok(invoke("sim", "--help")).stdout
+    assert "2,000,000" in ok(invoke("compare", "--help")).stdout
+    assert "1,000,000 cells" in ok(invoke("sweep", "--help")).stdout
+    for command in ("scenario", "cliff"):
+        assert "30,000,000" in ok(invoke(command, "--help")).stdout.replace("\n", " ")
+
+
+# -- progress bars -------------------------------------------------------------------------------------
+
+LONG_RUNS = [
+    ["scenario"],
+    ["cliff", "--gpu", "10000,60000"],
+    ["compare", "--modes", "rr,kv", "--format", "json"],
+    ["sim", "--trace", "mooncake-conversation"],
+]
+
+
+def _stderr_on_a_terminal(args: list) -> bytes:
+    main_fd, tty = pty.openpty()
+    fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # tqdm draws nothing at 0 columns
+    try:
+        proc = subprocess.run(dynlab_command() + args, stderr=tty, stdout=subprocess.PIPE, timeout=600)
+        os.close(tty)
+        tty = None
+        chunks = []
+        while True:
+            try:
+                data = os.read(main_fd, 65536)
+            except OSError:  # EIO: the other side is closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        if tty is not None:
+            os.close(tty)
+        os.close(main_fd)
+    assert proc.returncode == 0
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("args", LONG_RUNS + [["reproduce", "OUT", "--no-plots"]], ids=lambda a: a[0])
+def test_no_progress_on_stderr_when_piped(args, tmp_path):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    proc = subprocess.run(dynlab_command() + args, capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b""
+
+
+@pytest.mark.parametrize("args", LONG_RUNS + [["reproduce", "OUT", "--no-plots"]], ids=lambda a: a[0])
+def test_a_progress_bar_on_a_terminal(args, tmp_path):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    err = _stderr_on_a_terminal(args)
+    assert args[0].encode() in err or b"req" in err  # the bar's label (sim's bar is labelled by its mode)
