@@ -53,3 +53,12 @@ def dynlab_register_latency_models(register):
     The class must subclass :class:`dynlab.latency.base.LatencyModel` and set a
     non-empty class attribute ``name`` (the ``--latency-model`` value).
     """
+
+
+@hookspec
+def dynlab_register_scorers(register):
+    """Register scorers of the ``weighted`` strategy: ``register(ScorerSubclass)``.
+
+    The class must subclass :class:`dynlab.routing.scorer.Scorer` and set a non-empty
+    class attribute ``name`` (the name in ``--opt scorers=NAME:WEIGHT,...``).
+    """

@@ -1,4 +1,5 @@
-"""The plugin manager and the registries of strategies, eviction policies, trace formats and latency models.
+"""The plugin manager and the registries of strategies, eviction policies, trace formats, latency models and
+scorers.
 
 The manager is built on first use (:func:`get_plugin_manager`), never at import
 time, from the ``dynlab`` entry-point group; the registries are rebuilt from the
@@ -157,7 +158,8 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
 
 def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
-    return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats}
+    return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
+            "scorer": scorers}
 
 
 def distribution_version(source: str) -> str | None:
@@ -195,3 +197,10 @@ def latency_models(pm: pluggy.PluginManager | None = None) -> Registry:
     from dynlab.latency.base import LatencyModel
 
     return _collect("dynlab_register_latency_models", "latency model", LatencyModel, pm)
+
+
+def scorers(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered scorer (the names of the ``weighted`` strategy's ``--opt scorers=``)."""
+    from dynlab.routing.scorer import Scorer
+
+    return _collect("dynlab_register_scorers", "scorer", Scorer, pm)

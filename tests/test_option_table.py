@@ -154,6 +154,9 @@ def sim_rows(cmd: list) -> dict:
         "--timing": changes(cmd, ["--timing"]),
         "--all-metrics": changes(cmd, ["--all-metrics"]),
         "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),
+        # router replicas: each keeps its own memory of what it routed (kv's index)
+        "--routers": changes(cmd + ["--all-metrics"], ["--routers", "2"]),
+        "--router-assign": changes(cmd + ["--routers", "2"], ["--router-assign", "hash"]),
         # a trace that names its own blocks cannot be re-hashed; on tokens the run says its scheme
         "--hash": changes(cmd + ["--trace", TOKENS], ["--hash", "dynamo"]),
     }
@@ -179,6 +182,11 @@ NO_EFFECT = [
     (["--timing", "--event-delay", "2"], "--event-delay"),
     (["--trace", MOON, "--hash", "dynamo"], "--hash"),
     (["--mode", "rr", "--opt", "temperature=1"], "temperature"),
+    (["--router-assign", "hash"], "--router-assign"),  # one router: no replica to choose
+    (["--mode", "kv-cost", "--routers", "2", "--opt", "shared_load=true"], "shared_load"),  # no load without --timing
+    (["--mode", "kv-cost", "--timing", "--opt", "shared_load=true"], "shared_load"),  # one router
+    (["--opt", "ttl_s=120"], "ttl_s"),  # a count-based run has no clock
+    (["--mode", "weighted", "--opt", "scorers=prefix:1,queue:1"], "queue"),  # no load without --timing
 ]
 
 LATENCY = ["latency", "--format", "json"]

@@ -110,3 +110,30 @@ def test_registry_parametrised_tests_cover_it(installed_plugin):
     # Exit 5 would mean no test matched: the strategy was not collected.
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "passed" in proc.stdout
+
+
+# ------------------------------------------------------------------------------- a third-party scorer
+SCORER = "highest-index"
+
+
+def test_plugins_lists_its_scorer(installed_plugin):
+    proc = dynlab("plugins")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    assert any(r[:3] == ["scorer", SCORER, installed_plugin] for r in rows), proc.stdout
+
+
+def test_weighted_uses_its_scorer(installed_plugin):
+    """highest-index scores worker w as w: every request goes to the last worker."""
+    proc = dynlab("sim", "--mode", "weighted", "--workers", 3, "--opt", f"scorers={SCORER}:1", "--all-metrics")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["requests_per_worker"] == [0, 0, 72]
+
+
+def test_registry_wide_scorer_tests_cover_it(installed_plugin):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(Path(__file__).parent / "test_scorers.py"), "-k", SCORER],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "passed" in proc.stdout

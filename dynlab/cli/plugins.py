@@ -71,7 +71,7 @@ def policies(verbose, as_json):
 @main.command("plugins")
 @_json
 def plugins_cmd(as_json):
-    """List every plugin of every kind (strategies, eviction policies, trace formats) with the
+    """List every plugin of every kind (strategies, eviction policies, trace formats, scorers) with the
     distribution that provides it and its version ("-" for a plugin registered at run time)."""
     rows = [_record(e, kind) for kind, registry in plugins.kinds().items() for e in registry().entries()]
     if as_json:

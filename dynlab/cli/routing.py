@@ -84,6 +84,12 @@ SIM_OPTIONS = [
     (("--event-delay",), "event_delay", click.IntRange(min=0), 0,
      "Deliver request i's KV events before request i+1+K is routed."),
     (("--event-loss",), "event_loss", FiniteFloat(0.0, 1.0), 0.0, "Drop each KV event with this probability."),
+    (("--routers",), "routers", click.IntRange(min=1), 1,
+     "Router replicas: independent instances of the strategy, each with its own index and load view; "
+     "every replica receives every KV event (see docs/routing.md)."),
+    (("--router-assign",), "router_assign", click.Choice(["rr", "hash"]), "rr",
+     "With --routers > 1: requests reach the replicas round robin, or by a hash of the session "
+     "(the request's first block name)."),
     (("--trace",), "trace", click.STRING, None,
      "A bundled trace (mooncake-conversation: 12031 requests of Mooncake's public conversation trace), "
      "a path to a JSONL trace (.gz read as gzip) or - for stdin. Rows must be in time order: a trace "

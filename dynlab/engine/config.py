@@ -31,6 +31,10 @@ class SimConfig:
     ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size when ``capacity`` is
     ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
     ``slo_tpot_ms`` (goodput).
+
+    Routers: ``routers`` independent replicas of the strategy (each its own index and load
+    view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
+    first block name); :mod:`dynlab.routing.replicas`.
     """
 
     mode: str = "kv"
@@ -66,11 +70,13 @@ class SimConfig:
     event_delay_ms: float = 0.0
     slo_ttft_ms: Optional[float] = None
     slo_tpot_ms: Optional[float] = None
+    routers: int = 1
+    router_assign: str = "rr"
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field, a size over a limit of :mod:`dynlab.limits`,
         or an option that has no effect."""
-        for name in ("workers", "block", "max_num_batched_tokens", "max_num_seqs", "tp"):
+        for name in ("workers", "block", "max_num_batched_tokens", "max_num_seqs", "tp", "routers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("prefixes", "reps", "plen", "tail", "event_delay"):
@@ -84,6 +90,8 @@ class SimConfig:
 
         if self.hash not in HASH_SCHEMES:
             raise ValueError(f"hash must be one of {', '.join(HASH_SCHEMES)}, got {self.hash!r}")
+        if self.router_assign not in ("rr", "hash"):
+            raise ValueError(f"router_assign must be rr or hash, got {self.router_assign!r}")
         if self.publish not in ("yes", "no"):
             raise ValueError(f"publish must be yes or no, got {self.publish!r}")
         if not 0.0 <= self.event_loss <= 1.0:
@@ -146,6 +154,8 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     if config.publish == "no":
         for name in ("event_delay", "event_loss", "event_delay_ms"):
             yield name, "with --publish no: no KV event is published"
+    if config.routers == 1:
+        yield "router_assign", "with one router (--routers 1): there is no replica to choose"
     if not config.timing:
         for name in TIME_MODEL_FIELDS:
             yield name, _WITHOUT_TIMING

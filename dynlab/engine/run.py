@@ -24,7 +24,7 @@ from dynlab.engine.counted import Worker
 from dynlab.engine.bus import CountedEventBus
 from dynlab.engine.metrics import RoutingMetrics, event_refusals
 from dynlab.errors import DynlabError
-from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
+from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy, StrategyOption
 
 SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
 
@@ -35,7 +35,8 @@ class StrategyError(DynlabError):
 
 def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
     """Whether the traceback of ``exc`` passes through the strategy class's own source files."""
-    files = {getattr(c, "__module__", None) for c in type(strategy).__mro__} - {"builtins", "abc", __name__}
+    classes = [c for s in getattr(strategy, "instances", None) or (strategy,) for c in type(s).__mro__]
+    files = {getattr(c, "__module__", None) for c in classes} - {"builtins", "abc", __name__}
     files = {getattr(sys.modules.get(m), "__file__", None) for m in files} - {None}
     files.discard(getattr(sys.modules.get("dynlab.routing.strategy"), "__file__", None))
     tb = exc.__traceback__
@@ -46,13 +47,23 @@ def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
     return False
 
 
-def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_tokens: Optional[int] = None) -> Strategy:
+#: the option of router replicas (``--routers N``), given with the strategy's: ``--opt shared_load=true``
+SHARED_LOAD = StrategyOption("shared_load", bool, False,
+                             "router replicas read the whole fleet's load, not only their own requests'")
+
+
+def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_tokens: Optional[int] = None,
+                   pool_blocks: Optional[int] = None) -> Strategy:
     """Instantiate ``config.mode`` from the strategy registry with converted options.
 
-    ``block_tokens``: tokens per block of the workload's names (default ``config.block``).
+    ``block_tokens``: tokens per block of the workload's names (default ``config.block``);
+    ``pool_blocks``: each worker's pool in blocks (``RunContext.pool_blocks``; default ``config.capacity``).
+    With ``config.routers > 1``: a :class:`~dynlab.routing.replicas.RouterReplicas` of that many
+    instances, sharing the run's RNG; ``--opt shared_load=true`` shares the load view among them.
 
     Raises :class:`dynlab.plugins.UnknownNameError` for an unknown mode and
-    ``ValueError`` for an unknown or ill-typed option.
+    ``ValueError`` for an unknown or ill-typed option, or ``shared_load`` where it has no effect
+    (one router, or no ``--timing``: the load a router knows is zero without it).
     """
     from dynlab import plugins
 
@@ -60,14 +71,30 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
     cls = registry.get(config.mode)
     declared = {o.name: o for o in cls.options}
     values = {o.name: o.default for o in cls.options}
-    for name, text in config.opts.items():
+    opts = dict(config.opts)
+    shared = False
+    if SHARED_LOAD.name in opts and SHARED_LOAD.name not in declared:
+        text = opts.pop(SHARED_LOAD.name)
+        shared = SHARED_LOAD.convert(text) if isinstance(text, str) else bool(text)
+        if config.routers == 1:
+            raise ValueError("option 'shared_load' has no effect with one router (--routers 1): "
+                             "it shares the load among router replicas")
+        if not config.timing:
+            raise ValueError("option 'shared_load' has no effect without --timing: "
+                             "the load a router knows is zero there")
+    for name, text in opts.items():
         if name not in declared:
             known = ", ".join(declared) or "none"
             raise ValueError(f"strategy {config.mode!r} has no option {name!r} (options: {known})")
         values[name] = declared[name].convert(text) if isinstance(text, str) else text
     ctx = RunContext(workers=config.workers, block=block_tokens or config.block, rng=rng, options=values,
-                     publish=config.publish == "yes")
-    return cls(ctx)
+                     publish=config.publish == "yes", timed=config.timing,
+                     pool_blocks=pool_blocks if pool_blocks is not None else config.capacity)
+    if config.routers == 1:
+        return cls(ctx)
+    from dynlab.routing.replicas import RouterReplicas
+
+    return RouterReplicas([cls(ctx) for _ in range(config.routers)], config.router_assign, shared)
 
 
 def make_workers(config: SimConfig, future: Optional[list] = None) -> list[Worker]:
@@ -172,7 +199,8 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
         timed = build_engines(config, own)
         block_tokens = config.block
-    strategy = build_strategy(config, rng, block_tokens=block_tokens)
+    strategy = build_strategy(config, rng, block_tokens=block_tokens,
+                              pool_blocks=timed.capacity if timed is not None else None)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -202,6 +230,10 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         for key, value in metrics.items():
             if key not in out:
                 out[key] = value
+    if config.routers > 1:
+        out["routers"] = config.routers
+        out["router_assign"] = config.router_assign
+        out["requests_per_router"] = list(strategy.routed)
     return out
 
 

@@ -11,7 +11,10 @@ knows, never the engines' state: per worker, the requests it routed and has not 
 (it proxies the responses, so it sees first tokens and finishes at once), its estimate of
 their KV blocks (``ceil((input + output) / block)`` each) and of their prompt tokens still
 to prefill (``input_length - block * predicted overlap`` until the first token), and
-``cached_blocks`` 0 (a router cannot see engine caches).
+``cached_blocks`` 0 (a router cannot see engine caches), and ``waiting_requests``: those without a
+first token yet. The request a strategy routes carries the simulated arrival time (ms) as its
+``timestamp``. With router replicas (:class:`~dynlab.routing.replicas.RouterReplicas`), each
+replica's own view holds only the requests it routed, unless they share the load.
 
 Arrivals: trace timestamps (ms) times ``time_scale``; a workload without timestamps arrives
 as a Poisson process of ``rate`` requests/s from its own RNG. Timestamps must not go
@@ -28,6 +31,7 @@ from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
 from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.replicas import RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, Strategy
 
 
@@ -62,11 +66,15 @@ class TimedFleet:
         self.names_of, self.routing, self.serving, self.progress = names_of, routing, serving, progress
         self.block = engines[0].block if n else 1
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
+        self.waiting = [0] * n
         # the view's request counts are the recorder's (requests routed to each worker so far)
-        self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, [0] * n)
+        self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, [0] * n, self.waiting)
+        # router replicas that each know only their own load: their books follow each request
+        self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
         self.generation = [0] * n
         self.evicted_blocks = 0
-        self._estimate: dict = {}  # request id -> (worker, blocks, prefill tokens still expected)
+        # request id -> (worker, blocks, prefill tokens still expected, waiting for a first token, replica)
+        self._estimate: dict = {}
         self._arrivals: Optional[Iterator] = None
 
     # -- the run ---------------------------------------------------------------------------
@@ -85,7 +93,7 @@ class TimedFleet:
     def _on_arrival(self, req: Request) -> None:
         t = self.loop.now
         names = self.names_of(req)
-        routed = Request(tuple(names), req.input_length, req.output_length, req.timestamp, req.index)
+        routed = Request(tuple(names), req.input_length, req.output_length, t, req.index)
         w = self._route(routed)
         engine = self.engines[w]
         ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names)
@@ -119,21 +127,33 @@ class TimedFleet:
     def _track(self, ereq: EngineRequest, w: int, predicted: Optional[int]) -> None:
         blocks = -(-(ereq.input_length + ereq.output_length) // self.block)
         prefill = max(ereq.input_length - self.block * (predicted or 0), 0)
-        self._estimate[ereq.id] = (w, blocks, prefill)
+        r = None
+        if self.replicas is not None:
+            r = self.replicas.last
+            self.replicas.books[r].add(w, blocks, prefill)
+        self._estimate[ereq.id] = (w, blocks, prefill, True, r)
         self.active[w] += 1
         self.active_blocks[w] += blocks
         self.queued[w] += prefill
+        self.waiting[w] += 1
 
     def _first_token(self, ereq: EngineRequest) -> None:
-        w, blocks, prefill = self._estimate[ereq.id]
+        w, blocks, prefill, _, r = self._estimate[ereq.id]
         self.queued[w] -= prefill
-        self._estimate[ereq.id] = (w, blocks, 0)
+        self.waiting[w] -= 1
+        if r is not None:
+            self.replicas.books[r].first_token(w, prefill)
+        self._estimate[ereq.id] = (w, blocks, 0, False, r)
 
     def _untrack(self, ereq: EngineRequest) -> None:
-        w, blocks, prefill = self._estimate.pop(ereq.id)
+        w, blocks, prefill, waiting, r = self._estimate.pop(ereq.id)
         self.active[w] -= 1
         self.active_blocks[w] -= blocks
         self.queued[w] -= prefill
+        if waiting:
+            self.waiting[w] -= 1
+        if r is not None:
+            self.replicas.books[r].remove(w, blocks, prefill, waiting)
 
     # -- steps -----------------------------------------------------------------------------
     def _on_start(self, w: int) -> None:

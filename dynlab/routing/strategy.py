@@ -21,7 +21,9 @@ class Request:
 
     - ``hashes``: the prompt's block names in order (chained, so each names its whole prefix).
     - ``input_length``: prompt tokens; ``output_length``: generated tokens (0 if unknown).
-    - ``timestamp``: arrival time in ms (``None`` when the workload has none).
+    - ``timestamp``: arrival time in ms (``None`` when the workload has none); in a timed run
+      (``--timing``) the strategy sees the simulated arrival time (trace timestamp times
+      ``--time-scale``, or the Poisson arrival), the clock a router has.
     - ``index``: position in the workload, from 0.
     - ``prefix``: the seed workload's prefix id (``None`` for traces).
     """
@@ -43,6 +45,11 @@ class RunContext:
       strategies that draw must draw from it, once per decision, in request order).
     - ``options``: strategy options from ``--opt NAME=VALUE``, already converted.
     - ``publish``: whether workers publish KV events in this run.
+    - ``timed``: whether the run is timed (``--timing``): requests carry the simulated arrival
+      time and the fleet view carries load; count-based runs have neither.
+    - ``pool_blocks``: each worker's KV pool in blocks as the deployment configures it
+      (``--capacity``, or with ``--timing`` the hardware-derived pool), ``None`` when unbounded
+      or not known yet (a configuration checked before the run).
     """
 
     workers: int
@@ -50,6 +57,8 @@ class RunContext:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     options: Mapping[str, Any] = field(default_factory=dict)
     publish: bool = True
+    timed: bool = False
+    pool_blocks: Optional[int] = None
 
 
 class _ReadOnlyList(Sequence):
@@ -82,20 +91,25 @@ class FleetView:
       and the blocks they pin (0 without ``--timing``).
     - ``fleet.queued_prefill_tokens[w]``: prompt tokens waiting for prefill (0 without ``--timing``).
     - ``fleet.cached_blocks[w]``: blocks in the worker's KV cache.
+    - ``fleet.waiting_requests[w]``: requests in flight that have no first token yet (queued or
+      prefilling; 0 without ``--timing``).
 
     Each attribute is a live read-only sequence: reading it copies nothing.
     """
 
-    __slots__ = ("workers", "requests", "active_requests", "active_blocks", "queued_prefill_tokens", "cached_blocks")
+    __slots__ = ("workers", "requests", "active_requests", "active_blocks", "queued_prefill_tokens", "cached_blocks",
+                 "waiting_requests")
 
     def __init__(self, requests: list, active_requests: list, active_blocks: list,
-                 queued_prefill_tokens: list, cached_blocks: list):
+                 queued_prefill_tokens: list, cached_blocks: list, waiting_requests: Optional[list] = None):
         self.workers = len(requests)
         self.requests = _ReadOnlyList(requests)
         self.active_requests = _ReadOnlyList(active_requests)
         self.active_blocks = _ReadOnlyList(active_blocks)
         self.queued_prefill_tokens = _ReadOnlyList(queued_prefill_tokens)
         self.cached_blocks = _ReadOnlyList(cached_blocks)
+        self.waiting_requests = _ReadOnlyList(waiting_requests if waiting_requests is not None
+                                              else [0] * len(requests))
 
     def __len__(self) -> int:
         return self.workers

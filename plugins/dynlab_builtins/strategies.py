@@ -8,6 +8,7 @@ load, which is only non-zero with ``--timing`` (without it every worker's load i
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 from dynlab import hookimpl
 from dynlab.engine.counted import Worker
@@ -43,17 +44,71 @@ class RandomChoice(Strategy):
 
 
 class KvAware(Strategy):
-    """Largest prefix overlap, then fewest requests, then lowest index; remembers where it routed."""
+    """Largest prefix overlap, then fewest requests, then lowest index; remembers where it routed.
+
+    Its index is approximate (what it routed, never what the workers evicted), as NVIDIA Dynamo's
+    router without KV events. ``ttl_s`` forgets a (worker, block) that many seconds after it was
+    last routed there: a block routed at ``s`` ms is still credited to a request arriving at
+    ``t < s + 1000 * ttl_s`` and forgotten from ``t >= s + 1000 * ttl_s`` (Dynamo's approximate
+    mode: ``router_ttl_secs``, default 120). It needs ``--timing`` (a count-based run has no
+    clock: refused without it). ``max_blocks`` keeps at most that many (worker, block) entries
+    in the whole index, dropping the least recently routed first (a request's blocks are
+    recorded tail first, so its head goes last and the index stays prefix-closed); Dynamo bounds
+    its tree the same way (``router_max_tree_size``, 2^20, pruned to 0.8 of it), dynlab prunes
+    only the excess. Both 0 (the defaults): never forget.
+    """
 
     name = "kv"
+    options = (
+        StrategyOption("ttl_s", float, 0.0, "forget a worker's routed block this many seconds after it was last "
+                       "routed there (0: never; needs --timing; Dynamo's approximate mode: 120)", minimum=0),
+        StrategyOption("max_blocks", int, 0, "keep at most this many (worker, block) entries, least recently "
+                       "routed dropped first (0: unbounded)", minimum=0),
+    )
+    _age = None  # (worker, block) -> last routed ms, oldest first; None: never forget
 
     def __init__(self, ctx):
         super().__init__(ctx)
         self.router = KvRouter(ctx.workers, ctx.block)
+        ttl, cap = self.option("ttl_s"), self.option("max_blocks")
+        if ttl and not ctx.timed:
+            raise ValueError("option 'ttl_s' needs --timing: a count-based run has no clock to expire blocks by")
+        self._ttl_ms = ttl * 1000.0 if ttl else None
+        self._cap = cap or None
+        if ttl or cap:
+            self._age = OrderedDict()
 
     def route(self, request, fleet):
+        if self._age is not None:
+            return self._route_forgetting(request)
         w = self.router.route_hashes(request.hashes)
         self.predicted = self.router.last_overlap
+        return w
+
+    def _route_forgetting(self, request) -> int:
+        age, index = self._age, self.router.index
+        t = request.timestamp
+        if self._ttl_ms is not None:
+            if t is None:
+                raise ValueError("option 'ttl_s' needs arrival times (run with --timing)")
+            horizon = t - self._ttl_ms
+            while age:
+                key = next(iter(age))
+                if age[key] > horizon:
+                    break
+                del age[key]
+                index.apply_removed(key[0], (key[1],))
+        w = self.router.route_hashes(request.hashes)
+        self.predicted = self.router.last_overlap
+        move = age.move_to_end
+        for h in reversed(request.hashes):
+            key = (w, h)
+            age[key] = t
+            move(key)
+        if self._cap is not None:
+            while len(age) > self._cap:
+                (v, h), _ = age.popitem(last=False)
+                index.apply_removed(v, (h,))
         return w
 
 
@@ -62,6 +117,8 @@ class KvEvents(KvAware):
 
     name = "kv-events"
     uses_events = True
+    # the events say what the workers hold: nothing to forget by age
+    options = tuple(o for o in KvAware.options if o.name not in ("ttl_s", "max_blocks"))
 
     def __init__(self, ctx):
         Strategy.__init__(self, ctx)
