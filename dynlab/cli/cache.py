@@ -102,7 +102,7 @@ def scenario(gpu, docs, tokens, passes, cpu, policy):
     """Re-read documents through a GPU (and optional CPU) KV cache; print hits per pass as JSON.
 
     Prints {"passes": [{"order", "gpu_hits", "cpu_hits", "misses", "hit_docs"}, ...]}.
-    Defaults are the seed lab's (10 documents of 5011 tokens, a 21520-token GPU cache).
+    Defaults are the two-tier KV cache lab's (10 documents of 5011 tokens, a 21520-token GPU cache).
     """
     _check_reads(docs, passes)
     with progress_bar(docs * len(passes), "scenario", "read", unit_scale=True) as bar:

@@ -41,9 +41,9 @@ def _invocation(only, disagg_file, offload_file, with_samples, no_plots) -> str:
 @click.option("--force", is_flag=True, help="Write into a non-empty OUTDIR, replacing dynlab's files there.")
 @click.option("--only", type=click.Choice(lib.LABS), default=None, help="Only one lab's artifacts.")
 @click.option("--disagg-file", type=_FILE, default=None, metavar="FILE",
-              help="Measured disagg JSON-lines file: adds disagg_measured.json (lab000).")
+              help="Measured disagg JSON-lines file: adds disagg_measured.json (lab000: the KV-aware router lab).")
 @click.option("--offload-file", type=_FILE, default=None, metavar="FILE",
-              help="Measured offload JSON-lines file: adds offload_measured.json (lab002).")
+              help="Measured offload JSON-lines file: adds offload_measured.json (lab002: the two-tier KV cache lab).")
 @click.option("--with-samples", is_flag=True,
               help="Use the package's sample measured files for the files not given.")
 @click.option("--no-plots", is_flag=True, help="Write the JSON files and REPORT.md without plots.")

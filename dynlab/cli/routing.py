@@ -67,12 +67,12 @@ SIM_OPTIONS = [
     (("--workers",), "workers", click.IntRange(min=1), 2,
      f"Number of workers (at most {limits.MAX_WORKERS:,}; see docs/limits.md)."),
     (("--prefixes",), "prefixes", click.IntRange(min=0), 12,
-     f"Seed workload: distinct prefixes (prefixes x reps at most {limits.MAX_SEED_REQUESTS:,} requests "
+     f"Synthetic workload (no --trace): distinct prefixes (prefixes x reps at most {limits.MAX_SEED_REQUESTS:,} requests "
      f"and {limits.MAX_SEED_BLOCKS:,} full blocks)."),
-    (("--reps",), "reps", click.IntRange(min=0), 6, "Seed workload: requests per prefix."),
+    (("--reps",), "reps", click.IntRange(min=0), 6, "Synthetic workload: requests per prefix."),
     (("--plen",), "plen", click.IntRange(min=0), 96,
-     f"Seed workload: prefix length in tokens (plen + tail at most {limits.MAX_PROMPT_TOKENS:,})."),
-    (("--tail",), "tail", click.IntRange(min=0), 16, "Seed workload: per-request tail in tokens."),
+     f"Synthetic workload: prefix length in tokens (plen + tail at most {limits.MAX_PROMPT_TOKENS:,})."),
+    (("--tail",), "tail", click.IntRange(min=0), 16, "Synthetic workload: per-request tail in tokens."),
     (("--seed",), "seed", click.INT, 1, "Seed of the run's RNG (shuffle, random choices)."),
     (("--block",), "block", click.IntRange(min=1), 16, "Tokens per block when hashing tokens."),
     (("--hash",), "hash", click.Choice(["dynlab", "dynamo"]), "dynlab",
@@ -187,7 +187,7 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
     def decorate(fn):
         fn = click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE",
                           help="Strategy option (see `dynlab strategies --verbose`); repeatable.")(fn)
-        fn = click.option("--all-metrics", is_flag=True, help="Seed workload: add the fleet metrics.")(fn)
+        fn = click.option("--all-metrics", is_flag=True, help="Synthetic workload: add the fleet metrics.")(fn)
         fn = click.option("--latency-opt", "latency_opt", multiple=True, metavar="NAME=VALUE",
                           help="With --timing: latency model option (see `dynlab latency --list`); repeatable.")(fn)
         fn = click.option("--timing", is_flag=True,
@@ -205,8 +205,8 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
 def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
-    Without --trace: the seed's synthetic workload (lab 000 step 4), printing the
-    seed's keys. With --trace: a real trace, printing the fleet metrics too, with
+    Without --trace: the KV-aware router lab's synthetic workload (12 shared prefixes,
+    6 requests each), printing that lab's keys. With --trace: a real trace, printing the fleet metrics too, with
     block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
     An option that would have no effect in the combination given is refused (exit 2).
     """
@@ -281,8 +281,8 @@ def _format_table(results: dict) -> str:
 def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
 
-    Example: `dynlab compare --modes rr,random,kv` (the seed's modes.json) or
-    `dynlab compare --mode kv-events --publish yes,no` (the seed's events.json).
+    Example: `dynlab compare --modes rr,random,kv` (the KV-aware router lab's modes.json) or
+    `dynlab compare --mode kv-events --publish yes,no` (its events.json).
     """
     by_field = {field: (flags[0], ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
     fixed: dict = {}

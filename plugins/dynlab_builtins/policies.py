@@ -18,7 +18,7 @@ from dynlab.kv.policies import EvictionPolicy, FutureIndex, LRUCache, _negative_
 class FIFOCache(_OrderedDictCache):
     """First in, first out: evict the entry stored longest ago; hits do not change the order.
 
-    The LRU variant one gets by forgetting ``move_to_end`` on a hit (the seed lab's warning).
+    The LRU variant one gets by forgetting ``move_to_end`` on a hit (the two-tier KV cache lab's warning).
     ``keys()`` lists keys in the order they were stored (next victim first).
     """
 
