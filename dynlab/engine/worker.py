@@ -58,6 +58,24 @@ The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preempt
   boundaries are ``start + decode_ms(j)``, a step-by-step run's are running sums, so an arrival
   within rounding error of a boundary can fall on different sides of it).
 
+CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.kv.cpu_tier`):
+
+- The names a step's allocation evicts from the pool (:attr:`removed`) are written to the CPU tier
+  (LRU); its net change is :attr:`cpu_stored` / :attr:`cpu_removed` (publish as ``BlockStored`` /
+  ``BlockRemoved`` with ``medium="CPU"`` at the step's start, after the GPU ``BlockRemoved``).
+- Admission's lookup continues in the CPU tier where the GPU hits end (contiguous, within the same
+  ``(num_tokens - 1) // block`` cap); the CPU hits are touched (most recent) and keep their host copy.
+- **Load rule** (vLLM v1's asynchronous KV-connector loads: a request whose external blocks are in
+  transit waits in ``WAITING_FOR_REMOTE_KVS`` and is skipped by the scheduler until they have
+  arrived): a request with ``c`` CPU hits is admitted at ``now`` with its GPU hits taken and the blocks
+  for its loads and first chunk allocated, but it is not scheduled: its load occupies the worker's
+  host-to-device link from ``max(now, link free)`` for ``c * load_ms_per_block`` ms (loads queue on
+  the link, FIFO), and it joins the first step that starts at or after the load's end (scheduled
+  before the waiting queue, the loaded blocks named then). Other requests' steps go on meanwhile; a
+  bulk decode run is cut at the load's end. Its TTFT thus includes the wait for the load plus its
+  own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
+  Writes (GPU -> CPU) use the other direction of the link and take no step time.
+
 Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`,
 :attr:`capacity`, :attr:`peak_used_blocks`, :meth:`used_block_ms` (integral of blocks held by
 requests over time, blocks x ms; cached free blocks never count), and per request (on the

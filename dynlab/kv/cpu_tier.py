@@ -30,9 +30,9 @@ from typing import Sequence
 __all__ = ["CpuTier", "cpu_blocks", "DEFAULT_PCIE_GBPS"]
 
 #: GB/s per direction between host and GPU memory. PCIe Gen4 x16 signals 16 GT/s on 16 lanes with
-#: 128b/130b coding, 31.5 GB/s raw per direction (PCI-SIG, PCIe 4.0 base specification); host-to-device
-#: copies from pinned memory reach about 25 GB/s in practice (NVIDIA's bandwidthTest sample on A100/H100
-#: PCIe Gen4 hosts reports 24-26 GB/s). A Gen5 host doubles both.
+#: 128b/130b coding: 16 * 16 * 128 / 130 / 8 = 31.5 GB/s raw per direction (PCI-SIG, PCI Express Base
+#: Specification 4.0); after packet overheads, copies from pinned host memory reach about 25 GB/s in
+#: practice (what CUDA's ``bandwidthTest`` sample typically reports on Gen4 x16 hosts). Gen5 doubles both.
 DEFAULT_PCIE_GBPS = 25.0
 
 

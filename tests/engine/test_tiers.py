@@ -85,7 +85,7 @@ def test_lookup_is_contiguous_from_start():
 
 
 def test_cpu_blocks_from_gigabytes():
-    # 1 GB / 131072 bytes per block (llama-3.1-8b: 128 KiB per token x 16 tokens = 2 MiB... here a round 1e6)
+    # floor(1e9 bytes / 1e6 bytes per block) = 1000 blocks
     assert cpu_blocks(1.0, 1e6) == 1000
     assert cpu_blocks(0.0, 1e6) == 0
     with pytest.raises(ValueError):
