@@ -151,6 +151,11 @@ def sim_rows(cmd: list) -> dict:
         "--event-delay-ms": changes(timed + ["--mode", "kv-events"], ["--event-delay-ms", "60"]),
         "--slo-ttft-ms": changes(timed, ["--slo-ttft-ms", "100"]),
         "--slo-tpot-ms": changes(timed, ["--slo-tpot-ms", "100"]),
+        # the CPU tier: a 2-block GPU pool evicts request 0's blocks before request 1 re-reads them
+        "--cpu-capacity": changes(timed + ["--capacity", "8", "--block", "256"], ["--cpu-capacity", "8"]),
+        "--cpu-memory-gb": changes(timed + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
+        "--pcie-gbps": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
+                               ["--pcie-gbps", "1"]),
         "--timing": changes(cmd, ["--timing"]),
         "--all-metrics": changes(cmd, ["--all-metrics"]),
         "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),
@@ -187,6 +192,10 @@ NO_EFFECT = [
     (["--mode", "kv-cost", "--timing", "--opt", "shared_load=true"], "shared_load"),  # one router
     (["--opt", "ttl_s=120"], "ttl_s"),  # a count-based run has no clock
     (["--mode", "weighted", "--opt", "scorers=prefix:1,queue:1"], "queue"),  # no load without --timing
+    (["--cpu-capacity", "8"], "--cpu-capacity"),
+    (["--cpu-memory-gb", "1"], "--cpu-memory-gb"),
+    (["--timing", "--cpu-capacity", "8", "--cpu-memory-gb", "1"], "--cpu-memory-gb"),
+    (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
 ]
 
 LATENCY = ["latency", "--format", "json"]

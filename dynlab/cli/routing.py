@@ -120,6 +120,15 @@ SIM_OPTIONS = [
      "With --timing: KV events reach the router this many ms after they happen."),
     (("--slo-ttft-ms",), "slo_ttft_ms", FiniteFloat(min=0), None, "With --timing: TTFT SLO for goodput."),
     (("--slo-tpot-ms",), "slo_tpot_ms", FiniteFloat(min=0), None, "With --timing: TPOT SLO for goodput."),
+    (("--cpu-capacity",), "cpu_capacity", click.IntRange(min=0), None,
+     "With --timing: KV blocks per worker in a CPU (host memory) tier behind the GPU pool, LRU; blocks the "
+     "GPU evicts are written there and loaded back over PCIe on a prefix hit (see docs/tiers.md) "
+     "[default: no tier]."),
+    (("--cpu-memory-gb",), "cpu_memory_gb", FiniteFloat(min=0), None,
+     "With --timing: the CPU tier sized in GB of host memory per worker, with the model's KV bytes per block "
+     "[default: no tier]."),
+    (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
+     "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
 ]
 
 
@@ -232,7 +241,8 @@ def type_text(ptype: click.ParamType) -> str:
     return {"integer": "integer", "text": "text"}.get(ptype.name, ptype.name)
 
 
-_NO_DEFAULT = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected"}
+_NO_DEFAULT = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected",
+               "cpu_capacity": "no tier", "cpu_memory_gb": "no tier"}
 
 
 def _compare_options(fn):
@@ -250,9 +260,12 @@ def _format_table(results: dict) -> str:
             ("block_hit_rate", "block_hit_rate"), ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
-            ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"), ("preempted", "preemptions")]
+            ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"), ("preempted", "preemptions"),
+            ("gpu_hit_blocks", "gpu_hit_blocks"), ("cpu_hit_blocks", "cpu_hit_blocks"), ("pcie_gb", "pcie_gb")]
 
     def get(r, path):
+        if path == "pcie_gb":
+            return None if "pcie_bytes" not in r else round(r["pcie_bytes"] / 1e9, 1)
         for part in path.split("."):
             if not isinstance(r, dict) or part not in r:
                 return None

@@ -30,7 +30,9 @@ class SimConfig:
     and ``max_num_seqs`` (vLLM's scheduler limits); ``latency_model`` with ``latency_opts``;
     ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size when ``capacity`` is
     ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
-    ``slo_tpot_ms`` (goodput).
+    ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`):
+    ``cpu_capacity`` blocks or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier
+    keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s.
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
@@ -72,6 +74,9 @@ class SimConfig:
     slo_tpot_ms: Optional[float] = None
     routers: int = 1
     router_assign: str = "rr"
+    cpu_capacity: Optional[int] = None
+    cpu_memory_gb: Optional[float] = None
+    pcie_gbps: float = 25.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field, a size over a limit of :mod:`dynlab.limits`,
@@ -102,7 +107,11 @@ class SimConfig:
                 raise ValueError(f"{name} must be a finite number > 0 (and not vanishingly small), got {v}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms"):
+        if self.cpu_capacity is not None and self.cpu_capacity < 0:
+            raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
+        if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
+            raise ValueError(f"pcie_gbps must be a finite number > 0, got {self.pcie_gbps}")
+        for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb"):
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
@@ -115,7 +124,7 @@ class SimConfig:
 #: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
 TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_tokens", "max_num_seqs",
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
-                     "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms")
+                     "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
 _DEFAULTS["opts"] = _DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
 
@@ -156,6 +165,10 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
             yield name, "with --publish no: no KV event is published"
     if config.routers == 1:
         yield "router_assign", "with one router (--routers 1): there is no replica to choose"
+    if config.cpu_capacity is not None:
+        yield "cpu_memory_gb", "with --cpu-capacity: the CPU tier is sized in blocks already"
+    elif config.cpu_memory_gb is None:
+        yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
     if not config.timing:
         for name in TIME_MODEL_FIELDS:
             yield name, _WITHOUT_TIMING

@@ -31,11 +31,15 @@ class TimedSetup:
     trace_block: int
     names_of: Callable
     bulk: bool = True
+    cpu_capacity: Optional[int] = None
+    kv_bytes_per_block: float = 0.0
+    load_ms_per_block: float = 0.0
 
     def engines(self) -> list[EngineWorker]:
         c = self.config
         return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
-                             max_num_seqs=c.max_num_seqs, bulk=self.bulk) for w in range(c.workers)]
+                             max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
+                             load_ms_per_block=self.load_ms_per_block) for w in range(c.workers)]
 
     def replay(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
                progress=None) -> dict:
@@ -45,14 +49,19 @@ class TimedSetup:
                             rate=c.rate, arrival_rng=random.Random(f"dynlab-arrivals-{c.seed}"),
                             publish=c.publish == "yes", event_delay_ms=c.event_delay_ms,
                             event_loss=c.event_loss, loss_rng=loss_rng, slo_ttft_ms=c.slo_ttft_ms,
-                            slo_tpot_ms=c.slo_tpot_ms, progress=progress)
+                            slo_tpot_ms=c.slo_tpot_ms, progress=progress,
+                            kv_bytes_per_block=None if self.cpu_capacity is None else self.kv_bytes_per_block)
 
     def describe(self) -> dict[str, Any]:
         """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency)."""
         c = self.config
-        return {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
-                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
-                "latency_model": c.latency_model}
+        out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
+               "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
+               "latency_model": c.latency_model}
+        if self.cpu_capacity is not None:
+            out.update({"cpu_kv_blocks": self.cpu_capacity, "kv_bytes_per_block": self.kv_bytes_per_block,
+                        "pcie_gbps": c.pcie_gbps, "load_ms_per_block": round(self.load_ms_per_block, 6)})
+        return out
 
 
 def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool = True) -> TimedSetup:
@@ -89,4 +98,25 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     else:
         def names_of(req) -> list:
             return engine_block_names(req.hashes, req.input_length, trace_block, block)
-    return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk)
+    cpu, per_block, load_ms = cpu_tier_size(config, hardware.model)
+    return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms)
+
+
+def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float]:
+    """``(cpu blocks per worker or None, KV bytes per block, ms to load one block over PCIe)`` of ``config``.
+
+    A worker's block holds ``kv_bytes_per_token_per_gpu(tp) * tp * block`` bytes (its share on each of
+    its ``tp`` GPUs; :meth:`dynlab.latency.hardware.ModelSpec.kv_bytes_per_token_per_gpu`); each GPU
+    loads its share over its own link of ``pcie_gbps`` GB/s (10^9 bytes/s), so one block takes
+    ``bytes / tp / (pcie_gbps * 1e9) * 1000`` ms. ``cpu_memory_gb`` (GB of host memory per worker)
+    becomes ``floor(cpu_memory_gb * 1e9 / bytes per block)`` blocks.
+    """
+    from dynlab.kv.cpu_tier import cpu_blocks
+
+    per_block = model.kv_bytes_per_token_per_gpu(config.tp) * config.tp * config.block
+    load_ms = per_block / config.tp / (config.pcie_gbps * 1e9) * 1000.0
+    if config.cpu_capacity is not None:
+        return config.cpu_capacity, per_block, load_ms
+    if config.cpu_memory_gb is not None:
+        return cpu_blocks(config.cpu_memory_gb, per_block), per_block, load_ms
+    return None, per_block, load_ms

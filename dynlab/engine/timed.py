@@ -30,7 +30,7 @@ from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
 from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
-from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.events import MEDIUM_CPU, BlockRemoved, BlockStored
 from dynlab.routing.replicas import RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, Strategy
 
@@ -160,10 +160,19 @@ class TimedFleet:
         engine = self.engines[w]
         if engine.step_end is not None or engine.idle:
             return
-        engine.start_step(self.loop.now)
+        now = self.loop.now
+        engine.start_step(now)
         if engine.removed:
             self.evicted_blocks += len(engine.removed)
-            self.bus.send((BlockRemoved(w, tuple(engine.removed)),))
+            events = [BlockRemoved(w, tuple(engine.removed))]
+            if engine.cpu_removed:
+                events.append(BlockRemoved(w, engine.cpu_removed, MEDIUM_CPU))
+            if engine.cpu_stored:
+                events.append(BlockStored(w, engine.cpu_stored, medium=MEDIUM_CPU))
+            self.bus.send(events)
+        if engine.step_end is None and not engine.idle:  # only loads in transit: wake when one arrives
+            t = engine.next_ready
+            self.loop.at(now if t is None or t < now else t, STEP_START, self._on_start, w)
         self._schedule_end(w)
 
     def _schedule_end(self, w: int) -> None:
@@ -196,10 +205,12 @@ def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Seque
                  arrival_rng: Optional[random.Random] = None, publish: bool = True, event_delay_ms: float = 0.0,
                  event_loss: float = 0.0, loss_rng: Optional[random.Random] = None,
                  slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
-                 progress=None) -> dict:
+                 progress=None, kv_bytes_per_block: Optional[float] = None) -> dict:
     """Serve ``requests`` on ``engines`` in time; return the routing and serving metrics (without ``mode``).
 
     See the module docstring for the model. Raises ``ValueError`` when timestamps go backwards.
+    ``kv_bytes_per_block``: given (the engines have a CPU tier setting, even 0 blocks), the result
+    also has the tier keys of :func:`tier_metrics`.
     """
     loop = EventLoop()
     bus = EventBus(loop, strategy.on_event, delay_ms=event_delay_ms, loss=event_loss, rng=loss_rng,
@@ -216,4 +227,21 @@ def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Seque
         **routing.balance(),
     })
     out.update(serving.result(engines))
+    if kv_bytes_per_block is not None:
+        out.update(tier_metrics(engines, kv_bytes_per_block))
     return out
+
+
+def tier_metrics(engines: Sequence[EngineWorker], kv_bytes_per_block: float) -> dict:
+    """The CPU tier's figures of a run, summed over ``engines``.
+
+    ``gpu_hit_blocks`` / ``cpu_hit_blocks``: prefix-hit blocks of the requests' first admissions found
+    on the GPU / loaded from the CPU tier (engine blocks); ``pcie_bytes``: bytes over PCIe both ways,
+    ``(blocks loaded + blocks written) * kv_bytes_per_block`` (an int); ``cpu_blocks``: blocks the CPU
+    tier of each worker held at the end.
+    """
+    moved = sum(e.loaded_blocks + e.offloaded_blocks for e in engines)
+    return {"gpu_hit_blocks": sum(e.gpu_hit_blocks for e in engines),
+            "cpu_hit_blocks": sum(e.cpu_hit_blocks for e in engines),
+            "pcie_bytes": int(round(moved * kv_bytes_per_block)),
+            "cpu_blocks": [len(e.cpu) if e.cpu is not None else 0 for e in engines]}

@@ -58,6 +58,24 @@ The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preempt
   boundaries are ``start + decode_ms(j)``, a step-by-step run's are running sums, so an arrival
   within rounding error of a boundary can fall on different sides of it).
 
+CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.kv.cpu_tier`):
+
+- The names a step's allocation evicts from the pool (:attr:`removed`) are written to the CPU tier
+  (LRU); its net change is :attr:`cpu_stored` / :attr:`cpu_removed` (publish as ``BlockStored`` /
+  ``BlockRemoved`` with ``medium="CPU"`` at the step's start, after the GPU ``BlockRemoved``).
+- Admission's lookup continues in the CPU tier where the GPU hits end (contiguous, within the same
+  ``(num_tokens - 1) // block`` cap); the CPU hits are touched (most recent) and keep their host copy.
+- **Load rule** (vLLM v1's asynchronous KV-connector loads: a request whose external blocks are in
+  transit waits in ``WAITING_FOR_REMOTE_KVS`` and is skipped by the scheduler until they have
+  arrived): a request with ``c`` CPU hits is admitted at ``now`` with its GPU hits taken and the blocks
+  for its loads and first chunk allocated, but it is not scheduled: its load occupies the worker's
+  host-to-device link from ``max(now, link free)`` for ``c * load_ms_per_block`` ms (loads queue on
+  the link, FIFO), and it joins the first step that starts at or after the load's end (scheduled
+  before the waiting queue, the loaded blocks named then). Other requests' steps go on meanwhile; a
+  bulk decode run is cut at the load's end. Its TTFT thus includes the wait for the load plus its
+  own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
+  Writes (GPU -> CPU) use the other direction of the link and take no step time.
+
 Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`,
 :attr:`capacity`, :attr:`peak_used_blocks`, :meth:`used_block_ms` (integral of blocks held by
 requests over time, blocks x ms; cached free blocks never count), and per request (on the
@@ -71,6 +89,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import BlockPool
+from dynlab.kv.cpu_tier import CpuTier
 from dynlab.latency.base import LatencyModel, StepBatch
 
 __all__ = ["EngineRequest", "EngineWorker", "StepResult"]
@@ -92,7 +111,7 @@ class EngineRequest:
     __slots__ = ("id", "arrival_ms", "input_length", "output_length", "names",
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
-                 "preemptions", "rejected")
+                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int]):
         if input_length < 1:
@@ -116,6 +135,9 @@ class EngineRequest:
         self.finish_ms: Optional[float] = None
         self.preemptions = 0
         self.rejected = False
+        self.ready_ms = 0.0  # while its CPU hits load: when they have arrived (ms)
+        self.load_blocks = 0  # while its CPU hits load: how many
+        self.cpu_hit_blocks: Optional[int] = None  # of its first admission's hit, blocks found in the CPU tier
 
     @property
     def queue_wait_ms(self) -> Optional[float]:
@@ -170,7 +192,8 @@ class EngineWorker:
     """
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
-                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True):
+                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
+                 cpu_capacity: int = 0, load_ms_per_block: float = 0.0):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -189,6 +212,18 @@ class EngineWorker:
         self.steps = 0
         self.peak_used_blocks = 0
         self.removed: tuple = ()
+        if load_ms_per_block < 0:
+            raise ValueError(f"load_ms_per_block must be >= 0, got {load_ms_per_block}")
+        self.cpu: Optional[CpuTier] = CpuTier(cpu_capacity) if cpu_capacity else None
+        self.load_ms_per_block = load_ms_per_block
+        self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
+        self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
+        self._link_free = 0.0  # when the host-to-device link finishes its queued loads (ms)
+        self.cpu_stored: tuple = ()  # names the CPU tier gained at the last start_step (BlockStored CPU)
+        self.cpu_removed: tuple = ()  # names it dropped then (BlockRemoved CPU)
+        self.loaded_blocks = 0  # blocks loaded CPU -> GPU (every admission, re-admissions too)
+        self.offloaded_blocks = 0  # blocks written GPU -> CPU
+        self.gpu_hit_blocks = self.cpu_hit_blocks = 0  # first admissions' hits, per tier
         self._step: Optional[_Step] = None
         self._used_ms = 0.0
         self._used_t: Optional[float] = None
@@ -206,8 +241,14 @@ class EngineWorker:
 
     @property
     def idle(self) -> bool:
-        """No step in progress and nothing to schedule (no running or waiting request)."""
-        return self._step is None and not self.running and not self.waiting
+        """No step in progress and nothing to schedule (no running, waiting or loading request)."""
+        return (self._step is None and not self.running and not self.waiting and not self.loading
+                and not self.ready)
+
+    @property
+    def next_ready(self) -> Optional[float]:
+        """When (ms) the earliest CPU-tier load in transit arrives, ``None`` when none is."""
+        return self.loading[0].ready_ms if self.loading else None
 
     @property
     def step_end(self) -> Optional[float]:
@@ -276,11 +317,16 @@ class EngineWorker:
         if self._step is not None:
             raise RuntimeError("a step is already in progress")
         running, waiting = self.running, self.waiting
-        if not running and not waiting:
+        self.cpu_stored = self.cpu_removed = ()
+        loading = self.loading
+        while loading and loading[0].ready_ms <= now:
+            self.ready.append(loading.popleft())  # scheduled before the waiting queue, in arrival order
+        if not running and not waiting and not self.ready:
             self.removed = ()
             return None
         self._accumulate(now)
         pool, B = self.pool, self.block
+        cpu = self.cpu
         pool.stored, pool.removed = [], []
         budget = self.max_num_batched_tokens
         sched: list = []
@@ -312,10 +358,26 @@ class EngineWorker:
         admitted = 0
         if not preempted:
             max_seqs = self.max_num_seqs
+            ready = self.ready
+            while ready and budget > 0 and len(running) < max_seqs:
+                req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
+                n = self._admit_loaded(req, budget)
+                running.append(req)
+                sched.append((req, n))
+                budget -= n
+                admitted += 1
             while waiting and budget > 0 and len(running) < max_seqs:
                 req = waiting[0]
                 names = req.names
-                h = pool.lookup(names, min(len(names), (req.num_tokens - 1) // B))
+                cap = min(len(names), (req.num_tokens - 1) // B)
+                h = pool.lookup(names, cap)
+                if cpu is not None and h < cap:
+                    hc = cpu.lookup(names, h, cap - h)
+                    if hc:
+                        if not self._admit_loading(req, h, hc, budget, now):
+                            break
+                        admitted += 1
+                        continue
                 hit = names[:h]
                 computed = h * B
                 n = req.num_tokens - computed
@@ -333,13 +395,22 @@ class EngineWorker:
                 req.nreg = h
                 if req.hit_tokens is None:
                     req.hit_tokens = computed
+                    req.cpu_hit_blocks = 0
                     req.first_scheduled_ms = now
+                    self.gpu_hit_blocks += h
                 self._register(req, n)
                 running.append(req)
                 sched.append((req, n))
                 budget -= n
                 admitted += 1
+        if cpu is not None and pool.removed:
+            written = sum(1 for name in pool.removed if name not in cpu)
+            self.offloaded_blocks += written
+            self.cpu_stored, self.cpu_removed = cpu.offload(pool.removed)
         if not sched:
+            if loading or self.ready:  # blocks are held by loads: resume when one arrives (or at once)
+                self.removed = tuple(pool.removed)
+                return None
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
 
         prefill_tokens, prefill_context = [], []
@@ -370,6 +441,8 @@ class EngineWorker:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         self._step = st
+        if k > 1 and loading:
+            self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
         return st.end
 
     def finish_step(self) -> StepResult:
@@ -408,6 +481,56 @@ class EngineWorker:
                           len(st.sched), st.prefill_tokens, st.decodes, st.used)
 
     # -- internals ------------------------------------------------------------------------
+    def _admit_loading(self, req: EngineRequest, h: int, hc: int, budget: int, now: float) -> bool:
+        """Admit ``req`` whose lookup found ``h`` GPU blocks then ``hc`` CPU blocks: take the GPU hits,
+        allocate the blocks its loads and its first chunk need, queue the load on the link.
+        ``False`` (nothing changed) when the pool cannot give the blocks."""
+        pool, B = self.pool, self.block
+        names = req.names
+        hit = names[:h]
+        computed = (h + hc) * B
+        n = min(req.num_tokens - computed, budget)
+        need = -(-(computed + n) // B) - h
+        if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+            return False
+        self.waiting.popleft()
+        pool.take_hits(hit)
+        req.keys = list(hit) + pool.allocate(need)
+        self.cpu.touch(names[h:h + hc])
+        req.computed = h * B
+        req.nreg = h
+        req.load_blocks = hc
+        start = self._link_free if self._link_free > now else now
+        req.ready_ms = self._link_free = start + hc * self.load_ms_per_block
+        self.loaded_blocks += hc
+        if req.hit_tokens is None:
+            req.hit_tokens = computed
+            req.cpu_hit_blocks = hc
+            req.first_scheduled_ms = now
+            self.gpu_hit_blocks += h
+            self.cpu_hit_blocks += hc
+        self.loading.append(req)
+        return True
+
+    def _admit_loaded(self, req: EngineRequest, budget: int) -> int:
+        """Schedule the first chunk of ``req`` whose CPU hits have arrived: name the loaded blocks,
+        and compute at most what the pool can give (never less than the blocks reserved at admission)."""
+        pool, B = self.pool, self.block
+        hc = req.load_blocks
+        pool.register(req.keys, req.nreg, req.names[req.nreg:req.nreg + hc])
+        req.nreg += hc
+        req.computed = req.nreg * B
+        req.load_blocks = 0
+        n = min(req.num_tokens - req.computed, budget)
+        need = -(-(req.computed + n) // B) - len(req.keys)
+        if need > pool.num_free:
+            n = len(req.keys) * B - req.computed
+            need = 0
+        if need > 0:
+            req.keys += pool.allocate(need)
+        self._register(req, n)
+        return n
+
     def _accumulate(self, t: float) -> None:
         if self._used_t is not None:
             self._used_ms += self.pool.used_blocks * (t - self._used_t)
@@ -430,15 +553,21 @@ class EngineWorker:
         self.waiting.appendleft(req)
 
     def check(self) -> None:
-        """Assert invariants (tests): used blocks == blocks held by running requests, pool consistent."""
+        """Assert invariants (tests): used blocks == blocks held by running and loading requests
+        (a loading request holds blocks in :attr:`loading`, then in :attr:`ready`), pool
+        consistent, CPU tier within its capacity."""
         self.pool.check()
         held = {}
         for r in self.running:
+            assert len(r.keys) >= -(-r.computed // self.block)
+        assert all(not r.keys for r in self.waiting)
+        loading = list(self.loading) + list(self.ready)
+        if self.cpu is not None:
+            assert len(self.cpu) <= self.cpu.capacity
+        for r in self.running + loading:
             for key in r.keys:
                 held[key] = held.get(key, 0) + 1
         assert len(held) == self.pool.used_blocks, (len(held), self.pool.used_blocks)
         for key, c in held.items():
             assert key < 0 and c == 1 or self.pool._ref.get(key) == c
-        for r in self.running:
-            assert len(r.keys) >= -(-r.computed // self.block)
-        assert all(not r.keys for r in self.waiting)
+        assert all(r.load_blocks > 0 for r in loading)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-#: the storage tiers events name (vLLM's ``medium``); only ``GPU`` is simulated so far
+#: the storage tiers events name (vLLM's ``medium``): a worker's GPU pool and its CPU tier (``--cpu-capacity``)
 MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"
 

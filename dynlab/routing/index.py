@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Hashable, Iterable, Optional, Sequence
 
-from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
+from dynlab.routing.events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 
 class KvIndex:
@@ -37,10 +37,15 @@ class KvIndex:
     name, so their stored/removed events alternate per name and a set is exact.)
 
     ``block_size``: tokens per block of the names this index holds (``None``: unchecked).
+
+    Tiers: events whose ``medium`` is not ``"GPU"`` (a worker's CPU tier, vLLM's ``medium``) are kept
+    apart, per medium (set semantics, no parent check: a CPU block's parent may sit on the GPU);
+    :meth:`find_matches` and :meth:`blocks` read the GPU holdings only, :meth:`find_matches_tiers`
+    adds each worker's lower-tier continuation, :meth:`tier_blocks` lists a tier's holdings.
     """
 
     __slots__ = ("_holders", "_copies", "block_size", "refused_block_size", "refused_parent",
-                 "stored_events")
+                 "stored_events", "_tiers")
 
     def __init__(self, block_size: Optional[int] = None) -> None:
         self._holders: dict[Hashable, int] = {}
@@ -49,6 +54,7 @@ class KvIndex:
         self.refused_block_size = 0
         self.refused_parent = 0
         self.stored_events = 0  # BlockStored events seen by apply_event, refused or not
+        self._tiers: dict = {}  # medium other than GPU -> {name: worker bitmask}
 
     @staticmethod
     def _bit(worker: int) -> int:
@@ -88,6 +94,8 @@ class KvIndex:
         bad worker id and ``TypeError`` for anything that is not a KV event.
         """
         kind = type(event)
+        if kind is not AllBlocksCleared and event.medium != MEDIUM_GPU:
+            return self._apply_tier(event)
         if kind is BlockStored:
             self.stored_events += 1
             bs = event.block_size
@@ -131,9 +139,71 @@ class KvIndex:
             return True
         raise TypeError(f"not a KV event: {event!r}")
 
-    def clear(self, worker: int) -> None:
-        """Forget every block of ``worker`` (an ``AllBlocksCleared`` event)."""
+    def _apply_tier(self, event) -> bool:
+        bit = self._bit(event.worker)
+        holders = self._tiers.setdefault(event.medium, {})
+        if type(event) is BlockStored:
+            self.stored_events += 1
+            bs = event.block_size
+            if bs is not None and self.block_size is not None and bs != self.block_size:
+                self.refused_block_size += 1
+                return False
+            get = holders.get
+            for h in event.hashes:
+                holders[h] = get(h, 0) | bit
+            return True
+        if type(event) is BlockRemoved:
+            keep, pop = ~bit, holders.pop
+            for h in event.hashes:
+                m = pop(h, 0) & keep
+                if m:
+                    holders[h] = m
+            return True
+        raise TypeError(f"not a KV event: {event!r}")
+
+    @property
+    def tiered(self) -> bool:
+        """Whether a lower-tier (not GPU) event was ever applied: :meth:`find_matches_tiers` can differ."""
+        return bool(self._tiers)
+
+    def tier_blocks(self, worker: int, medium: str = MEDIUM_GPU) -> frozenset:
+        """The blocks ``worker`` holds in ``medium`` (``"GPU"``, ``"CPU"``, ...) according to the index."""
+        if medium == MEDIUM_GPU:
+            return self.blocks(worker)
         bit = self._bit(worker)
+        return frozenset(h for h, m in self._tiers.get(medium, {}).items() if m & bit)
+
+    def find_matches_tiers(self, hashes: Sequence[Hashable], medium: str = "CPU") -> dict:
+        """Worker -> ``(gpu, lower)``: its leading GPU overlap (:meth:`find_matches`), then how many
+        of the following blocks it holds in ``medium``, contiguously (where an engine's lookup continues
+        into its CPU tier). Workers with ``gpu + lower == 0`` are omitted."""
+        gpu = self.find_matches(hashes)
+        tier = self._tiers.get(medium)
+        if not tier:
+            return {w: (d, 0) for w, d in gpu.items()}
+        n = len(hashes)
+        get = tier.get
+        first = get(hashes[0], 0) if n else 0
+        out = {}
+        for w in set(gpu) | set(_workers(first)):
+            d = gpu.get(w, 0)
+            bit = 1 << w
+            c = 0
+            while d + c < n and get(hashes[d + c], 0) & bit:
+                c += 1
+            out[w] = (d, c)
+        return out
+
+    def clear(self, worker: int) -> None:
+        """Forget every block of ``worker`` in every tier (an ``AllBlocksCleared`` event)."""
+        bit = self._bit(worker)
+        for tier in self._tiers.values():
+            for h in [h for h, m in tier.items() if m & bit]:
+                m = tier[h] & ~bit
+                if m:
+                    tier[h] = m
+                else:
+                    del tier[h]
         if self._copies:
             self._copies = {k: n for k, n in self._copies.items() if k[0] != worker}
         holders = self._holders

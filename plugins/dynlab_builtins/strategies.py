@@ -13,7 +13,6 @@ from collections import OrderedDict
 from dynlab import hookimpl
 from dynlab.engine.counted import Worker
 from dynlab.kv.policies import LRUCache
-from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
 from dynlab.routing.index import KvIndex
 from dynlab.routing.router import KvRouter
 from dynlab.routing.strategy import Strategy, StrategyOption
@@ -113,17 +112,42 @@ class KvAware(Strategy):
 
 
 class KvEvents(KvAware):
-    """As kv, but the index grows only from the workers' KV events (BlockStored/BlockRemoved)."""
+    """As kv, but the index grows only from the workers' KV events (BlockStored/BlockRemoved).
+
+    The overlap counts GPU blocks (events with ``medium`` GPU). ``tiers=all``: a worker's overlap is
+    its GPU overlap plus the blocks that follow it in its CPU tier (``--cpu-capacity``), as the
+    engine's lookup continues there; ``predicted_blocks`` stays the GPU part either way.
+    """
 
     name = "kv-events"
     uses_events = True
-    # the events say what the workers hold: nothing to forget by age
-    options = tuple(o for o in KvAware.options if o.name not in ("ttl_s", "max_blocks"))
+    # the events say what the workers hold: nothing to forget by age; tiers: which tiers' blocks count
+    options = tuple(o for o in KvAware.options if o.name not in ("ttl_s", "max_blocks")) + (
+        StrategyOption("tiers", str, "gpu", "gpu: overlap counts GPU blocks; all: CPU-tier blocks too"),)
 
     def __init__(self, ctx):
         Strategy.__init__(self, ctx)
         self.router = KvRouter(ctx.workers, ctx.block, use_events=True)
         self.on_event = self.router.index.apply_event  # the hot path: no wrapper per event
+        tiers = self.option("tiers")
+        if tiers not in ("gpu", "all"):
+            raise ValueError(f"option 'tiers' must be gpu or all, got {tiers!r}")
+        self.all_tiers = tiers == "all"
+
+    def route(self, request, fleet):
+        if not self.all_tiers:
+            return super().route(request, fleet)
+        router = self.router
+        matches = router.index.find_matches_tiers(request.hashes) if request.hashes else {}
+        counts = router.counts
+        if matches:
+            w = min(matches, key=lambda k: (-sum(matches[k]), counts[k], k))
+            self.predicted = matches[w][0]
+        else:
+            w = min(range(len(counts)), key=lambda k: (counts[k], k))
+            self.predicted = 0
+        counts[w] += 1
+        return w
 
     def refused_events(self):
         return self.router.refused
@@ -165,7 +189,9 @@ class KvCost(Strategy):
     """NVIDIA Dynamo's KV router: cheapest prefill_load_scale*max(prefill - credit*overlap, 0) + decode, from KV events.
 
     For each worker ``w`` (blocks of ``ctx.block`` tokens): ``overlap`` = leading blocks
-    of the request that the events say ``w`` holds; ``prefill_blocks`` = ``w``'s queued
+    of the request that the events say ``w`` holds on its GPU, plus ``host_credit`` times the
+    blocks that follow them in its CPU tier (``--cpu-capacity``; Dynamo's KV router credits a
+    cached block by where it lives: device 1.0, host 0.75, disk 0.25); ``prefill_blocks`` = ``w``'s queued
     prefill tokens / block + the request's blocks; ``decode_blocks`` = ``w``'s active
     blocks + the request's blocks; ``cost = prefill_load_scale * max(prefill_blocks -
     overlap_credit * overlap, 0) + decode_blocks``. Temperature 0 takes the cheapest
@@ -181,6 +207,8 @@ class KvCost(Strategy):
         StrategyOption("overlap_credit", float, 1.0, "blocks of prefill saved per cached block", minimum=0),
         StrategyOption("prefill_load_scale", float, 1.0, "weight of the prefill term against decode", minimum=0),
         StrategyOption("temperature", float, 0.0, "0: cheapest worker; > 0: softmax sampling", minimum=0),
+        StrategyOption("host_credit", float, 0.75, "weight of a block in the worker's CPU tier against a GPU "
+                       "block (Dynamo's host credit)", minimum=0),
     )
 
     def __init__(self, ctx):
@@ -188,6 +216,7 @@ class KvCost(Strategy):
         self.credit = self.option("overlap_credit")
         self.scale = self.option("prefill_load_scale")
         self.temperature = self.option("temperature")
+        self.host_credit = self.option("host_credit")
         self.index = KvIndex(ctx.block)
 
     def on_event(self, event):
@@ -199,15 +228,19 @@ class KvCost(Strategy):
                 "stored": index.stored_events}
 
     def costs(self, request, fleet) -> tuple[list, dict]:
-        """Each worker's cost and the index's overlaps (worker -> blocks)."""
+        """Each worker's cost and the index's GPU overlaps (worker -> blocks)."""
         matches = self.index.find_matches(request.hashes) if self.credit else {}
+        credited = matches
+        if self.host_credit and self.credit and self.index.tiered and request.hashes:
+            hc = self.host_credit
+            credited = {w: g + hc * c for w, (g, c) in self.index.find_matches_tiers(request.hashes).items()}
         nb = len(request.hashes)
         block = self.ctx.block
         queued, active = fleet.queued_prefill_tokens, fleet.active_blocks
         scale, credit = self.scale, self.credit
         out = []
         for w in range(fleet.workers):
-            prefill = queued[w] / block + nb - credit * matches.get(w, 0)
+            prefill = queued[w] / block + nb - credit * credited.get(w, 0)
             out.append(scale * (prefill if prefill > 0 else 0.0) + active[w] + nb)
         return out, matches
 

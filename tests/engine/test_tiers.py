@@ -1,0 +1,326 @@
+"""The CPU tier behind each engine: the tier itself, the load rule, conservation of blocks, events, the cache lab.
+
+Expected values are derived by hand in comments; the cache-lab comparison states where the two models
+agree (see docs/tiers.md).
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dynlab.engine.timed import replay_timed
+from dynlab.engine.worker import EngineWorker
+from dynlab.kv.cpu_tier import DEFAULT_PCIE_GBPS, CpuTier, cpu_blocks
+from dynlab.labs.scenario import cliff, pass_docs
+from dynlab.latency.base import LatencyModel, StepBatch
+from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.index import KvIndex
+from dynlab.routing.strategy import Request
+
+
+class Flat(LatencyModel):
+    """Every step takes ``ms`` (a test double: hand-computable times)."""
+
+    name = "test-flat"
+
+    def __init__(self, ms=10.0):
+        super().__init__(None, {})
+        self.ms = ms
+
+    def step_ms(self, batch: StepBatch) -> float:
+        return self.ms
+
+    def decode_ms(self, requests, context, steps):
+        return steps * self.ms
+
+
+class One:
+    """A strategy for one worker that records the KV events it receives."""
+
+    name = "one"
+    predicted = None
+    uses_events = True
+
+    def __init__(self):
+        self.events = []
+
+    def route(self, request, fleet):
+        return 0
+
+    def on_event(self, event):
+        self.events.append(event)
+
+    def refused_events(self):
+        return None
+
+
+def serve(engine, requests, strategy=None):
+    strategy = strategy or One()
+    out = replay_timed(requests, strategy, [engine], names_of=lambda r: list(r.hashes), kv_bytes_per_block=100.0)
+    return out, strategy
+
+
+# ---------------------------------------------------------------------------------------------- the tier
+def test_offload_is_lru_and_reports_the_net_change():
+    tier = CpuTier(3)
+    assert tier.offload([1, 2]) == ((1, 2), ())
+    tier.touch([1])  # order now 2, 1
+    # 3 fits; 4 drops the least recent (2); 1 is already held (touched, not stored again)
+    assert tier.offload([3, 4, 1]) == ((3, 4), (2,))
+    assert tier.names() == {1, 3, 4}
+    # more names than room: 5, 6, 7 push out 3, 4, 1 and then 5 itself: 5 is in neither list
+    assert tier.offload([5, 6, 7, 8]) == ((6, 7, 8), (3, 4, 1))
+    assert CpuTier(0).offload([1]) == ((), ())
+
+
+def test_lookup_is_contiguous_from_start():
+    tier = CpuTier(10)
+    tier.offload([11, 12, 14])
+    assert tier.lookup([10, 11, 12, 13, 14], 1, 10) == 2  # 11, 12; 13 is missing
+    assert tier.lookup([10, 11, 12, 13, 14], 1, 1) == 1
+    assert tier.lookup([10, 11, 12, 13, 14], 0, 5) == 0
+
+
+def test_cpu_blocks_from_gigabytes():
+    # floor(1e9 bytes / 1e6 bytes per block) = 1000 blocks
+    assert cpu_blocks(1.0, 1e6) == 1000
+    assert cpu_blocks(0.0, 1e6) == 0
+    with pytest.raises(ValueError):
+        cpu_blocks(-1, 1e6)
+    assert DEFAULT_PCIE_GBPS == 25.0
+
+
+# ---------------------------------------------------------------------------------------------- load rule
+def test_cpu_hits_wait_for_their_load_then_join_the_next_step():
+    """Pool of 3 blocks of 4 tokens, flat 10 ms steps, 2 ms per block loaded, CPU tier of 8 blocks.
+
+    A (t=0): 9 tokens, names 1, 2 (cap (9-1)//4 = 2 blocks), 1 output token, 3 blocks: one step 0-10,
+    TTFT 10; freed tail first: free queue [tail, 2, 1]. B (t=100): names 3, 4, 9 tokens, 3 blocks: evicts
+    2 then 1, written to the CPU tier; TTFT 10. C (t=200): A's prompt again: GPU lookup 0, CPU lookup 2
+    -> admitted at 200 (its 3 blocks evict B's 4, 3: written too) with a load of 2 x 2 = 4 ms, ready at
+    204; nothing else runs, so the worker wakes at 204 and schedules its 1 remaining token: step
+    204-214, TTFT 14 = 4 ms load + one step. Mean TTFT (10 + 10 + 14) / 3 = 11.3.
+    """
+    engine = EngineWorker(0, 3, 4, Flat(10.0), cpu_capacity=8, load_ms_per_block=2.0)
+    reqs = [Request((1, 2), 9, 1, timestamp=0.0, index=0), Request((3, 4), 9, 1, timestamp=100.0, index=1),
+            Request((1, 2), 9, 1, timestamp=200.0, index=2)]
+    out, strategy = serve(engine, reqs)
+    assert out["ttft_ms"]["mean"] == 11.3 and out["ttft_ms"]["p50"] == 10.0
+    assert (out["gpu_hit_blocks"], out["cpu_hit_blocks"]) == (0, 2)
+    # bytes: 2 blocks written at B's step, 2 at C's admission, 2 loaded for C: 6 x 100
+    assert out["pcie_bytes"] == 600
+    stored_cpu = [ev.hashes for ev in strategy.events if type(ev) is BlockStored and ev.medium == "CPU"]
+    assert stored_cpu[0] == (2, 1)  # B's allocation evicted 2 then 1 (A's tail first)
+
+
+def test_a_load_does_not_delay_other_requests_decode():
+    """A decoding request keeps its 10 ms steps while another request's blocks load (100 ms per block).
+
+    D (t=0) decodes 20 tokens: steps every 10 ms, first token at 10. A prefix put in the CPU tier by
+    hand makes E (t=25, admitted at the next step start, 30) load 2 blocks for 200 ms, ready at 230:
+    D's steps go on (TPOT 10 ms), E joins the step starting at 230, first token at 240 (TTFT 215).
+    Mean TTFT (10 + 215) / 2 = 112.5.
+    """
+    engine = EngineWorker(0, 32, 4, Flat(10.0), cpu_capacity=8, load_ms_per_block=100.0)
+    engine.cpu.offload([7, 8])
+    reqs = [Request((1,), 5, 20, timestamp=0.0, index=0), Request((7, 8), 9, 1, timestamp=25.0, index=1)]
+    out, _ = serve(engine, reqs)
+    assert out["tpot_ms"]["p50"] == 10.0
+    assert out["ttft_ms"]["mean"] == 112.5
+
+
+# ------------------------------------------------------------------------------------- conservation (hypothesis)
+class Checked(EngineWorker):
+    """An engine that checks, after every step start and end, its tiers against a model built from its reports."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.gpu_model, self.cpu_model = set(), set()
+
+    def start_step(self, now):
+        gpu_before = set(self.pool.cached())
+        end = super().start_step(now)
+        removed = set(self.removed)
+        assert removed <= self.gpu_model  # nothing removed twice or that was never stored
+        self.gpu_model -= removed
+        stored, dropped = set(self.cpu_stored), set(self.cpu_removed)
+        assert not stored & self.cpu_model and dropped <= self.cpu_model  # no duplicate, no phantom
+        self.cpu_model = (self.cpu_model | stored) - dropped
+        held = self.cpu.names() if self.cpu is not None else set()
+        assert held == self.cpu_model
+        # no block is lost: what left the GPU is in the CPU tier unless the tier dropped it (full) or is 0
+        lost = removed - held
+        assert not lost or self.cpu is None or len(self.cpu) == self.cpu.capacity, lost
+        assert removed <= gpu_before
+        self.check()
+        return end
+
+    def finish_step(self):
+        res = super().finish_step()
+        assert not set(res.stored) & self.gpu_model
+        self.gpu_model |= set(res.stored)
+        assert self.pool.cached() == self.gpu_model
+        self.check()
+        return res
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 6), st.integers(1, 40), st.integers(1, 6),
+                          st.integers(0, 30)), min_size=1, max_size=25),
+       st.integers(6, 16), st.integers(0, 12), st.sampled_from([0.0, 0.5, 7.0]))
+def test_blocks_move_between_tiers_without_loss_or_duplication(rows, capacity, cpu, load_ms):
+    # prompts share prefixes: prefix p's names are p*100 + i (chained: the same prefix, the same names)
+    block = 4
+    reqs, t = [], 0.0
+    for i, (prefix, nblocks, extra, out_len, gap) in enumerate(rows):
+        t += gap
+        tokens = nblocks * block + extra % block + 1
+        names = tuple(prefix * 100 + j for j in range(tokens // block))
+        reqs.append(Request(names, tokens, out_len, timestamp=t, index=i))
+    engine = Checked(0, capacity, block, Flat(3.0), max_num_batched_tokens=16, cpu_capacity=cpu,
+                     load_ms_per_block=load_ms)
+    out, strategy = serve(engine, reqs)
+    assert out["requests"] == len(reqs)
+    assert not engine.loading and not engine.ready
+    # the events mirror both tiers: an index fed them holds what each tier holds
+    index = KvIndex()
+    for ev in strategy.events:
+        index.apply_event(ev)
+    assert index.blocks(0) == engine.pool.cached()
+    assert index.tier_blocks(0, "CPU") == (engine.cpu.names() if engine.cpu else set())
+    assert out["cpu_hit_blocks"] <= engine.loaded_blocks
+
+
+# ---------------------------------------------------------------------------------------------- the cache lab
+B, TOKENS, DOCS = 16, 5011, 10
+FULL = TOKENS // B  # 313 cacheable blocks per document ((5011 - 1) // 16 = 313 too: all of them can hit)
+
+
+def _doc_blocks(lab_tokens: int) -> int:
+    """The mapping: a lab capacity of C tokens holds floor(C / 5011) whole documents; in the engine each
+    takes ceil(5011 / 16) + 1 = 315 blocks: its 313 named blocks, the unnamed block of its last 3 tokens
+    (freed next to them), and one for the fresh block a hit needs (the engine recomputes the last token
+    into a new block taken from the free-queue head: without that spare, a hit evicts an older document's
+    tail, which the lab's hits never do)."""
+    return (lab_tokens // TOKENS) * (-(-TOKENS // B) + 1)
+
+
+def _fleet_last_pass(gpu_blocks: int, cpu_blocks_: int, passes) -> dict:
+    """One worker serves the lab's workload: each read of a document is a request of its 5011 tokens
+    (names doc*1000 + i), one output token, 10 s apart (each finishes before the next arrives)."""
+    reqs, i = [], 0
+    for p in passes:
+        for d in pass_docs(p, DOCS):
+            reqs.append(Request(tuple(d * 1000 + j for j in range(FULL)), TOKENS, 1, timestamp=i * 10000.0,
+                                index=i))
+            i += 1
+    engine = EngineWorker(0, gpu_blocks, B, Flat(10.0), cpu_capacity=cpu_blocks_, load_ms_per_block=0.005)
+    seen = []
+    orig_start = engine.start_step
+
+    def start_step(now):
+        end = orig_start(now)
+        for r in engine.running + list(engine.loading):
+            if r.first_scheduled_ms == now:
+                seen.append((r.id, r.hit_tokens // B - r.cpu_hit_blocks, r.cpu_hit_blocks))
+        return end
+    engine.start_step = start_step
+    serve(engine, reqs)
+    last = sorted(set(seen))[-len(pass_docs(passes[-1], DOCS)):]
+    return {"gpu": sum(g == FULL for _, g, _ in last), "cpu": sum(c > 0 and g + c == FULL for _, g, c in last),
+            "miss": sum(g + c == 0 for _, g, c in last), "partial": sum(0 < g + c < FULL for _, g, c in last)}
+
+
+LAB_GPU = [21520, 30000, 45000, 50109, 50110, 60000]
+
+
+def test_gpu_cliff_whole_document_hits_equal_the_lab():
+    """`dynlab cliff` (passes fwd,fwd): 0 hits until all ten documents fit, then 10. The fleet's
+    whole-document GPU hits equal that at every mapped capacity; below the cliff the engine also keeps
+    partial prefixes (vLLM frees a sequence tail first), which the lab's whole-document entries cannot."""
+    lab = cliff(LAB_GPU, passes=["fwd", "fwd"])
+    fleet = {str(c): _fleet_last_pass(_doc_blocks(c), 0, ["fwd", "fwd"])["gpu"] for c in LAB_GPU}
+    assert fleet == lab == {"21520": 0, "30000": 0, "45000": 0, "50109": 0, "50110": 10, "60000": 10}
+
+
+LAB_CPU = [0, 21520, 40000, 50110, 60000]
+
+
+def test_cpu_cliff_agrees_where_the_write_rules_agree():
+    """`dynlab cliff --over cpu` (GPU 21520, fwd,fwd,rev). The lab's CPU tier is inclusive (a copy is
+    stored when a document is first read); this engine's is a victim tier (a block is written when the
+    GPU evicts it), as the issue asks. Equal: the GPU's whole-document hits at every CPU size (4: the
+    last pass re-reads 9, 8, 7, 6 on the GPU); every count without a CPU tier (4 GPU hits, 6 misses) and
+    once the CPU holds every document (4 GPU, 6 CPU, 0 misses). In between the victim tier misses fewer
+    documents (GPU and CPU hold different blocks, so their capacities add): lab 6 and 3 misses at 21520
+    and 40000 tokens, the engine 3 (+1 partial) and 2."""
+    gpu = _doc_blocks(21520)
+    lab = {m: cliff(LAB_CPU, over="cpu", metric=m) for m in ("gpu_hits", "cpu_hits", "misses")}
+    for c in LAB_CPU:
+        f = _fleet_last_pass(gpu, _doc_blocks(c), ["fwd", "fwd", "rev"])
+        assert f["gpu"] == lab["gpu_hits"][str(c)] == 4
+        assert f["miss"] + f["partial"] <= lab["misses"][str(c)]
+        if c == 0 or c >= DOCS * TOKENS:
+            assert (f["cpu"], f["miss"], f["partial"]) == (lab["cpu_hits"][str(c)], lab["misses"][str(c)], 0)
+
+
+# ---------------------------------------------------------------------------------------------- the router
+def test_index_keeps_tiers_apart():
+    index = KvIndex()
+    index.apply_event(BlockStored(0, (1, 2)))
+    index.apply_event(BlockStored(0, (3, 4), medium="CPU"))
+    index.apply_event(BlockStored(1, (1, 2, 3), medium="CPU"))
+    assert index.find_matches([1, 2, 3, 4, 5]) == {0: 2}  # the default path: GPU only
+    # worker 0: GPU 1, 2 then CPU 3, 4; worker 1: no GPU, CPU 1, 2, 3
+    assert index.find_matches_tiers([1, 2, 3, 4, 5]) == {0: (2, 2), 1: (0, 3)}
+    index.apply_event(BlockRemoved(0, (4,), medium="CPU"))
+    assert index.find_matches_tiers([1, 2, 3, 4]) == {0: (2, 1), 1: (0, 3)}
+    assert index.tier_blocks(1, "CPU") == {1, 2, 3} and index.blocks(1) == frozenset()
+
+
+def _strategy(mode, workers, opts):
+    from dynlab import plugins
+    from dynlab.routing.strategy import RunContext
+
+    return plugins.strategies().get(mode)(RunContext(workers, 16, random.Random(0), opts))
+
+
+def _fleet(workers):
+    from dynlab.routing.strategy import FleetView
+
+    z = [0] * workers
+    return FleetView(list(z), list(z), list(z), list(z), list(z))
+
+
+def test_kv_cost_credits_host_blocks():
+    """Request of 4 blocks, idle fleet: cost = 4 - overlap_credit * (gpu + host_credit * cpu) + 4.
+    Worker 0 holds 2 GPU blocks: 4 - 2 + 4 = 6. Worker 1 holds 1 GPU block then 3 CPU blocks:
+    host_credit 0.75 -> 4 - (1 + 2.25) + 4 = 4.75 (cheaper); host_credit 0 -> 4 - 1 + 4 = 7."""
+    events = [BlockStored(0, (1, 2)), BlockStored(1, (1,)), BlockStored(1, (2, 3, 4), medium="CPU")]
+    req = Request((1, 2, 3, 4), 64, 1)
+    for credit, want_costs, want in ((0.75, [6.0, 4.75], 1), (0.0, [6.0, 7.0], 0)):
+        s = _strategy("kv-cost", 2, {"host_credit": credit})
+        for ev in events:
+            s.on_event(ev)
+        costs, _ = s.costs(req, _fleet(2))
+        assert costs == want_costs
+        assert s.route(req, _fleet(2)) == want and s.predicted == (2 if want == 0 else 1)
+
+
+def test_kv_events_counts_gpu_blocks_unless_tiers_all():
+    events = [BlockStored(0, (1, 2)), BlockStored(1, (1,)), BlockStored(1, (2, 3), medium="CPU")]
+    req = Request((1, 2, 3, 4), 64, 1)
+    for tiers, want in (("gpu", 0), ("all", 1)):  # GPU overlaps 2 vs 1; all tiers 2 vs 1 + 2 = 3
+        s = _strategy("kv-events", 2, {"tiers": tiers})
+        for ev in events:
+            s.on_event(ev)
+        assert s.route(req, _fleet(2)) == want
+    with pytest.raises(ValueError, match="tiers"):
+        _strategy("kv-events", 2, {"tiers": "cpu"})
+
+
+def test_kv_cost_host_credit_default_is_dynamos():
+    assert _strategy("kv-cost", 1, {}).host_credit == 0.75
