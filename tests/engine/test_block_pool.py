@@ -116,8 +116,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert pool.num_free == len(model.free)
         assert pool.used_blocks + pool.num_free == self.cap
         assert pool.cached() == set(model.where)
-        # the never-used blocks are a count at the queue's head (unnamed), then the queue's entries
-        assert [None] * pool._fresh + [k if k >= 0 else None for k in pool._free] == model.free_names()
+        # the never-used blocks are a count at the queue's head (None: no key yet), then the queue's entries
+        assert [k if k is not None and k >= 0 else None for k in pool.free_keys()] == model.free_names()
         assert pool.cached() == self.from_events  # the cache as a subscriber to its events sees it
 
 
@@ -171,9 +171,9 @@ def test_a_huge_pool_costs_nothing_until_used():
     # --capacity 10**9 --timing: the never-used blocks are a count, so construction allocates no
     # entry per block; taking 3 blocks (all never used) leaves 10**9 - 3 free and evicts nothing.
     pool = BlockPool(10**9)
-    assert pool.num_free == 10**9 and len(pool._free) == 0
+    assert pool.num_free == 10**9 and pool._nfree == 0
     keys = pool.allocate(3)
     assert len(set(keys)) == 3 and pool.num_free == 10**9 - 3 and pool.removed == []
     pool.release(keys)
-    assert pool.num_free == 10**9 and len(pool._free) == 3
+    assert pool.num_free == 10**9 and pool._nfree == 3
     pool.check()
