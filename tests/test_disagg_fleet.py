@@ -258,3 +258,72 @@ def test_replay_disagg_keys():
     assert out["transfer_bytes"] == 100 * KVB
     assert set(out["prefill_pool"]) == set(out["decode_pool"]) == {"workers", "utilization", "mean_kv_usage",
                                                                     "peak_kv_blocks"}
+
+
+# ------------------------------------------------------------------------------------------ the commands
+MOON = ("".join(json.dumps(r) + "\n" for r in [
+    {"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
+    {"timestamp": 50, "input_length": 1536, "output_length": 4, "hash_ids": [1, 2, 3]},
+    {"timestamp": 90, "input_length": 600, "output_length": 4, "hash_ids": [7, 8]}]))
+
+
+@pytest.fixture
+def moon(tmp_path):
+    path = tmp_path / "moon.jsonl"
+    path.write_text(MOON)
+    return str(path)
+
+
+def test_compare_split_runs_aggregated_and_disaggregated_at_equal_gpus(moon, tmp_path):
+    plot = tmp_path / "split.png"
+    result = invoke("compare", "--trace", moon, "--timing", "--split", "2:0,1:1", "--link-gbps", "25",
+                    "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--format", "json", "--plot", str(plot))
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert list(out) == ["2:0", "1:1"]
+    agg, pd = out["2:0"], out["1:1"]
+    assert agg["workers"] == pd["workers"] == 2 and "transfer_ms" not in agg and "link_gbps" not in agg
+    assert pd["prefill_workers"] == pd["decode_workers"] == 1 and pd["link_gbps"] == 25.0
+    assert pd["transfer_bytes"] == (1024 + 1536 + 600) * KVB
+    for r in (agg, pd):
+        assert {"goodput", "output_tokens_per_s_per_gpu", "ttft_ms", "tpot_ms"} <= set(r)
+    assert plot.stat().st_size > 0
+    table = invoke("compare", "--trace", moon, "--timing", "--split", "2:0,1:1", "--format", "table")
+    header = table.stdout.splitlines()[0].split()
+    assert {"ttft_p50_ms", "tpot_p50_ms", "tok_s_gpu", "xfer_p50_ms"} <= set(header)
+
+
+def test_the_split_equals_the_explicit_fleet(moon):
+    a = invoke("sim", "--trace", moon, "--timing", "--split", "1:2")
+    b = invoke("sim", "--trace", moon, "--timing", "--prefill-workers", "1", "--decode-workers", "2")
+    assert a.exit_code == b.exit_code == 0 and json.loads(a.stdout) == json.loads(b.stdout)
+    c = invoke("sim", "--trace", moon, "--timing", "--split", "3:0")
+    d = invoke("sim", "--trace", moon, "--timing", "--workers", "3")
+    assert json.loads(c.stdout) == json.loads(d.stdout)
+
+
+def test_sweep_takes_the_split_axis(moon):
+    result = invoke("sweep", "--executor", "serial", "--quiet", "--trace", moon, "--timing",
+                    "--grid", "split=2:0,1:1", "--link-gbps", "10")
+    assert result.exit_code == 0, result.stderr
+    cells = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [c["cell"]["split"] for c in cells] == ["2:0", "1:1"]
+    assert "transfer_ms" not in cells[0]["result"] and cells[1]["result"]["link_gbps"] == 10.0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--timing", "--split", "8"], "split must be P:D"),
+    (["--timing", "--split", "0:2"], "P >= 1"),
+    (["--timing", "--prefill-workers", "2"], "--prefill-workers and --decode-workers go together"),
+    (["--timing", "--decode-workers", "0", "--prefill-workers", "1"], "--decode-workers"),
+])
+def test_bad_fleets_are_refused_in_one_line(args, words):
+    result = invoke("sim", *args)
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert words in line, line
+
+
+def test_compare_split_refuses_pd_options_when_no_split_is_disaggregated(moon):
+    result = invoke("compare", "--trace", moon, "--timing", "--split", "2:0,1:0", "--link-gbps", "25")
+    assert result.exit_code == 2 and "--link-gbps has no effect" in result.stderr

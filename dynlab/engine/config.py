@@ -217,15 +217,15 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     if not config.timing:
         for name in TIME_MODEL_FIELDS:
             yield name, _WITHOUT_TIMING
-    if config.split is not None:
-        for name in ("workers", "prefill_workers", "decode_workers"):
-            yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
-    elif config.prefill_workers is not None or config.decode_workers is not None:
-        yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
     if _aggregated(config):
         for name in PD_FIELDS:
             yield name, ("without a P/D split (--prefill-workers and --decode-workers, or --split P:D "
                          "with D >= 1)")
+    if config.split is not None:
+        for name in ("prefill_workers", "decode_workers", "workers"):
+            yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
+    elif config.prefill_workers is not None or config.decode_workers is not None:
+        yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
 
 
 def _aggregated(config: SimConfig) -> bool:
