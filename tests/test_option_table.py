@@ -164,6 +164,27 @@ def sim_rows(cmd: list) -> dict:
         "--router-assign": changes(cmd + ["--routers", "2"], ["--router-assign", "hash"]),
         # a trace that names its own blocks cannot be re-hashed; on tokens the run says its scheme
         "--hash": changes(cmd + ["--trace", TOKENS], ["--hash", "dynamo"]),
+        **pd_rows(cmd),
+    }
+
+
+def pd_rows(cmd: list) -> dict:
+    """Disaggregated serving: each option changes a P/D run (and is refused without one: NO_EFFECT)."""
+    if cmd and cmd[0] == "sweep":  # SWEEP's workers axis is refused with a P/D fleet: vary the seed
+        cmd = ["sweep", "--executor", "serial", "--quiet", "--grid", "seed=1,2"]
+    timed = cmd + ["--timing", "--trace", MOON]
+    pd = timed + ["--prefill-workers", "1", "--decode-workers", "1"]
+    return {
+        "--prefill-workers": swaps(pd, timed + ["--prefill-workers", "2", "--decode-workers", "1"]),
+        "--decode-workers": swaps(pd, timed + ["--prefill-workers", "1", "--decode-workers", "2"]),
+        "--split": swaps(timed + ["--split", "1:1"], timed + ["--split", "2:0"]),
+        "--decode-router": changes(timed + ["--prefill-workers", "1", "--decode-workers", "2"],
+                                   ["--decode-router", "round-robin"]),
+        "--link-gbps": changes(pd, ["--link-gbps", "1"]),
+        "--link-latency-ms": changes(pd, ["--link-latency-ms", "5"]),
+        "--overlap-transfer": changes(pd, ["--overlap-transfer"]),
+        # the second request shares the first's two trace blocks: the decode worker holds them
+        "--decode-prefix-cache": changes(pd, ["--decode-prefix-cache"]),
     }
 
 
@@ -196,6 +217,18 @@ NO_EFFECT = [
     (["--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--cpu-capacity", "8", "--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
+    # disaggregated serving: only with --timing, only with a P/D fleet, never with --workers
+    (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
+    (["--split", "1:1"], "--split"),
+    (["--timing", "--link-gbps", "25"], "--link-gbps"),
+    (["--timing", "--link-latency-ms", "1"], "--link-latency-ms"),
+    (["--timing", "--decode-router", "round-robin"], "--decode-router"),
+    (["--timing", "--overlap-transfer"], "--overlap-transfer"),
+    (["--timing", "--decode-prefix-cache"], "--decode-prefix-cache"),
+    (["--timing", "--split", "2:0", "--link-gbps", "25"], "--link-gbps"),  # P:0 is aggregated
+    (["--timing", "--split", "2:2", "--workers", "4"], "--workers"),
+    (["--timing", "--prefill-workers", "1", "--decode-workers", "1", "--workers", "3"], "--workers"),
+    (["--timing", "--split", "2:2", "--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
 ]
 
 LATENCY = ["latency", "--format", "json"]

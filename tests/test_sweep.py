@@ -81,18 +81,23 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     flags, field, ptype, default, _ = entry
     name = flags[0].lstrip("-")
     value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake", "trace_block": "256",
-             "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0", "cpu_capacity": "100", "cpu_memory_gb": "1.5"}.get(field, default)
+             "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0", "cpu_capacity": "100", "cpu_memory_gb": "1.5",
+             "prefill_workers": "3", "decode_workers": "3", "split": "6:2"}.get(field, default)
     # --timing: the timed engine's options (count-based-only --policy and --event-delay go without it);
-    # --capacity and --trace: where --policy and --trace-format have an effect
+    # --capacity and --trace: where --policy and --trace-format have an effect; a P/D fleet for its options
+    pd = {"decode_router", "link_gbps", "link_latency_ms"}
     context = {"policy": ["--capacity", "8"], "trace_format": ["--trace", TRACE],
-               "router_assign": ["--routers", "2"], "pcie_gbps": ["--cpu-capacity", "8"]}.get(field, [])
+               "router_assign": ["--routers", "2"], "pcie_gbps": ["--cpu-capacity", "8"],
+               "prefill_workers": ["--decode-workers", "1"], "decode_workers": ["--prefill-workers", "1"],
+               **{f: ["--split", "1:1"] for f in pd}}.get(field, [])
     timing = field not in ("policy", "event_delay")
     result = ok(invoke("sweep", "--grid", f"{name}={value}", *(["--timing"] if timing else []), *context,
                        "--dry-run"))
     (cell,) = [json.loads(line) for line in lines_of(result.stdout)]
     expected = ptype.convert(value, None, None) if value is not None else None
     extra = {"policy": {"capacity": 8}, "trace_format": {"trace": TRACE}, "router_assign": {"routers": 2},
-             "pcie_gbps": {"cpu-capacity": 8}}.get(field, {})
+             "pcie_gbps": {"cpu-capacity": 8}, "prefill_workers": {"decode-workers": 1},
+             "decode_workers": {"prefill-workers": 1}, **{f: {"split": "1:1"} for f in pd}}.get(field, {})
     assert cell == {name: expected, **({"timing": True} if timing else {}), **extra}
     grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
     assert getattr(grid.config(cell), field) == expected

@@ -129,6 +129,30 @@ SIM_OPTIONS = [
      "[default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
      "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
+    (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
+     "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
+     "see docs/disagg.md)."),
+    (("--decode-workers",), "decode_workers", click.IntRange(min=1), None,
+     "With --timing: disaggregated serving, decode workers (with --prefill-workers)."),
+    (("--split",), "split", click.STRING, None,
+     "With --timing: the fleet as P:D prefill:decode workers (P:0 = P aggregated workers), instead of "
+     "--workers; a comma list in compare (--split 8:0,6:2,4:4) compares splits at a fixed GPU count."),
+    (("--decode-router",), "decode_router", click.Choice(["least-loaded", "round-robin", "kv-usage"]),
+     "least-loaded", "With a P/D fleet: how a prefilled request picks its decode worker."),
+    (("--link-gbps",), "link_gbps", FiniteFloat(min=0, min_open=True), 50.0,
+     "With a P/D fleet: KV transfer bandwidth per prefill worker, GB/s (50 = one 400 Gb/s NIC); "
+     "transfers from one worker share it first come first served."),
+    (("--link-latency-ms",), "link_latency_ms", FiniteFloat(min=0), 0.0,
+     "With a P/D fleet: latency added to each KV transfer (ms)."),
+]
+
+# on/off flags of sim, compare and sweep that are SimConfig fields (compare and sweep apply them to every run)
+SIM_FLAGS = [
+    ("--overlap-transfer", "overlap_transfer",
+     "With a P/D fleet: pipeline the KV transfer with the prefill layer by layer (as NIXL-based connectors do); "
+     "without it the transfer starts when the prefill ends."),
+    ("--decode-prefix-cache", "decode_prefix_cache",
+     "With a P/D fleet: decode workers cache prompt blocks; blocks they hold are not transferred again."),
 ]
 
 
@@ -203,6 +227,8 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
                           help="Serve in time on vLLM-like engines: batching, chunked prefill, a finite block "
                                "pool, preemption, TTFT/TPOT (see docs/engine.md).")(fn)
         fn = click.option("--quiet", is_flag=True, help=quiet_help)(fn)
+        for flag, field, help_ in reversed(SIM_FLAGS):
+            fn = click.option(flag, field, is_flag=True, help=help_)(fn)
         return fn
     return decorate
 
@@ -260,7 +286,9 @@ def _format_table(results: dict) -> str:
             ("block_hit_rate", "block_hit_rate"), ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
-            ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"), ("preempted", "preemptions"),
+            ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"),
+            ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("xfer_p50_ms", "transfer_ms.p50"),
+            ("xfer_p99_ms", "transfer_ms.p99"), ("dwait_p99_ms", "decode_wait_ms.p99"), ("preempted", "preemptions"),
             ("gpu_hit_blocks", "gpu_hit_blocks"), ("cpu_hit_blocks", "cpu_hit_blocks"), ("pcie_gb", "pcie_gb")]
 
     def get(r, path):
@@ -298,7 +326,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
     `dynlab compare --mode kv-events --publish yes,no` (its events.json).
     """
     by_field = {field: (flags[0], ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
-    fixed: dict = {}
+    fixed: dict = {field: True for _, field, _ in SIM_FLAGS if options.pop(field)}
     varied = None
     for field, text in options.items():
         if text is None:
@@ -326,10 +354,15 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
         flag, field, items, values = varied
     configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
     given = {f for f, text in options.items() if text is not None} | ({"all_metrics"} if all_metrics else set())
-    for item, config in configs.items():
+    given |= {f for _, f, _ in SIM_FLAGS if fixed.get(f)}
+    from dynlab.engine.config import align_split
+
+    aligned = align_split(list(configs.values()), given)
+    configs = {item: c for item, (c, _) in zip(configs, aligned)}
+    for (item, config), (_, run_given) in zip(configs.items(), aligned):
         # every run is checked before the first: an option a compared strategy lacks (--opt), or
         # one that has no effect, is refused for all alike, as sweep refuses it for its cells
-        check_options(config, given)
+        check_options(config, run_given)
         try:
             build_strategy(config, random.Random(0))
         except ValueError as exc:
@@ -352,9 +385,14 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             results[item] = _run(config, quiet, requests)
             bar.update(1)
     if plot_path:
-        from dynlab.plots import plot_compare
+        if field == "split":
+            from dynlab.disagg.plot import plot_split
 
-        plot_compare(results, plot_path, title=f"varying {flag}")
+            plot_split(results, plot_path, title=f"varying --split ({base.trace or 'synthetic workload'})")
+        else:
+            from dynlab.plots import plot_compare
+
+            plot_compare(results, plot_path, title=f"varying {flag}")
     if fmt is None:
         fmt = "table" if sys.stdout.isatty() else "json"
     if fmt == "json":

@@ -150,11 +150,13 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     from dynlab.engine.config import check_effective
     from dynlab.traces.reader import own_block_tokens
 
-    given = set(grid.fields.values())  # the options written once or as an axis
+    from dynlab.engine.config import align_split
+
+    # a split axis: its aggregated cells (P:0) drop the P/D options the disaggregated ones use
+    aligned = align_split([grid.config(cell) for cell in cells], set(grid.fields.values()))
     own: dict = {}  # (trace, format) -> the block size its format names its blocks at
     configs = []
-    for cell in cells:
-        config = grid.config(cell)
+    for cell, (config, given) in zip(cells, aligned):
         try:
             check_config(config)
             key = (config.trace, config.trace_format)

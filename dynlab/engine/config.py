@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
@@ -37,6 +37,12 @@ class SimConfig:
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
     first block name); :mod:`dynlab.routing.replicas`.
+
+    Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and
+    ``decode_workers`` replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU
+    count) sets them at once, ``"P:0"`` meaning ``P`` aggregated workers. ``decode_router``
+    (:data:`dynlab.disagg.fleet.DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
+    400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
     """
 
     mode: str = "kv"
@@ -77,6 +83,35 @@ class SimConfig:
     cpu_capacity: Optional[int] = None
     cpu_memory_gb: Optional[float] = None
     pcie_gbps: float = 25.0
+    prefill_workers: Optional[int] = None
+    decode_workers: Optional[int] = None
+    split: Optional[str] = None
+    decode_router: str = "least-loaded"
+    link_gbps: float = 50.0
+    link_latency_ms: float = 0.0
+    overlap_transfer: bool = False
+    decode_prefix_cache: bool = False
+
+    def pd(self) -> Optional[tuple[int, int]]:
+        """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
+        (``split`` ``"P:0"`` is ``P`` aggregated workers). Raises ``ValueError`` for a bad ``split``."""
+        if self.split is not None:
+            p, d = parse_split(self.split)
+            return (p, d) if d else None
+        if self.prefill_workers is not None or self.decode_workers is not None:
+            return self.prefill_workers, self.decode_workers
+        return None
+
+    def resolved(self) -> "SimConfig":
+        """The configuration ``run`` serves: ``split`` turned into ``workers`` (``P:0``) or
+        ``prefill_workers``/``decode_workers``; an aggregated split drops the P/D options (a
+        comparison's aggregated run ignores them)."""
+        if self.split is None:
+            return self
+        p, d = parse_split(self.split)
+        if d:
+            return replace(self, split=None, workers=_DEFAULTS["workers"], prefill_workers=p, decode_workers=d)
+        return replace(self, split=None, workers=p, **{f: _DEFAULTS[f] for f in PD_FIELDS})
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field, a size over a limit of :mod:`dynlab.limits`,
@@ -118,13 +153,51 @@ class SimConfig:
         from dynlab.limits import check_sim
 
         check_sim(self)  # sizes the machine cannot hold (dynlab/limits.py)
+        if self.split is not None:
+            parse_split(self.split)
+        if (self.prefill_workers is None) != (self.decode_workers is None):
+            raise ValueError("--prefill-workers and --decode-workers go together (a disaggregated fleet has both pools)")
+        for name in ("prefill_workers", "decode_workers"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        from dynlab.disagg.fleet import DECODE_ROUTERS
+
+        if self.decode_router not in DECODE_ROUTERS:
+            raise ValueError(f"decode_router must be one of {', '.join(DECODE_ROUTERS)}, got {self.decode_router!r}")
+        if not (self.link_gbps > 0 and math.isfinite(self.link_gbps)):
+            raise ValueError(f"link_gbps must be a finite number > 0, got {self.link_gbps}")
+        if not (self.link_latency_ms >= 0 and math.isfinite(self.link_latency_ms)):
+            raise ValueError(f"link_latency_ms must be a finite number >= 0, got {self.link_latency_ms}")
         check_effective(self)
+
+
+def parse_split(text: str) -> tuple[int, int]:
+    """``"6:2"`` -> ``(6, 2)``: prefill and decode workers (``"8:0"``: 8 aggregated workers).
+
+    Raises ``ValueError`` (one line) unless ``P`` >= 1 and ``D`` >= 0 are integers.
+    """
+    p, sep, d = str(text).partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        p, d = int(p), int(d)
+    except ValueError:
+        raise ValueError(f"split must be P:D (prefill workers : decode workers, 8:0 = 8 aggregated workers), "
+                         f"got {text!r}") from None
+    if p < 1 or d < 0:
+        raise ValueError(f"split {text!r}: needs P >= 1 prefill workers and D >= 0 decode workers")
+    return p, d
 
 
 #: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
 TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_tokens", "max_num_seqs",
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
-                     "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps")
+                     "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
+                     "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps", "link_latency_ms",
+                     "overlap_transfer", "decode_prefix_cache")
+#: options of a disaggregated fleet only (refused for an aggregated one)
+PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
 _DEFAULTS["opts"] = _DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
 
@@ -172,6 +245,32 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     if not config.timing:
         for name in TIME_MODEL_FIELDS:
             yield name, _WITHOUT_TIMING
+    if _aggregated(config):
+        for name in PD_FIELDS:
+            yield name, ("without a P/D split (--prefill-workers and --decode-workers, or --split P:D "
+                         "with D >= 1)")
+    if config.split is not None:
+        for name in ("prefill_workers", "decode_workers", "workers"):
+            yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
+    elif config.prefill_workers is not None or config.decode_workers is not None:
+        yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
+
+
+def _aggregated(config: SimConfig) -> bool:
+    try:
+        return config.pd() is None
+    except ValueError:
+        return False  # a bad split is reported by validate
+
+
+def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tuple[SimConfig, set]]:
+    """Configurations that compare splits (``compare --split``, a sweep's ``split`` axis): when at least
+    one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
+    the others. Returns ``(configuration to check and run, given fields to check it with)`` each."""
+    if not any(c.split is not None and not _aggregated(c) for c in configs):
+        return [(c, set(given)) for c in configs]
+    return [(replace(c, **{f: _DEFAULTS[f] for f in PD_FIELDS}), set(given) - set(PD_FIELDS))
+            if c.split is not None and _aggregated(c) else (c, set(given)) for c in configs]
 
 
 def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, Iterable, Optional, Sequence
 
 from dynlab.engine.config import SimConfig, check_effective
@@ -189,6 +189,8 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     for a bad trace line.
     """
     config.validate()
+    config = config.resolved()
+    pd = config.pd()
     rng = random.Random(config.seed)
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
     requests, total, own, synthetic = _workload(config, rng, requests)
@@ -199,15 +201,18 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
         timed = build_engines(config, own)
         block_tokens = config.block
-    strategy = build_strategy(config, rng, block_tokens=block_tokens,
-                              pool_blocks=timed.capacity if timed is not None else None)
+    strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
+                              block_tokens=block_tokens, pool_blocks=timed.capacity if timed is not None else None)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=total, unit="req", leave=False, desc=config.mode)
     try:
-        if timed is not None:
+        if pd is not None:
+            metrics = _guard(strategy, lambda: timed.replay_disagg(requests, strategy, rng=rng, loss_rng=loss_rng,
+                                                                   progress=bar))
+        elif timed is not None:
             metrics = _guard(strategy, lambda: timed.replay(requests, strategy, rng=rng, loss_rng=loss_rng,
                                                             progress=bar))
         else:
@@ -215,7 +220,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     finally:
         if bar is not None:
             bar.close()
-    out: dict[str, Any] = {"mode": config.mode, "workers": config.workers}
+    out: dict[str, Any] = {"mode": config.mode, "workers": config.workers if pd is None else sum(pd)}
     for key in SEED_KEYS[2:]:
         out[key] = metrics[key]
     if strategy.uses_events:
@@ -223,6 +228,11 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     if config.trace is not None or config.all_metrics or timed is not None:
         if timed is not None:
             out.update(timed.describe())
+            if pd is not None:
+                out.update({"prefill_workers": pd[0], "decode_workers": pd[1], "decode_router": config.decode_router,
+                            "link_gbps": config.link_gbps, "link_latency_ms": config.link_latency_ms,
+                            "overlap_transfer": config.overlap_transfer,
+                            "decode_prefix_cache": config.decode_prefix_cache})
         else:
             out["block_tokens"] = block_tokens
         if own is None:
@@ -230,6 +240,8 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         for key, value in metrics.items():
             if key not in out:
                 out[key] = value
+                if key == "output_tokens_per_s":
+                    out["output_tokens_per_s_per_gpu"] = round(value / (out["workers"] * config.tp), 1)
     if config.routers > 1:
         out["routers"] = config.routers
         out["router_assign"] = config.router_assign

@@ -52,6 +52,28 @@ class TimedSetup:
                             slo_tpot_ms=c.slo_tpot_ms, progress=progress,
                             kv_bytes_per_block=None if self.cpu_capacity is None else self.kv_bytes_per_block)
 
+    def replay_disagg(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
+                      progress=None) -> dict:
+        """Serve ``requests`` on fresh prefill and decode pools (``config.pd()``); the metrics of
+        :func:`dynlab.disagg.fleet.replay_disagg`."""
+        from dynlab.disagg.fleet import replay_disagg
+
+        c = self.config
+        p, d = c.pd()
+
+        def engines(n, handoff):
+            return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
+                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff) for w in range(n)]
+
+        return replay_disagg(requests, strategy, engines(p, True), engines(d, False), names_of=self.names_of,
+                             kv_bytes_per_token=self.latency.hardware.model.kv_bytes_per_token,
+                             link_gbps=c.link_gbps, link_latency_ms=c.link_latency_ms,
+                             overlap_transfer=c.overlap_transfer, decode_prefix_cache=c.decode_prefix_cache,
+                             decode_router=c.decode_router, time_scale=c.time_scale, rate=c.rate,
+                             arrival_rng=random.Random(f"dynlab-arrivals-{c.seed}"), publish=c.publish == "yes",
+                             event_delay_ms=c.event_delay_ms, event_loss=c.event_loss, loss_rng=loss_rng,
+                             slo_ttft_ms=c.slo_ttft_ms, slo_tpot_ms=c.slo_tpot_ms, progress=progress)
+
     def describe(self) -> dict[str, Any]:
         """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency)."""
         c = self.config

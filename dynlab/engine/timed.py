@@ -170,9 +170,9 @@ class TimedFleet:
             if engine.cpu_stored:
                 events.append(BlockStored(w, engine.cpu_stored, medium=MEDIUM_CPU))
             self.bus.send(events)
-        if engine.step_end is None and not engine.idle:  # only loads in transit: wake when one arrives
-            t = engine.next_ready
-            self.loop.at(now if t is None or t < now else t, STEP_START, self._on_start, w)
+        t = engine.next_ready
+        if engine.step_end is None and t is not None:  # nothing to run until a load in transit arrives
+            self.loop.at(t if t > now else now, STEP_START, self._on_start, w)
         self._schedule_end(w)
 
     def _schedule_end(self, w: int) -> None:

@@ -76,6 +76,25 @@ CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.
   own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
   Writes (GPU -> CPU) use the other direction of the link and take no step time.
 
+Disaggregated serving (:mod:`dynlab.disagg.fleet`) drives two kinds of worker with three more calls:
+
+- A **prefill worker** (``handoff=True``) hands a request off at its first token instead of
+  decoding it (unless that token is its last: it finishes as usual): the request leaves the
+  running list, appears in :attr:`StepResult.handed_off`, and its blocks stay **held** (in use)
+  until :meth:`release` at the transfer's end frees them (still cached, like a finish).
+- A **decode worker** takes a request whose prompt was computed elsewhere: :meth:`reserve`
+  allocates the blocks for its KV plus its next token before the transfer starts (``None``,
+  nothing taken, when they are not free), then :meth:`receive` at the transfer's end queues it
+  with its KV present (``computed == input_length``, one token generated) in :attr:`received`;
+  the scheduler admits such requests with the blocks they hold, before the waiting queue (so
+  blocks held by queued requests never wait behind requests that need new ones), and they only
+  decode (a preempted one joins the waiting queue and recomputes, as usual). A step whose
+  running requests were all preempted admits (vLLM skips admission after a preemption; here
+  nothing would run otherwise).
+- While blocks are held or reserved, :meth:`start_step` may find nothing schedulable: it then
+  returns ``None`` without being idle, and the driver starts it again after the next
+  :meth:`release` or :meth:`receive`.
+
 Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`,
 :attr:`capacity`, :attr:`peak_used_blocks`, :meth:`used_block_ms` (integral of blocks held by
 requests over time, blocks x ms; cached free blocks never count), and per request (on the
@@ -162,6 +181,8 @@ class StepResult:
     - ``batch_size``: requests in the step; ``prefill_tokens``: prompt/recompute tokens computed
       (per step; 0 in a bulk run); ``decode_requests``: decodes per step.
     - ``used_blocks``: blocks held by requests during the step.
+    - ``handed_off``: ``[(request, time ms)]`` that left a ``handoff`` worker at their first
+      token (its blocks held until :meth:`EngineWorker.release`).
     """
 
     start: float
@@ -176,6 +197,7 @@ class StepResult:
     prefill_tokens: int = 0
     decode_requests: int = 0
     used_blocks: int = 0
+    handed_off: List[Tuple[EngineRequest, float]] = field(default_factory=list)
 
 
 class _Step:
@@ -188,12 +210,13 @@ class EngineWorker:
 
     ``capacity``: KV blocks in the pool; ``block``: tokens per block; ``latency``: the step-time
     model; ``max_num_batched_tokens``: token budget per step; ``max_num_seqs``: running requests
-    at most; ``bulk``: advance runs of decode-only steps at once (same results as ``False``).
+    at most; ``bulk``: advance runs of decode-only steps at once (same results as ``False``);
+    ``handoff``: a prefill worker of a disaggregated fleet (see the module docstring).
     """
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
-                 cpu_capacity: int = 0, load_ms_per_block: float = 0.0):
+                 cpu_capacity: int = 0, load_ms_per_block: float = 0.0, handoff: bool = False):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -204,6 +227,10 @@ class EngineWorker:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.bulk = bulk
+        self.handoff = handoff
+        self.held: dict = {}  # request -> its keys, handed off and not yet released
+        self.reserved: dict = {}  # request -> (its keys, blocks hit): reserved, KV not yet received
+        self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
         self.pool = BlockPool(capacity)
         self.waiting: deque = deque()
         self.running: List[EngineRequest] = []
@@ -241,9 +268,9 @@ class EngineWorker:
 
     @property
     def idle(self) -> bool:
-        """No step in progress and nothing to schedule (no running, waiting or loading request)."""
+        """No step in progress and nothing to schedule (no running, waiting, loading or received request)."""
         return (self._step is None and not self.running and not self.waiting and not self.loading
-                and not self.ready)
+                and not self.ready and not self.received)
 
     @property
     def next_ready(self) -> Optional[float]:
@@ -321,7 +348,7 @@ class EngineWorker:
         loading = self.loading
         while loading and loading[0].ready_ms <= now:
             self.ready.append(loading.popleft())  # scheduled before the waiting queue, in arrival order
-        if not running and not waiting and not self.ready:
+        if not running and not waiting and not self.ready and not self.received:
             self.removed = ()
             return None
         self._accumulate(now)
@@ -356,8 +383,24 @@ class EngineWorker:
             budget -= n
             i += 1
         admitted = 0
-        if not preempted:
+        if not preempted or not sched:  # (every running request preempted: admit, or nothing runs)
             max_seqs = self.max_num_seqs
+            received = self.received
+            while received and budget > 0 and len(running) < max_seqs:
+                # its KV arrived by a transfer: admitted first, with the blocks it holds (blocks held by
+                # waiting requests must not wait behind requests that need new ones)
+                req = received[0]
+                n = min(req.num_tokens - req.computed, budget)
+                need = -(-(req.computed + n) // B) - len(req.keys)
+                if need > pool.num_free:
+                    break
+                received.popleft()
+                if need > 0:
+                    req.keys += pool.allocate(need)
+                running.append(req)
+                sched.append((req, n))
+                budget -= n
+                admitted += 1
             ready = self.ready
             while ready and budget > 0 and len(running) < max_seqs:
                 req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
@@ -408,7 +451,8 @@ class EngineWorker:
             self.offloaded_blocks += written
             self.cpu_stored, self.cpu_removed = cpu.offload(pool.removed)
         if not sched:
-            if loading or self.ready:  # blocks are held by loads: resume when one arrives (or at once)
+            if loading or self.ready or self.held or self.reserved:
+                # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
                 self.removed = tuple(pool.removed)
                 return None
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
@@ -454,7 +498,7 @@ class EngineWorker:
         self._step = None
         end, k = st.end, st.k
         self._accumulate(end)
-        first_tokens, finished = [], []
+        first_tokens, finished, handed = [], [], []
         for req, n in st.sched:
             if k > 1:
                 req.computed += k
@@ -469,16 +513,75 @@ class EngineWorker:
                 if req.generated == 1:
                     req.first_token_ms = end
                     first_tokens.append((req, end))
+                    if self.handoff and req.generated < req.output_length:
+                        handed.append((req, end))
+                        self.held[req] = req.keys
+                        req.keys = []
+                        continue
             if req.generated >= req.output_length:
                 req.finish_ms = end
                 finished.append((req, end))
                 self.pool.release(req.keys)
                 req.keys = []
-        if finished:
+        if handed:
+            held = self.held
+            self.running = [r for r in self.running if r.finish_ms is None and r not in held]
+        elif finished:
             self.running = [r for r in self.running if r.finish_ms is None]
         self.steps += k
         return StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,
-                          len(st.sched), st.prefill_tokens, st.decodes, st.used)
+                          len(st.sched), st.prefill_tokens, st.decodes, st.used, handed)
+
+    # -- disaggregated serving --------------------------------------------------------------
+    def release(self, req: EngineRequest, now: float) -> None:
+        """Free the blocks of ``req``, handed off at its first token, at ``now`` (ms): its KV has been
+        sent. Its full prompt blocks stay cached (free queue). Raises ``KeyError`` if not held here."""
+        keys = self.held.pop(req)
+        self._accumulate(now)
+        self.pool.release(keys)
+
+    def reserve(self, req: EngineRequest, now: float, prefix_cache: bool = False) -> Optional[int]:
+        """Allocate, at ``now`` (ms), the blocks ``req`` needs to receive its prompt's KV and decode its
+        next token (``ceil((input_length + 1) / block)``), before the transfer starts.
+
+        With ``prefix_cache`` the leading full prompt blocks this worker caches are taken as hits
+        (no need to transfer them). Returns the tokens hit (0 without ``prefix_cache``), or ``None``
+        (nothing taken) when the free blocks do not suffice. Call :meth:`receive` when the KV arrived.
+        """
+        pool, B = self.pool, self.block
+        names = req.names
+        h = pool.lookup(names, len(names)) if prefix_cache else 0
+        hit = names[:h]
+        need = -(-(req.input_length + 1) // B) - h
+        if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+            return None
+        self._accumulate(now)
+        pool.take_hits(hit)
+        self.reserved[req] = (list(hit) + pool.allocate(need), h)  # req.keys may still be its prefill worker's
+        used = pool.used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        return h * B
+
+    def receive(self, req: EngineRequest, now: float, prefix_cache: bool = False) -> None:
+        """The KV of ``req`` (reserved here) arrived at ``now`` (ms): queue it to decode. With
+        ``prefix_cache`` its full prompt blocks are named (cached for later requests).
+
+        The request must have its first token (``computed == input_length``, ``generated == 1``).
+        A bulk decode run in progress is cut as by :meth:`submit`: re-read :attr:`step_end`.
+        Raises ``KeyError`` if ``req`` holds no reservation here, ``ValueError`` if its prompt is not
+        computed or it still holds blocks elsewhere (release it on its prefill worker first).
+        """
+        if req.computed != req.input_length or req.generated < 1 or req.keys:
+            raise ValueError(f"request {req.id!r}: its prompt is not computed here and released "
+                             f"({req.computed}/{req.input_length})")
+        req.keys, req.nreg = self.reserved.pop(req)
+        if prefix_cache:
+            self._register(req, 0)
+        req.nreg = len(req.names)
+        self.received.append(req)
+        if self._step is not None and self._step.k > 1:
+            self.interrupt(now)
 
     # -- internals ------------------------------------------------------------------------
     def _admit_loading(self, req: EngineRequest, h: int, hc: int, budget: int, now: float) -> bool:
@@ -564,8 +667,10 @@ class EngineWorker:
         loading = list(self.loading) + list(self.ready)
         if self.cpu is not None:
             assert len(self.cpu) <= self.cpu.capacity
-        for r in self.running + loading:
-            for key in r.keys:
+        holders = [r.keys for r in self.running + loading] + [keys for keys, _ in self.reserved.values()]
+        holders += list(self.held.values()) + [r.keys for r in self.received]
+        for keys in holders:
+            for key in keys:
                 held[key] = held.get(key, 0) + 1
         assert len(held) == self.pool.used_blocks, (len(held), self.pool.used_blocks)
         for key, c in held.items():
