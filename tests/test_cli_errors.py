@@ -122,3 +122,23 @@ def test_quiet_says_what_it_silences_in_each_command():
     texts = {c: _help(c).split("--quiet ")[1].split(" --")[0] for c in ("sim", "compare", "sweep")}
     assert "summary line" in texts["sweep"] and "summary" not in texts["sim"] + texts["compare"]
     assert "per run" in texts["compare"]
+
+
+@pytest.mark.parametrize("args", [
+    ["sim", "--trace", "{deep}"],
+    ["events", "replay", "{deep}"],
+    ["summarize", "disagg", "{deep}", "-"],
+    ["disagg", "--model-config", "{deep}", "--tokens", "10", "--gbps", "1"],
+])
+def test_json_nested_beyond_the_decoder_is_one_line(tmp_path, args):
+    # 100,000 nested lists: Python's JSON decoder raises RecursionError; the file and line are named
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    one_line_error([a.replace("{deep}", str(deep)) for a in args], 1, "nested too deeply")
+
+
+def test_tensor_parallelism_must_split_the_heads():
+    # Llama-3.1-8B: 32 attention heads, 8 KV heads; 3 divides neither (vLLM refuses it)
+    one_line_error(["sim", "--timing", "--tp", "3"], 2, "--tp 3 cannot split")
+    one_line_error(["latency", "--tp", "3"], 2, "--tp 3 cannot split")
+

@@ -391,6 +391,8 @@ def read_model_config(path: str) -> dict:
             return json.load(fh)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ModelConfigError(f"{path}: not a JSON file ({exc})") from None
+        except RecursionError:
+            raise ModelConfigError(f"{path}: not a model config: JSON nested too deeply") from None
 
 
 def _models_dir():

@@ -53,6 +53,8 @@ def _records(lines: Iterable[str | bytes], name: str, fields: dict[str, str]):
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(name, number, f"not JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise InputError(name, number, "not JSON a measurement can be: nested too deeply") from None
         if not isinstance(record, dict):
             raise InputError(name, number, f"expected a JSON object, got {_kind(record)}")
         for field, kind in fields.items():

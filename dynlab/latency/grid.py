@@ -24,11 +24,17 @@ DECODE_CONTEXTS = (2048, 16384)
 def hardware_for(model: str = hw.DEFAULT_MODEL, gpu: str = hw.DEFAULT_GPU, tp: int = 1) -> Hardware:
     """The :class:`Hardware` of a bundled model (or ``config.json`` path) on ``tp`` catalogue GPUs.
 
-    Raises ``ValueError`` naming what exists for an unknown model or GPU, or a bad ``tp``.
+    Raises ``ValueError`` naming what exists for an unknown model or GPU, or a bad ``tp`` (one that
+    does not split the model's heads evenly, vLLM's rule).
     """
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp must be a positive integer, got {tp!r}")
-    return Hardware(hw.model_spec(model), hw.gpu_spec(gpu), tp)
+    spec = hw.model_spec(model)
+    # vLLM's rule: the attention heads split evenly, and the KV heads split or replicate evenly
+    if spec.heads % tp or (spec.attention != "mla" and spec.kv_heads % tp and tp % spec.kv_heads):
+        raise ValueError(f"--tp {tp} cannot split {spec.name}'s {spec.heads} attention heads and "
+                         f"{spec.kv_heads} KV heads evenly (vLLM requires it)")
+    return Hardware(spec, hw.gpu_spec(gpu), tp)
 
 
 def build_latency_model(name: str, hardware: Hardware, options: Mapping[str, Any] | None = None) -> LatencyModel:

@@ -119,6 +119,8 @@ def _json_batches(path, f) -> Iterator[KvEventBatch]:
             rec = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(path, lineno, f"not JSON: {getattr(exc, 'msg', exc)}") from None
+        except RecursionError:
+            raise InputError(path, lineno, "not JSON a batch can be: nested too deeply") from None
         try:
             if not isinstance(rec, dict):
                 raise ValueError("expected a JSON object with ts and events")

@@ -29,6 +29,8 @@ BUILTIN_TRACES = {
 
 
 _DECODER = json.JSONDecoder()
+#: the message for a line nested deeper than Python's JSON decoder can follow
+NESTED = "not JSON a request can be: nested too deeply"
 
 
 def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int]]:
@@ -136,6 +138,8 @@ def _first(stream, name, fmt, block, registry):
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(name, lineno, NESTED) from None
     return lines, (lineno, record), _reader(record, name, lineno, fmt, block, registry)
 
 
@@ -199,6 +203,10 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
                         break
                     except json.JSONDecodeError as exc:
                         raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+                    except RecursionError:
+                        raise InputError(name, lineno, NESTED) from None
+                except RecursionError:
+                    raise InputError(name, lineno, NESTED) from None
             else:
                 return
 
