@@ -159,7 +159,7 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
 def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
     return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
-            "scorer": scorers}
+            "latency model": latency_models, "scorer": scorers}
 
 
 def distribution_version(source: str) -> str | None:

@@ -9,7 +9,7 @@ fleet replay (each block has size 1).
   ``dynlab_builtins`` plugin, third-party ones likewise through the
   ``dynlab_register_eviction_policies`` hook). It is deliberately small and fast, because the
   fleet simulator keeps one instance per worker and calls :meth:`access` once per block.
-- :class:`LRUCache` (``lru``, the seed lab's cache and the default everywhere) lives here because
+- :class:`LRUCache` (``lru``, the two-tier KV cache lab's cache and the default everywhere) lives here because
   the core needs it (a simulated worker's cache and two-tier caches default to it); ``fifo``,
   ``lfu`` and ``opt`` (Belady's offline optimum) live in ``dynlab_builtins.policies``.
 - :class:`FutureIndex`: an access sequence indexed once, shared by offline policies.
@@ -192,7 +192,7 @@ class _OrderedDictCache(EvictionPolicy):
 
 
 class LRUCache(_OrderedDictCache):
-    """Least recently used: evict the entry untouched for longest (the seed lab's cache, the default).
+    """Least recently used: evict the entry untouched for longest (the two-tier KV cache lab's cache, the default).
 
     ``LRUCache(capacity)``; ``access(key, size)`` as in :class:`EvictionPolicy`: a hit makes the
     entry most recent, a miss evicts oldest-first until the new entry fits. ``keys()`` lists keys
