@@ -18,7 +18,31 @@ from dynlab.engine.loop import DELIVER, EventLoop
 from dynlab.routing.events import BlockRemoved, BlockStored
 
 
-class EventBus:
+class _Bus:
+    """What both buses share: the subscriber, the publish switch, loss and the counts."""
+
+    __slots__ = ("deliver", "loss", "rng", "publish", "published", "dropped")
+
+    def __init__(self, deliver: Callable, loss: float, rng: random.Random | None, publish: bool):
+        self.deliver = deliver
+        self.loss = loss
+        self.rng = rng or random.Random(0)
+        self.publish = publish
+        self.published = 0
+        self.dropped = 0
+
+    def _keep(self, events: Sequence) -> Sequence:
+        """Count ``events`` as published; the ones not dropped (one draw each when ``loss`` > 0)."""
+        self.published += len(events)
+        if not self.loss:
+            return events
+        rand, loss = self.rng.random, self.loss
+        kept = [ev for ev in events if rand() >= loss]
+        self.dropped += len(events) - len(kept)
+        return kept
+
+
+class EventBus(_Bus):
     """Publishes KV events to ``deliver`` (the strategy's ``on_event``) through ``loop``.
 
     ``delay_ms`` (>= 0), ``loss`` (probability in [0, 1]), ``rng`` (draws one number per
@@ -26,29 +50,19 @@ class EventBus:
     Counts: :attr:`published` (events the workers produced while publishing) and :attr:`dropped`.
     """
 
-    __slots__ = ("loop", "deliver", "delay_ms", "loss", "rng", "publish", "published", "dropped")
+    __slots__ = ("loop", "delay_ms")
 
     def __init__(self, loop: EventLoop, deliver: Callable, *, delay_ms: float = 0.0, loss: float = 0.0,
                  rng: random.Random | None = None, publish: bool = True):
+        super().__init__(deliver, loss, rng, publish)
         self.loop = loop
-        self.deliver = deliver
         self.delay_ms = delay_ms
-        self.loss = loss
-        self.rng = rng or random.Random(0)
-        self.publish = publish
-        self.published = 0
-        self.dropped = 0
 
     def send(self, events: Sequence) -> None:
         """Publish ``events`` (one batch, at the loop's current time)."""
         if not self.publish or not events:
             return
-        self.published += len(events)
-        if self.loss:
-            rand, loss = self.rng.random, self.loss
-            kept = [ev for ev in events if rand() >= loss]
-            self.dropped += len(events) - len(kept)
-            events = kept
+        events = self._keep(events)
         if not events:
             return
         if self.delay_ms:
@@ -62,7 +76,7 @@ class EventBus:
             deliver(ev)
 
 
-class CountedEventBus:
+class CountedEventBus(_Bus):
     """The count-based replay's KV-event bus: delays count requests, not time.
 
     Events produced while serving request ``i`` reach ``deliver`` just before request
@@ -71,17 +85,12 @@ class CountedEventBus:
     :meth:`flush` delivers what is still pending at the end. Counts as :class:`EventBus`.
     """
 
-    __slots__ = ("deliver", "delay", "loss", "rng", "publish", "published", "dropped", "_pending", "_now")
+    __slots__ = ("delay", "_pending", "_now")
 
     def __init__(self, deliver: Callable, *, delay: int = 0, loss: float = 0.0,
                  rng: random.Random | None = None, publish: bool = True):
-        self.deliver = deliver
+        super().__init__(deliver, loss, rng, publish)
         self.delay = delay
-        self.loss = loss
-        self.rng = rng or random.Random(0)
-        self.publish = publish
-        self.published = 0
-        self.dropped = 0
         self._pending: deque = deque()  # (due request index, event)
         self._now = 0
 
@@ -110,12 +119,7 @@ class CountedEventBus:
             events.append(BlockRemoved(worker, tuple(removed)))
         if stored:
             events.append(BlockStored(worker, tuple(stored)))
-        self.published += len(events)
-        if self.loss:
-            rand, loss = self.rng.random, self.loss
-            kept = [ev for ev in events if rand() >= loss]
-            self.dropped += len(events) - len(kept)
-            events = kept
+        events = self._keep(events)
         if self.delay:
             due = self._now + 1 + self.delay
             self._pending.extend((due, ev) for ev in events)
