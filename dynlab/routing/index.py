@@ -83,6 +83,11 @@ class KvIndex:
             if m:
                 holders[h] = m
 
+    def refusals(self) -> dict:
+        """Stored events refused so far: ``{"block_size": n, "parent": m, "stored": events seen}``
+        (the shape of :meth:`dynlab.routing.strategy.Strategy.refused_events`)."""
+        return {"block_size": self.refused_block_size, "parent": self.refused_parent, "stored": self.stored_events}
+
     def apply_event(self, event) -> bool:
         """Apply one KV event (:mod:`dynlab.routing.events`); False when it was refused.
 

@@ -100,9 +100,7 @@ class KvRouter:
     @property
     def refused(self) -> dict:
         """Stored events refused so far: ``{"block_size": n, "parent": m, "stored": events seen}``."""
-        index = self.index
-        return {"block_size": index.refused_block_size, "parent": index.refused_parent,
-                "stored": index.stored_events}
+        return self.index.refusals()
 
     def on_event(self, worker, hashes: Optional[Iterable[Hashable]] = None) -> bool:
         """Apply a KV event: ``on_event(BlockStored(...))`` (or ``BlockRemoved``, ``AllBlocksCleared``),

@@ -164,9 +164,7 @@ class Weighted(Strategy):
         self.index.apply_event(event)
 
     def refused_events(self):
-        index = self.index
-        return {"block_size": index.refused_block_size, "parent": index.refused_parent,
-                "stored": index.stored_events}
+        return self.index.refusals()
 
     def totals(self, request, fleet) -> list[float]:
         """``sum(weight * score)`` per worker; raises ``ValueError`` when a scorer returns the wrong

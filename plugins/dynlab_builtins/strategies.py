@@ -223,9 +223,7 @@ class KvCost(Strategy):
         self.index.apply_event(event)
 
     def refused_events(self):
-        index = self.index
-        return {"block_size": index.refused_block_size, "parent": index.refused_parent,
-                "stored": index.stored_events}
+        return self.index.refusals()
 
     def costs(self, request, fleet) -> tuple[list, dict]:
         """Each worker's cost and the index's GPU overlaps (worker -> blocks)."""
