@@ -144,3 +144,16 @@ class DynlabGroup(click.Group):
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
             click.echo(f"Error: {where}{exc.strerror or exc}", err=True)
             ctx.exit(1)
+
+
+def parse_opts(values: tuple[str, ...], flag: str = "--opt") -> dict[str, str]:
+    """``("a=1", "b=x")`` -> ``{"a": "1", "b": "x"}``; a malformed or repeated NAME is a usage error."""
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint=flag)
+        if name.strip() in out:
+            raise click.BadParameter(f"option {name.strip()!r} is given twice", param_hint=flag)
+        out[name.strip()] = value.strip()
+    return out

@@ -6,22 +6,9 @@ import sys
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, split_list
+from dynlab.cli.common import echo_json, output_path, parse_opts, split_list
 from dynlab.latency import grid as lib
 from dynlab.latency import hardware as hw
-
-
-def _parse_opts(values: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="'--latency-opt'")
-        if name in out:
-            raise click.BadParameter(f"option {name!r} is given twice", param_hint="'--latency-opt'")
-        out[name] = value.strip()
-    return out
 
 
 def _table(grid: dict) -> str:
@@ -92,7 +79,7 @@ def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, li
                 click.echo(f"{e.name.ljust(width)}  {e.description}  [{e.source}]")
         return
     names = split_list(latency_models, "'--latency-model'")
-    opts = _parse_opts(latency_opts)
+    opts = parse_opts(latency_opts, "'--latency-opt'")
     if plot_path:
         from dynlab.plots import check_plot_path
 

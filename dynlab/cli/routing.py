@@ -11,7 +11,7 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, progress_bar, refuse_repeats, split_list
+from dynlab.cli.common import echo_json, output_path, parse_opts, progress_bar, refuse_repeats, split_list
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy, run
@@ -154,19 +154,6 @@ SIM_FLAGS = [
     ("--decode-prefix-cache", "decode_prefix_cache",
      "With a P/D fleet: decode workers cache prompt blocks; blocks they hold are not transferred again."),
 ]
-
-
-def parse_opts(values: tuple[str, ...], flag: str = "--opt") -> dict[str, str]:
-    """``("a=1", "b=x")`` -> ``{"a": "1", "b": "x"}``; a malformed or repeated NAME is a usage error."""
-    out = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint=flag)
-        if name.strip() in out:
-            raise click.BadParameter(f"option {name.strip()!r} is given twice", param_hint=flag)
-        out[name.strip()] = value.strip()
-    return out
 
 
 def given_fields(ctx: click.Context) -> set[str]:

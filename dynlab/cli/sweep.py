@@ -18,7 +18,8 @@ from click.core import ParameterSource
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import output_path, write_atomic
-from dynlab.cli.routing import common_flags, parse_opts, sim_options
+from dynlab.cli.common import parse_opts
+from dynlab.cli.routing import common_flags, sim_options
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields
 from dynlab.errors import DynlabError
