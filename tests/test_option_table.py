@@ -156,6 +156,9 @@ def sim_rows(cmd: list) -> dict:
         "--cpu-memory-gb": changes(timed + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
         "--pcie-gbps": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
                                ["--pcie-gbps", "1"]),
+        # write-through copies every computed block to the tier: more bytes over PCIe (pcie_bytes)
+        "--cpu-write": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
+                               ["--cpu-write", "compute"]),
         "--timing": changes(cmd, ["--timing"]),
         "--all-metrics": changes(cmd, ["--all-metrics"]),
         "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),
@@ -217,6 +220,7 @@ NO_EFFECT = [
     (["--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--cpu-capacity", "8", "--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
+    (["--timing", "--cpu-write", "compute"], "--cpu-write"),
     # disaggregated serving: only with --timing, only with a P/D fleet, never with --workers
     (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
     (["--split", "1:1"], "--split"),

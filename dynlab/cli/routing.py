@@ -121,14 +121,17 @@ SIM_OPTIONS = [
     (("--slo-ttft-ms",), "slo_ttft_ms", FiniteFloat(min=0), None, "With --timing: TTFT SLO for goodput."),
     (("--slo-tpot-ms",), "slo_tpot_ms", FiniteFloat(min=0), None, "With --timing: TPOT SLO for goodput."),
     (("--cpu-capacity",), "cpu_capacity", click.IntRange(min=0), None,
-     "With --timing: KV blocks per worker in a CPU (host memory) tier behind the GPU pool, LRU; blocks the "
-     "GPU evicts are written there and loaded back over PCIe on a prefix hit (see docs/tiers.md) "
+     "With --timing: KV blocks per worker in a CPU (host memory) tier behind the GPU pool, LRU; blocks are "
+     "written there (see --cpu-write) and loaded back over PCIe on a prefix hit (see docs/tiers.md) "
      "[default: no tier]."),
     (("--cpu-memory-gb",), "cpu_memory_gb", FiniteFloat(min=0), None,
      "With --timing: the CPU tier sized in GB of host memory per worker, with the model's KV bytes per block "
      "[default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
      "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
+    (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "evict",
+     "With --timing and a CPU tier: when a block is written there: when the GPU evicts it (a victim tier) "
+     "or when it is computed (write-through, as vLLM's OffloadingConnector and LMCache store)."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),

@@ -32,7 +32,9 @@ class SimConfig:
     ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
     ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`):
     ``cpu_capacity`` blocks or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier
-    keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s.
+    keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s, written
+    when the GPU evicts a block or when it is computed (``cpu_write``: ``evict`` or ``compute``,
+    :data:`dynlab.engine.worker.CPU_WRITES`).
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
@@ -83,6 +85,7 @@ class SimConfig:
     cpu_capacity: Optional[int] = None
     cpu_memory_gb: Optional[float] = None
     pcie_gbps: float = 25.0
+    cpu_write: str = "evict"
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
     split: Optional[str] = None
@@ -144,6 +147,8 @@ class SimConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.cpu_capacity is not None and self.cpu_capacity < 0:
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
+        if self.cpu_write not in ("evict", "compute"):
+            raise ValueError(f"cpu_write must be evict or compute, got {self.cpu_write!r}")
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
             raise ValueError(f"pcie_gbps must be a finite number > 0, got {self.pcie_gbps}")
         for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb"):
@@ -194,8 +199,8 @@ def parse_split(text: str) -> tuple[int, int]:
 TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_tokens", "max_num_seqs",
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
-                     "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps", "link_latency_ms",
-                     "overlap_transfer", "decode_prefix_cache")
+                     "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
+                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 #: options of a disaggregated fleet only (refused for an aggregated one)
 PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
@@ -242,6 +247,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
         yield "cpu_memory_gb", "with --cpu-capacity: the CPU tier is sized in blocks already"
     elif config.cpu_memory_gb is None:
         yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
+        yield "cpu_write", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
     if not config.timing:
         for name in TIME_MODEL_FIELDS:
             yield name, _WITHOUT_TIMING

@@ -39,7 +39,8 @@ class TimedSetup:
         c = self.config
         return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                              max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
-                             load_ms_per_block=self.load_ms_per_block) for w in range(c.workers)]
+                             load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write)
+                for w in range(c.workers)]
 
     def replay(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
                progress=None) -> dict:
@@ -82,7 +83,8 @@ class TimedSetup:
                "latency_model": c.latency_model}
         if self.cpu_capacity is not None:
             out.update({"cpu_kv_blocks": self.cpu_capacity, "kv_bytes_per_block": self.kv_bytes_per_block,
-                        "pcie_gbps": c.pcie_gbps, "load_ms_per_block": round(self.load_ms_per_block, 6)})
+                        "pcie_gbps": c.pcie_gbps, "load_ms_per_block": round(self.load_ms_per_block, 6),
+                        "cpu_write": c.cpu_write})
         return out
 
 

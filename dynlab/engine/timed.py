@@ -187,7 +187,12 @@ class TimedFleet:
         engine = self.engines[w]
         res = engine.finish_step()
         if res.stored:
-            self.bus.send((BlockStored(w, tuple(res.stored), block_size=self.block),))
+            events = [BlockStored(w, tuple(res.stored), block_size=self.block)]
+            if res.cpu_removed:  # write-through (--cpu-write compute): the CPU tier's change at the step's end
+                events.append(BlockRemoved(w, res.cpu_removed, MEDIUM_CPU))
+            if res.cpu_stored:
+                events.append(BlockStored(w, res.cpu_stored, medium=MEDIUM_CPU))
+            self.bus.send(events)
         serving = self.serving
         serving.on_step(w, res)
         for ereq, t in res.first_tokens:

@@ -60,9 +60,16 @@ The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preempt
 
 CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.kv.cpu_tier`):
 
-- The names a step's allocation evicts from the pool (:attr:`removed`) are written to the CPU tier
-  (LRU); its net change is :attr:`cpu_stored` / :attr:`cpu_removed` (publish as ``BlockStored`` /
-  ``BlockRemoved`` with ``medium="CPU"`` at the step's start, after the GPU ``BlockRemoved``).
+- Write rule ``cpu_write="evict"`` (the default; a victim tier): the names a step's allocation evicts
+  from the pool (:attr:`removed`) are written to the CPU tier (LRU); its net change is
+  :attr:`cpu_stored` / :attr:`cpu_removed` (publish as ``BlockStored`` / ``BlockRemoved`` with
+  ``medium="CPU"`` at the step's start, after the GPU ``BlockRemoved``).
+- Write rule ``cpu_write="compute"`` (write-through, as vLLM's ``OffloadingConnector`` and LMCache
+  store KV on the way in): the full prompt blocks a step computes are written to the CPU tier at the
+  step's end, unless it holds them already; a GPU eviction writes nothing (the copy is there, unless
+  the tier dropped it). The net change is :attr:`StepResult.cpu_stored` / ``cpu_removed`` (publish at
+  the step's end, after the GPU ``BlockStored``). The tiers are then inclusive and independent, the
+  rule of the cache lab's :class:`~dynlab.kv.tiers.TwoTierCache`.
 - Admission's lookup continues in the CPU tier where the GPU hits end (contiguous, within the same
   ``(num_tokens - 1) // block`` cap); the CPU hits are touched (most recent) and keep their host copy.
 - **Load rule** (vLLM v1's asynchronous KV-connector loads: a request whose external blocks are in
@@ -111,7 +118,11 @@ from dynlab.kv.block_pool import BlockPool
 from dynlab.kv.cpu_tier import CpuTier
 from dynlab.latency.base import LatencyModel, StepBatch
 
-__all__ = ["EngineRequest", "EngineWorker", "StepResult"]
+__all__ = ["EngineRequest", "EngineWorker", "StepResult", "CPU_WRITES"]
+
+#: when a block is written to the CPU tier: ``evict`` (when the GPU pool evicts it: a victim tier) or
+#: ``compute`` (when the step computing it ends: write-through, the copy stays on both tiers)
+CPU_WRITES = ("evict", "compute")
 
 
 class EngineRequest:
@@ -183,6 +194,9 @@ class StepResult:
     - ``used_blocks``: blocks held by requests during the step.
     - ``handed_off``: ``[(request, time ms)]`` that left a ``handoff`` worker at their first
       token (its blocks held until :meth:`EngineWorker.release`).
+    - ``cpu_stored`` / ``cpu_removed``: with ``cpu_write="compute"``, the CPU tier's net change from
+      writing the step's ``stored`` names (publish as ``BlockStored`` / ``BlockRemoved`` with
+      ``medium="CPU"`` at ``end``, after the GPU ``BlockStored``); empty otherwise.
     """
 
     start: float
@@ -198,6 +212,8 @@ class StepResult:
     decode_requests: int = 0
     used_blocks: int = 0
     handed_off: List[Tuple[EngineRequest, float]] = field(default_factory=list)
+    cpu_stored: tuple = ()
+    cpu_removed: tuple = ()
 
 
 class _Step:
@@ -216,7 +232,8 @@ class EngineWorker:
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
-                 cpu_capacity: int = 0, load_ms_per_block: float = 0.0, handoff: bool = False):
+                 cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
+                 handoff: bool = False):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -242,6 +259,9 @@ class EngineWorker:
         if load_ms_per_block < 0:
             raise ValueError(f"load_ms_per_block must be >= 0, got {load_ms_per_block}")
         self.cpu: Optional[CpuTier] = CpuTier(cpu_capacity) if cpu_capacity else None
+        if cpu_write not in CPU_WRITES:
+            raise ValueError(f"cpu_write must be one of {', '.join(CPU_WRITES)}, got {cpu_write!r}")
+        self.write_through = cpu_write == "compute"
         self.load_ms_per_block = load_ms_per_block
         self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
@@ -446,7 +466,7 @@ class EngineWorker:
                 sched.append((req, n))
                 budget -= n
                 admitted += 1
-        if cpu is not None and pool.removed:
+        if cpu is not None and pool.removed and not self.write_through:
             written = sum(1 for name in pool.removed if name not in cpu)
             self.offloaded_blocks += written
             self.cpu_stored, self.cpu_removed = cpu.offload(pool.removed)
@@ -529,8 +549,20 @@ class EngineWorker:
         elif finished:
             self.running = [r for r in self.running if r.finish_ms is None]
         self.steps += k
-        return StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,
-                          len(st.sched), st.prefill_tokens, st.decodes, st.used, handed)
+        res = StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,
+                         len(st.sched), st.prefill_tokens, st.decodes, st.used, handed)
+        if self.write_through and st.stored and self.cpu is not None:
+            self._write_through(res)
+        return res
+
+    def _write_through(self, res: StepResult) -> None:
+        """Write the blocks the step computed to the CPU tier (``cpu_write="compute"``), except those it
+        holds already (loaded from it, or still there from an earlier computation: not copied again)."""
+        cpu = self.cpu
+        new = [name for name in res.stored if name not in cpu]
+        if new:
+            self.offloaded_blocks += len(new)
+            res.cpu_stored, res.cpu_removed = cpu.offload(new)
 
     # -- disaggregated serving --------------------------------------------------------------
     def release(self, req: EngineRequest, now: float) -> None:

@@ -5,8 +5,9 @@ The model of vLLM's CPU KV offloading and LMCache behind one engine
 
 - The tier holds at most ``capacity`` blocks, by name, in LRU order (an ``OrderedDict``, least
   recently used first).
-- :meth:`offload`: the names the GPU pool evicted in a step are written here, in eviction order
-  (a name already here is touched: most recent). When the tier is full the least recently used
+- :meth:`offload`: names written here in order: the names the GPU pool evicted in a step (a victim
+  tier, the engine's ``cpu_write="evict"``) or the blocks a step computed (write-through,
+  ``cpu_write="compute"``); a name already here is touched (most recent). When the tier is full the least recently used
   name is dropped. The net change is returned as ``(stored, removed)``: names that were not here
   before and are now, names that were here before and are not any more (a name written and
   dropped again in the same call is in neither), the payloads of ``BlockStored(medium="CPU")`` and
@@ -87,7 +88,7 @@ class CpuTier:
             move(name)
 
     def offload(self, names: Sequence[int]) -> tuple[tuple, tuple]:
-        """Write ``names`` (GPU evictions, in order); returns ``(stored, removed)``, the net change."""
+        """Write ``names`` (in order); returns ``(stored, removed)``, the net change."""
         cap = self.capacity
         if not names or not cap:
             return (), ()

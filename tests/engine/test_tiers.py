@@ -151,9 +151,11 @@ class Checked(EngineWorker):
         self.cpu_model = (self.cpu_model | stored) - dropped
         held = self.cpu.names() if self.cpu is not None else set()
         assert held == self.cpu_model
-        # no block is lost: what left the GPU is in the CPU tier unless the tier dropped it (full) or is 0
-        lost = removed - held
-        assert not lost or self.cpu is None or len(self.cpu) == self.cpu.capacity, lost
+        if self.write_through:
+            assert not stored and not dropped  # an eviction writes nothing: the copy was made at compute
+        else:  # no block is lost: what left the GPU is in the CPU tier unless the tier dropped it (full) or is 0
+            lost = removed - held
+            assert not lost or self.cpu is None or len(self.cpu) == self.cpu.capacity, lost
         assert removed <= gpu_before
         self.check()
         return end
@@ -163,6 +165,17 @@ class Checked(EngineWorker):
         assert not set(res.stored) & self.gpu_model
         self.gpu_model |= set(res.stored)
         assert self.pool.cached() == self.gpu_model
+        stored, dropped = set(res.cpu_stored), set(res.cpu_removed)
+        assert not stored & self.cpu_model and dropped <= self.cpu_model
+        self.cpu_model = (self.cpu_model | stored) - dropped
+        held = self.cpu.names() if self.cpu is not None else set()
+        assert held == self.cpu_model
+        if self.write_through and self.cpu is not None:
+            # what the step computed is on both tiers, unless the tier is full and dropped it again
+            missing = set(res.stored) - held
+            assert not missing or len(self.cpu) == self.cpu.capacity, missing
+        else:
+            assert not stored and not dropped
         self.check()
         return res
 
@@ -170,8 +183,8 @@ class Checked(EngineWorker):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 6), st.integers(1, 40), st.integers(1, 6),
                           st.integers(0, 30)), min_size=1, max_size=25),
-       st.integers(6, 16), st.integers(0, 12), st.sampled_from([0.0, 0.5, 7.0]))
-def test_blocks_move_between_tiers_without_loss_or_duplication(rows, capacity, cpu, load_ms):
+       st.integers(6, 16), st.integers(0, 12), st.sampled_from([0.0, 0.5, 7.0]), st.sampled_from(["evict", "compute"]))
+def test_blocks_move_between_tiers_without_loss_or_duplication(rows, capacity, cpu, load_ms, cpu_write):
     # prompts share prefixes: prefix p's names are p*100 + i (chained: the same prefix, the same names)
     block = 4
     reqs, t = [], 0.0
@@ -181,7 +194,7 @@ def test_blocks_move_between_tiers_without_loss_or_duplication(rows, capacity, c
         names = tuple(prefix * 100 + j for j in range(tokens // block))
         reqs.append(Request(names, tokens, out_len, timestamp=t, index=i))
     engine = Checked(0, capacity, block, Flat(3.0), max_num_batched_tokens=16, cpu_capacity=cpu,
-                     load_ms_per_block=load_ms)
+                     load_ms_per_block=load_ms, cpu_write=cpu_write)
     out, strategy = serve(engine, reqs)
     assert out["requests"] == len(reqs)
     assert not engine.loading and not engine.ready
@@ -208,30 +221,52 @@ def _doc_blocks(lab_tokens: int) -> int:
     return (lab_tokens // TOKENS) * (-(-TOKENS // B) + 1)
 
 
-def _fleet_last_pass(gpu_blocks: int, cpu_blocks_: int, passes) -> dict:
+def _fleet_passes(gpu_blocks: int, cpu_blocks_: int, passes, cpu_write: str = "evict") -> list:
     """One worker serves the lab's workload: each read of a document is a request of its 5011 tokens
-    (names doc*1000 + i), one output token, 10 s apart (each finishes before the next arrives)."""
-    reqs, i = [], 0
+    (names doc*1000 + i), one output token, 10 s apart (each finishes before the next arrives).
+    Returns the lab's per-pass object (``run_scenario``'s ``passes``) plus ``partial``: documents hit in
+    part (never in the lab, whose entries are whole documents). A document counts as a GPU hit when all
+    its 313 cacheable blocks hit on the GPU, a CPU hit when they all hit and some came from the CPU."""
+    reqs, docs = [], []
     for p in passes:
         for d in pass_docs(p, DOCS):
-            reqs.append(Request(tuple(d * 1000 + j for j in range(FULL)), TOKENS, 1, timestamp=i * 10000.0,
-                                index=i))
-            i += 1
-    engine = EngineWorker(0, gpu_blocks, B, Flat(10.0), cpu_capacity=cpu_blocks_, load_ms_per_block=0.005)
-    seen = []
+            reqs.append(Request(tuple(d * 1000 + j for j in range(FULL)), TOKENS, 1,
+                                timestamp=len(reqs) * 10000.0, index=len(reqs)))
+            docs.append(d)
+    engine = EngineWorker(0, gpu_blocks, B, Flat(10.0), cpu_capacity=cpu_blocks_, load_ms_per_block=0.005,
+                          cpu_write=cpu_write)
+    seen = {}  # request index -> (GPU hit blocks, CPU hit blocks) of its first admission
     orig_start = engine.start_step
 
     def start_step(now):
         end = orig_start(now)
         for r in engine.running + list(engine.loading):
             if r.first_scheduled_ms == now:
-                seen.append((r.id, r.hit_tokens // B - r.cpu_hit_blocks, r.cpu_hit_blocks))
+                seen.setdefault(r.id, (r.hit_tokens // B - r.cpu_hit_blocks, r.cpu_hit_blocks))
         return end
     engine.start_step = start_step
     serve(engine, reqs)
-    last = sorted(set(seen))[-len(pass_docs(passes[-1], DOCS)):]
-    return {"gpu": sum(g == FULL for _, g, _ in last), "cpu": sum(c > 0 and g + c == FULL for _, g, c in last),
-            "miss": sum(g + c == 0 for _, g, c in last), "partial": sum(0 < g + c < FULL for _, g, c in last)}
+    out, k = [], 0
+    for p in passes:
+        rows = [(docs[i], *seen[i]) for i in range(k, k + len(pass_docs(p, DOCS)))]
+        k += len(rows)
+        out.append({"order": p, "gpu_hits": sum(g == FULL for _, g, _ in rows),
+                    "cpu_hits": sum(c > 0 and g + c == FULL for _, g, c in rows),
+                    "misses": sum(g + c == 0 for _, g, c in rows),
+                    "hit_docs": [d for d, g, c in rows if g + c == FULL],
+                    "partial": sum(0 < g + c < FULL for _, g, c in rows)})
+    return out
+
+
+def _fleet_last_pass(gpu_blocks: int, cpu_blocks_: int, passes, cpu_write: str = "evict") -> dict:
+    last = _fleet_passes(gpu_blocks, cpu_blocks_, passes, cpu_write)[-1]
+    return {"gpu": last["gpu_hits"], "cpu": last["cpu_hits"], "miss": last["misses"], "partial": last["partial"]}
+
+
+def _cpu_blocks(lab_tokens: int) -> int:
+    """A lab CPU capacity of C tokens holds floor(C / 5011) whole documents: 313 named blocks each (the
+    CPU tier keeps named blocks only; no partial block, no spare)."""
+    return (lab_tokens // TOKENS) * FULL
 
 
 LAB_GPU = [21520, 30000, 45000, 50109, 50110, 60000]
@@ -246,17 +281,50 @@ def test_gpu_cliff_whole_document_hits_equal_the_lab():
     assert fleet == lab == {"21520": 0, "30000": 0, "45000": 0, "50109": 0, "50110": 10, "60000": 10}
 
 
-LAB_CPU = [0, 21520, 40000, 50110, 60000]
+LAB_CPU = [0, 5011, 21520, 30000, 40000, 45099, 50110, 60000]
 
 
-def test_cpu_cliff_agrees_where_the_write_rules_agree():
-    """`dynlab cliff --over cpu` (GPU 21520, fwd,fwd,rev). The lab's CPU tier is inclusive (a copy is
-    stored when a document is first read); this engine's is a victim tier (a block is written when the
-    GPU evicts it), as the issue asks. Equal: the GPU's whole-document hits at every CPU size (4: the
-    last pass re-reads 9, 8, 7, 6 on the GPU); every count without a CPU tier (4 GPU hits, 6 misses) and
-    once the CPU holds every document (4 GPU, 6 CPU, 0 misses). In between the victim tier misses fewer
-    documents (GPU and CPU hold different blocks, so their capacities add): lab 6 and 3 misses at 21520
-    and 40000 tokens, the engine 3 (+1 partial) and 2."""
+def test_cpu_cliff_is_reproduced_by_a_write_through_tier():
+    """`dynlab cliff --over cpu` (GPU 21520 tokens, passes fwd,fwd,rev), every metric, by one worker whose
+    CPU tier is written when blocks are computed (``cpu_write="compute"``, the lab's inclusive rule).
+    By hand from the lab: the last pass re-reads 9, 8, 7, 6 on the GPU (4 documents), and the CPU tier,
+    which holds the last floor(C / 5011) documents computed (LRU; a GPU hit does not touch it), serves
+    5, 4, ... down to document 10 - floor(C / 5011): 0, 0, 0, 1, 3, 5, 6, 6 CPU hits."""
+    gpu = _doc_blocks(21520)
+    lab = {m: cliff(LAB_CPU, over="cpu", metric=m) for m in ("hits", "gpu_hits", "cpu_hits", "misses")}
+    assert lab["cpu_hits"] == dict(zip(map(str, LAB_CPU), [0, 0, 0, 1, 3, 5, 6, 6]))
+    fleet = {m: {} for m in lab}
+    for c in LAB_CPU:
+        f = _fleet_last_pass(gpu, _cpu_blocks(c), ["fwd", "fwd", "rev"], cpu_write="compute")
+        assert f["partial"] == 0
+        for m, key in (("gpu_hits", "gpu"), ("cpu_hits", "cpu"), ("misses", "miss")):
+            fleet[m][str(c)] = f[key]
+        fleet["hits"][str(c)] = f["gpu"] + f["cpu"]
+    assert fleet == lab
+
+
+@pytest.mark.parametrize("passes", [["fwd", "fwd", "rev"], ["fwd", "rev", "fwd"], ["rev", "rev"]])
+@pytest.mark.parametrize("gpu", [5011, 21520, 45000, 50110])
+def test_write_through_tier_equals_the_lab_pass_by_pass(gpu, passes):
+    """Every pass's numbers and hit documents of ``run_scenario`` (the lab), at GPU sizes holding 1, 4, 8
+    and 10 documents and CPU sizes from none to every document. (One document short of all ten, 50109
+    tokens, the two differ by design: the engine keeps partial prefixes of documents it evicts in part,
+    where the lab evicts whole documents; the whole-document counts still agree there, see above.)"""
+    from dynlab.labs.scenario import run_scenario
+
+    for cpu in (0, 5011, 21520, 40000, 50110):
+        lab = run_scenario(gpu=gpu, cpu=cpu, passes=passes)["passes"]
+        fleet = _fleet_passes(_doc_blocks(gpu), _cpu_blocks(cpu), passes, cpu_write="compute")
+        assert [p.pop("partial") for p in fleet] == [0] * len(passes)
+        assert fleet == lab, (gpu, cpu)
+
+
+def test_victim_tier_differs_from_the_lab_where_the_write_rules_differ():
+    """The default victim tier (a block is written when the GPU evicts it), on the CPU curve's workload.
+    Equal to the lab: the GPU's whole-document hits at every CPU size (4); every count without a CPU tier
+    (4 GPU hits, 6 misses) and once the CPU holds every document (4 GPU, 6 CPU, 0 misses). In between the
+    victim tier misses fewer documents (GPU and CPU hold different blocks, so their capacities add): lab
+    6 and 3 misses at 21520 and 40000 tokens, the engine 3 (+1 partial) and 2."""
     gpu = _doc_blocks(21520)
     lab = {m: cliff(LAB_CPU, over="cpu", metric=m) for m in ("gpu_hits", "cpu_hits", "misses")}
     for c in LAB_CPU:
@@ -265,6 +333,7 @@ def test_cpu_cliff_agrees_where_the_write_rules_agree():
         assert f["miss"] + f["partial"] <= lab["misses"][str(c)]
         if c == 0 or c >= DOCS * TOKENS:
             assert (f["cpu"], f["miss"], f["partial"]) == (lab["cpu_hits"][str(c)], lab["misses"][str(c)], 0)
+    assert [_fleet_last_pass(gpu, _doc_blocks(c), ["fwd", "fwd", "rev"])["miss"] for c in (21520, 40000)] == [3, 2]
 
 
 # ---------------------------------------------------------------------------------------------- the router
