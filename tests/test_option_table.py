@@ -221,6 +221,7 @@ NO_EFFECT = [
     (["--timing", "--cpu-capacity", "8", "--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
     (["--timing", "--cpu-write", "compute"], "--cpu-write"),
+    (["--timing", "--split", "1:1", "--cpu-capacity", "8"], "--cpu-capacity"),  # a P/D fleet has no CPU tier
     # disaggregated serving: only with --timing, only with a P/D fleet, never with --workers
     (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
     (["--split", "1:1"], "--split"),

@@ -251,6 +251,9 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     if not config.timing:
         for name in TIME_MODEL_FIELDS:
             yield name, _WITHOUT_TIMING
+    if not _aggregated(config):
+        for name in ("cpu_capacity", "cpu_memory_gb"):
+            yield name, "with a P/D split: the disaggregated fleet's workers have no CPU tier"
     if _aggregated(config):
         for name in PD_FIELDS:
             yield name, ("without a P/D split (--prefill-workers and --decode-workers, or --split P:D "
