@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from dynlab.engine.timed import replay_timed
 from dynlab.engine.worker import EngineWorker
 from dynlab.kv.cpu_tier import DEFAULT_PCIE_GBPS, CpuTier, cpu_blocks
-from dynlab.labs.scenario import cliff, pass_docs
+from dynlab.labs.on_engine import engine_blocks, scenario_on_engine
+from dynlab.labs.scenario import cliff, run_scenario
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.index import KvIndex
@@ -208,76 +209,32 @@ def test_blocks_move_between_tiers_without_loss_or_duplication(rows, capacity, c
 
 
 # ---------------------------------------------------------------------------------------------- the cache lab
-B, TOKENS, DOCS = 16, 5011, 10
-FULL = TOKENS // B  # 313 cacheable blocks per document ((5011 - 1) // 16 = 313 too: all of them can hit)
+TOKENS, DOCS = 5011, 10
 
 
-def _doc_blocks(lab_tokens: int) -> int:
-    """The mapping: a lab capacity of C tokens holds floor(C / 5011) whole documents; in the engine each
-    takes ceil(5011 / 16) + 1 = 315 blocks: its 313 named blocks, the unnamed block of its last 3 tokens
-    (freed next to them), and one for the fresh block a hit needs (the engine recomputes the last token
-    into a new block taken from the free-queue head: without that spare, a hit evicts an older document's
-    tail, which the lab's hits never do)."""
-    return (lab_tokens // TOKENS) * (-(-TOKENS // B) + 1)
+def _last(gpu: int, cpu: int, passes, cpu_write: str) -> dict:
+    return scenario_on_engine(gpu, cpu, passes, cpu_write=cpu_write)["passes"][-1]
 
 
-def _fleet_passes(gpu_blocks: int, cpu_blocks_: int, passes, cpu_write: str = "evict") -> list:
-    """One worker serves the lab's workload: each read of a document is a request of its 5011 tokens
-    (names doc*1000 + i), one output token, 10 s apart (each finishes before the next arrives).
-    Returns the lab's per-pass object (``run_scenario``'s ``passes``) plus ``partial``: documents hit in
-    part (never in the lab, whose entries are whole documents). A document counts as a GPU hit when all
-    its 313 cacheable blocks hit on the GPU, a CPU hit when they all hit and some came from the CPU."""
-    reqs, docs = [], []
-    for p in passes:
-        for d in pass_docs(p, DOCS):
-            reqs.append(Request(tuple(d * 1000 + j for j in range(FULL)), TOKENS, 1,
-                                timestamp=len(reqs) * 10000.0, index=len(reqs)))
-            docs.append(d)
-    engine = EngineWorker(0, gpu_blocks, B, Flat(10.0), cpu_capacity=cpu_blocks_, load_ms_per_block=0.005,
-                          cpu_write=cpu_write)
-    seen = {}  # request index -> (GPU hit blocks, CPU hit blocks) of its first admission
-    orig_start = engine.start_step
-
-    def start_step(now):
-        end = orig_start(now)
-        for r in engine.running + list(engine.loading):
-            if r.first_scheduled_ms == now:
-                seen.setdefault(r.id, (r.hit_tokens // B - r.cpu_hit_blocks, r.cpu_hit_blocks))
-        return end
-    engine.start_step = start_step
-    serve(engine, reqs)
-    out, k = [], 0
-    for p in passes:
-        rows = [(docs[i], *seen[i]) for i in range(k, k + len(pass_docs(p, DOCS)))]
-        k += len(rows)
-        out.append({"order": p, "gpu_hits": sum(g == FULL for _, g, _ in rows),
-                    "cpu_hits": sum(c > 0 and g + c == FULL for _, g, c in rows),
-                    "misses": sum(g + c == 0 for _, g, c in rows),
-                    "hit_docs": [d for d, g, c in rows if g + c == FULL],
-                    "partial": sum(0 < g + c < FULL for _, g, c in rows)})
-    return out
-
-
-def _fleet_last_pass(gpu_blocks: int, cpu_blocks_: int, passes, cpu_write: str = "evict") -> dict:
-    last = _fleet_passes(gpu_blocks, cpu_blocks_, passes, cpu_write)[-1]
-    return {"gpu": last["gpu_hits"], "cpu": last["cpu_hits"], "miss": last["misses"], "partial": last["partial"]}
-
-
-def _cpu_blocks(lab_tokens: int) -> int:
-    """A lab CPU capacity of C tokens holds floor(C / 5011) whole documents: 313 named blocks each (the
-    CPU tier keeps named blocks only; no partial block, no spare)."""
-    return (lab_tokens // TOKENS) * FULL
+def test_lab_capacities_map_to_whole_documents():
+    """4 documents of 5011 tokens fit 21520 tokens; each takes ceil(5011 / 16) + 1 = 315 pool blocks and
+    5011 // 16 = 313 CPU blocks."""
+    assert engine_blocks(21520, 21520) == (4 * 315, 4 * 313)
+    assert engine_blocks(5010, 0) == (0, 0)
+    with pytest.raises(ValueError):
+        scenario_on_engine(5010)  # no document fits
 
 
 LAB_GPU = [21520, 30000, 45000, 50109, 50110, 60000]
 
 
-def test_gpu_cliff_whole_document_hits_equal_the_lab():
-    """`dynlab cliff` (passes fwd,fwd): 0 hits until all ten documents fit, then 10. The fleet's
+@pytest.mark.parametrize("cpu_write", ["evict", "compute"])
+def test_gpu_cliff_whole_document_hits_equal_the_lab(cpu_write):
+    """`dynlab cliff` (passes fwd,fwd): 0 hits until all ten documents fit, then 10. One worker's
     whole-document GPU hits equal that at every mapped capacity; below the cliff the engine also keeps
     partial prefixes (vLLM frees a sequence tail first), which the lab's whole-document entries cannot."""
     lab = cliff(LAB_GPU, passes=["fwd", "fwd"])
-    fleet = {str(c): _fleet_last_pass(_doc_blocks(c), 0, ["fwd", "fwd"])["gpu"] for c in LAB_GPU}
+    fleet = {str(c): _last(c, 0, ["fwd", "fwd"], cpu_write)["gpu_hits"] for c in LAB_GPU}
     assert fleet == lab == {"21520": 0, "30000": 0, "45000": 0, "50109": 0, "50110": 10, "60000": 10}
 
 
@@ -290,16 +247,15 @@ def test_cpu_cliff_is_reproduced_by_a_write_through_tier():
     By hand from the lab: the last pass re-reads 9, 8, 7, 6 on the GPU (4 documents), and the CPU tier,
     which holds the last floor(C / 5011) documents computed (LRU; a GPU hit does not touch it), serves
     5, 4, ... down to document 10 - floor(C / 5011): 0, 0, 0, 1, 3, 5, 6, 6 CPU hits."""
-    gpu = _doc_blocks(21520)
     lab = {m: cliff(LAB_CPU, over="cpu", metric=m) for m in ("hits", "gpu_hits", "cpu_hits", "misses")}
     assert lab["cpu_hits"] == dict(zip(map(str, LAB_CPU), [0, 0, 0, 1, 3, 5, 6, 6]))
     fleet = {m: {} for m in lab}
     for c in LAB_CPU:
-        f = _fleet_last_pass(gpu, _cpu_blocks(c), ["fwd", "fwd", "rev"], cpu_write="compute")
+        f = _last(21520, c, ["fwd", "fwd", "rev"], "compute")
         assert f["partial"] == 0
-        for m, key in (("gpu_hits", "gpu"), ("cpu_hits", "cpu"), ("misses", "miss")):
-            fleet[m][str(c)] = f[key]
-        fleet["hits"][str(c)] = f["gpu"] + f["cpu"]
+        for m in ("gpu_hits", "cpu_hits", "misses"):
+            fleet[m][str(c)] = f[m]
+        fleet["hits"][str(c)] = f["gpu_hits"] + f["cpu_hits"]
     assert fleet == lab
 
 
@@ -310,13 +266,22 @@ def test_write_through_tier_equals_the_lab_pass_by_pass(gpu, passes):
     and 10 documents and CPU sizes from none to every document. (One document short of all ten, 50109
     tokens, the two differ by design: the engine keeps partial prefixes of documents it evicts in part,
     where the lab evicts whole documents; the whole-document counts still agree there, see above.)"""
-    from dynlab.labs.scenario import run_scenario
-
     for cpu in (0, 5011, 21520, 40000, 50110):
         lab = run_scenario(gpu=gpu, cpu=cpu, passes=passes)["passes"]
-        fleet = _fleet_passes(_doc_blocks(gpu), _cpu_blocks(cpu), passes, cpu_write="compute")
+        fleet = scenario_on_engine(gpu, cpu, passes, cpu_write="compute")["passes"]
         assert [p.pop("partial") for p in fleet] == [0] * len(passes)
         assert fleet == lab, (gpu, cpu)
+
+
+def test_one_document_short_the_engine_keeps_partial_prefixes():
+    """GPU 50109 tokens (9 documents, 2835 blocks), passes fwd,fwd: the lab misses all ten documents of the
+    second pass. The engine's first pass takes 314 blocks a read (313 named + the last 3 tokens' block), so
+    9 reads leave 2835 - 9 * 314 = 9 blocks never used; the tenth read takes those 9 and then 305 from the
+    head of the free queue: document 0's blocks, tail first, so its first 9 blocks survive. Every later
+    read finds the document it evicts in part the same way: ten partial hits, no whole hit, no miss."""
+    second = scenario_on_engine(50109, 0, ["fwd", "fwd"])["passes"][1]
+    assert (second["gpu_hits"], second["misses"], second["partial"]) == (0, 0, 10)
+    assert run_scenario(gpu=50109, passes=["fwd", "fwd"])["passes"][1]["misses"] == 10
 
 
 def test_victim_tier_differs_from_the_lab_where_the_write_rules_differ():
@@ -325,15 +290,15 @@ def test_victim_tier_differs_from_the_lab_where_the_write_rules_differ():
     (4 GPU hits, 6 misses) and once the CPU holds every document (4 GPU, 6 CPU, 0 misses). In between the
     victim tier misses fewer documents (GPU and CPU hold different blocks, so their capacities add): lab
     6 and 3 misses at 21520 and 40000 tokens, the engine 3 (+1 partial) and 2."""
-    gpu = _doc_blocks(21520)
     lab = {m: cliff(LAB_CPU, over="cpu", metric=m) for m in ("gpu_hits", "cpu_hits", "misses")}
     for c in LAB_CPU:
-        f = _fleet_last_pass(gpu, _doc_blocks(c), ["fwd", "fwd", "rev"])
-        assert f["gpu"] == lab["gpu_hits"][str(c)] == 4
-        assert f["miss"] + f["partial"] <= lab["misses"][str(c)]
+        f = _last(21520, c, ["fwd", "fwd", "rev"], "evict")
+        assert f["gpu_hits"] == lab["gpu_hits"][str(c)] == 4
+        assert f["misses"] + f["partial"] <= lab["misses"][str(c)]
         if c == 0 or c >= DOCS * TOKENS:
-            assert (f["cpu"], f["miss"], f["partial"]) == (lab["cpu_hits"][str(c)], lab["misses"][str(c)], 0)
-    assert [_fleet_last_pass(gpu, _doc_blocks(c), ["fwd", "fwd", "rev"])["miss"] for c in (21520, 40000)] == [3, 2]
+            assert (f["cpu_hits"], f["misses"], f["partial"]) == (lab["cpu_hits"][str(c)], lab["misses"][str(c)], 0)
+    assert [tuple(_last(21520, c, ["fwd", "fwd", "rev"], "evict")[k] for k in ("misses", "partial"))
+            for c in (21520, 40000)] == [(3, 1), (2, 0)]
 
 
 # ---------------------------------------------------------------------------------------------- the router
