@@ -1,7 +1,8 @@
 """Inputs so large or small that a result would be infinite or NaN: one line naming the option, exit 2.
 
 The simulated clock stops at ``HORIZON_MS`` (10^12 ms); every producer of times (arrivals, engine
-steps, CPU-tier loads, KV transfers) refuses to pass it.
+steps, CPU-tier loads, KV transfers) refuses to pass it, and ``dynlab disagg``'s arithmetic
+refuses a result that overflows a float.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from dynlab.cli import main
 from dynlab.cli.common import echo_json
+from dynlab.disagg import cost
 from dynlab.engine.loop import HORIZON_MS
 from dynlab.engine.timed import arrival_times
 from dynlab.kv.cpu_tier import cpu_blocks
@@ -91,6 +93,27 @@ def test_cpu_memory_that_overflows_is_refused():
         cpu_blocks(1e308, 2_097_152)
     one_line_usage_error(["sim", "--timing", "--prefixes", "1", "--reps", "1", "--cpu-memory-gb", "1e308"],
                          "--cpu-memory-gb 1e+308 is too large")
+
+
+@pytest.mark.parametrize("args,needle", [
+    # 1e14 tokens x 114,688 B = 1.14688e19 B over 5e-300 GB/s: ~2.3e312 ms, past a float's 1.8e308
+    (["--tokens", "100000000000000", "--gbps", "5e-300"], "gbps 5e-300 is too small for about 10^19 bytes"),
+    # 1e308 + 1.1 + 1e308 overflows
+    (["--tokens", "10", "--gbps", "1", "--prefill-ms", "1e308", "--overhead-ms", "1e308"], "overflows a float"),
+    # 5e-324 ms / 1000 underflows to 0 s: the bandwidth would divide by zero
+    (["--tokens", "10", "--gbps", "1", "--saved-ms", "5e-324"], "saved_ms 5e-324 is too small"),
+    # 2 x 10^310 layers x 8 x 128 x 2 = 4.096e313 bytes per token: no float holds it
+    (["--tokens", "1", "--gbps", "1", "--layers", "1" + "0" * 310], "about 10^313 bytes overflows a float"),
+])
+def test_disagg_results_that_overflow_are_usage_errors(args, needle):
+    one_line_usage_error(["disagg", *args], needle)
+
+
+def test_disagg_functions_keep_finite_results():
+    # the docstring's example: 1500 x 114688 B / (0.112e9 B/s) = 1.536 s
+    assert round(cost.transfer_ms(1500, 114688, 0.112), 1) == 1536.0
+    with pytest.raises(ValueError, match="^gbps 1e-320 is too small for 15.0 bytes"):
+        cost.transfer_ms(1.5, 10.0, 1e-320)
 
 
 def test_echo_json_names_the_non_finite_key(capsys):
