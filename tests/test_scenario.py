@@ -79,6 +79,12 @@ def test_pass_orders_and_errors():
         run_scenario(gpu=-1)
     with pytest.raises(TypeError):
         run_scenario(docs=2.5)
+    with pytest.raises(ValueError, match="tokens must be >= 1, got 0"):
+        run_scenario(tokens=0)
+    with pytest.raises(ValueError, match="docs must be >= 1, got 0"):
+        run_scenario(docs=0)
+    # a GPU tier with no room is allowed: 2 documents read twice forward, nothing cached, 2 misses each pass
+    assert [p["misses"] for p in run_scenario(gpu=0, docs=2, tokens=1, passes=["fwd", "fwd"])["passes"]] == [2, 2]
     with pytest.raises(UnknownNameError, match="available: .*lru"):
         run_scenario(policy="nope")
     with pytest.raises(ValueError):
@@ -90,8 +96,8 @@ def test_pass_orders_and_errors():
 @given(
     gpu=st.integers(0, 60),
     cpu=st.integers(0, 60),
-    docs=st.integers(0, 8),
-    tokens=st.integers(0, 12),
+    docs=st.integers(1, 8),
+    tokens=st.integers(1, 12),
     passes=st.lists(st.sampled_from(["fwd", "rev"]), min_size=1, max_size=4),
     policy=st.sampled_from(eviction_policies().names()),
 )
@@ -167,6 +173,13 @@ def test_cli_policies_lists_builtins():
         (["scenario", "--cpu", "-1"], "negative"),
         (["scenario", "--docs", "-3"], "negative"),
         (["scenario", "--tokens", "x"], "not a valid integer"),
+        # a document of 0 tokens has no KV, and 0 documents give nothing to read: refused; --gpu 0
+        # and --cpu 0 stay (a tier with no room, the seed's "no CPU tier")
+        (["scenario", "--tokens", "0"], "'--tokens': 0: a document of 0 tokens has no KV to cache; it must be >= 1"),
+        (["scenario", "--docs", "0"], "'--docs': 0: a run of no documents reads nothing; it must be >= 1"),
+        (["scenario", "--tokens", "-2"], "-2 is negative; it must be >= 1"),
+        (["cliff", "--tokens", "0"], "a document of 0 tokens has no KV"),
+        (["cliff", "--docs", "0", "--gpu", "1,2"], "a run of no documents reads nothing"),
         (["scenario", "--policy", "belady"], "available: "),
         (["cliff", "--gpu", "21520,x"], "'x' is not a valid integer"),
         (["cliff", "--cpu", "0,-5"], "negative"),

@@ -45,6 +45,11 @@ def _row(ts, n, ids, **extra):
     ([_row(0, 512, [1]), _row(None, 512, [2])], 2, "has no timestamp"),
     # row 2 has a timestamp, row 1 has none
     ([_row(None, 512, [1]), _row(3, 512, [2])], 2, "has a timestamp but the first has none"),
+    # row 2 names no block: a request with no prompt (input_length 0 needs ceil(0/512) = 0 ids)
+    ([_row(0, 512, [1]), _row(1, 0, [])], 2, "hash_ids is empty: a request needs a prompt"),
+    (['{"hash_ids": []}'], 1, "hash_ids is empty"),
+    # token rows: row 2 has no prompt token
+    (['{"tokens": [1, 2, 3]}', '{"tokens": []}'], 2, "field 'tokens' is empty: a request needs a prompt"),
 ])
 def test_inconsistent_rows_are_refused_with_file_and_line(tmp_path, lines, line, words):
     path = _write(tmp_path, "\n".join(lines) + "\n")

@@ -46,9 +46,12 @@ def _capacities(ctx, param, value: str) -> list[tuple[str, int]]:
 
 
 class NonNegativeInt(click.ParamType):
-    """An integer >= 0 (a capacity or size in tokens, a count)."""
+    """An integer >= 0 (a capacity in tokens); with ``zero`` set, >= 1 and ``zero`` says why 0 is refused."""
 
     name = "integer"
+
+    def __init__(self, zero: str = ""):
+        self.zero = zero
 
     def convert(self, value, param, ctx):
         if isinstance(value, int) and not isinstance(value, bool):
@@ -59,18 +62,20 @@ class NonNegativeInt(click.ParamType):
             except (TypeError, ValueError):
                 self.fail(f"{value!r} is not a valid integer", param, ctx)
         if number < 0:
-            self.fail(f"{number} is negative; it must be >= 0", param, ctx)
+            self.fail(f"{number} is negative; it must be >= {1 if self.zero else 0}", param, ctx)
+        if number == 0 and self.zero:
+            self.fail(f"0: {self.zero}; it must be >= 1", param, ctx)
         return number
 
 
 _TOKENS = NonNegativeInt()
 
 _docs_option = click.option(
-    "--docs", type=_TOKENS, default=DEFAULT_DOCS, show_default=True,
+    "--docs", type=NonNegativeInt("a run of no documents reads nothing"), default=DEFAULT_DOCS, show_default=True,
     help=f"Documents 0..docs-1; docs x passes at most {MAX_DOC_READS:,} reads (see docs/limits.md)."
 )
 _tokens_option = click.option(
-    "--tokens", type=_TOKENS, default=DEFAULT_TOKENS, show_default=True, help="KV tokens per document."
+    "--tokens", type=NonNegativeInt("a document of 0 tokens has no KV to cache"), default=DEFAULT_TOKENS, show_default=True, help="KV tokens per document."
 )
 _passes_option = click.option(
     "--passes",

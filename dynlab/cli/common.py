@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -17,13 +18,30 @@ from dynlab.errors import DynlabError
 def echo_json(obj) -> None:
     """Print one JSON object on one line (``json.dumps`` default separators).
 
-    Raises :class:`DynlabError` rather than print ``NaN`` or ``Infinity``, which are not JSON.
+    Raises :class:`click.UsageError` (exit 2) naming the first key whose value is ``NaN`` or an
+    infinity rather than print it (not JSON): only inputs out of all proportion give one, and the
+    commands refuse those they can foresee with a message naming the option.
     """
     try:
         text = json.dumps(obj, allow_nan=False)
     except ValueError:
-        raise DynlabError("the result holds a number that is not finite (NaN or infinity); check the inputs") from None
+        where = _non_finite_key(obj)
+        raise click.UsageError(f"the result{' ' + repr(where) if where else ''} is not a finite number "
+                               "(NaN or infinity): an input is too large or too small") from None
     click.echo(text)
+
+
+def _non_finite_key(obj, path: str = "") -> str:
+    """The dotted key path (``"ttft_ms.mean"``, list items as ``[i]``) of the first non-finite float in ``obj``."""
+    if isinstance(obj, float):
+        return path if not math.isfinite(obj) else ""
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        sub = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+        found = _non_finite_key(value, sub)
+        if found:
+            return found
+    return ""
 
 
 def split_list(value: str, option: str) -> list[str]:

@@ -90,8 +90,11 @@ def disagg_cmd(tokens, gbps, model, model_config, layers, kv_heads, head_dim, dt
         bpt = lib.kv_bytes_per_token(**shape)
 
     def record(g: float) -> dict:
-        return lib.cost_report(tokens, bpt, g, prefill_ms=prefill_ms, overhead_ms=overhead_ms or 0.0,
-                               saved_ms=saved_ms)
+        try:
+            return lib.cost_report(tokens, bpt, g, prefill_ms=prefill_ms, overhead_ms=overhead_ms or 0.0,
+                                   saved_ms=saved_ms)
+        except ValueError as exc:  # a result that overflows (a huge size, a tiny --gbps or --saved-ms)
+            raise click.UsageError(str(exc)) from None
 
     if len(links) == 1:
         echo_json(record(links[0][1]))

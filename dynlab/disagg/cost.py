@@ -74,8 +74,34 @@ class UnknownModelError(DynlabError, LookupError):
 def _real(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value):
+    if not isinstance(value, int) and not math.isfinite(value):  # an int is finite, however large
         raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def _bytes(n) -> str:
+    """``n`` bytes for a message: ``1,146,880`` up to 10^18, ``about 10^N`` beyond (a huge int stays one short line)."""
+    if isinstance(n, int) and n >= 10**18:
+        return f"about 10^{len(str(n)) - 1}"
+    return f"{n:,}"
+
+
+def _nbytes(tokens, bytes_per_token):
+    """``tokens * bytes_per_token`` after their checks; ``ValueError`` when the product overflows a float."""
+    nbytes = _non_negative("tokens", tokens) * _non_negative("bytes_per_token", bytes_per_token)
+    _finite(lambda: nbytes, f"tokens x bytes_per_token = {_bytes(nbytes)} bytes overflows a float")
+    return nbytes
+
+
+def _finite(compute, message: str) -> float:
+    """``compute()`` as a float, or ``ValueError(message)`` when it is not a finite number (a huge size, a
+    tiny bandwidth or time: the float overflows, or a divisor underflows to 0)."""
+    try:
+        value = float(compute())
+    except (OverflowError, ZeroDivisionError):
+        value = math.inf
+    if not math.isfinite(value):
+        raise ValueError(message)
     return value
 
 
@@ -148,10 +174,13 @@ def transfer_ms(tokens: float, bytes_per_token: float, gbps: float) -> float:
     ``tokens * bytes_per_token / (gbps * 10**9) * 1000``; GB/s is 10**9 bytes per second.
     Example: 1,500 Qwen3-0.6B tokens (114,688 B each) at 0.112 GB/s take 1,536.0 ms.
 
-    Raises ``ValueError`` if ``gbps`` is not positive or a size is negative.
+    Raises ``ValueError`` if ``gbps`` is not positive or a size is negative, or if the time is not a
+    finite float (``gbps`` too small for the bytes).
     """
-    nbytes = _non_negative("tokens", tokens) * _non_negative("bytes_per_token", bytes_per_token)
-    return nbytes / (_positive("gbps", gbps) * GB) * 1000.0
+    nbytes = _nbytes(tokens, bytes_per_token)
+    _positive("gbps", gbps)
+    return _finite(lambda: nbytes / (gbps * GB) * 1000.0,
+                   f"gbps {gbps!r} is too small for {_bytes(nbytes)} bytes: the transfer time overflows a float")
 
 
 def ttft_disagg(prefill_ms: float, tokens: float, bytes_per_token: float, gbps: float, overhead_ms: float = 0.0) -> float:
@@ -165,7 +194,9 @@ def ttft_disagg(prefill_ms: float, tokens: float, bytes_per_token: float, gbps: 
     """
     prefill_ms = _positive("prefill_ms", prefill_ms)
     overhead_ms = _non_negative("overhead_ms", overhead_ms)
-    return prefill_ms + transfer_ms(tokens, bytes_per_token, gbps) + overhead_ms
+    move = transfer_ms(tokens, bytes_per_token, gbps)
+    return _finite(lambda: prefill_ms + move + overhead_ms,
+                   f"prefill_ms {prefill_ms!r} + transfer {move!r} + overhead_ms {overhead_ms!r} overflows a float")
 
 
 def effective_gbps(nbytes: float, ms: float) -> float:
@@ -187,15 +218,20 @@ def breakeven_gbps(tokens: float, bytes_per_token: float, saved_ms: float) -> fl
     ``tokens * bytes_per_token / (saved_ms / 1000) / 10**9``, so that
     ``transfer_ms(tokens, bytes_per_token, breakeven_gbps(...)) == saved_ms``.
 
-    Raises ``ValueError`` if ``saved_ms`` is not positive or a size is negative.
+    Raises ``ValueError`` if ``saved_ms`` is not positive or a size is negative, or if the bandwidth
+    is not a finite float (``saved_ms`` too small for the bytes).
     """
-    nbytes = _non_negative("tokens", tokens) * _non_negative("bytes_per_token", bytes_per_token)
-    return nbytes / (_positive("saved_ms", saved_ms) / 1000.0) / GB
+    nbytes = _nbytes(tokens, bytes_per_token)
+    _positive("saved_ms", saved_ms)
+    return _finite(lambda: nbytes / (saved_ms / 1000.0) / GB,
+                   f"saved_ms {saved_ms!r} is too small for {_bytes(nbytes)} bytes: the bandwidth overflows a float")
 
 
 def kv_mib(tokens: float, bytes_per_token: float) -> float:
-    """Size in MiB (2**20 bytes) of the KV of ``tokens`` tokens. Raises ``ValueError`` on a negative size."""
-    return _non_negative("tokens", tokens) * _non_negative("bytes_per_token", bytes_per_token) / MIB
+    """Size in MiB (2**20 bytes) of the KV of ``tokens`` tokens. Raises ``ValueError`` on a negative size,
+    or when the size overflows a float."""
+    nbytes = _nbytes(tokens, bytes_per_token)
+    return nbytes / MIB
 
 
 def cost_report(

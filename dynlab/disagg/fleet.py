@@ -50,9 +50,9 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from dynlab.disagg.cost import GB
 from dynlab.engine.bus import EventBus
-from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
+from dynlab.engine.loop import ARRIVAL, HORIZON_MS, STEP_END, STEP_START, EventLoop, past_horizon
 from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals, ratio, stats
-from dynlab.engine.timed import TimedFleet, arrival_times
+from dynlab.engine.timed import TimedFleet, arrival_times, step_past_horizon
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.routing.events import BlockStored
 from dynlab.routing.strategy import Request, Strategy
@@ -210,7 +210,11 @@ class DisaggFleet(TimedFleet):
             p = rec.prefill
             rec.link_start = max(now, self.link_free[p])
             rec.link_end = self.link_free[p] = rec.link_start + rec.nbytes / self.bytes_per_ms
-            self.loop.at(rec.link_end + self.link_latency_ms, ARRIVAL, self._on_link_done, ereq)
+            done = rec.link_end + self.link_latency_ms
+            if not done <= HORIZON_MS:
+                raise past_horizon(done, f"request {ereq.id}'s KV transfer ({rec.nbytes:,} bytes)",
+                                   "use a larger --link-gbps or a smaller --link-latency-ms")
+            self.loop.at(done, ARRIVAL, self._on_link_done, ereq)
 
     def _on_link_done(self, ereq: EngineRequest) -> None:
         rec = self.records[ereq.id]
@@ -247,6 +251,8 @@ class DisaggFleet(TimedFleet):
         self.dgeneration[d] += 1
         end = self.decode[d].step_end
         if end is not None:
+            if not end <= HORIZON_MS:
+                raise step_past_horizon(self.decode[d], f"decode worker {d}", self.loop.now, end)
             self.loop.at(end, STEP_END, self._on_dend, d, self.dgeneration[d])
 
     def _on_dend(self, d: int, generation: int) -> None:

@@ -134,11 +134,18 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float
     loads its share over its own link of ``pcie_gbps`` GB/s (10^9 bytes/s), so one block takes
     ``bytes / tp / (pcie_gbps * 1e9) * 1000`` ms. ``cpu_memory_gb`` (GB of host memory per worker)
     becomes ``floor(cpu_memory_gb * 1e9 / bytes per block)`` blocks.
+
+    Raises ``ValueError`` naming ``--pcie-gbps`` when one block's load would take longer than the
+    simulated clock's horizon (:data:`dynlab.engine.loop.HORIZON_MS`), and as :func:`~dynlab.kv.cpu_tier.cpu_blocks`.
     """
+    from dynlab.engine.loop import HORIZON_MS
     from dynlab.kv.cpu_tier import cpu_blocks
 
     per_block = model.kv_bytes_per_token_per_gpu(config.tp) * config.tp * config.block
     load_ms = per_block / config.tp / (config.pcie_gbps * 1e9) * 1000.0
+    if (config.cpu_capacity is not None or config.cpu_memory_gb is not None) and not load_ms <= HORIZON_MS:
+        raise ValueError(f"--pcie-gbps {config.pcie_gbps:g} is too small: one block of {per_block:,.0f} bytes would "
+                         f"take {load_ms:g} ms to load, past the simulated clock's horizon ({HORIZON_MS:g} ms)")
     if config.cpu_capacity is not None:
         return config.cpu_capacity, per_block, load_ms
     if config.cpu_memory_gb is not None:

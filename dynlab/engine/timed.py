@@ -26,7 +26,7 @@ import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.bus import EventBus
-from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
+from dynlab.engine.loop import ARRIVAL, HORIZON_MS, STEP_END, STEP_START, EventLoop, past_horizon
 from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
@@ -37,18 +37,33 @@ from dynlab.routing.strategy import FleetView, Request, Strategy
 
 def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
                   rng: random.Random) -> Iterator[tuple[Request, float]]:
-    """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards."""
+    """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards,
+    or when an arrival is past :data:`~dynlab.engine.loop.HORIZON_MS` (naming ``--time-scale`` or ``--rate``)."""
     now = 0.0
     for req in requests:
         if req.timestamp is None:
             now += rng.expovariate(rate) * 1000.0
+            if not now <= HORIZON_MS:
+                raise past_horizon(now, f"request {req.index}'s Poisson arrival at --rate {rate:g} requests/s",
+                                   "use a larger --rate")
         else:
             t = req.timestamp * time_scale
             if t < now:
                 raise ValueError(f"request {req.index}: timestamp {req.timestamp} is earlier than the previous "
                                  f"request's; timed runs need arrivals in time order")
+            if not t <= HORIZON_MS:
+                raise past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x "
+                                      f"--time-scale {time_scale:g})", "use a smaller --time-scale")
             now = t
         yield req, now
+
+
+def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) -> ValueError:
+    """The error for an engine step that would end past the horizon: its latency model (and the CPU
+    tier loads it waits for) made it too long."""
+    name = getattr(engine.latency, "name", "") or type(engine.latency).__name__
+    return past_horizon(end, f"{who}'s engine step of {end - now:g} ms (latency model {name!r})",
+                        "check --latency-opt (and --pcie-gbps with a CPU tier)")
 
 
 class TimedFleet:
@@ -172,6 +187,8 @@ class TimedFleet:
             self.bus.send(events)
         t = engine.next_ready
         if engine.step_end is None and t is not None:  # nothing to run until a load in transit arrives
+            if not t <= HORIZON_MS:
+                raise past_horizon(t, f"worker {w}'s load from its CPU tier", "use a larger --pcie-gbps")
             self.loop.at(t if t > now else now, STEP_START, self._on_start, w)
         self._schedule_end(w)
 
@@ -179,6 +196,8 @@ class TimedFleet:
         self.generation[w] += 1
         end = self.engines[w].step_end
         if end is not None:
+            if not end <= HORIZON_MS:
+                raise step_past_horizon(self.engines[w], f"worker {w}", self.loop.now, end)
             self.loop.at(end, STEP_END, self._on_end, w, self.generation[w])
 
     def _on_end(self, w: int, generation: int) -> None:

@@ -23,6 +23,8 @@ Sizes are in blocks; converting bytes to blocks is the caller's (:func:`cpu_bloc
 """
 from __future__ import annotations
 
+import math
+
 from collections import OrderedDict
 from itertools import compress, count, islice
 from operator import not_
@@ -40,13 +42,17 @@ DEFAULT_PCIE_GBPS = 25.0
 def cpu_blocks(memory_gb: float, kv_bytes_per_block: float) -> int:
     """Blocks of ``kv_bytes_per_block`` bytes that fit in ``memory_gb`` GB (10^9 bytes): floor of the ratio.
 
-    Raises ``ValueError`` when ``memory_gb`` < 0 or ``kv_bytes_per_block`` <= 0.
+    Raises ``ValueError`` when ``memory_gb`` < 0 or ``kv_bytes_per_block`` <= 0, or when the count is
+    not a finite number (``memory_gb`` so large that ``memory_gb * 1e9`` overflows).
     """
     if memory_gb < 0:
         raise ValueError(f"cpu memory must be >= 0 GB, got {memory_gb}")
     if kv_bytes_per_block <= 0:
         raise ValueError(f"KV bytes per block must be > 0, got {kv_bytes_per_block}")
-    return int(memory_gb * 1e9 // kv_bytes_per_block)
+    blocks = memory_gb * 1e9 // kv_bytes_per_block
+    if not math.isfinite(blocks):
+        raise ValueError(f"--cpu-memory-gb {memory_gb:g} is too large: its bytes overflow a float")
+    return int(blocks)
 
 
 class CpuTier:

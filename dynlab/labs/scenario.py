@@ -117,12 +117,17 @@ def run_scenario(
 
     ``progress``: an object with ``update(n)`` (a tqdm bar) told of every document read, or ``None``.
 
-    Raises ``ValueError`` on a negative number, an unknown pass order, more document reads
+    Raises ``ValueError`` on a negative number, ``docs`` or ``tokens`` 0 (nothing to read, or no KV to
+    cache: the capacities may be 0, a tier with no room), an unknown pass order, more document reads
     (``docs * len(passes)``) than :data:`dynlab.limits.MAX_DOC_READS`, ``TypeError`` on a
     non-integer, :class:`dynlab.plugins.UnknownNameError` on an unknown policy name.
     """
     for name, value in (("gpu", gpu), ("docs", docs), ("tokens", tokens), ("cpu", cpu)):
         _check_non_negative(name, value)
+    for name, value, why in (("docs", docs, "a run of no documents reads nothing"),
+                             ("tokens", tokens, "a document of 0 tokens has no KV to cache")):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}: {why}")
     passes = list(passes)
     check_doc_reads(docs, passes)
     future = FutureIndex(access_sequence(docs, passes))  # also validates the pass orders

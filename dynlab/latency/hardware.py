@@ -249,18 +249,23 @@ class ModelSpec:
                 "weight_bytes_per_param": self.weight_bytes_per_param, "kv_bytes_per_token": self.kv_bytes_per_token}
 
 
-def model_spec_from_config(config: Mapping, name: str = "config") -> ModelSpec:
-    """A :class:`ModelSpec` from a ``config.json`` mapping. Raises ``ValueError`` (one line) on a bad config."""
+def model_spec_from_config(config: Mapping, name: str = "config", source: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` named ``name`` from a ``config.json`` mapping.
+
+    Raises ``ValueError`` (one line) on a bad config, starting ``SOURCE:`` (``source``, default ``name``:
+    the file the user gave, or the bundled model's name).
+    """
+    source = name if source is None else source
     try:
-        shape = disagg.kv_shape_from_config(config, source=name)
+        shape = disagg.kv_shape_from_config(config, source=source)
     except disagg.ModelConfigError as exc:
         raise ValueError(str(exc)) from None
-    params, active = param_count(config, name)
+    params, active = param_count(config, source)
     c = config if "num_hidden_layers" in config else config.get("text_config", config)
-    heads = _get(c, "num_attention_heads", name)
+    heads = _get(c, "num_attention_heads", source)
     if shape.attention == "mla":
-        head_dim = _get(c, "qk_nope_head_dim", name) + _get(c, "qk_rope_head_dim", name)
-        v_head_dim = _get(c, "v_head_dim", name)
+        head_dim = _get(c, "qk_nope_head_dim", source) + _get(c, "qk_rope_head_dim", source)
+        v_head_dim = _get(c, "v_head_dim", source)
         kv_heads = heads
     else:
         head_dim = v_head_dim = shape.head_dim
@@ -269,7 +274,7 @@ def model_spec_from_config(config: Mapping, name: str = "config") -> ModelSpec:
     method = str(quant.get("quant_method", "")).lower() if isinstance(quant, Mapping) else ""
     weight_bytes = 1 if method in ("fp8", "float8") else shape.dtype_bytes
     return ModelSpec(name=name, params=params, active_params=active, layers=shape.layers,
-                     hidden_size=_get(c, "hidden_size", name), heads=heads, kv_heads=kv_heads,
+                     hidden_size=_get(c, "hidden_size", source), heads=heads, kv_heads=kv_heads,
                      head_dim=head_dim, v_head_dim=v_head_dim, attention=shape.attention,
                      dtype_bytes=shape.dtype_bytes, weight_bytes_per_param=weight_bytes,
                      kv_bytes_per_token=shape.bytes_per_token, config=dict(config))
@@ -283,7 +288,12 @@ def model_names() -> list[str]:
 def model_spec(name_or_path: str) -> ModelSpec:
     """A bundled model by name, or the ``config.json`` at a path (a name containing ``/`` or ending ``.json``).
 
-    Raises ``ValueError`` listing the bundled models for an unknown name.
+    A path's model is named after its folder (``models/Qwen3-8B/config.json`` -> ``Qwen3-8B``, as a
+    Hugging Face download is laid out), else the path as given (``config.json``, ``./config.json``,
+    ``llama.json``). Errors in the file name the path as given.
+
+    Raises ``ValueError`` listing the bundled models for an unknown name, or starting ``PATH:`` for a
+    file that cannot be read or holds a bad config.
     """
     if os.sep in name_or_path or name_or_path.endswith(".json"):
         try:
@@ -292,8 +302,12 @@ def model_spec(name_or_path: str) -> ModelSpec:
             raise ValueError(f"{name_or_path}: {exc.strerror or exc}") from None
         except disagg.ModelConfigError as exc:
             raise ValueError(str(exc)) from None
-        return model_spec_from_config(config, os.path.basename(os.path.dirname(os.path.abspath(name_or_path)))
-                                      if os.path.basename(name_or_path) == "config.json" else name_or_path)
+        name = name_or_path
+        if os.path.basename(name_or_path) == "config.json":
+            folder = os.path.basename(os.path.dirname(os.path.normpath(name_or_path)))
+            if folder not in ("", ".", ".."):
+                name = folder
+        return model_spec_from_config(config, name, source=name_or_path)
     names = model_names()
     if name_or_path not in names:
         raise ValueError(f"unknown model {name_or_path!r}; bundled models: {', '.join(names)} (or a config.json path)")

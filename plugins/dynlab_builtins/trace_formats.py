@@ -60,8 +60,8 @@ def _keyed_names(hashes: list, lora, salt) -> tuple:
 class MooncakeTrace(TraceFormat):
     """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks.
 
-    A row is refused (``ValueError``, reported as ``FILE:LINE``) when its ``hash_ids`` name a block twice
-    (a prefix chain names each block once) or, when it gives ``input_length``, when it does not hold
+    A row is refused (``ValueError``, reported as ``FILE:LINE``) when its ``hash_ids`` are empty (a
+    request with no prompt), name a block twice (a prefix chain names each block once) or, when it gives ``input_length``, when it does not hold
     ``ceil(input_length / block_tokens)`` ids (one per 512-token block, the last one partial). Every
     row of the bundled conversation trace (12031 rows) satisfies both rules.
     """
@@ -83,6 +83,8 @@ class MooncakeTrace(TraceFormat):
             out = _number(record, "output_length", False, 0)
             ts = _number(record, "timestamp", False, None)
         n = len(hashes)
+        if not n:
+            raise ValueError("hash_ids is empty: a request needs a prompt (at least one block)")
         if len(set(hashes)) != n:
             first = {}
             for i, h in enumerate(hashes):
@@ -103,7 +105,10 @@ class MooncakeTrace(TraceFormat):
 
 
 class TokenTrace(TraceFormat):
-    """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length, lora_name, cache_salt), hashed at --block."""
+    """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length, lora_name, cache_salt), hashed at --block.
+
+    A row whose ``tokens`` list is empty (a request with no prompt) is refused (``ValueError``, ``FILE:LINE``).
+    """
 
     name = "tokens"
     hashes_tokens = True
@@ -120,6 +125,8 @@ class TokenTrace(TraceFormat):
             raise ValueError("missing field 'tokens'")
         if not isinstance(tokens, list):
             raise ValueError("field 'tokens' must be a list of ints")
+        if not tokens:
+            raise ValueError("field 'tokens' is empty: a request needs a prompt (at least one token)")
         lora, salt = _extra_keys(record)
         hashes = block_hashes(tokens, self.block, scheme=self.hash_scheme, lora_name=lora, cache_salt=salt)
         return Request(tuple(hashes), input_length=len(tokens),

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
+from click.testing import CliRunner
 
+from dynlab.cli import main
 from dynlab.disagg import cost as disagg
 from dynlab.latency import hardware as hw
 
@@ -101,3 +104,25 @@ def test_kv_blocks_refuses_what_does_not_fit():
         hw.kv_blocks(block=0)
     with pytest.raises(ValueError, match="tp"):
         hw.kv_blocks(tp=0)
+
+
+@pytest.mark.parametrize("given", ["config.json", "./config.json", "Qwen3-8B/config.json", "llama.json"])
+def test_a_bad_config_path_is_named_as_given(tmp_path, monkeypatch, given):
+    # the error names the file the user typed, never its folder ('.', '' or the working directory's name)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Qwen3-8B").mkdir()
+    (tmp_path / given).write_text('{"num_hidden_layers": "x"}')
+    with pytest.raises(ValueError, match=rf"^{re.escape(given)}: field 'num_hidden_layers' must be"):
+        hw.model_spec(given)
+    r = CliRunner().invoke(main, ["sim", "--timing", "--model", given])
+    assert r.exit_code == 2 and r.output == (f"Error: {given}: field 'num_hidden_layers' must be a positive "
+                                             "whole number, got 'x'\n"), r.output
+
+
+@pytest.mark.parametrize("given,name", [("config.json", "config.json"), ("./config.json", "./config.json"),
+                                        ("Qwen3-8B/config.json", "Qwen3-8B")])
+def test_a_config_path_names_the_model_after_its_folder_if_it_has_one(tmp_path, monkeypatch, given, name):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Qwen3-8B").mkdir()
+    (tmp_path / given).write_text(json.dumps(disagg.load_model_config("qwen3-8b")))
+    assert hw.model_spec(given).name == name
