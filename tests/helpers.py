@@ -47,6 +47,21 @@ def wait_for(ready: Callable[[], bool], proc: subprocess.Popen, what: str, limit
         time.sleep(0.01)
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interruptible(cmd: list, **kw) -> subprocess.Popen:
+    """Start ``cmd`` in its own session (so ``os.killpg(proc.pid, ...)`` reaches it and only it) with
+    SIGINT at its default disposition, as a command typed at a terminal has it.
+
+    A test runner started in the background of a non-interactive shell (``nohup ... &``, some CI
+    runners) has SIGINT *ignored*; children inherit that, and Python then never raises
+    KeyboardInterrupt, so a test of Ctrl-C would fail for a reason outside dynlab.
+    """
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_sigint_default, **kw)
+
+
 def invoke(*args):
     """Run the CLI in-process (click's CliRunner) with every argument as a string."""
     return CliRunner().invoke(main, [str(a) for a in args])

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from helpers import HANG, dynlab_command, wait_for
+from helpers import HANG, dynlab_command, interruptible, wait_for
 
 # Put on PYTHONPATH, this sitecustomize holds the child at the moment it starts importing dynlab.cli
 # (the heavy part of start-up) and says so by creating $DYNLAB_TEST_READY; a SIGINT then lands in the
@@ -41,8 +41,7 @@ def _held_child(tmp_path, args):
     ready = tmp_path / "ready"
     env = dict(os.environ, DYNLAB_TEST_READY=str(ready),
                PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    proc = subprocess.Popen(dynlab_command() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            start_new_session=True)
+    proc = interruptible(dynlab_command() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     wait_for(ready.exists, proc, "the start of the command line's imports")
     return proc
 
@@ -85,8 +84,8 @@ def test_ctrl_c_during_a_run_exits_130(tmp_path):
         sys.argv[0] = "dynlab"
         sys.exit(main())
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code, "sim", "--workers", "64", "--prefixes", "5000", "--reps", "100", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = interruptible([sys.executable, "-c", code, "sim", "--workers", "64", "--prefixes", "5000", "--reps", "100",
+                          "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for(ready.exists, proc, "the start of the simulation")
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=HANG)

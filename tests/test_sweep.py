@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dynlab import sweep as lib
-from helpers import HANG, dynlab_command, invoke, lines_of, ok, wait_for
+from helpers import HANG, dynlab_command, interruptible, invoke, lines_of, ok, wait_for
 from dynlab.cli.routing import SIM_OPTIONS
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import run
@@ -473,7 +473,7 @@ def test_ctrl_c_stops_a_pool_sweep_promptly(tmp_path):
                               "--grid", "workers=2,3,4,5", "--grid", "capacity=256,512,1024,2048",
                               "--executor", "local", "--jobs", "2", "--out", str(out), "--quiet"]
     for _ in range(3):
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = interruptible(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         wait_for(lambda: out.exists() and b"\n" in out.read_bytes(), proc, "the first finished cell")
         os.killpg(proc.pid, signal.SIGINT)
         try:
