@@ -88,6 +88,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     pd = {"decode_router", "link_gbps", "link_latency_ms"}
     context = {"policy": ["--capacity", "8"], "trace_format": ["--trace", TRACE],
                "router_assign": ["--routers", "2"], "pcie_gbps": ["--cpu-capacity", "8"],
+               "cpu_write": ["--cpu-capacity", "8"],
                "prefill_workers": ["--decode-workers", "1"], "decode_workers": ["--prefill-workers", "1"],
                **{f: ["--split", "1:1"] for f in pd}}.get(field, [])
     timing = field not in ("policy", "event_delay")
@@ -96,7 +97,8 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     (cell,) = [json.loads(line) for line in lines_of(result.stdout)]
     expected = ptype.convert(value, None, None) if value is not None else None
     extra = {"policy": {"capacity": 8}, "trace_format": {"trace": TRACE}, "router_assign": {"routers": 2},
-             "pcie_gbps": {"cpu-capacity": 8}, "prefill_workers": {"decode-workers": 1},
+             "pcie_gbps": {"cpu-capacity": 8}, "cpu_write": {"cpu-capacity": 8},
+             "prefill_workers": {"decode-workers": 1},
              "decode_workers": {"prefill-workers": 1}, **{f: {"split": "1:1"} for f in pd}}.get(field, {})
     assert cell == {name: expected, **({"timing": True} if timing else {}), **extra}
     grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
