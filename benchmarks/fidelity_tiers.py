@@ -17,13 +17,27 @@ from __future__ import annotations
 import argparse
 
 from dynlab.labs.on_engine import scenario_on_engine
-from dynlab.labs.scenario import DEFAULT_PASSES, run_scenario
+from dynlab.labs.scenario import DEFAULT_PASSES, DEFAULT_TOKENS, PASS_ORDERS, run_scenario
 
 KEYS = ("gpu_hits", "cpu_hits", "misses")
 
 
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"capacities are tokens >= 0, got {text!r}")
+    return values
+
+
+def _passes(text: str) -> list[str]:
+    orders = text.split(",")
+    bad = [o for o in orders if o not in PASS_ORDERS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"pass orders are {' or '.join(PASS_ORDERS)}, got {bad[0]!r}")
+    return orders
 
 
 def main() -> None:
@@ -32,10 +46,12 @@ def main() -> None:
                     help="lab GPU capacities (tokens), comma list")
     ap.add_argument("--cpu", type=_ints, default=[0, 5011, 21520, 40000, 50110],
                     help="lab CPU capacities (tokens), comma list")
-    ap.add_argument("--passes", default=",".join(DEFAULT_PASSES))
+    ap.add_argument("--passes", type=_passes, default=list(DEFAULT_PASSES), help="pass orders, comma list")
     args = ap.parse_args()
-    passes = args.passes.split(",")
-    print(f"# cache lab vs one engine worker: 10 documents of 5,011 tokens, passes {args.passes}; "
+    if min(args.gpu) < DEFAULT_TOKENS:
+        ap.error(f"--gpu: every GPU capacity must hold a document ({DEFAULT_TOKENS} tokens), got {min(args.gpu)}")
+    passes = args.passes
+    print(f"# cache lab vs one engine worker: 10 documents of 5,011 tokens, passes {','.join(passes)}; "
           "per pass (gpu hits, cpu hits, misses), lab -> engine")
     rows, notes = [], []
     for rule in ("compute", "evict"):

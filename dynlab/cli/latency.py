@@ -48,7 +48,8 @@ def _gpu_table() -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or JSON [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
-              metavar="FILE.png", help="Also write step time against batch size (needs dynlab[plot]).")
+              metavar="FILE.png",
+              help="Also write step time against batch size (an image; the suffix sets its format, PNG without one).")
 @click.option("--list", "list_gpus", is_flag=True, help="List the catalogue GPUs and latency models, and exit.")
 def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, list_gpus):
     """Step times (ms) of one or more latency models on a fixed grid of steps.

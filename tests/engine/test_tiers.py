@@ -242,7 +242,7 @@ LAB_CPU = [0, 5011, 21520, 30000, 40000, 45099, 50110, 60000]
 
 
 def test_cpu_cliff_is_reproduced_by_a_write_through_tier():
-    """`dynlab cliff --over cpu` (GPU 21520 tokens, passes fwd,fwd,rev), every metric, by one worker whose
+    """`dynlab cliff --cpu 0,5011,...` (GPU 21520 tokens, passes fwd,fwd,rev), every metric, by one worker whose
     CPU tier is written when blocks are computed (``cpu_write="compute"``, the lab's inclusive rule).
     By hand from the lab: the last pass re-reads 9, 8, 7, 6 on the GPU (4 documents), and the CPU tier,
     which holds the last floor(C / 5011) documents computed (LRU; a GPU hit does not touch it), serves
