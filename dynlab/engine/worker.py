@@ -343,20 +343,41 @@ class EngineWorker:
         (ms), or ``None`` when idle. Blocks evicted for it are in :attr:`removed` (at ``now``)."""
         if self._step is not None:
             raise RuntimeError("a step is already in progress")
-        running, waiting = self.running, self.waiting
         self.cpu_stored = self.cpu_removed = ()
         loading = self.loading
         while loading and loading[0].ready_ms <= now:
             self.ready.append(loading.popleft())  # scheduled before the waiting queue, in arrival order
-        if not running and not waiting and not self.ready and not self.received:
+        if not self.running and not self.waiting and not self.ready and not self.received:
             self.removed = ()
             return None
         self._accumulate(now)
-        pool, B = self.pool, self.block
-        cpu = self.cpu
+        pool = self.pool
         pool.stored, pool.removed = [], []
-        budget = self.max_num_batched_tokens
         sched: list = []
+        budget, preempted = self._schedule_running(sched)
+        admitted = 0
+        if not preempted or not sched:  # (every running request preempted: admit, or nothing runs)
+            admitted = self._admit(sched, budget, now)
+        if self.cpu is not None and pool.removed:
+            self._offload(pool.removed)
+        if not sched:
+            if loading or self.ready or self.held or self.reserved:
+                # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
+                self.removed = tuple(pool.removed)
+                return None
+            raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
+        st = self._plan(sched, preempted, admitted, now)
+        self._step = st
+        if st.k > 1 and loading:
+            self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
+        return st.end
+
+    def _schedule_running(self, sched: list) -> Tuple[int, int]:
+        """Schedule the running requests, in running order, into ``sched`` (``(request, tokens)``
+        pairs), taking their blocks and preempting from the back when the pool runs dry; returns
+        ``(token budget left, requests preempted)``."""
+        running, pool, B = self.running, self.pool, self.block
+        budget = self.max_num_batched_tokens
         preempted = 0
         i = 0
         while i < len(running) and budget > 0:
@@ -382,81 +403,90 @@ class EngineWorker:
             sched.append((req, n))
             budget -= n
             i += 1
-        admitted = 0
-        if not preempted or not sched:  # (every running request preempted: admit, or nothing runs)
-            max_seqs = self.max_num_seqs
-            received = self.received
-            while received and budget > 0 and len(running) < max_seqs:
-                # its KV arrived by a transfer: admitted first, with the blocks it holds (blocks held by
-                # waiting requests must not wait behind requests that need new ones)
-                req = received[0]
-                n = min(req.num_tokens - req.computed, budget)
-                need = -(-(req.computed + n) // B) - len(req.keys)
-                if need > pool.num_free:
-                    break
-                received.popleft()
-                if need > 0:
-                    req.keys += pool.allocate(need)
-                running.append(req)
-                sched.append((req, n))
-                budget -= n
-                admitted += 1
-            ready = self.ready
-            while ready and budget > 0 and len(running) < max_seqs:
-                req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
-                n = self._admit_loaded(req, budget)
-                running.append(req)
-                sched.append((req, n))
-                budget -= n
-                admitted += 1
-            while waiting and budget > 0 and len(running) < max_seqs:
-                req = waiting[0]
-                names = req.names
-                cap = min(len(names), (req.num_tokens - 1) // B)
-                h = pool.lookup(names, cap)
-                if cpu is not None and h < cap:
-                    hc = cpu.lookup(names, h, cap - h)
-                    if hc:
-                        if not self._admit_loading(req, h, hc, budget, now):
-                            break
-                        admitted += 1
-                        continue
-                hit = names[:h]
-                computed = h * B
-                n = req.num_tokens - computed
-                if n > budget:
-                    n = budget
-                need = -(-(computed + n) // B) - h
-                if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
-                    break
-                waiting.popleft()
-                pool.take_hits(hit)
-                req.keys = list(hit)
-                if need > 0:
-                    req.keys += pool.allocate(need)
-                req.computed = computed
-                req.nreg = h
-                if req.hit_tokens is None:
-                    req.hit_tokens = computed
-                    req.cpu_hit_blocks = 0
-                    req.first_scheduled_ms = now
-                    self.gpu_hit_blocks += h
-                self._register(req, n)
-                running.append(req)
-                sched.append((req, n))
-                budget -= n
-                admitted += 1
-        if cpu is not None and pool.removed:
-            written = sum(1 for name in pool.removed if name not in cpu)
-            self.offloaded_blocks += written
-            self.cpu_stored, self.cpu_removed = cpu.offload(pool.removed)
-        if not sched:
-            if loading or self.ready or self.held or self.reserved:
-                # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
-                self.removed = tuple(pool.removed)
-                return None
-            raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
+        return budget, preempted
 
+    def _admit(self, sched: list, budget: int, now: float) -> int:
+        """Admit, while ``budget`` tokens and sequence slots remain: received requests (their KV came by
+        a transfer), then those whose CPU hits have arrived, then the waiting queue in FCFS order
+        (prefix lookup, CPU-tier loads), stopping at the first that cannot get its blocks. Appends
+        the scheduled ``(request, tokens)`` to ``sched``; returns how many were admitted (loads too)."""
+        pool, B, cpu = self.pool, self.block, self.cpu
+        running, waiting = self.running, self.waiting
+        admitted = 0
+        max_seqs = self.max_num_seqs
+        received = self.received
+        while received and budget > 0 and len(running) < max_seqs:
+            # its KV arrived by a transfer: admitted first, with the blocks it holds (blocks held by
+            # waiting requests must not wait behind requests that need new ones)
+            req = received[0]
+            n = min(req.num_tokens - req.computed, budget)
+            need = -(-(req.computed + n) // B) - len(req.keys)
+            if need > pool.num_free:
+                break
+            received.popleft()
+            if need > 0:
+                req.keys += pool.allocate(need)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        ready = self.ready
+        while ready and budget > 0 and len(running) < max_seqs:
+            req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
+            n = self._admit_loaded(req, budget)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        while waiting and budget > 0 and len(running) < max_seqs:
+            req = waiting[0]
+            names = req.names
+            cap = min(len(names), (req.num_tokens - 1) // B)
+            h = pool.lookup(names, cap)
+            if cpu is not None and h < cap:
+                hc = cpu.lookup(names, h, cap - h)
+                if hc:
+                    if not self._admit_loading(req, h, hc, budget, now):
+                        break
+                    admitted += 1
+                    continue
+            hit = names[:h]
+            computed = h * B
+            n = req.num_tokens - computed
+            if n > budget:
+                n = budget
+            need = -(-(computed + n) // B) - h
+            if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+                break
+            waiting.popleft()
+            pool.take_hits(hit)
+            req.keys = list(hit)
+            if need > 0:
+                req.keys += pool.allocate(need)
+            req.computed = computed
+            req.nreg = h
+            if req.hit_tokens is None:
+                req.hit_tokens = computed
+                req.cpu_hit_blocks = 0
+                req.first_scheduled_ms = now
+                self.gpu_hit_blocks += h
+            self._register(req, n)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        return admitted
+
+    def _offload(self, removed: list) -> None:
+        """Write the names the pool evicted to the CPU tier (:attr:`cpu_stored` / :attr:`cpu_removed`)."""
+        cpu = self.cpu
+        self.offloaded_blocks += sum(1 for name in removed if name not in cpu)
+        self.cpu_stored, self.cpu_removed = cpu.offload(removed)
+
+    def _plan(self, sched: list, preempted: int, admitted: int, now: float) -> _Step:
+        """The step (or bulk decode run) of the scheduled ``(request, tokens)`` pairs: its batch, its
+        length ``k`` (steps), its end from the latency model; the pool's stored/removed names."""
+        pool, B = self.pool, self.block
         prefill_tokens, prefill_context = [], []
         decodes = context = 0
         for req, n in sched:
@@ -467,7 +497,7 @@ class EngineWorker:
                 prefill_tokens.append(n)
                 prefill_context.append(req.computed)
         k = 1
-        if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(running):
+        if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(self.running):
             # every step of the run is this one again: no admission (the waiting queue's head meets
             # the same budget, slots and pool), no new block, no finish before the last step
             k = min(min(r.output_length - r.generated, len(r.keys) * B - r.computed) for r, _ in sched)
@@ -484,10 +514,7 @@ class EngineWorker:
         st.used = used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
-        self._step = st
-        if k > 1 and loading:
-            self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
-        return st.end
+        return st
 
     def finish_step(self) -> StepResult:
         """Apply the step (or bulk run) in progress at its end: computed tokens, emitted tokens,
