@@ -53,6 +53,16 @@ The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preempt
 - **Bulk decode** (``bulk=True``): when a step is decode-only (every running request decodes, no
   admission, no preemption), the worker advances ``k`` such steps at once, ``k`` = steps until the
   earliest finish or the first step needing a new block; duration ``latency.decode_ms(R, ctx, k)``.
+  A driver that sets :attr:`~EngineWorker.cross_boundaries` lets a run go on across block
+  boundaries when nothing waits (no waiting, loading, loaded or received request) and the free
+  queue can give every block the boundaries take (else the run ends before the first boundary
+  it cannot serve; the step there may preempt). The driver calls :meth:`cross_boundary` at
+  :attr:`next_boundary` (a step start: after the step ends and arrivals at that time) and
+  publishes what it evicts (and writes to the CPU tier) as it would a new step's start: exactly
+  what that step would have done, as nothing else changes in a step that only decodes.
+  :meth:`submit`, :meth:`interrupt` and :meth:`finish_step` cross the boundaries before their time
+  first (a driver that skipped them gets the pool right, with the evictions only in
+  :attr:`StepResult.removed`).
   :meth:`submit` / :meth:`interrupt` cut a run at the first step boundary >= the time given.
   ``bulk=False`` runs one step at a time; results are the same up to float rounding (a run's
   boundaries are ``start + decode_ms(j)``, a step-by-step run's are running sums, so an arrival
@@ -175,12 +185,13 @@ class StepResult:
     - ``start``, ``end``: ms. ``steps``: engine iterations covered (> 1 for a bulk decode run).
     - ``stored``: names registered by the step, prefix order per request (publish as
       ``BlockStored`` at ``end``). ``removed``: names evicted at ``start`` (the same tuple as
-      :attr:`EngineWorker.removed` after :meth:`~EngineWorker.start_step`; publish once).
+      :attr:`EngineWorker.removed` after :meth:`~EngineWorker.start_step`; publish once), then
+      those of a bulk run's block boundaries (published by :meth:`~EngineWorker.cross_boundary`).
     - ``first_tokens`` / ``finished``: ``[(request, time ms)]``, times == ``end``.
     - ``preempted``: requests preempted when the step was scheduled.
     - ``batch_size``: requests in the step; ``prefill_tokens``: prompt/recompute tokens computed
       (per step; 0 in a bulk run); ``decode_requests``: decodes per step.
-    - ``used_blocks``: blocks held by requests during the step.
+    - ``used_blocks``: blocks held by requests during the step (a bulk run: after its last boundary).
     - ``handed_off``: ``[(request, time ms)]`` that left a ``handoff`` worker at their first
       token (its blocks held until :meth:`EngineWorker.release`).
     """
@@ -202,7 +213,7 @@ class StepResult:
 
 class _Step:
     __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
-                 "prefill_tokens", "used")
+                 "prefill_tokens", "used", "bounds")
 
 
 class EngineWorker:
@@ -251,6 +262,9 @@ class EngineWorker:
         self.loaded_blocks = 0  # blocks loaded CPU -> GPU (every admission, re-admissions too)
         self.offloaded_blocks = 0  # blocks written GPU -> CPU
         self.gpu_hit_blocks = self.cpu_hit_blocks = 0  # first admissions' hits, per tier
+        # set by a driver that calls cross_boundary at next_boundary (TimedFleet): bulk runs may then
+        # go on across block boundaries (see the module docstring)
+        self.cross_boundaries = False
         self._step: Optional[_Step] = None
         self._used_ms = 0.0
         self._used_t: Optional[float] = None
@@ -281,6 +295,42 @@ class EngineWorker:
     def step_end(self) -> Optional[float]:
         """End (ms) of the step or bulk run in progress, ``None`` between steps."""
         return None if self._step is None else self._step.end
+
+    @property
+    def next_boundary(self) -> Optional[float]:
+        """Start (ms) of the next step of the bulk decode run in progress at which running requests
+        cross a block boundary and take a block each (``None``: none left); call
+        :meth:`cross_boundary` then, after the step ends and arrivals at that time."""
+        st = self._step
+        if st is None or not st.bounds:
+            return None
+        return st.start + self.latency.decode_ms(st.decodes, st.context, st.bounds[-1][0])
+
+    def cross_boundary(self) -> tuple:
+        """Take the blocks of the next block boundary of the bulk run in progress (at
+        :attr:`next_boundary`); returns the names evicted (also in :attr:`removed`; publish them as
+        ``BlockRemoved`` at that time, with :attr:`cpu_stored` / :attr:`cpu_removed` as a step's start).
+        Raises ``RuntimeError`` when no boundary is pending."""
+        st = self._step
+        if st is None or not st.bounds:
+            raise RuntimeError("no block boundary pending")
+        j, reqs = st.bounds.pop()
+        self._accumulate(st.start + self.latency.decode_ms(st.decodes, st.context, j))
+        pool = self.pool
+        pool.removed = []
+        self.cpu_stored = self.cpu_removed = ()
+        allocate = pool.allocate
+        for req in reqs:
+            req.keys += allocate(1)
+        self.removed = removed = tuple(pool.removed)
+        if removed:
+            st.removed += removed
+            if self.cpu is not None:
+                self._offload(pool.removed)
+        st.used = used = pool.used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        return removed
 
     def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
         """Leading ``names`` cached now (at most ``cap``): what a request would hit if admitted at once.
@@ -325,6 +375,8 @@ class EngineWorker:
             raise RuntimeError("no step in progress")
         if st.k == 1 or t >= st.end:
             return st.end
+        if st.bounds:
+            self._catch_up(st, t)
         decode_ms, start, r, ctx = self.latency.decode_ms, st.start, st.decodes, st.context
         lo, hi = 1, st.k  # smallest j with start + decode_ms(j) >= t; decode_ms(k) >= t holds
         while lo < hi:
@@ -336,6 +388,7 @@ class EngineWorker:
         if lo < st.k:
             st.k = lo
             st.end = start + decode_ms(r, ctx, lo)
+            st.bounds = []  # those left are at steps >= lo: the next step takes their blocks
         return st.end
 
     def start_step(self, now: float) -> Optional[float]:
@@ -497,11 +550,21 @@ class EngineWorker:
                 prefill_tokens.append(n)
                 prefill_context.append(req.computed)
         k = 1
+        bounds: list = []
         if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(self.running):
             # every step of the run is this one again: no admission (the waiting queue's head meets
-            # the same budget, slots and pool), no new block, no finish before the last step
-            k = min(min(r.output_length - r.generated, len(r.keys) * B - r.computed) for r, _ in sched)
+            # the same budget, slots and pool), no finish before the last step, and no new block,
+            # except at block boundaries the free queue can serve when nothing waits (_boundaries)
+            k = min([r.output_length - r.generated for r, _ in sched])
+            kb = min([len(r.keys) * B - r.computed for r, _ in sched])
+            if kb < k:
+                if (self.cross_boundaries and not self.waiting and not self.loading and not self.ready
+                        and not self.received):
+                    k, bounds = self._boundaries(sched, k, pool.num_free)
+                else:
+                    k = kb
         st = _Step()
+        st.bounds = bounds
         st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, k, sched, decodes, context, preempted
         st.prefill_tokens = sum(prefill_tokens)
         if k > 1:
@@ -522,6 +585,8 @@ class EngineWorker:
         st = self._step
         if st is None:
             raise RuntimeError("no step in progress")
+        if st.bounds:
+            self._catch_up(st, st.end)
         self._step = None
         end, k = st.end, st.k
         self._accumulate(end)
@@ -660,6 +725,41 @@ class EngineWorker:
             req.keys += pool.allocate(need)
         self._register(req, n)
         return n
+
+    def _boundaries(self, sched: list, k: int, free: int) -> Tuple[int, list]:
+        """A decode-only run of up to ``k`` steps (to the earliest finish) across block boundaries.
+
+        Returns ``(k, bounds)``: ``bounds`` lists ``(step j, requests taking a block at step j, in
+        running order)`` for the boundaries inside the run, LAST first (popped from the end). Taking
+        a block there is all a new step would do (nothing waits to be admitted, nothing finishes
+        before step ``k``), so the run goes on, unless the free queue (``free`` blocks) could not
+        serve a boundary: the run then ends at that step (which may preempt).
+        """
+        B = self.block
+        by_step: dict = {}
+        for req, _ in sched:
+            j = len(req.keys) * B - req.computed
+            while j < k:
+                lst = by_step.get(j)
+                if lst is None:
+                    by_step[j] = [req]
+                else:
+                    lst.append(req)
+                j += B
+        steps = sorted(by_step)
+        taken = 0
+        for i, j in enumerate(steps):
+            taken += len(by_step[j])
+            if taken > free:
+                k = j
+                steps = steps[:i]
+                break
+        return k, [(j, by_step[j]) for j in reversed(steps)]
+
+    def _catch_up(self, st: _Step, t: float) -> None:
+        """Cross the pending block boundaries of the run ``st`` that start before ``t`` (ms)."""
+        while st.bounds and st.start + self.latency.decode_ms(st.decodes, st.context, st.bounds[-1][0]) < t:
+            self.cross_boundary()
 
     def _accumulate(self, t: float) -> None:
         if self._used_t is not None:
