@@ -304,7 +304,7 @@ class EngineWorker:
         st = self._step
         if st is None or not st.bounds:
             return None
-        return st.start + self.latency.decode_ms(st.decodes, st.context, st.bounds[-1][0])
+        return st.bounds[-1][2]
 
     def cross_boundary(self) -> tuple:
         """Take the blocks of the next block boundary of the bulk run in progress (at
@@ -314,14 +314,13 @@ class EngineWorker:
         st = self._step
         if st is None or not st.bounds:
             raise RuntimeError("no block boundary pending")
-        j, reqs = st.bounds.pop()
-        self._accumulate(st.start + self.latency.decode_ms(st.decodes, st.context, j))
+        _, reqs, t = st.bounds.pop()
+        self._accumulate(t)
         pool = self.pool
         pool.removed = []
         self.cpu_stored = self.cpu_removed = ()
-        allocate = pool.allocate
-        for req in reqs:
-            req.keys += allocate(1)
+        for req, key in zip(reqs, pool.allocate(len(reqs))):  # in running order, as a step start takes them
+            req.keys.append(key)
         self.removed = removed = tuple(pool.removed)
         if removed:
             st.removed += removed
@@ -564,6 +563,9 @@ class EngineWorker:
                 else:
                     k = kb
         st = _Step()
+        if bounds:
+            decode_ms = self.latency.decode_ms
+            bounds = [(j, reqs, now + decode_ms(decodes, context, j)) for j, reqs in bounds]
         st.bounds = bounds
         st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, k, sched, decodes, context, preempted
         st.prefill_tokens = sum(prefill_tokens)
@@ -730,7 +732,8 @@ class EngineWorker:
         """A decode-only run of up to ``k`` steps (to the earliest finish) across block boundaries.
 
         Returns ``(k, bounds)``: ``bounds`` lists ``(step j, requests taking a block at step j, in
-        running order)`` for the boundaries inside the run, LAST first (popped from the end). Taking
+        running order)`` for the boundaries inside the run, LAST first (popped from the end; the
+        caller adds each one's start time, ms, as a third item). Taking
         a block there is all a new step would do (nothing waits to be admitted, nothing finishes
         before step ``k``), so the run goes on, unless the free queue (``free`` blocks) could not
         serve a boundary: the run then ends at that step (which may preempt).
@@ -758,7 +761,7 @@ class EngineWorker:
 
     def _catch_up(self, st: _Step, t: float) -> None:
         """Cross the pending block boundaries of the run ``st`` that start before ``t`` (ms)."""
-        while st.bounds and st.start + self.latency.decode_ms(st.decodes, st.context, st.bounds[-1][0]) < t:
+        while st.bounds and st.bounds[-1][2] < t:
             self.cross_boundary()
 
     def _accumulate(self, t: float) -> None:
