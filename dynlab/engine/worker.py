@@ -408,8 +408,8 @@ class EngineWorker:
         sched: list = []
         budget, preempted = self._schedule_running(sched)
         admitted = 0
-        if not preempted or not sched:  # (every running request preempted: admit, or nothing runs)
-            admitted = self._admit(sched, budget, now)
+        if (not preempted or not sched) and (self.waiting or self.ready or self.received):
+            admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
         if self.cpu is not None and pool.removed:
             self._offload(pool.removed)
         if not sched:
