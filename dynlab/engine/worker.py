@@ -21,6 +21,10 @@ Driving rules (what makes the model vLLM's, and bulk runs equal to step-by-step 
   submit and reschedule the worker's step-end event. It may become equal to ``now``.
 - Call :meth:`start_step` right after :meth:`finish_step` unless :attr:`idle` (the engine
   never waits with work to do). :meth:`start_step` returns ``None`` only when idle.
+- A driver that sets :attr:`cross_boundaries` also calls :meth:`cross_boundary` at each
+  :attr:`next_boundary` of a bulk run, in a step start's place (after the step ends and the
+  arrivals at that time), re-reading :attr:`next_boundary` after each call and after every
+  change of :attr:`step_end` (see **Bulk decode** below).
 
 The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preemption):
 
