@@ -87,6 +87,8 @@ class TimedFleet:
         # router replicas that each know only their own load: their books follow each request
         self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
         self.generation = [0] * n
+        for engine in engines:
+            engine.cross_boundaries = True  # this driver calls cross_boundary at next_boundary (_on_boundary)
         self.evicted_blocks = 0
         # request id -> (worker, blocks, prefill tokens still expected, waiting for a first token, replica)
         self._estimate: dict = {}
@@ -178,13 +180,7 @@ class TimedFleet:
         now = self.loop.now
         engine.start_step(now)
         if engine.removed:
-            self.evicted_blocks += len(engine.removed)
-            events = [BlockRemoved(w, tuple(engine.removed))]
-            if engine.cpu_removed:
-                events.append(BlockRemoved(w, engine.cpu_removed, MEDIUM_CPU))
-            if engine.cpu_stored:
-                events.append(BlockStored(w, engine.cpu_stored, medium=MEDIUM_CPU))
-            self.bus.send(events)
+            self._publish_removed(w, engine)
         t = engine.next_ready
         if engine.step_end is None and t is not None:  # nothing to run until a load in transit arrives
             if not t <= HORIZON_MS:
@@ -192,13 +188,39 @@ class TimedFleet:
             self.loop.at(t if t > now else now, STEP_START, self._on_start, w)
         self._schedule_end(w)
 
+    def _publish_removed(self, w: int, engine: EngineWorker) -> None:
+        """Publish what a step start (or a bulk run's block boundary) evicted: GPU, then the CPU tier."""
+        self.evicted_blocks += len(engine.removed)
+        events = [BlockRemoved(w, tuple(engine.removed))]
+        if engine.cpu_removed:
+            events.append(BlockRemoved(w, engine.cpu_removed, MEDIUM_CPU))
+        if engine.cpu_stored:
+            events.append(BlockStored(w, engine.cpu_stored, medium=MEDIUM_CPU))
+        self.bus.send(events)
+
     def _schedule_end(self, w: int) -> None:
         self.generation[w] += 1
-        end = self.engines[w].step_end
+        engine = self.engines[w]
+        end = engine.step_end
         if end is not None:
             if not end <= HORIZON_MS:
                 raise step_past_horizon(self.engines[w], f"worker {w}", self.loop.now, end)
             self.loop.at(end, STEP_END, self._on_end, w, self.generation[w])
+            nxt = engine.next_boundary
+            if nxt is not None:  # a bulk decode run takes blocks at its block boundaries: a step start's place
+                self.loop.at(nxt, STEP_START, self._on_boundary, w, self.generation[w])
+
+    def _on_boundary(self, w: int, generation: int) -> None:
+        if generation != self.generation[w]:
+            return  # superseded: a submit cut the run before this boundary
+        engine = self.engines[w]
+        if engine.next_boundary is None:
+            return  # crossed already (a boundary at the run's very end, with zero-length steps)
+        if engine.cross_boundary():
+            self._publish_removed(w, engine)
+        nxt = engine.next_boundary
+        if nxt is not None:
+            self.loop.at(nxt, STEP_START, self._on_boundary, w, generation)
 
     def _on_end(self, w: int, generation: int) -> None:
         if generation != self.generation[w]:

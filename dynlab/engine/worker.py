@@ -21,6 +21,10 @@ Driving rules (what makes the model vLLM's, and bulk runs equal to step-by-step 
   submit and reschedule the worker's step-end event. It may become equal to ``now``.
 - Call :meth:`start_step` right after :meth:`finish_step` unless :attr:`idle` (the engine
   never waits with work to do). :meth:`start_step` returns ``None`` only when idle.
+- A driver that sets :attr:`cross_boundaries` also calls :meth:`cross_boundary` at each
+  :attr:`next_boundary` of a bulk run, in a step start's place (after the step ends and the
+  arrivals at that time), re-reading :attr:`next_boundary` after each call and after every
+  change of :attr:`step_end` (see **Bulk decode** below).
 
 The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preemption):
 
@@ -53,6 +57,16 @@ The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preempt
 - **Bulk decode** (``bulk=True``): when a step is decode-only (every running request decodes, no
   admission, no preemption), the worker advances ``k`` such steps at once, ``k`` = steps until the
   earliest finish or the first step needing a new block; duration ``latency.decode_ms(R, ctx, k)``.
+  A driver that sets :attr:`~EngineWorker.cross_boundaries` lets a run go on across block
+  boundaries when nothing waits (no waiting, loading, loaded or received request) and the free
+  queue can give every block the boundaries take (else the run ends before the first boundary
+  it cannot serve; the step there may preempt). The driver calls :meth:`cross_boundary` at
+  :attr:`next_boundary` (a step start: after the step ends and arrivals at that time) and
+  publishes what it evicts (and writes to the CPU tier) as it would a new step's start: exactly
+  what that step would have done, as nothing else changes in a step that only decodes.
+  :meth:`submit`, :meth:`interrupt` and :meth:`finish_step` cross the boundaries before their time
+  first (a driver that skipped them gets the pool right, with the evictions only in
+  :attr:`StepResult.removed`).
   :meth:`submit` / :meth:`interrupt` cut a run at the first step boundary >= the time given.
   ``bulk=False`` runs one step at a time; results are the same up to float rounding (a run's
   boundaries are ``start + decode_ms(j)``, a step-by-step run's are running sums, so an arrival
@@ -186,12 +200,13 @@ class StepResult:
     - ``start``, ``end``: ms. ``steps``: engine iterations covered (> 1 for a bulk decode run).
     - ``stored``: names registered by the step, prefix order per request (publish as
       ``BlockStored`` at ``end``). ``removed``: names evicted at ``start`` (the same tuple as
-      :attr:`EngineWorker.removed` after :meth:`~EngineWorker.start_step`; publish once).
+      :attr:`EngineWorker.removed` after :meth:`~EngineWorker.start_step`; publish once), then
+      those of a bulk run's block boundaries (published by :meth:`~EngineWorker.cross_boundary`).
     - ``first_tokens`` / ``finished``: ``[(request, time ms)]``, times == ``end``.
     - ``preempted``: requests preempted when the step was scheduled.
     - ``batch_size``: requests in the step; ``prefill_tokens``: prompt/recompute tokens computed
       (per step; 0 in a bulk run); ``decode_requests``: decodes per step.
-    - ``used_blocks``: blocks held by requests during the step.
+    - ``used_blocks``: blocks held by requests during the step (a bulk run: after its last boundary).
     - ``handed_off``: ``[(request, time ms)]`` that left a ``handoff`` worker at their first
       token (its blocks held until :meth:`EngineWorker.release`).
     - ``cpu_stored`` / ``cpu_removed``: with ``cpu_write="compute"``, the CPU tier's net change from
@@ -218,7 +233,7 @@ class StepResult:
 
 class _Step:
     __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
-                 "prefill_tokens", "used")
+                 "prefill_tokens", "used", "bounds")
 
 
 class EngineWorker:
@@ -271,6 +286,9 @@ class EngineWorker:
         self.loaded_blocks = 0  # blocks loaded CPU -> GPU (every admission, re-admissions too)
         self.offloaded_blocks = 0  # blocks written GPU -> CPU
         self.gpu_hit_blocks = self.cpu_hit_blocks = 0  # first admissions' hits, per tier
+        # set by a driver that calls cross_boundary at next_boundary (TimedFleet): bulk runs may then
+        # go on across block boundaries (see the module docstring)
+        self.cross_boundaries = False
         self._step: Optional[_Step] = None
         self._used_ms = 0.0
         self._used_t: Optional[float] = None
@@ -301,6 +319,41 @@ class EngineWorker:
     def step_end(self) -> Optional[float]:
         """End (ms) of the step or bulk run in progress, ``None`` between steps."""
         return None if self._step is None else self._step.end
+
+    @property
+    def next_boundary(self) -> Optional[float]:
+        """Start (ms) of the next step of the bulk decode run in progress at which running requests
+        cross a block boundary and take a block each (``None``: none left); call
+        :meth:`cross_boundary` then, after the step ends and arrivals at that time."""
+        st = self._step
+        if st is None or not st.bounds:
+            return None
+        return st.bounds[-1][2]
+
+    def cross_boundary(self) -> tuple:
+        """Take the blocks of the next block boundary of the bulk run in progress (at
+        :attr:`next_boundary`); returns the names evicted (also in :attr:`removed`; publish them as
+        ``BlockRemoved`` at that time, with :attr:`cpu_stored` / :attr:`cpu_removed` as a step's start).
+        Raises ``RuntimeError`` when no boundary is pending."""
+        st = self._step
+        if st is None or not st.bounds:
+            raise RuntimeError("no block boundary pending")
+        _, reqs, t = st.bounds.pop()
+        self._accumulate(t)
+        pool = self.pool
+        pool.removed = []
+        self.cpu_stored = self.cpu_removed = ()
+        for req, key in zip(reqs, pool.allocate(len(reqs))):  # in running order, as a step start takes them
+            req.keys.append(key)
+        self.removed = removed = tuple(pool.removed)
+        if removed:
+            st.removed += removed
+            if self.cpu is not None:
+                self._offload(pool.removed)
+        st.used = used = pool.used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        return removed
 
     def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
         """Leading ``names`` cached now (at most ``cap``): what a request would hit if admitted at once.
@@ -345,6 +398,8 @@ class EngineWorker:
             raise RuntimeError("no step in progress")
         if st.k == 1 or t >= st.end:
             return st.end
+        if st.bounds:
+            self._catch_up(st, t)
         decode_ms, start, r, ctx = self.latency.decode_ms, st.start, st.decodes, st.context
         lo, hi = 1, st.k  # smallest j with start + decode_ms(j) >= t; decode_ms(k) >= t holds
         while lo < hi:
@@ -356,6 +411,7 @@ class EngineWorker:
         if lo < st.k:
             st.k = lo
             st.end = start + decode_ms(r, ctx, lo)
+            st.bounds = []  # those left are at steps >= lo: the next step takes their blocks
         return st.end
 
     def start_step(self, now: float) -> Optional[float]:
@@ -363,20 +419,41 @@ class EngineWorker:
         (ms), or ``None`` when idle. Blocks evicted for it are in :attr:`removed` (at ``now``)."""
         if self._step is not None:
             raise RuntimeError("a step is already in progress")
-        running, waiting = self.running, self.waiting
         self.cpu_stored = self.cpu_removed = ()
         loading = self.loading
         while loading and loading[0].ready_ms <= now:
             self.ready.append(loading.popleft())  # scheduled before the waiting queue, in arrival order
-        if not running and not waiting and not self.ready and not self.received:
+        if not self.running and not self.waiting and not self.ready and not self.received:
             self.removed = ()
             return None
         self._accumulate(now)
-        pool, B = self.pool, self.block
-        cpu = self.cpu
+        pool = self.pool
         pool.stored, pool.removed = [], []
-        budget = self.max_num_batched_tokens
         sched: list = []
+        budget, preempted = self._schedule_running(sched)
+        admitted = 0
+        if (not preempted or not sched) and (self.waiting or self.ready or self.received):
+            admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
+        if self.cpu is not None and pool.removed:
+            self._offload(pool.removed)
+        if not sched:
+            if loading or self.ready or self.held or self.reserved:
+                # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
+                self.removed = tuple(pool.removed)
+                return None
+            raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
+        st = self._plan(sched, preempted, admitted, now)
+        self._step = st
+        if st.k > 1 and loading:
+            self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
+        return st.end
+
+    def _schedule_running(self, sched: list) -> Tuple[int, int]:
+        """Schedule the running requests, in running order, into ``sched`` (``(request, tokens)``
+        pairs), taking their blocks and preempting from the back when the pool runs dry; returns
+        ``(token budget left, requests preempted)``."""
+        running, pool, B = self.running, self.pool, self.block
+        budget = self.max_num_batched_tokens
         preempted = 0
         i = 0
         while i < len(running) and budget > 0:
@@ -402,81 +479,93 @@ class EngineWorker:
             sched.append((req, n))
             budget -= n
             i += 1
-        admitted = 0
-        if not preempted or not sched:  # (every running request preempted: admit, or nothing runs)
-            max_seqs = self.max_num_seqs
-            received = self.received
-            while received and budget > 0 and len(running) < max_seqs:
-                # its KV arrived by a transfer: admitted first, with the blocks it holds (blocks held by
-                # waiting requests must not wait behind requests that need new ones)
-                req = received[0]
-                n = min(req.num_tokens - req.computed, budget)
-                need = -(-(req.computed + n) // B) - len(req.keys)
-                if need > pool.num_free:
-                    break
-                received.popleft()
-                if need > 0:
-                    req.keys += pool.allocate(need)
-                running.append(req)
-                sched.append((req, n))
-                budget -= n
-                admitted += 1
-            ready = self.ready
-            while ready and budget > 0 and len(running) < max_seqs:
-                req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
-                n = self._admit_loaded(req, budget)
-                running.append(req)
-                sched.append((req, n))
-                budget -= n
-                admitted += 1
-            while waiting and budget > 0 and len(running) < max_seqs:
-                req = waiting[0]
-                names = req.names
-                cap = min(len(names), (req.num_tokens - 1) // B)
-                h = pool.lookup(names, cap)
-                if cpu is not None and h < cap:
-                    hc = cpu.lookup(names, h, cap - h)
-                    if hc:
-                        if not self._admit_loading(req, h, hc, budget, now):
-                            break
-                        admitted += 1
-                        continue
-                hit = names[:h]
-                computed = h * B
-                n = req.num_tokens - computed
-                if n > budget:
-                    n = budget
-                need = -(-(computed + n) // B) - h
-                if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
-                    break
-                waiting.popleft()
-                pool.take_hits(hit)
-                req.keys = list(hit)
-                if need > 0:
-                    req.keys += pool.allocate(need)
-                req.computed = computed
-                req.nreg = h
-                if req.hit_tokens is None:
-                    req.hit_tokens = computed
-                    req.cpu_hit_blocks = 0
-                    req.first_scheduled_ms = now
-                    self.gpu_hit_blocks += h
-                self._register(req, n)
-                running.append(req)
-                sched.append((req, n))
-                budget -= n
-                admitted += 1
-        if cpu is not None and pool.removed and not self.write_through:
-            written = sum(1 for name in pool.removed if name not in cpu)
-            self.offloaded_blocks += written
-            self.cpu_stored, self.cpu_removed = cpu.offload(pool.removed)
-        if not sched:
-            if loading or self.ready or self.held or self.reserved:
-                # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
-                self.removed = tuple(pool.removed)
-                return None
-            raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
+        return budget, preempted
 
+    def _admit(self, sched: list, budget: int, now: float) -> int:
+        """Admit, while ``budget`` tokens and sequence slots remain: received requests (their KV came by
+        a transfer), then those whose CPU hits have arrived, then the waiting queue in FCFS order
+        (prefix lookup, CPU-tier loads), stopping at the first that cannot get its blocks. Appends
+        the scheduled ``(request, tokens)`` to ``sched``; returns how many were admitted (loads too)."""
+        pool, B, cpu = self.pool, self.block, self.cpu
+        running, waiting = self.running, self.waiting
+        admitted = 0
+        max_seqs = self.max_num_seqs
+        received = self.received
+        while received and budget > 0 and len(running) < max_seqs:
+            # its KV arrived by a transfer: admitted first, with the blocks it holds (blocks held by
+            # waiting requests must not wait behind requests that need new ones)
+            req = received[0]
+            n = min(req.num_tokens - req.computed, budget)
+            need = -(-(req.computed + n) // B) - len(req.keys)
+            if need > pool.num_free:
+                break
+            received.popleft()
+            if need > 0:
+                req.keys += pool.allocate(need)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        ready = self.ready
+        while ready and budget > 0 and len(running) < max_seqs:
+            req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
+            n = self._admit_loaded(req, budget)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        while waiting and budget > 0 and len(running) < max_seqs:
+            req = waiting[0]
+            names = req.names
+            cap = min(len(names), (req.num_tokens - 1) // B)
+            h = pool.lookup(names, cap)
+            if cpu is not None and h < cap:
+                hc = cpu.lookup(names, h, cap - h)
+                if hc:
+                    if not self._admit_loading(req, h, hc, budget, now):
+                        break
+                    admitted += 1
+                    continue
+            hit = names[:h]
+            computed = h * B
+            n = req.num_tokens - computed
+            if n > budget:
+                n = budget
+            need = -(-(computed + n) // B) - h
+            if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+                break
+            waiting.popleft()
+            pool.take_hits(hit)
+            req.keys = list(hit)
+            if need > 0:
+                req.keys += pool.allocate(need)
+            req.computed = computed
+            req.nreg = h
+            if req.hit_tokens is None:
+                req.hit_tokens = computed
+                req.cpu_hit_blocks = 0
+                req.first_scheduled_ms = now
+                self.gpu_hit_blocks += h
+            self._register(req, n)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        return admitted
+
+    def _offload(self, removed: list) -> None:
+        """Write the names the pool evicted to the CPU tier (:attr:`cpu_stored` / :attr:`cpu_removed`);
+        nothing under write-through (``cpu_write="compute"``: the copy was written when computed)."""
+        if self.write_through:
+            return
+        cpu = self.cpu
+        self.offloaded_blocks += sum(1 for name in removed if name not in cpu)
+        self.cpu_stored, self.cpu_removed = cpu.offload(removed)
+
+    def _plan(self, sched: list, preempted: int, admitted: int, now: float) -> _Step:
+        """The step (or bulk decode run) of the scheduled ``(request, tokens)`` pairs: its batch, its
+        length ``k`` (steps), its end from the latency model; the pool's stored/removed names."""
+        pool, B = self.pool, self.block
         prefill_tokens, prefill_context = [], []
         decodes = context = 0
         for req, n in sched:
@@ -487,11 +576,24 @@ class EngineWorker:
                 prefill_tokens.append(n)
                 prefill_context.append(req.computed)
         k = 1
-        if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(running):
+        bounds: list = []
+        if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(self.running):
             # every step of the run is this one again: no admission (the waiting queue's head meets
-            # the same budget, slots and pool), no new block, no finish before the last step
-            k = min(min(r.output_length - r.generated, len(r.keys) * B - r.computed) for r, _ in sched)
+            # the same budget, slots and pool), no finish before the last step, and no new block,
+            # except at block boundaries the free queue can serve when nothing waits (_boundaries)
+            k = min([r.output_length - r.generated for r, _ in sched])
+            kb = min([len(r.keys) * B - r.computed for r, _ in sched])
+            if kb < k:
+                if (self.cross_boundaries and not self.waiting and not self.loading and not self.ready
+                        and not self.received):
+                    k, bounds = self._boundaries(sched, k, pool.num_free)
+                else:
+                    k = kb
         st = _Step()
+        if bounds:
+            decode_ms = self.latency.decode_ms
+            bounds = [(j, reqs, now + decode_ms(decodes, context, j)) for j, reqs in bounds]
+        st.bounds = bounds
         st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, k, sched, decodes, context, preempted
         st.prefill_tokens = sum(prefill_tokens)
         if k > 1:
@@ -504,10 +606,7 @@ class EngineWorker:
         st.used = used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
-        self._step = st
-        if k > 1 and loading:
-            self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
-        return st.end
+        return st
 
     def finish_step(self) -> StepResult:
         """Apply the step (or bulk run) in progress at its end: computed tokens, emitted tokens,
@@ -515,6 +614,8 @@ class EngineWorker:
         st = self._step
         if st is None:
             raise RuntimeError("no step in progress")
+        if st.bounds:
+            self._catch_up(st, st.end)
         self._step = None
         end, k = st.end, st.k
         self._accumulate(end)
@@ -665,6 +766,42 @@ class EngineWorker:
             req.keys += pool.allocate(need)
         self._register(req, n)
         return n
+
+    def _boundaries(self, sched: list, k: int, free: int) -> Tuple[int, list]:
+        """A decode-only run of up to ``k`` steps (to the earliest finish) across block boundaries.
+
+        Returns ``(k, bounds)``: ``bounds`` lists ``(step j, requests taking a block at step j, in
+        running order)`` for the boundaries inside the run, LAST first (popped from the end; the
+        caller adds each one's start time, ms, as a third item). Taking
+        a block there is all a new step would do (nothing waits to be admitted, nothing finishes
+        before step ``k``), so the run goes on, unless the free queue (``free`` blocks) could not
+        serve a boundary: the run then ends at that step (which may preempt).
+        """
+        B = self.block
+        by_step: dict = {}
+        for req, _ in sched:
+            j = len(req.keys) * B - req.computed
+            while j < k:
+                lst = by_step.get(j)
+                if lst is None:
+                    by_step[j] = [req]
+                else:
+                    lst.append(req)
+                j += B
+        steps = sorted(by_step)
+        taken = 0
+        for i, j in enumerate(steps):
+            taken += len(by_step[j])
+            if taken > free:
+                k = j
+                steps = steps[:i]
+                break
+        return k, [(j, by_step[j]) for j in reversed(steps)]
+
+    def _catch_up(self, st: _Step, t: float) -> None:
+        """Cross the pending block boundaries of the run ``st`` that start before ``t`` (ms)."""
+        while st.bounds and st.bounds[-1][2] < t:
+            self.cross_boundary()
 
     def _accumulate(self, t: float) -> None:
         if self._used_t is not None:

@@ -144,11 +144,20 @@ class BlockPool:
                 return [s] if n == 1 else list(range(s, s - n, -1))
             return list(range(s, s - fresh, -1)) + self.allocate(n - fresh)
         popleft, stale = self._queue.popleft, self._stale
-        if n == 1 and not stale:  # the common case: a decode crossing a block boundary
-            key = popleft()
-            if key >= 0:
-                del self._ref[key]
-                self.removed.append(key)
+        if n <= 8:  # the common case: decodes crossing a block boundary, a block each, one by one
+            ref, removed = self._ref, self.removed
+            for _ in range(n):
+                key = popleft()
+                while key >= 0 and key in stale:  # a stale entry (see the module docstring): skip it
+                    c = stale[key]
+                    if c == 1:
+                        del stale[key]
+                    else:
+                        stale[key] = c - 1
+                    key = popleft()
+                if key >= 0:
+                    del ref[key]
+                    removed.append(key)
         else:
             want = n
             while want:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from itertools import compress, count, repeat
+from operator import contains, not_
 from typing import Hashable, Optional, Sequence
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -188,9 +190,5 @@ def overlap(hashes: Sequence[Hashable], cached) -> int:
     ``cached`` is a set (anything supporting ``in``); neither argument is mutated.
     The result is between 0 and ``len(hashes)``.
     """
-    n = 0
-    for h in hashes:
-        if h not in cached:
-            break
-        n += 1
-    return n
+    # the index of the first miss, in one C-level pass that stops there
+    return next(compress(count(), map(not_, map(contains, repeat(cached), hashes))), len(hashes))

@@ -8,6 +8,9 @@ blocks of a request it holds.
 """
 from __future__ import annotations
 
+from functools import reduce
+from itertools import compress, repeat
+from operator import and_, or_
 from typing import Hashable, Iterable, Optional, Sequence
 
 from dynlab.routing.events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
@@ -66,22 +69,15 @@ class KvIndex:
         """Record that ``worker`` now holds each block in ``hashes`` (a ``BlockStored`` event)."""
         bit = self._bit(worker)
         holders = self._holders
-        get = holders.get
-        for h in hashes:
-            holders[h] = get(h, 0) | bit
+        # one C-level pass (dict.update pulls each pair, so a repeated name sees its first update)
+        holders.update(zip(hashes, map(or_, map(holders.get, hashes, repeat(0)), repeat(bit))))
 
     def apply_removed(self, worker: int, hashes: Iterable[Hashable]) -> None:
         """Record that ``worker`` no longer holds the blocks in ``hashes`` (a ``BlockRemoved`` event).
 
         Blocks the index does not credit to ``worker`` are ignored (events may arrive late or twice).
         """
-        keep = ~self._bit(worker)
-        holders = self._holders
-        pop = holders.pop
-        for h in hashes:
-            m = pop(h, 0) & keep
-            if m:
-                holders[h] = m
+        _remove(self._holders, ~self._bit(worker), hashes)
 
     def refusals(self) -> dict:
         """Stored events refused so far: ``{"block_size": n, "parent": m, "stored": events seen}``
@@ -113,8 +109,15 @@ class KvIndex:
             if parent is not None and not holders.get(parent, 0) & bit:
                 self.refused_parent += 1
                 return False
+            hashes = event.hashes
             get = holders.get
-            for h in event.hashes:
+            if len(hashes) > 1:
+                masks = list(map(get, hashes, repeat(0)))
+                if not reduce(or_, masks) & bit and len(set(hashes)) == len(hashes):
+                    # the common case: no name held by the worker already, none twice: no copy
+                    holders.update(zip(hashes, map(or_, masks, repeat(bit))))
+                    return True
+            for h in hashes:
                 m = get(h, 0)
                 if m & bit:
                     key = (event.worker, h)
@@ -153,16 +156,11 @@ class KvIndex:
             if bs is not None and self.block_size is not None and bs != self.block_size:
                 self.refused_block_size += 1
                 return False
-            get = holders.get
-            for h in event.hashes:
-                holders[h] = get(h, 0) | bit
+            hashes = event.hashes
+            holders.update(zip(hashes, map(or_, map(holders.get, hashes, repeat(0)), repeat(bit))))
             return True
         if type(event) is BlockRemoved:
-            keep, pop = ~bit, holders.pop
-            for h in event.hashes:
-                m = pop(h, 0) & keep
-                if m:
-                    holders[h] = m
+            _remove(holders, ~bit, event.hashes)
             return True
         raise TypeError(f"not a KV event: {event!r}")
 
@@ -265,6 +263,22 @@ class KvIndex:
             scores.update(dict.fromkeys(_workers(active), depth))
             return scores
         return dict.fromkeys(_workers(active), depth)
+
+
+def _remove(holders: dict, keep: int, hashes: Iterable[Hashable]) -> None:
+    """Clear the bits outside ``keep`` of each of ``hashes`` in ``holders`` (name -> worker mask),
+    dropping names left with no worker; names absent are ignored."""
+    if type(hashes) is not tuple and type(hashes) is not list:
+        hashes = list(hashes)
+    if len(hashes) == 1:  # the common case: a decode's block boundary evicts one block
+        h = hashes[0]
+        m = holders.pop(h, 0) & keep
+        if m:
+            holders[h] = m
+        return
+    left = list(map(and_, map(holders.pop, hashes, repeat(0)), repeat(keep)))
+    if any(left):  # names other workers still hold go back (a name given twice: its first place)
+        holders.update(compress(zip(hashes, left), left))
 
 
 _BITS_CACHE: dict = {}

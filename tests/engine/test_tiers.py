@@ -144,6 +144,16 @@ class Checked(EngineWorker):
     def start_step(self, now):
         gpu_before = set(self.pool.cached())
         end = super().start_step(now)
+        self._mirror(gpu_before)
+        return end
+
+    def cross_boundary(self):  # a bulk run's block boundary evicts and writes to the CPU tier as a step start
+        gpu_before = set(self.pool.cached())
+        removed = super().cross_boundary()
+        self._mirror(gpu_before)
+        return removed
+
+    def _mirror(self, gpu_before):
         removed = set(self.removed)
         assert removed <= self.gpu_model  # nothing removed twice or that was never stored
         self.gpu_model -= removed
@@ -159,7 +169,6 @@ class Checked(EngineWorker):
             assert not lost or self.cpu is None or len(self.cpu) == self.cpu.capacity, lost
         assert removed <= gpu_before
         self.check()
-        return end
 
     def finish_step(self):
         res = super().finish_step()

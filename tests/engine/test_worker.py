@@ -32,7 +32,8 @@ class Linear(LatencyModel):
 
 
 def run(worker, requests, check=False):
-    """A minimal event loop: at each time, finish the step ending then, submit arrivals, then start a step.
+    """A minimal event loop: at each time, finish the step ending then, submit arrivals, then start a step
+    (or cross the bulk run's block boundary at that time, as TimedFleet does when ``worker.cross_boundaries``).
 
     ``requests`` are EngineRequests in arrival order. Returns the StepResults.
     """
@@ -44,6 +45,13 @@ def run(worker, requests, check=False):
         arrival = requests[i].arrival_ms if i < n else math.inf
         if end is None and arrival == math.inf:
             break
+        bound = worker.next_boundary
+        if bound is not None and bound < arrival and bound < end:
+            removed = worker.cross_boundary()  # in res.removed too: the model follows at the run's end
+            if check:
+                worker.check()
+                assert set(removed) <= cached
+            continue
         if end is not None and end <= arrival:
             now = end
             res = worker.finish_step()
@@ -195,6 +203,39 @@ def test_bulk_run_is_interrupted_by_a_new_request():
     assert lat.batches[-1] == StepBatch((100,), (0,), 1, 1004)
 
 
+def test_bulk_run_goes_on_across_a_block_boundary_when_nothing_waits():
+    lat = Linear(10.0, 0.01, 1.0)
+    w = EngineWorker(0, 10_000, 16, lat)
+    w.cross_boundaries = True
+    a = req(0, 0.0, 1000, 10)
+    w.submit(a, 0.0)
+    assert w.start_step(0.0) == pytest.approx(20.0)  # 10 + 0.01 x 1000
+    w.finish_step()
+    # 9 decodes to the finish (output 10: the prefill step emitted the first token), each 10 + 1 x 1 ms;
+    # the run goes on across the block boundary of step 8 (which computes token 1008 = 63 x 16: a 64th block)
+    assert w.start_step(20.0) == pytest.approx(20.0 + 9 * 11)
+    assert w.next_boundary == pytest.approx(20.0 + 8 * 11) and len(a.keys) == 63
+    assert w.cross_boundary() == () and len(a.keys) == 64 and w.next_boundary is None
+    res = w.finish_step()
+    assert res.steps == 9 and a.finish_ms == pytest.approx(119.0)
+
+
+def test_a_new_request_cuts_a_run_before_its_boundaries():
+    lat = Linear(10.0, 0.01, 1.0)
+    w = EngineWorker(0, 10_000, 16, lat)
+    w.cross_boundaries = True
+    a = req(0, 0.0, 1000, 10)
+    w.submit(a, 0.0)
+    w.start_step(0.0)
+    w.finish_step()
+    w.start_step(20.0)
+    b = req(1, 45.0, 100, 1)
+    w.submit(b, 45.0)  # cut at the first step boundary >= 45: 20 + 3 x 11 = 53, before the block boundary
+    assert w.step_end == pytest.approx(53.0) and w.next_boundary is None  # step 8 is a later run's
+    res = w.finish_step()
+    assert res.steps == 3 and a.generated == 4 and len(a.keys) == 63
+
+
 # -- names --------------------------------------------------------------------------------
 
 def test_names_identity_and_errors():
@@ -251,20 +292,21 @@ def workloads(draw):
     return block, capacity, budget, seqs, betas, specs
 
 
-def simulate(wl, bulk, check=False):
+def simulate(wl, bulk, check=False, cross=False):
     block, capacity, budget, seqs, betas, specs = wl
     lat = Linear(*betas)
     w = EngineWorker(0, capacity, block, lat, max_num_batched_tokens=budget, max_num_seqs=seqs, bulk=bulk)
+    w.cross_boundaries = cross
     reqs = [EngineRequest(i, float(a), inp, out, names) for i, (a, inp, out, names) in enumerate(specs)]
     results = run(w, reqs, check=check)
     return w, reqs, results
 
 
 @settings(max_examples=300)
-@given(workloads())
-def test_step_by_step_equals_bulk(wl):
+@given(workloads(), st.booleans())
+def test_step_by_step_equals_bulk(wl, cross):
     ws, rs, _ = simulate(wl, bulk=False, check=True)
-    wb, rb, _ = simulate(wl, bulk=True, check=True)
+    wb, rb, _ = simulate(wl, bulk=True, check=True, cross=cross)
     assert (ws.preemptions, ws.rejected) == (wb.preemptions, wb.rejected)
     assert ws.steps == wb.steps and ws.peak_used_blocks == wb.peak_used_blocks
     assert math.isclose(ws.used_block_ms(), wb.used_block_ms(), rel_tol=1e-9)
@@ -279,7 +321,7 @@ def test_step_by_step_equals_bulk(wl):
 @settings(max_examples=200)
 @given(workloads(), st.booleans())
 def test_requests_finish_once_and_timings_are_sane(wl, bulk):
-    w, reqs, results = simulate(wl, bulk, check=True)
+    w, reqs, results = simulate(wl, bulk, check=True, cross=bulk)
     finished = [r.id for res in results for r, _ in res.finished]
     firsts = [r.id for res in results for r, _ in res.first_tokens]
     done = sorted(r.id for r in reqs if not r.rejected)
