@@ -75,7 +75,9 @@ def scenario_on_engine(gpu: int, cpu: int = 0, passes: Sequence[str] = DEFAULT_P
     ``gpu`` and ``cpu`` are the lab's capacities in tokens (mapped by :func:`engine_blocks`);
     ``cpu_write`` the CPU tier's write rule (``compute``: write-through, the lab's rule; ``evict``: a
     victim tier). Returns ``{"passes": [{"order", "gpu_hits", "cpu_hits", "misses", "hit_docs",
-    "partial"}, ...]}``: :func:`~dynlab.labs.scenario.run_scenario`'s keys plus ``partial``.
+    "partial"}, ...], "gpu_hit_blocks": int, "cpu_hit_blocks": int}``: per pass,
+    :func:`~dynlab.labs.scenario.run_scenario`'s keys plus ``partial``; then the blocks every read's
+    lookup found on each tier (the run's ``gpu_hit_blocks`` / ``cpu_hit_blocks``).
     Raises ``ValueError`` for a document that cannot fit the pool (``gpu`` < ``tokens``) or a bad order.
     """
     gpu_blocks, cpu_blocks = engine_blocks(gpu, cpu, tokens, block)
@@ -84,7 +86,7 @@ def scenario_on_engine(gpu: int, cpu: int = 0, passes: Sequence[str] = DEFAULT_P
     engine = EngineWorker(0, gpu_blocks, block, _FixedStep(None, {}), cpu_capacity=cpu_blocks,
                           load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
     cacheable = min(tokens // block, (tokens - 1) // block)
-    t, out = 0.0, []
+    t, out, tiers = 0.0, [], {"gpu_hit_blocks": 0, "cpu_hit_blocks": 0}
     for order in passes:
         counts = {"order": order, "gpu_hits": 0, "cpu_hits": 0, "misses": 0, "hit_docs": [], "partial": 0}
         for d in pass_docs(order, docs):
@@ -92,6 +94,8 @@ def scenario_on_engine(gpu: int, cpu: int = 0, passes: Sequence[str] = DEFAULT_P
             t = _serve_alone(engine, req, t) + 1.0
             cpu_hit = req.cpu_hit_blocks or 0
             hit = min(req.hit_tokens // block, cacheable)
+            tiers["gpu_hit_blocks"] += req.hit_tokens // block - cpu_hit
+            tiers["cpu_hit_blocks"] += cpu_hit
             if hit == cacheable and cacheable:
                 counts["cpu_hits" if cpu_hit else "gpu_hits"] += 1
                 counts["hit_docs"].append(d)
@@ -100,4 +104,4 @@ def scenario_on_engine(gpu: int, cpu: int = 0, passes: Sequence[str] = DEFAULT_P
             else:
                 counts["partial"] += 1
         out.append(counts)
-    return {"passes": out}
+    return {"passes": out, **tiers}

@@ -5,6 +5,7 @@ agree (see docs/tiers.md).
 """
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -367,3 +368,31 @@ def test_kv_events_counts_gpu_blocks_unless_tiers_all():
 
 def test_kv_cost_host_credit_default_is_dynamos():
     assert _strategy("kv-cost", 1, {}).host_credit == 0.75
+
+
+@pytest.mark.parametrize("gpu, cpu, cpu_write", [(21520, 30000, "compute"), (21520, 40000, "compute"),
+                                                 (21520, 40000, "evict"), (5011, 40000, "compute"),
+                                                 (45000, 5011, "evict")])
+def test_a_one_worker_fleet_run_of_the_lab_workload_hits_as_the_engine_does(tmp_path, gpu, cpu, cpu_write):
+    """The same reads as a Mooncake trace through `dynlab sim --timing --workers 1` (the fleet: router, KV
+    events, the roofline latency model): its gpu_hit_blocks and cpu_hit_blocks equal those of
+    ``scenario_on_engine``, which drives the engine alone. Document d is ten 512-token trace blocks
+    (ceil(5011 / 512) = 10 ids d*100 .. d*100+9), so its 313 engine blocks are named alike on every read;
+    reads are 10 s apart, far longer than one read takes, so each runs alone as in the lab."""
+    from dynlab.labs.scenario import pass_docs
+
+    from helpers import invoke, ok
+
+    passes = ["fwd", "fwd", "rev"]
+    rows = [{"timestamp": i * 10000, "input_length": TOKENS, "output_length": 1,
+             "hash_ids": [d * 100 + k for k in range(10)]}
+            for i, d in enumerate(d for p in passes for d in pass_docs(p, DOCS))]
+    trace = tmp_path / "lab.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gpu_blocks, cpu_blocks_ = engine_blocks(gpu, cpu)
+    out = json.loads(ok(invoke("sim", "--trace", trace, "--workers", "1", "--timing", "--mode", "rr",
+                               "--capacity", gpu_blocks, "--cpu-capacity", cpu_blocks_, "--cpu-write", cpu_write,
+                               "--quiet")).stdout)
+    alone = scenario_on_engine(gpu, cpu, passes, cpu_write=cpu_write)
+    assert (out["gpu_hit_blocks"], out["cpu_hit_blocks"]) == (alone["gpu_hit_blocks"], alone["cpu_hit_blocks"])
+    assert alone["cpu_hit_blocks"] > 0
