@@ -369,6 +369,14 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+    from dynlab.engine.serving import check_timed
+
+    for item, config in configs.items():
+        if config.timing:  # the values a timed run refuses (a model that does not fit, --pcie-gbps, ...)
+            try:
+                check_timed(config.resolved(), requests)
+            except (ValueError, plugins.UnknownNameError) as exc:
+                raise click.UsageError(str(exc)) from None
     results = {}
     with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
         for item, config in configs.items():

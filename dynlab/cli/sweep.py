@@ -147,8 +147,11 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
 
 
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
-    """Every cell's configuration, checked as `sim` checks its options (usage errors name the cell)."""
+    """Every cell's configuration, checked as `sim` checks its options and as a timed run checks its
+    values (:func:`dynlab.engine.serving.check_timed`, with the cell's trace loaded), before any cell
+    runs or any output is opened, with --dry-run too (usage errors name the cell)."""
     from dynlab.engine.config import check_effective
+    from dynlab.engine.serving import check_timed
     from dynlab.traces.reader import own_block_tokens
 
     from dynlab.engine.config import align_split
@@ -164,10 +167,26 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
             if config.trace not in (None, "-") and "block" in given and key not in own:
                 own[key] = own_block_tokens(config.trace, config.trace_format, config.block)
             check_effective(config, given, own.get(key))
+            if config.timing:  # what a timed run refuses of its values (compare refuses them up front too)
+                check_timed(config.resolved(), _trace(config))
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
         configs.append(config)
     return configs
+
+
+def _trace(config: SimConfig):
+    """The cell's loaded trace (``None`` without one), from this process's cache, which the executors
+    reuse (a forked pool inherits it); a bad line raises its ``FILE:LINE`` error here, before any cell runs.
+    An error of the options the trace is read with (``--hash`` on named blocks) is a usage error."""
+    from dynlab.sweep.executors import cached_trace
+
+    if config.trace is None:
+        return None
+    try:
+        return cached_trace(config)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 #: metrics only a timed run (--timing) computes

@@ -126,6 +126,23 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms)
 
 
+def check_timed(config: SimConfig, requests=None) -> None:
+    """Raise the one-line ``ValueError`` a timed run of ``config`` would raise for its options, before any
+    engine is built or request served: an unknown model, GPU or latency model, a model that does not
+    fit the GPUs, a CPU tier the options cannot size (:func:`cpu_tier_size`) and, given the loaded
+    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`).
+    ``compare`` and ``sweep`` call it for every run before the first, so a bad value writes nothing.
+    """
+    from dynlab.engine.timed import check_arrivals
+    from dynlab.latency.grid import build_latency_model, hardware_for
+
+    hardware = hardware_for(config.model, config.gpu, config.tp)
+    build_latency_model(config.latency_model, hardware, config.latency_opts)
+    cpu_tier_size(config, hardware.model)
+    if requests is not None:
+        check_arrivals(requests, config.time_scale)
+
+
 def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float]:
     """``(cpu blocks per worker or None, KV bytes per block, ms to load one block over PCIe)`` of ``config``.
 
