@@ -62,3 +62,31 @@ def test_compare_refuses_the_same_values_before_its_first_run(tmp_path, extra, g
     name, values = grid.split("=")
     result = invoke("compare", "--trace", trace, *BASE, *extra, f"--{name}", values)
     assert (result.exit_code, result.stderr, result.stdout) == (2, f"Error: {message}\n", "")
+
+
+@pytest.mark.parametrize("command, gb", [("sim", "0.001"), ("compare", "0,0.001"), ("sweep", None)])
+def test_a_cpu_memory_that_holds_no_block_is_refused(tmp_path, command, gb):
+    # one block of llama-3.1-8b at --block 16 is 131,072 x 16 = 2,097,152 bytes = 0.002097152 GB: 0.001 GB
+    # holds floor(1e6 / 2,097,152) = 0 blocks; the least 4-digit GB that holds one is 0.002098
+    trace = tmp_path / "evict.jsonl"
+    trace.write_text(ROWS)
+    args = [command, "--trace", trace, *BASE]
+    if command == "sweep":
+        args += ["--grid", "cpu-memory-gb=0,0.001", "--dry-run"]
+    else:
+        args += ["--cpu-memory-gb", gb]
+    result = invoke(*args)
+    message = "--cpu-memory-gb 0.001 holds no KV block of 2,097,152 bytes: give at least 0.002098, or 0 for no tier"
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.endswith(message)
+
+
+@pytest.mark.parametrize("gb, blocks", [("0", 0), ("0.002098", 1), ("0.004195", 2)])
+def test_cpu_memory_of_zero_or_a_block_or_more_runs(tmp_path, gb, blocks):
+    # floor(gb * 1e9 / 2,097,152): 0 -> 0 (no tier, with the tier's keys), 2,098,000 -> 1, 4,195,000 -> 2
+    trace = tmp_path / "evict.jsonl"
+    trace.write_text(ROWS)
+    result = invoke("sim", "--trace", trace, *BASE, "--cpu-memory-gb", gb)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["cpu_kv_blocks"] == blocks

@@ -126,7 +126,7 @@ SIM_OPTIONS = [
      "[default: no tier]."),
     (("--cpu-memory-gb",), "cpu_memory_gb", FiniteFloat(min=0), None,
      "With --timing: the CPU tier sized in GB of host memory per worker, with the model's KV bytes per block "
-     "[default: no tier]."),
+     "(0: no tier; a value > 0 must hold one block) [default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
      "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
     (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "evict",

@@ -143,6 +143,19 @@ def check_timed(config: SimConfig, requests=None) -> None:
         check_arrivals(requests, config.time_scale)
 
 
+def _one_block_gb(per_block: float) -> float:
+    """The GB (10^9 bytes), rounded up to 4 significant digits, that hold one block of ``per_block`` bytes."""
+    import math
+
+    from dynlab.kv.cpu_tier import cpu_blocks
+
+    scale = 10.0 ** (math.floor(math.log10(per_block / 1e9)) - 3)
+    gb = float(f"{math.ceil(per_block / 1e9 / scale) * scale:.4g}")
+    while cpu_blocks(gb, per_block) < 1:  # float rounding of the product: one step up
+        gb = float(f"{gb + scale:.4g}")
+    return gb
+
+
 def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float]:
     """``(cpu blocks per worker or None, KV bytes per block, ms to load one block over PCIe)`` of ``config``.
 
@@ -153,7 +166,9 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float
     becomes ``floor(cpu_memory_gb * 1e9 / bytes per block)`` blocks.
 
     Raises ``ValueError`` naming ``--pcie-gbps`` when one block's load would take longer than the
-    simulated clock's horizon (:data:`dynlab.engine.loop.HORIZON_MS`), and as :func:`~dynlab.kv.cpu_tier.cpu_blocks`.
+    simulated clock's horizon (:data:`dynlab.engine.loop.HORIZON_MS`), naming ``--cpu-memory-gb`` when it is > 0
+    but holds no block (a tier the user asked for would silently be none; 0 is "no tier"), and as
+    :func:`~dynlab.kv.cpu_tier.cpu_blocks`.
     """
     from dynlab.engine.loop import HORIZON_MS
     from dynlab.kv.cpu_tier import cpu_blocks
@@ -166,5 +181,9 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float
     if config.cpu_capacity is not None:
         return config.cpu_capacity, per_block, load_ms
     if config.cpu_memory_gb is not None:
-        return cpu_blocks(config.cpu_memory_gb, per_block), per_block, load_ms
+        blocks = cpu_blocks(config.cpu_memory_gb, per_block)
+        if blocks == 0 and config.cpu_memory_gb > 0:
+            raise ValueError(f"--cpu-memory-gb {config.cpu_memory_gb:g} holds no KV block of {per_block:,.0f} bytes: "
+                             f"give at least {_one_block_gb(per_block):g}, or 0 for no tier")
+        return blocks, per_block, load_ms
     return None, per_block, load_ms
