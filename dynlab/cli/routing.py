@@ -358,9 +358,9 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
         except ValueError as exc:
             raise click.UsageError(f"{flag} {item}: {exc}") from None
     if plot_path:
-        from dynlab.plots import check_plot_path
+        from dynlab.cli.common import check_plot
 
-        check_plot_path(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
+        check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
     if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
