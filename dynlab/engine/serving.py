@@ -136,8 +136,12 @@ def check_timed(config: SimConfig, requests=None) -> None:
     from dynlab.engine.timed import check_arrivals
     from dynlab.latency.grid import build_latency_model, hardware_for
 
+    from dynlab.latency.hardware import kv_blocks
+
     hardware = hardware_for(config.model, config.gpu, config.tp)
     build_latency_model(config.latency_model, hardware, config.latency_opts)
+    if config.capacity is None:
+        kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization)
     cpu_tier_size(config, hardware.model)
     if requests is not None:
         check_arrivals(requests, config.time_scale)
