@@ -25,16 +25,20 @@ def pyplot():
     return plt
 
 
+class PlotFormatError(DynlabError):
+    """A plot path whose suffix names a format matplotlib cannot write (the CLI's usage error, exit 2)."""
+
+
 def check_plot_path(path: str) -> str:
     """The plot format for ``path`` (its suffix, PNG when none); raises :class:`DynlabError`
-    when matplotlib is missing or cannot write that format."""
+    when matplotlib is missing, :class:`PlotFormatError` when it cannot write that format."""
     pyplot()
     from matplotlib.figure import Figure
 
     fmt = os.path.splitext(path)[1].lower().lstrip(".") or "png"
     supported = Figure().canvas.get_supported_filetypes()
     if fmt not in supported:
-        raise DynlabError(f"{path}: cannot write a .{fmt} plot; use one of "
+        raise PlotFormatError(f"{path}: cannot write a .{fmt} plot; use one of "
                           f"{', '.join('.' + k for k in sorted(supported))}")
     return fmt
 

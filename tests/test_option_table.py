@@ -215,6 +215,11 @@ NO_EFFECT = [
     (["--mode", "kv-cost", "--routers", "2", "--opt", "shared_load=true"], "shared_load"),  # no load without --timing
     (["--mode", "kv-cost", "--timing", "--opt", "shared_load=true"], "shared_load"),  # one router
     (["--opt", "ttl_s=120"], "ttl_s"),  # a count-based run has no clock
+    # options that weigh CPU-tier blocks: no tier without --timing, nor with --timing alone
+    (["--mode", "kv-cost", "--opt", "host_credit=0.5"], "host_credit"),
+    (["--mode", "kv-cost", "--timing", "--opt", "host_credit=0.5"], "host_credit"),
+    (["--mode", "kv-events", "--timing", "--opt", "tiers=all"], "tiers"),
+    (["--mode", "kv-events", "--timing", "--opt", "tiers=gpu"], "tiers"),  # written at its default: still none
     (["--mode", "weighted", "--opt", "scorers=prefix:1,queue:1"], "queue"),  # no load without --timing
     (["--cpu-capacity", "8"], "--cpu-capacity"),
     (["--cpu-memory-gb", "1"], "--cpu-memory-gb"),

@@ -316,7 +316,7 @@ def test_resume_needs_out():
     ("workers = []", ["empty value list"]),
     ("workers = [[2]]", ["nested"]),
     ("[workers]\nx = 1", ["is a table"]),
-    ("workers = [2, 0]", ["--grid workers"]),
+    ("workers = [2, 0]", ["g.toml: workers: 0 is not in the range"]),  # the file named, not --grid
     ("bogus = [1]", ["unknown option 'bogus'"]),
 ])
 def test_grid_file_errors_are_one_line_usage_errors(tmp_path, content, words):

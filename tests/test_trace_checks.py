@@ -104,3 +104,57 @@ def test_help_says_out_of_order_traces_are_refused(command):
     assert "timestamps go backwards" in text and "refused with FILE:LINE" in text
     for name in BUILTIN_TRACES:
         assert name in text
+
+
+def _lengths(inp, out):
+    # one Mooncake row of 3 hash_ids; 1200 tokens need ceil(1200/512) = 3 ids, so only the lengths can be wrong
+    return f'{{"timestamp": 0, "input_length": {inp}, "output_length": {out}, "hash_ids": [1, 2, 3]}}\n'
+
+
+@pytest.mark.parametrize("row, words", [
+    # the trial's rows: JSON 1200.0 and 100.5 are floats, not token counts (both give ceil(x/512) = 3 or 1 ids)
+    (_lengths("1200.0", 4), "field 'input_length' must be an integer, got 1200.0"),
+    (_lengths("1200", "4.5"), "field 'output_length' must be an integer, got 4.5"),
+    (_lengths("1200", "1e308"), "field 'output_length' must be an integer, got 1e+308"),
+    # a bool is not a count, though Python's True == 1
+    (_lengths("1200", "true"), "field 'output_length' must be an integer, got True"),
+    (_lengths("1200", "-1"), "field 'output_length' must be >= 0, got -1"),
+    # an explicit input_length 0 is a request with no prompt
+    ('{"input_length": 0, "output_length": 1, "hash_ids": [1]}\n', "field 'input_length' must be >= 1, got 0"),
+    ('{"tokens": [1, 2], "output_length": 2.0}\n', "field 'output_length' must be an integer, got 2.0"),
+    # 1e308 ms is past the clock's horizon of 10^12 ms: the row is wrong whatever --time-scale is
+    ('{"timestamp": 1e308, "input_length": 1200, "hash_ids": [1, 2, 3]}\n',
+     "timestamp 1e+308 ms is past the simulated clock's horizon (1e+12 ms, 31.7 years)"),
+])
+@pytest.mark.parametrize("timing", [[], ["--timing"]])
+def test_token_counts_and_timestamps_out_of_range_are_refused_with_file_and_line(tmp_path, row, words, timing):
+    path = _write(tmp_path, row)
+    result = invoke("sim", "--trace", path, "--workers", "1", *timing)
+    assert (result.exit_code, result.stderr) == (1, f"Error: {path}:1: {words}\n")
+
+
+def test_a_timed_run_of_a_bad_length_writes_nothing(tmp_path):
+    # the trial's sweep left an empty --out behind after a traceback; the trace is read before any cell runs
+    path = _write(tmp_path, _lengths("1200.0", 4))
+    out = tmp_path / "s.jsonl"
+    result = invoke("sweep", "--trace", path, "--workers", "1", "--timing", "--grid", "cpu-capacity=0,10",
+                    "--out", str(out))
+    assert (result.exit_code, result.stderr) == (
+        1, f"Error: {path}:1: field 'input_length' must be an integer, got 1200.0\n")
+    assert not out.exists()
+
+
+def test_output_length_zero_or_absent_means_unknown_and_runs_as_one_token(tmp_path):
+    # 0 is kept (the synthetic workload's and an absent field's value): the timed engine generates one token,
+    # so each run is the same one-step run (the step that prefills the prompt emits its only token) whether
+    # the row says 0, 1 or nothing
+    rows = [_lengths(1200, 0), _lengths(1200, 1), '{"timestamp": 0, "input_length": 1200, "hash_ids": [1, 2, 3]}\n']
+    outs = []
+    for i, row in enumerate(rows):
+        path = _write(tmp_path, row, f"t{i}.jsonl")
+        assert [r.output_length for r in load_trace(path)] == [[0, 1, 0][i]]
+        result = invoke("sim", "--trace", path, "--workers", "1", "--timing")
+        assert result.exit_code == 0, result.output
+        outs.append(json.loads(result.stdout))
+    assert outs[0]["engine_steps"] == 1
+    assert outs[0] == outs[1] == outs[2]

@@ -88,6 +88,17 @@ def output_path(ctx, param, value):
     return value
 
 
+def check_plot(path: str, flag: str = "--plot") -> None:
+    """Before any work: a ``flag`` path whose suffix matplotlib cannot write is a usage error (exit 2),
+    like an unwritable one (:func:`output_path`); a missing matplotlib stays an error (exit 1)."""
+    from dynlab.plots import PlotFormatError, check_plot_path
+
+    try:
+        check_plot_path(path)
+    except PlotFormatError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{flag}'") from None
+
+
 def write_atomic(path: str, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (:func:`dynlab.atomic.replace_file`); ``-`` is stdout.
 

@@ -82,9 +82,9 @@ def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, li
     names = split_list(latency_models, "'--latency-model'")
     opts = parse_opts(latency_opts, "'--latency-opt'")
     if plot_path:
-        from dynlab.plots import check_plot_path
+        from dynlab.cli.common import check_plot
 
-        check_plot_path(plot_path)  # before the work: a bad suffix or missing matplotlib fails now
+        check_plot(plot_path)  # before the work: a bad suffix or missing matplotlib fails now
     try:
         grid = lib.latency_grid(names, model=model, gpu=gpu, tp=tp, options=opts)
     except ValueError as exc:

@@ -126,7 +126,7 @@ SIM_OPTIONS = [
      "[default: no tier]."),
     (("--cpu-memory-gb",), "cpu_memory_gb", FiniteFloat(min=0), None,
      "With --timing: the CPU tier sized in GB of host memory per worker, with the model's KV bytes per block "
-     "[default: no tier]."),
+     "(0: no tier; a value > 0 must hold one block) [default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
      "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
     (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "evict",
@@ -358,9 +358,9 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
         except ValueError as exc:
             raise click.UsageError(f"{flag} {item}: {exc}") from None
     if plot_path:
-        from dynlab.plots import check_plot_path
+        from dynlab.cli.common import check_plot
 
-        check_plot_path(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
+        check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
     if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
@@ -369,6 +369,14 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+    from dynlab.engine.serving import check_timed
+
+    for item, config in configs.items():
+        if config.timing:  # the values a timed run refuses (a model that does not fit, --pcie-gbps, ...)
+            try:
+                check_timed(config.resolved(), requests)
+            except (ValueError, plugins.UnknownNameError) as exc:
+                raise click.UsageError(str(exc)) from None
     results = {}
     with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
         for item, config in configs.items():

@@ -84,6 +84,39 @@ def _parse_grid_item(item: str) -> tuple[str, list[str]]:
     return name, values
 
 
+def _axis(ctx, params, known, fixed_opts, fields, axes, name, values, from_file) -> Axis:
+    """One grid axis, its values converted and checked as the option's own (usage errors)."""
+    if not values:
+        raise click.UsageError(f"grid option {name!r}: empty value list")
+    if name.startswith(OPT_PREFIX):
+        canon = OPT_PREFIX + name[len(OPT_PREFIX):].strip()
+        if canon == OPT_PREFIX:
+            raise click.UsageError(f"grid option {name!r}: no strategy option name after 'opt.'")
+        if canon[len(OPT_PREFIX):] in fixed_opts:
+            raise click.UsageError(f"{canon} is both in the grid and given with --opt")
+        converted = [_canonical_opt(canon[len(OPT_PREFIX):], option_text(v) if from_file else v)
+                     for v in values]
+    else:
+        p = params.get(name)
+        if p is None:
+            raise click.UsageError(f"unknown option {name!r} in the grid; options: {', '.join(known)}, "
+                                   "opt.NAME (strategy options)")
+        canon = _canonical(p)
+        if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None):
+            raise click.UsageError(f"{canon} is both in the grid and given as {p.opts[0]}")
+        fields[canon] = p.name
+        converted = [_convert(p, canon, option_text(v) if from_file else v, ctx) for v in values]
+    if any(a.name == canon for a in axes):
+        raise click.UsageError(f"grid option {canon!r} is given twice")
+    seen: dict[str, object] = {}
+    for text, value in zip(values, converted):
+        key = cell_key({"v": value})
+        if key in seen:
+            raise click.UsageError(f"grid option {canon!r}: value {text!r} repeats {seen[key]!r}")
+        seen[key] = text
+    return Axis(canon, tuple(converted), tuple(str(option_text(v)) for v in values))
+
+
 def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Grid:
     params = _sim_params(ctx.command)
     known = sorted({_canonical(p) for p in params.values()})
@@ -100,35 +133,16 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
     axes: list[Axis] = []
     fields: dict[str, str] = {}
     for name, values, from_file in raw_axes:
-        if not values:
-            raise click.UsageError(f"grid option {name!r}: empty value list")
-        if name.startswith(OPT_PREFIX):
-            canon = OPT_PREFIX + name[len(OPT_PREFIX):].strip()
-            if canon == OPT_PREFIX:
-                raise click.UsageError(f"grid option {name!r}: no strategy option name after 'opt.'")
-            if canon[len(OPT_PREFIX):] in fixed_opts:
-                raise click.UsageError(f"{canon} is both in the grid and given with --opt")
-            converted = [_canonical_opt(canon[len(OPT_PREFIX):], option_text(v) if from_file else v)
-                         for v in values]
-        else:
-            p = params.get(name)
-            if p is None:
-                raise click.UsageError(f"unknown option {name!r} in the grid; options: {', '.join(known)}, "
-                                       "opt.NAME (strategy options)")
-            canon = _canonical(p)
-            if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None):
-                raise click.UsageError(f"{canon} is both in the grid and given as {p.opts[0]}")
-            fields[canon] = p.name
-            converted = [_convert(p, canon, option_text(v) if from_file else v, ctx) for v in values]
-        if any(a.name == canon for a in axes):
-            raise click.UsageError(f"grid option {canon!r} is given twice")
-        seen: dict[str, object] = {}
-        for text, value in zip(values, converted):
-            key = cell_key({"v": value})
-            if key in seen:
-                raise click.UsageError(f"grid option {canon!r}: value {text!r} repeats {seen[key]!r}")
-            seen[key] = text
-        axes.append(Axis(canon, tuple(converted), tuple(str(option_text(v)) for v in values)))
+        try:
+            axes.append(_axis(ctx, params, known, fixed_opts, fields, axes, name, values, from_file))
+        except click.BadParameter as exc:
+            if not from_file:
+                raise
+            raise click.UsageError(f"{grid_file}: {name}: {exc.message}") from None
+        except click.UsageError as exc:
+            if not from_file:
+                raise
+            raise click.UsageError(f"{grid_file}: {exc.message}") from None
     # options given once apply to every cell and are part of its identity
     fields_of_config = set(config_fields())
     fixed: dict[str, object] = {}
@@ -147,8 +161,11 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
 
 
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
-    """Every cell's configuration, checked as `sim` checks its options (usage errors name the cell)."""
+    """Every cell's configuration, checked as `sim` checks its options and as a timed run checks its
+    values (:func:`dynlab.engine.serving.check_timed`, with the cell's trace loaded), before any cell
+    runs or any output is opened, with --dry-run too (usage errors name the cell)."""
     from dynlab.engine.config import check_effective
+    from dynlab.engine.serving import check_timed
     from dynlab.traces.reader import own_block_tokens
 
     from dynlab.engine.config import align_split
@@ -164,10 +181,26 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
             if config.trace not in (None, "-") and "block" in given and key not in own:
                 own[key] = own_block_tokens(config.trace, config.trace_format, config.block)
             check_effective(config, given, own.get(key))
+            if config.timing:  # what a timed run refuses of its values (compare refuses them up front too)
+                check_timed(config.resolved(), _trace(config))
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
         configs.append(config)
     return configs
+
+
+def _trace(config: SimConfig):
+    """The cell's loaded trace (``None`` without one), from this process's cache, which the executors
+    reuse (a forked pool inherits it); a bad line raises its ``FILE:LINE`` error here, before any cell runs.
+    An error of the options the trace is read with (``--hash`` on named blocks) is a usage error."""
+    from dynlab.sweep.executors import cached_trace
+
+    if config.trace is None:
+        return None
+    try:
+        return cached_trace(config)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 #: metrics only a timed run (--timing) computes
@@ -255,9 +288,9 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         click.echo(f"{_cells(len(cells))}{note}, {len(todo)} to run", err=True)
         return
     if plot_path:
-        from dynlab.plots import check_plot_path
+        from dynlab.cli.common import check_plot
 
-        check_plot_path(plot_path)  # a missing matplotlib or an unknown suffix fails now, not after the sweep
+        check_plot(plot_path)  # a missing matplotlib or an unknown suffix fails now, not after the sweep
         if metric and metric.split(".")[0] in TIMED_METRICS and \
                 not any(c.timing for c in configs):
             raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")

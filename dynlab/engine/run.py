@@ -63,7 +63,8 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
 
     Raises :class:`dynlab.plugins.UnknownNameError` for an unknown mode and
     ``ValueError`` for an unknown or ill-typed option, or ``shared_load`` where it has no effect
-    (one router, or no ``--timing``: the load a router knows is zero without it).
+    (one router, or no ``--timing``: the load a router knows is zero without it), or an option that
+    needs a CPU tier (``StrategyOption.needs_cpu_tier``) given without one.
     """
     from dynlab import plugins
 
@@ -82,10 +83,14 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
         if not config.timing:
             raise ValueError("option 'shared_load' has no effect without --timing: "
                              "the load a router knows is zero there")
+    tier = config.timing and (config.cpu_capacity is not None or config.cpu_memory_gb is not None)
     for name, text in opts.items():
         if name not in declared:
             known = ", ".join(declared) or "none"
             raise ValueError(f"strategy {config.mode!r} has no option {name!r} (options: {known})")
+        if declared[name].needs_cpu_tier and not tier:
+            raise ValueError(f"option {name!r} has no effect without a CPU tier (--timing with --cpu-capacity "
+                             "or --cpu-memory-gb): it weighs blocks in the workers' CPU tiers")
         values[name] = declared[name].convert(text) if isinstance(text, str) else text
     ctx = RunContext(workers=config.workers, block=block_tokens or config.block, rng=rng, options=values,
                      publish=config.publish == "yes", timed=config.timing,

@@ -126,6 +126,40 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms)
 
 
+def check_timed(config: SimConfig, requests=None) -> None:
+    """Raise the one-line ``ValueError`` a timed run of ``config`` would raise for its options, before any
+    engine is built or request served: an unknown model, GPU or latency model, a model that does not
+    fit the GPUs, a CPU tier the options cannot size (:func:`cpu_tier_size`) and, given the loaded
+    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`).
+    ``compare`` and ``sweep`` call it for every run before the first, so a bad value writes nothing.
+    """
+    from dynlab.engine.timed import check_arrivals
+    from dynlab.latency.grid import build_latency_model, hardware_for
+
+    from dynlab.latency.hardware import kv_blocks
+
+    hardware = hardware_for(config.model, config.gpu, config.tp)
+    build_latency_model(config.latency_model, hardware, config.latency_opts)
+    if config.capacity is None:
+        kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization)
+    cpu_tier_size(config, hardware.model)
+    if requests is not None:
+        check_arrivals(requests, config.time_scale)
+
+
+def _one_block_gb(per_block: float) -> float:
+    """The GB (10^9 bytes), rounded up to 4 significant digits, that hold one block of ``per_block`` bytes."""
+    import math
+
+    from dynlab.kv.cpu_tier import cpu_blocks
+
+    scale = 10.0 ** (math.floor(math.log10(per_block / 1e9)) - 3)
+    gb = float(f"{math.ceil(per_block / 1e9 / scale) * scale:.4g}")
+    while cpu_blocks(gb, per_block) < 1:  # float rounding of the product: one step up
+        gb = float(f"{gb + scale:.4g}")
+    return gb
+
+
 def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float]:
     """``(cpu blocks per worker or None, KV bytes per block, ms to load one block over PCIe)`` of ``config``.
 
@@ -136,7 +170,9 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float
     becomes ``floor(cpu_memory_gb * 1e9 / bytes per block)`` blocks.
 
     Raises ``ValueError`` naming ``--pcie-gbps`` when one block's load would take longer than the
-    simulated clock's horizon (:data:`dynlab.engine.loop.HORIZON_MS`), and as :func:`~dynlab.kv.cpu_tier.cpu_blocks`.
+    simulated clock's horizon (:data:`dynlab.engine.loop.HORIZON_MS`), naming ``--cpu-memory-gb`` when it is > 0
+    but holds no block (a tier the user asked for would silently be none; 0 is "no tier"), and as
+    :func:`~dynlab.kv.cpu_tier.cpu_blocks`.
     """
     from dynlab.engine.loop import HORIZON_MS
     from dynlab.kv.cpu_tier import cpu_blocks
@@ -149,5 +185,9 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float
     if config.cpu_capacity is not None:
         return config.cpu_capacity, per_block, load_ms
     if config.cpu_memory_gb is not None:
-        return cpu_blocks(config.cpu_memory_gb, per_block), per_block, load_ms
+        blocks = cpu_blocks(config.cpu_memory_gb, per_block)
+        if blocks == 0 and config.cpu_memory_gb > 0:
+            raise ValueError(f"--cpu-memory-gb {config.cpu_memory_gb:g} holds no KV block of {per_block:,.0f} bytes: "
+                             f"give at least {_one_block_gb(per_block):g}, or 0 for no tier")
+        return blocks, per_block, load_ms
     return None, per_block, load_ms

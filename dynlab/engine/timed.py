@@ -58,6 +58,19 @@ def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
         yield req, now
 
 
+def check_arrivals(requests: Sequence[Request], time_scale: float) -> None:
+    """Raise the ``ValueError`` :func:`arrival_times` would raise for a timestamp times ``time_scale``
+    past :data:`~dynlab.engine.loop.HORIZON_MS`, before anything runs. ``requests``: a loaded trace,
+    in time order (the readers refuse others), so its last timestamp is the latest arrival."""
+    if not requests or requests[-1].timestamp is None or requests[-1].timestamp * time_scale <= HORIZON_MS:
+        return
+    for req in requests:
+        t = req.timestamp * time_scale
+        if not t <= HORIZON_MS:
+            raise past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x "
+                                  f"--time-scale {time_scale:g})", "use a smaller --time-scale")
+
+
 def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) -> ValueError:
     """The error for an engine step that would end past the horizon: its latency model (and the CPU
     tier loads it waits for) made it too long."""

@@ -118,7 +118,9 @@ class FleetView:
 @dataclass(frozen=True)
 class StrategyOption:
     """One ``--opt NAME=VALUE`` a strategy accepts: name, type (int/float/str/bool), default, help,
-    and for numbers an optional inclusive ``minimum`` / ``maximum``."""
+    and for numbers an optional inclusive ``minimum`` / ``maximum``. ``needs_cpu_tier``: the option
+    weighs blocks in the workers' CPU tiers, so a run without one (no ``--cpu-capacity`` or
+    ``--cpu-memory-gb`` with ``--timing``) refuses it when given (it would have no effect)."""
 
     name: str
     type: type
@@ -126,6 +128,7 @@ class StrategyOption:
     help: str = ""
     minimum: Optional[float] = None
     maximum: Optional[float] = None
+    needs_cpu_tier: bool = False
 
     def convert(self, text: str) -> Any:
         """Parse ``text``; raises ``ValueError`` naming the option when it does not fit the type or range."""

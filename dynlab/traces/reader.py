@@ -17,6 +17,7 @@ import zlib
 from importlib import resources
 from typing import Iterator, Optional
 
+from dynlab.engine.loop import HORIZON_MS
 from dynlab.errors import DynlabError, InputError
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
@@ -87,7 +88,9 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
 
     Time order is checked as the lines stream (a streaming reader cannot sort): every
     request has a timestamp or none does, and timestamps never decrease; otherwise
-    :class:`InputError` names the first offending line.
+    :class:`InputError` names the first offending line. So it does for a timestamp past the simulated
+    clock's horizon (:data:`~dynlab.engine.loop.HORIZON_MS`, 10^12 ms) and for a request whose
+    ``input_length`` / ``output_length`` is not an int >= 0 (whatever the format).
     """
     requests, total, reader = open_reader(path_or_name, fmt, block, registry, scheme)
     return requests, total, reader.block_tokens or block
@@ -173,6 +176,9 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
                 req = parse(record, index)
             except ValueError as exc:
                 raise InputError(name, lineno, str(exc)) from None
+            if type(req.input_length) is not int or type(req.output_length) is not int or \
+                    req.input_length < 0 or req.output_length < 0:
+                raise InputError(name, lineno, _bad_lengths(req))
             ts = req.timestamp
             if timed is None:
                 timed = ts is not None
@@ -185,6 +191,9 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
                 if ts < last:
                     raise InputError(name, lineno, f"timestamp {ts} is earlier than the previous request's "
                                      f"{last}; the trace must be in time order (sort it by timestamp)")
+                if not ts <= HORIZON_MS:
+                    raise InputError(name, lineno, f"timestamp {ts:g} ms is past the simulated clock's "
+                                     f"horizon ({HORIZON_MS:g} ms, 31.7 years)")
                 last = ts
             yield req
             index += 1
@@ -209,6 +218,17 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
                     raise InputError(name, lineno, NESTED) from None
             else:
                 return
+
+
+def _bad_lengths(req: Request) -> str:
+    """What is wrong with a parsed request's token counts (a format plugin's, or a built-in's)."""
+    for key in ("input_length", "output_length"):
+        v = getattr(req, key)
+        if type(v) is not int:
+            return f"{key} must be an integer, got {v!r}"
+        if v < 0:
+            return f"{key} must not be negative, got {v!r}"
+    return ""
 
 
 def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:

@@ -123,7 +123,8 @@ class KvEvents(KvAware):
     uses_events = True
     # the events say what the workers hold: nothing to forget by age; tiers: which tiers' blocks count
     options = tuple(o for o in KvAware.options if o.name not in ("ttl_s", "max_blocks")) + (
-        StrategyOption("tiers", str, "gpu", "gpu: overlap counts GPU blocks; all: CPU-tier blocks too"),)
+        StrategyOption("tiers", str, "gpu", "gpu: overlap counts GPU blocks; all: CPU-tier blocks too "
+                       "(needs a CPU tier)", needs_cpu_tier=True),)
 
     def __init__(self, ctx):
         Strategy.__init__(self, ctx)
@@ -191,7 +192,8 @@ class KvCost(Strategy):
     For each worker ``w`` (blocks of ``ctx.block`` tokens): ``overlap`` = leading blocks
     of the request that the events say ``w`` holds on its GPU, plus ``host_credit`` times the
     blocks that follow them in its CPU tier (``--cpu-capacity``; Dynamo's KV router credits a
-    cached block by where it lives: device 1.0, host 0.75, disk 0.25); ``prefill_blocks`` = ``w``'s queued
+    cached block by where it lives: device 1.0, host 0.75, disk 0.25; so ``host_credit`` is bounded to
+    [0, 1], and refused without a CPU tier); ``prefill_blocks`` = ``w``'s queued
     prefill tokens / block + the request's blocks; ``decode_blocks`` = ``w``'s active
     blocks + the request's blocks; ``cost = prefill_load_scale * max(prefill_blocks -
     overlap_credit * overlap, 0) + decode_blocks``. Temperature 0 takes the cheapest
@@ -208,7 +210,8 @@ class KvCost(Strategy):
         StrategyOption("prefill_load_scale", float, 1.0, "weight of the prefill term against decode", minimum=0),
         StrategyOption("temperature", float, 0.0, "0: cheapest worker; > 0: softmax sampling", minimum=0),
         StrategyOption("host_credit", float, 0.75, "weight of a block in the worker's CPU tier against a GPU "
-                       "block (Dynamo's host credit)", minimum=0),
+                       "block (Dynamo's host credit; 0 to 1; needs a CPU tier)", minimum=0, maximum=1,
+                       needs_cpu_tier=True),
     )
 
     def __init__(self, ctx):

@@ -23,6 +23,18 @@ def _number(record: dict, key: str, required: bool = True, default=None):
     return v
 
 
+def _length(record: dict, key: str, minimum: int) -> int:
+    """A token count: absent is 0 (unknown); present, an int (JSON's 1200.0 and true are not) >= ``minimum``."""
+    if key not in record:
+        return 0
+    v = record[key]
+    if type(v) is not int:
+        raise ValueError(f"field {key!r} must be an integer, got {v!r}")
+    if v < minimum:
+        raise ValueError(f"field {key!r} must be >= {minimum}, got {v!r}")
+    return v
+
+
 def _int_list(record: dict, key: str) -> list:
     if key not in record:
         raise ValueError(f"missing field {key!r}")
@@ -60,6 +72,9 @@ def _keyed_names(hashes: list, lora, salt) -> tuple:
 class MooncakeTrace(TraceFormat):
     """Mooncake JSONL: timestamp (ms), input_length, output_length, prefix-chained hash_ids of 512-token blocks.
 
+    ``input_length`` and ``output_length`` are token counts: ints (``1200.0`` is refused), ``input_length``
+    >= 1; ``output_length`` 0 or absent means unknown (the count-based replay does not use it; the timed
+    engine generates one token, as every request does). Absent ``input_length`` is 0: not checked.
     A row is refused (``ValueError``, reported as ``FILE:LINE``) when its ``hash_ids`` are empty (a
     request with no prompt), name a block twice (a prefix chain names each block once) or, when it gives ``input_length``, when it does not hold
     ``ceil(input_length / block_tokens)`` ids (one per 512-token block, the last one partial). Every
@@ -75,16 +90,16 @@ class MooncakeTrace(TraceFormat):
 
     def parse(self, record, index):
         hashes = _int_list(record, "hash_ids")
-        get = record.get
-        inp, out, ts = get("input_length", 0), get("output_length", 0), get("timestamp")
-        if type(inp) is not int or type(out) is not int or (ts is not None and type(ts) is not int and (
-                type(ts) is not float or not math.isfinite(ts))) or inp < 0 or out < 0 or (ts is not None and ts < 0):
-            inp = _number(record, "input_length", False, 0)
-            out = _number(record, "output_length", False, 0)
-            ts = _number(record, "timestamp", False, None)
         n = len(hashes)
         if not n:
             raise ValueError("hash_ids is empty: a request needs a prompt (at least one block)")
+        get = record.get
+        inp, out, ts = get("input_length", 0), get("output_length", 0), get("timestamp")
+        if type(inp) is not int or type(out) is not int or (ts is not None and type(ts) is not int and (
+                type(ts) is not float or not math.isfinite(ts))) or inp < 1 or out < 0 or (ts is not None and ts < 0):
+            inp = _length(record, "input_length", 1)
+            out = _length(record, "output_length", 0)
+            ts = _number(record, "timestamp", False, None)
         if len(set(hashes)) != n:
             first = {}
             for i, h in enumerate(hashes):
@@ -107,7 +122,8 @@ class MooncakeTrace(TraceFormat):
 class TokenTrace(TraceFormat):
     """Token JSONL: {"tokens": [ints]} per line (optional timestamp, output_length, lora_name, cache_salt), hashed at --block.
 
-    A row whose ``tokens`` list is empty (a request with no prompt) is refused (``ValueError``, ``FILE:LINE``).
+    A row whose ``tokens`` list is empty (a request with no prompt) is refused (``ValueError``, ``FILE:LINE``),
+    as is an ``output_length`` that is not an int >= 0 (0 or absent: unknown, as in Mooncake rows).
     """
 
     name = "tokens"
@@ -130,7 +146,7 @@ class TokenTrace(TraceFormat):
         lora, salt = _extra_keys(record)
         hashes = block_hashes(tokens, self.block, scheme=self.hash_scheme, lora_name=lora, cache_salt=salt)
         return Request(tuple(hashes), input_length=len(tokens),
-                       output_length=_number(record, "output_length", False, 0),
+                       output_length=_length(record, "output_length", 0),
                        timestamp=_number(record, "timestamp", False, None), index=index)
 
 

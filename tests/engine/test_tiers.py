@@ -396,3 +396,30 @@ def test_a_one_worker_fleet_run_of_the_lab_workload_hits_as_the_engine_does(tmp_
     alone = scenario_on_engine(gpu, cpu, passes, cpu_write=cpu_write)
     assert (out["gpu_hit_blocks"], out["cpu_hit_blocks"]) == (alone["gpu_hit_blocks"], alone["cpu_hit_blocks"])
     assert alone["cpu_hit_blocks"] > 0
+
+
+@pytest.mark.parametrize("text, ok", [("0", True), ("0.75", True), ("1", True), ("1.01", False), ("1e308", False),
+                                      ("-0.1", False)])
+def test_kv_cost_host_credit_is_bounded_to_dynamos_range(text, ok):
+    # Dynamo credits a block by tier: device 1.0, host 0.75, disk 0.25; a host block is worth 0 to 1 device block
+    from dynlab import plugins
+
+    (option,) = [o for o in plugins.strategies().get("kv-cost").options if o.name == "host_credit"]
+    if ok:
+        assert option.convert(text) == float(text)
+    else:
+        with pytest.raises(ValueError, match="host_credit"):
+            option.convert(text)
+
+
+@pytest.mark.parametrize("mode, opt", [("kv-cost", "host_credit=1"), ("kv-events", "tiers=all")])
+@pytest.mark.parametrize("tier", [["--cpu-capacity", "0"], ["--cpu-memory-gb", "1"]])
+def test_tier_options_run_with_a_cpu_tier(mode, opt, tier):
+    # the refusal (tests/test_option_table.py NO_EFFECT) is for runs without a tier; with one they run
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    result = CliRunner().invoke(main, ["sim", "--timing", "--prefixes", "2", "--reps", "2", "--mode", mode,
+                                       "--opt", opt, *tier])
+    assert result.exit_code == 0, result.output
