@@ -63,11 +63,17 @@ class RoutingMetrics:
     a *repeat* is a request whose prefix id was seen before, and a *hit* a repeat sent to a worker
     that processed that prefix before and, if it spans a block, still holds its first block. The
     ideal bound is one infinite cache of every block seen.
+
+    ``runs`` (optional, given on every call or on none): ``hashes`` as runs ``(first name, count)``
+    of :func:`dynlab.engine.names.engine_block_runs` (names ``first .. first + count - 1``, runs with
+    different first names disjoint, a trace block's names seen always its run's leading ones); the
+    ideal bound then keeps ``first name -> names seen`` instead of every name: the same figures, one
+    step per run instead of per block.
     """
 
     __slots__ = ("counts", "requests", "repeats", "hits", "prompt_blocks", "cached_blocks", "ideal_blocks",
                  "predicted_blocks", "prediction_error", "has_prediction", "_seen", "_prefixes", "_processed",
-                 "_spans_block")
+                 "_spans_block", "_seen_runs")
 
     def __init__(self, workers: int, synthetic_prefix_blocks: Optional[bool] = None):
         self.counts = [0] * workers
@@ -76,12 +82,13 @@ class RoutingMetrics:
         self.predicted_blocks = self.prediction_error = 0
         self.has_prediction = False
         self._seen: set = set()
+        self._seen_runs: dict = {}  # with runs: first name of a run -> how many of its names were seen
         self._spans_block = bool(synthetic_prefix_blocks)
         self._prefixes: set = set()
         self._processed = None if synthetic_prefix_blocks is None else [set() for _ in range(workers)]
 
     def on_route(self, hashes: Sequence, w: int, predicted: Optional[int], actual: int,
-                 cap: Optional[int] = None, prefix=None) -> None:
+                 cap: Optional[int] = None, prefix=None, runs: Optional[Sequence] = None) -> None:
         self.counts[w] += 1
         self.requests += 1
         seen = self._seen
@@ -98,15 +105,40 @@ class RoutingMetrics:
             else:
                 self._prefixes.add(prefix)
             processed[w].add(prefix)
+        elif runs is not None:
+            if runs and runs[0][0] in self._seen_runs:  # a run's first name seen: the run's entry is there
+                self.repeats += 1
+                if actual:
+                    self.hits += 1
         elif hashes and hashes[0] in seen:
             self.repeats += 1
             if actual:
                 self.hits += 1
-        j = overlap(hashes, seen)
-        seen.update(hashes[j:])
+        if runs is None:
+            j = overlap(hashes, seen)
+            seen.update(hashes[j:])
+        else:
+            j = self._seen_through(runs)
         self.ideal_blocks += j if cap is None or j <= cap else cap
         self.prompt_blocks += len(hashes)
         self.cached_blocks += actual if cap is None or actual <= cap else cap
+
+    def _seen_through(self, runs: Sequence) -> int:
+        """How many leading names of ``runs`` were seen (the ideal overlap); then mark them all seen."""
+        seen = self._seen_runs
+        get = seen.get
+        j = 0
+        for i, (first, c) in enumerate(runs):
+            s = get(first, 0)
+            if s < c:
+                j += s
+                seen[first] = c
+                for first, c in runs[i + 1:]:
+                    if get(first, 0) < c:
+                        seen[first] = c
+                return j
+            j += c
+        return j
 
     def result(self) -> dict[str, Any]:
         """The routing keys of ``dynlab sim``'s JSON, from ``requests`` to ``prediction_error``."""

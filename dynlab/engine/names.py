@@ -36,6 +36,61 @@ def engine_block_names(trace_hashes: Sequence[int], input_length: int, trace_blo
     ``trace_block / block`` above 1022, a negative ``input_length``, or a hash list too short
     to name the last full engine block.
     """
+    n, last_t = _check(trace_hashes, input_length, trace_block, block)
+    if n == 0:
+        return []
+    if trace_block == block:
+        return list(trace_hashes[:n])
+    out: list[int] = []
+    extend = out.extend
+    for base, c in _runs(trace_hashes, n, last_t, trace_block, block):
+        extend(range(base, base + c))
+    return out
+
+
+def engine_block_runs(trace_hashes: Sequence[int], input_length: int, trace_block: int,
+                      block: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """``(names, runs)``: :func:`engine_block_names` and the same names as runs ``(first name, count)``,
+    one per trace block that names engine blocks, in prefix order (``names`` is the runs expanded:
+    ``first, first + 1, ..., first + count - 1``). Raises what :func:`engine_block_names` raises.
+
+    Runs with different first names are disjoint when ``trace_block != block`` (a run holds at most
+    :data:`MAX_RATIO` names, spaced :data:`_SPREAD` apart), and a run of a trace block always starts
+    at offset 0, so the names of the same trace block seen so far are the run's first ``c`` names for
+    some ``c``: a set of such names can be kept as ``first name -> c``
+    (:class:`dynlab.engine.metrics.RoutingMetrics` does). When ``trace_block == block`` every run is
+    one trace id (count 1).
+    """
+    n, last_t = _check(trace_hashes, input_length, trace_block, block)
+    if n == 0:
+        return [], []
+    if trace_block == block:
+        names = list(trace_hashes[:n])
+        return names, [(h, 1) for h in names]
+    runs = _runs(trace_hashes, n, last_t, trace_block, block)
+    names: list[int] = []
+    extend = names.extend
+    for base, c in runs:
+        extend(range(base, base + c))
+    return names, runs
+
+
+def _runs(trace_hashes: Sequence[int], n: int, last_t: int, trace_block: int, block: int) -> list:
+    """The runs ``(first name, count)`` of the ``n`` full engine blocks (``trace_block != block``)."""
+    out = []
+    # trace block t holds the last tokens of engine blocks (t*T)//B .. ((t+1)*T)//B - 1
+    first = 0
+    for t in range(last_t + 1):
+        end = min(((t + 1) * trace_block) // block, n)
+        if end > first:
+            out.append((trace_hashes[t] * _SPREAD, end - first))
+            first = end
+    return out
+
+
+def _check(trace_hashes: Sequence[int], input_length: int, trace_block: int, block: int) -> tuple[int, int]:
+    """``(full engine blocks, index of the last trace block they reach)``, or the ``ValueError`` of
+    :func:`engine_block_names`."""
     if block < 1 or trace_block < 1:
         raise ValueError(f"block sizes must be >= 1 (block={block}, trace_block={trace_block})")
     if trace_block > MAX_RATIO * block:
@@ -45,21 +100,9 @@ def engine_block_names(trace_hashes: Sequence[int], input_length: int, trace_blo
         raise ValueError(f"input_length must be >= 0, got {input_length}")
     n = input_length // block
     if n == 0:
-        return []
+        return 0, 0
     last_t = (n * block - 1) // trace_block
     if len(trace_hashes) <= last_t:
         raise ValueError(f"{len(trace_hashes)} trace hashes of {trace_block} tokens cannot name "
                          f"{input_length} tokens ({last_t + 1} needed)")
-    if trace_block == block:
-        return list(trace_hashes[:n])
-    out: list[int] = []
-    extend = out.extend
-    # trace block t holds the last tokens of engine blocks (t*T)//B .. ((t+1)*T)//B - 1
-    first = 0
-    for t in range(last_t + 1):
-        end = min(((t + 1) * trace_block) // block, n)
-        if end > first:
-            base = trace_hashes[t] * _SPREAD
-            extend(range(base, base + end - first))
-            first = end
-    return out
+    return n, last_t

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.names import MAX_RATIO, engine_block_names
+from dynlab.engine.names import MAX_RATIO, engine_block_names, engine_block_runs
 from dynlab.engine.timed import replay_timed
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
@@ -34,6 +34,8 @@ class TimedSetup:
     cpu_capacity: Optional[int] = None
     kv_bytes_per_block: float = 0.0
     load_ms_per_block: float = 0.0
+    #: ``request -> (names, runs)`` (:func:`~dynlab.engine.names.engine_block_runs`), or ``None``
+    runs_of: Optional[Callable] = None
 
     def engines(self) -> list[EngineWorker]:
         c = self.config
@@ -51,7 +53,8 @@ class TimedSetup:
                             publish=c.publish == "yes", event_delay_ms=c.event_delay_ms,
                             event_loss=c.event_loss, loss_rng=loss_rng, slo_ttft_ms=c.slo_ttft_ms,
                             slo_tpot_ms=c.slo_tpot_ms, progress=progress,
-                            kv_bytes_per_block=None if self.cpu_capacity is None else self.kv_bytes_per_block)
+                            kv_bytes_per_block=None if self.cpu_capacity is None else self.kv_bytes_per_block,
+                            runs_of=self.runs_of)
 
     def replay_disagg(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
                       progress=None) -> dict:
@@ -116,14 +119,19 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         raise ValueError(f"--block {config.block} is too small for trace blocks of {trace_block} tokens "
                          f"(at most {MAX_RATIO} engine blocks per trace block)")
     block = config.block
+    runs_of = None
     if trace_block == block:
         def names_of(req) -> list:
             return list(req.hashes[:req.input_length // block])
     else:
         def names_of(req) -> list:
             return engine_block_names(req.hashes, req.input_length, trace_block, block)
+
+        def runs_of(req) -> tuple:
+            return engine_block_runs(req.hashes, req.input_length, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model)
-    return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms)
+    return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
+                      runs_of)
 
 
 def check_timed(config: SimConfig, requests=None) -> None:
