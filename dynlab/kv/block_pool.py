@@ -214,12 +214,16 @@ class BlockPool:
             return
         rev = keys[::-1]
         ref = self._ref
-        named = list(filter(_NONNEG, rev))
+        named = list(filter(ref.__contains__, rev))  # a holder's named keys are cached, unnamed ones never
         if named:
-            left = list(map(sub, map(ref.__getitem__, named), repeat(1)))
-            ref.update(zip(named, left))
-            if any(left):  # some blocks are shared with running requests: they stay in use
-                rev = list(compress(rev, map(not_, map(ref.get, rev))))  # unnamed: get() is None
+            refs = list(map(ref.__getitem__, named))
+            if refs.count(1) == len(refs):  # the common case: no block shared, every one becomes free
+                ref.update(zip(named, repeat(0)))
+            else:
+                left = list(map(sub, refs, repeat(1)))
+                ref.update(zip(named, left))
+                if any(left):  # some blocks are shared with running requests: they stay in use
+                    rev = list(compress(rev, map(not_, map(ref.get, rev))))  # unnamed: get() is None
         self._queue.extend(rev)
         self._nfree += len(rev)
 
