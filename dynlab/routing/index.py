@@ -140,7 +140,16 @@ class KvIndex:
                         del copies[(w, h)]
                 self.apply_removed(w, hashes)
             else:
-                self.apply_removed(event.worker, event.hashes)
+                hashes, w = event.hashes, event.worker
+                # a decode's block boundary (one name): apply_removed inlined
+                if type(hashes) is tuple and len(hashes) == 1 and type(w) is int and w >= 0:
+                    h = hashes[0]
+                    holders = self._holders
+                    m = holders.pop(h, 0) & ~(1 << w)
+                    if m:
+                        holders[h] = m
+                else:
+                    self.apply_removed(w, hashes)
             return True
         if kind is AllBlocksCleared:
             self.clear(event.worker)
