@@ -17,8 +17,9 @@ Modelled on vLLM v1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` (``vllm/v1/core`
 
 Invariant: ``used_blocks + num_free == capacity`` (``num_free`` counts the never-used blocks too).
 
-Representation (no per-block Python loop on the common paths; everything runs through
-C-level ``map``/``zip``/``starmap``/``dict.update``/``deque.extend``):
+Representation (per block, one or a few cheap passes: C-level ``map``/``zip``/``starmap``/
+``dict.update``/``deque.extend``, or a list comprehension or plain loop where ``map`` would go through
+a slot wrapper such as ``(-1).__lt__`` or ``dict.__delitem__``, which CPython 3.11 calls more slowly):
 
 - Every block is identified by a **key**: its name (an int >= 0) when it is named, else a
   fresh negative int (unnamed keys are never shared and never looked up).
@@ -49,11 +50,6 @@ from typing import List, Sequence
 
 __all__ = ["BlockPool"]
 
-_NONNEG = (-1).__lt__  # key >= 0: a named block
-
-
-def _consume(iterator) -> None:
-    deque(iterator, maxlen=0)
 
 
 class BlockPool:
@@ -161,7 +157,7 @@ class BlockPool:
         else:
             want = n
             while want:
-                named = list(filter(_NONNEG, starmap(popleft, repeat((), want))))
+                named = [key for key in starmap(popleft, repeat((), want)) if key >= 0]
                 want = 0
                 if named and stale and not stale.keys().isdisjoint(named):
                     live = []  # drop the stale entries among them, then take as many more
@@ -177,7 +173,9 @@ class BlockPool:
                                 stale[key] = c - 1
                     named = live
                 if named:
-                    _consume(map(self._ref.__delitem__, named))
+                    ref = self._ref
+                    for key in named:  # a plain loop: cheaper than map() through the __delitem__ slot wrapper
+                        del ref[key]
                     self.removed.extend(named)
         self._nfree -= n
         self._serial = s - n
@@ -214,7 +212,7 @@ class BlockPool:
             return
         rev = keys[::-1]
         ref = self._ref
-        named = list(filter(ref.__contains__, rev))  # a holder's named keys are cached, unnamed ones never
+        named = [key for key in rev if key >= 0]
         if named:
             refs = list(map(ref.__getitem__, named))
             if refs.count(1) == len(refs):  # the common case: no block shared, every one becomes free
