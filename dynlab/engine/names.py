@@ -77,6 +77,13 @@ def engine_block_runs(trace_hashes: Sequence[int], input_length: int, trace_bloc
 
 def _runs(trace_hashes: Sequence[int], n: int, last_t: int, trace_block: int, block: int) -> list:
     """The runs ``(first name, count)`` of the ``n`` full engine blocks (``trace_block != block``)."""
+    if trace_block % block == 0:  # (Mooncake: 512 / 16) engine block j lies in trace block j // per
+        per = trace_block // block
+        full, rest = divmod(n, per)
+        out = [(h * _SPREAD, per) for h in trace_hashes[:full]]
+        if rest:
+            out.append((trace_hashes[full] * _SPREAD, rest))
+        return out
     out = []
     # trace block t holds the last tokens of engine blocks (t*T)//B .. ((t+1)*T)//B - 1
     first = 0

@@ -41,3 +41,26 @@ def test_routing_metrics_same_with_runs(reqs, sizes):
         by_runs.on_route(tuple(names), w, None, min(actual, len(names)), cap, runs=runs)
     assert plain.result() == by_runs.result()
     assert plain.ideal_blocks == by_runs.ideal_blocks
+
+
+def _reference_names(chain, input_length, trace_block, block):
+    """The module docstring's formula, one engine block at a time: block j is named after the trace
+    block t holding its last token, plus its offset among the blocks whose last token is in t."""
+    out = []
+    for j in range(input_length // block):
+        t = ((j + 1) * block - 1) // trace_block
+        first = min(i for i in range(j + 1) if ((i + 1) * block - 1) // trace_block == t)
+        out.append(chain[t] if trace_block == block else chain[t] * 1024 + j - first)
+    return out
+
+
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=8), st.integers(0, 8 * 64),
+       st.sampled_from([(512, 16), (64, 16), (48, 16), (40, 16), (16, 16), (50, 7), (7, 50)]))
+@settings(max_examples=300)
+def test_names_and_runs_follow_the_formula(chain, length, sizes):
+    trace_block, block = sizes
+    length = min(length, len(chain) * trace_block)
+    names, runs = engine_block_runs(chain, length, trace_block, block)
+    assert names == _reference_names(chain, length, trace_block, block)
+    assert engine_block_names(chain, length, trace_block, block) == names
+    assert [n for first, c in runs for n in range(first, first + c)] == names
