@@ -8,8 +8,8 @@ total duration of a run of consecutive decode-only steps (bulk decode).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
 
 # StrategyOption (dynlab.routing.strategy) is reused for declared
 # options: name, type, default, help, min, max. Build a model by name with dynlab.latency.grid.build_latency_model.

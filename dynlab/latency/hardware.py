@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from dynlab.disagg import cost as disagg
 
