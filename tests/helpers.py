@@ -62,6 +62,37 @@ def interruptible(cmd: list, **kw) -> subprocess.Popen:
     return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_sigint_default, **kw)
 
 
+def stderr_on_a_terminal(args: list) -> bytes:
+    """What ``dynlab ARGS`` writes to stderr when stderr is a terminal (a pty of 24 x 80: tqdm draws no
+    bar at 0 columns); stdout is a pipe. Asserts the command exits 0."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main_fd, tty = pty.openpty()
+    fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        proc = subprocess.run(dynlab_command() + args, stderr=tty, stdout=subprocess.PIPE, timeout=HANG)
+        os.close(tty)
+        tty = None
+        chunks = []
+        while True:
+            try:
+                data = os.read(main_fd, 65536)
+            except OSError:  # EIO: the terminal's other side is closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        if tty is not None:
+            os.close(tty)
+        os.close(main_fd)
+    assert proc.returncode == 0
+    return b"".join(chunks)
+
+
 def invoke(*args):
     """Run the CLI in-process (click's CliRunner) with every argument as a string."""
     return CliRunner().invoke(main, [str(a) for a in args])

@@ -2,13 +2,8 @@
 progress bar on a terminal and nothing on stderr when piped."""
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
-import struct
 import subprocess
-import termios
 
 import pytest
 from hypothesis import given
@@ -18,7 +13,7 @@ from dynlab import limits
 from dynlab.engine.config import SimConfig
 from dynlab.labs.scenario import cliff, run_scenario
 from dynlab.sweep.grid import Axis, Grid
-from helpers import dynlab_command, invoke, ok
+from helpers import dynlab_command, invoke, ok, stderr_on_a_terminal
 
 
 def one_line_usage_error(result, *words):
@@ -163,30 +158,6 @@ LONG_RUNS = [
 ]
 
 
-def _stderr_on_a_terminal(args: list) -> bytes:
-    main_fd, tty = pty.openpty()
-    fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # tqdm draws nothing at 0 columns
-    try:
-        proc = subprocess.run(dynlab_command() + args, stderr=tty, stdout=subprocess.PIPE, timeout=600)
-        os.close(tty)
-        tty = None
-        chunks = []
-        while True:
-            try:
-                data = os.read(main_fd, 65536)
-            except OSError:  # EIO: the other side is closed
-                break
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        if tty is not None:
-            os.close(tty)
-        os.close(main_fd)
-    assert proc.returncode == 0
-    return b"".join(chunks)
-
-
 @pytest.mark.parametrize("args", LONG_RUNS + [["reproduce", "OUT", "--no-plots"]], ids=lambda a: a[0])
 def test_no_progress_on_stderr_when_piped(args, tmp_path):
     args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
@@ -198,5 +169,5 @@ def test_no_progress_on_stderr_when_piped(args, tmp_path):
 @pytest.mark.parametrize("args", LONG_RUNS + [["reproduce", "OUT", "--no-plots"]], ids=lambda a: a[0])
 def test_a_progress_bar_on_a_terminal(args, tmp_path):
     args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
-    err = _stderr_on_a_terminal(args)
+    err = stderr_on_a_terminal(args)
     assert args[0].encode() in err or b"req" in err  # the bar's label (sim's bar is labelled by its mode)

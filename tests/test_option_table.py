@@ -11,13 +11,8 @@ option in a combination where it has no effect and expects exit 2 with one line 
 from __future__ import annotations
 
 import json
-import fcntl
 import os
-import pty
-import struct
-import subprocess
 import sys
-import termios
 from typing import NamedTuple
 
 import click
@@ -26,7 +21,7 @@ from click.testing import CliRunner
 
 from dynlab.cli import main
 
-from helpers import dynlab_command
+from helpers import stderr_on_a_terminal
 
 # a 3-request Mooncake trace (512-token blocks: len(hash_ids) == ceil(input_length / 512)), timestamps in ms
 MOON = "moon.jsonl"
@@ -86,31 +81,7 @@ def refuses(args: list, flag: str):
 def on_a_terminal(args: list):
     """--quiet: on a terminal the progress bar goes to stderr; --quiet removes it."""
     def case(run):
-        def stderr_of(extra):
-            main_fd, tty = pty.openpty()
-            # a terminal of 0 columns gets no bar from tqdm: give it a size
-            fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-            try:
-                proc = subprocess.run(dynlab_command() + args + extra, stderr=tty, stdout=subprocess.PIPE,
-                                      timeout=300)
-                os.close(tty)
-                tty = None
-                chunks = []
-                while True:
-                    try:
-                        data = os.read(main_fd, 65536)
-                    except OSError:  # EIO: the terminal's other side is closed
-                        break
-                    if not data:
-                        break
-                    chunks.append(data)
-            finally:
-                if tty is not None:
-                    os.close(tty)
-                os.close(main_fd)
-            assert proc.returncode == 0
-            return b"".join(chunks)
-        assert stderr_of([]) != b"" and stderr_of(["--quiet"]) == b""
+        assert stderr_on_a_terminal(args) != b"" and stderr_on_a_terminal(args + ["--quiet"]) == b""
     return case
 
 
