@@ -52,8 +52,7 @@ def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
                 raise ValueError(f"request {req.index}: timestamp {req.timestamp} is earlier than the previous "
                                  f"request's; timed runs need arrivals in time order")
             if not t <= HORIZON_MS:
-                raise past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x "
-                                      f"--time-scale {time_scale:g})", "use a smaller --time-scale")
+                raise _arrival_past_horizon(req, t, time_scale)
             now = t
         yield req, now
 
@@ -67,8 +66,12 @@ def check_arrivals(requests: Sequence[Request], time_scale: float) -> None:
     for req in requests:
         t = req.timestamp * time_scale
         if not t <= HORIZON_MS:
-            raise past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x "
-                                  f"--time-scale {time_scale:g})", "use a smaller --time-scale")
+            raise _arrival_past_horizon(req, t, time_scale)
+
+
+def _arrival_past_horizon(req: Request, t: float, time_scale: float) -> ValueError:
+    return past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x --time-scale "
+                           f"{time_scale:g})", "use a smaller --time-scale")
 
 
 def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) -> ValueError:
@@ -224,7 +227,7 @@ class TimedFleet:
         end = engine.step_end
         if end is not None:
             if not end <= HORIZON_MS:
-                raise step_past_horizon(self.engines[w], f"worker {w}", self.loop.now, end)
+                raise step_past_horizon(engine, f"worker {w}", self.loop.now, end)
             self.loop.at(end, STEP_END, self._on_end, w, self.generation[w])
             nxt = engine.next_boundary
             if nxt is not None:  # a bulk decode run takes blocks at its block boundaries: a step start's place
