@@ -99,16 +99,7 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     does not fit the GPUs, a ``--trace-block`` that has no effect, or block sizes whose ratio
     exceeds what engine block names can carry.
     """
-    from dynlab.latency.grid import build_latency_model, hardware_for
-    from dynlab.latency.hardware import kv_blocks
-
-    hardware = hardware_for(config.model, config.gpu, config.tp)
-    latency = build_latency_model(config.latency_model, hardware, config.latency_opts)
-    if config.capacity is not None:
-        capacity, source = config.capacity, f"--capacity {config.capacity} blocks of {config.block} tokens"
-    else:
-        capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp,
-                                     config.gpu_memory_utilization)
+    hardware, latency, capacity, source = _hardware_pool(config)
     trace_block = own_block_tokens or config.block
     if config.trace_block is not None:
         if own_block_tokens is None:
@@ -119,10 +110,10 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         raise ValueError(f"--block {config.block} is too small for trace blocks of {trace_block} tokens "
                          f"(at most {MAX_RATIO} engine blocks per trace block)")
     block = config.block
-    runs_of = None
     if trace_block == block:
         def names_of(req) -> list:
             return list(req.hashes[:req.input_length // block])
+        runs_of = None  # one engine block per trace block: the routing recorder takes the names
     else:
         def names_of(req) -> list:
             return engine_block_names(req.hashes, req.input_length, trace_block, block)
@@ -134,6 +125,20 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
                       runs_of)
 
 
+def _hardware_pool(config: SimConfig) -> tuple:
+    """``(hardware, latency model, pool blocks per worker, where that number comes from)`` of ``config``;
+    raises ``ValueError`` for an unknown model, GPU or latency model, or a model that does not fit."""
+    from dynlab.latency.grid import build_latency_model, hardware_for
+    from dynlab.latency.hardware import kv_blocks
+
+    hardware = hardware_for(config.model, config.gpu, config.tp)
+    latency = build_latency_model(config.latency_model, hardware, config.latency_opts)
+    if config.capacity is not None:
+        return hardware, latency, config.capacity, f"--capacity {config.capacity} blocks of {config.block} tokens"
+    capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization)
+    return hardware, latency, capacity, source
+
+
 def check_timed(config: SimConfig, requests=None) -> None:
     """Raise the one-line ``ValueError`` a timed run of ``config`` would raise for its options, before any
     engine is built or request served: an unknown model, GPU or latency model, a model that does not
@@ -142,14 +147,8 @@ def check_timed(config: SimConfig, requests=None) -> None:
     ``compare`` and ``sweep`` call it for every run before the first, so a bad value writes nothing.
     """
     from dynlab.engine.timed import check_arrivals
-    from dynlab.latency.grid import build_latency_model, hardware_for
 
-    from dynlab.latency.hardware import kv_blocks
-
-    hardware = hardware_for(config.model, config.gpu, config.tp)
-    build_latency_model(config.latency_model, hardware, config.latency_opts)
-    if config.capacity is None:
-        kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization)
+    hardware = _hardware_pool(config)[0]
     cpu_tier_size(config, hardware.model)
     if requests is not None:
         check_arrivals(requests, config.time_scale)
