@@ -247,19 +247,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
       dynlab sweep --trace mooncake-conversation --grid mode=rr,kv \\
         --grid workers=2,4,8 --grid capacity=1024,4096 --out results.jsonl --plot hit.png
     """
-    if resume and not out:
-        raise click.UsageError("--resume needs --out FILE")
-    if metric and not plot_path:
-        raise click.UsageError("--metric needs --plot")
-    if ray_address and executor != "ray":
-        raise click.UsageError("--ray-address needs --executor ray")
-    if jobs is not None and executor == "serial":
-        raise click.UsageError("--jobs needs --executor local or ray")
-    if jobs is not None and ray_address:
-        raise click.UsageError("--jobs sets the CPUs of a local Ray instance; with --ray-address the cluster's count")
-    paths = [os.path.realpath(p) for p in (out, csv_path, plot_path) if p and p != "-"]
-    if len(set(paths)) != len(paths):
-        raise click.UsageError("--out, --csv and --plot must name different files")
+    _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric)
     grid = _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt)
     try:
         cells = grid.cells()  # refuses a grid over the cell limit before building any cell
@@ -296,6 +284,42 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
             raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
     results = {k: r for k, (_, r) in (results_file.records.items() if results_file else ())}
     started = time.perf_counter()
+    _run_cells(todo, executor, jobs, ray_address, results_file, results, in_grid, quiet)
+    elapsed = time.perf_counter() - started
+    if not quiet:
+        skipped = len(cells) - len(todo)
+        where = f" into {out}" if out else ""
+        extra = f"; {skipped} already there" if skipped else ""
+        click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
+    results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
+    if csv_path:
+        write_atomic(csv_path, to_csv((c, results[cell_key(c)]) for c in cells if cell_key(c) in results))
+    if plot_path:
+        _plot(grid, results, plot_path, metric)
+
+
+def _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric) -> None:
+    """Raise ``click.UsageError`` for sweep flags that need another flag or contradict one."""
+    if resume and not out:
+        raise click.UsageError("--resume needs --out FILE")
+    if metric and not plot_path:
+        raise click.UsageError("--metric needs --plot")
+    if ray_address and executor != "ray":
+        raise click.UsageError("--ray-address needs --executor ray")
+    if jobs is not None and executor == "serial":
+        raise click.UsageError("--jobs needs --executor local or ray")
+    if jobs is not None and ray_address:
+        raise click.UsageError("--jobs sets the CPUs of a local Ray instance; with --ray-address the cluster's count")
+    paths = [os.path.realpath(p) for p in (out, csv_path, plot_path) if p and p != "-"]
+    if len(set(paths)) != len(paths):
+        raise click.UsageError("--out, --csv and --plot must name different files")
+
+
+def _run_cells(todo: list, executor, jobs, ray_address, results_file, results: dict, in_grid: set,
+               quiet: bool) -> None:
+    """Run the ``(cell, config)`` pairs of ``todo``; write each result to ``results_file`` (or stdout) as
+    it arrives and into ``results`` (cell key -> result)."""
+    out = results_file.path if results_file is not None else None
     with contextlib.ExitStack() as stack:
         # execute() loads and checks the traces, checks Ray and its address, and starts the pool (forked)
         # or Ray, all before the results file is opened: a bad trace or an unreachable cluster writes
@@ -328,17 +352,6 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
                 bar.update(1)
         except CellError as exc:
             raise DynlabError(f"cell {json.dumps(todo[exc.index][0])}: {exc}") from None
-    elapsed = time.perf_counter() - started
-    if not quiet:
-        skipped = len(cells) - len(todo)
-        where = f" into {out}" if out else ""
-        extra = f"; {skipped} already there" if skipped else ""
-        click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
-    results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
-    if csv_path:
-        write_atomic(csv_path, to_csv((c, results[cell_key(c)]) for c in cells if cell_key(c) in results))
-    if plot_path:
-        _plot(grid, results, plot_path, metric)
 
 
 def _cells(n: int) -> str:
