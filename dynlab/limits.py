@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-__all__ = ["MACHINE_BYTES", "BUDGET_BYTES", "WORKER_BYTES", "SEED_REQUEST_BYTES", "SEED_BLOCK_BYTES",
+__all__ = ["HORIZON_MS", "past_horizon", "MACHINE_BYTES", "BUDGET_BYTES", "WORKER_BYTES", "SEED_REQUEST_BYTES", "SEED_BLOCK_BYTES",
            "PROMPT_TOKEN_BYTES", "DOC_READ_BYTES", "GRID_CELL_BYTES", "MAX_WORKERS", "MAX_SEED_REQUESTS",
            "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "check_sim",
            "check_doc_reads", "check_grid_cells"]
@@ -124,3 +124,18 @@ def check_grid_cells(sizes: Sequence[int], what: Optional[str] = None) -> None:
     if cells > MAX_GRID_CELLS:
         what = what or f"the grid ({' x '.join(map(str, sizes))} values)"
         raise _over(what, cells, MAX_GRID_CELLS, "cells", GRID_CELL_BYTES)
+
+
+#: the latest simulated time (ms) a run may reach: 10^12 ms, about 31.7 years. Up to it the float
+#: clock still tells apart times 2^-13 ms (0.12 us) apart (a double's 53-bit mantissa), and sums of
+#: millions of per-request times stay far from overflowing; beyond it, a step's few ms vanish into
+#: rounding and absurd inputs (``--time-scale 1e308``) end in infinities. The producers of times
+#: (arrivals, engine steps, loads, KV transfers) refuse to pass it, naming the option to change.
+HORIZON_MS = 1e12
+
+
+def past_horizon(t: float, what: str, fix: str) -> ValueError:
+    """The one-line ``ValueError`` for a time ``t`` (ms) past :data:`HORIZON_MS` (or not a number):
+    ``WHAT would reach T ms, past the simulated clock's horizon (1e+12 ms, 31.7 years); FIX``."""
+    return ValueError(f"{what} would reach {t:g} ms, past the simulated clock's horizon "
+                      f"({HORIZON_MS:g} ms, 31.7 years); {fix}")

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from dynlab.cli import main
 from dynlab.cli.common import echo_json
 from dynlab.disagg import cost
-from dynlab.engine.loop import HORIZON_MS
+from dynlab.limits import HORIZON_MS
 from dynlab.engine.timed import arrival_times
 from dynlab.kv.cpu_tier import cpu_blocks
 from dynlab.routing.strategy import Request

@@ -50,10 +50,11 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from dynlab.disagg.cost import GB
 from dynlab.engine.bus import EventBus
-from dynlab.engine.loop import ARRIVAL, HORIZON_MS, STEP_END, STEP_START, EventLoop, past_horizon
+from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
 from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals, ratio, stats
 from dynlab.engine.timed import TimedFleet, arrival_times, step_past_horizon
 from dynlab.engine.worker import EngineRequest, EngineWorker
+from dynlab.limits import HORIZON_MS, past_horizon
 from dynlab.routing.events import BlockStored
 from dynlab.routing.strategy import Request, Strategy
 

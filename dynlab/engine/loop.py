@@ -14,20 +14,6 @@ from typing import Any, Callable
 
 STEP_END, DELIVER, ARRIVAL, STEP_START = 0, 1, 2, 3
 
-#: the latest simulated time (ms) a run may reach: 10^12 ms, about 31.7 years. Up to it the float
-#: clock still tells apart times 2^-13 ms (0.12 us) apart (a double's 53-bit mantissa), and sums of
-#: millions of per-request times stay far from overflowing; beyond it, a step's few ms vanish into
-#: rounding and absurd inputs (``--time-scale 1e308``) end in infinities. The producers of times
-#: (arrivals, engine steps, loads, KV transfers) refuse to pass it, naming the option to change.
-HORIZON_MS = 1e12
-
-
-def past_horizon(t: float, what: str, fix: str) -> ValueError:
-    """The one-line ``ValueError`` for a time ``t`` (ms) past :data:`HORIZON_MS` (or not a number):
-    ``WHAT would reach T ms, past the simulated clock's horizon (1e+12 ms, 31.7 years); FIX``."""
-    return ValueError(f"{what} would reach {t:g} ms, past the simulated clock's horizon "
-                      f"({HORIZON_MS:g} ms, 31.7 years); {fix}")
-
 
 class EventLoop:
     """A discrete-event loop over ``(time ms, priority, sequence, callback, args)`` (stdlib ``heapq``)."""

@@ -177,11 +177,11 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float
     becomes ``floor(cpu_memory_gb * 1e9 / bytes per block)`` blocks.
 
     Raises ``ValueError`` naming ``--pcie-gbps`` when one block's load would take longer than the
-    simulated clock's horizon (:data:`dynlab.engine.loop.HORIZON_MS`), naming ``--cpu-memory-gb`` when it is > 0
+    simulated clock's horizon (:data:`dynlab.limits.HORIZON_MS`), naming ``--cpu-memory-gb`` when it is > 0
     but holds no block (a tier the user asked for would silently be none; 0 is "no tier"), and as
     :func:`~dynlab.kv.cpu_tier.cpu_blocks`.
     """
-    from dynlab.engine.loop import HORIZON_MS
+    from dynlab.limits import HORIZON_MS
     from dynlab.kv.cpu_tier import cpu_blocks
 
     per_block = model.kv_bytes_per_token_per_gpu(config.tp) * config.tp * config.block

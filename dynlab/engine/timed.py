@@ -26,10 +26,11 @@ import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.bus import EventBus
-from dynlab.engine.loop import ARRIVAL, HORIZON_MS, STEP_END, STEP_START, EventLoop, past_horizon
+from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
 from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
+from dynlab.limits import HORIZON_MS, past_horizon
 from dynlab.routing.events import MEDIUM_CPU, BlockRemoved, BlockStored
 from dynlab.routing.replicas import RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, Strategy
@@ -38,7 +39,7 @@ from dynlab.routing.strategy import FleetView, Request, Strategy
 def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
                   rng: random.Random) -> Iterator[tuple[Request, float]]:
     """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards,
-    or when an arrival is past :data:`~dynlab.engine.loop.HORIZON_MS` (naming ``--time-scale`` or ``--rate``)."""
+    or when an arrival is past :data:`~dynlab.limits.HORIZON_MS` (naming ``--time-scale`` or ``--rate``)."""
     now = 0.0
     for req in requests:
         if req.timestamp is None:
@@ -59,7 +60,7 @@ def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
 
 def check_arrivals(requests: Sequence[Request], time_scale: float) -> None:
     """Raise the ``ValueError`` :func:`arrival_times` would raise for a timestamp times ``time_scale``
-    past :data:`~dynlab.engine.loop.HORIZON_MS`, before anything runs. ``requests``: a loaded trace,
+    past :data:`~dynlab.limits.HORIZON_MS`, before anything runs. ``requests``: a loaded trace,
     in time order (the readers refuse others), so its last timestamp is the latest arrival."""
     if not requests or requests[-1].timestamp is None or requests[-1].timestamp * time_scale <= HORIZON_MS:
         return

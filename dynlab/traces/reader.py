@@ -17,7 +17,7 @@ import zlib
 from importlib import resources
 from typing import Iterator, Optional
 
-from dynlab.engine.loop import HORIZON_MS
+from dynlab.limits import HORIZON_MS
 from dynlab.errors import DynlabError, InputError
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
@@ -89,7 +89,7 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     Time order is checked as the lines stream (a streaming reader cannot sort): every
     request has a timestamp or none does, and timestamps never decrease; otherwise
     :class:`InputError` names the first offending line. So it does for a timestamp past the simulated
-    clock's horizon (:data:`~dynlab.engine.loop.HORIZON_MS`, 10^12 ms) and for a request whose
+    clock's horizon (:data:`~dynlab.limits.HORIZON_MS`, 10^12 ms) and for a request whose
     ``input_length`` / ``output_length`` is not an int >= 0 (whatever the format).
     """
     requests, total, reader = open_reader(path_or_name, fmt, block, registry, scheme)
