@@ -112,20 +112,21 @@ class KvIndex:
             hashes = event.hashes
             get = holders.get
             if len(hashes) > 1:
-                masks = list(map(get, hashes, repeat(0)))
-                if masks.count(0) == len(masks):
+                if holders.keys().isdisjoint(hashes):
                     # the most common case (~92 % of the bundled timed run's stored names): no name held by
                     # any worker yet; the index grows by one entry a name unless a name is given twice
                     n0 = len(holders)
                     holders.update(zip(hashes, repeat(bit)))
-                    if len(holders) - n0 == len(masks):
+                    if len(holders) - n0 == len(hashes):
                         return True
                     for h in hashes:  # a name given twice: back to the state before (all absent), then below
                         holders.pop(h, None)
-                elif not reduce(or_, masks) & bit and len(set(hashes)) == len(hashes):
-                    # else the next common case: no name held by this worker already, none twice: no copy
-                    holders.update(zip(hashes, map(or_, masks, repeat(bit))))
-                    return True
+                else:
+                    masks = list(map(get, hashes, repeat(0)))
+                    if not reduce(or_, masks) & bit and len(set(hashes)) == len(hashes):
+                        # the next common case: no name held by this worker already, none twice: no copy
+                        holders.update(zip(hashes, map(or_, masks, repeat(bit))))
+                        return True
             for h in hashes:
                 m = get(h, 0)
                 if m & bit:
@@ -294,7 +295,10 @@ def _remove(holders: dict, keep: int, hashes: Iterable[Hashable]) -> None:
         if m:
             holders[h] = m
         return
-    left = list(map(and_, map(holders.pop, hashes, repeat(0)), repeat(keep)))
+    popped = list(map(holders.pop, hashes, repeat(0)))
+    if popped.count(~keep) == len(popped):  # the common case: every name was held by the removed workers only
+        return
+    left = list(map(and_, popped, repeat(keep)))
     if any(left):  # names other workers still hold go back (a name given twice: its first place)
         holders.update(compress(zip(hashes, left), left))
 
