@@ -58,14 +58,24 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
     numeric, series_axes = plot_layout(grid)
     plt = pyplot()
     series = list(itertools.product(*(range(len(a.values)) for a in series_axes)))
+    value_at = _metric_table(grid, results, metric, numeric, series_axes)
+    labels = [_series_label(series_axes, combo) for combo in series]
+    if len(numeric) == 1:
+        fig = _plot_lines(plt, numeric[0], series, labels, value_at, metric)
+    else:
+        fig = _plot_heatmaps(plt, numeric, series, labels, value_at, metric)
+    save(fig, path)
 
-    def series_label(combo) -> str:
-        if not combo:
-            return ""
-        return ", ".join(a.label(i) if a.name == "mode" else f"{a.name}={a.label(i)}"
-                         for a, i in zip(series_axes, combo))
 
-    # (series value indices, numeric values) -> metric, from the first matching cell
+def _series_label(series_axes: Sequence[Axis], combo: tuple) -> str:
+    """A series' legend or panel title: its strategy, and ``name=value`` for its other options."""
+    return ", ".join(a.label(i) if a.name == "mode" else f"{a.name}={a.label(i)}" for a, i in zip(series_axes, combo))
+
+
+def _metric_table(grid: Grid, results: Mapping[str, Mapping[str, Any]], metric: str, numeric: Sequence[Axis],
+                  series_axes: Sequence[Axis]):
+    """``value_at(combo, numeric values)``: ``metric`` of the first cell of series ``combo`` (its value
+    indices) at those values of the numeric axes, NaN where no result has it."""
     table: dict = {}
     for cell in grid.cells():
         r = results.get(cell_key(cell))
@@ -76,29 +86,45 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
     def value_at(combo, picks: Sequence[Any]) -> float:
         return table.get((combo, tuple(picks)), math.nan)
 
-    label = metric
-    if len(numeric) == 1:
-        ax_opt = numeric[0]
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        xs = list(range(len(ax_opt.values)))
-        for combo in series:
-            ys = [value_at(combo, (v,)) for v in ax_opt.values]
-            ax.plot(xs, ys, marker="o", label=series_label(combo) or None)
-        ax.set_xticks(xs, [ax_opt.label(i) for i in xs])
-        ax.set_xlabel(ax_opt.name)
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-        if any(series_label(c) for c in series):
-            ax.legend(fontsize=8)
-        ax.set_title(f"{label} by {ax_opt.name}")
-        fig.tight_layout()
-        save(fig, path)
-        return
+    return value_at
+
+
+def _plot_lines(plt, ax_opt: Axis, series: list, labels: list, value_at, label: str):
+    """One numeric axis: a line per series against it; returns the figure."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = list(range(len(ax_opt.values)))
+    for combo, name in zip(series, labels):
+        ys = [value_at(combo, (v,)) for v in ax_opt.values]
+        ax.plot(xs, ys, marker="o", label=name or None)
+    ax.set_xticks(xs, [ax_opt.label(i) for i in xs])
+    ax.set_xlabel(ax_opt.name)
+    ax.set_ylabel(label)
+    ax.grid(True, alpha=0.3)
+    if any(labels):
+        ax.legend(fontsize=8)
+    ax.set_title(f"{label} by {ax_opt.name}")
+    fig.tight_layout()
+    return fig
+
+
+def _colour_norm(vmin: float, vmax: float):
+    """``(norm, log)``: one colour scale for every panel, logarithmic when the values (all positive)
+    span more than a factor of 100."""
+    log = vmin > 0 and vmax / vmin > 100
+    if log:
+        from matplotlib.colors import LogNorm
+
+        return LogNorm(vmin=vmin, vmax=vmax), True
+    from matplotlib.colors import Normalize
+
+    return Normalize(vmin=vmin, vmax=vmax), False
+
+
+def _plot_heatmaps(plt, numeric: Sequence[Axis], series: list, labels: list, value_at, label: str):
+    """Two numeric axes: a heatmap panel per series (the first axis across, the second down), each
+    cell labelled with its value; returns the figure."""
     x_opt, y_opt = numeric
-    grids = []
-    for combo in series:
-        grids.append([[value_at(combo, (xv, yv)) for xv in x_opt.values]
-                      for yv in y_opt.values])
+    grids = [[[value_at(combo, (xv, yv)) for xv in x_opt.values] for yv in y_opt.values] for combo in series]
     finite = [v for g in grids for row in g for v in row if not math.isnan(v)]
     vmin, vmax = (min(finite), max(finite)) if finite else (0.0, 1.0)
     if vmin == vmax:
@@ -111,17 +137,9 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
     fig, axes = plt.subplots(nrows, ncols, figsize=(cw * ncols + 1.4, ch * nrows + 0.7), squeeze=False,
                              constrained_layout=True)
     cmap = plt.get_cmap("viridis")
-    log = vmin > 0 and vmax / vmin > 100  # values over several decades: a log colour scale
-    if log:
-        from matplotlib.colors import LogNorm
-
-        norm = LogNorm(vmin=vmin, vmax=vmax)
-    else:
-        from matplotlib.colors import Normalize
-
-        norm = Normalize(vmin=vmin, vmax=vmax)
+    norm, log = _colour_norm(vmin, vmax)
     image = None
-    for k, (combo, g) in enumerate(zip(series, grids)):
+    for k, (name, g) in enumerate(zip(labels, grids)):
         ax = axes[k // ncols][k % ncols]
         image = ax.imshow(g, cmap=cmap, norm=norm, aspect="auto", origin="lower")
         ax.set_xticks(range(len(x_opt.values)), [x_opt.label(i) for i in range(len(x_opt.values))], fontsize=8)
@@ -130,17 +148,15 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
             ax.set_xlabel(x_opt.name, fontsize=9)
         if k % ncols == 0:
             ax.set_ylabel(y_opt.name, fontsize=9)
-        ax.set_title(series_label(combo) or label, fontsize=10)
+        ax.set_title(name or label, fontsize=10)
         for yi, row in enumerate(g):
             for xi, v in enumerate(row):
-                if math.isnan(v):
-                    continue
-                bright = float(norm(v)) > 0.6
-                ax.text(xi, yi, _compact(v), ha="center", va="center", fontsize=7,
-                        color="black" if bright else "white")
+                if not math.isnan(v):
+                    ax.text(xi, yi, _compact(v), ha="center", va="center", fontsize=7,
+                            color="black" if float(norm(v)) > 0.6 else "white")
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].axis("off")
     fig.suptitle(label, fontsize=11)
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label=label + (" (log scale)" if log else ""))
-    save(fig, path)
+    return fig
