@@ -315,6 +315,51 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
     Example: `dynlab compare --modes rr,random,kv` (the KV-aware router lab's modes.json) or
     `dynlab compare --mode kv-events --publish yes,no` (its events.json).
     """
+    fixed, varied = _split_compared(ctx, options)
+    base = SimConfig(**fixed, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
+                     all_metrics=all_metrics, timing=timing)
+    if varied is None:
+        flag, field = "--mode", "mode"
+        items, values = [base.mode], [base.mode]
+    else:
+        flag, field, items, values = varied
+    configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
+    given = {f for f, text in options.items() if text is not None} | ({"all_metrics"} if all_metrics else set())
+    given |= {f for _, f, _ in SIM_FLAGS if fixed.get(f)}
+    configs = _check_compared(configs, given, flag)
+    if plot_path:
+        from dynlab.cli.common import check_plot
+
+        check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
+    requests = None
+    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
+        from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
+
+        try:
+            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    _check_timed_runs(configs, requests)
+    results = {}
+    with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
+        for item, config in configs.items():
+            results[item] = _run(config, quiet, requests)
+            bar.update(1)
+    if plot_path:
+        _plot_compared(results, plot_path, field, flag, base)
+    if fmt is None:
+        fmt = "table" if sys.stdout.isatty() else "json"
+    if fmt == "json":
+        echo_json(results)
+    else:
+        click.echo(_format_table(results))
+
+
+def _split_compared(ctx, options: dict) -> tuple:
+    """``(fixed, varied)`` of compare's options: ``fixed`` field -> the one value given (flags set
+    included), ``varied`` ``(flag, field, items as written, values)`` of the one option given as a comma
+    list, or ``None``. Raises ``click.UsageError`` when two options list values, a value is bad or
+    repeated."""
     by_field = {field: (flags[0], ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
     fixed: dict = {field: True for _, field, _ in SIM_FLAGS if options.pop(field)}
     varied = None
@@ -335,65 +380,45 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             varied = (flag, field, items, values)
         else:
             fixed[field] = values[0]
-    base = SimConfig(**fixed, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
-                     all_metrics=all_metrics, timing=timing)
-    if varied is None:
-        flag, field = "--mode", "mode"
-        items, values = [base.mode], [base.mode]
-    else:
-        flag, field, items, values = varied
-    configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
-    given = {f for f, text in options.items() if text is not None} | ({"all_metrics"} if all_metrics else set())
-    given |= {f for _, f, _ in SIM_FLAGS if fixed.get(f)}
+    return fixed, varied
+
+
+def _check_compared(configs: dict, given: set, flag: str) -> dict:
+    """Every run's config, aligned (``align_split``) and checked before the first runs: an option a compared
+    strategy lacks (--opt), or one that has no effect, is refused for all alike, as sweep refuses it for
+    its cells. Returns item -> aligned config; raises ``click.UsageError``."""
     from dynlab.engine.config import align_split
 
     aligned = align_split(list(configs.values()), given)
     configs = {item: c for item, (c, _) in zip(configs, aligned)}
     for (item, config), (_, run_given) in zip(configs.items(), aligned):
-        # every run is checked before the first: an option a compared strategy lacks (--opt), or
-        # one that has no effect, is refused for all alike, as sweep refuses it for its cells
         check_options(config, run_given)
         try:
             build_strategy(config, random.Random(0))
         except ValueError as exc:
             raise click.UsageError(f"{flag} {item}: {exc}") from None
-    if plot_path:
-        from dynlab.cli.common import check_plot
+    return configs
 
-        check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
-    requests = None
-    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
-        from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
-        try:
-            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+def _check_timed_runs(configs: dict, requests) -> None:
+    """Refuse, before any run, the values a timed run refuses (a model that does not fit, --pcie-gbps, ...)."""
     from dynlab.engine.serving import check_timed
 
-    for item, config in configs.items():
-        if config.timing:  # the values a timed run refuses (a model that does not fit, --pcie-gbps, ...)
+    for config in configs.values():
+        if config.timing:
             try:
                 check_timed(config.resolved(), requests)
             except (ValueError, plugins.UnknownNameError) as exc:
                 raise click.UsageError(str(exc)) from None
-    results = {}
-    with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
-        for item, config in configs.items():
-            results[item] = _run(config, quiet, requests)
-            bar.update(1)
-    if plot_path:
-        if field == "split":
-            from dynlab.disagg.plot import plot_split
 
-            plot_split(results, plot_path, title=f"varying --split ({base.trace or 'synthetic workload'})")
-        else:
-            from dynlab.plots import plot_compare
 
-            plot_compare(results, plot_path, title=f"varying {flag}")
-    if fmt is None:
-        fmt = "table" if sys.stdout.isatty() else "json"
-    if fmt == "json":
-        echo_json(results)
+def _plot_compared(results: dict, plot_path: str, field: str, flag: str, base: SimConfig) -> None:
+    """Compare's chart: the P/D split's TTFT/TPOT chart for --split, else block hit rate per run."""
+    if field == "split":
+        from dynlab.disagg.plot import plot_split
+
+        plot_split(results, plot_path, title=f"varying --split ({base.trace or 'synthetic workload'})")
     else:
-        click.echo(_format_table(results))
+        from dynlab.plots import plot_compare
+
+        plot_compare(results, plot_path, title=f"varying {flag}")
