@@ -271,9 +271,12 @@ def _compare_options(fn):
 
 
 def _format_table(results: dict) -> str:
-    """An aligned text table of the main metrics, one row per run (``-`` where a run lacks a value)."""
+    """An aligned text table of the main metrics, one row per run (``-`` where a run lacks a value); a
+    column appears when some run has its key (``prefix_hit_rate``: timed runs, the engines' own hit rate,
+    GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``)."""
     cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
-            ("block_hit_rate", "block_hit_rate"), ("ideal", "ideal_block_hit_rate"),
+            ("block_hit_rate", "block_hit_rate"), ("prefix_hit_rate", "prefix_hit_rate"),
+            ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
             ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"),

@@ -423,3 +423,31 @@ def test_tier_options_run_with_a_cpu_tier(mode, opt, tier):
     result = CliRunner().invoke(main, ["sim", "--timing", "--prefixes", "2", "--reps", "2", "--mode", mode,
                                        "--opt", opt, *tier])
     assert result.exit_code == 0, result.output
+
+
+def test_compare_table_shows_the_engines_prefix_hit_rate_which_a_cpu_tier_moves(tmp_path):
+    """`compare --format table` of timed runs has a prefix_hit_rate column (the engines' hit rate, GPU and
+    CPU tier) holding each run's JSON value: on the lab's reads (GPU of 5,011 tokens, one document; CPU
+    tier of 40,000 tokens, write-through) the tier raises it while the router's GPU-only block_hit_rate
+    stays where it was."""
+    from dynlab.labs.scenario import pass_docs
+
+    from helpers import invoke, ok
+
+    rows = [{"timestamp": i * 10000, "input_length": TOKENS, "output_length": 1,
+             "hash_ids": [d * 100 + k for k in range(10)]}
+            for i, d in enumerate(d for p in ["fwd", "fwd"] for d in pass_docs(p, DOCS))]
+    trace = tmp_path / "lab.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gpu_blocks, cpu_blocks_ = engine_blocks(5011, 60000)
+    args = ["compare", "--trace", trace, "--workers", "1", "--timing", "--mode", "rr", "--capacity", gpu_blocks,
+            "--cpu-capacity", f"0,{cpu_blocks_}", "--cpu-write", "compute", "--quiet"]
+    data = json.loads(ok(invoke(*args, "--format", "json")).stdout)
+    none, tier = data["0"], data[str(cpu_blocks_)]
+    assert tier["prefix_hit_rate"] > none["prefix_hit_rate"]
+    assert tier["block_hit_rate"] == none["block_hit_rate"]
+    lines = ok(invoke(*args, "--format", "table")).stdout.splitlines()
+    head = lines[0].split()
+    col = head.index("prefix_hit_rate")
+    assert head[col - 1] == "block_hit_rate"
+    assert [line.split()[col] for line in lines[1:]] == [str(none["prefix_hit_rate"]), str(tier["prefix_hit_rate"])]
