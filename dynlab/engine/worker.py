@@ -232,8 +232,9 @@ class StepResult:
 
 
 class _Step:
+    # bound_at / bound_reqs: a bulk run's pending block boundaries, last first: start (ms), requests taking a block
     __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
-                 "prefill_tokens", "used", "bounds")
+                 "prefill_tokens", "used", "bound_at", "bound_reqs")
 
 
 class EngineWorker:
@@ -326,9 +327,9 @@ class EngineWorker:
         cross a block boundary and take a block each (``None``: none left); call
         :meth:`cross_boundary` then, after the step ends and arrivals at that time."""
         st = self._step
-        if st is None or not st.bounds:
+        if st is None or not st.bound_at:
             return None
-        return st.bounds[-1][2]
+        return st.bound_at[-1]
 
     def cross_boundary(self) -> tuple:
         """Take the blocks of the next block boundary of the bulk run in progress (at
@@ -336,11 +337,12 @@ class EngineWorker:
         ``BlockRemoved`` at that time, with :attr:`cpu_stored` / :attr:`cpu_removed` as a step's start).
         Raises ``RuntimeError`` when no boundary is pending."""
         st = self._step
-        if st is None or not st.bounds:
+        if st is None or not st.bound_at:
             raise RuntimeError("no block boundary pending")
-        _, reqs, t = st.bounds.pop()
-        self._accumulate(t)
+        t, reqs = st.bound_at.pop(), st.bound_reqs.pop()
         pool = self.pool
+        self._used_ms += pool.used_blocks * (t - self._used_t)  # _accumulate(t): a run is in progress
+        self._used_t = t
         pool.removed = []
         self.cpu_stored = self.cpu_removed = ()
         for req, key in zip(reqs, pool.allocate(len(reqs))):  # in running order, as a step start takes them
@@ -398,7 +400,7 @@ class EngineWorker:
             raise RuntimeError("no step in progress")
         if st.k == 1 or t >= st.end:
             return st.end
-        if st.bounds:
+        if st.bound_at:
             self._catch_up(st, t)
         decode_ms, start, r, ctx = self.latency.decode_ms, st.start, st.decodes, st.context
         lo, hi = 1, st.k  # smallest j with start + decode_ms(j) >= t; decode_ms(k) >= t holds
@@ -411,7 +413,7 @@ class EngineWorker:
         if lo < st.k:
             st.k = lo
             st.end = start + decode_ms(r, ctx, lo)
-            st.bounds = []  # those left are at steps >= lo: the next step takes their blocks
+            st.bound_at, st.bound_reqs = [], []  # those left are at steps >= lo: the next step takes their blocks
         return st.end
 
     def start_step(self, now: float) -> Optional[float]:
@@ -576,7 +578,7 @@ class EngineWorker:
                 prefill_tokens.append(n)
                 prefill_context.append(req.computed)
         k = 1
-        bounds: list = []
+        at = reqs = None  # a run across block boundaries: their steps, then their start times, and requests
         if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(self.running):
             # every step of the run is this one again: no admission (the waiting queue's head meets
             # the same budget, slots and pool), no finish before the last step, and no new block,
@@ -586,21 +588,24 @@ class EngineWorker:
             if kb < k:
                 if (self.cross_boundaries and not self.waiting and not self.loading and not self.ready
                         and not self.received):
-                    k, bounds = self._boundaries(sched, k, pool.num_free)
+                    k, at, reqs = self._boundaries(sched, k, pool.num_free)
                 else:
                     k = kb
         st = _Step()
-        if bounds:
-            decode_ms = self.latency.decode_ms
-            bounds = [(j, reqs, now + decode_ms(decodes, context, j)) for j, reqs in bounds]
-        st.bounds = bounds
         st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, k, sched, decodes, context, preempted
         st.prefill_tokens = sum(prefill_tokens)
-        if k > 1:
-            st.end = now + self.latency.decode_ms(decodes, context, k)
+        if at:  # the boundaries' start times and the run's end (k > 1), from one call
+            at.append(k)
+            at = self.latency.decode_ms_at(decodes, context, at)
+            st.end = now + at.pop()
+            st.bound_at, st.bound_reqs = [now + ms for ms in at], reqs
         else:
-            st.end = now + self.latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
-                                                          decodes, context))
+            st.bound_at, st.bound_reqs = [], []
+            if k > 1:
+                st.end = now + self.latency.decode_ms(decodes, context, k)
+            else:
+                st.end = now + self.latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
+                                                              decodes, context))
         st.stored = tuple(pool.stored)
         st.removed = self.removed = tuple(pool.removed)
         st.used = used = pool.used_blocks
@@ -614,7 +619,7 @@ class EngineWorker:
         st = self._step
         if st is None:
             raise RuntimeError("no step in progress")
-        if st.bounds:
+        if st.bound_at:
             self._catch_up(st, st.end)
         self._step = None
         end, k = st.end, st.k
@@ -767,12 +772,12 @@ class EngineWorker:
         self._register(req, n)
         return n
 
-    def _boundaries(self, sched: list, k: int, free: int) -> Tuple[int, list]:
+    def _boundaries(self, sched: list, k: int, free: int) -> Tuple[int, list, list]:
         """A decode-only run of up to ``k`` steps (to the earliest finish) across block boundaries.
 
-        Returns ``(k, bounds)``: ``bounds`` lists ``(step j, requests taking a block at step j, in
-        running order)`` for the boundaries inside the run, LAST first (popped from the end; the
-        caller adds each one's start time, ms, as a third item). Taking
+        Returns ``(k, steps, reqs)`` for the boundaries inside the run, LAST first (popped from the
+        end): ``steps[i]`` is a boundary's step ``j`` (the caller turns it into its start time, ms),
+        ``reqs[i]`` the requests taking a block at step ``j``, in running order. Taking
         a block there is all a new step would do (nothing waits to be admitted, nothing finishes
         before step ``k``), so the run goes on, unless the free queue (``free`` blocks) could not
         serve a boundary: the run then ends at that step (which may preempt).
@@ -794,13 +799,14 @@ class EngineWorker:
             taken += len(by_step[j])
             if taken > free:
                 k = j
-                steps = steps[:i]
+                del steps[i:]
                 break
-        return k, [(j, by_step[j]) for j in reversed(steps)]
+        steps.reverse()
+        return k, steps, [by_step[j] for j in steps]
 
     def _catch_up(self, st: _Step, t: float) -> None:
         """Cross the pending block boundaries of the run ``st`` that start before ``t`` (ms)."""
-        while st.bounds and st.bounds[-1][2] < t:
+        while st.bound_at and st.bound_at[-1] < t:
             self.cross_boundary()
 
     def _accumulate(self, t: float) -> None:
