@@ -214,8 +214,12 @@ class TimedFleet:
 
     def _publish_removed(self, w: int, engine: EngineWorker) -> None:
         """Publish what a step start (or a bulk run's block boundary) evicted: GPU, then the CPU tier."""
-        self.evicted_blocks += len(engine.removed)
-        events = [BlockRemoved(w, tuple(engine.removed))]
+        removed = engine.removed
+        self.evicted_blocks += len(removed)
+        if not engine.cpu_removed and not engine.cpu_stored:  # no CPU tier change: one event
+            self.bus.send_one(BlockRemoved(w, tuple(removed)))
+            return
+        events = [BlockRemoved(w, tuple(removed))]
         if engine.cpu_removed:
             events.append(BlockRemoved(w, engine.cpu_removed, MEDIUM_CPU))
         if engine.cpu_stored:
