@@ -256,12 +256,16 @@ class TimedFleet:
         engine = self.engines[w]
         res = engine.finish_step()
         if res.stored:
-            events = [BlockStored(w, tuple(res.stored), block_size=self.block)]
-            if res.cpu_removed:  # write-through (--cpu-write compute): the CPU tier's change at the step's end
-                events.append(BlockRemoved(w, res.cpu_removed, MEDIUM_CPU))
-            if res.cpu_stored:
-                events.append(BlockStored(w, res.cpu_stored, medium=MEDIUM_CPU))
-            self.bus.send(events)
+            stored = BlockStored(w, tuple(res.stored), block_size=self.block)
+            if not res.cpu_removed and not res.cpu_stored:
+                self.bus.send_one(stored)
+            else:  # write-through (--cpu-write compute): the CPU tier's change at the step's end
+                events = [stored]
+                if res.cpu_removed:
+                    events.append(BlockRemoved(w, res.cpu_removed, MEDIUM_CPU))
+                if res.cpu_stored:
+                    events.append(BlockStored(w, res.cpu_stored, medium=MEDIUM_CPU))
+                self.bus.send(events)
         serving = self.serving
         serving.on_step(w, res)
         for ereq, t in res.first_tokens:
