@@ -244,8 +244,13 @@ class TimedFleet:
         engine = self.engines[w]
         if engine.next_boundary is None:
             return  # crossed already (a boundary at the run's very end, with zero-length steps)
-        if engine.cross_boundary():
-            self._publish_removed(w, engine)
+        removed = engine.cross_boundary()
+        if removed:
+            if engine.cpu_removed or engine.cpu_stored:
+                self._publish_removed(w, engine)
+            else:  # _publish_removed's common case inline (one call less at each of ~250,000 boundaries)
+                self.evicted_blocks += len(removed)
+                self.bus.send_one(BlockRemoved(w, removed))
         nxt = engine.next_boundary
         if nxt is not None:
             self.loop.at(nxt, STEP_START, self._on_boundary, w, generation)

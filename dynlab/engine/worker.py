@@ -290,6 +290,12 @@ class EngineWorker:
         # set by a driver that calls cross_boundary at next_boundary (TimedFleet): bulk runs may then
         # go on across block boundaries (see the module docstring)
         self.cross_boundaries = False
+        #: start (ms) of the next step of the bulk decode run in progress at which running requests cross
+        #: a block boundary and take a block each (``None``: none left); call :meth:`cross_boundary` then,
+        #: after the step ends and arrivals at that time. Read-only for callers (a plain attribute, read
+        #: at every boundary: start_step, cross_boundary, interrupt and finish_step keep it the last of
+        #: the run's ``bound_at``)
+        self.next_boundary: Optional[float] = None
         self._step: Optional[_Step] = None
         self._used_ms = 0.0
         self._used_t: Optional[float] = None
@@ -321,16 +327,6 @@ class EngineWorker:
         """End (ms) of the step or bulk run in progress, ``None`` between steps."""
         return None if self._step is None else self._step.end
 
-    @property
-    def next_boundary(self) -> Optional[float]:
-        """Start (ms) of the next step of the bulk decode run in progress at which running requests
-        cross a block boundary and take a block each (``None``: none left); call
-        :meth:`cross_boundary` then, after the step ends and arrivals at that time."""
-        st = self._step
-        if st is None or not st.bound_at:
-            return None
-        return st.bound_at[-1]
-
     def cross_boundary(self) -> tuple:
         """Take the blocks of the next block boundary of the bulk run in progress (at
         :attr:`next_boundary`); returns the names evicted (also in :attr:`removed`; publish them as
@@ -339,9 +335,12 @@ class EngineWorker:
         st = self._step
         if st is None or not st.bound_at:
             raise RuntimeError("no block boundary pending")
-        t, reqs = st.bound_at.pop(), st.bound_reqs.pop()
+        bound_at = st.bound_at
+        t, reqs = bound_at.pop(), st.bound_reqs.pop()
+        self.next_boundary = bound_at[-1] if bound_at else None
         pool = self.pool
-        self._used_ms += pool.used_blocks * (t - self._used_t)  # _accumulate(t): a run is in progress
+        used = pool.used_blocks
+        self._used_ms += used * (t - self._used_t)  # _accumulate(t): a run is in progress
         self._used_t = t
         pool.removed = []
         self.cpu_stored = self.cpu_removed = ()
@@ -352,7 +351,7 @@ class EngineWorker:
             st.removed += removed
             if self.cpu is not None:
                 self._offload(pool.removed)
-        st.used = used = pool.used_blocks
+        st.used = used = used + len(reqs)  # allocate took that many blocks from the free queue
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         return removed
@@ -414,6 +413,7 @@ class EngineWorker:
             st.k = lo
             st.end = start + decode_ms(r, ctx, lo)
             st.bound_at, st.bound_reqs = [], []  # those left are at steps >= lo: the next step takes their blocks
+            self.next_boundary = None
         return st.end
 
     def start_step(self, now: float) -> Optional[float]:
@@ -446,6 +446,7 @@ class EngineWorker:
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         st = self._plan(sched, preempted, admitted, now)
         self._step = st
+        self.next_boundary = st.bound_at[-1] if st.bound_at else None
         if st.k > 1 and loading:
             self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
         return st.end
@@ -621,7 +622,7 @@ class EngineWorker:
             raise RuntimeError("no step in progress")
         if st.bound_at:
             self._catch_up(st, st.end)
-        self._step = None
+        self._step = self.next_boundary = None
         end, k = st.end, st.k
         self._accumulate(end)
         first_tokens, finished, handed = [], [], []
@@ -835,6 +836,8 @@ class EngineWorker:
         (a loading request holds blocks in :attr:`loading`, then in :attr:`ready`), pool
         consistent, CPU tier within its capacity."""
         self.pool.check()
+        st = self._step
+        assert self.next_boundary == (st.bound_at[-1] if st is not None and st.bound_at else None)
         held = {}
         for r in self.running:
             assert len(r.keys) >= -(-r.computed // self.block)
