@@ -70,6 +70,19 @@ class EventBus(_Bus):
         else:
             self._deliver(events)
 
+    def send_one(self, event) -> None:
+        """Publish one event: :meth:`send` of ``[event]`` (the same draw, delay and delivery), without the list."""
+        if not self.publish:
+            return
+        self.published += 1
+        if self.loss and self.rng.random() < self.loss:
+            self.dropped += 1
+            return
+        if self.delay_ms:
+            self.loop.at(self.loop.now + self.delay_ms, DELIVER, self._deliver, (event,))
+        else:
+            self.deliver(event)
+
     def _deliver(self, events: Sequence) -> None:
         deliver = self.deliver
         for ev in events:

@@ -214,8 +214,12 @@ class TimedFleet:
 
     def _publish_removed(self, w: int, engine: EngineWorker) -> None:
         """Publish what a step start (or a bulk run's block boundary) evicted: GPU, then the CPU tier."""
-        self.evicted_blocks += len(engine.removed)
-        events = [BlockRemoved(w, tuple(engine.removed))]
+        removed = engine.removed
+        self.evicted_blocks += len(removed)
+        if not engine.cpu_removed and not engine.cpu_stored:  # no CPU tier change: one event
+            self.bus.send_one(BlockRemoved(w, tuple(removed)))
+            return
+        events = [BlockRemoved(w, tuple(removed))]
         if engine.cpu_removed:
             events.append(BlockRemoved(w, engine.cpu_removed, MEDIUM_CPU))
         if engine.cpu_stored:
@@ -240,8 +244,13 @@ class TimedFleet:
         engine = self.engines[w]
         if engine.next_boundary is None:
             return  # crossed already (a boundary at the run's very end, with zero-length steps)
-        if engine.cross_boundary():
-            self._publish_removed(w, engine)
+        removed = engine.cross_boundary()
+        if removed:
+            if engine.cpu_removed or engine.cpu_stored:
+                self._publish_removed(w, engine)
+            else:  # _publish_removed's common case inline (one call less at each of ~250,000 boundaries)
+                self.evicted_blocks += len(removed)
+                self.bus.send_one(BlockRemoved(w, removed))
         nxt = engine.next_boundary
         if nxt is not None:
             self.loop.at(nxt, STEP_START, self._on_boundary, w, generation)
@@ -252,12 +261,16 @@ class TimedFleet:
         engine = self.engines[w]
         res = engine.finish_step()
         if res.stored:
-            events = [BlockStored(w, tuple(res.stored), block_size=self.block)]
-            if res.cpu_removed:  # write-through (--cpu-write compute): the CPU tier's change at the step's end
-                events.append(BlockRemoved(w, res.cpu_removed, MEDIUM_CPU))
-            if res.cpu_stored:
-                events.append(BlockStored(w, res.cpu_stored, medium=MEDIUM_CPU))
-            self.bus.send(events)
+            stored = BlockStored(w, tuple(res.stored), block_size=self.block)
+            if not res.cpu_removed and not res.cpu_stored:
+                self.bus.send_one(stored)
+            else:  # write-through (--cpu-write compute): the CPU tier's change at the step's end
+                events = [stored]
+                if res.cpu_removed:
+                    events.append(BlockRemoved(w, res.cpu_removed, MEDIUM_CPU))
+                if res.cpu_stored:
+                    events.append(BlockStored(w, res.cpu_stored, medium=MEDIUM_CPU))
+                self.bus.send(events)
         serving = self.serving
         serving.on_step(w, res)
         for ereq, t in res.first_tokens:

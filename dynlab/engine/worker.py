@@ -232,8 +232,9 @@ class StepResult:
 
 
 class _Step:
+    # bound_at / bound_reqs: a bulk run's pending block boundaries, last first: start (ms), requests taking a block
     __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
-                 "prefill_tokens", "used", "bounds")
+                 "prefill_tokens", "used", "bound_at", "bound_reqs")
 
 
 class EngineWorker:
@@ -289,6 +290,12 @@ class EngineWorker:
         # set by a driver that calls cross_boundary at next_boundary (TimedFleet): bulk runs may then
         # go on across block boundaries (see the module docstring)
         self.cross_boundaries = False
+        #: start (ms) of the next step of the bulk decode run in progress at which running requests cross
+        #: a block boundary and take a block each (``None``: none left); call :meth:`cross_boundary` then,
+        #: after the step ends and arrivals at that time. Read-only for callers (a plain attribute, read
+        #: at every boundary: start_step, cross_boundary, interrupt and finish_step keep it the last of
+        #: the run's ``bound_at``)
+        self.next_boundary: Optional[float] = None
         self._step: Optional[_Step] = None
         self._used_ms = 0.0
         self._used_t: Optional[float] = None
@@ -320,27 +327,21 @@ class EngineWorker:
         """End (ms) of the step or bulk run in progress, ``None`` between steps."""
         return None if self._step is None else self._step.end
 
-    @property
-    def next_boundary(self) -> Optional[float]:
-        """Start (ms) of the next step of the bulk decode run in progress at which running requests
-        cross a block boundary and take a block each (``None``: none left); call
-        :meth:`cross_boundary` then, after the step ends and arrivals at that time."""
-        st = self._step
-        if st is None or not st.bounds:
-            return None
-        return st.bounds[-1][2]
-
     def cross_boundary(self) -> tuple:
         """Take the blocks of the next block boundary of the bulk run in progress (at
         :attr:`next_boundary`); returns the names evicted (also in :attr:`removed`; publish them as
         ``BlockRemoved`` at that time, with :attr:`cpu_stored` / :attr:`cpu_removed` as a step's start).
         Raises ``RuntimeError`` when no boundary is pending."""
         st = self._step
-        if st is None or not st.bounds:
+        if st is None or not st.bound_at:
             raise RuntimeError("no block boundary pending")
-        _, reqs, t = st.bounds.pop()
-        self._accumulate(t)
+        bound_at = st.bound_at
+        t, reqs = bound_at.pop(), st.bound_reqs.pop()
+        self.next_boundary = bound_at[-1] if bound_at else None
         pool = self.pool
+        used = pool.used_blocks
+        self._used_ms += used * (t - self._used_t)  # _accumulate(t): a run is in progress
+        self._used_t = t
         pool.removed = []
         self.cpu_stored = self.cpu_removed = ()
         for req, key in zip(reqs, pool.allocate(len(reqs))):  # in running order, as a step start takes them
@@ -350,7 +351,7 @@ class EngineWorker:
             st.removed += removed
             if self.cpu is not None:
                 self._offload(pool.removed)
-        st.used = used = pool.used_blocks
+        st.used = used = used + len(reqs)  # allocate took that many blocks from the free queue
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         return removed
@@ -398,7 +399,7 @@ class EngineWorker:
             raise RuntimeError("no step in progress")
         if st.k == 1 or t >= st.end:
             return st.end
-        if st.bounds:
+        if st.bound_at:
             self._catch_up(st, t)
         decode_ms, start, r, ctx = self.latency.decode_ms, st.start, st.decodes, st.context
         lo, hi = 1, st.k  # smallest j with start + decode_ms(j) >= t; decode_ms(k) >= t holds
@@ -411,7 +412,8 @@ class EngineWorker:
         if lo < st.k:
             st.k = lo
             st.end = start + decode_ms(r, ctx, lo)
-            st.bounds = []  # those left are at steps >= lo: the next step takes their blocks
+            st.bound_at, st.bound_reqs = [], []  # those left are at steps >= lo: the next step takes their blocks
+            self.next_boundary = None
         return st.end
 
     def start_step(self, now: float) -> Optional[float]:
@@ -444,6 +446,7 @@ class EngineWorker:
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         st = self._plan(sched, preempted, admitted, now)
         self._step = st
+        self.next_boundary = st.bound_at[-1] if st.bound_at else None
         if st.k > 1 and loading:
             self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
         return st.end
@@ -576,7 +579,7 @@ class EngineWorker:
                 prefill_tokens.append(n)
                 prefill_context.append(req.computed)
         k = 1
-        bounds: list = []
+        at = reqs = None  # a run across block boundaries: their steps, then their start times, and requests
         if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(self.running):
             # every step of the run is this one again: no admission (the waiting queue's head meets
             # the same budget, slots and pool), no finish before the last step, and no new block,
@@ -586,21 +589,24 @@ class EngineWorker:
             if kb < k:
                 if (self.cross_boundaries and not self.waiting and not self.loading and not self.ready
                         and not self.received):
-                    k, bounds = self._boundaries(sched, k, pool.num_free)
+                    k, at, reqs = self._boundaries(sched, k, pool.num_free)
                 else:
                     k = kb
         st = _Step()
-        if bounds:
-            decode_ms = self.latency.decode_ms
-            bounds = [(j, reqs, now + decode_ms(decodes, context, j)) for j, reqs in bounds]
-        st.bounds = bounds
         st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, k, sched, decodes, context, preempted
         st.prefill_tokens = sum(prefill_tokens)
-        if k > 1:
-            st.end = now + self.latency.decode_ms(decodes, context, k)
+        if at:  # the boundaries' start times and the run's end (k > 1), from one call
+            at.append(k)
+            at = self.latency.decode_ms_at(decodes, context, at)
+            st.end = now + at.pop()
+            st.bound_at, st.bound_reqs = [now + ms for ms in at], reqs
         else:
-            st.end = now + self.latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
-                                                          decodes, context))
+            st.bound_at, st.bound_reqs = [], []
+            if k > 1:
+                st.end = now + self.latency.decode_ms(decodes, context, k)
+            else:
+                st.end = now + self.latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
+                                                              decodes, context))
         st.stored = tuple(pool.stored)
         st.removed = self.removed = tuple(pool.removed)
         st.used = used = pool.used_blocks
@@ -614,9 +620,9 @@ class EngineWorker:
         st = self._step
         if st is None:
             raise RuntimeError("no step in progress")
-        if st.bounds:
+        if st.bound_at:
             self._catch_up(st, st.end)
-        self._step = None
+        self._step = self.next_boundary = None
         end, k = st.end, st.k
         self._accumulate(end)
         first_tokens, finished, handed = [], [], []
@@ -767,12 +773,12 @@ class EngineWorker:
         self._register(req, n)
         return n
 
-    def _boundaries(self, sched: list, k: int, free: int) -> Tuple[int, list]:
+    def _boundaries(self, sched: list, k: int, free: int) -> Tuple[int, list, list]:
         """A decode-only run of up to ``k`` steps (to the earliest finish) across block boundaries.
 
-        Returns ``(k, bounds)``: ``bounds`` lists ``(step j, requests taking a block at step j, in
-        running order)`` for the boundaries inside the run, LAST first (popped from the end; the
-        caller adds each one's start time, ms, as a third item). Taking
+        Returns ``(k, steps, reqs)`` for the boundaries inside the run, LAST first (popped from the
+        end): ``steps[i]`` is a boundary's step ``j`` (the caller turns it into its start time, ms),
+        ``reqs[i]`` the requests taking a block at step ``j``, in running order. Taking
         a block there is all a new step would do (nothing waits to be admitted, nothing finishes
         before step ``k``), so the run goes on, unless the free queue (``free`` blocks) could not
         serve a boundary: the run then ends at that step (which may preempt).
@@ -794,13 +800,14 @@ class EngineWorker:
             taken += len(by_step[j])
             if taken > free:
                 k = j
-                steps = steps[:i]
+                del steps[i:]
                 break
-        return k, [(j, by_step[j]) for j in reversed(steps)]
+        steps.reverse()
+        return k, steps, [by_step[j] for j in steps]
 
     def _catch_up(self, st: _Step, t: float) -> None:
         """Cross the pending block boundaries of the run ``st`` that start before ``t`` (ms)."""
-        while st.bounds and st.bounds[-1][2] < t:
+        while st.bound_at and st.bound_at[-1] < t:
             self.cross_boundary()
 
     def _accumulate(self, t: float) -> None:
@@ -829,6 +836,8 @@ class EngineWorker:
         (a loading request holds blocks in :attr:`loading`, then in :attr:`ready`), pool
         consistent, CPU tier within its capacity."""
         self.pool.check()
+        st = self._step
+        assert self.next_boundary == (st.bound_at[-1] if st is not None and st.bound_at else None)
         held = {}
         for r in self.running:
             assert len(r.keys) >= -(-r.computed // self.block)

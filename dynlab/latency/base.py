@@ -75,3 +75,10 @@ class LatencyModel(ABC):
         for k in range(steps):
             total += self.step_ms(StepBatch((), (), requests, context + k * requests))
         return total
+
+    def decode_ms_at(self, requests: int, context: int, steps: Sequence[int]) -> list[float]:
+        """``[decode_ms(requests, context, j) for j in steps]``: the same floats, each ms from the first
+        step's start to the start of step ``j`` (a bulk decode run's block boundaries and its end).
+        Models override it to share the work that does not depend on ``j``."""
+        decode_ms = self.decode_ms
+        return [decode_ms(requests, context, j) for j in steps]

@@ -89,26 +89,37 @@ class Roofline(LatencyModel):
         return max(compute, memory) + self._overhead
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
-        """Closed form: compute and memory are both linear in the step index, so their max crosses once."""
-        if steps <= 0:
-            return 0.0
-        # step k: compute = c0 + c1*k, memory = m0 + m1*k
+        """Closed form (:meth:`decode_ms_at`)."""
+        return self.decode_ms_at(requests, context, (steps,))[0]
+
+    def decode_ms_at(self, requests: int, context: int, steps) -> list[float]:
+        """Closed form: compute and memory are both linear in the step index, so their max crosses once.
+
+        Step ``i`` (from 0) costs ``max(c0 + c1*i, m0 + m1*i) + overhead``: the line that wins before
+        ``split`` (the first integer ``i`` at which the other one is >= it, clamped to ``[0, j]``), then
+        the other; each part is an arithmetic series (:func:`_arith`). The lines and the split do not
+        depend on ``j``, so they are computed once for all ``steps``.
+        """
         c0 = self._token_ms * requests + self._pair_ms * context
         c1 = self._pair_ms * requests
         m0 = self._weights_ms + self._kv_ms * context
         m1 = self._kv_ms * requests
-        def split_at(x: float) -> int:  # first integer k >= x, clamped to [0, steps]
-            return min(max(math.ceil(x), 0), steps)
-
-        if c1 > m1:  # compute >= memory from k = (m0 - c0) / (c1 - m1) on
-            split = split_at((m0 - c0) / (c1 - m1))
-            total = _arith(m0, m1, 0, split) + _arith(c0, c1, split, steps)
-        elif c1 < m1:  # memory >= compute from k = (c0 - m0) / (m1 - c1) on
-            split = split_at((c0 - m0) / (m1 - c1))
-            total = _arith(c0, c1, 0, split) + _arith(m0, m1, split, steps)
+        if c1 > m1:  # compute >= memory from i = (m0 - c0) / (c1 - m1) on
+            (a0, a1), (b0, b1), split = (m0, m1), (c0, c1), max(math.ceil((m0 - c0) / (c1 - m1)), 0)
+        elif c1 < m1:  # memory >= compute from i = (c0 - m0) / (m1 - c1) on
+            (a0, a1), (b0, b1), split = (c0, c1), (m0, m1), max(math.ceil((c0 - m0) / (m1 - c1)), 0)
         else:  # parallel: the same one wins every step
-            total = _arith(c0, c1, 0, steps) if c0 >= m0 else _arith(m0, m1, 0, steps)
-        return total + self._overhead * steps
+            (a0, a1), (b0, b1), split = (c0, c1), (c0, c1) if c0 >= m0 else (m0, m1), 0
+        head, overhead, out = _arith(a0, a1, 0, split), self._overhead, []
+        for j in steps:
+            if j <= 0:
+                out.append(0.0)
+            elif j > split:  # _arith(a0, a1, 0, split) + _arith(b0, b1, split, j), the latter inlined
+                n = j - split
+                out.append(head + (n * b0 + b1 * n * (split + j - 1) / 2.0) + overhead * j)
+            else:  # the first line wins every step up to j (the second part is empty)
+                out.append(_arith(a0, a1, 0, j) + overhead * j)
+        return out
 
 
 class Linear(LatencyModel):
