@@ -163,14 +163,15 @@ class BlockPool:
         if fresh >= n:  # never-used blocks first: they are the head of the queue, and evict nothing
             self._fresh = fresh - n
         else:
-            self._fresh = 0
+            if fresh:
+                self._fresh = 0
             self._take(n - fresh)
         return [UNNAMED] * n
 
     def _take(self, want: int) -> None:
         """Take ``want`` live entries from the head of ``_queue``, evicting the named ones."""
         self._nfree -= want
-        queue = self._queue
+        queue, stale = self._queue, self._stale
         while want:
             seg = queue[0]
             if seg.__class__ is int:
@@ -182,19 +183,38 @@ class BlockPool:
                 continue
             start = self._head
             end = start + want
-            if end < len(seg):
-                chunk = seg[start:end]
-                self._head = end
-            else:
-                chunk = seg[start:] if start else seg
+            whole = end >= len(seg)
+            if whole:
                 queue.popleft()
                 self._head = 0
-            if self._stale and not self._stale.isdisjoint(chunk):
+            else:
+                self._head = end
+            if want == 1:  # most calls (a decode's block boundary): one entry, no slice
+                name = seg[start]
+                if name in stale:
+                    self._drop_stale_one(name)
+                    continue
+                self._cached.remove(name)
+                self.removed.append(name)
+                return
+            chunk = seg if whole and not start else seg[start:end]
+            if stale and not stale.isdisjoint(chunk):
                 chunk = self._drop_stale(chunk)
             if chunk:
                 self._cached.difference_update(chunk)
                 self.removed.extend(chunk)
                 want -= len(chunk)
+
+    def _drop_stale_one(self, name: int) -> None:
+        """Consume one stale entry of ``name``."""
+        more = self._stale_more
+        c = more.get(name)
+        if c is None:
+            self._stale.remove(name)
+        elif c == 1:
+            del more[name]
+        else:
+            more[name] = c - 1
 
     def _drop_stale(self, chunk: list) -> list:
         """The live entries of ``chunk`` (a slice of one segment: distinct names); its stale
@@ -246,8 +266,11 @@ class BlockPool:
         if not keys:
             return
         n = len(keys)
-        p = keys.index(UNNAMED) if UNNAMED in keys else n
-        if keys.count(UNNAMED) == n - p:  # the common case: named blocks, then unnamed ones
+        try:
+            p = keys.index(UNNAMED)
+        except ValueError:
+            p = n
+        if p == n or keys[p:].count(UNNAMED) == n - p:  # the common case: named blocks, then unnamed ones
             freed = self._unref(keys[:p] if p < n else list(keys))
             queue = self._queue
             if p < n:
