@@ -78,6 +78,14 @@ class BothPools(RuleBasedStateMachine):
         for _ in range(times):
             self.admit_names(names, len(names), extra, reg)
 
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data(), extra=st.integers(0, 2), reg=st.integers(0, 8))
+    def share_middle(self, data, extra, reg):
+        # names that are not prefix-chained (the pool does not rely on it): another request's middle
+        holder = data.draw(st.sampled_from([h for h in self.holders if h.nreg > 1] or self.holders))
+        i = data.draw(st.integers(1, max(1, holder.nreg - 1)))
+        self.admit_names(holder.names[i:], len(holder.names), extra, reg)
+
     @precondition(lambda self: self.released)
     @rule(data=st.data(), times=st.integers(1, 4))
     def hit_and_release(self, data, times):
