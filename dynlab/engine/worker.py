@@ -847,10 +847,14 @@ class EngineWorker:
             assert len(self.cpu) <= self.cpu.capacity
         holders = [r.keys for r in self.running + loading] + [keys for keys, _ in self.reserved.values()]
         holders += list(self.held.values()) + [r.keys for r in self.received]
+        unnamed = 0
         for keys in holders:
             for key in keys:
-                held[key] = held.get(key, 0) + 1
-        assert len(held) == self.pool.used_blocks, (len(held), self.pool.used_blocks)
+                if key < 0:
+                    unnamed += 1
+                else:
+                    held[key] = held.get(key, 0) + 1
+        assert len(held) + unnamed == self.pool.used_blocks, (len(held), unnamed, self.pool.used_blocks)
         for key, c in held.items():
-            assert key < 0 and c == 1 or self.pool._ref.get(key) == c
+            assert self.pool.references(key) == c
         assert all(r.load_blocks > 0 for r in loading)

@@ -173,7 +173,27 @@ def test_a_huge_pool_costs_nothing_until_used():
     pool = BlockPool(10**9)
     assert pool.num_free == 10**9 and pool._nfree == 0
     keys = pool.allocate(3)
-    assert len(set(keys)) == 3 and pool.num_free == 10**9 - 3 and pool.removed == []
+    # unnamed blocks need no identity: every one's key is UNNAMED (-1)
+    assert keys == [-1, -1, -1] and pool.num_free == 10**9 - 3 and pool.removed == []
     pool.release(keys)
     assert pool.num_free == 10**9 and pool._nfree == 3
+    pool.check()
+
+
+def test_a_duplicate_between_named_blocks_keeps_its_place_in_the_free_queue():
+    # By hand: A names 3 blocks; B hits A's first (shared) and computes 11 again (already cached:
+    # its block stays unnamed), 21, 22. A's release frees 12, 11 (reversed; 10 is still B's); B's
+    # frees 22, 21, its unnamed duplicate, 10. Two never-used blocks (8 - 3 - 3) stay at the head.
+    pool = BlockPool(8)
+    a = pool.allocate(3)
+    pool.register(a, 0, [10, 11, 12])
+    pool.take_hits([10])
+    b = [10] + pool.allocate(3)
+    pool.register(b, 1, [11, 21, 22])
+    assert b == [10, -1, 21, 22] and pool.stored == [10, 11, 12, 21, 22]
+    pool.release(a)
+    pool.release(b)
+    assert pool.free_keys() == [None, None, 12, 11, 22, 21, -1, 10]
+    pool.allocate(5)  # the two never-used blocks, then 12, 11, 22
+    assert pool.removed == [12, 11, 22] and pool.num_free == 3
     pool.check()
