@@ -36,6 +36,8 @@ class TimedSetup:
     load_ms_per_block: float = 0.0
     #: ``request -> (names, runs)`` (:func:`~dynlab.engine.names.engine_block_runs`), or ``None``
     runs_of: Optional[Callable] = None
+    #: where ``cpu_capacity`` comes from (:func:`cpu_tier_source`), ``""`` without a CPU tier
+    cpu_capacity_source: str = ""
 
     def engines(self) -> list[EngineWorker]:
         c = self.config
@@ -85,7 +87,8 @@ class TimedSetup:
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model}
         if self.cpu_capacity is not None:
-            out.update({"cpu_kv_blocks": self.cpu_capacity, "kv_bytes_per_block": self.kv_bytes_per_block,
+            out.update({"cpu_kv_blocks": self.cpu_capacity, "cpu_kv_blocks_source": self.cpu_capacity_source,
+                        "kv_bytes_per_block": self.kv_bytes_per_block,
                         "pcie_gbps": c.pcie_gbps, "load_ms_per_block": round(self.load_ms_per_block, 6),
                         "cpu_write": c.cpu_write})
         return out
@@ -122,7 +125,7 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
             return engine_block_runs(req.hashes, req.input_length, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model)
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
-                      runs_of)
+                      runs_of, cpu_tier_source(config, cpu, per_block))
 
 
 def _hardware_pool(config: SimConfig) -> tuple:
@@ -152,6 +155,18 @@ def check_timed(config: SimConfig, requests=None) -> None:
     cpu_tier_size(config, hardware.model)
     if requests is not None:
         check_arrivals(requests, config.time_scale)
+
+
+def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: float) -> str:
+    """Where a CPU tier of ``cpu`` blocks per worker comes from (the run's ``cpu_kv_blocks_source``): the
+    ``--cpu-capacity`` given, or the ``--cpu-memory-gb`` formula of :func:`cpu_tier_size` with its numbers
+    (``per_block``: KV bytes per block); ``""`` without a tier."""
+    if cpu is None:
+        return ""
+    if config.cpu_capacity is not None:
+        return f"--cpu-capacity {cpu} blocks of {config.block} tokens"
+    return (f"floor({config.cpu_memory_gb:g} GB x 10^9 / {per_block:,.0f} B per block of {config.block} tokens) "
+            f"= {cpu} blocks ({cpu * config.block:,} tokens) per worker")
 
 
 def _one_block_gb(per_block: float) -> float:

@@ -451,3 +451,24 @@ def test_compare_table_shows_the_engines_prefix_hit_rate_which_a_cpu_tier_moves(
     col = head.index("prefix_hit_rate")
     assert head[col - 1] == "block_hit_rate"
     assert [line.split()[col] for line in lines[1:]] == [str(none["prefix_hit_rate"]), str(tier["prefix_hit_rate"])]
+
+
+@pytest.mark.parametrize("tier, blocks, source", [
+    (["--cpu-capacity", "5000"], 5000, "--cpu-capacity 5000 blocks of 16 tokens"),
+    # Llama-3.1-8B: 131,072 B of KV a token x 16 tokens = 2,097,152 B a block; 64e9 / 2,097,152 = 30,517.6
+    (["--cpu-memory-gb", "64"], 30517,
+     "floor(64 GB x 10^9 / 2,097,152 B per block of 16 tokens) = 30517 blocks (488,272 tokens) per worker"),
+])
+def test_the_cpu_tier_says_where_its_size_comes_from(tier, blocks, source):
+    from helpers import invoke, ok
+
+    out = json.loads(ok(invoke("sim", "--timing", "--prefixes", "2", "--reps", "2", "--mode", "rr", *tier)).stdout)
+    assert (out["cpu_kv_blocks"], out["cpu_kv_blocks_source"]) == (blocks, source)
+    assert list(out).index("cpu_kv_blocks_source") == list(out).index("cpu_kv_blocks") + 1
+
+
+def test_no_cpu_tier_no_source_key():
+    from helpers import invoke, ok
+
+    out = json.loads(ok(invoke("sim", "--timing", "--prefixes", "2", "--reps", "2", "--mode", "rr")).stdout)
+    assert "cpu_kv_blocks" not in out and "cpu_kv_blocks_source" not in out
