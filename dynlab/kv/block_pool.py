@@ -227,12 +227,7 @@ class BlockPool:
         live = list(filterfalse(stale.__contains__, chunk))
         if more and not more.keys().isdisjoint(gone):
             again = [name for name in gone if name in more]  # more than one stale entry: one fewer
-            for name in again:
-                c = more[name]
-                if c == 1:
-                    del more[name]
-                else:
-                    more[name] = c - 1
+            _count_down(more, again, 1)
             gone = list(filterfalse(set(again).__contains__, gone))
         stale.difference_update(gone)
         return live
@@ -304,12 +299,7 @@ class BlockPool:
         if shared:
             held = shared.keys() & named
             if held:  # blocks other requests still hold: one reference fewer, they stay in use
-                for name in held:
-                    c = shared[name]
-                    if c == 2:
-                        del shared[name]
-                    else:
-                        shared[name] = c - 1
+                _count_down(shared, held, 2)
                 k = len(held)
                 if held.issuperset(named[-k:]):  # usually the hits: a sequence's first blocks, last here
                     named = named[:-k]
@@ -373,3 +363,14 @@ class BlockPool:
             assert c == stale + (name not in self._used), f"entries of {name} in the queue"
         assert self._stale <= entries.keys(), "a stale name with no entry"
         assert self.used_blocks + self._fresh + len(free) == self.capacity
+
+
+def _count_down(counts: dict, names, last: int) -> None:
+    """Lower ``counts[name]`` by one for each of ``names``; a count at ``last`` leaves the dict instead
+    (the extra stale entries of a name: ``last`` 1; the holders of a shared block: ``last`` 2)."""
+    for name in names:
+        c = counts[name]
+        if c == last:
+            del counts[name]
+        else:
+            counts[name] = c - 1
