@@ -31,6 +31,20 @@ def echo_json(obj) -> None:
     click.echo(text)
 
 
+def output_format(fmt):
+    """The ``--format`` to print in: ``fmt`` when given (``"table"``/``"json"``), else a table on a terminal
+    and JSON when stdout is a pipe or a file (what a script reads)."""
+    return fmt or ("table" if sys.stdout.isatty() else "json")
+
+
+def echo_table_or_json(obj, fmt, table) -> None:
+    """Print ``obj`` as ``table(obj)`` (a string) or as :func:`echo_json`, by :func:`output_format`."""
+    if output_format(fmt) == "json":
+        echo_json(obj)
+    else:
+        click.echo(table(obj))
+
+
 def _non_finite_key(obj, path: str = "") -> str:
     """The dotted key path (``"ttft_ms.mean"``, list items as ``[i]``) of the first non-finite float in ``obj``."""
     if isinstance(obj, float):

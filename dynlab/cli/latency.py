@@ -1,12 +1,10 @@
 """``dynlab latency``: a latency model's step times on a fixed grid; parse, call the library, print."""
 from __future__ import annotations
 
-import sys
-
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, parse_opts, split_list
+from dynlab.cli.common import echo_json, echo_table_or_json, output_format, output_path, parse_opts, split_list
 from dynlab.latency import grid as lib
 from dynlab.latency import hardware as hw
 
@@ -67,7 +65,7 @@ def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, li
         from dynlab import plugins
 
         entries = plugins.latency_models().entries()
-        if (fmt or ("table" if sys.stdout.isatty() else "json")) == "json":
+        if output_format(fmt) == "json":
             echo_json({"gpus": lib.gpu_table(),
                        "latency_models": {e.name: {"description": e.description, "source": e.source,
                                                    "options": {o.name: o.default for o in e.cls.options}}
@@ -93,9 +91,4 @@ def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, li
         from dynlab.latency.plot import plot_latency_grid
 
         plot_latency_grid(grid, plot_path)
-    if fmt is None:
-        fmt = "table" if sys.stdout.isatty() else "json"
-    if fmt == "json":
-        echo_json(grid)
-    else:
-        click.echo(_table(grid))
+    echo_table_or_json(grid, fmt, _table)

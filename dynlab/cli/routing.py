@@ -11,7 +11,8 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, output_path, parse_opts, progress_bar, refuse_repeats, split_list
+from dynlab.cli.common import (echo_json, echo_table_or_json, output_path, parse_opts, progress_bar, refuse_repeats,
+                               split_list)
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy, run
@@ -350,12 +351,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             bar.update(1)
     if plot_path:
         _plot_compared(results, plot_path, field, flag, base)
-    if fmt is None:
-        fmt = "table" if sys.stdout.isatty() else "json"
-    if fmt == "json":
-        echo_json(results)
-    else:
-        click.echo(_format_table(results))
+    echo_table_or_json(results, fmt, _format_table)
 
 
 def _split_compared(ctx, options: dict) -> tuple:
