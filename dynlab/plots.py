@@ -62,8 +62,10 @@ def plot_compare(results: Mapping[str, Mapping], path: str, title: str = "") -> 
     """Bar chart of ``block_hit_rate`` per run with the ``ideal_block_hit_rate`` bound as a line.
 
     ``results``: run label -> ``dynlab sim`` output. Runs without ``block_hit_rate``
-    (the seed workload without ``--all-metrics``) plot ``hit_rate`` instead.
-    With ``ttft_ms`` in the results (``--timing``), a second panel shows p50/p90/p99 TTFT.
+    (the seed workload without ``--all-metrics``) plot ``hit_rate`` instead. With ``ttft_ms`` in the
+    results (``--timing``), each run has a second bar, the engines' ``prefix_hit_rate`` (GPU and CPU
+    tier hits: what a CPU tier moves, which the router's GPU-only ``block_hit_rate`` cannot), and a
+    second panel shows p50/p90/p99 TTFT.
     """
     plt = pyplot()
     labels = list(results)
@@ -72,14 +74,27 @@ def plot_compare(results: Mapping[str, Mapping], path: str, title: str = "") -> 
     fig, axes = plt.subplots(1, 2 if timing else 1, figsize=(10 if timing else 6, 4), squeeze=False)
     ax = axes[0][0]
     values = [results[k][metric] for k in labels]
-    bars = ax.bar(labels, values, color="#4878a8")
-    ax.bar_label(bars, fmt="%.3f", fontsize=8)
+    if timing and all("prefix_hit_rate" in r for r in results.values()):
+        engine = [results[k]["prefix_hit_rate"] for k in labels]
+        xs = range(len(labels))
+        bars = ax.bar([x - 0.2 for x in xs], values, 0.4, color="#4878a8", label="block hit rate (router, GPU)")
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+        bars = ax.bar([x + 0.2 for x in xs], engine, 0.4, color="#dd8452", label="prefix hit rate (engines, GPU+CPU)")
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+        ax.set_xticks(xs, labels)
+        values = values + engine
+        metric = "hit rate"
+    else:
+        bars = ax.bar(labels, values, color="#4878a8")
+        ax.bar_label(bars, fmt="%.3f", fontsize=8)
     ideal = [r.get("ideal_block_hit_rate") for r in results.values()]
-    if metric == "block_hit_rate" and all(v is not None for v in ideal):
+    if metric in ("block_hit_rate", "hit rate") and all(v is not None for v in ideal):
         ax.axhline(max(ideal), color="#c44e52", linestyle="--", label=f"ideal (one infinite cache) {max(ideal):.4f}")
-        ax.legend(loc="lower right", fontsize=8)
+    two = metric == "hit rate"
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left" if two else "lower right", fontsize=8)
     ax.set_ylabel(metric.replace("_", " "))
-    ax.set_ylim(0, max(values + [v or 0 for v in ideal] + [0.01]) * 1.15)
+    ax.set_ylim(0, max(values + [v or 0 for v in ideal] + [0.01]) * (1.5 if two else 1.15))
     ax.set_title(title or metric)
     ax.tick_params(axis="x", labelrotation=30)
     if timing:

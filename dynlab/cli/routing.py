@@ -311,7 +311,8 @@ def _format_table(results: dict) -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the keyed JSON object [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
-              help="Write a bar chart of block hit rate per run (PNG).")
+              help="Write a bar chart of block hit rate per run (PNG); with --timing also the engines' prefix hit rate "
+                   "and TTFT.")
 @click.pass_context
 def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
