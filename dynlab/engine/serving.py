@@ -165,7 +165,7 @@ def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: float) -> 
         return ""
     if config.cpu_capacity is not None:
         return f"--cpu-capacity {cpu} blocks of {config.block} tokens"
-    return (f"floor({config.cpu_memory_gb:g} GB x 10^9 / {per_block:,.0f} B per block of {config.block} tokens) "
+    return (f"floor({config.cpu_memory_gb:g} x 10^9 B / {per_block:,.0f} B per block of {config.block} tokens) "
             f"= {cpu} blocks ({cpu * config.block:,} tokens) per worker")
 
 

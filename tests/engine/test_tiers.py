@@ -457,7 +457,7 @@ def test_compare_table_shows_the_engines_prefix_hit_rate_which_a_cpu_tier_moves(
     (["--cpu-capacity", "5000"], 5000, "--cpu-capacity 5000 blocks of 16 tokens"),
     # Llama-3.1-8B: 131,072 B of KV a token x 16 tokens = 2,097,152 B a block; 64e9 / 2,097,152 = 30,517.6
     (["--cpu-memory-gb", "64"], 30517,
-     "floor(64 GB x 10^9 / 2,097,152 B per block of 16 tokens) = 30517 blocks (488,272 tokens) per worker"),
+     "floor(64 x 10^9 B / 2,097,152 B per block of 16 tokens) = 30517 blocks (488,272 tokens) per worker"),
 ])
 def test_the_cpu_tier_says_where_its_size_comes_from(tier, blocks, source):
     from helpers import invoke, ok
