@@ -343,7 +343,9 @@ def kv_blocks(model: ModelSpec | str = DEFAULT_MODEL, gpu: GpuSpec | str = DEFAU
             f"{usable / GIB:.1f} GiB usable")
     per_token = model.kv_bytes_per_token_per_gpu(tp)
     blocks = math.floor(free / (per_token * block))
-    why = (f"floor(({gpu.memory_gb} GiB x {gpu_memory_utilization} - {model.weight_bytes / GIB:.2f} GiB weights / {tp})"
-           f" / ({per_token:g} B/token/GPU x {block})) = {blocks} blocks of {block} tokens "
+    # the weights in bytes, exactly, so that the line can be worked by hand (in GiB only for reading)
+    why = (f"floor(({gpu.memory_gb} GiB x {gpu_memory_utilization} - {model.weight_bytes:,.0f} B "
+           f"({model.weight_bytes / GIB:.2f} GiB) weights / {tp}) / ({per_token:g} B/token/GPU x {block})) "
+           f"= {blocks} blocks of {block} tokens "
            f"({blocks * block:,} tokens) per worker of {tp} x {gpu.name}")
     return blocks, why

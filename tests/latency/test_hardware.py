@@ -126,3 +126,19 @@ def test_a_config_path_names_the_model_after_its_folder_if_it_has_one(tmp_path, 
     (tmp_path / "Qwen3-8B").mkdir()
     (tmp_path / given).write_text(json.dumps(disagg.load_model_config("qwen3-8b")))
     assert hw.model_spec(given).name == name
+
+
+@pytest.mark.parametrize("model, gpu, tp", [("llama-3.1-8b", "h100", 1), ("qwen3-32b", "a100-80gb", 2),
+                                            ("deepseek-v3", "h200", 8), ("qwen3-8b", "l40s", 1)])
+def test_the_pool_derivation_can_be_worked_by_hand(model, gpu, tp):
+    """kv_blocks_source's numbers, read back from the line and worked as it says, give the pool it names
+    (a user checking the line with the weights rounded to 0.01 GiB once got 29,204 for 29,205)."""
+    blocks, why = hw.kv_blocks(model, gpu, 16, tp)
+    m = re.fullmatch(r"floor\(\(([\d.]+) GiB x ([\d.]+) - ([\d,]+) B \([\d.]+ GiB\) weights / (\d+)\) / "
+                     r"\((\d+) B/token/GPU x (\d+)\)\) = (\d+) blocks of 16 tokens \(([\d,]+) tokens\) "
+                     r"per worker of (\d+) x (\S+)", why)
+    assert m, why
+    mem, util, weights, tp_, per_token, block, said, tokens, tp2, name = m.groups()
+    free = float(mem) * 2**30 * float(util) - int(weights.replace(",", "")) / int(tp_)
+    assert math.floor(free / (int(per_token) * int(block))) == int(said) == blocks
+    assert int(tokens.replace(",", "")) == blocks * 16 and (int(tp2), name) == (tp, gpu)
