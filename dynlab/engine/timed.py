@@ -214,16 +214,20 @@ class TimedFleet:
 
     def _publish_removed(self, w: int, engine: EngineWorker) -> None:
         """Publish what a step start (or a bulk run's block boundary) evicted: GPU, then the CPU tier."""
-        removed = engine.removed
-        self.evicted_blocks += len(removed)
-        if not engine.cpu_removed and not engine.cpu_stored:  # no CPU tier change: one event
-            self.bus.send_one(BlockRemoved(w, tuple(removed)))
+        self.evicted_blocks += len(engine.removed)
+        self._publish(w, BlockRemoved(w, tuple(engine.removed)), engine.cpu_removed, engine.cpu_stored)
+
+    def _publish(self, w: int, gpu_event, cpu_removed: tuple, cpu_stored: tuple) -> None:
+        """Send ``gpu_event``, then the CPU tier's change (``BlockRemoved``, then ``BlockStored``, medium
+        CPU) as one batch; one event alone (the common case) goes through :meth:`EventBus.send_one`."""
+        if not cpu_removed and not cpu_stored:
+            self.bus.send_one(gpu_event)
             return
-        events = [BlockRemoved(w, tuple(removed))]
-        if engine.cpu_removed:
-            events.append(BlockRemoved(w, engine.cpu_removed, MEDIUM_CPU))
-        if engine.cpu_stored:
-            events.append(BlockStored(w, engine.cpu_stored, medium=MEDIUM_CPU))
+        events = [gpu_event]
+        if cpu_removed:
+            events.append(BlockRemoved(w, cpu_removed, MEDIUM_CPU))
+        if cpu_stored:
+            events.append(BlockStored(w, cpu_stored, medium=MEDIUM_CPU))
         self.bus.send(events)
 
     def _schedule_end(self, w: int) -> None:
@@ -244,13 +248,8 @@ class TimedFleet:
         engine = self.engines[w]
         if engine.next_boundary is None:
             return  # crossed already (a boundary at the run's very end, with zero-length steps)
-        removed = engine.cross_boundary()
-        if removed:
-            if engine.cpu_removed or engine.cpu_stored:
-                self._publish_removed(w, engine)
-            else:  # _publish_removed's common case inline (one call less at each of ~250,000 boundaries)
-                self.evicted_blocks += len(removed)
-                self.bus.send_one(BlockRemoved(w, removed))
+        if engine.cross_boundary():
+            self._publish_removed(w, engine)
         nxt = engine.next_boundary
         if nxt is not None:
             self.loop.at(nxt, STEP_START, self._on_boundary, w, generation)
@@ -260,17 +259,9 @@ class TimedFleet:
             return  # superseded: a submit cut the bulk decode run short
         engine = self.engines[w]
         res = engine.finish_step()
-        if res.stored:
-            stored = BlockStored(w, tuple(res.stored), block_size=self.block)
-            if not res.cpu_removed and not res.cpu_stored:
-                self.bus.send_one(stored)
-            else:  # write-through (--cpu-write compute): the CPU tier's change at the step's end
-                events = [stored]
-                if res.cpu_removed:
-                    events.append(BlockRemoved(w, res.cpu_removed, MEDIUM_CPU))
-                if res.cpu_stored:
-                    events.append(BlockStored(w, res.cpu_stored, medium=MEDIUM_CPU))
-                self.bus.send(events)
+        if res.stored:  # with write-through (--cpu-write compute) the CPU tier's change follows at the step's end
+            self._publish(w, BlockStored(w, tuple(res.stored), block_size=self.block), res.cpu_removed,
+                          res.cpu_stored)
         serving = self.serving
         serving.on_step(w, res)
         for ereq, t in res.first_tokens:

@@ -338,10 +338,8 @@ class EngineWorker:
         bound_at = st.bound_at
         t, reqs = bound_at.pop(), st.bound_reqs.pop()
         self.next_boundary = bound_at[-1] if bound_at else None
+        self._accumulate(t)
         pool = self.pool
-        used = pool.used_blocks
-        self._used_ms += used * (t - self._used_t)  # _accumulate(t): a run is in progress
-        self._used_t = t
         pool.removed = []
         self.cpu_stored = self.cpu_removed = ()
         for req, key in zip(reqs, pool.allocate(len(reqs))):  # in running order, as a step start takes them
@@ -351,7 +349,7 @@ class EngineWorker:
             st.removed += removed
             if self.cpu is not None:
                 self._offload(pool.removed)
-        st.used = used = used + len(reqs)  # allocate took that many blocks from the free queue
+        st.used = used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         return removed
