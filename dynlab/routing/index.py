@@ -98,73 +98,79 @@ class KvIndex:
         if kind is not AllBlocksCleared and event.medium != MEDIUM_GPU:
             return self._apply_tier(event)
         if kind is BlockStored:
-            self.stored_events += 1
-            bs = event.block_size
-            if bs is not None and self.block_size is not None and bs != self.block_size:
-                self.refused_block_size += 1
-                return False
-            bit = self._bit(event.worker)
-            holders = self._holders
-            parent = event.parent_block_hash
-            if parent is not None and not holders.get(parent, 0) & bit:
-                self.refused_parent += 1
-                return False
-            hashes = event.hashes
-            get = holders.get
-            if len(hashes) > 1:
-                if holders.keys().isdisjoint(hashes):
-                    # the most common case (~92 % of the bundled timed run's stored names): no name held by
-                    # any worker yet; the index grows by one entry a name unless a name is given twice
-                    n0 = len(holders)
-                    holders.update(zip(hashes, repeat(bit)))
-                    if len(holders) - n0 == len(hashes):
-                        return True
-                    for h in hashes:  # a name given twice: back to the state before (all absent), then below
-                        holders.pop(h, None)
-                else:
-                    masks = list(map(get, hashes, repeat(0)))
-                    if not reduce(or_, masks) & bit and len(set(hashes)) == len(hashes):
-                        # the next common case: no name held by this worker already, none twice: no copy
-                        holders.update(zip(hashes, map(or_, masks, repeat(bit))))
-                        return True
-            for h in hashes:
-                m = get(h, 0)
-                if m & bit:
-                    key = (event.worker, h)
-                    self._copies[key] = self._copies.get(key, 0) + 1
-                else:
-                    holders[h] = m | bit
-            return True
+            return self._apply_stored(event)
         if kind is BlockRemoved:
-            copies = self._copies
-            if copies:
-                w = event.worker
-                hashes = []
-                for h in event.hashes:
-                    n = copies.get((w, h))
-                    if n is None:
-                        hashes.append(h)
-                    elif n > 1:
-                        copies[(w, h)] = n - 1
-                    else:
-                        del copies[(w, h)]
-                self.apply_removed(w, hashes)
-            else:
-                hashes, w = event.hashes, event.worker
-                # a decode's block boundary (one name): apply_removed inlined
-                if type(hashes) is tuple and len(hashes) == 1 and type(w) is int and w >= 0:
-                    h = hashes[0]
-                    holders = self._holders
-                    m = holders.pop(h, 0) & ~(1 << w)
-                    if m:
-                        holders[h] = m
-                else:
-                    self.apply_removed(w, hashes)
+            self._apply_removed(event)
             return True
         if kind is AllBlocksCleared:
             self.clear(event.worker)
             return True
         raise TypeError(f"not a KV event: {event!r}")
+
+    def _apply_stored(self, event: BlockStored) -> bool:
+        """:meth:`apply_event` of a GPU ``BlockStored``: its checks, then the names (copies counted)."""
+        self.stored_events += 1
+        bs = event.block_size
+        if bs is not None and self.block_size is not None and bs != self.block_size:
+            self.refused_block_size += 1
+            return False
+        bit = self._bit(event.worker)
+        holders = self._holders
+        parent = event.parent_block_hash
+        if parent is not None and not holders.get(parent, 0) & bit:
+            self.refused_parent += 1
+            return False
+        hashes = event.hashes
+        get = holders.get
+        if len(hashes) > 1:
+            if holders.keys().isdisjoint(hashes):
+                # the most common case (~92 % of the bundled timed run's stored names): no name held by
+                # any worker yet; the index grows by one entry a name unless a name is given twice
+                n0 = len(holders)
+                holders.update(zip(hashes, repeat(bit)))
+                if len(holders) - n0 == len(hashes):
+                    return True
+                for h in hashes:  # a name given twice: back to the state before (all absent), then below
+                    holders.pop(h, None)
+            else:
+                masks = list(map(get, hashes, repeat(0)))
+                if not reduce(or_, masks) & bit and len(set(hashes)) == len(hashes):
+                    # the next common case: no name held by this worker already, none twice: no copy
+                    holders.update(zip(hashes, map(or_, masks, repeat(bit))))
+                    return True
+        for h in hashes:
+            m = get(h, 0)
+            if m & bit:
+                key = (event.worker, h)
+                self._copies[key] = self._copies.get(key, 0) + 1
+            else:
+                holders[h] = m | bit
+        return True
+
+    def _apply_removed(self, event: BlockRemoved) -> None:
+        """:meth:`apply_event` of a GPU ``BlockRemoved``: a copy goes first, the block with its last one."""
+        hashes, w = event.hashes, event.worker
+        copies = self._copies
+        if copies:
+            left = []
+            for h in hashes:
+                n = copies.get((w, h))
+                if n is None:
+                    left.append(h)
+                elif n > 1:
+                    copies[(w, h)] = n - 1
+                else:
+                    del copies[(w, h)]
+            self.apply_removed(w, left)
+        elif type(hashes) is tuple and len(hashes) == 1 and type(w) is int and w >= 0:
+            # a decode's block boundary (one name): apply_removed inlined
+            h = hashes[0]
+            holders = self._holders
+            m = holders.pop(h, 0) & ~(1 << w)
+            if m:
+                holders[h] = m
+        else:
+            self.apply_removed(w, hashes)
 
     def _apply_tier(self, event) -> bool:
         bit = self._bit(event.worker)
