@@ -203,14 +203,20 @@ def test_bulk_run_is_interrupted_by_a_new_request():
     assert lat.batches[-1] == StepBatch((100,), (0,), 1, 1004)
 
 
-def test_bulk_run_goes_on_across_a_block_boundary_when_nothing_waits():
-    lat = Linear(10.0, 0.01, 1.0)
-    w = EngineWorker(0, 10_000, 16, lat)
+def _crossing_worker_after_prefill():
+    """A worker whose driver crosses block boundaries, and its request (1,000 prompt tokens, 10 out) just
+    prefilled: the step took 10 + 0.01 x 1000 = 20 ms (linear model)."""
+    w = EngineWorker(0, 10_000, 16, Linear(10.0, 0.01, 1.0))
     w.cross_boundaries = True
     a = req(0, 0.0, 1000, 10)
     w.submit(a, 0.0)
-    assert w.start_step(0.0) == pytest.approx(20.0)  # 10 + 0.01 x 1000
+    assert w.start_step(0.0) == pytest.approx(20.0)
     w.finish_step()
+    return w, a
+
+
+def test_bulk_run_goes_on_across_a_block_boundary_when_nothing_waits():
+    w, a = _crossing_worker_after_prefill()
     # 9 decodes to the finish (output 10: the prefill step emitted the first token), each 10 + 1 x 1 ms;
     # the run goes on across the block boundary of step 8 (which computes token 1008 = 63 x 16: a 64th block)
     assert w.start_step(20.0) == pytest.approx(20.0 + 9 * 11)
@@ -221,13 +227,7 @@ def test_bulk_run_goes_on_across_a_block_boundary_when_nothing_waits():
 
 
 def test_a_new_request_cuts_a_run_before_its_boundaries():
-    lat = Linear(10.0, 0.01, 1.0)
-    w = EngineWorker(0, 10_000, 16, lat)
-    w.cross_boundaries = True
-    a = req(0, 0.0, 1000, 10)
-    w.submit(a, 0.0)
-    w.start_step(0.0)
-    w.finish_step()
+    w, a = _crossing_worker_after_prefill()
     w.start_step(20.0)
     b = req(1, 45.0, 100, 1)
     w.submit(b, 45.0)  # cut at the first step boundary >= 45: 20 + 3 x 11 = 53, before the block boundary
