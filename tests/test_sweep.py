@@ -398,10 +398,11 @@ def test_plot_a_line_per_strategy_and_a_heatmap_per_strategy(tmp_path):
 
 def test_plot_of_an_absent_metric_lists_the_ones_there(tmp_path):
     png = tmp_path / "p.png"
+    # refused before any cell runs (a two-request probe of each cell says what it reports): nothing written
     result = invoke("sweep", "--grid", "mode=rr,kv", "--grid", "workers=2,3", "--plot", png, "--metric", "nosuch",
-                    "--quiet")
-    assert result.exit_code == 1 and "hit_rate" in result.stderr and "Traceback" not in result.stderr
-    assert not png.exists()
+                    "--out", tmp_path / "r.jsonl", "--quiet")
+    assert result.exit_code == 2 and "hit_rate" in result.stderr and "Traceback" not in result.stderr
+    assert not png.exists() and not (tmp_path / "r.jsonl").exists()
     # a timed metric without --timing is refused before any cell runs
     result = invoke("sweep", "--grid", "mode=rr,kv", "--grid", "workers=2,3", "--plot", png, "--metric", "ttft_ms.p99",
                     "--out", tmp_path / "r.jsonl", "--quiet")

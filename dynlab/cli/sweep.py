@@ -282,6 +282,12 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         if metric and metric.split(".")[0] in TIMED_METRICS and \
                 not any(c.timing for c in configs):
             raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
+        if metric:  # a metric no cell reports is refused now, not after every cell has run
+            from dynlab.sweep.probe import metric_problem
+
+            problem = metric_problem(configs, metric, _trace)
+            if problem:
+                raise click.UsageError(problem)
     results = {k: r for k, (_, r) in (results_file.records.items() if results_file else ())}
     started = time.perf_counter()
     _run_cells(todo, executor, jobs, ray_address, results_file, results, in_grid, quiet)

@@ -16,7 +16,8 @@ validation come from the caller (the ``dynlab sweep`` command derives them from
 - :mod:`~dynlab.sweep.grid`: axes, grids, grid files, cell keys, option text;
 - :mod:`~dynlab.sweep.executors`: serial, local pool and Ray execution (:func:`execute`), Ctrl-C handling;
 - :mod:`~dynlab.sweep.results`: the resumable results file, flattened metrics, CSV, metric paths;
-- :mod:`~dynlab.sweep.plots`: line and heatmap plots of one metric over the grid.
+- :mod:`~dynlab.sweep.plots`: line and heatmap plots of one metric over the grid;
+- :mod:`~dynlab.sweep.probe`: the metrics the cells will report, from two-request runs before they run.
 """
 from dynlab.sweep.executors import (EXECUTORS, RAY_EXTRA_MESSAGE, TRACE_CACHE_SIZE, CellError, cached_trace,
                                     check_ray_address, clear_trace_cache, default_jobs, execute, import_ray,
