@@ -336,7 +336,7 @@ def test_a_directory_as_grid_file_is_a_usage_error(tmp_path):
 def test_a_missing_trace_fails_before_anything_is_written(tmp_path):
     out = tmp_path / "r.jsonl"
     result = invoke("sweep", "--grid", "trace=mooncake-conversation,nosuch.jsonl", "--out", out)
-    assert result.exit_code == 1 and "nosuch.jsonl" in result.stderr and "Traceback" not in result.stderr
+    assert result.exit_code == 2 and "nosuch.jsonl" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not out.exists()
 
