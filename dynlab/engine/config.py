@@ -213,8 +213,12 @@ _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 
 
+#: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
+_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt"}
+
+
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return _FLAGS.get(name) or "--" + name.replace("_", "-")
 
 
 def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
