@@ -158,7 +158,7 @@ def test_mooncake_rows_with_keys_never_share(tmp_path):
 def test_hash_dynamo_on_mooncake_is_a_usage_error():
     result = CliRunner().invoke(main, ["sim", "--trace", "mooncake-conversation", "--hash", "dynamo"])
     assert result.exit_code == 2
-    assert "mooncake traces carry their own block names" in result.output
+    assert "--hash has no effect on mooncake traces: they carry their own block names" in result.output
 
 
 def test_sim_hash_dynamo_on_the_seed_workload():

@@ -383,6 +383,19 @@ def test_a_refusal_names_the_flag_as_typed():
     assert out.exit_code == 2 and "--latency-opt " in out.stderr and "--latency-opts" not in out.stderr, out.stderr
 
 
+# one wording for every refusal: "--NAME has no effect WHY" ("option 'NAME'" / "scorer 'NAME'" for
+# --opt values); the one row that is another error: rr declares no option 'temperature' at all
+@pytest.mark.parametrize("args, flag", [(a, f) for a, f in NO_EFFECT if f != "temperature"],
+                         ids=[" ".join(a) for a, f in NO_EFFECT if f != "temperature"])
+def test_every_refusal_says_has_no_effect(run, args, flag):
+    import re
+
+    out = run("sim", *args)
+    refused(out, flag)
+    assert re.search(rf"{re.escape(flag)}'? has no effect\b", out.stderr), out.stderr
+    assert "only applies" not in out.stderr and "needs --timing" not in out.stderr
+
+
 # ------------------------------------------------------------------ the block size a run used (block_tokens)
 def test_a_trace_run_says_its_block_size(run):
     # Mooncake ids name 512-token blocks; a token trace is hashed at --block (4 here); the synthetic

@@ -294,11 +294,9 @@ def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),
     (what the user wrote, even at the default value: ``dynlab sim --trace T --block 16``).
     ``own_block_tokens``: the block size a trace's format names its blocks at (512 for Mooncake,
     :func:`dynlab.traces.reader.own_block_tokens`), ``None`` when unknown or when the format
-    hashes tokens at ``block``. Message: ``--NAME has no effect WHY``; the time-model options keep
-    ``--NAME only applies with --timing``.
+    hashes tokens at ``block``. Message: ``--NAME has no effect WHY`` (the time-model options:
+    ``--NAME has no effect without --timing (it is a setting of the timed engine)``).
     """
     for name, why in _no_effect_rules(config, own_block_tokens):
         if name in given or getattr(config, name) != _DEFAULTS[name]:
-            if why is _WITHOUT_TIMING:
-                raise ValueError(f"{_flag(name)} only applies with --timing")
             raise ValueError(f"{_flag(name)} has no effect {why}")

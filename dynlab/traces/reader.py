@@ -117,8 +117,8 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
         lines, (lineno, record), reader = _first(stream, name, fmt, block, registry)
         if scheme != "dynlab":
             if not reader.hashes_tokens:
-                raise ValueError(f"--hash {scheme} names blocks of tokens, but {reader.name} traces carry "
-                                 f"their own block names; use --hash dynlab")
+                raise ValueError(f"--hash has no effect on {reader.name} traces: they carry their own block names "
+                                 f"(--hash {scheme} names blocks of hashed tokens); leave it at dynlab")
             reader.hash_scheme = scheme
         if trace_block is not None:
             if reader.block_tokens is None:
