@@ -249,7 +249,7 @@ def test_bad_trace_lines_name_file_and_line(tmp_path, text, message):
 
 def test_missing_trace_and_unknown_format(tmp_path):
     r = CliRunner().invoke(main, ["sim", "--trace", str(tmp_path / "none.jsonl")])
-    assert r.exit_code == 1 and "no such file" in r.output
+    assert r.exit_code == 2 and "no such file" in r.output  # a usage error, as tests/test_input_files.py
     r = CliRunner().invoke(main, ["sim", "--trace", TRACE, "--trace-format", "nope"])
     assert r.exit_code == 2 and "available: mooncake, tokens" in r.output
 

@@ -367,6 +367,35 @@ def test_an_option_without_effect_is_refused_alike(run, command, args, flag):
     refused(run(*COMMANDS[command], *args), flag)
 
 
+def test_a_refusal_names_the_flag_as_typed():
+    # each SimConfig field a sim option sets is named in refusals by that option's own flag
+    from dataclasses import fields
+
+    from dynlab.engine.config import SimConfig, _flag
+
+    field_of = {"latency_opt": "latency_opts", "opt": "opts"}  # repeatable options fill a mapping field
+    names = {f.name for f in fields(SimConfig)}
+    params = [p for p in main.commands["sim"].params if field_of.get(p.name, p.name) in names]
+    assert {p.name for p in params} >= {"latency_opt", "opt", "trace", "cpu_memory_gb"}
+    for p in params:
+        assert _flag(field_of.get(p.name, p.name)) in p.opts, (p.name, p.opts)
+    out = CliRunner().invoke(main, ["sim", "--latency-opt", "beta0=3"])
+    assert out.exit_code == 2 and "--latency-opt " in out.stderr and "--latency-opts" not in out.stderr, out.stderr
+
+
+# one wording for every refusal: "--NAME has no effect WHY" ("option 'NAME'" / "scorer 'NAME'" for
+# --opt values); the one row that is another error: rr declares no option 'temperature' at all
+@pytest.mark.parametrize("args, flag", [(a, f) for a, f in NO_EFFECT if f != "temperature"],
+                         ids=[" ".join(a) for a, f in NO_EFFECT if f != "temperature"])
+def test_every_refusal_says_has_no_effect(run, args, flag):
+    import re
+
+    out = run("sim", *args)
+    refused(out, flag)
+    assert re.search(rf"{re.escape(flag)}'? has no effect\b", out.stderr), out.stderr
+    assert "only applies" not in out.stderr and "needs --timing" not in out.stderr
+
+
 # ------------------------------------------------------------------ the block size a run used (block_tokens)
 def test_a_trace_run_says_its_block_size(run):
     # Mooncake ids name 512-token blocks; a token trace is hashed at --block (4 here); the synthetic

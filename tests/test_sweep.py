@@ -286,8 +286,8 @@ def test_an_existing_results_file_needs_resume(tmp_path):
     (["--grid", "mode=kv-cost,rr", "--grid", "opt.temperature=0.5"], ["strategy 'rr' has no option 'temperature'"]),
     (["--grid", "mode=kv-cost", "--grid", "opt.temperature=0.5,warm"], ["temperature", "float"]),
     (["--grid", "workers=2,2"], ["repeats"]),
-    (["--grid", "time-scale=0.5,1"], ["--time-scale only applies with --timing"]),
-    (["--grid", "timing=yes,no", "--rate", "8"], ['"timing": false', "--rate only applies with --timing"]),
+    (["--grid", "time-scale=0.5,1"], ["--time-scale has no effect without --timing"]),
+    (["--grid", "timing=yes,no", "--rate", "8"], ['"timing": false', "--rate has no effect without --timing"]),
     (["--grid", "capacity=unbounded,none"], ["repeats"]),
     (["--grid", "workers=2", "--grid", "workers=4"], ["given twice"]),
     (["--grid", "workers=2,4", "--workers", "3"], ["both in the grid"]),
@@ -336,7 +336,7 @@ def test_a_directory_as_grid_file_is_a_usage_error(tmp_path):
 def test_a_missing_trace_fails_before_anything_is_written(tmp_path):
     out = tmp_path / "r.jsonl"
     result = invoke("sweep", "--grid", "trace=mooncake-conversation,nosuch.jsonl", "--out", out)
-    assert result.exit_code == 1 and "nosuch.jsonl" in result.stderr and "Traceback" not in result.stderr
+    assert result.exit_code == 2 and "nosuch.jsonl" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not out.exists()
 

@@ -12,7 +12,7 @@ import warnings
 import click
 
 from dynlab.atomic import replace_file
-from dynlab.errors import DynlabError
+from dynlab.errors import DynlabError, InputFileError
 
 
 def echo_json(obj) -> None:
@@ -152,8 +152,9 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 class DynlabGroup(click.Group):
     """A click group whose errors are one line on stderr, never a traceback.
 
-    Usage errors (bad option values, unknown names) print ``Error: ...`` and exit 2;
-    :class:`DynlabError` (bad input files) and OS errors print ``Error: ...`` and exit 1.
+    Usage errors (bad option values, unknown names, an input file that cannot be opened:
+    :class:`~dynlab.errors.InputFileError`) print ``Error: ...`` and exit 2; other
+    :class:`DynlabError` (bad lines in input files) and OS errors print ``Error: ...`` and exit 1.
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -180,6 +181,9 @@ class DynlabGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except InputFileError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(2)
         except DynlabError as exc:
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(1)

@@ -213,8 +213,12 @@ _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 
 
+#: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
+_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt"}
+
+
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return _FLAGS.get(name) or "--" + name.replace("_", "-")
 
 
 def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
@@ -290,11 +294,9 @@ def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),
     (what the user wrote, even at the default value: ``dynlab sim --trace T --block 16``).
     ``own_block_tokens``: the block size a trace's format names its blocks at (512 for Mooncake,
     :func:`dynlab.traces.reader.own_block_tokens`), ``None`` when unknown or when the format
-    hashes tokens at ``block``. Message: ``--NAME has no effect WHY``; the time-model options keep
-    ``--NAME only applies with --timing``.
+    hashes tokens at ``block``. Message: ``--NAME has no effect WHY`` (the time-model options:
+    ``--NAME has no effect without --timing (it is a setting of the timed engine)``).
     """
     for name, why in _no_effect_rules(config, own_block_tokens):
         if name in given or getattr(config, name) != _DEFAULTS[name]:
-            if why is _WITHOUT_TIMING:
-                raise ValueError(f"{_flag(name)} only applies with --timing")
             raise ValueError(f"{_flag(name)} has no effect {why}")

@@ -32,7 +32,7 @@ class TimedSetup:
     names_of: Callable
     bulk: bool = True
     cpu_capacity: Optional[int] = None
-    kv_bytes_per_block: float = 0.0
+    kv_bytes_per_block: int = 0
     load_ms_per_block: float = 0.0
     #: ``request -> (names, runs)`` (:func:`~dynlab.engine.names.engine_block_runs`), or ``None``
     runs_of: Optional[Callable] = None
@@ -157,7 +157,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
         check_arrivals(requests, config.time_scale)
 
 
-def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: float) -> str:
+def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: int) -> str:
     """Where a CPU tier of ``cpu`` blocks per worker comes from (the run's ``cpu_kv_blocks_source``): the
     ``--cpu-capacity`` given, or the ``--cpu-memory-gb`` formula of :func:`cpu_tier_size` with its numbers
     (``per_block``: KV bytes per block); ``""`` without a tier."""
@@ -165,7 +165,7 @@ def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: float) -> 
         return ""
     if config.cpu_capacity is not None:
         return f"--cpu-capacity {cpu} blocks of {config.block} tokens"
-    return (f"floor({config.cpu_memory_gb:g} x 10^9 B / {per_block:,.0f} B per block of {config.block} tokens) "
+    return (f"floor({config.cpu_memory_gb:g} x 10^9 B / {per_block:,} B per block of {config.block} tokens) "
             f"= {cpu} blocks ({cpu * config.block:,} tokens) per worker")
 
 
@@ -182,11 +182,15 @@ def _one_block_gb(per_block: float) -> float:
     return gb
 
 
-def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float]:
-    """``(cpu blocks per worker or None, KV bytes per block, ms to load one block over PCIe)`` of ``config``.
+def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], int, float]:
+    """``(cpu blocks per worker or None, KV bytes per block (an int), ms to load one block over PCIe)`` of ``config``.
 
     A worker's block holds ``kv_bytes_per_token_per_gpu(tp) * tp * block`` bytes (its share on each of
-    its ``tp`` GPUs; :meth:`dynlab.latency.hardware.ModelSpec.kv_bytes_per_token_per_gpu`); each GPU
+    its ``tp`` GPUs; :meth:`dynlab.latency.hardware.ModelSpec.kv_bytes_per_token_per_gpu`), a whole
+    number: MLA replicates its latent (``kv_bytes_per_token * tp * block``); otherwise the product is
+    ``kv_bytes_per_token * tp * block / min(tp, kv_heads)``, and ``kv_bytes_per_token``
+    (``2 * layers * kv_heads * head_dim * dtype_bytes``) is a multiple of ``kv_heads``, so the division
+    is exact. It is computed in integers (no float rounding at any size). Each GPU
     loads its share over its own link of ``pcie_gbps`` GB/s (10^9 bytes/s), so one block takes
     ``bytes / tp / (pcie_gbps * 1e9) * 1000`` ms. ``cpu_memory_gb`` (GB of host memory per worker)
     becomes ``floor(cpu_memory_gb * 1e9 / bytes per block)`` blocks.
@@ -196,20 +200,27 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], float, float
     but holds no block (a tier the user asked for would silently be none; 0 is "no tier"), and as
     :func:`~dynlab.kv.cpu_tier.cpu_blocks`.
     """
+    import math
+
     from dynlab.limits import HORIZON_MS
     from dynlab.kv.cpu_tier import cpu_blocks
 
-    per_block = model.kv_bytes_per_token_per_gpu(config.tp) * config.tp * config.block
-    load_ms = per_block / config.tp / (config.pcie_gbps * 1e9) * 1000.0
+    per_block = model.kv_bytes_per_token * config.tp * config.block
+    if model.attention != "mla":  # heads split over min(tp, kv_heads) GPUs; exact (see above)
+        per_block //= min(config.tp, model.kv_heads)
+    try:
+        load_ms = float(per_block) / config.tp / (config.pcie_gbps * 1e9) * 1000.0
+    except OverflowError:  # more bytes than a float holds (an absurd --block): past any horizon
+        load_ms = math.inf
     if (config.cpu_capacity is not None or config.cpu_memory_gb is not None) and not load_ms <= HORIZON_MS:
-        raise ValueError(f"--pcie-gbps {config.pcie_gbps:g} is too small: one block of {per_block:,.0f} bytes would "
+        raise ValueError(f"--pcie-gbps {config.pcie_gbps:g} is too small: one block of {per_block:,} bytes would "
                          f"take {load_ms:g} ms to load, past the simulated clock's horizon ({HORIZON_MS:g} ms)")
     if config.cpu_capacity is not None:
         return config.cpu_capacity, per_block, load_ms
     if config.cpu_memory_gb is not None:
         blocks = cpu_blocks(config.cpu_memory_gb, per_block)
         if blocks == 0 and config.cpu_memory_gb > 0:
-            raise ValueError(f"--cpu-memory-gb {config.cpu_memory_gb:g} holds no KV block of {per_block:,.0f} bytes: "
+            raise ValueError(f"--cpu-memory-gb {config.cpu_memory_gb:g} holds no KV block of {per_block:,} bytes: "
                              f"give at least {_one_block_gb(per_block):g}, or 0 for no tier")
         return blocks, per_block, load_ms
     return None, per_block, load_ms

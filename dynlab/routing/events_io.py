@@ -23,7 +23,7 @@ import json
 import struct
 from typing import Iterator, Optional
 
-from dynlab.errors import DynlabError, InputError
+from dynlab.errors import DynlabError, InputError, InputFileError
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored, KvEventBatch
 from dynlab.routing.index import KvIndex
 
@@ -94,14 +94,15 @@ def _batch(ts, events, seq: int, rank, worker=None) -> KvEventBatch:
 def read_batches(path: str) -> Iterator[KvEventBatch]:
     """The batches of a recorded stream (either framing), in file order; ``dp_rank`` holds the worker.
 
-    Raises :class:`DynlabError` for a missing file or a missing ``msgpack`` package and
+    Raises :class:`~dynlab.errors.InputFileError` for a file that cannot be opened, :class:`DynlabError`
+    for a missing ``msgpack`` package and
     :class:`InputError` (``FILE:N: what is wrong``; N is the line, or the record from 1)
     for a bad record.
     """
     try:
         f = open(path, "rb")
     except OSError as exc:
-        raise DynlabError(f"{path}: cannot open: {exc.strerror}") from None
+        raise InputFileError(path, f"cannot open: {exc.strerror}") from None
     with f:
         head = f.read(1)
         f.seek(0)

@@ -89,13 +89,34 @@ def _metric_table(grid: Grid, results: Mapping[str, Mapping[str, Any]], metric: 
     return value_at
 
 
+#: series styles of a line plot: colour, marker and dash cycles of 10, 8 and 4 (together distinct for
+#: 40 series); the dash cycle also sets the marker size and line width, largest first
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_DASHES = ("-", "--", "-.", ":")
+_MARKER_SIZES = (9.5, 7.0, 5.0, 3.5)
+_LINE_WIDTHS = (2.6, 1.9, 1.3, 0.9)
+
+
+def series_style(k: int) -> dict:
+    """The ``Axes.plot`` style of the ``k``-th series (from 0) of a line plot.
+
+    Series whose values coincide are drawn exactly where they are (no offset) and stay visible: the
+    thicker lines and larger markers of one series lie under the thinner, smaller ones of the next
+    (``zorder``), in another colour, marker and dash. ``(color, marker, linestyle)`` differs for any
+    two of the first 40 series.
+    """
+    d = k % len(_DASHES)
+    return {"color": f"C{k % 10}", "marker": _MARKERS[k % len(_MARKERS)], "linestyle": _DASHES[d],
+            "markersize": _MARKER_SIZES[d], "linewidth": _LINE_WIDTHS[d], "zorder": 2 + d}
+
+
 def _plot_lines(plt, ax_opt: Axis, series: list, labels: list, value_at, label: str):
-    """One numeric axis: a line per series against it; returns the figure."""
+    """One numeric axis: a line per series against it (styles of :func:`series_style`); returns the figure."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = list(range(len(ax_opt.values)))
-    for combo, name in zip(series, labels):
+    for k, (combo, name) in enumerate(zip(series, labels)):
         ys = [value_at(combo, (v,)) for v in ax_opt.values]
-        ax.plot(xs, ys, marker="o", label=name or None)
+        ax.plot(xs, ys, label=name or None, **series_style(k))
     ax.set_xticks(xs, [ax_opt.label(i) for i in xs])
     ax.set_xlabel(ax_opt.name)
     ax.set_ylabel(label)

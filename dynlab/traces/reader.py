@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Iterator, Optional
 
 from dynlab.limits import HORIZON_MS
-from dynlab.errors import DynlabError, InputError
+from dynlab.errors import DynlabError, InputError, InputFileError
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
 
@@ -39,7 +39,7 @@ def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int
 
     Returns ``(binary stream, display name, number of requests or None)``; lines are decoded
     (UTF-8) one by one by the reader, so a bad byte is reported as ``FILE:LINE``.
-    Raises :class:`DynlabError` when it is neither a built-in name nor a readable file.
+    Raises :class:`~dynlab.errors.InputFileError` when it is neither a built-in name nor a file that opens.
     """
     if path_or_name == "-":
         return sys.stdin.buffer, "<stdin>", None
@@ -49,10 +49,13 @@ def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int
         return gzip.GzipFile(fileobj=raw), path_or_name, total
     if not os.path.exists(path_or_name):
         known = ", ".join(BUILTIN_TRACES)
-        raise DynlabError(f"{path_or_name}: no such file, and not a built-in trace ({known})")
-    if path_or_name.endswith(".gz"):
-        return gzip.open(path_or_name, "rb"), path_or_name, None
-    return open(path_or_name, "rb"), path_or_name, None
+        raise InputFileError(path_or_name, f"no such file, and not a built-in trace ({known})")
+    try:
+        if path_or_name.endswith(".gz"):
+            return gzip.open(path_or_name, "rb"), path_or_name, None
+        return open(path_or_name, "rb"), path_or_name, None
+    except OSError as exc:  # a directory, no permission
+        raise InputFileError(path_or_name, exc.strerror or str(exc)) from None
 
 
 def _decoded(lines, name: str):
@@ -84,7 +87,7 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     (``TraceFormat.block_tokens``, 512 for Mooncake) or ``block``. ``scheme``: the hash
     scheme (``--hash``) of formats that hash tokens (``TraceFormat.hashes_tokens``); any
     other than ``dynlab`` on a format that reads its names from the trace raises ``ValueError``.
-    An unknown source raises :class:`DynlabError`.
+    An unknown source, or a file that cannot be opened, raises :class:`~dynlab.errors.InputFileError`.
 
     Time order is checked as the lines stream (a streaming reader cannot sort): every
     request has a timestamp or none does, and timestamps never decrease; otherwise
@@ -114,8 +117,8 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
         lines, (lineno, record), reader = _first(stream, name, fmt, block, registry)
         if scheme != "dynlab":
             if not reader.hashes_tokens:
-                raise ValueError(f"--hash {scheme} names blocks of tokens, but {reader.name} traces carry "
-                                 f"their own block names; use --hash dynlab")
+                raise ValueError(f"--hash has no effect on {reader.name} traces: they carry their own block names "
+                                 f"(--hash {scheme} names blocks of hashed tokens); leave it at dynlab")
             reader.hash_scheme = scheme
         if trace_block is not None:
             if reader.block_tokens is None:

@@ -145,8 +145,8 @@ class Weighted(Strategy):
             named.add(name)
             if cls.reads_load and not ctx.timed:
                 if spec != DEFAULT_SCORERS:
-                    raise ValueError(f"scorer {name!r} reads the router's load, which is zero without --timing; "
-                                     f"run with --timing or leave it out of 'scorers'")
+                    raise ValueError(f"scorer {name!r} has no effect without --timing: it reads the router's load, "
+                                     f"which is zero there; run with --timing or leave it out of 'scorers'")
                 continue
             values = {o.name: ctx.options.get(f"{name}.{o.name}", o.default) for o in cls.options}
             sctx = type(ctx)(workers=ctx.workers, block=ctx.block, rng=ctx.rng, options=values,

@@ -71,7 +71,7 @@ class KvAware(Strategy):
         self.router = KvRouter(ctx.workers, ctx.block)
         ttl, cap = self.option("ttl_s"), self.option("max_blocks")
         if ttl and not ctx.timed:
-            raise ValueError("option 'ttl_s' needs --timing: a count-based run has no clock to expire blocks by")
+            raise ValueError("option 'ttl_s' has no effect without --timing: a count-based run has no clock to expire blocks by")
         self._ttl_ms = ttl * 1000.0 if ttl else None
         self._cap = cap or None
         if ttl or cap:

@@ -213,9 +213,9 @@ def test_poisson_arrivals_without_timestamps_are_seeded():
 # ---- options that have no effect are refused --------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-num-seqs", "4"], "--max-num-seqs only applies with --timing"),
-    (["--event-delay-ms", "5"], "--event-delay-ms only applies with --timing"),
-    (["--latency-model", "linear"], "--latency-model only applies with --timing"),
+    (["--max-num-seqs", "4"], "--max-num-seqs has no effect without --timing"),
+    (["--event-delay-ms", "5"], "--event-delay-ms has no effect without --timing"),
+    (["--latency-model", "linear"], "--latency-model has no effect without --timing"),
     (["--timing", "--event-delay", "2"], "--event-delay has no effect with --timing"),
     (["--timing", "--policy", "fifo"], "--policy has no effect with --timing"),
     (["--timing", "--capacity", "9", "--policy", "fifo"], "--policy has no effect with --timing"),
