@@ -137,9 +137,9 @@ class TimedFleet:
         routed = Request(tuple(names), req.input_length, req.output_length, t, req.index)
         w = self._route(routed)
         engine = self.engines[w]
-        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names)
+        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names, runs)
         cap = (ereq.input_length - 1) // self.block
-        actual = engine.overlap(names, cap)
+        actual = engine.overlap_of(ereq, cap)
         self.routing.on_route(routed.hashes, w, self.strategy.predicted, actual, cap, runs=runs)
         self.serving.on_arrival(ereq, t)
         self._track(ereq, w, self.strategy.predicted)
