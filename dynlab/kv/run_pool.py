@@ -256,44 +256,32 @@ class RunBlockPool(BlockPool):
                 queue.popleft()
                 want -= seg
                 continue
-            i = self._head
-            g, mask, names, base = seg[i]
-            if g in stale:
-                gone = mask & _once(stale[g])
-                if gone:
-                    mask ^= gone
-                    _count_out(stale, g, gone)
-            if want == 1 and mask:  # most calls (a decode's block boundary): the entry's highest name
-                o = mask.bit_length() - 1
-                if mask ^ (1 << o):
-                    seg[i] = (g, mask ^ (1 << o), names, base)
-                else:
-                    self._next_entry(seg, i)
-                m = self._cached[g] ^ (1 << o)
-                if m:
-                    self._cached[g] = m
-                else:
-                    del self._cached[g]
-                self.removed.append(names[base + o])
-                return
-            n = mask.bit_count()
-            if n > want:  # the allocation stops inside this entry: its highest names go
-                take = _top(mask, want)
-                seg[i] = (g, mask ^ take, names, base)
-                self._evict(g, take, names, base)
-                return
-            self._next_entry(seg, i)
-            if n:
-                self._evict(g, mask, names, base)
-                want -= n
-
-    def _next_entry(self, seg: list, i: int) -> None:
-        """The head entry ``seg[i]`` of the free queue is used up: the head moves past it."""
-        if i + 1 == len(seg):
-            self._queue.popleft()
-            self._head = 0
-        else:
-            self._head = i + 1
+            i, end = self._head, len(seg)
+            while i < end:  # the segment's entries, head first
+                g, mask, names, base = seg[i]
+                if g in stale:
+                    gone = mask & _once(stale[g])
+                    if gone:
+                        mask ^= gone
+                        _count_out(stale, g, gone)
+                n = mask.bit_count()
+                if n > want:  # the allocation stops inside this entry: its highest names go
+                    take = _top(mask, want)
+                    seg[i] = (g, mask ^ take, names, base)
+                    self._head = i
+                    self._evict(g, take, names, base)
+                    return
+                i += 1
+                if n:
+                    self._evict(g, mask, names, base)
+                    want -= n
+                    if not want:
+                        break
+            if i == end:
+                queue.popleft()
+                self._head = 0
+            else:
+                self._head = i
 
     def _evict(self, g: int, bits: int, names: Sequence[int], base: int) -> None:
         """Drop the (free, cached) names ``bits`` of group ``g`` from the cache; append them to
@@ -306,7 +294,9 @@ class RunBlockPool(BlockPool):
             del self._cached[g]
         lo = (bits & -bits).bit_length() - 1
         hi = bits.bit_length()
-        if bits >> lo == (1 << (hi - lo)) - 1:  # contiguous: one slice
+        if hi - lo == 1:  # one name (a decode's block boundary)
+            self.removed.append(names[base + lo])
+        elif bits >> lo == (1 << (hi - lo)) - 1:  # contiguous: one slice
             self.removed.extend(reversed(names[base + lo:base + hi]))
         else:
             self.removed.extend([names[base + o] for o in reversed(_bits(bits))])
