@@ -35,7 +35,13 @@ Representation (the free queue and the never-used blocks as in :class:`BlockPool
   are evicted. An allocation that stops inside an entry takes its highest live names and leaves
   the rest in its place.
 - A holder's keys are as in :class:`BlockPool` (names in sequence order, :data:`UNNAMED` for
-  unnamed blocks); :meth:`release` reads the named prefix's runs from the holder's :class:`Runs`.
+  unnamed blocks). As :meth:`allocate`, :meth:`take_hits` and :meth:`register` build them, they are
+  a named prefix then unnamed blocks, unless :meth:`register` left a block unnamed between named
+  ones (a duplicate): ``_mixed`` keeps those lists (by ``id``, holding them so that the id stays
+  theirs) until their :meth:`release`, which then goes name by name. Any other list's named prefix
+  is found by a binary search comparing keys with :data:`UNNAMED` by identity, reading no name's
+  int object (a scan compares each of a prompt's ~750 names, a cache miss each), and its runs are
+  read from the holder's :class:`Runs`.
 """
 from __future__ import annotations
 
@@ -97,13 +103,14 @@ class RunBlockPool(BlockPool):
     hold group masks here, ``_refs`` replaces ``_used``/``_shared``/``_stale_more``.
     """
 
-    __slots__ = ("_refs",)
+    __slots__ = ("_refs", "_mixed")
 
     def __init__(self, capacity: int):
         super().__init__(capacity)
         self._cached: dict = {}  # group -> mask of cached names
         self._stale: dict = {}  # group -> levels of stale entries
         self._refs: dict = {}  # group -> levels of holders
+        self._mixed: dict = {}  # id(keys) -> keys: key lists with a block left unnamed by register
 
     # -- reading --------------------------------------------------------------------------
     @staticmethod
@@ -181,6 +188,7 @@ class RunBlockPool(BlockPool):
             keys[start:end] = names[start:end]
             self.stored.extend(names[start:end])
             return
+        self._mixed[id(keys)] = keys
         i = start
         for first, c in seq.span(start, end):
             new = dups.get(first)
@@ -198,15 +206,16 @@ class RunBlockPool(BlockPool):
         """A holder frees its blocks (``keys`` in sequence order, named by ``seq``'s names): to the
         free-queue tail in reverse order, except names still held by another request."""
         n = len(keys)
-        if not n:
-            return
-        try:
-            p = keys.index(UNNAMED)
-        except ValueError:
-            p = n
-        if p < n and keys[p:].count(UNNAMED) != n - p:
+        if self._mixed.pop(id(keys), None) is not None:
             self._release_mixed(keys, seq.names)
             return
+        p, hi = 0, n  # the named prefix: a binary search by identity (no name's int object read)
+        while p < hi:
+            mid = (p + hi) // 2
+            if keys[mid] is UNNAMED:
+                hi = mid
+            else:
+                p = mid + 1
         if p < n:
             self._push_unnamed(n - p)
         self._nfree += n - p
