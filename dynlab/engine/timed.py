@@ -90,7 +90,8 @@ class TimedFleet:
     block size. ``routing`` / ``serving``: the recorders. ``progress``: a tqdm bar or ``None``.
     ``runs_of(request) -> (names, runs)`` (optional, used instead of ``names_of`` when given): the
     names and their runs (:func:`dynlab.engine.names.engine_block_runs`), which the routing recorder
-    takes in place of the names.
+    takes in place of the names and the engines' requests carry (an engine built with ``runs=True``
+    works on them: :class:`~dynlab.kv.run_pool.RunBlockPool`).
     """
 
     def __init__(self, strategy: Strategy, engines: Sequence[EngineWorker], bus: EventBus, loop: EventLoop,
