@@ -274,6 +274,13 @@ class RunBlockPool(BlockPool):
                         mask ^= gone
                         _count_out(stale, g, gone)
                 n = mask.bit_count()
+                if n > want == 1:  # most calls (a decode's block boundary): the entry's highest name goes
+                    o = mask.bit_length() - 1
+                    seg[i] = (g, mask ^ (1 << o), names, base)
+                    self._head = i
+                    self._cached[g] ^= 1 << o  # its other names stay cached
+                    self.removed.append(names[base + o])
+                    return
                 if n > want:  # the allocation stops inside this entry: its highest names go
                     take = _top(mask, want)
                     seg[i] = (g, mask ^ take, names, base)
