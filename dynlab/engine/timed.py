@@ -90,7 +90,8 @@ class TimedFleet:
     block size. ``routing`` / ``serving``: the recorders. ``progress``: a tqdm bar or ``None``.
     ``runs_of(request) -> (names, runs)`` (optional, used instead of ``names_of`` when given): the
     names and their runs (:func:`dynlab.engine.names.engine_block_runs`), which the routing recorder
-    takes in place of the names.
+    takes in place of the names and the engines' requests carry (an engine built with ``runs=True``
+    works on them: :class:`~dynlab.kv.run_pool.RunBlockPool`).
     """
 
     def __init__(self, strategy: Strategy, engines: Sequence[EngineWorker], bus: EventBus, loop: EventLoop,
@@ -137,9 +138,9 @@ class TimedFleet:
         routed = Request(tuple(names), req.input_length, req.output_length, t, req.index)
         w = self._route(routed)
         engine = self.engines[w]
-        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names)
+        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names, runs)
         cap = (ereq.input_length - 1) // self.block
-        actual = engine.overlap(names, cap)
+        actual = engine.overlap_of(ereq, cap)
         self.routing.on_route(routed.hashes, w, self.strategy.predicted, actual, cap, runs=runs)
         self.serving.on_arrival(ereq, t)
         self._track(ereq, w, self.strategy.predicted)

@@ -130,6 +130,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import BlockPool
 from dynlab.kv.cpu_tier import CpuTier
+from dynlab.kv.run_pool import RunBlockPool
 from dynlab.latency.base import LatencyModel, StepBatch
 
 __all__ = ["EngineRequest", "EngineWorker", "StepResult", "CPU_WRITES"]
@@ -145,19 +146,22 @@ class EngineRequest:
     Given: ``id`` (any, for the caller), ``arrival_ms``, ``input_length`` (prompt tokens, >= 1),
     ``output_length`` (tokens to generate, >= 1), ``names`` (the names of its full prompt
     blocks at the engine's block size, ``input_length // block`` ints >= 0, from
-    :func:`dynlab.engine.names.engine_block_names`; distinct within a request).
+    :func:`dynlab.engine.names.engine_block_names`; distinct within a request), ``runs`` (optional: the
+    same names as runs ``(first name, count)``, from :func:`dynlab.engine.names.engine_block_runs`,
+    which a worker with ``runs=True`` works on; ``None``: one run per name).
 
     Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``.
     Metrics (``None`` until known): ``hit_tokens``, ``first_scheduled_ms``, ``first_token_ms``,
     ``finish_ms``; ``preemptions`` (int); ``rejected`` (bool).
     """
 
-    __slots__ = ("id", "arrival_ms", "input_length", "output_length", "names",
+    __slots__ = ("id", "arrival_ms", "input_length", "output_length", "names", "runs", "seq",
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
                  "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks")
 
-    def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int]):
+    def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
+                 runs: Optional[Sequence[tuple]] = None):
         if input_length < 1:
             raise ValueError(f"request {id!r}: input_length must be >= 1, got {input_length}")
         if output_length < 1:
@@ -168,6 +172,8 @@ class EngineRequest:
         self.input_length = input_length
         self.output_length = output_length
         self.names = names
+        self.runs = runs
+        self.seq = None  # names as the pool takes them (BlockPool.sequence), set by the worker
         self.num_tokens = input_length
         self.computed = 0
         self.generated = 0
@@ -243,13 +249,15 @@ class EngineWorker:
     ``capacity``: KV blocks in the pool; ``block``: tokens per block; ``latency``: the step-time
     model; ``max_num_batched_tokens``: token budget per step; ``max_num_seqs``: running requests
     at most; ``bulk``: advance runs of decode-only steps at once (same results as ``False``);
-    ``handoff``: a prefill worker of a disaggregated fleet (see the module docstring).
+    ``handoff``: a prefill worker of a disaggregated fleet (see the module docstring); ``runs``: the pool
+    works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
+    names with runs longer than one, as :func:`~dynlab.engine.names.engine_block_runs` gives them).
     """
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False):
+                 handoff: bool = False, runs: bool = False):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -264,7 +272,7 @@ class EngineWorker:
         self.held: dict = {}  # request -> its keys, handed off and not yet released
         self.reserved: dict = {}  # request -> (its keys, blocks hit): reserved, KV not yet received
         self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
-        self.pool = BlockPool(capacity)
+        self.pool = RunBlockPool(capacity) if runs else BlockPool(capacity)
         self.waiting: deque = deque()
         self.running: List[EngineRequest] = []
         self.preemptions = 0
@@ -360,7 +368,14 @@ class EngineWorker:
         The question every worker answers alike (the count-based :class:`~dynlab.engine.counted.Worker`
         too); a reading only, for the metrics, never for a strategy.
         """
-        return self.pool.lookup(names, len(names) if cap is None else cap)
+        return self.pool.lookup(self.pool.sequence(names, None), len(names) if cap is None else cap)
+
+    def overlap_of(self, req: EngineRequest, cap: Optional[int] = None) -> int:
+        """:meth:`overlap` of ``req``'s names (and runs), for a request about to be submitted here (its
+        names as the pool takes them, :attr:`EngineRequest.seq`, are kept for :meth:`submit`)."""
+        if req.seq is None:
+            req.seq = self.pool.sequence(req.names, req.runs)
+        return self.pool.lookup(req.seq, len(req.names) if cap is None else cap)
 
     def used_block_ms(self, now: Optional[float] = None) -> float:
         """Integral of :attr:`used_blocks` over time (blocks x ms) up to ``now`` (default: the last change)."""
@@ -384,6 +399,8 @@ class EngineWorker:
             req.rejected = True
             self.rejected += 1
             return False
+        if req.seq is None:
+            req.seq = self.pool.sequence(req.names, req.runs)
         self.waiting.append(req)
         if self._step is not None and self._step.k > 1:
             self.interrupt(now)
@@ -519,7 +536,7 @@ class EngineWorker:
             req = waiting[0]
             names = req.names
             cap = min(len(names), (req.num_tokens - 1) // B)
-            h = pool.lookup(names, cap)
+            h = pool.lookup(req.seq, cap)
             if cpu is not None and h < cap:
                 hc = cpu.lookup(names, h, cap - h)
                 if hc:
@@ -527,17 +544,16 @@ class EngineWorker:
                         break
                     admitted += 1
                     continue
-            hit = names[:h]
             computed = h * B
             n = req.num_tokens - computed
             if n > budget:
                 n = budget
             need = -(-(computed + n) // B) - h
-            if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+            if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
                 break
             waiting.popleft()
-            pool.take_hits(hit)
-            req.keys = list(hit)
+            pool.take_hits(req.seq, h)
+            req.keys = list(names[:h])
             if need > 0:
                 req.keys += pool.allocate(need)
             req.computed = computed
@@ -646,7 +662,7 @@ class EngineWorker:
             if req.generated >= req.output_length:
                 req.finish_ms = end
                 finished.append((req, end))
-                self.pool.release(req.keys)
+                self.pool.release(req.keys, req.seq)
                 req.keys = []
         if handed:
             held = self.held
@@ -675,7 +691,7 @@ class EngineWorker:
         sent. Its full prompt blocks stay cached (free queue). Raises ``KeyError`` if not held here."""
         keys = self.held.pop(req)
         self._accumulate(now)
-        self.pool.release(keys)
+        self.pool.release(keys, req.seq)
 
     def reserve(self, req: EngineRequest, now: float, prefix_cache: bool = False) -> Optional[int]:
         """Allocate, at ``now`` (ms), the blocks ``req`` needs to receive its prompt's KV and decode its
@@ -687,14 +703,15 @@ class EngineWorker:
         """
         pool, B = self.pool, self.block
         names = req.names
-        h = pool.lookup(names, len(names)) if prefix_cache else 0
-        hit = names[:h]
+        if req.seq is None:
+            req.seq = pool.sequence(names, req.runs)
+        h = pool.lookup(req.seq, len(names)) if prefix_cache else 0
         need = -(-(req.input_length + 1) // B) - h
-        if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
         self._accumulate(now)
-        pool.take_hits(hit)
-        self.reserved[req] = (list(hit) + pool.allocate(need), h)  # req.keys may still be its prefill worker's
+        pool.take_hits(req.seq, h)
+        self.reserved[req] = (list(names[:h]) + pool.allocate(need), h)  # req.keys may still be its prefill worker's
         used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
@@ -727,15 +744,14 @@ class EngineWorker:
         ``False`` (nothing changed) when the pool cannot give the blocks."""
         pool, B = self.pool, self.block
         names = req.names
-        hit = names[:h]
         computed = (h + hc) * B
         n = min(req.num_tokens - computed, budget)
         need = -(-(computed + n) // B) - h
-        if need + (pool.evictable_hits(hit) if h else 0) > pool.num_free:
+        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return False
         self.waiting.popleft()
-        pool.take_hits(hit)
-        req.keys = list(hit) + pool.allocate(need)
+        pool.take_hits(req.seq, h)
+        req.keys = list(names[:h]) + pool.allocate(need)
         self.cpu.touch(names[h:h + hc])
         req.computed = h * B
         req.nreg = h
@@ -757,7 +773,7 @@ class EngineWorker:
         and compute at most what the pool can give (never less than the blocks reserved at admission)."""
         pool, B = self.pool, self.block
         hc = req.load_blocks
-        pool.register(req.keys, req.nreg, req.names[req.nreg:req.nreg + hc])
+        pool.register(req.keys, req.seq, req.nreg, req.nreg + hc)
         req.nreg += hc
         req.computed = req.nreg * B
         req.load_blocks = 0
@@ -817,11 +833,11 @@ class EngineWorker:
         """Name the full prompt blocks the chunk of ``n`` tokens scheduled now completes."""
         full = min(req.computed + n, req.input_length) // self.block
         if full > req.nreg:
-            self.pool.register(req.keys, req.nreg, req.names[req.nreg:full])
+            self.pool.register(req.keys, req.seq, req.nreg, full)
             req.nreg = full
 
     def _preempt(self, req: EngineRequest) -> None:
-        self.pool.release(req.keys)
+        self.pool.release(req.keys, req.seq)
         req.keys = []
         req.computed = 0
         req.nreg = 0

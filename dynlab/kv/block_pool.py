@@ -17,6 +17,12 @@ Modelled on vLLM v1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` (``vllm/v1/core`
 
 Invariant: ``used_blocks + num_free == capacity`` (``num_free`` counts the never-used blocks too).
 
+A request's names reach the pool as its **sequence** (:meth:`sequence`): here the names themselves;
+:class:`~dynlab.kv.run_pool.RunBlockPool`, the same pool keyed by runs of names (trace blocks of
+engine blocks), takes the names with their runs. Methods take the sequence and positions in it
+(:meth:`take_hits` its first ``h`` names, :meth:`register` names ``start:end``), so the engine
+drives both alike.
+
 Representation. Blocks move in runs (a prompt's hundreds of blocks are registered, released and
 mostly evicted together), so every operation works on whole runs in a few C-level passes
 (slices, ``set.update`` / ``difference_update`` / ``isdisjoint``, ``filter`` through a set's
@@ -96,6 +102,11 @@ class BlockPool:
         self.removed: List[int] = []
 
     # -- reading --------------------------------------------------------------------------
+    @staticmethod
+    def sequence(names: Sequence[int], runs=None) -> Sequence[int]:
+        """What this pool takes for a request's names (``runs``: their runs, not needed here): the names."""
+        return names
+
     @property
     def num_free(self) -> int:
         """Blocks in the free queue (never used, unnamed, or cached and evictable)."""
@@ -126,15 +137,17 @@ class BlockPool:
         misses = compress(count(), map(not_, map(self._cached.__contains__, islice(names, max_blocks))))
         return min(next(misses, max_blocks), len(names))
 
-    def evictable_hits(self, names: Sequence[int]) -> int:
-        """How many of the cached ``names`` sit in the free queue (taking them costs free blocks)."""
-        return list(map(self._used.__contains__, names)).count(False)
+    def evictable_hits(self, names: Sequence[int], h: int) -> int:
+        """How many of the (cached) first ``h`` ``names`` sit in the free queue (taking them costs free blocks)."""
+        return list(map(self._used.__contains__, names[:h])).count(False)
 
     # -- changing -------------------------------------------------------------------------
-    def take_hits(self, names: Sequence[int]) -> None:
-        """Take cached ``names`` for a request (reference count + 1; out of the free queue if free)."""
-        if not names:
+    def take_hits(self, names: Sequence[int], h: int) -> None:
+        """Take the (cached) first ``h`` ``names`` for a request (reference count + 1; out of the free
+        queue if free)."""
+        if h <= 0:
             return
+        names = names[:h]
         used = self._used
         held = used.intersection(names)
         if held:  # blocks other requests hold: one more reference each
@@ -232,8 +245,8 @@ class BlockPool:
         stale.difference_update(gone)
         return live
 
-    def register(self, keys: list, start: int, names: Sequence[int]) -> None:
-        """Name the blocks ``keys[start:start+len(names)]`` (full prompt blocks just computed).
+    def register(self, keys: list, names: Sequence[int], start: int, end: int) -> None:
+        """Name the blocks ``keys[start:end]`` with ``names[start:end]`` (full prompt blocks just computed).
 
         ``keys`` is the holder's key list (updated in place: a registered block's key becomes
         its name). Registered names are appended to :attr:`stored`. A name already cached (held
@@ -242,8 +255,9 @@ class BlockPool:
         equals the set built from stored/removed events.) Names within one request are
         assumed distinct (true for prefix-chained names).
         """
-        if not names:
+        if end <= start:
             return
+        names = names[start:end]
         cached, used = self._cached, self._used
         if cached.isdisjoint(names):
             keys[start:start + len(names)] = names
@@ -258,9 +272,10 @@ class BlockPool:
                 used.add(name)
                 self.stored.append(name)
 
-    def release(self, keys: Sequence[int]) -> None:
+    def release(self, keys: Sequence[int], names: Sequence[int] = ()) -> None:
         """A holder frees its blocks (``keys`` in sequence order): they go to the free-queue tail
-        in reverse order, except named blocks still held by another request."""
+        in reverse order, except named blocks still held by another request. (``names``: the
+        holder's sequence, which :class:`~dynlab.kv.run_pool.RunBlockPool` reads; not needed here.)"""
         if not keys:
             return
         n = len(keys)

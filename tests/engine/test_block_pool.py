@@ -6,6 +6,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dynlab.kv.block_pool import BlockPool
+from dynlab.kv.run_pool import RunBlockPool
+from pool_runs import runs_of
+
+#: both pools must behave the same: the per-name one and the one keyed by runs
+POOLS = [BlockPool, RunBlockPool]
 
 
 class ModelPool:
@@ -63,21 +68,24 @@ class ModelPool:
 
 
 def pool_admit(pool, names, extra):
-    h = pool.lookup(names, len(names))
+    seq = pool.sequence(names, runs_of(names))
+    h = pool.lookup(seq, len(names))
     need = len(names) - h + extra
-    if need + pool.evictable_hits(names[:h]) > pool.num_free:
+    if need + pool.evictable_hits(seq, h) > pool.num_free:
         return h, None
-    pool.take_hits(names[:h])
+    pool.take_hits(seq, h)
     keys = list(names[:h]) + pool.allocate(need)
-    pool.register(keys, h, names[h:])
-    return h, keys
+    pool.register(keys, seq, h, len(names))
+    return h, (keys, seq)
 
 
 class PoolMachine(RuleBasedStateMachine):
+    make = BlockPool
+
     def __init__(self):
         super().__init__()
         self.cap = 12
-        self.pool = BlockPool(self.cap)
+        self.pool = self.make(self.cap)
         self.model = ModelPool(self.cap)
         self.holders = []  # (pool keys, model blocks)
         self.from_events = set()
@@ -105,8 +113,8 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def release(self, data):
         i = data.draw(st.integers(0, len(self.holders) - 1))
-        keys, blocks = self.holders.pop(i)
-        self.pool.release(keys)
+        (keys, seq), blocks = self.holders.pop(i)
+        self.pool.release(keys, seq)
         self.model.release(blocks)
 
     @invariant()
@@ -124,76 +132,113 @@ class PoolMachine(RuleBasedStateMachine):
 TestPoolMachine = PoolMachine.TestCase
 
 
-def test_free_queue_order_and_eviction():
-    pool = BlockPool(4)
+class RunPoolMachine(PoolMachine):
+    make = RunBlockPool
+
+
+TestRunPoolMachine = RunPoolMachine.TestCase
+
+
+def seq(pool, names):
+    return pool.sequence(names, runs_of(names))
+
+
+@pytest.mark.parametrize("Pool", POOLS)
+def test_free_queue_order_and_eviction(Pool):
+    pool = Pool(4)
     a = pool.allocate(3)
-    pool.register(a, 0, [10, 11, 12])
+    s = seq(pool, [10, 11, 12])
+    pool.register(a, s, 0, 3)
     assert pool.stored == [10, 11, 12] and pool.used_blocks == 3
-    pool.release(a)  # tail gets 12, 11, 10 after the never-used block
+    pool.release(a, s)  # tail gets 12, 11, 10 after the never-used block
     assert pool.num_free == 4 and pool.cached() == {10, 11, 12}
     b = pool.allocate(2)  # the never-used block, then 12 (tail of the sequence first)
     assert pool.removed == [12] and pool.cached() == {10, 11}
-    assert pool.lookup([10, 11, 12], 3) == 2
-    assert pool.lookup([10, 11, 12], 1) == 1
-    assert pool.evictable_hits([10, 11]) == 2
-    pool.take_hits([10, 11])
+    assert pool.lookup(s, 3) == 2
+    assert pool.lookup(s, 1) == 1
+    assert pool.evictable_hits(s, 2) == 2
+    pool.take_hits(s, 2)
     assert pool.num_free == 0 and pool.used_blocks == 4
     with pytest.raises(ValueError):
         pool.allocate(1)
-    pool.release(b)
-    pool.release([10, 11])
+    pool.release(b, seq(pool, []))
+    pool.release([10, 11], s)
     assert pool.num_free == 4
 
 
-def test_shared_block_stays_in_use_until_last_release():
-    pool = BlockPool(3)
+@pytest.mark.parametrize("Pool", POOLS)
+def test_shared_block_stays_in_use_until_last_release(Pool):
+    pool = Pool(3)
     a = pool.allocate(2)
-    pool.register(a, 0, [1, 2])
-    pool.take_hits([1])  # a second request shares block 1
-    pool.release(a)  # block 2 is free, block 1 still held
-    assert pool.num_free == 2 and pool.evictable_hits([1, 2]) == 1
+    s = seq(pool, [1, 2])
+    pool.register(a, s, 0, 2)
+    pool.take_hits(s, 1)  # a second request shares block 1
+    pool.release(a, s)  # block 2 is free, block 1 still held
+    assert pool.num_free == 2 and pool.evictable_hits(s, 2) == 1
     pool.allocate(2)  # the never-used block and 2; never 1
     assert pool.removed == [2] and 1 in pool
-    pool.release([1])
-    assert pool.evictable_hits([1]) == 1
+    pool.release([1], s)
+    assert pool.evictable_hits(s, 1) == 1
 
 
-def test_duplicate_name_stays_unnamed():
-    pool = BlockPool(4)
+@pytest.mark.parametrize("Pool", POOLS)
+def test_duplicate_name_stays_unnamed(Pool):
+    pool = Pool(4)
     a = pool.allocate(1)
-    pool.register(a, 0, [5])
+    pool.register(a, seq(pool, [5]), 0, 1)
     b = pool.allocate(2)
-    pool.register(b, 0, [5, 6])  # 5 is already cached: b's first block stays unnamed
+    pool.register(b, seq(pool, [5, 6]), 0, 2)  # 5 is already cached: b's first block stays unnamed
     assert b[0] < 0 and b[1] == 6 and pool.stored == [5, 6]
 
 
-def test_a_huge_pool_costs_nothing_until_used():
+@pytest.mark.parametrize("Pool", POOLS)
+def test_a_huge_pool_costs_nothing_until_used(Pool):
     # --capacity 10**9 --timing: the never-used blocks are a count, so construction allocates no
     # entry per block; taking 3 blocks (all never used) leaves 10**9 - 3 free and evicts nothing.
-    pool = BlockPool(10**9)
+    pool = Pool(10**9)
     assert pool.num_free == 10**9 and pool._nfree == 0
     keys = pool.allocate(3)
     # unnamed blocks need no identity: every one's key is UNNAMED (-1)
     assert keys == [-1, -1, -1] and pool.num_free == 10**9 - 3 and pool.removed == []
-    pool.release(keys)
+    pool.release(keys, seq(pool, []))
     assert pool.num_free == 10**9 and pool._nfree == 3
     pool.check()
 
 
-def test_a_duplicate_between_named_blocks_keeps_its_place_in_the_free_queue():
+@pytest.mark.parametrize("Pool", POOLS)
+def test_a_duplicate_between_named_blocks_keeps_its_place_in_the_free_queue(Pool):
     # By hand: A names 3 blocks; B hits A's first (shared) and computes 11 again (already cached:
     # its block stays unnamed), 21, 22. A's release frees 12, 11 (reversed; 10 is still B's); B's
     # frees 22, 21, its unnamed duplicate, 10. Two never-used blocks (8 - 3 - 3) stay at the head.
-    pool = BlockPool(8)
+    pool = Pool(8)
     a = pool.allocate(3)
-    pool.register(a, 0, [10, 11, 12])
-    pool.take_hits([10])
+    sa, sb = seq(pool, [10, 11, 12]), seq(pool, [10, 11, 21, 22])
+    pool.register(a, sa, 0, 3)
+    pool.take_hits(sb, 1)
     b = [10] + pool.allocate(3)
-    pool.register(b, 1, [11, 21, 22])
+    pool.register(b, sb, 1, 4)
     assert b == [10, -1, 21, 22] and pool.stored == [10, 11, 12, 21, 22]
-    pool.release(a)
-    pool.release(b)
+    pool.release(a, sa)
+    pool.release(b, sb)
     assert pool.free_keys() == [None, None, 12, 11, 22, 21, -1, 10]
     pool.allocate(5)  # the two never-used blocks, then 12, 11, 22
     assert pool.removed == [12, 11, 22] and pool.num_free == 3
+    pool.check()
+
+
+@pytest.mark.parametrize("Pool", POOLS)
+def test_an_allocation_stopping_inside_a_run_with_a_hole_takes_its_head_of_queue(Pool):
+    # By hand: a request computes 10..13 (one run) and leaves: the queue is 13, 12, 11, 10. Another
+    # hits 12 alone (the run's free entry keeps a stale 12: a hole). Taking 2 blocks evicts 13, skips
+    # the stale 12, evicts 11: 10 stays free and cached, 12 stays in use.
+    pool = Pool(4)
+    a = pool.allocate(4)
+    s = seq(pool, [10, 11, 12, 13])
+    pool.register(a, s, 0, 4)
+    pool.release(a, s)
+    pool.take_hits(seq(pool, [12]), 1)
+    assert pool.num_free == 3
+    pool.allocate(2)
+    assert pool.removed == [13, 11] and pool.free_keys() == [10] and pool.cached() == {10, 12}
+    assert pool.references(12) == 1
     pool.check()

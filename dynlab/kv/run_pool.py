@@ -1,0 +1,448 @@
+"""The block pool keyed by runs of names: :class:`BlockPool`'s behaviour, one step per run instead of per name.
+
+An engine's block names from a trace that names its own blocks (Mooncake: one id per 512 tokens) are
+``trace id * 1024 + offset`` (:mod:`dynlab.engine.names`): the 32 engine blocks of a trace block are
+one **run** ``(first name, count)``, registered, hit, released and mostly evicted together.
+:class:`RunBlockPool` behaves exactly as :class:`~dynlab.kv.block_pool.BlockPool` (same evictions in
+the same order, same stored/removed names in the same order, same counts and answers; a hypothesis
+state machine compares both with the older pool kept as an oracle) but keys its state by **group**
+``name >> 10`` with one bitmask of offsets (``name & 1023``) per group, so an operation on a run is a
+few int operations on one dict entry instead of a set operation per name. The engine hands it each
+request's runs (:meth:`sequence`); any names work (a run of one name is a group of one bit), but
+names with no runs longer than one gain nothing: :class:`BlockPool` is kept for them.
+
+Representation (the free queue and the never-used blocks as in :class:`BlockPool`):
+
+- A run never crosses a group boundary (``offset + count <= 1024``; engine runs never do, and a
+  run of one name cannot). A group's **mask** of names ``M`` has bit ``o`` set for name
+  ``(group << 10) + o``.
+- ``_cached``: group -> mask of the cached names (in use or free).
+- ``_refs``: group -> the **levels** of its names' reference counts: ``[L1, L2, ...]``, ``Lk`` the
+  mask of names held by at least ``k`` requests (``L1``: the names in use), or, when no name of the
+  group is held twice (most groups), the mask ``L1`` alone, an int (no list to allocate: fewer
+  objects for the garbage collector to track). Taking a hit counts the run's names once more, a
+  release once less, a few bitwise operations per level (:func:`_count_in`, :func:`_count_out`); a
+  name released from ``L1`` alone becomes free.
+- ``_stale``: group -> the levels of its names' **stale entries** (a hit on a free block leaves its
+  queue entry behind, removed lazily when met at the head; a name can have several), the same way.
+- The free queue's named segments are lists of **entries** ``(group, mask, names, base)``: one
+  release's names, in queue order: entries in list order, each entry's names from the highest
+  offset down (a release reverses its sequence, and a run ascends). ``names[base + o]`` is the name
+  of offset ``o``: the holder's list of names, so that :attr:`removed` hands on the same int objects
+  as :attr:`stored` did (a dict keyed by them, the router's index, finds an identical key faster
+  than an equal one). A group's stale entries always precede its live one, so the names of an entry
+  met at the head that are counted in ``_stale`` are stale (dropped, counted once less); the rest
+  are evicted. An allocation that stops inside an entry takes its highest live names and leaves
+  the rest in its place.
+- A holder's keys are as in :class:`BlockPool` (names in sequence order, :data:`UNNAMED` for
+  unnamed blocks). As :meth:`allocate`, :meth:`take_hits` and :meth:`register` build them, they are
+  a named prefix then unnamed blocks, unless :meth:`register` left a block unnamed between named
+  ones (a duplicate): ``_mixed`` keeps those lists (by ``id``, holding them so that the id stays
+  theirs) until their :meth:`release`, which then goes name by name. Any other list's named prefix
+  is found by a binary search comparing keys with :data:`UNNAMED` by identity, reading no name's
+  int object (a scan compares each of a prompt's ~750 names, a cache miss each), and its runs are
+  read from the holder's :class:`Runs`.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate
+from typing import List, Optional, Sequence
+
+from dynlab.kv.block_pool import UNNAMED, BlockPool
+
+__all__ = ["RunBlockPool", "Runs"]
+
+_SHIFT = 10  # a group holds the names (group << 10) + 0 .. 1023
+_LOW = (1 << _SHIFT) - 1
+
+
+class Runs:
+    """A request's block names and the same names as runs, for :class:`RunBlockPool`.
+
+    ``names``: the names in sequence order; ``runs``: ``(first name, count)`` covering them in
+    order (names ``first ... first + count - 1``), none crossing a group of 1024 names;
+    ``ends``: the names up to the end of each run.
+    """
+
+    __slots__ = ("names", "runs", "ends")
+
+    def __init__(self, names: Sequence[int], runs: Optional[Sequence[tuple]]):
+        """``runs``: as the attribute (``None``: one run per name). Raises ``ValueError`` when they
+        do not add up to ``names`` or one crosses a group."""
+        if runs is None:
+            runs = [(name, 1) for name in names]
+        self.names, self.runs = names, runs
+        self.ends = ends = list(accumulate([c for _, c in runs]))
+        if (ends[-1] if ends else 0) != len(names):
+            raise ValueError(f"runs of {ends[-1] if ends else 0} names for {len(names)} names")
+        if any((first & _LOW) + c > _LOW + 1 for first, c in runs):
+            raise ValueError("a run crosses a group of 1024 names")
+
+    def span(self, start: int, end: int) -> list:
+        """The runs of names ``[start, end)``, the first and last clipped to them."""
+        if end <= start:
+            return []
+        ends, runs = self.ends, self.runs
+        a, k = bisect_right(ends, start), bisect_right(ends, end - 1)
+        out = runs[a:k + 1]
+        if ends[k] > end:
+            first, c = out[-1]
+            out[-1] = (first, c - ends[k] + end)
+        skip = start - ends[a] + runs[a][1]
+        if skip:
+            first, c = out[0]
+            out[0] = (first + skip, c - skip)
+        return out
+
+
+class RunBlockPool(BlockPool):
+    """:class:`BlockPool` keyed by runs (module docstring); takes :class:`Runs` where it takes names.
+
+    Reuses :class:`BlockPool`'s never-used blocks, counts and allocation; ``_cached`` and ``_stale``
+    hold group masks here, ``_refs`` replaces ``_used``/``_shared``/``_stale_more``.
+    """
+
+    __slots__ = ("_refs", "_mixed")
+
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self._cached: dict = {}  # group -> mask of cached names
+        self._stale: dict = {}  # group -> levels of stale entries
+        self._refs: dict = {}  # group -> levels of holders
+        self._mixed: dict = {}  # id(keys) -> keys: key lists with a block left unnamed by register
+
+    # -- reading --------------------------------------------------------------------------
+    @staticmethod
+    def sequence(names: Sequence[int], runs: Optional[Sequence[tuple]]) -> Runs:
+        """What this pool takes for a request's names: its :class:`Runs`."""
+        return Runs(names, runs)
+
+    def cached(self) -> set:
+        return {(g << _SHIFT) + o for g, m in self._cached.items() for o in _bits(m)}
+
+    def __contains__(self, name: int) -> bool:
+        return self._cached.get(name >> _SHIFT, 0) >> (name & _LOW) & 1 == 1
+
+    def references(self, name: int) -> int:
+        if name not in self:
+            raise KeyError(name)
+        return _count(self._refs, name)
+
+    def lookup(self, seq: Runs, max_blocks: int) -> int:
+        """How many leading names of ``seq`` (at most ``max_blocks``) are cached: a prefix hit, in blocks."""
+        n = min(max_blocks, len(seq.names))
+        if n <= 0:
+            return 0
+        cached, got = self._cached, 0
+        for first, c in seq.runs:
+            m = cached.get(first >> _SHIFT, 0) >> (first & _LOW)
+            ones = (m ^ (m + 1)).bit_length() - 1  # leading names of the run cached
+            if ones < c:
+                return min(got + ones, n)
+            got += c
+            if got >= n:
+                return n
+        return n
+
+    def evictable_hits(self, seq: Runs, h: int) -> int:
+        """How many of the (cached) first ``h`` names of ``seq`` sit in the free queue."""
+        refs, free = self._refs, 0
+        for first, c in seq.span(0, h):
+            bits = ((1 << c) - 1) << (first & _LOW)
+            free += (bits & ~_once(refs.get(first >> _SHIFT, 0))).bit_count()
+        return free
+
+    # -- changing -------------------------------------------------------------------------
+    def take_hits(self, seq: Runs, h: int) -> None:
+        """Take the (cached) first ``h`` names of ``seq`` for a request (one more reference each;
+        out of the free queue if free: their queue entries become stale)."""
+        refs, stale = self._refs, self._stale
+        for first, c in seq.span(0, h):
+            g = first >> _SHIFT
+            bits = ((1 << c) - 1) << (first & _LOW)
+            free = bits & ~_once(refs.get(g, 0))
+            _count_in(refs, g, bits)
+            if free:
+                self._nfree -= free.bit_count()
+                _count_in(stale, g, free)
+
+    def register(self, keys: list, seq: Runs, start: int, end: int) -> None:
+        """Name the blocks ``keys[start:end]`` with the names ``seq.names[start:end]`` (as
+        :meth:`BlockPool.register`: a name already cached leaves its block unnamed)."""
+        cached, refs = self._cached, self._refs
+        dups = {}  # a run's first name -> its names not cached before, when not all
+        for first, c in seq.span(start, end):
+            g = first >> _SHIFT
+            bits = ((1 << c) - 1) << (first & _LOW)
+            m = cached.get(g, 0)
+            new = bits & ~m
+            if new != bits:  # rare: some names of the run are already cached (another block holds them)
+                dups[first] = new
+                if not new:
+                    continue
+            cached[g] = m | new
+            _count_in(refs, g, new)
+        names = seq.names
+        if not dups:
+            keys[start:end] = names[start:end]
+            self.stored.extend(names[start:end])
+            return
+        self._mixed[id(keys)] = keys
+        i = start
+        for first, c in seq.span(start, end):
+            new = dups.get(first)
+            if new is None:
+                keys[i:i + c] = names[i:i + c]
+                self.stored.extend(names[i:i + c])
+            else:
+                base = i - (first & _LOW)  # names[base + o]: the name of offset o
+                for o in _bits(new):
+                    keys[base + o] = names[base + o]
+                    self.stored.append(names[base + o])
+            i += c
+
+    def release(self, keys: Sequence[int], seq: Runs) -> None:
+        """A holder frees its blocks (``keys`` in sequence order, named by ``seq``'s names): to the
+        free-queue tail in reverse order, except names still held by another request."""
+        n = len(keys)
+        if self._mixed.pop(id(keys), None) is not None:
+            self._release_mixed(keys, seq.names)
+            return
+        p, hi = 0, n  # the named prefix: a binary search by identity (no name's int object read)
+        while p < hi:
+            mid = (p + hi) // 2
+            if keys[mid] is UNNAMED:
+                hi = mid
+            else:
+                p = mid + 1
+        if p < n:
+            self._push_unnamed(n - p)
+        self._nfree += n - p
+        if not p:
+            return
+        refs, entries, names, i = self._refs, [], seq.names, p
+        for first, c in reversed(seq.span(0, p)):
+            i -= c
+            g, off = first >> _SHIFT, first & _LOW
+            free = _count_out(refs, g, ((1 << c) - 1) << off)
+            if free:
+                entries.append((g, free, names, i - off))
+                self._nfree += free.bit_count()
+        if entries:
+            self._queue.append(entries)
+
+    def _release_mixed(self, keys: Sequence[int], names: Sequence[int]) -> None:
+        """:meth:`release` of keys with unnamed blocks between named ones (a duplicate registration),
+        name by name: each run of named keys between unnamed ones is a segment of one-name entries."""
+        refs, run = self._refs, []
+        for i in range(len(keys) - 1, -1, -1):
+            key = keys[i]
+            if key < 0:
+                if run:
+                    self._queue.append(run)
+                    run = []
+                self._push_unnamed(1)
+                self._nfree += 1
+                continue
+            g, o = key >> _SHIFT, key & _LOW
+            if _count_out(refs, g, 1 << o):
+                run.append((g, 1 << o, names, i - o))
+                self._nfree += 1
+        if run:
+            self._queue.append(run)
+
+    def _take(self, want: int) -> None:
+        """Take ``want`` live entries from the head of ``_queue``, evicting the named ones."""
+        self._nfree -= want
+        queue, stale = self._queue, self._stale
+        while want:
+            seg = queue[0]
+            if seg.__class__ is int:
+                if seg > want:
+                    queue[0] = seg - want
+                    return
+                queue.popleft()
+                want -= seg
+                continue
+            i, end = self._head, len(seg)
+            while i < end:  # the segment's entries, head first
+                g, mask, names, base = seg[i]
+                if g in stale:
+                    gone = mask & _once(stale[g])
+                    if gone:
+                        mask ^= gone
+                        _count_out(stale, g, gone)
+                n = mask.bit_count()
+                if n > want == 1:  # most calls (a decode's block boundary): the entry's highest name goes
+                    o = mask.bit_length() - 1
+                    seg[i] = (g, mask ^ (1 << o), names, base)
+                    self._head = i
+                    self._cached[g] ^= 1 << o  # its other names stay cached
+                    self.removed.append(names[base + o])
+                    return
+                if n > want:  # the allocation stops inside this entry: its highest names go
+                    take = _top(mask, want)
+                    seg[i] = (g, mask ^ take, names, base)
+                    self._head = i
+                    self._evict(g, take, names, base)
+                    return
+                i += 1
+                if n:
+                    self._evict(g, mask, names, base)
+                    want -= n
+                    if not want:
+                        break
+            if i == end:
+                queue.popleft()
+                self._head = 0
+            else:
+                self._head = i
+
+    def _evict(self, g: int, bits: int, names: Sequence[int], base: int) -> None:
+        """Drop the (free, cached) names ``bits`` of group ``g`` from the cache; append them to
+        :attr:`removed`, highest first (queue order), as the int objects of ``names`` (offset ``o``
+        is ``names[base + o]``: the objects the KV events carried when they were stored)."""
+        m = self._cached[g] ^ bits
+        if m:
+            self._cached[g] = m
+        else:
+            del self._cached[g]
+        lo = (bits & -bits).bit_length() - 1
+        hi = bits.bit_length()
+        if hi - lo == 1:  # one name (a decode's block boundary)
+            self.removed.append(names[base + lo])
+        elif bits >> lo == (1 << (hi - lo)) - 1:  # contiguous: one slice
+            self.removed.extend(reversed(names[base + lo:base + hi]))
+        else:
+            self.removed.extend([names[base + o] for o in reversed(_bits(bits))])
+
+    # -- tests ----------------------------------------------------------------------------
+    def _live_keys(self) -> list:
+        stale = {}
+        for g, lv in self._stale.items():
+            for o in _bits(_once(lv)):
+                stale[(g << _SHIFT) + o] = _count(self._stale, (g << _SHIFT) + o)
+        out: list = []
+        for i, seg in enumerate(self._queue):
+            if seg.__class__ is int:
+                out += [UNNAMED] * seg
+                continue
+            for g, mask, _, _ in seg[self._head:] if i == 0 else seg:
+                for o in reversed(_bits(mask)):
+                    name = (g << _SHIFT) + o
+                    c = stale.get(name)
+                    if c:
+                        stale[name] = c - 1
+                    else:
+                        out.append(name)
+        return out
+
+    def check(self) -> None:
+        """Assert the pool's invariants (tests; O(blocks ever used))."""
+        queue, head = self._queue, self._head
+        assert self._fresh >= 0
+        assert all(seg > 0 if seg.__class__ is int else len(seg) > 0 for seg in queue), "an empty segment"
+        assert head == 0 or (queue and queue[0].__class__ is list and head < len(queue[0])), "bad head offset"
+        for counts in (self._refs, self._stale):
+            for lv in counts.values():
+                if lv.__class__ is int:
+                    assert lv, "an empty count"
+                    continue
+                assert len(lv) >= 2 and lv[-1], "a list of levels with fewer than two, or an empty last one"
+                assert all(lv[k] & ~lv[k - 1] == 0 for k in range(1, len(lv))), "levels not nested"
+        assert all(m for m in self._cached.values()), "an empty cached mask"
+        used = {(g << _SHIFT) + o for g, lv in self._refs.items() for o in _bits(_once(lv))}
+        stale = {(g << _SHIFT) + o for g, lv in self._stale.items() for o in _bits(_once(lv))}
+        cached = self.cached()
+        free = self._live_keys()
+        named = [k for k in free if k >= 0]
+        assert len(free) == self._nfree, "live queue entries != num_free"
+        assert len(set(named)) == len(named), "a block is twice in the free queue"
+        assert set(named) == cached - used, "free cached blocks != named blocks in the free queue"
+        assert used <= cached and stale <= cached, "a reference or a stale entry of an uncached block"
+        entries: dict = {}
+        for i, seg in enumerate(queue):
+            if seg.__class__ is list:
+                for g, mask, names, base in seg[head:] if i == 0 else seg:
+                    assert mask, "an empty entry"
+                    assert all(names[base + o] == (g << _SHIFT) + o for o in _bits(mask)), "an entry's names"
+                    for o in _bits(mask):
+                        name = (g << _SHIFT) + o
+                        entries[name] = entries.get(name, 0) + 1
+        for name, c in entries.items():  # stale entries + the live one, if free
+            assert c == _count(self._stale, name) + (name not in used), name
+        assert stale <= entries.keys(), "a stale name with no entry"
+        assert self.used_blocks + self._fresh + len(free) == self.capacity
+
+
+def _bits(mask: int) -> List[int]:
+    """The offsets of the set bits of ``mask``, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def _top(mask: int, k: int) -> int:
+    """The ``k`` highest set bits of ``mask`` (``0 < k < mask.bit_count()``)."""
+    cut = mask.bit_length() - k
+    top = mask >> cut << cut
+    if top.bit_count() == k:  # no hole among them: one shift
+        return top
+    rest = mask
+    for _ in range(k):
+        rest ^= 1 << (rest.bit_length() - 1)
+    return mask ^ rest
+
+
+def _once(levels) -> int:
+    """The names counted at least once in a group's ``levels`` (``0``: none)."""
+    return levels if levels.__class__ is int else levels[0]
+
+
+def _count(counts: dict, name: int) -> int:
+    """How many times ``name`` is counted in ``counts`` (group -> levels)."""
+    lv = counts.get(name >> _SHIFT, 0)
+    o = name & _LOW
+    return lv >> o & 1 if lv.__class__ is int else sum(m >> o & 1 for m in lv)
+
+
+def _count_in(counts: dict, g: int, bits: int) -> None:
+    """Count the names ``bits`` of group ``g`` once more in ``counts`` (group -> levels)."""
+    lv = counts.get(g)
+    if lv is None:
+        counts[g] = bits
+    elif lv.__class__ is int:
+        counts[g] = lv | bits if not lv & bits else [lv | bits, lv & bits]
+    else:
+        for k, m in enumerate(lv):
+            lv[k] = m | bits
+            bits &= m  # those already at this level go one higher
+            if not bits:
+                return
+        lv.append(bits)
+
+
+def _count_out(counts: dict, g: int, bits: int) -> int:
+    """Count the names ``bits`` of group ``g`` (all counted) once less in ``counts``; returns those
+    of them no longer counted."""
+    lv = counts[g]
+    if lv.__class__ is int:
+        if lv == bits:
+            del counts[g]
+        else:
+            counts[g] = lv ^ bits
+        return bits
+    gone = bits & ~lv[1]
+    last = len(lv) - 1
+    for k in range(last):
+        lv[k] = lv[k] & ~bits | lv[k + 1] & bits
+    lv[last] &= ~bits
+    if not lv[last]:
+        lv.pop()
+    if len(lv) == 1:
+        counts[g] = lv[0]
+    return gone
