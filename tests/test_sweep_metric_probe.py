@@ -44,10 +44,25 @@ def test_a_metric_of_some_cells_only_is_plotted(tmp_path):
 def test_a_figure_a_probe_leaves_empty_is_not_refused(tmp_path):
     # rr predicts no overlap: predicted_blocks is null in its probe, as it may be in a short run of a strategy
     # that does; the probe cannot tell, so the cells run, and the check after them answers (exit 1)
+    csv = tmp_path / "r.csv"
+    csv.write_text("ORIG")  # a failing sweep leaves an existing --csv as it was
     result, out, png = _sweep(tmp_path, "--mode", "rr", "--timing", "--grid", "capacity=200,300",
-                              "--metric", "predicted_blocks")
+                              "--metric", "predicted_blocks", "--csv", csv)
     assert result.exit_code == 1 and "no result has this number" in result.stderr
-    assert len(out.read_text().splitlines()) == 2 and not png.exists()
+    assert len(out.read_text().splitlines()) == 2 and not png.exists()  # the results are kept
+    assert csv.read_text() == "ORIG"
+
+
+def test_an_out_file_that_is_not_empty_is_refused_whatever_it_holds(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(ROWS)
+    out = tmp_path / "r.jsonl"
+    out.write_text("ORIG")  # not a sweep's results
+    result = invoke("sweep", "--trace", trace, "--grid", "workers=1,2", "--out", out, "--executor", "serial")
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: {out} is not empty: add --resume to run only the cells its results lack, "
+                             "or choose another file\n")
+    assert out.read_text() == "ORIG"
 
 
 @pytest.mark.parametrize("paths, metric, reports", [

@@ -260,7 +260,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         except GridError as exc:
             raise click.UsageError(str(exc)) from None
     if out and not resume and not dry_run and os.path.exists(out) and os.path.getsize(out) > 0:
-        raise click.UsageError(f"{out} already holds results: add --resume to run only the missing cells, "
+        raise click.UsageError(f"{out} is not empty: add --resume to run only the cells its results lack, "
                                "or choose another file")
     results_file = ResultsFile(out) if out else None
     done: set[str] = set()
@@ -298,10 +298,12 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         extra = f"; {skipped} already there" if skipped else ""
         click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
     results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
+    if plot_path:
+        metric = _plot_metric(results, metric)  # a metric no result has fails before any file is written
     if csv_path:
         write_atomic(csv_path, to_csv((c, results[cell_key(c)]) for c in cells if cell_key(c) in results))
     if plot_path:
-        _plot(grid, results, plot_path, metric)
+        plot_sweep(grid, results, plot_path, metric)
 
 
 def _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric) -> None:
@@ -364,7 +366,9 @@ def _cells(n: int) -> str:
     return f"{n} cell" if n == 1 else f"{n} cells"
 
 
-def _plot(grid: Grid, results: dict, path: str, metric) -> None:
+def _plot_metric(results: dict, metric) -> str:
+    """The metric to plot (``--metric``, else ``block_hit_rate``, else ``hit_rate``); raises
+    :class:`DynlabError` listing the numbers there are when no result has it."""
     from dynlab.sweep import metric_value, numeric_paths
 
     values = list(results.values())
@@ -374,4 +378,4 @@ def _plot(grid: Grid, results: dict, path: str, metric) -> None:
     if not any(metric_value(r, metric) is not None for r in values):
         raise DynlabError(f"--metric {metric}: no result has this number; available: "
                           f"{', '.join(numeric_paths(values))}")
-    plot_sweep(grid, results, path, metric)
+    return metric
