@@ -14,6 +14,7 @@ is untouched).
 """
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 from dataclasses import fields, replace
@@ -203,7 +204,10 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     timed = None
     if config.timing:
         from dynlab.engine.serving import build_engines
+        from dynlab.engine.timed import check_arrival_options
 
+        requests, first = _peek(requests)
+        check_arrival_options(first is not None and first.timestamp is not None, config.time_scale, config.rate)
         timed = build_engines(config, own)
         block_tokens = config.block
     strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
@@ -252,6 +256,15 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         out["router_assign"] = config.router_assign
         out["requests_per_router"] = list(strategy.routed)
     return out
+
+
+def _peek(requests) -> tuple:
+    """``(requests, first request or None)``: a list as it is, an iterator with its first request put back."""
+    if isinstance(requests, (list, tuple)):
+        return requests, requests[0] if requests else None
+    it = iter(requests)
+    first = next(it, None)
+    return (it if first is None else itertools.chain((first,), it)), first
 
 
 def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:

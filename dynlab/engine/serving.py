@@ -147,15 +147,19 @@ def check_timed(config: SimConfig, requests=None) -> None:
     """Raise the one-line ``ValueError`` a timed run of ``config`` would raise for its options, before any
     engine is built or request served: an unknown model, GPU or latency model, a model that does not
     fit the GPUs, a CPU tier the options cannot size (:func:`cpu_tier_size`) and, given the loaded
-    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`).
-    ``compare`` and ``sweep`` call it for every run before the first, so a bad value writes nothing.
+    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`),
+    and ``--time-scale`` or ``--rate`` where the workload ignores it
+    (:func:`dynlab.engine.timed.check_arrival_options`; ``requests`` ``None`` with a trace: not checked here,
+    the run checks it at its first request). ``compare`` and ``sweep`` call it for every run before the first, so a bad value writes nothing.
     """
-    from dynlab.engine.timed import check_arrivals
+    from dynlab.engine.timed import check_arrival_options, check_arrivals
 
     hardware = _hardware_pool(config)[0]
     cpu_tier_size(config, hardware.model)
     if requests is not None:
         check_arrivals(requests, config.time_scale)
+    if requests or config.trace is None:  # a loaded trace, or the synthetic workload (no timestamps)
+        check_arrival_options(bool(requests) and requests[0].timestamp is not None, config.time_scale, config.rate)
 
 
 def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: int) -> str:

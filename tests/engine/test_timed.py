@@ -229,3 +229,45 @@ def test_timed_options_are_checked(args, message):
     r = CliRunner().invoke(main, ["sim", *args])
     assert r.exit_code == 2, r.output
     assert message in r.output
+
+
+# ---- the arrival option a workload ignores is refused (a fresh user's trial: both were silently ignored) ----
+
+RATE_REFUSED = "Error: --rate has no effect: the trace's timestamps set the arrivals (--time-scale scales them)\n"
+SCALE_REFUSED = ("Error: --time-scale has no effect: the workload has no timestamps (its requests arrive as a "
+                 "Poisson process of --rate requests/s)\n")
+
+
+@pytest.mark.parametrize("command", ["sim", "compare", "sweep"])
+@pytest.mark.parametrize("timestamps, option, message", [
+    (True, ["--rate", "2"], RATE_REFUSED),
+    (False, ["--time-scale", "5"], SCALE_REFUSED),
+    (None, ["--time-scale", "5"], SCALE_REFUSED),  # the synthetic workload: a Poisson process too
+])
+def test_an_arrival_option_the_workload_ignores_is_refused(tmp_path, command, timestamps, option, message):
+    rows = [{"input_length": 40, "output_length": 2, "hash_ids": [i]} for i in range(3)]
+    if timestamps:
+        for i, row in enumerate(rows):
+            row["timestamp"] = 10 * i
+    trace = [] if timestamps is None else ["--trace", write(tmp_path, rows)]
+    args = {"sim": [], "compare": ["--modes", "rr,kv"], "sweep": ["--grid", "mode=rr,kv", "--out",
+                                                                 str(tmp_path / "r.jsonl")]}[command]
+    r = CliRunner().invoke(main, [command, *trace, "--timing", "--capacity", "50", *option, *args])
+    assert (r.exit_code, r.stdout) == (2, "")
+    if command == "sweep":  # its errors name the cell
+        assert r.stderr.startswith("Error: cell {") and r.stderr.endswith("}: " + message[len("Error: "):])
+    else:
+        assert r.stderr == message
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_an_arrival_option_the_workload_uses_is_accepted(tmp_path):
+    rows = [{"timestamp": 10 * i, "input_length": 40, "output_length": 2, "hash_ids": [i]} for i in range(3)]
+    trace = write(tmp_path, rows)
+    assert timed(trace, capacity=50, time_scale=5.0)["requests"] == 3
+    assert run(SimConfig(timing=True, capacity=50, rate=2.0, latency_model="linear",
+                         latency_opts=LINEAR))["requests"] == 72  # the synthetic workload: 12 prefixes x 6
+    # a trace streamed from stdin is checked at its first request (nothing to peek at before the run)
+    data = "".join(json.dumps(r) + "\n" for r in rows)
+    r = CliRunner().invoke(main, ["sim", "--trace", "-", "--timing", "--capacity", "50", "--rate", "2"], input=data)
+    assert (r.exit_code, r.stderr) == (2, RATE_REFUSED)
