@@ -90,8 +90,12 @@ def gpu_spec(name: str) -> GpuSpec:
 # parameter counts
 
 
-class UnsupportedModelError(ValueError):
-    """A config whose architecture the parameter count does not cover (one line, naming why)."""
+class UnsupportedModelError(disagg.ModelConfigError):
+    """A config whose architecture the parameter count does not cover (one line, naming why).
+
+    A :class:`dynlab.disagg.cost.ModelConfigError`: like any bad config that opened, the CLI prints it
+    and exits 1.
+    """
 
 
 def _get(config: Mapping, key: str, source: str) -> int:
@@ -135,7 +139,8 @@ def param_count(config: Mapping, source: str = "config") -> tuple[int, int]:
     published 671B) and Mixtral (``num_local_experts``). ``active`` counts only
     ``num_experts_per_tok`` routed experts per MoE layer (``== total`` for dense models).
 
-    Raises :class:`UnsupportedModelError` (a ``ValueError``) for another MoE layout or a missing field.
+    Raises :class:`UnsupportedModelError` (a :class:`~dynlab.disagg.cost.ModelConfigError`) for another
+    MoE layout or a missing or bad field.
     """
     if not isinstance(config, Mapping):
         raise UnsupportedModelError(f"{source}: expected a JSON object")
@@ -252,14 +257,11 @@ class ModelSpec:
 def model_spec_from_config(config: Mapping, name: str = "config", source: str | None = None) -> ModelSpec:
     """A :class:`ModelSpec` named ``name`` from a ``config.json`` mapping.
 
-    Raises ``ValueError`` (one line) on a bad config, starting ``SOURCE:`` (``source``, default ``name``:
-    the file the user gave, or the bundled model's name).
+    Raises :class:`dynlab.disagg.cost.ModelConfigError` (one line) on a bad config, starting ``SOURCE:``
+    (``source``, default ``name``: the file the user gave, or the bundled model's name).
     """
     source = name if source is None else source
-    try:
-        shape = disagg.kv_shape_from_config(config, source=source)
-    except disagg.ModelConfigError as exc:
-        raise ValueError(str(exc)) from None
+    shape = disagg.kv_shape_from_config(config, source=source)
     params, active = param_count(config, source)
     c = config if "num_hidden_layers" in config else config.get("text_config", config)
     heads = _get(c, "num_attention_heads", source)
@@ -293,15 +295,15 @@ def model_spec(name_or_path: str) -> ModelSpec:
     ``llama.json``). Errors in the file name the path as given.
 
     Raises ``ValueError`` listing the bundled models for an unknown name, or starting ``PATH:`` for a
-    file that cannot be read or holds a bad config.
+    file that cannot be read (a usage error, exit 2 in the CLI);
+    :class:`dynlab.disagg.cost.ModelConfigError` starting ``PATH:`` for a file that holds a bad config
+    (not JSON, a missing or bad field: a bad input file, exit 1).
     """
     if os.sep in name_or_path or name_or_path.endswith(".json"):
         try:
             config = disagg.read_model_config(name_or_path)
         except OSError as exc:
             raise ValueError(f"{name_or_path}: {exc.strerror or exc}") from None
-        except disagg.ModelConfigError as exc:
-            raise ValueError(str(exc)) from None
         name = name_or_path
         if os.path.basename(name_or_path) == "config.json":
             folder = os.path.basename(os.path.dirname(os.path.normpath(name_or_path)))
