@@ -12,6 +12,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dynlab.cli import main
 from dynlab.disagg import cost
@@ -86,3 +88,91 @@ def test_an_unsupported_layout_is_a_bad_config_too(tmp_path, template):
     path.write_text(json.dumps(_qwen3_8b(model_type="qwen3_moe", num_experts=128)))
     line = _one_line(_invoke(template, path), 1)
     assert line.startswith(f"{path}: mixture-of-experts layout of model_type 'qwen3_moe' is not supported"), line
+
+
+# ---------------------------------------------------------------- one rule for integer fields
+
+# Qwen3-8B's integer fields, each read by the parameter count and some by the KV shape too
+QWEN3_8B_INTS = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+                 "intermediate_size", "vocab_size"]
+
+
+@pytest.mark.parametrize("template", READS_A_CONFIG, ids=_IDS)
+def test_a_whole_float_is_refused_in_every_command(tmp_path, template):
+    # "num_hidden_layers": 32.0 passed disagg --model-config and failed sim --timing --model; transformers
+    # and vLLM use it as a Python int (range(num_hidden_layers)), so no command accepts it
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_qwen3_8b(num_hidden_layers=36.0)))
+    line = _one_line(_invoke(template, path), 1)
+    assert line == f"{path}: field 'num_hidden_layers' must be a positive integer, got 36.0", line
+
+
+@pytest.mark.parametrize("field", QWEN3_8B_INTS)
+@pytest.mark.parametrize("bad", [36.0, 0, -1, True, "36", [36]], ids=repr)
+def test_both_readers_refuse_a_bad_integer_with_the_same_line(field, bad):
+    cfg = _qwen3_8b(**{field: bad})
+    message = f"x.json: field '{field}' must be a positive integer, got {bad!r}"
+    with pytest.raises(cost.ModelConfigError) as by_spec:
+        hw.model_spec_from_config(cfg, "x", source="x.json")
+    assert str(by_spec.value) == message
+    with pytest.raises(cost.ModelConfigError) as by_count:
+        hw.param_count(cfg, "x.json")
+    assert str(by_count.value) == message
+    if field != "hidden_size" and field != "intermediate_size" and field != "vocab_size":
+        # the KV shape reads the other four (num_attention_heads for the attention kind)
+        with pytest.raises(cost.ModelConfigError) as by_kv:
+            cost.kv_shape_from_config(cfg, source="x.json")
+        assert str(by_kv.value) == message
+
+
+def test_an_absent_field_is_named_missing_by_both_readers():
+    cfg = _qwen3_8b(num_hidden_layers=None)
+    for read in (lambda: hw.param_count(cfg, "x.json"), lambda: cost.kv_shape_from_config(cfg, source="x.json"),
+                 lambda: hw.model_spec_from_config(cfg, "x", source="x.json")):
+        with pytest.raises(cost.ModelConfigError, match=r"^x\.json: missing field 'num_hidden_layers'$"):
+            read()
+
+
+@pytest.mark.parametrize("field, bad", [("n_shared_experts", 1.0), ("first_k_dense_replace", "3"),
+                                        ("moe_layer_freq", 0), ("q_lora_rank", 1536.0), ("kv_lora_rank", 0)])
+def test_deepseek_counts_follow_the_same_rule(field, bad):
+    # the optional MoE/MLA counts: a JSON integer too (first_k_dense_replace "3" was int("3")-ed, a float
+    # q_lora_rank made a float parameter count, n_shared_experts 1.0 a float one)
+    cfg = dict(cost.load_model_config("deepseek-v3"), **{field: bad})
+    with pytest.raises(cost.ModelConfigError, match=rf"^x\.json: field '{field}' must be a (positive|non-negative) "
+                                                    rf"integer, got {bad!r}$"):
+        hw.model_spec_from_config(cfg, "x", source="x.json")
+
+
+def test_whole_configs_still_read_as_before():
+    # the bundled figures are pinned in tests/latency and tests/test_disagg.py; null optional counts stay
+    # absent (DeepSeek-V2-Lite writes "q_lora_rank": null)
+    ds = cost.load_model_config("deepseek-v3")
+    assert hw.param_count(dict(ds, q_lora_rank=None)) == hw.param_count({k: v for k, v in ds.items()
+                                                                         if k != "q_lora_rank"})
+    assert hw.model_spec("qwen3-8b").params == hw.param_count(cost.load_model_config("qwen3-8b"))[0]
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=False)
+                           | st.text(max_size=4), lambda inner: st.lists(inner, max_size=2), max_leaves=3)
+DEEPSEEK_INTS = ["num_hidden_layers", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+                 "q_lora_rank", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                 "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq"]
+
+
+@given(name=st.sampled_from(["qwen3-8b", "deepseek-v3"]), data=st.data(), value=JSON_VALUES)
+def test_whatever_a_field_holds_the_readers_agree_and_counts_stay_integers(name, data, value):
+    # invariant: a config the served-model reader accepts, the KV reader accepts with the same bytes per
+    # token, and every count it gives is an int (a float field never leaks into a figure); else one
+    # ModelConfigError naming the file
+    field = data.draw(st.sampled_from(QWEN3_8B_INTS if name == "qwen3-8b" else DEEPSEEK_INTS))
+    cfg = dict(cost.load_model_config(name), **{field: value})
+    try:
+        spec = hw.model_spec_from_config(cfg, "x", source="x.json")
+    except cost.ModelConfigError as exc:
+        assert str(exc).startswith("x.json: ") and "\n" not in str(exc)
+        return
+    assert spec.kv_bytes_per_token == cost.kv_bytes_per_token_from_config(cfg, source="x.json")
+    for figure in (spec.params, spec.active_params, spec.layers, spec.hidden_size, spec.heads, spec.kv_heads,
+                   spec.head_dim, spec.v_head_dim, spec.kv_bytes_per_token):
+        assert type(figure) is int and figure > 0

@@ -98,17 +98,9 @@ class UnsupportedModelError(disagg.ModelConfigError):
     """
 
 
-def _get(config: Mapping, key: str, source: str) -> int:
-    value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UnsupportedModelError(f"{source}: field {key!r} must be a positive integer, got {value!r}")
-    return value
-
-
-def _head_dim(config: Mapping, source: str) -> int:
-    if isinstance(config.get("head_dim"), int) and config["head_dim"] > 0:
-        return config["head_dim"]
-    return _get(config, "hidden_size", source) // _get(config, "num_attention_heads", source)
+def _get(config: Mapping, key: str, source: str, **kw) -> int:
+    # the one rule for a config's integer fields, shared with the KV shape (dynlab.disagg.cost.config_int)
+    return disagg.config_int(config, key, source, **kw)
 
 
 def _mla_attention_params(c: Mapping, source: str) -> int:
@@ -118,7 +110,7 @@ def _mla_attention_params(c: Mapping, source: str) -> int:
     nope, rope = _get(c, "qk_nope_head_dim", source), _get(c, "qk_rope_head_dim", source)
     v = _get(c, "v_head_dim", source)
     rank = _get(c, "kv_lora_rank", source)
-    q_rank = c.get("q_lora_rank")
+    q_rank = _get(c, "q_lora_rank", source, default=0, minimum=0)  # null or absent: a plain q projection
     if q_rank:
         q = h * q_rank + q_rank + q_rank * heads * (nope + rope)  # q_a_proj, q_a_layernorm, q_b_proj
     else:
@@ -139,25 +131,28 @@ def param_count(config: Mapping, source: str = "config") -> tuple[int, int]:
     published 671B) and Mixtral (``num_local_experts``). ``active`` counts only
     ``num_experts_per_tok`` routed experts per MoE layer (``== total`` for dense models).
 
-    Raises :class:`UnsupportedModelError` (a :class:`~dynlab.disagg.cost.ModelConfigError`) for another
-    MoE layout or a missing or bad field.
+    Fields are read as the KV shape reads them (:func:`dynlab.disagg.cost.config_int`: integers must be
+    JSON integers; ``num_key_value_heads`` falls back to ``num_attention_heads``, ``head_dim`` to
+    ``hidden_size / num_attention_heads``; a nested ``text_config`` is read when the top has no
+    ``num_hidden_layers``).
+
+    Raises :class:`~dynlab.disagg.cost.ModelConfigError` for a missing or bad field, and
+    :class:`UnsupportedModelError` (one) for another MoE layout.
     """
     if not isinstance(config, Mapping):
         raise UnsupportedModelError(f"{source}: expected a JSON object")
-    if "num_hidden_layers" not in config and isinstance(config.get("text_config"), Mapping):
-        config = config["text_config"]
-    c = config
+    c = disagg.text_config_of(config)
     h = _get(c, "hidden_size", source)
     layers = _get(c, "num_hidden_layers", source)
     vocab = _get(c, "vocab_size", source)
     heads = _get(c, "num_attention_heads", source)
     model_type = str(c.get("model_type", ""))
 
-    if "kv_lora_rank" in c and c.get("kv_lora_rank"):
+    if c.get("kv_lora_rank") is not None:
         attn = _mla_attention_params(c, source)
     else:
-        kv_heads = c.get("num_key_value_heads") or heads
-        d = _head_dim(c, source)
+        kv_heads = disagg.kv_heads_of(c, source)
+        d = disagg.head_dim_of(c, source)
         attn = h * heads * d + 2 * h * kv_heads * d + heads * d * h
         if c.get("attention_bias") or model_type == "qwen2":
             attn += heads * d + 2 * kv_heads * d
@@ -173,10 +168,10 @@ def param_count(config: Mapping, source: str = "config") -> tuple[int, int]:
         experts = _get(c, "n_routed_experts", source)
         per_tok = _get(c, "num_experts_per_tok", source)
         expert = 3 * h * _get(c, "moe_intermediate_size", source)
-        shared = (c.get("n_shared_experts") or 0) * expert
+        shared = _get(c, "n_shared_experts", source, default=0, minimum=0) * expert
         router = experts * h + (experts if model_type == "deepseek_v3" else 0)  # + e_score_correction_bias
-        dense_layers = min(int(c.get("first_k_dense_replace") or 0), layers)
-        freq = int(c.get("moe_layer_freq") or 1)
+        dense_layers = min(_get(c, "first_k_dense_replace", source, default=0, minimum=0), layers)
+        freq = _get(c, "moe_layer_freq", source, default=1)
         moe_layers = sum(1 for i in range(dense_layers, layers) if i % freq == 0)
         dense_layers = layers - moe_layers
         dense = 3 * h * _get(c, "intermediate_size", source)
@@ -263,7 +258,7 @@ def model_spec_from_config(config: Mapping, name: str = "config", source: str | 
     source = name if source is None else source
     shape = disagg.kv_shape_from_config(config, source=source)
     params, active = param_count(config, source)
-    c = config if "num_hidden_layers" in config else config.get("text_config", config)
+    c = disagg.text_config_of(config)
     heads = _get(c, "num_attention_heads", source)
     if shape.attention == "mla":
         head_dim = _get(c, "qk_nope_head_dim", source) + _get(c, "qk_rope_head_dim", source)

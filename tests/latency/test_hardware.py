@@ -116,7 +116,7 @@ def test_a_bad_config_path_is_named_as_given(tmp_path, monkeypatch, given):
         hw.model_spec(given)
     r = CliRunner().invoke(main, ["sim", "--timing", "--model", given])
     assert r.exit_code == 1 and r.output == (f"Error: {given}: field 'num_hidden_layers' must be a positive "
-                                             "whole number, got 'x'\n"), r.output
+                                             "integer, got 'x'\n"), r.output
 
 
 @pytest.mark.parametrize("given,name", [("config.json", "config.json"), ("./config.json", "./config.json"),
