@@ -176,3 +176,70 @@ def test_whatever_a_field_holds_the_readers_agree_and_counts_stay_integers(name,
     for figure in (spec.params, spec.active_params, spec.layers, spec.hidden_size, spec.heads, spec.kv_heads,
                    spec.head_dim, spec.v_head_dim, spec.kv_bytes_per_token):
         assert type(figure) is int and figure > 0
+
+
+# ---------------------------------------------------------------- a model directory (a Hugging Face download)
+
+
+def _download(tmp_path, name="Qwen3-8B") -> str:
+    folder = tmp_path / name  # laid out as `huggingface-cli download Qwen/Qwen3-8B --local-dir Qwen3-8B` leaves it
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cost.load_model_config("qwen3-8b")))
+    (folder / "tokenizer.json").write_text("{}")
+    return str(folder)
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_a_model_directory_reads_its_config_json(tmp_path, monkeypatch, slash):
+    monkeypatch.chdir(tmp_path)
+    _download(tmp_path)
+    for given in ("Qwen3-8B" + slash, str(tmp_path / "Qwen3-8B") + slash):
+        spec = hw.model_spec(given)
+        # named after the folder, as Qwen3-8B/config.json is; the figures are the bundled qwen3-8b's
+        assert spec.name == "Qwen3-8B" and spec.as_dict() == hw.model_spec("qwen3-8b").as_dict()
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_every_command_takes_a_model_directory(tmp_path, monkeypatch, slash):
+    monkeypatch.chdir(tmp_path)
+    _download(tmp_path)
+    by_file = CliRunner().invoke(main, ["disagg", "--tokens", "10", "--gbps", "1", "--model-config",
+                                        "Qwen3-8B/config.json"])
+    by_dir = CliRunner().invoke(main, ["disagg", "--tokens", "10", "--gbps", "1", "--model-config", "Qwen3-8B" + slash])
+    assert by_dir.exit_code == 0 and by_dir.stdout == by_file.stdout, by_dir.output
+    # 2 x 36 layers x 8 KV heads x 128 x 2 bytes (Qwen3-8B's config)
+    assert json.loads(by_dir.stdout)["bytes_per_token"] == 2 * 36 * 8 * 128 * 2
+    r = CliRunner().invoke(main, ["latency", "--model", "Qwen3-8B" + slash, "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["model"] == "Qwen3-8B", r.output
+    r = CliRunner().invoke(main, ["sim", "--timing", "--model", "Qwen3-8B" + slash,
+                                  "--prefixes", "2", "--reps", "2"])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+@pytest.mark.parametrize("template", READS_A_CONFIG, ids=_IDS)
+def test_a_directory_without_config_json_is_one_usage_error(tmp_path, monkeypatch, template, slash):
+    # "hfmodel" and "hfmodel/" once said "unknown model" and "Is a directory": now one line naming what is missing
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hfmodel").mkdir()
+    (tmp_path / "hfmodel" / "model.safetensors").write_text("")
+    line = _one_line(_invoke(template, "hfmodel" + slash), 2)
+    assert line == f"hfmodel{slash}: a directory with no config.json in it", line
+
+
+def test_a_bad_config_in_a_directory_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(_qwen3_8b(torch_dtype=None)))
+    for template in READS_A_CONFIG:
+        line = _one_line(_invoke(template, "m"), 1)
+        assert line == "m/config.json: missing field 'torch_dtype' (or 'dtype')", line
+
+
+def test_a_bundled_name_wins_over_a_folder_of_that_name(tmp_path, monkeypatch):
+    # --model qwen3-8b means the bundled figures wherever it runs; ./qwen3-8b reads the folder
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "qwen3-8b").mkdir()
+    (tmp_path / "qwen3-8b" / "config.json").write_text(json.dumps(cost.load_model_config("qwen3-0.6b")))
+    assert hw.model_spec("qwen3-8b").params == hw.param_count(cost.load_model_config("qwen3-8b"))[0]
+    assert hw.model_spec("./qwen3-8b").params == hw.param_count(cost.load_model_config("qwen3-0.6b"))[0]

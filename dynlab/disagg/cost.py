@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from numbers import Real
 from typing import Any, Mapping
 
-from dynlab.errors import DynlabError
+from dynlab.errors import DynlabError, InputFileError
 
 GB = 10**9
 """Bytes in one GB (decimal): the unit of every ``gbps`` argument."""
@@ -453,9 +454,35 @@ def kv_bytes_per_token_from_config(config: Mapping, dtype_bytes: int | None = No
     return kv_shape_from_config(config, dtype_bytes, source).bytes_per_token
 
 
+def config_file(path: str) -> str:
+    """The file a model path names: ``path`` itself, or ``path/config.json`` when ``path`` is a directory
+    (a Hugging Face download: ``huggingface-cli download Qwen/Qwen3-8B --local-dir Qwen3-8B`` leaves the
+    config at ``Qwen3-8B/config.json``). Errors in that file name it.
+
+    Raises :class:`~dynlab.errors.InputFileError` (a usage error in the CLI, exit 2) for a directory
+    with no ``config.json`` in it.
+    """
+    if os.path.isdir(path):
+        inner = os.path.join(path, "config.json")
+        if not os.path.lexists(inner):
+            raise InputFileError(path, "a directory with no config.json in it")
+        return inner
+    return path
+
+
 def read_model_config(path: str) -> dict:
-    """Parse the ``config.json`` at ``path``. Raises ``OSError`` or :class:`ModelConfigError` (not JSON)."""
-    with open(path, encoding="utf-8") as fh:
+    """Parse the ``config.json`` at ``path``, or in the directory ``path`` (:func:`config_file`).
+
+    Raises :class:`~dynlab.errors.InputFileError` (``PATH: why``) for a file that cannot be opened
+    (missing, a directory without a ``config.json``, not readable) and :class:`ModelConfigError` for
+    one that is not JSON.
+    """
+    path = config_file(path)
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(path, exc.strerror or str(exc)) from None
+    with fh:
         try:
             return json.load(fh)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -149,7 +149,8 @@ def check_timed(config: SimConfig, requests=None) -> None:
     fit the GPUs, a CPU tier the options cannot size (:func:`cpu_tier_size`) and, given the loaded
     trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`).
     A ``--model`` config.json that opens but holds a bad config raises
-    :class:`dynlab.disagg.cost.ModelConfigError` instead (a bad input file, not a bad option).
+    :class:`dynlab.disagg.cost.ModelConfigError` instead (a bad input file, not a bad option), one that
+    cannot be opened :class:`dynlab.errors.InputFileError`.
     ``compare`` and ``sweep`` call it for every run before the first, so a bad value writes nothing.
     """
     from dynlab.engine.timed import check_arrivals

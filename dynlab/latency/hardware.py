@@ -20,8 +20,9 @@ b200       180 GB  2,250 (dense)    8,000       NVIDIA HGX B200 datasheet (8 GPU
 =========  ======  ===============  ==========  ====================================================
 
 Models (:func:`model_spec`): a bundled config (``dynlab/data/models/NAME.json``, fields copied from
-each model's public Hugging Face ``config.json``) or any ``config.json`` path. The parameter count is
-computed from the config (:func:`param_count`) and pinned by tests against the published sizes.
+each model's public Hugging Face ``config.json``) or any ``config.json``: a path, or a model directory
+holding one. The parameter count is computed from the config (:func:`param_count`) and pinned by
+tests against the published sizes.
 
 Capacity (:func:`kv_blocks`), per GPU of a worker of ``tp`` GPUs::
 
@@ -283,32 +284,35 @@ def model_names() -> list[str]:
 
 
 def model_spec(name_or_path: str) -> ModelSpec:
-    """A bundled model by name, or the ``config.json`` at a path (a name containing ``/`` or ending ``.json``).
+    """A bundled model by name, else the ``config.json`` at a path, or in a directory (a Hugging Face
+    download: ``Qwen3-8B/`` reads ``Qwen3-8B/config.json``; :func:`dynlab.disagg.cost.config_file`).
 
-    A path's model is named after its folder (``models/Qwen3-8B/config.json`` -> ``Qwen3-8B``, as a
-    Hugging Face download is laid out), else the path as given (``config.json``, ``./config.json``,
-    ``llama.json``). Errors in the file name the path as given.
+    A bundled name wins over a folder of the same name (``./qwen3-8b`` reads the folder). Anything else
+    containing ``/``, ending ``.json`` or naming an existing file or directory is a path. Its model is
+    named after its folder (``models/Qwen3-8B/config.json`` and ``models/Qwen3-8B/`` -> ``Qwen3-8B``),
+    else the path as given (``config.json``, ``./config.json``, ``llama.json``). Errors in the file name
+    the file read, as given (``Qwen3-8B/config.json: ...``).
 
-    Raises ``ValueError`` listing the bundled models for an unknown name, or starting ``PATH:`` for a
-    file that cannot be read (a usage error, exit 2 in the CLI);
+    Raises ``ValueError`` listing the bundled models for an unknown name;
+    :class:`dynlab.errors.InputFileError` starting ``PATH:`` for a file that cannot be opened or a
+    directory with no ``config.json`` (a usage error, exit 2 in the CLI);
     :class:`dynlab.disagg.cost.ModelConfigError` starting ``PATH:`` for a file that holds a bad config
     (not JSON, a missing or bad field: a bad input file, exit 1).
     """
-    if os.sep in name_or_path or name_or_path.endswith(".json"):
-        try:
-            config = disagg.read_model_config(name_or_path)
-        except OSError as exc:
-            raise ValueError(f"{name_or_path}: {exc.strerror or exc}") from None
+    names = model_names()
+    if name_or_path in names:
+        return model_spec_from_config(disagg.load_model_config(name_or_path), name_or_path)
+    if os.sep in name_or_path or name_or_path.endswith(".json") or os.path.lexists(name_or_path):
+        path = disagg.config_file(name_or_path)
+        config = disagg.read_model_config(path)
         name = name_or_path
-        if os.path.basename(name_or_path) == "config.json":
-            folder = os.path.basename(os.path.dirname(os.path.normpath(name_or_path)))
+        if os.path.basename(path) == "config.json":
+            folder = os.path.basename(os.path.dirname(os.path.normpath(path)))
             if folder not in ("", ".", ".."):
                 name = folder
-        return model_spec_from_config(config, name, source=name_or_path)
-    names = model_names()
-    if name_or_path not in names:
-        raise ValueError(f"unknown model {name_or_path!r}; bundled models: {', '.join(names)} (or a config.json path)")
-    return model_spec_from_config(disagg.load_model_config(name_or_path), name_or_path)
+        return model_spec_from_config(config, name, source=path)
+    raise ValueError(f"unknown model {name_or_path!r}; bundled models: {', '.join(names)} "
+                     "(or a config.json, or a directory holding one)")
 
 
 # --------------------------------------------------------------------------------------------
