@@ -25,7 +25,7 @@ TAKES_A_FILE = [
     ["sweep", "--grid", "mode=kv,rr", "--timing", "--model", "{f}"],
     ["sweep", "--grid-file", "{f}"],
     ["latency", "--model", "{f}"],
-    ["disagg", "--tokens", "1500", "--model-config", "{f}"],
+    ["disagg", "--tokens", "1500", "--gbps", "1", "--model-config", "{f}"],
     ["summarize", "disagg", "{f}", "{out}/summary.json"],
     ["summarize", "offload", "{f}", "{out}/summary.json"],
     ["events", "replay", "{f}"],

@@ -53,8 +53,9 @@ def _bandwidths(value: str) -> list[tuple[str, float]]:
 @click.option("--gbps", required=True, metavar="G[,G...]",
               help="Link bandwidth in GB/s (10^9 bytes/s); a comma list prints one record per value, keyed as written.")
 @click.option("--model", type=click.Choice(lib.bundled_models()), help="A bundled model config (see `dynlab models`).")
-@click.option("--model-config", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
-              help="A Hugging Face config.json to read the KV shape from.")
+@click.option("--model-config", type=click.Path(exists=True), metavar="PATH",
+              help="A Hugging Face config.json, or a model directory holding one, to read the KV "
+                   "shape from.")
 @click.option("--layers", type=SIZE, help="Layers (default 28, Qwen3-0.6B).")
 @click.option("--kv-heads", type=SIZE, help="KV heads (default 8, Qwen3-0.6B).")
 @click.option("--head-dim", type=SIZE, help="Head size (default 128, Qwen3-0.6B).")
@@ -82,8 +83,8 @@ def disagg_cmd(tokens, gbps, model, model_config, layers, kv_heads, head_dim, dt
         if model:
             bpt = lib.kv_bytes_per_token_from_config(lib.load_model_config(model), dtype_bytes, source=model)
         else:
-            bpt = lib.kv_bytes_per_token_from_config(lib.read_model_config(model_config), dtype_bytes,
-                                                     source=model_config)
+            path = lib.config_file(model_config)  # a directory's config.json
+            bpt = lib.kv_bytes_per_token_from_config(lib.read_model_config(path), dtype_bytes, source=path)
     else:
         shape = {k: v for k, v in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
                                    ("dtype_bytes", dtype_bytes)) if v is not None}

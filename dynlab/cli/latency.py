@@ -36,7 +36,8 @@ def _gpu_table() -> str:
 
 @main.command("latency")
 @click.option("--model", default=hw.DEFAULT_MODEL, show_default=True, metavar="NAME|PATH",
-              help="A bundled model (see `dynlab models`) or a Hugging Face config.json.")
+              help="A bundled model (see `dynlab models`), a Hugging Face config.json or a model "
+                   "directory holding one.")
 @click.option("--gpu", default=hw.DEFAULT_GPU, show_default=True, help="A catalogue GPU (see --list).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per worker (tensor parallel).")
 @click.option("--latency-model", "latency_models", default=lib.DEFAULT_LATENCY_MODEL, show_default=True,

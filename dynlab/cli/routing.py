@@ -112,7 +112,8 @@ SIM_OPTIONS = [
     (("--latency-model",), "latency_model", RegistryName("latency model", plugins.latency_models), "roofline",
      "With --timing: step latency model (see `dynlab latency --list`)."),
     (("--model",), "model", click.STRING, "llama-3.1-8b",
-     "With --timing: served model, a bundled name (see `dynlab models`) or a config.json path."),
+     "With --timing: served model, a bundled name (see `dynlab models`), a config.json path or a model "
+     "directory holding one."),
     (("--gpu",), "gpu", click.STRING, "h100", "With --timing: GPU of each worker (see `dynlab latency --list`)."),
     (("--tp",), "tp", click.IntRange(min=1), 1, "With --timing: GPUs per worker (tensor parallel)."),
     (("--gpu-memory-utilization",), "gpu_memory_utilization", FiniteFloat(0.0, 1.0, min_open=True), 0.9,

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from numbers import Real
 from typing import Any, Mapping
 
-from dynlab.errors import DynlabError
+from dynlab.errors import DynlabError, InputFileError
 
 GB = 10**9
 """Bytes in one GB (decimal): the unit of every ``gbps`` argument."""
@@ -327,14 +328,60 @@ def _present(config: Mapping, field: str) -> bool:
     return config.get(field) is not None
 
 
-def _whole(config: Mapping, field: str, source: str, why: str = "") -> int:
+def config_int(config: Mapping, field: str, source: str, why: str = "", *, default: int | None = None,
+               minimum: int = 1) -> int:
+    """The integer ``field`` of a ``config.json`` mapping: the one rule for every integer field dynlab reads
+    (the KV shape here, the parameter count in :mod:`dynlab.latency.hardware`).
+
+    The value must be a JSON integer (a Python ``int``, not a ``bool``) of at least ``minimum``: 1 (a
+    positive integer) or 0 (a non-negative integer). A float is refused even when whole (``32.0``):
+    transformers and vLLM use these fields as Python ints (``range(num_hidden_layers)``, tensor
+    shapes), so a file holding one is not a config they load. Absent or ``null``: ``default``, or,
+    without one, ``missing field 'FIELD'`` followed by ``why``.
+
+    Raises :class:`ModelConfigError` (``SOURCE: ...``, naming the field).
+    """
     value = config.get(field)
     if value is None:
+        if default is not None:
+            return default
         raise ModelConfigError(f"{source}: missing field '{field}'{why}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= 0 \
-            or (isinstance(value, float) and not value.is_integer()):
-        raise ModelConfigError(f"{source}: field '{field}' must be a positive whole number, got {value!r}")
-    return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a non-negative integer" if minimum == 0 else "a positive integer"
+        raise ModelConfigError(f"{source}: field '{field}' must be {kind}, got {value!r}")
+    return value
+
+
+def text_config_of(config: Mapping) -> Mapping:
+    """The mapping a config's model fields are read from: ``config`` itself, or its ``text_config`` when
+    ``config`` has no ``num_hidden_layers`` (multimodal configs nest the language model there)."""
+    if not _present(config, "num_hidden_layers") and isinstance(config.get("text_config"), Mapping):
+        return config["text_config"]
+    return config
+
+
+def kv_heads_of(config: Mapping, source: str) -> int:
+    """``num_key_value_heads``, falling back to ``num_attention_heads`` (MHA); :func:`config_int`'s rule."""
+    if _present(config, "num_key_value_heads"):
+        return config_int(config, "num_key_value_heads", source)
+    if _present(config, "num_attention_heads"):
+        return config_int(config, "num_attention_heads", source)
+    raise ModelConfigError(f"{source}: missing field 'num_key_value_heads' (or 'num_attention_heads')")
+
+
+def head_dim_of(config: Mapping, source: str) -> int:
+    """``head_dim``, falling back to ``hidden_size / num_attention_heads`` (which must divide);
+    :func:`config_int`'s rule. Raises :class:`ModelConfigError`."""
+    if _present(config, "head_dim"):
+        return config_int(config, "head_dim", source)
+    why = " (needed for the head size when 'head_dim' is absent)"
+    hidden = config_int(config, "hidden_size", source, why)
+    heads = config_int(config, "num_attention_heads", source, why)
+    if hidden % heads:
+        raise ModelConfigError(
+            f"{source}: field 'hidden_size' ({hidden}) is not a multiple of 'num_attention_heads' ({heads}); "
+            "the config needs 'head_dim'")
+    return hidden // heads
 
 
 def _dtype_from_config(config: Mapping, outer: Mapping, dtype_bytes: int | None, source: str) -> int:
@@ -365,44 +412,31 @@ def kv_shape_from_config(config: Mapping, dtype_bytes: int | None = None, source
     ``text_config`` are read from there. Every layer is assumed to keep full-length KV (sliding
     windows, DeepSeek's extra multi-token-prediction layer and DSA indexer caches are not counted).
 
+    Every integer field follows :func:`config_int` (a JSON integer, ``32.0`` refused), the rule
+    :func:`dynlab.latency.hardware.param_count` reads its fields by too.
+
     Raises :class:`ModelConfigError` (one line, ``source: ...``, naming the field) when a needed field
-    is missing or not a positive whole number, or the dtype is unknown; ``ValueError``/``TypeError``
+    is missing or not a positive integer, or the dtype is unknown; ``ValueError``/``TypeError``
     for a bad ``dtype_bytes``.
     """
     if not isinstance(config, Mapping):
         raise ModelConfigError(f"{source}: expected a JSON object, got {type(config).__name__}")
     outer = config
-    if not _present(config, "num_hidden_layers") and isinstance(config.get("text_config"), Mapping):
-        config = config["text_config"]
+    config = text_config_of(config)
 
-    layers = _whole(config, "num_hidden_layers", source)
+    layers = config_int(config, "num_hidden_layers", source)
     if _present(config, "kv_lora_rank"):
-        rank = _whole(config, "kv_lora_rank", source)
-        rope = _whole(config, "qk_rope_head_dim", source, " (needed with 'kv_lora_rank')")
+        rank = config_int(config, "kv_lora_rank", source)
+        rope = config_int(config, "qk_rope_head_dim", source, " (needed with 'kv_lora_rank')")
         dtype = _dtype_from_config(config, outer, dtype_bytes, source)
         return KvShape(attention="mla", layers=layers, dtype_bytes=dtype, kv_lora_rank=rank, qk_rope_head_dim=rope)
-    if _present(config, "num_key_value_heads"):
-        kv_heads = _whole(config, "num_key_value_heads", source)
-    elif _present(config, "num_attention_heads"):
-        kv_heads = _whole(config, "num_attention_heads", source)
-    else:
-        raise ModelConfigError(f"{source}: missing field 'num_key_value_heads' (or 'num_attention_heads')")
-    if _present(config, "head_dim"):
-        head_dim = _whole(config, "head_dim", source)
-    else:
-        why = " (needed for the head size when 'head_dim' is absent)"
-        hidden = _whole(config, "hidden_size", source, why)
-        heads = _whole(config, "num_attention_heads", source, why)
-        if hidden % heads:
-            raise ModelConfigError(
-                f"{source}: field 'hidden_size' ({hidden}) is not a multiple of 'num_attention_heads' ({heads}); "
-                "the config needs 'head_dim'")
-        head_dim = hidden // heads
+    kv_heads = kv_heads_of(config, source)
+    head_dim = head_dim_of(config, source)
     dtype = _dtype_from_config(config, outer, dtype_bytes, source)
-    heads = config.get("num_attention_heads")
+    heads = config_int(config, "num_attention_heads", source, default=0)  # 0: absent
     if kv_heads == 1:
         attention = "mqa"
-    elif heads is not None and heads == kv_heads:
+    elif heads == kv_heads:
         attention = "mha"
     else:
         attention = "gqa"
@@ -420,9 +454,35 @@ def kv_bytes_per_token_from_config(config: Mapping, dtype_bytes: int | None = No
     return kv_shape_from_config(config, dtype_bytes, source).bytes_per_token
 
 
+def config_file(path: str) -> str:
+    """The file a model path names: ``path`` itself, or ``path/config.json`` when ``path`` is a directory
+    (a Hugging Face download: ``huggingface-cli download Qwen/Qwen3-8B --local-dir Qwen3-8B`` leaves the
+    config at ``Qwen3-8B/config.json``). Errors in that file name it.
+
+    Raises :class:`~dynlab.errors.InputFileError` (a usage error in the CLI, exit 2) for a directory
+    with no ``config.json`` in it.
+    """
+    if os.path.isdir(path):
+        inner = os.path.join(path, "config.json")
+        if not os.path.lexists(inner):
+            raise InputFileError(path, "a directory with no config.json in it")
+        return inner
+    return path
+
+
 def read_model_config(path: str) -> dict:
-    """Parse the ``config.json`` at ``path``. Raises ``OSError`` or :class:`ModelConfigError` (not JSON)."""
-    with open(path, encoding="utf-8") as fh:
+    """Parse the ``config.json`` at ``path``, or in the directory ``path`` (:func:`config_file`).
+
+    Raises :class:`~dynlab.errors.InputFileError` (``PATH: why``) for a file that cannot be opened
+    (missing, a directory without a ``config.json``, not readable) and :class:`ModelConfigError` for
+    one that is not JSON.
+    """
+    path = config_file(path)
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(path, exc.strerror or str(exc)) from None
+    with fh:
         try:
             return json.load(fh)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

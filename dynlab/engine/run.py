@@ -192,7 +192,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     Raises ``ValueError`` for a bad option or one that has no effect here
     (:func:`dynlab.engine.config.check_effective`), :class:`dynlab.plugins.UnknownNameError`
     for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
-    for a bad trace line.
+    for a bad trace line, :class:`dynlab.disagg.cost.ModelConfigError` for a bad ``--model`` config.json.
     """
     config.validate()
     config = config.resolved()

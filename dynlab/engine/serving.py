@@ -150,7 +150,10 @@ def check_timed(config: SimConfig, requests=None) -> None:
     trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`),
     and ``--time-scale`` or ``--rate`` where the workload ignores it
     (:func:`dynlab.engine.timed.check_arrival_options`; ``requests`` ``None`` with a trace: not checked here,
-    the run checks it at its first request). ``compare`` and ``sweep`` call it for every run before the first, so a bad value writes nothing.
+    the run checks it at its first request). A ``--model`` config.json that opens but holds a bad config
+    raises :class:`dynlab.disagg.cost.ModelConfigError` instead (a bad input file, not a bad option), one
+    that cannot be opened :class:`dynlab.errors.InputFileError`. ``compare`` and ``sweep`` call it for
+    every run before the first, so a bad value writes nothing.
     """
     from dynlab.engine.timed import check_arrival_options, check_arrivals
 

@@ -25,7 +25,10 @@ def hardware_for(model: str = hw.DEFAULT_MODEL, gpu: str = hw.DEFAULT_GPU, tp: i
     """The :class:`Hardware` of a bundled model (or ``config.json`` path) on ``tp`` catalogue GPUs.
 
     Raises ``ValueError`` naming what exists for an unknown model or GPU, or a bad ``tp`` (one that
-    does not split the model's heads evenly, vLLM's rule).
+    does not split the model's heads evenly, vLLM's rule);
+    :class:`dynlab.disagg.cost.ModelConfigError` for a ``config.json`` that holds a bad config and
+    :class:`dynlab.errors.InputFileError` for one that cannot be opened
+    (:func:`dynlab.latency.hardware.model_spec`).
     """
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp must be a positive integer, got {tp!r}")

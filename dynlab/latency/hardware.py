@@ -20,8 +20,9 @@ b200       180 GB  2,250 (dense)    8,000       NVIDIA HGX B200 datasheet (8 GPU
 =========  ======  ===============  ==========  ====================================================
 
 Models (:func:`model_spec`): a bundled config (``dynlab/data/models/NAME.json``, fields copied from
-each model's public Hugging Face ``config.json``) or any ``config.json`` path. The parameter count is
-computed from the config (:func:`param_count`) and pinned by tests against the published sizes.
+each model's public Hugging Face ``config.json``) or any ``config.json``: a path, or a model directory
+holding one. The parameter count is computed from the config (:func:`param_count`) and pinned by
+tests against the published sizes.
 
 Capacity (:func:`kv_blocks`), per GPU of a worker of ``tp`` GPUs::
 
@@ -90,21 +91,17 @@ def gpu_spec(name: str) -> GpuSpec:
 # parameter counts
 
 
-class UnsupportedModelError(ValueError):
-    """A config whose architecture the parameter count does not cover (one line, naming why)."""
+class UnsupportedModelError(disagg.ModelConfigError):
+    """A config whose architecture the parameter count does not cover (one line, naming why).
+
+    A :class:`dynlab.disagg.cost.ModelConfigError`: like any bad config that opened, the CLI prints it
+    and exits 1.
+    """
 
 
-def _get(config: Mapping, key: str, source: str) -> int:
-    value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UnsupportedModelError(f"{source}: field {key!r} must be a positive integer, got {value!r}")
-    return value
-
-
-def _head_dim(config: Mapping, source: str) -> int:
-    if isinstance(config.get("head_dim"), int) and config["head_dim"] > 0:
-        return config["head_dim"]
-    return _get(config, "hidden_size", source) // _get(config, "num_attention_heads", source)
+def _get(config: Mapping, key: str, source: str, **kw) -> int:
+    # the one rule for a config's integer fields, shared with the KV shape (dynlab.disagg.cost.config_int)
+    return disagg.config_int(config, key, source, **kw)
 
 
 def _mla_attention_params(c: Mapping, source: str) -> int:
@@ -114,7 +111,7 @@ def _mla_attention_params(c: Mapping, source: str) -> int:
     nope, rope = _get(c, "qk_nope_head_dim", source), _get(c, "qk_rope_head_dim", source)
     v = _get(c, "v_head_dim", source)
     rank = _get(c, "kv_lora_rank", source)
-    q_rank = c.get("q_lora_rank")
+    q_rank = _get(c, "q_lora_rank", source, default=0, minimum=0)  # null or absent: a plain q projection
     if q_rank:
         q = h * q_rank + q_rank + q_rank * heads * (nope + rope)  # q_a_proj, q_a_layernorm, q_b_proj
     else:
@@ -135,24 +132,28 @@ def param_count(config: Mapping, source: str = "config") -> tuple[int, int]:
     published 671B) and Mixtral (``num_local_experts``). ``active`` counts only
     ``num_experts_per_tok`` routed experts per MoE layer (``== total`` for dense models).
 
-    Raises :class:`UnsupportedModelError` (a ``ValueError``) for another MoE layout or a missing field.
+    Fields are read as the KV shape reads them (:func:`dynlab.disagg.cost.config_int`: integers must be
+    JSON integers; ``num_key_value_heads`` falls back to ``num_attention_heads``, ``head_dim`` to
+    ``hidden_size / num_attention_heads``; a nested ``text_config`` is read when the top has no
+    ``num_hidden_layers``).
+
+    Raises :class:`~dynlab.disagg.cost.ModelConfigError` for a missing or bad field, and
+    :class:`UnsupportedModelError` (one) for another MoE layout.
     """
     if not isinstance(config, Mapping):
         raise UnsupportedModelError(f"{source}: expected a JSON object")
-    if "num_hidden_layers" not in config and isinstance(config.get("text_config"), Mapping):
-        config = config["text_config"]
-    c = config
+    c = disagg.text_config_of(config)
     h = _get(c, "hidden_size", source)
     layers = _get(c, "num_hidden_layers", source)
     vocab = _get(c, "vocab_size", source)
     heads = _get(c, "num_attention_heads", source)
     model_type = str(c.get("model_type", ""))
 
-    if "kv_lora_rank" in c and c.get("kv_lora_rank"):
+    if c.get("kv_lora_rank") is not None:
         attn = _mla_attention_params(c, source)
     else:
-        kv_heads = c.get("num_key_value_heads") or heads
-        d = _head_dim(c, source)
+        kv_heads = disagg.kv_heads_of(c, source)
+        d = disagg.head_dim_of(c, source)
         attn = h * heads * d + 2 * h * kv_heads * d + heads * d * h
         if c.get("attention_bias") or model_type == "qwen2":
             attn += heads * d + 2 * kv_heads * d
@@ -168,10 +169,10 @@ def param_count(config: Mapping, source: str = "config") -> tuple[int, int]:
         experts = _get(c, "n_routed_experts", source)
         per_tok = _get(c, "num_experts_per_tok", source)
         expert = 3 * h * _get(c, "moe_intermediate_size", source)
-        shared = (c.get("n_shared_experts") or 0) * expert
+        shared = _get(c, "n_shared_experts", source, default=0, minimum=0) * expert
         router = experts * h + (experts if model_type == "deepseek_v3" else 0)  # + e_score_correction_bias
-        dense_layers = min(int(c.get("first_k_dense_replace") or 0), layers)
-        freq = int(c.get("moe_layer_freq") or 1)
+        dense_layers = min(_get(c, "first_k_dense_replace", source, default=0, minimum=0), layers)
+        freq = _get(c, "moe_layer_freq", source, default=1)
         moe_layers = sum(1 for i in range(dense_layers, layers) if i % freq == 0)
         dense_layers = layers - moe_layers
         dense = 3 * h * _get(c, "intermediate_size", source)
@@ -252,16 +253,13 @@ class ModelSpec:
 def model_spec_from_config(config: Mapping, name: str = "config", source: str | None = None) -> ModelSpec:
     """A :class:`ModelSpec` named ``name`` from a ``config.json`` mapping.
 
-    Raises ``ValueError`` (one line) on a bad config, starting ``SOURCE:`` (``source``, default ``name``:
-    the file the user gave, or the bundled model's name).
+    Raises :class:`dynlab.disagg.cost.ModelConfigError` (one line) on a bad config, starting ``SOURCE:``
+    (``source``, default ``name``: the file the user gave, or the bundled model's name).
     """
     source = name if source is None else source
-    try:
-        shape = disagg.kv_shape_from_config(config, source=source)
-    except disagg.ModelConfigError as exc:
-        raise ValueError(str(exc)) from None
+    shape = disagg.kv_shape_from_config(config, source=source)
     params, active = param_count(config, source)
-    c = config if "num_hidden_layers" in config else config.get("text_config", config)
+    c = disagg.text_config_of(config)
     heads = _get(c, "num_attention_heads", source)
     if shape.attention == "mla":
         head_dim = _get(c, "qk_nope_head_dim", source) + _get(c, "qk_rope_head_dim", source)
@@ -286,32 +284,35 @@ def model_names() -> list[str]:
 
 
 def model_spec(name_or_path: str) -> ModelSpec:
-    """A bundled model by name, or the ``config.json`` at a path (a name containing ``/`` or ending ``.json``).
+    """A bundled model by name, else the ``config.json`` at a path, or in a directory (a Hugging Face
+    download: ``Qwen3-8B/`` reads ``Qwen3-8B/config.json``; :func:`dynlab.disagg.cost.config_file`).
 
-    A path's model is named after its folder (``models/Qwen3-8B/config.json`` -> ``Qwen3-8B``, as a
-    Hugging Face download is laid out), else the path as given (``config.json``, ``./config.json``,
-    ``llama.json``). Errors in the file name the path as given.
+    A bundled name wins over a folder of the same name (``./qwen3-8b`` reads the folder). Anything else
+    containing ``/``, ending ``.json`` or naming an existing file or directory is a path. Its model is
+    named after its folder (``models/Qwen3-8B/config.json`` and ``models/Qwen3-8B/`` -> ``Qwen3-8B``),
+    else the path as given (``config.json``, ``./config.json``, ``llama.json``). Errors in the file name
+    the file read, as given (``Qwen3-8B/config.json: ...``).
 
-    Raises ``ValueError`` listing the bundled models for an unknown name, or starting ``PATH:`` for a
-    file that cannot be read or holds a bad config.
+    Raises ``ValueError`` listing the bundled models for an unknown name;
+    :class:`dynlab.errors.InputFileError` starting ``PATH:`` for a file that cannot be opened or a
+    directory with no ``config.json`` (a usage error, exit 2 in the CLI);
+    :class:`dynlab.disagg.cost.ModelConfigError` starting ``PATH:`` for a file that holds a bad config
+    (not JSON, a missing or bad field: a bad input file, exit 1).
     """
-    if os.sep in name_or_path or name_or_path.endswith(".json"):
-        try:
-            config = disagg.read_model_config(name_or_path)
-        except OSError as exc:
-            raise ValueError(f"{name_or_path}: {exc.strerror or exc}") from None
-        except disagg.ModelConfigError as exc:
-            raise ValueError(str(exc)) from None
+    names = model_names()
+    if name_or_path in names:
+        return model_spec_from_config(disagg.load_model_config(name_or_path), name_or_path)
+    if os.sep in name_or_path or name_or_path.endswith(".json") or os.path.lexists(name_or_path):
+        path = disagg.config_file(name_or_path)
+        config = disagg.read_model_config(path)
         name = name_or_path
-        if os.path.basename(name_or_path) == "config.json":
-            folder = os.path.basename(os.path.dirname(os.path.normpath(name_or_path)))
+        if os.path.basename(path) == "config.json":
+            folder = os.path.basename(os.path.dirname(os.path.normpath(path)))
             if folder not in ("", ".", ".."):
                 name = folder
-        return model_spec_from_config(config, name, source=name_or_path)
-    names = model_names()
-    if name_or_path not in names:
-        raise ValueError(f"unknown model {name_or_path!r}; bundled models: {', '.join(names)} (or a config.json path)")
-    return model_spec_from_config(disagg.load_model_config(name_or_path), name_or_path)
+        return model_spec_from_config(config, name, source=path)
+    raise ValueError(f"unknown model {name_or_path!r}; bundled models: {', '.join(names)} "
+                     "(or a config.json, or a directory holding one)")
 
 
 # --------------------------------------------------------------------------------------------

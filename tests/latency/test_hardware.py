@@ -65,7 +65,7 @@ def test_unknown_names_list_what_exists():
 
 def test_unsupported_moe_is_refused():
     cfg = dict(disagg.load_model_config("qwen3-8b"), model_type="qwen3_moe", num_experts=128)
-    with pytest.raises(ValueError, match="not supported"):
+    with pytest.raises(disagg.ModelConfigError, match="not supported"):  # a bad config: exit 1 in the CLI
         hw.param_count(cfg, "x")
 
 
@@ -112,11 +112,11 @@ def test_a_bad_config_path_is_named_as_given(tmp_path, monkeypatch, given):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "Qwen3-8B").mkdir()
     (tmp_path / given).write_text('{"num_hidden_layers": "x"}')
-    with pytest.raises(ValueError, match=rf"^{re.escape(given)}: field 'num_hidden_layers' must be"):
+    with pytest.raises(disagg.ModelConfigError, match=rf"^{re.escape(given)}: field 'num_hidden_layers' must be"):
         hw.model_spec(given)
     r = CliRunner().invoke(main, ["sim", "--timing", "--model", given])
-    assert r.exit_code == 2 and r.output == (f"Error: {given}: field 'num_hidden_layers' must be a positive "
-                                             "whole number, got 'x'\n"), r.output
+    assert r.exit_code == 1 and r.output == (f"Error: {given}: field 'num_hidden_layers' must be a positive "
+                                             "integer, got 'x'\n"), r.output
 
 
 @pytest.mark.parametrize("given,name", [("config.json", "config.json"), ("./config.json", "./config.json"),
