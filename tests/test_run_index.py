@@ -10,11 +10,18 @@ refusal counters and ``find_matches`` (with and without the queries' runs) must 
 """
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings, strategies as st
 
+from dynlab.engine.config import SimConfig
+from dynlab.engine.run import build_strategy
+from dynlab.engine.serving import build_engines
 from dynlab.routing.events import MEDIUM_CPU, AllBlocksCleared, BlockRemoved, BlockStored
 from dynlab.routing.index import KvIndex
 from dynlab.routing.run_index import RunIndex
+from dynlab.traces.reader import load_trace
+from dynlab_builtins.strategies import KvCost
 
 GROUPS = [0, 1, 7, 12345, 2**40 + 3]
 WORKERS = range(5)
@@ -182,3 +189,38 @@ def test_k_full_passes_whole_runs():
     q = [5 * 1024 + o for o in range(4)] + [6 * 1024, 6 * 1024 + 1]
     assert ri.find_matches(q, [(5 * 1024, 4), (6 * 1024, 2)]) == {0: 4, 1: 6, 2: 2}
 
+
+class _Checked(KvCost):
+    """kv-cost, checking in a timed replay: each GPU event's runs name exactly its hashes, and the
+    RunIndex answers as a KvIndex fed the same events (``shadow``)."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.shadow = KvIndex(ctx.block)
+        self.on_event = self._on_event
+        self.with_runs = 0
+
+    def _on_event(self, ev):
+        if getattr(ev, "runs", None) is not None:
+            self.with_runs += 1
+            expanded = [(g << 10) + o for g, m in ev.runs for o in range(1024) if m >> o & 1]
+            assert sorted(expanded) == sorted(ev.hashes)
+        assert self.index.apply_event(ev) == self.shadow.apply_event(ev)
+
+    def costs(self, request, fleet):
+        out, matches = super().costs(request, fleet)
+        assert matches == self.shadow.find_matches(request.hashes)
+        return out, matches
+
+
+def test_timed_engine_events_carry_exact_runs():
+    # 400 requests of the bundled trace on 2 workers of 400 blocks: evictions, boundaries, preemptions
+    requests = load_trace("mooncake-conversation", block=16)
+    config = SimConfig(mode="kv-cost", workers=2, trace="mooncake-conversation", timing=True, capacity=400)
+    config.validate()
+    setup = build_engines(config, requests.own_block_tokens)
+    strategy = build_strategy(config, random.Random(0), registry={"kv-cost": _Checked}, block_tokens=config.block)
+    out = setup.replay(requests[:400], strategy, rng=random.Random(0), loss_rng=random.Random(1))
+    assert out["evicted_blocks"] > 0 and strategy.with_runs > 0 and strategy.index._groups is not None
+    for w in range(2):
+        assert strategy.index.blocks(w) == strategy.shadow.blocks(w)
