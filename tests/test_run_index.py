@@ -81,7 +81,17 @@ def carry(data, names):
     return None if how == "none" else pairs(names, how == "merged")
 
 
+def check_groups(ri: RunIndex) -> None:
+    """Run mode's invariants: no empty mask or group; ``-1`` holds exactly the K-full workers, when any."""
+    for g, offs in (ri._groups or {}).items():
+        masks = {w: m for w, m in offs.items() if w >= 0}
+        assert masks and all(masks.values()), g
+        full = sum(1 << w for w, m in masks.items() if m & ri._km == ri._km)
+        assert offs.get(-1, 0) == full and offs.get(-1) != 0, (g, offs)
+
+
 def check_same(kv: KvIndex, ri: RunIndex, queries) -> None:
+    check_groups(ri)
     for w in WORKERS:
         assert ri.blocks(w) == kv.blocks(w)
     assert len(ri) == len(kv)
