@@ -106,6 +106,7 @@ def check_same(kv: KvIndex, ri: RunIndex, queries) -> None:
         assert ri.find_matches(q) == want
         if all(isinstance(h, int) for h in q):
             assert ri.find_matches(q, asc_runs(q)) == want
+            assert ri.find_matches_tiers(q, runs=asc_runs(q)) == kv.find_matches_tiers(q)
         assert ri.find_matches_tiers(q) == kv.find_matches_tiers(q)
 
 

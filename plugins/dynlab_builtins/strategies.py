@@ -235,7 +235,8 @@ class KvCost(Strategy):
         credited = matches
         if self.host_credit and self.credit and self.index.tiered and request.hashes:
             hc = self.host_credit
-            credited = {w: g + hc * c for w, (g, c) in self.index.find_matches_tiers(request.hashes).items()}
+            tiers = self.index.find_matches_tiers(request.hashes, runs=request.runs)
+            credited = {w: g + hc * c for w, (g, c) in tiers.items()}
         nb = len(request.hashes)
         block = self.ctx.block
         queued, active = fleet.queued_prefill_tokens, fleet.active_blocks
