@@ -82,14 +82,15 @@ class RunIndex(KvIndex):
             return KvIndex.apply_event(self, event)
         kind = event.__class__
         if kind is BlockRemoved and event.medium == MEDIUM_GPU:
-            self._bit(event.worker)
-            runs = event.runs
+            w, runs = event.worker, event.runs
+            if type(w) is not int or w < 0:
+                self._bit(w)  # raises ValueError
             if runs is None:
                 if not all(isinstance(h, int) for h in event.hashes):
                     self._to_names()  # (a copy of a name that is not an int may be left to drop)
                     return KvIndex.apply_event(self, event)
                 runs = [(h >> _SHIFT, 1 << (h & _LOW)) for h in event.hashes]
-            self._remove(event.worker, runs)
+            self._remove(w, runs)
             return True
         if kind is BlockStored and event.medium == MEDIUM_GPU:
             return self._apply_stored_runs(event)
