@@ -88,6 +88,11 @@ def check_groups(ri: RunIndex) -> None:
         assert masks and all(masks.values()), g
         full = sum(1 << w for w, m in masks.items() if m & ri._km == ri._km)
         assert offs.get(-1, 0) == full and offs.get(-1) != 0, (g, offs)
+    if ri._groups is not None:  # _copied: (worker, group) -> the offsets of the names with copies
+        copied: dict = {}
+        for w, h in ri._copies:
+            copied[(w, h >> 10)] = copied.get((w, h >> 10), 0) | 1 << (h & 1023)
+        assert ri._copied == copied
 
 
 def check_same(kv: KvIndex, ri: RunIndex, queries) -> None:

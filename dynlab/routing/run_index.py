@@ -22,7 +22,8 @@ workers whose mask holds all of offsets ``0..K-1``; ``find_matches`` passes them
 ``(offset 0, count <= K)`` without reading their masks, so a query costs O(runs + workers that leave
 the match), not O(names). ``K`` is a hint (exact for any K): 32, the engine blocks per trace block
 of dynlab's defaults (512-token Mooncake blocks, 16-token engine blocks). Copies are counted per
-name in ``_copies``, as KvIndex does. Lower tiers (medium not GPU) stay KvIndex's, by name.
+name in ``_copies``, as KvIndex does, and ``_copied``: ``(worker, group)`` -> the offsets with a copy
+(a removal checks its names one by one only where it meets one: KV events lost make copies). Lower tiers (medium not GPU) stay KvIndex's, by name.
 """
 from __future__ import annotations
 
@@ -44,19 +45,22 @@ class RunIndex(KvIndex):
     Raises what :class:`KvIndex` raises.
     """
 
-    __slots__ = ("_groups", "_km")
+    __slots__ = ("_groups", "_km", "_copied")
 
     def __init__(self, block_size: Optional[int] = None, k: int = 32) -> None:
         super().__init__(block_size)
         self._groups: Optional[dict] = None  # None: name mode
+        self._copied: dict = {}  # run mode: (worker, group) -> offset mask of the names with copies
         self._km = (1 << k) - 1
 
     # -- modes --------------------------------------------------------------------------------
     def _to_runs(self) -> bool:
         """Switch to run mode, moving the held names (False, no switch, when one is not an int)."""
-        if not all(isinstance(h, int) for h in self._holders):
+        if not all(isinstance(h, int) for h in self._holders) or not all(isinstance(h, int) for _, h in self._copies):
             return False
-        self._groups = {}
+        self._groups, copied = {}, self._copied
+        for w, h in self._copies:
+            copied[(w, h >> _SHIFT)] = copied.get((w, h >> _SHIFT), 0) | 1 << (h & _LOW)
         for h, mask in self._holders.items():
             for w in _workers(mask):
                 self._store(w, ((h >> _SHIFT, 1 << (h & _LOW)),), False)
@@ -72,7 +76,7 @@ class RunIndex(KvIndex):
                     for o in _offsets(m):
                         h = (g << _SHIFT) + o
                         holders[h] = holders.get(h, 0) | 1 << w
-        self._groups, self._holders = None, holders
+        self._groups, self._holders, self._copied = None, holders, {}
 
     # -- events -------------------------------------------------------------------------------
     def apply_event(self, event) -> bool:
@@ -142,6 +146,8 @@ class RunIndex(KvIndex):
                 offs[-1] = offs.get(-1, 0) | bit
 
     def _add_copies(self, w: int, g: int, dup: int) -> None:
+        """One copy more of each name ``dup`` (offset mask) of group ``g`` at worker ``w``."""
+        self._copied[(w, g)] = self._copied.get((w, g), 0) | dup
         copies = self._copies
         for o in _offsets(dup):
             key = (w, (g << _SHIFT) + o)
@@ -150,9 +156,9 @@ class RunIndex(KvIndex):
     def _remove(self, w: int, runs: Iterable[tuple]) -> None:
         """Worker ``w`` drops the ``(group, mask)`` pairs in order: a name with copies loses a copy
         instead (KvIndex's rule); names it does not hold are ignored."""
-        groups, km, bit, copies = self._groups, self._km, 1 << w, self._copies
+        groups, km, bit, copied = self._groups, self._km, 1 << w, self._copied
         for g, bits in runs:
-            if copies:
+            if copied:
                 bits = self._drop_copies(w, g, bits)
             offs = groups.get(g)
             if offs is None:
@@ -176,16 +182,23 @@ class RunIndex(KvIndex):
 
     def _drop_copies(self, w: int, g: int, bits: int) -> int:
         """``bits`` less the names of group ``g`` that had a copy at worker ``w`` (one copy less each)."""
+        cm = self._copied.get((w, g), 0)
+        if not cm & bits:
+            return bits
         copies = self._copies
-        for o in _offsets(bits):
+        for o in _offsets(cm & bits):
             key = (w, (g << _SHIFT) + o)
-            n = copies.get(key)
-            if n is not None:
-                bits &= ~(1 << o)
-                if n > 1:
-                    copies[key] = n - 1
-                else:
-                    del copies[key]
+            n = copies[key]
+            bits ^= 1 << o
+            if n > 1:
+                copies[key] = n - 1
+            else:
+                del copies[key]
+                cm ^= 1 << o
+        if cm:
+            self._copied[(w, g)] = cm
+        else:
+            del self._copied[(w, g)]
         return bits
 
     def apply_stored(self, worker: int, hashes: Iterable[Hashable]) -> None:
@@ -205,6 +218,7 @@ class RunIndex(KvIndex):
         if self._groups is None:
             return KvIndex.clear(self, worker)
         KvIndex.clear(self, worker)  # checks the worker; lower tiers and copies (_holders is empty)
+        self._copied = {k: m for k, m in self._copied.items() if k[0] != worker}
         self._remove(worker, [(g, offs[worker]) for g, offs in self._groups.items() if worker in offs])
 
     # -- reading ------------------------------------------------------------------------------
