@@ -23,7 +23,8 @@ workers whose mask holds all of offsets ``0..K-1``; ``find_matches`` passes them
 the match), not O(names). ``K`` is a hint (exact for any K): 32, the engine blocks per trace block
 of dynlab's defaults (512-token Mooncake blocks, 16-token engine blocks). Copies are counted per
 name in ``_copies``, as KvIndex does, and ``_copied``: ``(worker, group)`` -> the offsets with a copy
-(a removal checks its names one by one only where it meets one: KV events lost make copies). Lower tiers (medium not GPU) stay KvIndex's, by name.
+(a removal checks its names one by one only where it meets one: KV events lost make copies).
+Lower tiers (medium not GPU) stay KvIndex's, by name.
 """
 from __future__ import annotations
 
