@@ -149,7 +149,7 @@ class TimedFleet:
             names, runs = self.runs_of(req)
         else:
             names, runs = self.names_of(req), None
-        routed = Request(tuple(names), req.input_length, req.output_length, t, req.index)
+        routed = Request(tuple(names), req.input_length, req.output_length, t, req.index, runs=runs)
         w = self._route(routed)
         engine = self.engines[w]
         ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names, runs)
@@ -230,7 +230,8 @@ class TimedFleet:
     def _publish_removed(self, w: int, engine: EngineWorker) -> None:
         """Publish what a step start (or a bulk run's block boundary) evicted: GPU, then the CPU tier."""
         self.evicted_blocks += len(engine.removed)
-        self._publish(w, BlockRemoved(w, tuple(engine.removed)), engine.cpu_removed, engine.cpu_stored)
+        self._publish(w, BlockRemoved(w, tuple(engine.removed), runs=engine.removed_runs), engine.cpu_removed,
+                      engine.cpu_stored)
 
     def _publish(self, w: int, gpu_event, cpu_removed: tuple, cpu_stored: tuple) -> None:
         """Send ``gpu_event``, then the CPU tier's change (``BlockRemoved``, then ``BlockStored``, medium
@@ -275,7 +276,8 @@ class TimedFleet:
         engine = self.engines[w]
         res = engine.finish_step()
         if res.stored:  # with write-through (--cpu-write compute) the CPU tier's change follows at the step's end
-            self._publish(w, BlockStored(w, tuple(res.stored), block_size=self.block), res.cpu_removed,
+            self._publish(w, BlockStored(w, tuple(res.stored), block_size=self.block, runs=res.stored_runs),
+                          res.cpu_removed,
                           res.cpu_stored)
         serving = self.serving
         serving.on_step(w, res)

@@ -218,6 +218,8 @@ class StepResult:
     - ``cpu_stored`` / ``cpu_removed``: with ``cpu_write="compute"``, the CPU tier's net change from
       writing the step's ``stored`` names (publish as ``BlockStored`` / ``BlockRemoved`` with
       ``medium="CPU"`` at ``end``, after the GPU ``BlockStored``); empty otherwise.
+    - ``stored_runs``: ``stored`` as ``(group, mask)`` pairs (the ``runs`` of its ``BlockStored``,
+      :mod:`dynlab.routing.events`) when the pool works on runs (``runs=True``), else ``None``.
     """
 
     start: float
@@ -235,12 +237,13 @@ class StepResult:
     handed_off: List[Tuple[EngineRequest, float]] = field(default_factory=list)
     cpu_stored: tuple = ()
     cpu_removed: tuple = ()
+    stored_runs: Optional[tuple] = None
 
 
 class _Step:
     # bound_at / bound_reqs: a bulk run's pending block boundaries, last first: start (ms), requests taking a block
     __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
-                 "prefill_tokens", "used", "bound_at", "bound_reqs")
+                 "stored_runs", "prefill_tokens", "used", "bound_at", "bound_reqs")
 
 
 class EngineWorker:
@@ -272,6 +275,7 @@ class EngineWorker:
         self.held: dict = {}  # request -> its keys, handed off and not yet released
         self.reserved: dict = {}  # request -> (its keys, blocks hit): reserved, KV not yet received
         self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
+        self.runs = runs
         self.pool = RunBlockPool(capacity) if runs else BlockPool(capacity)
         self.waiting: deque = deque()
         self.running: List[EngineRequest] = []
@@ -280,6 +284,8 @@ class EngineWorker:
         self.steps = 0
         self.peak_used_blocks = 0
         self.removed: tuple = ()
+        # removed as (group, mask) pairs (the runs of its BlockRemoved) when the pool works on runs, else None
+        self.removed_runs: Optional[tuple] = None
         if load_ms_per_block < 0:
             raise ValueError(f"load_ms_per_block must be >= 0, got {load_ms_per_block}")
         self.cpu: Optional[CpuTier] = CpuTier(cpu_capacity) if cpu_capacity else None
@@ -353,6 +359,7 @@ class EngineWorker:
         for req, key in zip(reqs, pool.allocate(len(reqs))):  # in running order, as a step start takes them
             req.keys.append(key)
         self.removed = removed = tuple(pool.removed)
+        self.removed_runs = tuple(pool.removed_runs) if self.runs else None
         if removed:
             st.removed += removed
             if self.cpu is not None:
@@ -441,7 +448,7 @@ class EngineWorker:
         while loading and loading[0].ready_ms <= now:
             self.ready.append(loading.popleft())  # scheduled before the waiting queue, in arrival order
         if not self.running and not self.waiting and not self.ready and not self.received:
-            self.removed = ()
+            self.removed, self.removed_runs = (), None
             return None
         self._accumulate(now)
         pool = self.pool
@@ -457,6 +464,7 @@ class EngineWorker:
             if loading or self.ready or self.held or self.reserved:
                 # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
                 self.removed = tuple(pool.removed)
+                self.removed_runs = tuple(pool.removed_runs) if self.runs else None
                 return None
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         st = self._plan(sched, preempted, admitted, now)
@@ -622,7 +630,9 @@ class EngineWorker:
                 st.end = now + self.latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
                                                               decodes, context))
         st.stored = tuple(pool.stored)
+        st.stored_runs = tuple(pool.stored_runs) if self.runs else None
         st.removed = self.removed = tuple(pool.removed)
+        self.removed_runs = tuple(pool.removed_runs) if self.runs else None
         st.used = used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
@@ -671,7 +681,7 @@ class EngineWorker:
             self.running = [r for r in self.running if r.finish_ms is None]
         self.steps += k
         res = StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,
-                         len(st.sched), st.prefill_tokens, st.decodes, st.used, handed)
+                         len(st.sched), st.prefill_tokens, st.decodes, st.used, handed, stored_runs=st.stored_runs)
         if self.write_through and st.stored and self.cpu is not None:
             self._write_through(res)
         return res

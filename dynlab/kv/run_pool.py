@@ -42,6 +42,12 @@ Representation (the free queue and the never-used blocks as in :class:`BlockPool
   is found by a binary search comparing keys with :data:`UNNAMED` by identity, reading no name's
   int object (a scan compares each of a prompt's ~750 names, a cache miss each), and its runs are
   read from the holder's :class:`Runs`.
+
+What changed, as runs: :attr:`RunBlockPool.stored_runs` and :attr:`RunBlockPool.removed_runs` hold the
+names of :attr:`~BlockPool.stored` and :attr:`~BlockPool.removed` as ``(group, mask)`` pairs, appended
+as the names are (one pair per registered run or evicted entry, no per-name work); assigning
+``stored`` or ``removed`` (the engine does, per step) empties its pairs too. They are what the engine's
+KV events carry as ``runs`` (:mod:`dynlab.routing.events`).
 """
 from __future__ import annotations
 
@@ -103,14 +109,36 @@ class RunBlockPool(BlockPool):
     hold group masks here, ``_refs`` replaces ``_used``/``_shared``/``_stale_more``.
     """
 
-    __slots__ = ("_refs", "_mixed")
+    __slots__ = ("_refs", "_mixed", "_stored", "_removed", "stored_runs", "removed_runs")
 
     def __init__(self, capacity: int):
+        self.stored_runs: list = []  # (group, mask) pairs of the names of stored, in order
+        self.removed_runs: list = []  # and of removed
         super().__init__(capacity)
         self._cached: dict = {}  # group -> mask of cached names
         self._stale: dict = {}  # group -> levels of stale entries
         self._refs: dict = {}  # group -> levels of holders
         self._mixed: dict = {}  # id(keys) -> keys: key lists with a block left unnamed by register
+
+    @property
+    def stored(self) -> list:
+        """:attr:`BlockPool.stored` (names registered); assigning it empties :attr:`stored_runs`."""
+        return self._stored
+
+    @stored.setter
+    def stored(self, names: list) -> None:
+        self._stored = names
+        self.stored_runs = []
+
+    @property
+    def removed(self) -> list:
+        """:attr:`BlockPool.removed` (names evicted); assigning it empties :attr:`removed_runs`."""
+        return self._removed
+
+    @removed.setter
+    def removed(self, names: list) -> None:
+        self._removed = names
+        self.removed_runs = []
 
     # -- reading --------------------------------------------------------------------------
     @staticmethod
@@ -183,10 +211,11 @@ class RunBlockPool(BlockPool):
                     continue
             cached[g] = m | new
             _count_in(refs, g, new)
+            self.stored_runs.append((g, new))
         names = seq.names
         if not dups:
             keys[start:end] = names[start:end]
-            self.stored.extend(names[start:end])
+            self._stored.extend(names[start:end])
             return
         self._mixed[id(keys)] = keys
         i = start
@@ -194,12 +223,12 @@ class RunBlockPool(BlockPool):
             new = dups.get(first)
             if new is None:
                 keys[i:i + c] = names[i:i + c]
-                self.stored.extend(names[i:i + c])
+                self._stored.extend(names[i:i + c])
             else:
                 base = i - (first & _LOW)  # names[base + o]: the name of offset o
                 for o in _bits(new):
                     keys[base + o] = names[base + o]
-                    self.stored.append(names[base + o])
+                    self._stored.append(names[base + o])
             i += c
 
     def release(self, keys: Sequence[int], seq: Runs) -> None:
@@ -279,7 +308,8 @@ class RunBlockPool(BlockPool):
                     seg[i] = (g, mask ^ (1 << o), names, base)
                     self._head = i
                     self._cached[g] ^= 1 << o  # its other names stay cached
-                    self.removed.append(names[base + o])
+                    self._removed.append(names[base + o])
+                    self.removed_runs.append((g, 1 << o))
                     return
                 if n > want:  # the allocation stops inside this entry: its highest names go
                     take = _top(mask, want)
@@ -308,14 +338,15 @@ class RunBlockPool(BlockPool):
             self._cached[g] = m
         else:
             del self._cached[g]
+        self.removed_runs.append((g, bits))
         lo = (bits & -bits).bit_length() - 1
         hi = bits.bit_length()
         if hi - lo == 1:  # one name (a decode's block boundary)
-            self.removed.append(names[base + lo])
+            self._removed.append(names[base + lo])
         elif bits >> lo == (1 << (hi - lo)) - 1:  # contiguous: one slice
-            self.removed.extend(reversed(names[base + lo:base + hi]))
+            self._removed.extend(reversed(names[base + lo:base + hi]))
         else:
-            self.removed.extend([names[base + o] for o in reversed(_bits(bits))])
+            self._removed.extend([names[base + o] for o in reversed(_bits(bits))])
 
     # -- tests ----------------------------------------------------------------------------
     def _live_keys(self) -> list:

@@ -12,10 +12,17 @@ publisher sends it in a frame of its own).
 Every field after ``worker`` and the names has a default, so ``BlockStored(worker, hashes)``
 is the simulator's cheap form: ``block_size=None`` means "in the receiver's own block size"
 (not checked) and ``parent_block_hash=None`` means "not said" (not checked).
+
+``runs`` (dynlab's own field, not vLLM's; ``None``: not given): the same blocks as ``hashes``, as
+``(group, offset mask)`` pairs: bit ``o`` of ``mask`` names block ``(group << 10) + o`` (dynlab's
+engine names, ``trace id * 1024 + offset``: :mod:`dynlab.engine.names`). dynlab's engine fills it when
+its block pool works on runs (:mod:`dynlab.kv.run_pool`), for free, so that an index keyed the same
+way (:class:`dynlab.routing.run_index.RunIndex`) applies the event per run; ``hashes`` stays the
+source of truth (a reader may ignore ``runs``). It is not compared (``==``) nor shown (``repr``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 #: the storage tiers events name (vLLM's ``medium``): a worker's GPU pool and its CPU tier (``--cpu-capacity``)
@@ -38,6 +45,7 @@ class BlockStored:
     block_size: Optional[int] = None
     lora_name: Optional[str] = None
     medium: str = MEDIUM_GPU
+    runs: Optional[tuple] = field(default=None, compare=False, repr=False)
 
     @property
     def block_hashes(self) -> tuple:
@@ -52,6 +60,7 @@ class BlockRemoved:
     worker: int
     hashes: tuple
     medium: str = MEDIUM_GPU
+    runs: Optional[tuple] = field(default=None, compare=False, repr=False)
 
     @property
     def block_hashes(self) -> tuple:

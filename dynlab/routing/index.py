@@ -205,7 +205,10 @@ class KvIndex:
         """Worker -> ``(gpu, lower)``: its leading GPU overlap (:meth:`find_matches`), then how many
         of the following blocks it holds in ``medium``, contiguously (where an engine's lookup continues
         into its CPU tier). Workers with ``gpu + lower == 0`` are omitted."""
-        gpu = self.find_matches(hashes)
+        return self._with_tier(self.find_matches(hashes), hashes, medium)
+
+    def _with_tier(self, gpu: dict, hashes: Sequence[Hashable], medium: str) -> dict:
+        """:meth:`find_matches_tiers` given the GPU overlaps ``gpu`` (:meth:`find_matches` of ``hashes``)."""
         tier = self._tiers.get(medium)
         if not tier:
             return {w: (d, 0) for w, d in gpu.items()}

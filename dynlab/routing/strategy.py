@@ -26,6 +26,10 @@ class Request:
       ``--time-scale``, or the Poisson arrival), the clock a router has.
     - ``index``: position in the workload, from 0.
     - ``prefix``: the seed workload's prefix id (``None`` for traces).
+    - ``runs`` (dynlab's own, ``None``: not given): ``hashes`` as runs ``(first name, count)`` in
+      order (names ``first .. first + count - 1``), when the timed engine names blocks by trace
+      block (:func:`dynlab.engine.names.engine_block_runs`); an index keyed by runs reads it
+      (:meth:`dynlab.routing.run_index.RunIndex.find_matches`). Not compared, not shown.
     """
 
     hashes: tuple
@@ -34,6 +38,7 @@ class Request:
     timestamp: Optional[float] = None
     index: int = 0
     prefix: Optional[Hashable] = None
+    runs: Optional[Sequence[tuple]] = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dynlab.engine.counted import Worker
 from dynlab.kv.policies import LRUCache
 from dynlab.routing.index import KvIndex
 from dynlab.routing.router import KvRouter
+from dynlab.routing.run_index import RunIndex
 from dynlab.routing.strategy import Strategy, StrategyOption
 
 
@@ -200,7 +201,9 @@ class KvCost(Strategy):
     (ties drawn from the run's RNG); above 0 it samples from ``softmax(-c / T)`` over
     min-max normalised costs ``c``. Source: NVIDIA Dynamo's KV router (its overlap
     weight and router temperature settings). The index grows only from KV events,
-    so ``--publish no`` shows the same trap as ``kv-events``.
+    so ``--publish no`` shows the same trap as ``kv-events``. It is a
+    :class:`~dynlab.routing.run_index.RunIndex`: a KvIndex that works per run when the events and
+    requests carry runs (the timed engine on traces naming their own blocks), with the same answers.
     """
 
     name = "kv-cost"
@@ -220,7 +223,7 @@ class KvCost(Strategy):
         self.scale = self.option("prefill_load_scale")
         self.temperature = self.option("temperature")
         self.host_credit = self.option("host_credit")
-        self.index = KvIndex(ctx.block)
+        self.index = RunIndex(ctx.block)
         self.on_event = self.index.apply_event  # the hot path: no wrapper per event
 
     def refused_events(self):
@@ -228,11 +231,12 @@ class KvCost(Strategy):
 
     def costs(self, request, fleet) -> tuple[list, dict]:
         """Each worker's cost and the index's GPU overlaps (worker -> blocks)."""
-        matches = self.index.find_matches(request.hashes) if self.credit else {}
+        matches = self.index.find_matches(request.hashes, request.runs) if self.credit else {}
         credited = matches
         if self.host_credit and self.credit and self.index.tiered and request.hashes:
             hc = self.host_credit
-            credited = {w: g + hc * c for w, (g, c) in self.index.find_matches_tiers(request.hashes).items()}
+            tiers = self.index.find_matches_tiers(request.hashes, runs=request.runs)
+            credited = {w: g + hc * c for w, (g, c) in tiers.items()}
         nb = len(request.hashes)
         block = self.ctx.block
         queued, active = fleet.queued_prefill_tokens, fleet.active_blocks

@@ -201,6 +201,15 @@ TestBothPools = BothPools.TestCase
 class RunPoolAndReference(BothPools):
     make = RunBlockPool
 
+    @invariant()
+    def same_observables(self):
+        # the (group, mask) pairs name exactly stored and removed (as multisets: what KV events carry)
+        new = self.new
+        for names, pairs in ((new.stored, new.stored_runs), (new.removed, new.removed_runs)):
+            assert sorted(names) == sorted((g << 10) + o for g, m in pairs for o in range(1024) if m >> o & 1)
+            del pairs[:]
+        super().same_observables()
+
 
 RunPoolAndReference.TestCase.settings = settings(max_examples=300, stateful_step_count=60)
 TestRunPoolAndReference = RunPoolAndReference.TestCase
