@@ -50,6 +50,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from dynlab.disagg.cost import GB
 from dynlab.engine.bus import EventBus
+from dynlab.engine.config import DECODE_ROUTERS
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
 from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals, ratio, stats
 from dynlab.engine.timed import TimedFleet, arrival_times, step_past_horizon
@@ -59,7 +60,6 @@ from dynlab.routing.events import BlockStored
 from dynlab.routing.strategy import Request, Strategy
 
 #: the decode-side routing rules (``--decode-router``)
-DECODE_ROUTERS = ("least-loaded", "round-robin", "kv-usage")
 #: how transfers from one prefill worker share its link
 LINK_SHARING = "fifo"
 #: default link bandwidth, GB/s: one 400 Gb/s NIC (ConnectX-7 / InfiniBand NDR, 400 Gb/s = 50 GB/s)

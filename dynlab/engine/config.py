@@ -7,6 +7,8 @@ from typing import AbstractSet, Mapping, Optional
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
+#: how a disaggregated fleet picks the decode worker of a request (:class:`dynlab.disagg.fleet.DisaggFleet`)
+DECODE_ROUTERS = ("least-loaded", "round-robin", "kv-usage")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class SimConfig:
     Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and
     ``decode_workers`` replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU
     count) sets them at once, ``"P:0"`` meaning ``P`` aggregated workers. ``decode_router``
-    (:data:`dynlab.disagg.fleet.DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
+    (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
     400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
     """
 
@@ -166,8 +168,6 @@ class SimConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        from dynlab.disagg.fleet import DECODE_ROUTERS
-
         if self.decode_router not in DECODE_ROUTERS:
             raise ValueError(f"decode_router must be one of {', '.join(DECODE_ROUTERS)}, got {self.decode_router!r}")
         if not (self.link_gbps > 0 and math.isfinite(self.link_gbps)):
@@ -215,6 +215,18 @@ WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 
 #: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
 _FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt"}
+
+
+def check_arrival_options(timestamps: bool, time_scale: float, rate: float) -> None:
+    """Raise ``ValueError`` (``--NAME has no effect ...``) for the arrival option a workload ignores:
+    ``time_scale`` other than 1 when it has no ``timestamps`` (its requests arrive as a Poisson process),
+    ``rate`` other than :data:`POISSON_RATE` when it has them (a trace's timestamps
+    are all there or none: the readers refuse a mix)."""
+    if timestamps and rate != POISSON_RATE:
+        raise ValueError("--rate has no effect: the trace's timestamps set the arrivals (--time-scale scales them)")
+    if not timestamps and time_scale != 1.0:
+        raise ValueError("--time-scale has no effect: the workload has no timestamps (its requests arrive as a "
+                         "Poisson process of --rate requests/s)")
 
 
 def _flag(name: str) -> str:

@@ -204,7 +204,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     timed = None
     if config.timing:
         from dynlab.engine.serving import build_engines
-        from dynlab.engine.timed import check_arrival_options
+        from dynlab.engine.config import check_arrival_options
 
         requests, first = _peek(requests)
         check_arrival_options(first is not None and first.timestamp is not None, config.time_scale, config.rate)

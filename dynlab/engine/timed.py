@@ -36,20 +36,6 @@ from dynlab.routing.replicas import RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, Strategy
 
 
-def check_arrival_options(timestamps: bool, time_scale: float, rate: float) -> None:
-    """Raise ``ValueError`` (``--NAME has no effect ...``) for the arrival option a workload ignores:
-    ``time_scale`` other than 1 when it has no ``timestamps`` (its requests arrive as a Poisson process),
-    ``rate`` other than :data:`~dynlab.engine.config.POISSON_RATE` when it has them (a trace's timestamps
-    are all there or none: the readers refuse a mix)."""
-    from dynlab.engine.config import POISSON_RATE
-
-    if timestamps and rate != POISSON_RATE:
-        raise ValueError("--rate has no effect: the trace's timestamps set the arrivals (--time-scale scales them)")
-    if not timestamps and time_scale != 1.0:
-        raise ValueError("--time-scale has no effect: the workload has no timestamps (its requests arrive as a "
-                         "Poisson process of --rate requests/s)")
-
-
 def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
                   rng: random.Random) -> Iterator[tuple[Request, float]]:
     """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards,
