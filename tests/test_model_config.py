@@ -243,3 +243,16 @@ def test_a_bundled_name_wins_over_a_folder_of_that_name(tmp_path, monkeypatch):
     (tmp_path / "qwen3-8b" / "config.json").write_text(json.dumps(cost.load_model_config("qwen3-0.6b")))
     assert hw.model_spec("qwen3-8b").params == hw.param_count(cost.load_model_config("qwen3-8b"))[0]
     assert hw.model_spec("./qwen3-8b").params == hw.param_count(cost.load_model_config("qwen3-0.6b"))[0]
+
+
+def test_a_missing_config_file_is_one_line_alike_in_every_command(tmp_path):
+    # disagg's --model-config was checked by click ("Invalid value for '--model-config': Path ... does not
+    # exist."), the other commands by dynlab's reader: now one reader says it for all, exit 2
+    missing = str(tmp_path / "nosuch" / "config.json")
+    lines = set()
+    for args in (["sim", "--timing", "--model", missing], ["latency", "--model", missing],
+                 ["disagg", "--tokens", "1", "--gbps", "1", "--model-config", missing]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2, (args, r.stderr)
+        lines.add(r.stderr)
+    assert lines == {f"Error: {missing}: No such file or directory\n"}

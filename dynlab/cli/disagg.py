@@ -53,7 +53,7 @@ def _bandwidths(value: str) -> list[tuple[str, float]]:
 @click.option("--gbps", required=True, metavar="G[,G...]",
               help="Link bandwidth in GB/s (10^9 bytes/s); a comma list prints one record per value, keyed as written.")
 @click.option("--model", type=click.Choice(lib.bundled_models()), help="A bundled model config (see `dynlab models`).")
-@click.option("--model-config", type=click.Path(exists=True), metavar="PATH",
+@click.option("--model-config", type=click.Path(), metavar="PATH",
               help="A Hugging Face config.json, or a model directory holding one, to read the KV "
                    "shape from.")
 @click.option("--layers", type=SIZE, help="Layers (default 28, Qwen3-0.6B).")
