@@ -61,3 +61,20 @@ def test_series_styles_are_distinct_and_smaller_on_top():
         a, b = styles[k], styles[k + 1]
         if (k + 1) % 4:
             assert b["zorder"] > a["zorder"] and b["markersize"] < a["markersize"] and b["linewidth"] < a["linewidth"]
+
+
+def test_a_series_whose_cells_lack_the_metric_says_so_in_the_legend(monkeypatch):
+    # prediction_error is null for rr (no index) and a number for kv: rr's line has no point to draw
+    grid = Grid((Axis("mode", ("rr", "kv"), ("rr", "kv")), Axis("workers", (1, 2))))
+    results = {cell_key(c): {"prediction_error": None if c["mode"] == "rr" else c["workers"]} for c in grid.cells()}
+    figures = []
+    monkeypatch.setattr("dynlab.plots.save", lambda fig, path: figures.append(fig))
+    sweep_plots.plot_sweep(grid, results, "unused.png", "prediction_error")
+    (fig,) = figures
+    try:
+        (ax,) = fig.axes
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["rr (no value)", "kv"]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -116,6 +116,8 @@ def _plot_lines(plt, ax_opt: Axis, series: list, labels: list, value_at, label: 
     xs = list(range(len(ax_opt.values)))
     for k, (combo, name) in enumerate(zip(series, labels)):
         ys = [value_at(combo, (v,)) for v in ax_opt.values]
+        if name and all(math.isnan(y) for y in ys):
+            name += " (no value)"  # its cells do not report the metric: say so, or the legend shows a line not drawn
         ax.plot(xs, ys, label=name or None, **series_style(k))
     ax.set_xticks(xs, [ax_opt.label(i) for i in xs])
     ax.set_xlabel(ax_opt.name)
