@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-#: names carry at most this many engine blocks per trace block (offsets 0..1023)
-_SPREAD = 1024
+from dynlab.groups import GROUP_SIZE
+
+#: names carry at most this many engine blocks per trace block (offsets 0..1023): one group (dynlab.groups)
+_SPREAD = GROUP_SIZE
 #: largest trace_block / block ratio accepted (so offsets stay well below _SPREAD)
 MAX_RATIO = 1022
 

@@ -53,14 +53,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from itertools import accumulate
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
+from dynlab.groups import GROUP_LOW, GROUP_SHIFT
+from dynlab.groups import set_bits as _bits
 from dynlab.kv.block_pool import UNNAMED, BlockPool
 
 __all__ = ["RunBlockPool", "Runs"]
 
-_SHIFT = 10  # a group holds the names (group << 10) + 0 .. 1023
-_LOW = (1 << _SHIFT) - 1
+_SHIFT, _LOW = GROUP_SHIFT, GROUP_LOW  # a group holds the names (group << 10) + 0 .. 1023
 
 
 class Runs:
@@ -405,16 +406,6 @@ class RunBlockPool(BlockPool):
             assert c == _count(self._stale, name) + (name not in used), name
         assert stale <= entries.keys(), "a stale name with no entry"
         assert self.used_blocks + self._fresh + len(free) == self.capacity
-
-
-def _bits(mask: int) -> List[int]:
-    """The offsets of the set bits of ``mask``, lowest first."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
 
 
 def _top(mask: int, k: int) -> int:

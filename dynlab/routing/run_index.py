@@ -30,13 +30,14 @@ from __future__ import annotations
 
 from typing import Hashable, Iterable, Optional, Sequence
 
+from dynlab.groups import GROUP_LOW, GROUP_SHIFT
+from dynlab.groups import set_bits as _offsets
 from dynlab.routing.events import MEDIUM_GPU, BlockRemoved, BlockStored
 from dynlab.routing.index import KvIndex, _workers
 
 __all__ = ["RunIndex"]
 
-_SHIFT = 10  # a group holds the names (group << 10) + 0 .. 1023
-_LOW = (1 << _SHIFT) - 1
+_SHIFT, _LOW = GROUP_SHIFT, GROUP_LOW  # a group holds the names (group << 10) + 0 .. 1023
 
 
 class RunIndex(KvIndex):
@@ -306,13 +307,3 @@ class RunIndex(KvIndex):
             for w in _workers(active):
                 scores[w] = depth
         return scores
-
-
-def _offsets(mask: int) -> list:
-    """The set bits of ``mask``, lowest first."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
