@@ -107,13 +107,22 @@ class KvIndex:
             return True
         raise TypeError(f"not a KV event: {event!r}")
 
-    def _apply_stored(self, event: BlockStored) -> bool:
-        """:meth:`apply_event` of a GPU ``BlockStored``: its checks, then the names (copies counted)."""
+    def _sized(self, event: BlockStored) -> bool:
+        """Count a ``BlockStored`` in :attr:`stored_events`; ``False`` (counted in :attr:`refused_block_size`)
+        when its ``block_size`` and the index's are both set and differ (the first check of every store)."""
         self.stored_events += 1
         bs = event.block_size
         if bs is not None and self.block_size is not None and bs != self.block_size:
             self.refused_block_size += 1
             return False
+        return True
+
+    def _apply_stored(self, event: BlockStored) -> bool:
+        """:meth:`apply_event` of a GPU ``BlockStored``: its checks, then the names (copies counted)."""
+        return self._sized(event) and self._store_names(event)
+
+    def _store_names(self, event: BlockStored) -> bool:
+        """:meth:`_apply_stored` after the block-size check: the parent check, then the names."""
         bit = self._bit(event.worker)
         holders = self._holders
         parent = event.parent_block_hash
@@ -176,10 +185,7 @@ class KvIndex:
         bit = self._bit(event.worker)
         holders = self._tiers.setdefault(event.medium, {})
         if type(event) is BlockStored:
-            self.stored_events += 1
-            bs = event.block_size
-            if bs is not None and self.block_size is not None and bs != self.block_size:
-                self.refused_block_size += 1
+            if not self._sized(event):
                 return False
             hashes = event.hashes
             holders.update(zip(hashes, map(or_, map(holders.get, hashes, repeat(0)), repeat(bit))))

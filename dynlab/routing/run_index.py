@@ -104,10 +104,7 @@ class RunIndex(KvIndex):
 
     def _apply_stored_runs(self, event: BlockStored) -> bool:
         """A GPU ``BlockStored`` in run mode: KvIndex's checks and counters, then the runs."""
-        self.stored_events += 1
-        bs = event.block_size
-        if bs is not None and self.block_size is not None and bs != self.block_size:
-            self.refused_block_size += 1
+        if not self._sized(event):
             return False
         bit = self._bit(event.worker)
         parent = event.parent_block_hash
@@ -118,8 +115,7 @@ class RunIndex(KvIndex):
         if runs is None:
             if not all(isinstance(h, int) for h in event.hashes):
                 self._to_names()
-                self.stored_events -= 1  # counted again by KvIndex
-                return KvIndex._apply_stored(self, event)
+                return KvIndex._store_names(self, event)  # (the parent check again: the same holdings)
             runs = [(h >> _SHIFT, 1 << (h & _LOW)) for h in event.hashes]
         self._store(event.worker, runs, True)
         return True
