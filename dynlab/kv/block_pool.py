@@ -338,26 +338,48 @@ class BlockPool:
 
     def _live_keys(self) -> list:
         """The keys of the queue after the never-used blocks, head first, stale entries skipped."""
-        stale = {name: 1 + self._stale_more.get(name, 0) for name in self._stale}
+        return self._queue_keys({name: 1 + self._stale_more.get(name, 0) for name in self._stale})
+
+    def _queue_keys(self, stale: dict) -> list:
+        """The keys of the queue after the never-used blocks, head first: :data:`UNNAMED` for unnamed
+        blocks, the names of each named entry (:meth:`_entry_names`) but those counted in ``stale`` (name
+        -> stale entries left; each one met is consumed). Tests only, O(queue)."""
         out: list = []
         for i, seg in enumerate(self._queue):
             if seg.__class__ is int:
                 out += [UNNAMED] * seg
                 continue
-            for name in seg[self._head:] if i == 0 else seg:
-                c = stale.get(name)
-                if c:
-                    stale[name] = c - 1
-                else:
-                    out.append(name)
+            for entry in seg[self._head:] if i == 0 else seg:
+                for name in self._entry_names(entry):
+                    c = stale.get(name)
+                    if c:
+                        stale[name] = c - 1
+                    else:
+                        out.append(name)
         return out
 
-    def check(self) -> None:
-        """Assert the pool's invariants (tests; O(blocks ever used))."""
+    def _named_entries(self):
+        """The entries of the queue's named segments after the never-used blocks, head first (tests)."""
+        for i, seg in enumerate(self._queue):
+            if seg.__class__ is list:
+                yield from (seg[self._head:] if i == 0 else seg)
+
+    @staticmethod
+    def _entry_names(entry) -> tuple:
+        """The names of one named queue entry, in queue order (here an entry is a name)."""
+        return (entry,)
+
+    def _check_queue(self) -> None:
+        """Assert the free queue's shape: no empty segment, a head offset inside a named first segment."""
         queue, head = self._queue, self._head
         assert self._fresh >= 0
         assert all(seg > 0 if seg.__class__ is int else len(seg) > 0 for seg in queue), "an empty segment"
         assert head == 0 or (queue and queue[0].__class__ is list and head < len(queue[0])), "bad head offset"
+
+    def check(self) -> None:
+        """Assert the pool's invariants (tests; O(blocks ever used))."""
+        self._check_queue()
+        queue = self._queue
         assert all(len(set(seg)) == len(seg) for seg in queue if seg.__class__ is list), "a name twice in a segment"
         free = self._live_keys()
         named = [k for k in free if k >= 0]
@@ -369,10 +391,8 @@ class BlockPool:
         assert self._stale <= self._cached and self._stale_more.keys() <= self._stale, "a stale name not cached"
         assert all(c >= 1 for c in self._stale_more.values()), "a stale count is not positive"
         entries: dict = {}
-        for i, seg in enumerate(queue):
-            if seg.__class__ is list:
-                for name in seg[head:] if i == 0 else seg:
-                    entries[name] = entries.get(name, 0) + 1
+        for name in self._named_entries():
+            entries[name] = entries.get(name, 0) + 1
         for name, c in entries.items():  # stale entries + the live one, if free
             stale = (1 + self._stale_more.get(name, 0)) if name in self._stale else 0
             assert c == stale + (name not in self._used), f"entries of {name} in the queue"

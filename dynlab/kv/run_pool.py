@@ -355,27 +355,17 @@ class RunBlockPool(BlockPool):
         for g, lv in self._stale.items():
             for o in _bits(_once(lv)):
                 stale[(g << _SHIFT) + o] = _count(self._stale, (g << _SHIFT) + o)
-        out: list = []
-        for i, seg in enumerate(self._queue):
-            if seg.__class__ is int:
-                out += [UNNAMED] * seg
-                continue
-            for g, mask, _, _ in seg[self._head:] if i == 0 else seg:
-                for o in reversed(_bits(mask)):
-                    name = (g << _SHIFT) + o
-                    c = stale.get(name)
-                    if c:
-                        stale[name] = c - 1
-                    else:
-                        out.append(name)
-        return out
+        return self._queue_keys(stale)
+
+    @staticmethod
+    def _entry_names(entry) -> list:
+        """The names of a queue entry ``(group, mask, names, base)``, highest first (queue order)."""
+        g, mask, _, _ = entry
+        return [(g << _SHIFT) + o for o in reversed(_bits(mask))]
 
     def check(self) -> None:
         """Assert the pool's invariants (tests; O(blocks ever used))."""
-        queue, head = self._queue, self._head
-        assert self._fresh >= 0
-        assert all(seg > 0 if seg.__class__ is int else len(seg) > 0 for seg in queue), "an empty segment"
-        assert head == 0 or (queue and queue[0].__class__ is list and head < len(queue[0])), "bad head offset"
+        self._check_queue()
         for counts in (self._refs, self._stale):
             for lv in counts.values():
                 if lv.__class__ is int:
@@ -394,14 +384,12 @@ class RunBlockPool(BlockPool):
         assert set(named) == cached - used, "free cached blocks != named blocks in the free queue"
         assert used <= cached and stale <= cached, "a reference or a stale entry of an uncached block"
         entries: dict = {}
-        for i, seg in enumerate(queue):
-            if seg.__class__ is list:
-                for g, mask, names, base in seg[head:] if i == 0 else seg:
-                    assert mask, "an empty entry"
-                    assert all(names[base + o] == (g << _SHIFT) + o for o in _bits(mask)), "an entry's names"
-                    for o in _bits(mask):
-                        name = (g << _SHIFT) + o
-                        entries[name] = entries.get(name, 0) + 1
+        for entry in self._named_entries():
+            g, mask, names, base = entry
+            assert mask, "an empty entry"
+            assert all(names[base + o] == (g << _SHIFT) + o for o in _bits(mask)), "an entry's names"
+            for name in self._entry_names(entry):
+                entries[name] = entries.get(name, 0) + 1
         for name, c in entries.items():  # stale entries + the live one, if free
             assert c == _count(self._stale, name) + (name not in used), name
         assert stale <= entries.keys(), "a stale name with no entry"
