@@ -229,6 +229,15 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     finally:
         if bar is not None:
             bar.close()
+    return _result(config, metrics, strategy, timed, own, block_tokens)
+
+
+def _result(config: SimConfig, metrics: dict, strategy: Strategy, timed, own: Optional[int],
+            block_tokens: int) -> dict[str, Any]:
+    """The JSON object of :func:`run` (its key order) from the replay's ``metrics``; ``timed``: the timed
+    setup (``None`` without ``--timing``), ``own``: the trace's own block size, ``block_tokens``: the
+    block size replayed."""
+    pd = config.pd()
     out: dict[str, Any] = {"mode": config.mode, "workers": config.workers if pd is None else sum(pd)}
     for key in SEED_KEYS[2:]:
         out[key] = metrics[key]
