@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import compress, count, filterfalse, islice, repeat
 from operator import add, not_
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 __all__ = ["BlockPool", "UNNAMED"]
 
@@ -184,8 +184,35 @@ class BlockPool:
             self._take(n - fresh)
         return [UNNAMED] * n
 
-    def _take(self, want: int) -> None:
-        """Take ``want`` live entries from the head of ``_queue``, evicting the named ones."""
+    def allocate_each(self, counts: Sequence[int]) -> int:
+        """Take ``counts[0]``, then ``counts[1]``, ... blocks: what as many :meth:`allocate` calls
+        take and evict, in the same order (names appended to :attr:`removed`), in one walk of the
+        free queue. Returns how many of those allocations evicted a cached block (each would have
+        had a ``BlockRemoved`` of its own). Keys are not returned: all :data:`UNNAMED`. Raises
+        ``ValueError`` when fewer than ``sum(counts)`` blocks are free."""
+        n = sum(counts)
+        fresh = self._fresh
+        if n > fresh + self._nfree:
+            raise ValueError(f"cannot allocate {n} blocks: {fresh + self._nfree} free")
+        if fresh >= n:
+            self._fresh = fresh - n
+            return 0
+        self._fresh = 0
+        want = n - fresh
+        spans: list = []  # (wanted before, evicted): evictions at positions fresh + want - before ...
+        self._take(want, spans)
+        evicting, i, end = 0, 0, 0
+        for c in counts:  # an allocation [end - c, end) evicted if an eviction span meets it
+            end += c
+            while i < len(spans) and fresh + want - spans[i][0] + spans[i][1] <= end - c:
+                i += 1
+            if c and i < len(spans) and fresh + want - spans[i][0] < end:
+                evicting += 1
+        return evicting
+
+    def _take(self, want: int, spans: Optional[list] = None) -> None:
+        """Take ``want`` live entries from the head of ``_queue``, evicting the named ones; ``spans``
+        (given): each eviction appends ``(entries still wanted before it, entries evicted)``."""
         self._nfree -= want
         queue, stale = self._queue, self._stale
         while want:
@@ -212,6 +239,8 @@ class BlockPool:
                     continue
                 self._cached.remove(name)
                 self.removed.append(name)
+                if spans is not None:
+                    spans.append((1, 1))
                 return
             chunk = seg if whole and not start else seg[start:end]
             if stale and not stale.isdisjoint(chunk):
@@ -219,6 +248,8 @@ class BlockPool:
             if chunk:
                 self._cached.difference_update(chunk)
                 self.removed.extend(chunk)
+                if spans is not None:
+                    spans.append((want, len(chunk)))
                 want -= len(chunk)
 
     def _drop_stale_one(self, name: int) -> None:

@@ -282,8 +282,9 @@ class RunBlockPool(BlockPool):
         if run:
             self._queue.append(run)
 
-    def _take(self, want: int) -> None:
-        """Take ``want`` live entries from the head of ``_queue``, evicting the named ones."""
+    def _take(self, want: int, spans: Optional[list] = None) -> None:
+        """Take ``want`` live entries from the head of ``_queue``, evicting the named ones (``spans``:
+        as :meth:`BlockPool._take`)."""
         self._nfree -= want
         queue, stale = self._queue, self._stale
         while want:
@@ -311,16 +312,22 @@ class RunBlockPool(BlockPool):
                     self._cached[g] ^= 1 << o  # its other names stay cached
                     self._removed.append(names[base + o])
                     self.removed_runs.append((g, 1 << o))
+                    if spans is not None:
+                        spans.append((1, 1))
                     return
                 if n > want:  # the allocation stops inside this entry: its highest names go
                     take = _top(mask, want)
                     seg[i] = (g, mask ^ take, names, base)
                     self._head = i
                     self._evict(g, take, names, base)
+                    if spans is not None:
+                        spans.append((want, want))
                     return
                 i += 1
                 if n:
                     self._evict(g, mask, names, base)
+                    if spans is not None:
+                        spans.append((want, n))
                     want -= n
                     if not want:
                         break

@@ -5,7 +5,8 @@ Both pools get the same random operation sequences, the way the engine drives a 
 (lookup, evictable_hits, take_hits, allocate, register, some of them over requests sharing a
 prefix with running ones: shared hits), chunked registration (so two running requests can compute
 the same block: duplicate registrations leave unnamed blocks between named ones), growth by a few
-blocks (a decode's boundary), releases in any order, bare allocations that run the pool dry.
+blocks (a decode's boundary), several such growths in one call (a bulk run's boundaries crossed in one
+go: :meth:`~dynlab.kv.block_pool.BlockPool.allocate_each`), releases in any order, bare allocations that run the pool dry.
 After every operation every observable must agree: return values, ``stored`` and ``removed`` in
 order, ``num_free``, ``used_blocks``, ``cached()``, the free queue head to tail. Keys may differ
 only where the block is unnamed (fresh negative ints there, ``UNNAMED`` here). The oracle takes
@@ -148,6 +149,22 @@ class BothPools(RuleBasedStateMachine):
             assert same_keys(a, b)
             holder.old += a
             holder.new += b
+
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data(), counts=st.lists(st.integers(0, 3), max_size=6))
+    def grow_each(self, data, counts):
+        # a bulk run's block boundaries crossed in one go: allocate_each against one allocate each
+        # (the reference), the same evictions in the same order; it says how many allocations evicted
+        while sum(counts) > self.old.num_free:
+            counts.pop()
+        evicting = 0
+        for c in counts:
+            before = len(self.old.removed)
+            holder = data.draw(st.sampled_from(self.holders))
+            holder.old += self.old.allocate(c)
+            holder.new += [UNNAMED] * c
+            evicting += len(self.old.removed) > before
+        assert self.new.allocate_each(counts) == evicting
 
     @rule(all_free=st.booleans(), n=st.integers(1, 6))
     def allocate_bare(self, all_free, n):
