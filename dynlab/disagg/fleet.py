@@ -119,6 +119,7 @@ class DisaggFleet(TimedFleet):
         if not all(e.handoff for e in prefill):
             raise ValueError("prefill engines must hand requests off at their first token (handoff=True)")
         super().__init__(strategy, prefill, bus, loop, names_of, routing, serving, progress)
+        self._lazy = False  # a transfer's release touches a prefill worker's pool between arrivals
         self.decode = list(decode)
         self.kv_bytes_per_token = kv_bytes_per_token
         self.bytes_per_ms = link_gbps * GB / 1000.0

@@ -4,7 +4,9 @@ Count-based runs use :class:`CountedEventBus` (delays in requests); timed runs :
 
 Timed runs (``--timing``): a worker publishes a batch of events when they happen (its
 ``BlockRemoved`` when a step's allocation evicts cached blocks, at the step's start; its
-``BlockStored`` at the end of the step that computed the blocks). Each event is dropped with
+``BlockStored`` at the end of the step that computed the blocks; without delay or loss, the
+block boundaries of a bulk run crossed in one go as one merged ``BlockRemoved``, counted once
+per boundary: :meth:`EventBus.send_merged`). Each event is dropped with
 probability ``loss`` (its own RNG, so the routing RNG is untouched); the rest reach the
 router ``delay_ms`` later (at once when 0, before anything else happens at that time).
 """
@@ -82,6 +84,18 @@ class EventBus(_Bus):
             self.loop.at(self.loop.now + self.delay_ms, DELIVER, self._deliver, (event,))
         else:
             self.deliver(event)
+
+    def send_merged(self, event, count: int) -> None:
+        """Publish ``count`` (>= 1) events of one worker as ``event``, their merge (a ``BlockRemoved``
+        naming all their blocks, in order): counted as ``count`` published, delivered once. For the
+        router's index the merge is the events one after the other; only without loss or delay, which
+        act on each event (raises ``ValueError`` otherwise)."""
+        if self.loss or self.delay_ms:
+            raise ValueError("send_merged: events are lost or delayed one by one (use send)")
+        if not self.publish:
+            return
+        self.published += count
+        self.deliver(event)
 
     def _deliver(self, events: Sequence) -> None:
         deliver = self.deliver

@@ -22,6 +22,7 @@ backwards (the trace readers refuse such traces).
 """
 from __future__ import annotations
 
+import heapq
 import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
@@ -112,6 +113,15 @@ class TimedFleet:
         for engine in engines:
             engine.cross_boundaries = True  # this driver calls cross_boundary at next_boundary (_on_boundary)
         self.evicted_blocks = 0
+        # Bulk runs' block boundaries. Without event delay and loss they are crossed lazily, each worker's
+        # in one go, before what could tell (an arrival's routing, the worker's step end): nothing reads
+        # a worker's pool or the router's index in between, and events of different workers commute (the
+        # index keeps each worker's blocks apart). The boundaries a worker crosses in one go reach the
+        # router as one merged BlockRemoved (counted one per boundary that evicted), so the routes and
+        # every count are those of a loop event per boundary. With a delay or loss (draws follow the
+        # publishing order) each boundary is a loop event and an event of its own.
+        self._lazy = not bus.delay_ms and not bus.loss
+        self._bounds: list = []  # pending (time ms, worker, generation), earliest first (a heap)
         # request id -> (worker, blocks, prefill tokens still expected, waiting for a first token, replica)
         self._estimate: dict = {}
         self._arrivals: Optional[Iterator] = None
@@ -131,6 +141,9 @@ class TimedFleet:
     # -- arrivals --------------------------------------------------------------------------
     def _on_arrival(self, req: Request) -> None:
         t = self.loop.now
+        bounds = self._bounds
+        if bounds and bounds[0][0] < t:
+            self._cross_before(t)
         if self.runs_of is not None:
             names, runs = self.runs_of(req)
         else:
@@ -241,7 +254,11 @@ class TimedFleet:
                 raise step_past_horizon(engine, f"worker {w}", self.loop.now, end)
             self.loop.at(end, STEP_END, self._on_end, w, self.generation[w])
             nxt = engine.next_boundary
-            if nxt is not None:  # a bulk decode run takes blocks at its block boundaries: a step start's place
+            if nxt is None:
+                return
+            if self._lazy:
+                heapq.heappush(self._bounds, (nxt, w, self.generation[w]))
+            else:  # a bulk decode run takes blocks at its block boundaries: a step start's place
                 self.loop.at(nxt, STEP_START, self._on_boundary, w, self.generation[w])
 
     def _on_boundary(self, w: int, generation: int) -> None:
@@ -256,10 +273,36 @@ class TimedFleet:
         if nxt is not None:
             self.loop.at(nxt, STEP_START, self._on_boundary, w, generation)
 
+    def _cross_before(self, t: float) -> None:
+        """Cross every worker's pending block boundaries before ``t`` (ms) (lazily: see ``_lazy``)."""
+        bounds, generation, pop, push = self._bounds, self.generation, heapq.heappop, heapq.heappush
+        while bounds and bounds[0][0] < t:
+            _, w, gen = pop(bounds)
+            if gen == generation[w]:
+                self._cross(w, t)
+                nxt = self.engines[w].next_boundary
+                if nxt is not None:
+                    push(bounds, (nxt, w, gen))
+
+    def _cross(self, w: int, t: float) -> None:
+        """Cross worker ``w``'s pending block boundaries before ``t`` (ms), publishing what they evict."""
+        engine = self.engines[w]
+        if engine.cpu is not None:  # each boundary's CPU-tier writes follow its GPU event
+            while engine.next_boundary is not None and engine.next_boundary < t:
+                if engine.cross_boundary():
+                    self._publish_removed(w, engine)
+            return
+        evicting = engine.cross_before(t)
+        if evicting:
+            self.evicted_blocks += len(engine.removed)
+            self.bus.send_merged(BlockRemoved(w, engine.removed, runs=engine.removed_runs), evicting)
+
     def _on_end(self, w: int, generation: int) -> None:
         if generation != self.generation[w]:
             return  # superseded: a submit cut the bulk decode run short
         engine = self.engines[w]
+        if engine.next_boundary is not None:
+            self._cross(w, self.loop.now)
         res = engine.finish_step()
         if res.stored:  # with write-through (--cpu-write compute) the CPU tier's change follows at the step's end
             self._publish(w, BlockStored(w, tuple(res.stored), block_size=self.block, runs=res.stored_runs),

@@ -24,7 +24,8 @@ Driving rules (what makes the model vLLM's, and bulk runs equal to step-by-step 
 - A driver that sets :attr:`cross_boundaries` also calls :meth:`cross_boundary` at each
   :attr:`next_boundary` of a bulk run, in a step start's place (after the step ends and the
   arrivals at that time), re-reading :attr:`next_boundary` after each call and after every
-  change of :attr:`step_end` (see **Bulk decode** below).
+  change of :attr:`step_end` (see **Bulk decode** below); or, when nothing reads the pool in
+  between, :meth:`cross_before` of the next time something does, for all of them in one call.
 
 The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preemption):
 
@@ -128,7 +129,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from dynlab.kv.block_pool import BlockPool
+from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.cpu_tier import CpuTier
 from dynlab.kv.run_pool import RunBlockPool
 from dynlab.latency.base import LatencyModel, StepBatch
@@ -368,6 +369,46 @@ class EngineWorker:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         return removed
+
+    def cross_before(self, t: float) -> int:
+        """Cross, in order, every pending block boundary of the bulk run in progress that starts before
+        ``t`` (ms): what :meth:`cross_boundary` does at each, in one call and one walk of the free
+        queue. :attr:`removed` (and :attr:`removed_runs`) then hold the names all of them evicted, in
+        order; returns how many of the boundaries evicted (each a ``BlockRemoved`` of its own when
+        crossed one at a time). Raises ``RuntimeError`` with a CPU tier (each boundary's writes to it
+        are events of their own: use :meth:`cross_boundary`)."""
+        if self.cpu is not None:
+            raise RuntimeError("cross_before: a CPU tier's writes are published per boundary (cross_boundary)")
+        self.removed, self.removed_runs = (), None
+        st = self._step
+        if st is None or not st.bound_at or st.bound_at[-1] >= t:
+            return 0
+        bound_at, bound_reqs, pool = st.bound_at, st.bound_reqs, self.pool
+        used, used_ms, used_t = pool.used_blocks, self._used_ms, self._used_t
+        counts = []
+        while bound_at and bound_at[-1] < t:
+            tb, reqs = bound_at.pop(), bound_reqs.pop()
+            if used_t is not None:  # _accumulate(tb): the same sums in the same order
+                used_ms += used * (tb - used_t)
+            used_t = tb
+            for req in reqs:  # in running order, as a step start takes them
+                req.keys.append(UNNAMED)
+            used += len(reqs)
+            counts.append(len(reqs))
+        self._used_ms, self._used_t = used_ms, used_t
+        self.next_boundary = bound_at[-1] if bound_at else None
+        self.cpu_stored = self.cpu_removed = ()
+        pool.removed = []
+        evicting = pool.allocate_each(counts)
+        self.removed = removed = tuple(pool.removed)
+        if self.runs:
+            self.removed_runs = tuple(pool.removed_runs)
+        if removed:
+            st.removed += removed
+        st.used = used
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        return evicting
 
     def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
         """Leading ``names`` cached now (at most ``cap``): what a request would hit if admitted at once.

@@ -154,6 +154,12 @@ class Checked(EngineWorker):
         self._mirror(gpu_before)
         return removed
 
+    def cross_before(self, t):  # without a CPU tier: every boundary before t in one go, evictions only
+        gpu_before = set(self.pool.cached())
+        evicting = super().cross_before(t)
+        self._mirror(gpu_before)
+        return evicting
+
     def _mirror(self, gpu_before):
         removed = set(self.removed)
         assert removed <= self.gpu_model  # nothing removed twice or that was never stored
