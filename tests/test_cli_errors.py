@@ -29,6 +29,9 @@ def one_line_error(args, code, needle, **kw):
     (["compare", "--rate", "2"], "--rate has no effect without --timing"),
     (["compare", "--modes", "rr,rr"], "'rr' repeats 'rr'"),
     (["compare", "--workers", "2,0"], "--workers"),
+    # the option named as sim names it, whichever alias was typed (it said "--mode", unquoted)
+    (["compare", "--modes", "rr,nosuch"], "Invalid value for '--mode' / '--modes': unknown strategy 'nosuch'"),
+    (["sim", "--modes", "nosuch"], "Invalid value for '--mode' / '--modes': unknown strategy 'nosuch'"),
     (["sim", "--opt", "a=1", "--opt", "a=2"], "given twice"),
     (["sim", "--mode", "kv-cost", "--opt", "temperature=inf"], "finite number"),
     (["sim", "--mode", "kv-cost", "--opt", "prefill_load_scale=-1"], "must be >= 0"),

@@ -361,18 +361,19 @@ def _split_compared(ctx, options: dict) -> tuple:
     included), ``varied`` ``(flag, field, items as written, values)`` of the one option given as a comma
     list, or ``None``. Raises ``click.UsageError`` when two options list values, a value is bad or
     repeated."""
-    by_field = {field: (flags[0], ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
+    by_field = {field: (flags, ptype) for flags, field, ptype, _, _ in SIM_OPTIONS}
     fixed: dict = {field: True for _, field, _ in SIM_FLAGS if options.pop(field)}
     varied = None
     for field, text in options.items():
         if text is None:
             continue
-        flag, ptype = by_field[field]
+        flags, ptype = by_field[field]
+        flag = flags[0]
         items = split_list(text, flag)
         try:
             values = [ptype.convert(v, None, ctx) for v in items]
         except click.BadParameter as exc:
-            exc.param_hint = flag
+            exc.param_hint = " / ".join(f"'{f}'" for f in flags)  # as click names it for sim
             raise
         refuse_repeats(items, values, flag)
         if len(items) > 1:
