@@ -33,6 +33,7 @@ def one_line_error(args, code, needle, **kw):
     (["compare", "--modes", "rr,nosuch"], "Invalid value for '--mode' / '--modes': unknown strategy 'nosuch'"),
     (["sim", "--modes", "nosuch"], "Invalid value for '--mode' / '--modes': unknown strategy 'nosuch'"),
     (["sim", "--opt", "a=1", "--opt", "a=2"], "given twice"),
+    (["sim", "--timing", "--capacity", "0"], "capacity must be >= 1 block, got 0"),  # count-based: a cache of 0
     (["sim", "--mode", "kv-cost", "--opt", "temperature=inf"], "finite number"),
     (["sim", "--mode", "kv-cost", "--opt", "prefill_load_scale=-1"], "must be >= 0"),
     (["sim", "--mode", "cache-aware", "--opt", "cache_threshold=2"], "must be <= 1"),
@@ -145,3 +146,12 @@ def test_tensor_parallelism_must_split_the_heads():
     one_line_error(["sim", "--timing", "--tp", "3"], 2, "--tp 3 cannot split")
     one_line_error(["latency", "--tp", "3"], 2, "--tp 3 cannot split")
 
+
+def test_capacity_0_without_timing_is_a_cache_that_holds_nothing():
+    # --help and docs/limits.md say so: every lookup misses, nothing is cached or evicted
+    r = CliRunner().invoke(main, ["sim", "--capacity", "0", "--mode", "kv-events", "--workers", "2",
+                                  "--all-metrics"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["cached_blocks"] == 0 and out["hits"] == 0 and out["repeat_requests"] > 0
+    assert out["prompt_blocks"] > 0 and out["evicted_blocks"] == 0
