@@ -301,7 +301,7 @@ class TimedFleet:
         if generation != self.generation[w]:
             return  # superseded: a submit cut the bulk decode run short
         engine = self.engines[w]
-        if engine.next_boundary is not None:
+        if self._lazy and engine.next_boundary is not None:
             self._cross(w, self.loop.now)
         res = engine.finish_step()
         if res.stored:  # with write-through (--cpu-write compute) the CPU tier's change follows at the step's end

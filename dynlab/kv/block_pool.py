@@ -198,16 +198,18 @@ class BlockPool:
             self._fresh = fresh - n
             return 0
         self._fresh = 0
-        want = n - fresh
-        spans: list = []  # (wanted before, evicted): evictions at positions fresh + want - before ...
-        self._take(want, spans)
-        evicting, i, end = 0, 0, 0
-        for c in counts:  # an allocation [end - c, end) evicted if an eviction span meets it
-            end += c
-            while i < len(spans) and fresh + want - spans[i][0] + spans[i][1] <= end - c:
+        spans: list = []
+        self._take(n - fresh, spans)
+        # eviction spans as [first, last + 1) positions among the n blocks taken (fresh ones first)
+        spans = [(n - before, n - before + evicted) for before, evicted in spans]
+        evicting, i, start = 0, 0, 0
+        for c in counts:  # allocation [start, start + c) evicted when an eviction span meets it
+            end = start + c
+            while i < len(spans) and spans[i][1] <= start:
                 i += 1
-            if c and i < len(spans) and fresh + want - spans[i][0] < end:
+            if c and i < len(spans) and spans[i][0] < end:
                 evicting += 1
+            start = end
         return evicting
 
     def _take(self, want: int, spans: Optional[list] = None) -> None:

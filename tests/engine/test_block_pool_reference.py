@@ -15,6 +15,7 @@ names within a group of 1024, cut every 1-3 names in some requests: runs need no
 """
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -230,3 +231,25 @@ class RunPoolAndReference(BothPools):
 
 RunPoolAndReference.TestCase.settings = settings(max_examples=300, stateful_step_count=60)
 TestRunPoolAndReference = RunPoolAndReference.TestCase
+
+
+@pytest.mark.parametrize("make", [BlockPool, RunBlockPool])
+@pytest.mark.parametrize("counts, evicting", [
+    ([1, 1, 1, 1], 2),  # named 11, named 10, then the two unnamed blocks: the last two evict nothing
+    ([2, 2], 1),  # both names in the first allocation
+    ([1, 0, 2, 1], 2),  # an empty allocation evicts nothing, even inside an eviction
+    ([3, 1], 1),  # the last name and an unnamed block: one allocation
+])
+def test_allocate_each_counts_the_allocations_that_evict(make, counts, evicting):
+    # a free queue of two named blocks (released as 11, 10) then two unnamed ones, no fresh block left
+    pool = make(4)
+    seq = pool.sequence([10, 11], [(10, 2)])
+    keys = pool.allocate(2)
+    pool.register(keys, seq, 0, 2)
+    bare = pool.allocate(2)
+    pool.release(keys, seq)
+    pool.release(bare, pool.sequence([], []))
+    pool.removed = []
+    assert pool.allocate_each(counts) == evicting
+    assert pool.removed == [11, 10][:sum(counts)]
+    assert pool.num_free == 4 - sum(counts)
