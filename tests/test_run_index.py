@@ -240,3 +240,36 @@ def test_timed_engine_events_carry_exact_runs():
     assert out["evicted_blocks"] > 0 and strategy.with_runs > 0 and strategy.index._groups is not None
     for w in range(2):
         assert strategy.index.blocks(w) == strategy.shadow.blocks(w)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_kv_router_routes_alike_on_either_index(data):
+    # kv-events' router keeps a RunIndex and hands it the requests' runs: the same routes and overlaps as
+    # the seed's router on a KvIndex, for the same stored and removed events
+    from dynlab.routing.router import KvRouter
+
+    plain, runs = KvRouter(5, 16, use_events=True), KvRouter(5, 16, use_events=True, index=RunIndex(16))
+    for _ in range(data.draw(st.integers(1, 12))):
+        names = [h for h in data.draw(names_list) if isinstance(h, int)]
+        if data.draw(st.booleans()):
+            w = data.draw(workers)
+            kind = data.draw(st.sampled_from([BlockStored, BlockRemoved]))
+            ev = kind(w, tuple(dict.fromkeys(names)), runs=pairs(list(dict.fromkeys(names))))
+            assert plain.on_event(ev) == runs.on_event(ev)
+        else:
+            names = list(dict.fromkeys(names))
+            assert plain.route_hashes(names) == runs.route_hashes(names, asc_runs(names))
+            assert plain.last_overlap == runs.last_overlap
+    assert plain.counts == runs.counts
+
+
+def test_kv_router_refuses_an_index_of_another_block_size():
+    from dynlab.routing.router import KvRouter
+
+    try:
+        KvRouter(2, 16, index=RunIndex(32))
+    except ValueError as exc:
+        assert "32" in str(exc) and "16" in str(exc)
+    else:
+        raise AssertionError("an index of 32-token blocks was accepted by a 16-token router")

@@ -12,6 +12,7 @@ from typing import Hashable, Iterable, Optional, Sequence
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
 from dynlab.routing.hashing import HASH_SCHEMES, block_hashes
 from dynlab.routing.index import KvIndex
+from dynlab.routing.run_index import RunIndex
 
 
 class KvRouter:
@@ -32,11 +33,16 @@ class KvRouter:
     ``dynlab``, or ``dynamo`` for NVIDIA Dynamo's hashes). The index holds names of
     ``block`` tokens: a ``BlockStored`` event hashed at another ``block_size`` is refused
     and counted (:attr:`refused`), as is one whose parent the worker does not hold.
+    ``index``: the index to keep (default a new :class:`KvIndex` of ``block``); a
+    :class:`~dynlab.routing.run_index.RunIndex` (the same answers) works per run when events and
+    requests carry runs (:meth:`route_hashes`).
 
-    Raises ``ValueError`` for ``n_workers < 1``, ``block < 1``, an unknown scheme or a bad worker index.
+    Raises ``ValueError`` for ``n_workers < 1``, ``block < 1``, an unknown scheme, an ``index`` of
+    another block size or a bad worker index.
     """
 
-    def __init__(self, n_workers: int, block: int = 16, use_events: bool = False, scheme: str = "dynlab"):
+    def __init__(self, n_workers: int, block: int = 16, use_events: bool = False, scheme: str = "dynlab",
+                 index: Optional[KvIndex] = None):
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"n_workers must be an int >= 1, got {n_workers!r}")
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
@@ -47,7 +53,10 @@ class KvRouter:
         self.block = block
         self.use_events = use_events
         self.scheme = scheme
-        self.index = KvIndex(block)
+        if index is not None and index.block_size != block:
+            raise ValueError(f"the index holds blocks of {index.block_size} tokens, the router {block}")
+        self.index = KvIndex(block) if index is None else index
+        self._runs = isinstance(self.index, RunIndex)  # route_hashes hands it the runs
         self.counts = [0] * n_workers
         self._heap = [(0, w) for w in range(n_workers)]  # (count, worker), one per worker; see _least_loaded
         self.last_overlap = 0
@@ -76,10 +85,17 @@ class KvRouter:
                 return w
             heapq.heapreplace(heap, (current, w))
 
-    def route_hashes(self, hashes: Sequence[Hashable]) -> int:
-        """Like :meth:`route` for precomputed block names (a trace's ``hash_ids``)."""
+    def route_hashes(self, hashes: Sequence[Hashable], runs: Optional[Sequence[tuple]] = None) -> int:
+        """Like :meth:`route` for precomputed block names (a trace's ``hash_ids``). ``runs``: the same
+        names as ``(first name, count)`` runs (``Request.runs``), which a ``RunIndex`` reads instead of
+        the names (the same answer); a :class:`KvIndex` reads the names."""
         counts = self.counts
-        matches = self.index.find_matches(hashes) if hashes else None
+        if not hashes:
+            matches = None
+        elif runs is not None and self._runs:
+            matches = self.index.find_matches(hashes, runs)
+        else:
+            matches = self.index.find_matches(hashes)
         if matches:
             best = max(matches.values())
             w = min((counts[k], k) for k, d in matches.items() if d == best)[1] if len(matches) > 1 else \

@@ -81,7 +81,7 @@ class KvAware(Strategy):
     def route(self, request, fleet):
         if self._age is not None:
             return self._route_forgetting(request)
-        w = self.router.route_hashes(request.hashes)
+        w = self.router.route_hashes(request.hashes, request.runs)
         self.predicted = self.router.last_overlap
         return w
 
@@ -117,7 +117,9 @@ class KvEvents(KvAware):
 
     The overlap counts GPU blocks (events with ``medium`` GPU). ``tiers=all``: a worker's overlap is
     its GPU overlap plus the blocks that follow it in its CPU tier (``--cpu-capacity``), as the
-    engine's lookup continues there; ``predicted_blocks`` stays the GPU part either way.
+    engine's lookup continues there; ``predicted_blocks`` stays the GPU part either way. Its index
+    is a :class:`~dynlab.routing.run_index.RunIndex`, as kv-cost's (per run when the events and
+    requests carry runs, the same answers as a KvIndex).
     """
 
     name = "kv-events"
@@ -129,7 +131,8 @@ class KvEvents(KvAware):
 
     def __init__(self, ctx):
         Strategy.__init__(self, ctx)
-        self.router = KvRouter(ctx.workers, ctx.block, use_events=True)
+        # a RunIndex: per run when the events and requests carry runs (as kv-cost's), the same answers
+        self.router = KvRouter(ctx.workers, ctx.block, use_events=True, index=RunIndex(ctx.block))
         self.on_event = self.router.index.apply_event  # the hot path: no wrapper per event
         tiers = self.option("tiers")
         if tiers not in ("gpu", "all"):
@@ -140,7 +143,7 @@ class KvEvents(KvAware):
         if not self.all_tiers:
             return super().route(request, fleet)
         router = self.router
-        matches = router.index.find_matches_tiers(request.hashes) if request.hashes else {}
+        matches = router.index.find_matches_tiers(request.hashes, runs=request.runs) if request.hashes else {}
         counts = router.counts
         if matches:
             w = min(matches, key=lambda k: (-sum(matches[k]), counts[k], k))
