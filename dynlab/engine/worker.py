@@ -350,25 +350,10 @@ class EngineWorker:
         st = self._step
         if st is None or not st.bound_at:
             raise RuntimeError("no block boundary pending")
-        bound_at = st.bound_at
-        t, reqs = bound_at.pop(), st.bound_reqs.pop()
-        self.next_boundary = bound_at[-1] if bound_at else None
-        self._accumulate(t)
-        pool = self.pool
-        pool.removed = []
-        self.cpu_stored = self.cpu_removed = ()
-        for req, key in zip(reqs, pool.allocate(len(reqs))):  # in running order, as a step start takes them
-            req.keys.append(key)
-        self.removed = removed = tuple(pool.removed)
-        self.removed_runs = tuple(pool.removed_runs) if self.runs else None
-        if removed:
-            st.removed += removed
-            if self.cpu is not None:
-                self._offload(pool.removed)
-        st.used = used = pool.used_blocks
-        if used > self.peak_used_blocks:
-            self.peak_used_blocks = used
-        return removed
+        self._cross_next(st, 1)
+        if self.removed and self.cpu is not None:
+            self._offload(self.pool.removed)
+        return self.removed
 
     def cross_before(self, t: float) -> int:
         """Cross, in order, every pending block boundary of the bulk run in progress that starts before
@@ -379,14 +364,24 @@ class EngineWorker:
         are events of their own: use :meth:`cross_boundary`)."""
         if self.cpu is not None:
             raise RuntimeError("cross_before: a CPU tier's writes are published per boundary (cross_boundary)")
-        self.removed, self.removed_runs = (), None
         st = self._step
-        if st is None or not st.bound_at or st.bound_at[-1] >= t:
+        bound_at = st.bound_at if st is not None else ()
+        n = len(bound_at)
+        while n and bound_at[n - 1] < t:  # last first: the earliest at the end
+            n -= 1
+        if n == len(bound_at):
+            self.removed, self.removed_runs = (), None
             return 0
+        return self._cross_next(st, len(bound_at) - n)
+
+    def _cross_next(self, st: _Step, n: int) -> int:
+        """Cross the next ``n`` (>= 1) block boundaries of the run ``st``, in order: each request of a
+        boundary takes a block, one :meth:`BlockPool.allocate_each` for all; :attr:`removed` /
+        :attr:`removed_runs` hold what they evicted. Returns how many of them evicted."""
         bound_at, bound_reqs, pool = st.bound_at, st.bound_reqs, self.pool
         used, used_ms, used_t = pool.used_blocks, self._used_ms, self._used_t
         counts = []
-        while bound_at and bound_at[-1] < t:
+        for _ in range(n):
             tb, reqs = bound_at.pop(), bound_reqs.pop()
             if used_t is not None:  # _accumulate(tb): the same sums in the same order
                 used_ms += used * (tb - used_t)
@@ -401,8 +396,7 @@ class EngineWorker:
         pool.removed = []
         evicting = pool.allocate_each(counts)
         self.removed = removed = tuple(pool.removed)
-        if self.runs:
-            self.removed_runs = tuple(pool.removed_runs)
+        self.removed_runs = tuple(pool.removed_runs) if self.runs else None
         if removed:
             st.removed += removed
         st.used = used
