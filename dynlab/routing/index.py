@@ -207,11 +207,12 @@ class KvIndex:
         bit = self._bit(worker)
         return frozenset(h for h, m in self._tiers.get(medium, {}).items() if m & bit)
 
-    def find_matches_tiers(self, hashes: Sequence[Hashable], medium: str = "CPU") -> dict:
-        """Worker -> ``(gpu, lower)``: its leading GPU overlap (:meth:`find_matches`), then how many
-        of the following blocks it holds in ``medium``, contiguously (where an engine's lookup continues
-        into its CPU tier). Workers with ``gpu + lower == 0`` are omitted."""
-        return self._with_tier(self.find_matches(hashes), hashes, medium)
+    def find_matches_tiers(self, hashes: Sequence[Hashable], medium: str = "CPU",
+                           runs: Optional[Sequence[tuple]] = None) -> dict:
+        """Worker -> ``(gpu, lower)``: its leading GPU overlap (:meth:`find_matches`, ``runs`` as there),
+        then how many of the following blocks it holds in ``medium``, contiguously (where an engine's
+        lookup continues into its CPU tier). Workers with ``gpu + lower == 0`` are omitted."""
+        return self._with_tier(self.find_matches(hashes, runs), hashes, medium)
 
     def _with_tier(self, gpu: dict, hashes: Sequence[Hashable], medium: str) -> dict:
         """:meth:`find_matches_tiers` given the GPU overlaps ``gpu`` (:meth:`find_matches` of ``hashes``)."""
@@ -264,11 +265,13 @@ class KvIndex:
         """Number of distinct blocks held by at least one worker."""
         return len(self._holders)
 
-    def find_matches(self, hashes: Sequence[Hashable]) -> dict:
+    def find_matches(self, hashes: Sequence[Hashable], runs: Optional[Sequence[tuple]] = None) -> dict:
         """Worker -> number of leading blocks of ``hashes`` it holds (contiguous from block 0).
 
         Workers that hold no leading block are omitted. ``hashes`` is a list of
-        block names in prompt order.
+        block names in prompt order. ``runs``: the same names as ``(first name, count)`` runs
+        (``Request.runs``), read by :class:`~dynlab.routing.run_index.RunIndex` instead of the names
+        (the same answer); a KvIndex reads the names.
         """
         if not hashes:
             return {}

@@ -12,7 +12,6 @@ from typing import Hashable, Iterable, Optional, Sequence
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
 from dynlab.routing.hashing import HASH_SCHEMES, block_hashes
 from dynlab.routing.index import KvIndex
-from dynlab.routing.run_index import RunIndex
 
 
 class KvRouter:
@@ -56,7 +55,6 @@ class KvRouter:
         if index is not None and index.block_size != block:
             raise ValueError(f"the index holds blocks of {index.block_size} tokens, the router {block}")
         self.index = KvIndex(block) if index is None else index
-        self._runs = isinstance(self.index, RunIndex)  # route_hashes hands it the runs
         self.counts = [0] * n_workers
         self._heap = [(0, w) for w in range(n_workers)]  # (count, worker), one per worker; see _least_loaded
         self.last_overlap = 0
@@ -90,12 +88,7 @@ class KvRouter:
         names as ``(first name, count)`` runs (``Request.runs``), which a ``RunIndex`` reads instead of
         the names (the same answer); a :class:`KvIndex` reads the names."""
         counts = self.counts
-        if not hashes:
-            matches = None
-        elif runs is not None and self._runs:
-            matches = self.index.find_matches(hashes, runs)
-        else:
-            matches = self.index.find_matches(hashes)
+        matches = self.index.find_matches(hashes, runs) if hashes else None
         if matches:
             best = max(matches.values())
             w = min((counts[k], k) for k, d in matches.items() if d == best)[1] if len(matches) > 1 else \

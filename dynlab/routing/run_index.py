@@ -261,11 +261,6 @@ class RunIndex(KvIndex):
                 runs.append((h, 1))
         return self._find_runs(runs)
 
-    def find_matches_tiers(self, hashes: Sequence[Hashable], medium: str = "CPU",
-                           runs: Optional[Sequence[tuple]] = None) -> dict:
-        """:meth:`KvIndex.find_matches_tiers`; ``runs`` as in :meth:`find_matches`."""
-        return self._with_tier(self.find_matches(hashes, runs), hashes, medium)
-
     def _find_runs(self, runs: Iterable[tuple]) -> dict:
         """Worker -> leading names held, walking ``(first, count)`` runs (see :meth:`find_matches`)."""
         get, km = self._groups.get, self._km
