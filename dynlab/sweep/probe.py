@@ -36,6 +36,11 @@ def probe_paths(config: SimConfig, trace=None) -> dict[str, Any]:
     return flatten(run(config, requests=head))
 
 
+def _number(value) -> bool:
+    """Whether ``value`` is a number a plot can draw (an int or float, not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _reports(paths: dict[str, Any], metric: str) -> bool:
     """Whether a result with these ``paths`` can hold a number at ``metric``: a number there, or ``None`` at
     it or at a shorter path (a figure a two-request run leaves empty, such as a TPOT of one-token requests)."""
@@ -46,7 +51,7 @@ def _reports(paths: dict[str, Any], metric: str) -> bool:
             value = paths[key]
             if value is None:
                 return True
-            return i == len(parts) and isinstance(value, (int, float)) and not isinstance(value, bool)
+            return i == len(parts) and _number(value)
     return False
 
 
@@ -69,6 +74,5 @@ def metric_problem(configs: Iterable[SimConfig], metric: str, trace_of: Callable
             return None
         if _reports(paths, metric):
             return None
-        available.update(dict.fromkeys(
-            k for k, v in paths.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))))
+        available.update(dict.fromkeys(k for k, v in paths.items() if v is None or _number(v)))
     return f"--metric {metric}: no cell reports this number; available: {', '.join(available)}"
