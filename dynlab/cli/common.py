@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import warnings
 
 import click
@@ -149,20 +150,56 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     click.echo(f"Warning: {message}", err=True)
 
 
+class Terminated(BaseException):
+    """Raised in the main thread when the process receives SIGTERM or SIGHUP (what ``timeout``, CI
+    runners and a closed terminal send), so that ``finally`` blocks and context managers run: a sweep
+    stops its pool workers or its Ray instance instead of leaving them behind. ``signum``: the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+#: The signals :class:`DynlabGroup` turns into :class:`Terminated` (Ctrl-C's SIGINT is click's Abort).
+TERMINATING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+def _ignore_stop_signals() -> None:
+    """While cleaning up after a signal: a second one must not interrupt the clean-up."""
+    for signum in (signal.SIGINT, *TERMINATING_SIGNALS):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 class DynlabGroup(click.Group):
     """A click group whose errors are one line on stderr, never a traceback.
 
     Usage errors (bad option values, unknown names, an input file that cannot be opened:
     :class:`~dynlab.errors.InputFileError`) print ``Error: ...`` and exit 2; other
     :class:`DynlabError` (bad lines in input files) and OS errors print ``Error: ...`` and exit 1.
+    Ctrl-C prints ``Aborted!`` and exits 130; SIGTERM and SIGHUP print ``Terminated (SIGTERM)`` and
+    exit 128 + the signal's number (143, 129), as a shell reports a command a signal ended, after the
+    command's clean-up (processes it started are stopped) has run.
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         warnings.showwarning = _one_line_warning
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in TERMINATING_SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # e.g. nohup: SIGHUP stays ignored
+                    previous[signum] = signal.signal(signum, _raise_terminated)
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
+        except Terminated as exc:
+            _ignore_stop_signals()
+            click.echo(f"Terminated ({signal.Signals(exc.signum).name})", err=True)
+            sys.exit(128 + exc.signum)
         except click.exceptions.NoArgsIsHelpError as exc:
             click.echo(exc.ctx.get_help(), err=True)
             sys.exit(exc.exit_code)
@@ -173,9 +210,13 @@ class DynlabGroup(click.Group):
             exc.show()
             sys.exit(exc.exit_code)
         except (click.Abort, KeyboardInterrupt, EOFError):
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up at exit
+            _ignore_stop_signals()  # a second Ctrl-C must not break the clean-up at exit
             click.echo("Aborted!", err=True)
             sys.exit(130)
+        finally:
+            for signum, handler in previous.items():
+                if signal.getsignal(signum) is _raise_terminated:
+                    signal.signal(signum, handler)
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):

@@ -333,8 +333,7 @@ def _run_cells(todo: list, executor, jobs, ray_address, results_file, results: d
         # or Ray, all before the results file is opened: a bad trace or an unreachable cluster writes
         # nothing, and the workers do not inherit the file's lock.
         try:
-            runs = stack.enter_context(contextlib.closing(
-                execute([c for _, c in todo], executor, jobs, ray_address)))
+            runs = stack.enter_context(execute([c for _, c in todo], executor, jobs, ray_address))
         except ValueError as exc:  # a trace the cells' options cannot read (e.g. --hash on named blocks)
             raise click.UsageError(str(exc)) from None
         if results_file is not None:
