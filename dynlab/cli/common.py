@@ -5,6 +5,7 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -80,27 +81,60 @@ def refuse_repeats(texts: list[str], values: list, option: str) -> None:
                                          param_hint=f"'{option}'")
 
 
-def output_path(ctx, param, value):
-    """click callback: an output file whose directory must exist and be writable (``-`` passes through)."""
-    if value is None or value == "-":
-        return value
+def _special_kind(mode: int) -> str:
+    return ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def _check_output(value: str, ctx, param, stream: bool) -> str:
+    hint = "a file, or - for standard output" if stream else "a file"
     directory = os.path.dirname(os.path.abspath(value))
     if not os.path.isdir(directory):
         raise click.BadParameter(f"{value}: directory {directory} does not exist", ctx, param)
     if os.path.isdir(value):
         raise click.BadParameter(f"{value} is a directory", ctx, param)
+    target = os.path.realpath(value)
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # a device (/dev/full, /dev/stdout) or a FIFO cannot be replaced atomically, nor read back or
+        # locked (sweep's --out); writing one could block or fail only after the whole run
+        raise click.BadParameter(f"{value} is {_special_kind(mode)}, not a regular file; give {hint}", ctx, param)
     # os.access() says yes to root on a read-only file system: try to create the temporary file an
     # atomic write will need, so an unwritable path fails now, not after a long run.
-    target = os.path.realpath(value)
-    if not os.path.exists(target) or os.path.isfile(target):
-        try:
-            fd, probe = tempfile.mkstemp(prefix=".dynlab-probe-", dir=os.path.dirname(target))
-        except OSError as exc:
-            raise click.BadParameter(f"{value}: cannot write in {os.path.dirname(target)}: "
-                                     f"{exc.strerror or exc}", ctx, param) from None
-        os.close(fd)
-        os.unlink(probe)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dynlab-probe-", dir=os.path.dirname(target))
+    except OSError as exc:
+        raise click.BadParameter(f"{value}: cannot write in {os.path.dirname(target)}: "
+                                 f"{exc.strerror or exc}", ctx, param) from None
+    os.close(fd)
+    os.unlink(probe)
     return value
+
+
+def output_path(ctx, param, value):
+    """click callback for an output that must be a file (a plot, a report): its directory must exist
+    and be writable; ``-`` is refused (a usage error: this output is not a stream), and so is an
+    existing path that is not a regular file (a device such as /dev/full, a FIFO).
+
+    The rule for ``-`` in every command: standard output where the output is a stream of text
+    (:func:`stream_output_path`), refused where it is not."""
+    if value is None:
+        return value
+    if value == "-":
+        raise click.BadParameter("- (standard output) is not accepted: this output is written as a file; "
+                                 "give a file name", ctx, param)
+    return _check_output(value, ctx, param, stream=False)
+
+
+def stream_output_path(ctx, param, value):
+    """click callback for an output that is a stream of text (JSON lines, CSV, a summary): ``-`` is
+    standard output; any other value is checked as :func:`output_path` checks it."""
+    if value is None or value == "-":
+        return value
+    return _check_output(value, ctx, param, stream=True)
 
 
 def check_plot(path: str, flag: str = "--plot") -> None:
