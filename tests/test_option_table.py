@@ -127,9 +127,9 @@ def sim_rows(cmd: list) -> dict:
         "--cpu-memory-gb": changes(timed + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
         "--pcie-gbps": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
                                ["--pcie-gbps", "1"]),
-        # write-through copies every computed block to the tier: more bytes over PCIe (pcie_bytes)
+        # a victim tier writes only evicted blocks, write-through (the default) every computed one: pcie_bytes differ
         "--cpu-write": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
-                               ["--cpu-write", "compute"]),
+                               ["--cpu-write", "evict"]),
         "--timing": changes(cmd, ["--timing"]),
         "--all-metrics": changes(cmd, ["--all-metrics"]),
         "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),

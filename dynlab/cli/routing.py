@@ -131,9 +131,10 @@ SIM_OPTIONS = [
      "(0: no tier; a value > 0 must hold one block) [default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
      "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
-    (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "evict",
-     "With --timing and a CPU tier: when a block is written there: when the GPU evicts it (a victim tier) "
-     "or when it is computed (write-through, as vLLM's OffloadingConnector and LMCache store)."),
+    (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "compute",
+     "With --timing and a CPU tier: when a block is written there: when it is computed (write-through, as "
+     "vLLM's OffloadingConnector, LMCache and the cache lab's TwoTierCache store) or when the GPU evicts it "
+     "(a victim tier)."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),
