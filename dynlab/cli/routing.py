@@ -241,7 +241,9 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, **options):
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                        all_metrics=all_metrics, timing=timing)
     check_options(config, given_fields(ctx))
-    echo_json(_run(config, quiet))
+    result = _run(config, quiet)
+    echo_json(result)
+    _warn_collapse({result.get("mode"): result})
 
 
 def type_text(ptype: click.ParamType) -> str:
@@ -355,6 +357,16 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
     if plot_path:
         _plot_compared(results, plot_path, field, flag, base)
     echo_table_or_json(results, fmt, _format_table)
+    _warn_collapse(results)
+
+
+def _warn_collapse(results: dict) -> None:
+    """One stderr line when a timed run collapsed onto one worker (:mod:`dynlab.collapse`)."""
+    from dynlab.collapse import collapse_warning
+
+    message = collapse_warning(results)
+    if message:
+        click.echo(f"Warning: {message}", err=True)
 
 
 def _split_compared(ctx, options: dict) -> tuple:
