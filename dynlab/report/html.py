@@ -122,7 +122,7 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
         context.update(_arrival_rates(records))
     from dynlab import __version__
 
-    title = title or f"dynlab: {', '.join(r.label for r in runs[:6])}{' ...' if len(runs) > 6 else ''}"
+    title = title or default_title(runs)
     question = context.get("command") or "runs read from " + ", ".join(dict.fromkeys(r.source or "?" for r in runs))
     header, rows = headline_rows(runs)
     figs = figures(runs, records)
@@ -141,6 +141,13 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
         f'the page loads nothing from the network.</footer></main></body></html>\n',
     ]
     return "\n".join(parts)
+
+
+def default_title(runs: Sequence[Run]) -> str:
+    """``dynlab sweep: 12 cells`` for a sweep, else ``dynlab: rr, kv, kv-events`` (six labels at most)."""
+    if any(r.cell is not None for r in runs):
+        return f"dynlab sweep: {len(runs)} cell{'s' if len(runs) != 1 else ''}"
+    return f"dynlab: {', '.join(r.label for r in runs[:6])}{' ...' if len(runs) > 6 else ''}"
 
 
 def unique_labels(runs: Sequence[Run]) -> list[Run]:

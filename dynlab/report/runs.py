@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from dynlab.errors import DynlabError
+from dynlab.errors import DynlabError, InputFileError
 
 #: the keys every per-request record must have (``sim --requests-out``)
 RECORD_KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_ms", "finish_ms",
@@ -101,7 +101,7 @@ def _read_text(path: str) -> str:
     except UnicodeDecodeError:
         raise DynlabError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
-        raise DynlabError(f"{path}: {exc.strerror or exc}") from None
+        raise InputFileError(path, exc.strerror or str(exc)) from None
 
 
 def _number(value: Any) -> bool:

@@ -76,7 +76,8 @@ def _heatmaps(plt, groups, labels, xy, name):
     ys = sorted({r.cell[xy[1]] for g in groups for r in g})
     values = [metric(r.result, name) for g in groups for r in g]
     lo, hi = min(values), max(values)
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.8 * len(groups) + 1, 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.8 * len(groups) + 1, 3.4), squeeze=False,
+                             layout="constrained")
     image = None
     for ax, g, label in zip(axes[0], groups, labels):
         grid = [[float("nan")] * len(xs) for _ in ys]
