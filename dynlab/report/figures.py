@@ -8,6 +8,7 @@ script, is deterministic (``svg.hashsalt``, no date) and keeps text as text (``s
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -51,6 +52,7 @@ def to_svg(fig, salt: str) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
     plt.close(fig)
     text = buf.getvalue()
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)  # RDF about the file, not the figure
     return text[text.index("<svg"):]
 
 
