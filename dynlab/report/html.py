@@ -123,7 +123,9 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
     from dynlab import __version__
 
     title = title or default_title(runs)
-    question = context.get("command") or "runs read from " + ", ".join(dict.fromkeys(r.source or "?" for r in runs))
+    sources = [r.source for r in runs if r.source]
+    question = context.get("command") or ("runs read from " + ", ".join(dict.fromkeys(sources)) if sources
+                                          else "runs given without their command line")
     header, rows = headline_rows(runs)
     figs = figures(runs, records)
     nav = " · ".join(f'<a href="#{f.key}">{_e(f.title)}</a>' for f in figs)
