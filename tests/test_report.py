@@ -57,6 +57,9 @@ def test_a_sweep_file_is_read_line_by_line_and_a_bad_line_is_named(tmp_path):
     p.write_text(good + '\n{"a": 1}\n')
     with pytest.raises(DynlabError, match=rf"^{re.escape(str(p))}:2: not a sim, compare or sweep output"):
         read_runs(str(p))
+    p.write_text('{\n  "requests": 3,\n  "mode" "rr"\n}\n')  # one indented document, broken on line 3
+    with pytest.raises(DynlabError, match=rf"^{re.escape(str(p))}:3: not JSON"):
+        read_runs(str(p))
     with pytest.raises(InputFileError):
         read_runs(str(tmp_path / "missing.json"))
 

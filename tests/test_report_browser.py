@@ -8,7 +8,6 @@ The browser is driven over the DevTools protocol on a pipe (tests/browser.py), n
 from __future__ import annotations
 
 import io
-import json
 import os
 
 import pytest
@@ -54,9 +53,15 @@ def _not_blank(png: bytes) -> float:
 
 
 def _open(browser, path, tmp_path, name):
+    """Open the report; its screenshot goes to ``tmp_path``, and to ``$DYNLAB_SCREENSHOTS`` when set (for
+    a CI run to keep)."""
     page = browser.open(path.as_uri(), evaluate=COUNTS)
     shot = tmp_path / f"{name}.png"
     shot.write_bytes(page.png)
+    if os.environ.get("DYNLAB_SCREENSHOTS"):
+        os.makedirs(os.environ["DYNLAB_SCREENSHOTS"], exist_ok=True)
+        with open(os.path.join(os.environ["DYNLAB_SCREENSHOTS"], f"{name}.png"), "wb") as fh:
+            fh.write(page.png)
     return page, shot
 
 

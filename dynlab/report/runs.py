@@ -80,8 +80,13 @@ def read_runs(path: str) -> list[Run]:
         raise DynlabError(f"{path}: empty file")
     try:
         return runs_from_json(json.loads(text), path)
-    except json.JSONDecodeError:
-        pass  # several documents: JSON lines
+    except json.JSONDecodeError as exc:
+        whole = exc  # several documents (JSON lines), or one document with an error
+    first = next(line for line in text.splitlines() if line.strip())
+    try:
+        json.loads(first)
+    except json.JSONDecodeError:  # not JSON lines either: say where the document goes wrong
+        raise DynlabError(f"{path}:{whole.lineno}: not JSON: {whole.msg}") from None
     runs: list[Run] = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
