@@ -183,12 +183,19 @@ def test_a_pd_run_gets_the_transfer_timeline():
     assert re.search(r"<th scope=\"row\" class=l>pd</th><td>2</td><td>1</td><td>7.0</td>", page)
 
 
+def test_sweep_cells_are_labelled_by_what_varies():
+    runs = [Run("x", COUNTED, cell={"mode": m, "workers": 2, "trace": "t"}) for m in ("rr", "kv")]
+    page = _page(runs)
+    assert '<th scope="row" class=l>mode=rr</th>' in page and '<th scope="row" class=l>mode=kv</th>' in page
+    assert "<th scope=\"row\" class=l>options of every cell</th><td class=l>workers=2 trace=t</td>" in page
+
+
 def test_a_sweep_gets_a_heatmap():
     runs = [Run(f"w={w} c={c}", dict(COUNTED, block_hit_rate=w * c / 1000), cell={"workers": w, "capacity": c})
             for w in (2, 4) for c in (10, 100)]
     page = _page(runs)
     assert 'id="sweep-block-hit-rate"' in page and "a heatmap of workers by capacity" in page
-    assert "Best cell: w=4 c=100 (0.4)" in page
+    assert "Best cell: workers=4 capacity=100 (0.4)" in page
 
 
 def test_no_runs_is_an_error():
@@ -227,6 +234,7 @@ def test_report_to_stdout(tmp_path):
     (["report", "{d}/s.json", "--requests", "{d}/bad.json", "--out", "{d}/r.html"], 1, "bad.json:1: missing key"),
     (["sim", "--report", "-"], 2, "standard output carries the run's JSON"),
     (["compare", "--modes", "rr,kv", "--report", "{d}/r.txt"], 2, "a report is HTML"),
+    (["sweep", "--grid", "workers=1,2", "--dry-run", "--report", "{d}/r.html"], 2, "--report has no effect"),
 ])
 def test_bad_input_is_one_line_and_leaves_the_old_file(tmp_path, args, code, message):
     (tmp_path / "s.json").write_text(json.dumps(COUNTED))
@@ -256,3 +264,4 @@ def test_sim_compare_and_sweep_write_a_report_and_print_what_they_printed(tmp_pa
     assert res.exit_code == 0, res.output
     page = rep.read_text()
     assert "dynlab sweep: 4 cells" in page and 'id="sweep-block-hit-rate"' in page
+    assert "<th scope=\"row\" class=l>workers=3 capacity=8</th>" in page  # labelled by what varies

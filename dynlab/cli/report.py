@@ -111,4 +111,9 @@ def report(runs, out, records, title):
 
     loaded = [run for path in runs for run in read_runs(path)]
     recs = {label: read_records(path) for label, path in records}
-    write_atomic(out, build_report(loaded, recs or None, title=title))
+    page = build_report(loaded, recs or None, title=title)
+    write_atomic(out, page)
+    if out != "-":
+        n = page.count("<figure ")
+        click.echo(f"report: {len(loaded)} run{'s' if len(loaded) != 1 else ''}, {n} figure{'s' if n != 1 else ''} "
+                   f"into {out}", err=True)

@@ -250,6 +250,8 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         --grid workers=2,4,8 --grid capacity=1024,4096 --out results.jsonl --plot hit.png
     """
     _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric)
+    if report_path and dry_run:
+        raise click.UsageError("--report has no effect with --dry-run (no cell runs)")
     grid = _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt)
     try:
         cells = grid.cells()  # refuses a grid over the cell limit before building any cell
@@ -307,18 +309,17 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
     if plot_path:
         plot_sweep(grid, results, plot_path, metric)
     if report_path:
-        _report(ctx, report_path, grid, cells, configs, results)
+        _report(ctx, report_path, cells, configs, results)
 
 
-def _report(ctx, path, grid, cells, configs, results) -> None:
-    """The sweep's HTML report: a run per finished cell, in grid order, and the options every cell shares."""
+def _report(ctx, path, cells, configs, results) -> None:
+    """The sweep's HTML report: a run per finished cell, in grid order."""
     from dynlab.cli.report import write_run_report
     from dynlab.report import Run
     from dynlab.report.runs import cell_label
 
     runs = [Run(cell_label(c), results[cell_key(c)], cell=dict(c)) for c in cells if cell_key(c) in results]
-    shared = " ".join(f"{k}={v}" for k, v in grid.fixed.items()) or "none"
-    write_run_report(ctx, path, runs, configs, {"options of every cell": shared})
+    write_run_report(ctx, path, runs, configs)
 
 
 def _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric) -> None:

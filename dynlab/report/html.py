@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence
 
 from dynlab.report.figures import Figure, hit_rates, latency_percentiles, metric, per_worker
 from dynlab.report.record_figures import record_figures
-from dynlab.report.runs import Run
+from dynlab.report.runs import Run, shared_and_varied, short_labels
 from dynlab.report.sweep_figures import sweep_figure, sweep_metrics
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -116,8 +116,12 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
     the question; ``trace``, ``arrivals`` ...). Raises ``ValueError`` without runs; needs matplotlib."""
     if not runs:
         raise ValueError("a report needs at least one run")
-    runs = unique_labels(runs)
+    runs = unique_labels(short_labels(runs))
     context = dict(context or {})
+    cells = [r.cell for r in runs if r.cell is not None]
+    if len(cells) > 1:
+        shared, _ = shared_and_varied(cells)
+        context.setdefault("options of every cell", " ".join(f"{k}={v}" for k, v in shared.items()) or "none")
     if records:
         context.update(_arrival_rates(records))
     from dynlab import __version__

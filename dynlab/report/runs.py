@@ -143,3 +143,24 @@ def read_records(path: str) -> list[dict]:
     if not records:
         raise DynlabError(f"{path}: no records")
     return records
+
+
+def shared_and_varied(cells: list[Mapping[str, Any]]) -> tuple[dict, list[str]]:
+    """``(shared, varied)`` of sweep cells: the options with one value in every cell (name -> value), and
+    the names of those that differ, in the order the cells name them."""
+    names = list(dict.fromkeys(k for c in cells for k in c))
+    varied = [n for n in names if len({repr(c.get(n)) for c in cells}) > 1 or any(n not in c for c in cells)]
+    return {n: cells[0][n] for n in names if n not in varied}, varied
+
+
+def short_labels(runs: list[Run]) -> list[Run]:
+    """The runs, each sweep cell labelled by the options that vary between the cells (``mode=rr workers=4``
+    rather than with the trace every cell shares); other runs as they are."""
+    from dataclasses import replace
+
+    cells = [r.cell for r in runs if r.cell is not None]
+    if len(cells) < 2:
+        return list(runs)
+    _, varied = shared_and_varied(cells)
+    return [replace(r, label=cell_label({k: r.cell[k] for k in varied if k in r.cell}) or r.label)
+            if r.cell is not None else r for r in runs]
