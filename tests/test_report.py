@@ -265,3 +265,26 @@ def test_sim_compare_and_sweep_write_a_report_and_print_what_they_printed(tmp_pa
     page = rep.read_text()
     assert "dynlab sweep: 4 cells" in page and 'id="sweep-block-hit-rate"' in page
     assert "<th scope=\"row\" class=l>workers=3 capacity=8</th>" in page  # labelled by what varies
+
+
+# ------------------------------------------------------------------ any subset of a result's keys
+from hypothesis import settings  # noqa: E402
+
+OPTIONAL = sorted(set(TIMED) - {"mode", "requests"})
+
+
+@settings(max_examples=20)  # each example draws every figure (about 0.3 s)
+@given(st.lists(st.sets(st.sampled_from(OPTIONAL)), min_size=1, max_size=3),
+       st.lists(st.sampled_from([0.0, 0.5, 1.0, 250.0]), min_size=1, max_size=3))
+def test_any_subset_of_keys_gives_a_page_with_a_row_per_run(key_sets, scales):
+    runs = []
+    for i, keys in enumerate(key_sets):
+        result = {"mode": f"m{i}", "requests": 3, **{k: TIMED[k] for k in keys}}
+        if "ttft_ms" in result:  # zeros and spreads a log axis must survive
+            s = scales[i % len(scales)]
+            result["ttft_ms"] = {p: v * s for p, v in TIMED["ttft_ms"].items()}
+        runs.append(Run(f"m{i}", result))
+    page = build_report(runs)
+    body = page.split('id="headline"', 1)[1].split("</table>", 1)[0]
+    assert body.count("<tr>") == len(runs) + 1  # the header and a row per run
+    assert page.count("<figure ") == page.count("<figcaption ") == page.count('<svg role="img"')
