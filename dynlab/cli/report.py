@@ -70,11 +70,12 @@ def run_context(ctx, configs) -> dict:
     return context
 
 
-def write_run_report(ctx, path: str, runs, configs, extra: dict | None = None) -> None:
-    """Write the report of ``runs`` (:class:`dynlab.report.Run`) made from ``configs`` to ``path``."""
+def write_run_report(ctx, path: str, runs, configs, extra: dict | None = None, records=None) -> None:
+    """Write the report of ``runs`` (:class:`dynlab.report.Run`) made from ``configs`` to ``path``;
+    ``records``: label -> the run's per-request records, when the command has them (``--requests-out``)."""
     from dynlab.report import write_report
 
-    write_report(path, runs, context={**run_context(ctx, configs), **(extra or {})})
+    write_report(path, runs, records, context={**run_context(ctx, configs), **(extra or {})})
 
 
 def _records_option(ctx, param, values):
