@@ -89,6 +89,82 @@ def test_a_signal_to_a_pool_sweep_ends_it_and_every_pool_worker(tmp_path, signum
         assert err.strip() == word
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes below ``pid`` (children, their children...), whatever their session."""
+    parents: dict[int, list[int]] = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        st = _stat(p)
+        if st is not None and st[2] not in ("Z", "X"):
+            parents.setdefault(st[0], []).append(int(p))
+    out, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+@pytest.mark.ray
+def test_sigterm_to_a_ray_sweep_ends_it_and_its_local_ray_instance(tmp_path):
+    """Ray's driver installs its own SIGTERM handler (a logged stack, death by the signal): the sweep
+    puts its own back, so SIGTERM ends it with one line and exit 143 after ray.shutdown()."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        message = "Ray is not installed: pip install 'dynlab[ray]'"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    out = tmp_path / "r.jsonl"
+    err_file = tmp_path / "stderr"
+    cmd = dynlab_command() + ["sweep", *GRID, "--executor", "ray", "--jobs", "1", "--out", str(out), "--quiet"]
+    with open(err_file, "wb") as err_fh:
+        proc = interruptible(cmd, stdout=subprocess.DEVNULL, stderr=err_fh)
+    started: list[int] = []
+    try:
+        wait_for(lambda: out.exists() and b"\n" in out.read_bytes(), proc, "the first finished cell")
+        started = descendants(proc.pid)  # Ray's GCS, raylet, agents and workers
+        assert started
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the Ray sweep hung after SIGTERM")
+        wait_for(lambda: not set(started) & set(_alive(started)), _Done(proc.pid),
+                 "Ray's processes ending")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in _alive(started):
+            os.kill(pid, signal.SIGKILL)
+    err = err_file.read_bytes()
+    finished = out.read_bytes().count(b"\n")
+    assert proc.returncode == (0 if finished == 64 else 143), (proc.returncode, err)
+    if finished < 64:
+        assert err.strip() == b"Terminated (SIGTERM)", err
+
+
+class _Done:
+    """A stand-in for an exited process in :func:`wait_for`, which polls it (and on a timeout kills
+    the process group ``pid`` led)."""
+
+    returncode = 0
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def poll(self):
+        return None
+
+    def wait(self):
+        return 0
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if _stat(str(p)) is not None and _stat(str(p))[2] not in ("Z", "X")]
+
+
 def test_closing_a_run_before_reading_it_stops_the_pool():
     """execute() starts the pool before it returns; closing the result without iterating it (an output
     that fails to open, an error between start and first result) must stop the workers at once."""

@@ -281,6 +281,9 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Run
     if own:
         # The processes Ray starts inherit an ignored SIGINT and SIGHUP, so Ctrl-C reaches only this
         # driver, which then shuts them down; a raylet hit by Ctrl-C crashes and leaks agents.
+        # Ray's driver replaces the SIGTERM handler with its own (which logs a stack and dies by the
+        # signal, skipping this process's clean-up): the handlers in place before are put back after.
+        keep = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
             if address is None:
@@ -295,6 +298,9 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Run
         finally:
             signal.signal(signal.SIGINT, previous[0])
             signal.signal(signal.SIGHUP, previous[1])
+            for signum, handler in keep.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
     state = {"pending": [], "own": own, "stopped": False}
     try:
         refs: dict = {}
@@ -317,9 +323,22 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Run
 def _drain_ray(ray, state: dict, index: dict) -> Iterator[tuple[int, dict]]:
     while state["pending"]:
         # a short timeout returns to Python regularly, so Ctrl-C (KeyboardInterrupt) is seen at once
-        done, state["pending"] = ray.wait(state["pending"], num_returns=1, timeout=0.2)
+        done, state["pending"] = _signal_safe(ray.wait, state["pending"], num_returns=1, timeout=0.2)
         for ref in done:
-            yield index[ref], _unwrap(*ray.get(ref), index[ref])
+            yield index[ref], _unwrap(*_signal_safe(ray.get, ref), index[ref])
+
+
+def _signal_safe(call, *args, **kwargs):
+    """``call(*args, **kwargs)``; an exception a signal handler raised inside Ray's C code (a SIGTERM
+    turned into the CLI's ``Terminated``, a ``BaseException``) comes out wrapped in a ``SystemError``:
+    re-raised as itself, so the caller's clean-up sees the signal, not a crash."""
+    try:
+        return call(*args, **kwargs)
+    except SystemError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+            raise cause from None
+        raise
 
 
 def _ray_stop(ray, state: dict) -> None:
