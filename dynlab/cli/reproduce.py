@@ -90,12 +90,22 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
         bar.close()
         raise
 
+    try:
+        names = _write_into(outdir, result, bar)
+    finally:
+        bar.close()
+    for name in names:
+        click.echo(os.path.join(outdir, name))
+
+
+def _write_into(outdir: str, result, bar) -> list[str]:
+    """Write ``result``'s files into a staging folder beside OUTDIR and move them into place; returns
+    the names written. An error names OUTDIR (the folder asked for), never the staging folder."""
     parent = os.path.dirname(os.path.abspath(outdir))
     try:
         os.makedirs(parent, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(outdir))}.dynlab-", dir=parent)
-    except OSError as exc:  # the folder changed since the check: name the folder asked for
-        bar.close()
+    except OSError as exc:  # the folder changed since the check
         raise DynlabError(f"{outdir}: cannot write in {parent}: {exc.strerror or exc}") from None
     try:
         names = []
@@ -112,12 +122,11 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, OSError) and str(getattr(exc, "filename", "") or "").startswith(staging):
-            raise DynlabError(f"{outdir}: {exc.strerror or exc}") from None  # not the staging folder's name
+            raise DynlabError(f"{outdir}: {exc.strerror or exc}") from None
+        if isinstance(exc, DynlabError) and staging in str(exc):  # a file of the staging folder
+            raise DynlabError(str(exc).replace(staging, outdir.rstrip(os.sep))) from None
         raise
-    finally:
-        bar.close()
-    for name in names:
-        click.echo(os.path.join(outdir, name))
+    return names
 
 
 def _check_parent(outdir: str) -> None:
