@@ -1,0 +1,55 @@
+"""The binding constraint of a shape, in words: queueing (more workers help), memory (the pool runs dry:
+preemptions) or compute (the slowest prompts' own prefill misses the target: no worker count helps)."""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from dynlab.plan.target import Target, measured
+
+#: the kinds of binding constraint, in the order the report explains them
+KINDS = ("none", "queueing", "memory", "compute")
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.2f}%"
+
+
+def compute_text(target: Target, never: float, n_requests: int, floor_q: float, worst_ms: float,
+                 helps: Mapping[str, float], floor_workers: Optional[int], floor_goodput: Optional[float]) -> str:
+    """Why no worker count meets ``target``: ``never`` (0..1) of the ``n_requests`` miss an SLO even served
+    alone with every prefix hit possible (their prefill alone up to ``worst_ms``); ``floor_q``: the lowest
+    TTFT target the percentile can meet; ``helps``: change -> the share that would still never meet it;
+    ``floor_workers``: the fewest workers found to add no misses beyond these (goodput ``floor_goodput``)."""
+    count = round(never * n_requests)
+    text = (f"compute: {_pct(never)} of requests ({count:,} of {n_requests:,}) miss the SLOs even alone on an idle "
+            f"worker with every prefix hit possible (a prompt's own prefill takes up to {worst_ms:,.0f} ms), more than "
+            f"the {_pct(target.allowed_miss)} {target.describe()} allows: no worker count helps.")
+    if target.slo_ttft_ms is not None and target.goodput is None:
+        text += f" The lowest TTFT target {target.percentile} can meet here is about {floor_q:,.0f} ms."
+    if helps:
+        text += " Would help: " + ", ".join(f"{k} (never met: {_pct(v)})" for k, v in helps.items())
+        text += "; P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
+    if floor_workers is not None:
+        text += (f" {floor_workers} workers serve every other request within the SLOs"
+                 f" (goodput {floor_goodput:.4f}).")
+    return text
+
+
+def replay_text(target: Target, workers: int, result: Mapping, never: float) -> tuple[str, str]:
+    """``(kind, words)`` for the replay at ``workers`` that misses ``target`` (N - 1, or the cap):
+    memory when it preempted or rejected, else queueing."""
+    misses = "; ".join(target.misses(result))
+    wait = measured(result, "queue_wait_ms", "p99")
+    pre, rej, pool = result.get("preemptions", 0), result.get("rejected", 0), result.get("kv_blocks")
+    if pre or rej:
+        kind = "memory"
+        text = (f"memory: at {workers} workers {pre:,} preemptions{f' and {rej:,} rejected' if rej else ''} "
+                f"(the pool of {pool:,} blocks per worker runs dry) and {misses}; fewer requests per worker "
+                "(more workers), a larger pool (higher TP) or a CPU tier helps")
+    else:
+        kind = "queueing"
+        text = (f"queueing: at {workers} workers {misses} (queue wait p99 {wait:,.1f} ms); more workers help")
+    if never > 0:
+        text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
+                 f"within the {_pct(target.allowed_miss)} allowed")
+    return kind, text

@@ -1,0 +1,153 @@
+"""``plan``: for every candidate shape the fewest workers meeting a :class:`~dynlab.plan.target.Target`,
+searched by replay on the sweep executors (process pool or Ray), every replay kept in a resumable log."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Optional, Sequence
+
+from dynlab.engine.config import SimConfig, _DEFAULTS
+from dynlab.plan import analysis
+from dynlab.plan.binding import compute_text, replay_text
+from dynlab.plan.search import Search, Shape
+from dynlab.plan.target import Target
+
+#: the most workers a shape is given by default (``--max-workers``)
+DEFAULT_CAP = 128
+
+
+@dataclass
+class Outcome:
+    """One shape's answer. ``workers``: the fewest meeting the target (``None``: none up to the cap, or
+    compute-bound); ``kind``/``why``: the binding constraint (:data:`dynlab.plan.binding.KINDS`) in
+    words; ``search``: its replays; ``floor``: for a compute-bound shape, the search for the fewest
+    workers adding no misses beyond the compute floor (``None`` otherwise)."""
+
+    shape: Shape
+    search: Search
+    lower: int
+    never_share: float
+    kind: str = ""
+    why: str = ""
+    floor: Optional[Search] = None
+    helps: dict = field(default_factory=dict)
+    floor_q: float = 0.0
+    worst: float = 0.0
+
+    @property
+    def workers(self) -> Optional[int]:
+        return None if self.kind == "compute" else self.search.best()
+
+    @property
+    def shown(self) -> Optional[int]:
+        """The worker count the report's figures are taken at: the answer, the compute floor's, or the cap."""
+        if self.workers is not None:
+            return self.workers
+        s = self.floor if self.floor is not None and self.floor.best() is not None else self.search
+        return s.best() if s.best() is not None else (max(s.tested) if s.tested else None)
+
+    def shown_result(self) -> dict:
+        n = self.shown
+        for s in (self.search, self.floor):
+            if s is not None and n in s.tested:
+                return s.tested[n][1]
+        return {}
+
+
+def config_cell(config: SimConfig) -> dict:
+    """A replay's identity in the log: the ``sim`` options that differ from ``sim``'s defaults (field names;
+    ``timing`` and ``workers`` always), so each logged replay can be rerun with ``dynlab sim``."""
+    cell = {}
+    for name, default in _DEFAULTS.items():
+        value = getattr(config, name)
+        if value != default or name in ("timing", "workers"):
+            cell[name] = dict(value) if isinstance(value, Mapping) else value
+    return cell
+
+
+def latency_for(config: SimConfig):
+    """One worker's latency model for ``config``'s model, GPU, TP and latency options."""
+    from dynlab.latency.grid import build_latency_model, hardware_for
+
+    return build_latency_model(config.latency_model, hardware_for(config.model, config.gpu, config.tp),
+                               config.latency_opts)
+
+
+def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target: Target, cap: int,
+            trace_block: int) -> list[Outcome]:
+    """Each shape's analysis (floors, lower bound) and its :class:`Search`; a compute-bound shape gets the
+    floor search instead (the fewest workers meeting the SLOs on every request that can meet them)."""
+    out = []
+    for shape in shapes:
+        config = shape.config(base)
+        lat = latency_for(config)
+        fl = analysis.floors(requests, lat, config, trace_block)
+        never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
+        lower = min(cap, analysis.workers_lower_bound(requests, lat, config, fl))
+        o = Outcome(shape, Search(config, target, lower, cap), lower, never)
+        if never > target.allowed_miss:
+            o.kind = "compute"
+            o.helps = analysis.help_shares(requests, config, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
+                                           latency_for)
+            o.floor_q = fl.ttft_quantile(1.0 - target.allowed_miss)
+            o.worst = max(fl.ttft)
+            floor_goodput = 1.0 - never - target.allowed_miss
+            if floor_goodput > 0:
+                relaxed = Target(target.slo_ttft_ms, target.slo_tpot_ms, goodput=round(floor_goodput, 6))
+                o.floor = Search(config, relaxed, lower, cap)
+        out.append(o)
+    return out
+
+
+def run_searches(outcomes: Sequence[Outcome], run_batch: Callable, known: Mapping[str, dict],
+                 on_result: Callable = lambda cell, result, fresh: None) -> None:
+    """Drive every search to its end in rounds: each round asks every unfinished search for its next
+    worker count, takes results ``known`` (log key -> result) has, and runs the rest together with
+    ``run_batch(configs) -> iterable of (position, result)``. ``on_result(cell, result, fresh)`` sees each."""
+    from dynlab.sweep.grid import cell_key
+
+    while True:
+        asks = []
+        for o in outcomes:
+            s = o.floor if o.kind == "compute" else o.search
+            if s is None:
+                continue
+            n = s.next_workers()
+            if n is not None:
+                asks.append((s, n, replace(s.config, workers=n)))
+        if not asks:
+            return
+        todo = []
+        for s, n, config in asks:
+            cell = config_cell(config)
+            if cell_key(cell) in known:
+                s.record(n, known[cell_key(cell)])
+                on_result(cell, known[cell_key(cell)], False)
+            else:
+                todo.append((s, n, config, cell))
+        for i, result in run_batch([c for _, _, c, _ in todo]):
+            s, n, _, cell = todo[i]
+            s.record(n, result)
+            on_result(cell, result, True)
+
+
+def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
+    """Fill each outcome's binding constraint (``kind``, ``why``) from its replays and analysis."""
+    for o in outcomes:
+        s, target = o.search, o.search.target
+        if o.kind == "compute":
+            fw = o.floor.best() if o.floor is not None else None
+            fg = o.floor.tested[fw][1].get("goodput") if fw is not None else None
+            o.why = compute_text(target, o.never_share, n_requests, o.floor_q, o.worst, o.helps, fw, fg)
+            continue
+        best = s.best()
+        if best == 1:
+            o.kind, o.why = "none", "none: one worker meets the target"
+        elif best is not None:
+            o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share)
+        else:
+            top = max(s.tested)
+            kind, text = replay_text(target, top, s.tested[top][1], o.never_share)
+            o.kind, o.why = kind, f"{text}; not met at the cap of {s.cap} workers (--max-workers)"
+        note = s.monotone_note()
+        if note:
+            o.why += f". {note}"
