@@ -30,7 +30,7 @@ def compute_text(target: Target, never: float, n_requests: int, floor_q: float, 
         text += " Would help: " + ", ".join(f"{k} (never met: {_pct(v)})" for k, v in helps.items())
         text += "; P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
     if floor_workers is not None:
-        text += (f" {floor_workers} workers serve every other request within the SLOs"
+        text += (f" {floor_workers} worker{'s' if floor_workers != 1 else ''} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
                  f" (goodput {floor_goodput:.4f}).")
     return text
 

@@ -42,7 +42,7 @@ class Outcome:
         """The worker count the report's figures are taken at: the answer, the compute floor's, or the cap."""
         if self.workers is not None:
             return self.workers
-        s = self.floor if self.floor is not None and self.floor.best() is not None else self.search
+        s = self.floor if self.floor is not None and self.floor.tested else self.search
         return s.best() if s.best() is not None else (max(s.tested) if s.tested else None)
 
     def shown_result(self) -> dict:
@@ -94,6 +94,8 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
             if floor_goodput > 0:
                 relaxed = Target(target.slo_ttft_ms, target.slo_tpot_ms, goodput=round(floor_goodput, 6))
                 o.floor = Search(config, relaxed, lower, cap)
+            else:  # nothing left to serve in time: one replay at the lower bound shows the figures
+                o.floor = Search(config, target, lower, lower)
         out.append(o)
     return out
 
@@ -135,7 +137,7 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
     for o in outcomes:
         s, target = o.search, o.search.target
         if o.kind == "compute":
-            fw = o.floor.best() if o.floor is not None else None
+            fw = o.floor.best() if o.floor is not None and o.floor.target is not target else None
             fg = o.floor.tested[fw][1].get("goodput") if fw is not None else None
             o.why = compute_text(target, o.never_share, n_requests, o.floor_q, o.worst, o.helps, fw, fg)
             continue
