@@ -201,7 +201,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
             raise click.UsageError(str(exc)) from None
     if not quiet:
         where = f"; {fresh.count(False)} from {log}" if fresh.count(False) else ""
-        click.echo(f"plan: {len(fresh)} replays in {time.perf_counter() - started:.1f} s ({executor}){where}", err=True)
+        click.echo(f"plan: {len(fresh)} replay{'' if len(fresh) == 1 else 's'} in {time.perf_counter() - started:.1f} s ({executor}){where}", err=True)
     if plot_path:
         from dynlab.plan.report import plot
 

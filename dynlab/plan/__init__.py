@@ -40,6 +40,17 @@ def _log_known(log_path: Optional[str], resume: bool) -> tuple:
     return log, {k: r for k, (_, r) in log.records.items()}
 
 
+def _arrivals(requests: Sequence, time_scale: float, poisson: float) -> str:
+    """The arrivals replayed, in words: the mean rate and time scale, all at once, or Poisson."""
+    n = f"{len(requests):,} request{'' if len(requests) == 1 else 's'}"
+    if requests[0].timestamp is None:
+        return f"{n}, Poisson {poisson:g} requests/s"
+    rate_now = mean_rate(requests)
+    if rate_now is None:
+        return f"{n}, all at one instant"
+    return f"{n}, mean rate {rate_now / time_scale:.3g} requests/s (time scale {time_scale:.4g})"
+
+
 def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: Target, *,
          rate: Optional[float] = None, rate_scale: Optional[float] = None, cap: int = DEFAULT_CAP,
          prices: Optional[Mapping[str, float]] = None, executor: str = "local", jobs: Optional[int] = None,
@@ -86,10 +97,7 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
 
     run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
     explain(outcomes, len(requests))
-    rate_now = mean_rate(requests)
-    arrivals = (f"{len(requests):,} requests, mean rate {rate_now / time_scale:.3g} requests/s "
-                f"(time scale {time_scale:.4g})" if rate_now is not None
-                else f"{len(requests):,} requests, Poisson {poisson:g} requests/s")
+    arrivals = _arrivals(requests, time_scale, poisson)
     header = {"target": target.describe(), "percentile": target.percentile, "slo_ttft_ms": target.slo_ttft_ms,
               "slo_tpot_ms": target.slo_tpot_ms, "goodput_target": target.goodput, "arrivals": arrivals,
               "time_scale": time_scale, "prices": prices, "max_workers": cap}

@@ -10,6 +10,10 @@ from dynlab.plan.target import Target, measured
 KINDS = ("none", "queueing", "memory", "compute")
 
 
+def _workers(n: int) -> str:
+    return f"{n} worker{'' if n == 1 else 's'}"
+
+
 def _pct(share: float) -> str:
     return f"{share * 100:.2f}%"
 
@@ -30,7 +34,7 @@ def compute_text(target: Target, never: float, n_requests: int, floor_q: float, 
         text += " Would help: " + ", ".join(f"{k} (never met: {_pct(v)})" for k, v in helps.items())
         text += "; P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
     if floor_workers is not None:
-        text += (f" {floor_workers} worker{'s' if floor_workers != 1 else ''} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
+        text += (f" {_workers(floor_workers)} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
                  f" (goodput {floor_goodput:.4f}).")
     return text
 
@@ -43,12 +47,12 @@ def replay_text(target: Target, workers: int, result: Mapping, never: float) -> 
     pre, rej, pool = result.get("preemptions", 0), result.get("rejected", 0), result.get("kv_blocks")
     if pre or rej:
         kind = "memory"
-        text = (f"memory: at {workers} workers {pre:,} preemptions{f' and {rej:,} rejected' if rej else ''} "
+        text = (f"memory: at {_workers(workers)} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
                 f"(the pool of {pool:,} blocks per worker runs dry) and {misses}; fewer requests per worker "
                 "(more workers), a larger pool (higher TP) or a CPU tier helps")
     else:
         kind = "queueing"
-        text = (f"queueing: at {workers} workers {misses} (queue wait p99 {wait:,.1f} ms); more workers help")
+        text = (f"queueing: at {_workers(workers)} {misses} (queue wait p99 {wait:,.1f} ms); more workers help")
     if never > 0:
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")
