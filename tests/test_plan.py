@@ -248,9 +248,11 @@ def test_arrival_settings_by_hand():
 
 
 # --------------------------------------------------------------------------- the search's invariants
-def _drive(search: Search, meets) -> None:
+def _drive(search: Search, meets, flat_from=None) -> None:
+    # a miss improves with every worker added (until ``flat_from``: from there on the same replay)
     while (n := search.next_workers()) is not None:
-        search.record(n, {"ttft_ms": {"p99": 1.0 if meets(n) else 100.0}})
+        miss = 100.0 + 1000.0 / (n if flat_from is None else min(n, flat_from))
+        search.record(n, {"ttft_ms": {"p99": 1.0 if meets(n) else miss}})
 
 
 @given(st.integers(1, 40), st.integers(1, 40), st.integers(1, 40))
@@ -278,3 +280,28 @@ def test_any_search_ends_verified(good, lower):
         assert best in good and (best == 1 or s.tested[best - 1][0] is False)
         worse = [n for n, (ok, _) in s.tested.items() if not ok and n > best]
         assert bool(s.monotone_note()) == bool(worse)
+
+
+@given(st.integers(1, 20), st.integers(1, 40))
+def test_a_plateau_stops_the_gallop(flat_from, lower):
+    # never met, and from ``flat_from`` workers on every replay is the same: the search stops at the
+    # second such count instead of galloping to the cap
+    s = Search(SimConfig(), Target(10.0), lower, 1000)
+    _drive(s, lambda n: False, flat_from)
+    a, b = s.plateau()
+    assert a < b and a >= flat_from and max(s.tested) == b < 1000
+
+
+def test_routing_binding_when_workers_stop_helping(tmp_path):
+    # kv sends every request to the worker holding its prefix: all share one block, so one worker
+    # takes them all, however many there are (TTFTs 11, 22, ..., 132 ms on it)
+    ids = iter(range(100, 10**6))
+    rows = [{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1, next(ids)]}
+            for _ in range(12)]
+    path = tmp_path / "k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = [a if a != "rr" else "kv" for a in LINEAR]
+    shape = _json("--trace", path, "--slo-ttft-ms", 50, *args)["shapes"][0]
+    assert (shape["meets"], shape["binding"]) == (False, "routing")
+    assert [r["workers"] for r in shape["replays"]] == [1, 2]
+    assert shape["why"].startswith("routing: the replays at 1 and 2 workers are the same")

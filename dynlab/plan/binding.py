@@ -1,5 +1,6 @@
 """The binding constraint of a shape, in words: queueing (more workers help), memory (the pool runs dry:
-preemptions) or compute (the slowest prompts' own prefill misses the target: no worker count helps)."""
+preemptions), routing (more workers stop changing anything: the strategy leaves them idle) or compute
+(the slowest prompts' own prefill misses the target: no worker count helps)."""
 from __future__ import annotations
 
 from typing import Mapping, Optional
@@ -7,7 +8,7 @@ from typing import Mapping, Optional
 from dynlab.plan.target import Target, measured
 
 #: the kinds of binding constraint, in the order the report explains them
-KINDS = ("none", "queueing", "memory", "compute")
+KINDS = ("none", "queueing", "memory", "routing", "compute")
 
 
 def _workers(n: int) -> str:
@@ -57,3 +58,12 @@ def replay_text(target: Target, workers: int, result: Mapping, never: float) -> 
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")
     return kind, text
+
+
+def routing_text(target: Target, a: int, b: int, result: Mapping) -> str:
+    """Why a shape's search stopped below the cap: the replays at ``a`` and ``b`` workers are the same."""
+    misses = "; ".join(target.misses(result))
+    wait = measured(result, "queue_wait_ms", "p99")
+    return (f"routing: the replays at {a} and {b} workers are the same ({misses}; queue wait p99 {wait:,.1f} ms, "
+            f"load imbalance {result.get('load_imbalance')} at {b}): the strategy leaves the extra workers idle, "
+            "so more workers do not help; a strategy that spreads the load does")

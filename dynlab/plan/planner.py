@@ -7,7 +7,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from dynlab.engine.config import SimConfig, _DEFAULTS
 from dynlab.plan import analysis
-from dynlab.plan.binding import compute_text, replay_text
+from dynlab.plan.binding import compute_text, replay_text, routing_text
 from dynlab.plan.search import Search, Shape
 from dynlab.plan.target import Target
 
@@ -146,6 +146,9 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
             o.kind, o.why = "none", "none: one worker meets the target"
         elif best is not None:
             o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share)
+        elif s.plateau() is not None:
+            a, b = s.plateau()
+            o.kind, o.why = "routing", routing_text(target, a, b, s.tested[b][1])
         else:
             top = max(s.tested)
             kind, text = replay_text(target, top, s.tested[top][1], o.never_share)

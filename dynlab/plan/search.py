@@ -3,6 +3,7 @@ replay until the target is met, then bisection, so the answer N is a replay that
 N - 1 one that misses it (or N is 1)."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
@@ -66,7 +67,7 @@ class Search:
             if not self.tested:
                 return min(self.lower, self.cap)
             top = max(self.tested)
-            if top >= self.cap:
+            if top >= self.cap or self.plateau() is not None:
                 return None
             return min(self.cap, max(top + 1, math.ceil(top * GALLOP)))
         below = [n for n, (ok, _) in self.tested.items() if not ok and n < best]
@@ -74,6 +75,15 @@ class Search:
         if best - lo <= 1:
             return None
         return (lo + best) // 2
+
+    def plateau(self) -> Optional[tuple[int, int]]:
+        """``(a, b)``: the two largest counts tried, both missing the target with the same latencies,
+        goodput, preemptions and rejections (:func:`signature`): more workers stopped changing anything
+        (the routing leaves the extra workers idle), so the gallop stops there. ``None`` otherwise."""
+        if self.best() is not None or len(self.tested) < 2:
+            return None
+        a, b = sorted(self.tested)[-2:]
+        return (a, b) if signature(self.tested[a][1]) == signature(self.tested[b][1]) else None
 
     def record(self, workers: int, result: Mapping) -> None:
         self.tested[workers] = (not self.target.misses(result), dict(result))
@@ -90,3 +100,10 @@ class Search:
         return (f"not monotone in N: meets the target at {best} workers but misses it at "
                 f"{', '.join(map(str, worse))}; the answer is the fewest workers that met it with N - 1 "
                 "replayed and missing, and larger counts were not all checked")
+
+
+def signature(result: Mapping) -> tuple:
+    """What the target reads of a replay, to tell two replays apart: TTFT, TPOT and queue wait
+    percentiles, goodput, preemptions, rejections."""
+    return tuple(json.dumps(result.get(k), sort_keys=True) for k in
+                 ("ttft_ms", "tpot_ms", "queue_wait_ms", "goodput", "preemptions", "rejected"))
