@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from dataclasses import replace
 
 import click
@@ -152,7 +153,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
 
     Each shape (--model x --gpu x --tp x --modes x --cpu-memory-gb) gets an analytic lower bound from the
     latency model, then replays bracket and bisect the worker count; the answer N meets the target and
-    N - 1 misses it. Each shape's binding constraint is said in words (queueing, memory, compute). Example:
+    N - 1 misses it. Each shape's binding constraint is said in words (queueing, memory, routing, compute). Example:
 
     \b
       dynlab plan --trace mooncake-conversation --rate-scale 2 --slo-ttft-ms 2000 \\
@@ -161,7 +162,6 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     from click.core import ParameterSource
 
     from dynlab.plan import plan as run_plan
-    from dynlab.sweep.executors import cached_trace
 
     given = given_fields(ctx)
     _refuse(executor, jobs, ray_address, log, resume, goodput,
@@ -173,24 +173,10 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
-    try:
-        requests = cached_trace(base)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    if not requests:
-        raise click.UsageError(f"{base.trace}: the trace has no request")
-    from dynlab.plan.rate import arrival_settings
-
-    try:
-        time_scale, poisson = arrival_settings(requests, rate, rate_scale)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    checked = replace(base, time_scale=time_scale, rate=poisson)
+    requests, checked = _load(base, rate, rate_scale)
     _check_shapes(shapes, checked, given - set(CANDIDATES) - {"slo_ttft_ms", "slo_tpot_ms"}, requests)
     if plot_path:
         check_plot(plot_path)
-    import time
-
     started, fresh = time.perf_counter(), []
     with progress_bar(None, "plan", "replay", quiet) as bar:
         try:
@@ -201,15 +187,35 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
             raise click.UsageError(str(exc)) from None
     if not quiet:
         where = f"; {fresh.count(False)} from {log}" if fresh.count(False) else ""
-        click.echo(f"plan: {len(fresh)} replay{'' if len(fresh) == 1 else 's'} in {time.perf_counter() - started:.1f} s ({executor}){where}", err=True)
-    if plot_path:
-        from dynlab.plan.report import plot
+        click.echo(f"plan: {len(fresh)} replay{'' if len(fresh) == 1 else 's'} in "
+                   f"{time.perf_counter() - started:.1f} s ({executor}){where}", err=True)
+    _report(out, fmt, plot_path)
 
+
+def _load(base: SimConfig, rate, rate_scale) -> tuple:
+    """``(the loaded trace, base with the arrivals it will be replayed at)``; usage errors for a trace the
+    options cannot read, an empty one, or arrival options it cannot take."""
+    from dynlab.plan.rate import arrival_settings
+    from dynlab.sweep.executors import cached_trace
+
+    try:
+        requests = cached_trace(base)
+        if not requests:
+            raise ValueError(f"{base.trace}: the trace has no request")
+        time_scale, poisson = arrival_settings(requests, rate, rate_scale)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    return requests, replace(base, time_scale=time_scale, rate=poisson)
+
+
+def _report(out: dict, fmt, plot_path) -> None:
+    """Draw the plot (``plot_path``) and print the plan as a table or JSON."""
+    from dynlab.plan.report import plot, table
+
+    if plot_path:
         plot(out, plot_path)
     out.pop("_results")
     if output_format(fmt) == "json":
         echo_json(out)
     else:
-        from dynlab.plan.report import table
-
         click.echo(table(out))
