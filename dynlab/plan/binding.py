@@ -20,11 +20,13 @@ def _pct(share: float) -> str:
 
 
 def compute_text(target: Target, never: float, n_requests: int, floor_q: float, worst_ms: float,
-                 helps: Mapping[str, float], floor_workers: Optional[int], floor_goodput: Optional[float]) -> str:
+                 helps: Mapping[str, float], floor_workers: Optional[int], floor_goodput: Optional[float],
+                 floor_note: str = "") -> str:
     """Why no worker count meets ``target``: ``never`` (0..1) of the ``n_requests`` miss an SLO even served
     alone with every prefix hit possible (their prefill alone up to ``worst_ms``); ``floor_q``: the lowest
     TTFT target the percentile can meet; ``helps``: change -> the share that would still never meet it;
-    ``floor_workers``: the fewest workers found to add no misses beyond these (goodput ``floor_goodput``)."""
+    ``floor_workers``: the fewest workers found to add no misses beyond these (goodput ``floor_goodput``);
+    ``floor_note``: why that search found none (said when ``floor_workers`` is ``None``)."""
     count = round(never * n_requests)
     text = (f"compute: {_pct(never)} of requests ({count:,} of {n_requests:,}) miss the SLOs even alone on an idle "
             f"worker with every prefix hit possible (a prompt's own prefill takes up to {worst_ms:,.0f} ms), more than "
@@ -37,6 +39,8 @@ def compute_text(target: Target, never: float, n_requests: int, floor_q: float, 
     if floor_workers is not None:
         text += (f" {_workers(floor_workers)} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
                  f" (goodput {floor_goodput:.4f}).")
+    elif floor_note:
+        text += f" The other requests are not all served within the SLOs either: {floor_note}."
     return text
 
 

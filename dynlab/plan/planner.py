@@ -139,7 +139,8 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
         if o.kind == "compute":
             fw = o.floor.best() if o.floor is not None and o.floor.target is not target else None
             fg = o.floor.tested[fw][1].get("goodput") if fw is not None else None
-            o.why = compute_text(target, o.never_share, n_requests, o.floor_q, o.worst, o.helps, fw, fg)
+            o.why = compute_text(target, o.never_share, n_requests, o.floor_q, o.worst, o.helps, fw, fg,
+                                 _floor_note(o.floor) if fw is None else "")
             continue
         best = s.best()
         if best == 1:
@@ -156,3 +157,17 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
         note = s.monotone_note()
         if note:
             o.why += f". {note}"
+
+
+def _floor_note(floor: Optional[Search]) -> str:
+    """Why a compute-bound shape's floor search found no worker count (empty when it did not run)."""
+    if floor is None or not floor.tested or floor.target.goodput is None:
+        return ""
+    top = max(floor.tested)
+    g = floor.tested[top][1].get("goodput", 0.0)
+    if floor.plateau() is not None:
+        a, b = floor.plateau()
+        return (f"the replays at {a} and {b} workers are the same (goodput {g:.4f} < {floor.target.goodput:.4f}, "
+                f"load imbalance {floor.tested[b][1].get('load_imbalance')}): the strategy leaves the extra "
+                "workers idle")
+    return f"goodput {g:.4f} < {floor.target.goodput:.4f} at {top} workers (--max-workers {floor.cap})"
