@@ -68,6 +68,14 @@ def routing_text(target: Target, a: int, b: int, result: Mapping) -> str:
     """Why a shape's search stopped below the cap: the replays at ``a`` and ``b`` workers are the same."""
     misses = "; ".join(target.misses(result))
     wait = measured(result, "queue_wait_ms", "p99")
-    return (f"routing: the replays at {a} and {b} workers are the same ({misses}; queue wait p99 {wait:,.1f} ms, "
-            f"load imbalance {result.get('load_imbalance')} at {b}): the strategy leaves the extra workers idle, "
+    return (f"routing: the replays at {a} and {b} workers are the same ({misses}; queue wait p99 {wait:,.1f} ms; "
+            f"{idle_text(result, b)}): the strategy leaves the extra workers idle, "
             "so more workers do not help; a strategy that spreads the load does")
+
+
+def idle_text(result: Mapping, workers: int) -> str:
+    """``10 of 18 workers received no request`` from a replay's ``requests_per_worker``, else its load imbalance."""
+    per = result.get("requests_per_worker")
+    if isinstance(per, list) and per:
+        return f"{sum(1 for n in per if n == 0)} of {len(per)} workers received no request"
+    return f"load imbalance {result.get('load_imbalance')} at {workers} workers"

@@ -7,7 +7,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from dynlab.engine.config import SimConfig, _DEFAULTS
 from dynlab.plan import analysis
-from dynlab.plan.binding import compute_text, replay_text, routing_text
+from dynlab.plan.binding import compute_text, idle_text, replay_text, routing_text
 from dynlab.plan.search import Search, Shape
 from dynlab.plan.target import Target
 
@@ -167,7 +167,6 @@ def _floor_note(floor: Optional[Search]) -> str:
     g = floor.tested[top][1].get("goodput", 0.0)
     if floor.plateau() is not None:
         a, b = floor.plateau()
-        return (f"the replays at {a} and {b} workers are the same (goodput {g:.4f} < {floor.target.goodput:.4f}, "
-                f"load imbalance {floor.tested[b][1].get('load_imbalance')}): the strategy leaves the extra "
-                "workers idle")
+        return (f"the replays at {a} and {b} workers are the same (goodput {g:.4f} < {floor.target.goodput:.4f}; "
+                f"{idle_text(floor.tested[b][1], b)}): the strategy leaves the extra workers idle")
     return f"goodput {g:.4f} < {floor.target.goodput:.4f} at {top} workers (--max-workers {floor.cap})"
