@@ -57,7 +57,8 @@ def replay_text(target: Target, workers: int, result: Mapping, never: float) -> 
                 "(more workers), a larger pool (higher TP) or a CPU tier helps")
     else:
         kind = "queueing"
-        text = (f"queueing: at {_workers(workers)} {misses} (queue wait p99 {wait:,.1f} ms); more workers help")
+        why = ("too many requests decode together on each worker; " if misses.startswith("TPOT") else "")
+        text = f"queueing: at {_workers(workers)} {misses} ({why}queue wait p99 {wait:,.1f} ms); more workers help"
     if never > 0:
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")
