@@ -305,3 +305,57 @@ def test_routing_binding_when_workers_stop_helping(tmp_path):
     assert (shape["meets"], shape["binding"]) == (False, "routing")
     assert [r["workers"] for r in shape["replays"]] == [1, 2]
     assert shape["why"].startswith("routing: the replays at 1 and 2 workers are the same")
+
+
+def test_json_keys_are_pinned(queue_trace):
+    plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
+    assert list(plan) == ["target", "percentile", "slo_ttft_ms", "slo_tpot_ms", "goodput_target", "arrivals",
+                          "time_scale", "prices", "max_workers", "shapes"]
+    assert list(plan["shapes"][0]) == [
+        "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "meets", "workers", "shown_workers", "gpus",
+        "usd_per_hour", "goodput", "ttft_ms", "tpot_ms", "headroom", "preemptions", "binding", "why",
+        "never_share", "lower_bound_workers", "replays"]
+    assert list(plan["shapes"][0]["replays"][0]) == ["workers", "meets", "misses", "search"]
+    assert (plan["target"], plan["arrivals"], plan["max_workers"]) == (
+        "TTFT <= 50 ms at p99", "12 requests, all at one instant", 128)
+
+
+def test_ctrl_c_keeps_the_log_and_resume_finishes(queue_trace, tmp_path):
+    # the second replay blocks until the interrupt (its start is the readiness sign): the first one is
+    # in the log, complete; --resume then runs the rest and answers as an uninterrupted plan
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from helpers import HANG, interruptible, wait_for
+
+    log, ready = tmp_path / "log.jsonl", tmp_path / "started"
+    code = textwrap.dedent(f"""
+        import sys, time
+        from dynlab.sweep import executors
+        real, calls = executors.run, []
+
+        def run(*a, **k):
+            calls.append(1)
+            if len(calls) == 2:
+                open({str(ready)!r}, "w").close()
+                time.sleep({HANG})
+            return real(*a, **k)
+
+        executors.run = run
+        from dynlab._entry import main
+        sys.argv[0] = "dynlab"
+        sys.exit(main())
+    """)
+    args = ["plan", "--trace", queue_trace, "--slo-ttft-ms", "50", *LINEAR, "--log", str(log)]
+    proc = interruptible([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(ready.exists, proc, "the second replay")
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 130 and err.decode().strip() == "Aborted!" and out == b""
+    assert [json.loads(line)["cell"]["workers"] for line in log.read_text().splitlines()] == [1]
+    resumed = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--log", log, "--resume")
+    assert resumed == _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
+    assert len(log.read_text().splitlines()) == 3
