@@ -67,7 +67,7 @@ def table(plan: Mapping) -> str:
                      _cell(s["usd_per_hour"], "{:.2f}") if s["meets"] else "-", _cell(s["goodput"]),
                      _cell(s["ttft_ms"]), _cell(s["tpot_ms"]), _cell(s["headroom"], "{:.1%}"), s["binding"]])
     widths = [max(len(r[j]) for r in rows) for j in range(len(cols))]
-    lines = ["  ".join(c.ljust(widths[j]) if j in (1, 9) else c.rjust(widths[j]) for j, c in enumerate(r))
+    lines = ["  ".join(c.ljust(widths[j]) if j in (1, 9) else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip()
              for r in rows]
     lines.append("")
     lines.append(f"target: {plan['target']}; arrivals: {plan['arrivals']}")
