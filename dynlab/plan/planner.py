@@ -2,10 +2,10 @@
 searched by replay on the sweep executors (process pool or Ray), every replay kept in a resumable log."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Callable, Mapping, Optional, Sequence
 
-from dynlab.engine.config import SimConfig, _DEFAULTS
+from dynlab.engine.config import SimConfig
 from dynlab.plan import analysis
 from dynlab.plan.binding import compute_text, idle_text, replay_text, routing_text
 from dynlab.plan.search import Search, Shape
@@ -57,7 +57,8 @@ def config_cell(config: SimConfig) -> dict:
     """A replay's identity in the log: the ``sim`` options that differ from ``sim``'s defaults (field names;
     ``timing`` and ``workers`` always), so each logged replay can be rerun with ``dynlab sim``."""
     cell = {}
-    for name, default in _DEFAULTS.items():
+    for f in fields(SimConfig):
+        name, default = f.name, f.default if f.default is not MISSING else f.default_factory()
         value = getattr(config, name)
         if value != default or name in ("timing", "workers"):
             cell[name] = dict(value) if isinstance(value, Mapping) else value
