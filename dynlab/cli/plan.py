@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from dataclasses import replace
 
@@ -27,10 +28,23 @@ SHARED = ("trace", "trace_format", "block", "hash", "trace_block", "capacity", "
 CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb")
 
 
+def _help(text: str, own_default: bool = False) -> str:
+    """sim's help of an option as plan shows it: every replay is timed; ``own_default``: sim's default
+    left out (plan shows its own)."""
+    text = text.replace("With --timing: ", "")
+    if own_default:
+        text = re.sub(r"\s*\[default: [^]]*\]", "", text)
+    return text[:1].upper() + text[1:]
+
+
+#: plan's own wording where sim's would mislead (every replay is timed)
+_HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory, as sim --timing]."}
+
+
 def _shared_options(fn):
     for field in reversed(SHARED):
         flags, ptype, default, help_ = _BY_FIELD[field]
-        help_ = help_.replace("With --timing: ", "")
+        help_ = _HELP.get(field) or _help(help_)
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
                           help=help_, required=field == "trace")(fn)
     for field in reversed(CANDIDATES):
@@ -38,7 +52,7 @@ def _shared_options(fn):
         default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)
         fn = click.option(*flags, field, type=click.STRING, default=str(default),
                           show_default=True, metavar="V[,V...]",
-                          help=help_.replace("With --timing: ", "") + " A comma list: one candidate each.")(fn)
+                          help=_help(help_, own_default=True) + " A comma list: one candidate each.")(fn)
     return fn
 
 
