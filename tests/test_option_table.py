@@ -42,7 +42,13 @@ MODEL_TEXT = json.dumps({"num_hidden_layers": 2, "num_key_value_heads": 1, "head
                          "hidden_size": 128, "num_attention_heads": 2, "torch_dtype": "float32"})
 TOKENS = "tokens.jsonl"
 TOKENS_TEXT = '{"tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]}\n' * 2
-FILES = {TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
+RUN = "run.json"  # what `dynlab sim` prints, cut to the keys a report reads
+RUN_TEXT = json.dumps({"mode": "kv", "workers": 2, "requests": 2, "hit_rate": 0.5, "requests_per_worker": [1, 1]})
+REQS = "req.jsonl"  # `sim --requests-out` records of that run
+REQS_TEXT = "".join(json.dumps({"id": i, "worker": i, "arrival_ms": 0.0, "first_scheduled_ms": 1.0,
+                                "first_token_ms": 5.0 + i, "finish_ms": 9.0, "input_length": 8, "output_length": 3,
+                                "hit_tokens": 0, "preemptions": 0, "rejected": False}) + "\n" for i in range(2))
+FILES = {RUN: RUN_TEXT, REQS: REQS_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
 
 
 class Out(NamedTuple):
@@ -304,6 +310,13 @@ TABLE.update({
     ("latency", "--list"): changes(LATENCY, ["--list"]),
     ("latency", "--plot"): changes(LATENCY, ["--plot", "l.png"]),
     ("reproduce", "--no-plots"): changes(["reproduce", "out", "--only", "lab002"], ["--no-plots"]),
+    # the HTML report (docs/report.md)
+    ("sim", "--report"): changes(["sim"], ["--report", "r.html"]),
+    ("compare", "--report"): changes(["compare", "--modes", "rr,kv"], ["--report", "r.html"]),
+    ("sweep", "--report"): changes(SWEEP, ["--report", "r.html"]),
+    ("report", "--out"): lambda run: differ(run("report", RUN, "--out", "a.html"), run("report", RUN, "--out", "-")),
+    ("report", "--requests"): changes(["report", RUN, "--out", "a.html"], ["--requests", REQS]),
+    ("report", "--title"): changes(["report", RUN, "--out", "a.html"], ["--title", "Fleet"]),
 })
 
 # dynlab plan: a 3-request trace, serial replays; options that only change the replays' routing or the
