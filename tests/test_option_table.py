@@ -319,6 +319,61 @@ TABLE.update({
     ("report", "--title"): changes(["report", RUN, "--out", "a.html"], ["--title", "Fleet"]),
 })
 
+# dynlab plan: a 3-request trace, serial replays; options that only change the replays' routing or the
+# pool show in the log's results (LOGGED), the others in the printed plan
+PLAN = ["plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "serial", "--quiet", "--format", "json"]
+LOGGED = PLAN + ["--log", "p.jsonl"]
+TIER = LOGGED + ["--capacity", "8", "--block", "256", "--cpu-memory-gb", "1"]
+TABLE.update({
+    ("plan", "--model"): changes(PLAN, ["--model", "qwen3-8b"]),
+    ("plan", "--gpu"): changes(PLAN, ["--gpu", "h200"]),
+    ("plan", "--tp"): changes(PLAN, ["--tp", "2"]),
+    ("plan", "--mode"): changes(PLAN, ["--modes", "rr"]),
+    ("plan", "--cpu-memory-gb"): changes(LOGGED + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
+    ("plan", "--trace"): swaps(PLAN, ["plan", "--trace", TOKENS, *PLAN[3:]]),
+    ("plan", "--trace-format"): lambda run: (lambda a, b: (a.code == 0 and b.code != 0) or pytest.fail(str((a, b))))(
+        run(*PLAN, "--trace-format", "mooncake"), run(*PLAN, "--trace-format", "tokens")),
+    ("plan", "--block"): changes(["plan", "--trace", TOKENS, *LOGGED[3:]], ["--block", "4"]),
+    ("plan", "--hash"): changes(["plan", "--trace", TOKENS, *LOGGED[3:]], ["--hash", "dynamo"]),
+    ("plan", "--trace-block"): refuses(["plan", "--trace", TOKENS, *PLAN[3:], "--trace-block", "64"], "--trace-block"),
+    ("plan", "--capacity"): changes(LOGGED, ["--capacity", "200"]),
+    ("plan", "--max-num-batched-tokens"): changes(PLAN, ["--max-num-batched-tokens", "256"]),
+    ("plan", "--max-num-seqs"): changes(PLAN + ["--rate-scale", "1000"], ["--max-num-seqs", "1"]),
+    ("plan", "--latency-model"): changes(PLAN, ["--latency-model", "linear"]),
+    ("plan", "--latency-opt"): changes(PLAN + ["--latency-model", "linear"], ["--latency-opt", "beta0=1"]),
+    ("plan", "--gpu-memory-utilization"): changes(LOGGED, ["--gpu-memory-utilization", "0.5"]),
+    ("plan", "--publish"): changes(LOGGED + ["--modes", "kv-events"], ["--publish", "no"]),
+    ("plan", "--event-delay-ms"): changes(LOGGED + ["--modes", "kv-events"], ["--event-delay-ms", "60"]),
+    ("plan", "--event-loss"): changes(LOGGED + ["--modes", "kv-events"], ["--event-loss", "0.5"]),
+    ("plan", "--routers"): changes(LOGGED, ["--routers", "2"]),
+    ("plan", "--router-assign"): changes(LOGGED + ["--routers", "2"], ["--router-assign", "hash"]),
+    ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
+    ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "compute"]),
+    ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
+    ("plan", "--slo-ttft-ms"): swaps(PLAN, [*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:]]),
+    ("plan", "--slo-tpot-ms"): changes(PLAN, ["--slo-tpot-ms", "1"]),
+    ("plan", "--rate"): changes(PLAN, ["--rate", "1000"]),
+    ("plan", "--rate-scale"): changes(PLAN, ["--rate-scale", "2"]),
+    ("plan", "--slo-percentile"): changes(PLAN, ["--slo-percentile", "p50"]),
+    ("plan", "--goodput"): changes(PLAN, ["--goodput", "0.5"]),
+    ("plan", "--price"): changes(PLAN, ["--price", "h100=2"]),
+    # all three requests at once on one worker miss 30 ms; the floors (alone) meet it
+    ("plan", "--max-workers"): changes(PLAN + ["--rate-scale", "1000", "--slo-ttft-ms", "30"], ["--max-workers", "1"]),
+    ("plan", "--opt"): changes(LOGGED, ["--opt", "temperature=1"]),
+    ("plan", "--executor"): lambda run: (
+        lambda a, b: "(serial)" in a.stderr and "(local)" in b.stderr or pytest.fail(a.stderr + b.stderr))(
+        run("plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "serial"),
+        run("plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "local", "--jobs", "1")),
+    ("plan", "--jobs"): refuses(PLAN + ["--jobs", "2"], "--jobs"),
+    ("plan", "--ray-address"): refuses(PLAN + ["--ray-address", "127.0.0.1:1"], "--ray-address"),
+    ("plan", "--log"): changes(PLAN, ["--log", "p.jsonl"]),
+    ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),
+    ("plan", "--format"): swaps(PLAN, [*PLAN[:-1], "table"]),
+    ("plan", "--plot"): changes(PLAN, ["--plot", "p.png"]),
+    ("plan", "--quiet"): lambda run: (lambda a, b: (a.stderr != "" and b.stderr == "") or pytest.fail("stderr"))(
+        run(*[a for a in PLAN if a != "--quiet"]), run(*PLAN)),
+})
+
 
 def _walk(command: click.Command, path: tuple = ()):
     if isinstance(command, click.Group):
