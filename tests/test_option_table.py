@@ -110,6 +110,11 @@ def sim_rows(cmd: list) -> dict:
         # the timed engine: each option changes a timed run (and is refused without --timing: NO_EFFECT)
         "--time-scale": changes(timed, ["--time-scale", "2"]),
         "--rate": changes(cmd + ["--timing"], ["--rate", "5"]),
+        # rates (docs/workloads.md): the trace at twice its rate; cut to its first two requests; looped with
+        # the same block names (the repeats hit) instead of new ones
+        "--rate-scale": changes(timed, ["--rate-scale", "2"]),
+        "--duration": changes(cmd + t, ["--duration", "0.06"]),
+        "--duration-repeat": changes(cmd + t + ["--duration", "1"], ["--duration-repeat", "same"]),
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
         "--max-num-batched-tokens": changes(timed, ["--max-num-batched-tokens", "256"]),
         "--max-num-seqs": changes(busy, ["--max-num-seqs", "1"]),
@@ -176,6 +181,12 @@ NO_EFFECT = [
     (["--publish", "no", "--event-delay", "2"], "--event-delay"),
     (["--publish", "no", "--event-loss", "0.1"], "--event-loss"),
     (["--rate", "3"], "--rate"),
+    (["--rate-scale", "2"], "--rate-scale"),
+    (["--trace", MOON, "--rate-scale", "2"], "--rate-scale"),  # without --timing
+    (["--timing", "--rate-scale", "2"], "--rate-scale"),  # the synthetic workload has no timestamps
+    (["--duration", "5"], "--duration"),
+    (["--duration-repeat", "same"], "--duration-repeat"),
+    (["--trace", MOON, "--duration-repeat", "same"], "--duration-repeat"),
     (["--max-num-seqs", "3"], "--max-num-seqs"),
     (["--latency-opt", "beta0=3"], "--latency-opt"),
     (["--timing", "--policy", "fifo"], "--policy"),
