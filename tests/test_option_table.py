@@ -42,7 +42,11 @@ MODEL_TEXT = json.dumps({"num_hidden_layers": 2, "num_key_value_heads": 1, "head
                          "hidden_size": 128, "num_attention_heads": 2, "torch_dtype": "float32"})
 TOKENS = "tokens.jsonl"
 TOKENS_TEXT = '{"tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]}\n' * 2
-FILES = {TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
+SPEC = "spec.json"  # a workload spec (docs/workloads.md): 4 requests sharing a 32-token system prompt
+SPEC_TEXT = json.dumps({"seed": 1, "requests": 4, "arrival": {"process": "poisson", "rate": 5},
+                        "input": {"dist": "uniform", "min": 20, "max": 40},
+                        "output": {"dist": "uniform", "min": 2, "max": 8}, "prefix": {"groups": 1, "length": 32}})
+FILES = {SPEC: SPEC_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
 
 
 class Out(NamedTuple):
@@ -115,6 +119,8 @@ def sim_rows(cmd: list) -> dict:
         "--rate-scale": changes(timed, ["--rate-scale", "2"]),
         "--duration": changes(cmd + t, ["--duration", "0.06"]),
         "--duration-repeat": changes(cmd + t + ["--duration", "1"], ["--duration-repeat", "same"]),
+        "--workload": changes(cmd, ["--workload", SPEC]),
+        "--tokenizer": refuses(cmd + ["--tokenizer", "tokenizer.json"], "--tokenizer"),  # without --trace
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
         "--max-num-batched-tokens": changes(timed, ["--max-num-batched-tokens", "256"]),
         "--max-num-seqs": changes(busy, ["--max-num-seqs", "1"]),
@@ -182,6 +188,9 @@ NO_EFFECT = [
     (["--publish", "no", "--event-loss", "0.1"], "--event-loss"),
     (["--rate", "3"], "--rate"),
     (["--rate-scale", "2"], "--rate-scale"),
+    (["--workload", SPEC, "--prefixes", "3"], "--prefixes"),
+    (["--workload", SPEC, "--all-metrics"], "--all-metrics"),
+    (["--tokenizer", "tok.json"], "--tokenizer"),
     (["--trace", MOON, "--rate-scale", "2"], "--rate-scale"),  # without --timing
     (["--timing", "--rate-scale", "2"], "--rate-scale"),  # the synthetic workload has no timestamps
     (["--duration", "5"], "--duration"),
@@ -237,6 +246,9 @@ TABLE[("sweep", "--workers")] = changes(["sweep", "--executor", "serial", "--qui
 TABLE[("sim", "--quiet")] = on_a_terminal(["sim", "--trace", "mooncake-conversation"])
 TABLE[("compare", "--quiet")] = on_a_terminal(["compare", "--trace", "mooncake-conversation", "--format", "json"])
 TABLE.update({
+    ("workload", "--out"): lambda run: differ(run("workload", SPEC, "--out", "a.jsonl"),
+                                              run("workload", SPEC, "--out", "b.jsonl")),
+    ("workload", "--format"): changes(["workload", SPEC, "--out", "a.jsonl"], ["--format", "mooncake"]),
     ("compare", "--format"): swaps(["compare", "--format", "json"], ["compare", "--format", "table"]),
     ("compare", "--plot"): changes(["compare", "--modes", "rr,kv"], ["--plot", "c.png"]),
     ("sweep", "--quiet"): lambda run: (lambda a, b: (a.stderr != "" and b.stderr == "") or pytest.fail("stderr"))(

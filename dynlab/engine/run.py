@@ -244,7 +244,7 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, timed, own: Op
         out[key] = metrics[key]
     if strategy.uses_events:
         out["publish"] = config.publish
-    if config.trace is not None or config.all_metrics or timed is not None:
+    if config.trace is not None or config.workload is not None or config.all_metrics or timed is not None:
         if timed is not None:
             out.update(timed.describe())
             if pd is not None:
@@ -323,7 +323,11 @@ def _like(out: list, like) -> list:
 def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
     """``(requests, total, own, synthetic_prefix_blocks)`` of ``config``; ``own``: tokens per block of
     names the trace carries itself (512 for Mooncake), ``None`` when dynlab hashes tokens at ``block``."""
-    if config.trace is None:
+    if config.workload is not None and requests is None:
+        from dynlab.traces.workload import workload_requests
+
+        requests = workload_requests(config.workload, config.block, config.hash)
+    if config.trace is None and config.workload is None:
         from dynlab.traces.synthetic import seed_requests
 
         requests = seed_requests(config.prefixes, config.reps, config.plen, config.tail, config.block, rng,
