@@ -46,7 +46,10 @@ SPEC = "spec.json"  # a workload spec (docs/workloads.md): 4 requests sharing a 
 SPEC_TEXT = json.dumps({"seed": 1, "requests": 4, "arrival": {"process": "poisson", "rate": 5},
                         "input": {"dist": "uniform", "min": 20, "max": 40},
                         "output": {"dist": "uniform", "min": 2, "max": 8}, "prefix": {"groups": 1, "length": 32}})
-FILES = {SPEC: SPEC_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
+_SAMPLES = os.path.join(os.path.dirname(__file__), "data", "traces")
+SHAREGPT, TOKENIZER = "sharegpt.json", "tokenizer.json"  # written for the tests (tests/data/traces/README.md)
+FILES = {SHAREGPT: open(os.path.join(_SAMPLES, SHAREGPT)).read(),
+         TOKENIZER: open(os.path.join(_SAMPLES, TOKENIZER)).read(), SPEC: SPEC_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
 
 
 class Out(NamedTuple):
@@ -120,7 +123,7 @@ def sim_rows(cmd: list) -> dict:
         "--duration": changes(cmd + t, ["--duration", "0.06"]),
         "--duration-repeat": changes(cmd + t + ["--duration", "1"], ["--duration-repeat", "same"]),
         "--workload": changes(cmd, ["--workload", SPEC]),
-        "--tokenizer": refuses(cmd + ["--tokenizer", "tokenizer.json"], "--tokenizer"),  # without --trace
+        "--tokenizer": changes(cmd + ["--trace", SHAREGPT], ["--tokenizer", TOKENIZER]),
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
         "--max-num-batched-tokens": changes(timed, ["--max-num-batched-tokens", "256"]),
         "--max-num-seqs": changes(busy, ["--max-num-seqs", "1"]),

@@ -359,7 +359,8 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
         try:
-            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
+            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block,
+                                  base.tokenizer)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     _check_timed_runs(configs, requests)

@@ -337,7 +337,7 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
         from dynlab.traces.reader import open_reader
 
         requests, total, reader = open_reader(config.trace, config.trace_format, config.block, scheme=config.hash,
-                                              trace_block=config.trace_block)
+                                              trace_block=config.trace_block, tokenizer=config.tokenizer)
         own = reader.block_tokens
     else:
         total, own = len(requests), getattr(requests, "own_block_tokens", None)
