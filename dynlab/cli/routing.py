@@ -355,7 +355,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
 
         check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
-    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
+    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block", "tokenizer"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
         try:

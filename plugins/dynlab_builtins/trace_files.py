@@ -59,6 +59,8 @@ def json_array(first: tuple, lines, name: str):
             value, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             raise InputError(name, line_at(exc.pos), f"not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise InputError(name, line_at(pos), "not JSON a request can be: nested too deeply") from None
         yield line_at(pos), value
         pos = end
 
