@@ -8,6 +8,7 @@ import os
 import warnings
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from click.testing import CliRunner
 
 from dynlab.cli import main
@@ -52,6 +53,15 @@ def test_approx_tokenizer_keeps_shared_prefixes_shared():
     n = len(enc(system))
     # all but the last piece of the shared text: alone, its newline is a token; followed, it joins "What"
     assert a[:n - 1] == b[:n - 1] and a[n - 1:] != b[n - 1:]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(min_size=1, max_size=200), st.text(max_size=80), st.text(max_size=80))
+def test_approx_shared_text_shares_all_but_one_token(prefix, a, b):
+    enc = ApproxTokenizer().encode
+    n = len(enc(prefix))
+    # a piece never reaches back before the text it follows: at most the last piece of the prefix changes
+    assert enc(prefix + a)[:n - 1] == enc(prefix + b)[:n - 1]
 
 
 # -- each format reads its sample files ------------------------------------------------------------------------
@@ -153,6 +163,7 @@ def test_each_format_is_detected_and_runs_timed(name, fmt):
     ("p.jsonl", '{"text": "hi", "timestamp": 0}\n{"text": "yo", "delay": -5}\n', "p.jsonl:2: delay"),
     ("m.jsonl", '{"session_id": "s", "hash_ids": [1], "timestamp": 0}\n{"session_id": "s", "hash_ids": "x"}\n',
      "m.jsonl:2: hash_ids"),
+    ("m.jsonl", '{"session_id": "s", "timestamp": 0, "input_length": 0}\n', "m.jsonl:1: a row needs hash_ids"),
 ])
 def test_a_bad_row_is_one_line_with_file_and_line(tmp_path, name, text, where):
     (tmp_path / name).write_text(text)

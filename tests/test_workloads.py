@@ -129,6 +129,7 @@ def test_mooncake_rows_chain_their_ids():
     ({"output": {"dist": "zipf"}}, "output.dist"),
     ({"requests": 0}, "requests"),
     ({"requests": 2.5}, "requests"),
+    ({"requests": 10**12}, "requests"),
     ({"seed": "x"}, "seed"),
     ({"colour": "red"}, "colour"),
     ({"prefix": {"groups": 2, "length": 10, "share": 2}}, "prefix.share"),

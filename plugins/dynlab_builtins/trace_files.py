@@ -257,6 +257,8 @@ class AiperfMooncakeTrace(TraceFormat):
                 inp = _count(row.get("input_length", 0), "input_length")
                 hashes = row.get("hash_ids")
                 if hashes is None:
+                    if inp < 1:
+                        raise ValueError("a row needs hash_ids or an input_length >= 1 (a request needs a prompt)")
                     hashes = fresh.take(math.ceil(inp / self.block_tokens))
                 elif not isinstance(hashes, list) or not hashes or any(type(h) is not int for h in hashes):
                     raise ValueError("hash_ids must be a non-empty list of ints")

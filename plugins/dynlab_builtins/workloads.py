@@ -30,7 +30,7 @@ import math
 import random
 
 from dynlab import hookimpl
-from dynlab.limits import MAX_PROMPT_TOKENS
+from dynlab.limits import MAX_PROMPT_TOKENS, MAX_SEED_REQUESTS
 from dynlab.traces.workload import Workload
 
 _KEYS = ("generator", "seed", "requests", "arrival", "input", "output", "prefix", "sessions")
@@ -191,6 +191,8 @@ class SyntheticWorkload(Workload):
         if type(self.seed) is not int:
             raise self.fail("seed", f"must be an integer, got {self.seed!r}")
         self.requests = top.number("requests", integer=True)
+        if self.requests > MAX_SEED_REQUESTS:
+            raise self.fail("requests", f"at most {MAX_SEED_REQUESTS:,} (docs/limits.md), got {self.requests:,}")
         if "arrival" not in spec:
             raise self.fail("arrival", "missing (for example {\"process\": \"poisson\", \"rate\": 5})")
         _gaps(self, spec["arrival"], random.Random(0))  # checks the table now
