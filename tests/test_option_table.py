@@ -48,8 +48,16 @@ SPEC_TEXT = json.dumps({"seed": 1, "requests": 4, "arrival": {"process": "poisso
                         "output": {"dist": "uniform", "min": 2, "max": 8}, "prefix": {"groups": 1, "length": 32}})
 _SAMPLES = os.path.join(os.path.dirname(__file__), "data", "traces")
 SHAREGPT, TOKENIZER = "sharegpt.json", "tokenizer.json"  # written for the tests (tests/data/traces/README.md)
+RUN = "run.json"  # what `dynlab sim` prints, cut to the keys a report reads
+RUN_TEXT = json.dumps({"mode": "kv", "workers": 2, "requests": 2, "hit_rate": 0.5, "requests_per_worker": [1, 1]})
+REQS = "req.jsonl"  # `sim --requests-out` records of that run
+REQS_TEXT = "".join(json.dumps({"id": i, "worker": i, "arrival_ms": 0.0, "first_scheduled_ms": 1.0,
+                                "first_token_ms": 5.0 + i, "finish_ms": 9.0, "input_length": 8, "output_length": 3,
+                                "hit_tokens": 0, "preemptions": 0, "rejected": False}) + "\n" for i in range(2))
 FILES = {SHAREGPT: open(os.path.join(_SAMPLES, SHAREGPT)).read(),
-         TOKENIZER: open(os.path.join(_SAMPLES, TOKENIZER)).read(), SPEC: SPEC_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
+         TOKENIZER: open(os.path.join(_SAMPLES, TOKENIZER)).read(), SPEC: SPEC_TEXT, RUN: RUN_TEXT,
+         REQS: REQS_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT,
+         MODEL: MODEL_TEXT}
 
 
 class Out(NamedTuple):
@@ -330,6 +338,13 @@ TABLE.update({
     ("latency", "--list"): changes(LATENCY, ["--list"]),
     ("latency", "--plot"): changes(LATENCY, ["--plot", "l.png"]),
     ("reproduce", "--no-plots"): changes(["reproduce", "out", "--only", "lab002"], ["--no-plots"]),
+    # the HTML report (docs/report.md)
+    ("sim", "--report"): changes(["sim"], ["--report", "r.html"]),
+    ("compare", "--report"): changes(["compare", "--modes", "rr,kv"], ["--report", "r.html"]),
+    ("sweep", "--report"): changes(SWEEP, ["--report", "r.html"]),
+    ("report", "--out"): lambda run: differ(run("report", RUN, "--out", "a.html"), run("report", RUN, "--out", "-")),
+    ("report", "--requests"): changes(["report", RUN, "--out", "a.html"], ["--requests", REQS]),
+    ("report", "--title"): changes(["report", RUN, "--out", "a.html"], ["--title", "Fleet"]),
 })
 
 

@@ -16,6 +16,7 @@ from dynlab.cli.common import (echo_json, echo_table_or_json, output_path, parse
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy, run
+from dynlab.cli.report import report_option, write_run_report
 
 
 class CapacityType(click.ParamType):
@@ -243,8 +244,9 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
 @main.command()
 @sim_options
 @common_flags()
+@report_option
 @click.pass_context
-def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, **options):
+def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, report_path, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the KV-aware router lab's synthetic workload (12 shared prefixes,
@@ -255,7 +257,11 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, **options):
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                        all_metrics=all_metrics, timing=timing)
     check_options(config, given_fields(ctx))
-    echo_json(_run(config, quiet))
+    result = _run(config, quiet)
+    if report_path:  # written before the JSON is printed: no output that looks like success before an error
+        from dynlab.report import Run
+        write_run_report(ctx, report_path, [Run(config.mode, result)], [config])
+    echo_json(result)
 
 
 def type_text(ptype: click.ParamType) -> str:
@@ -331,8 +337,9 @@ def _format_table(results: dict) -> str:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               help="Write a bar chart of block hit rate per run (PNG); with --timing also the engines' prefix hit rate "
                    "and TTFT.")
+@report_option
 @click.pass_context
-def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, **options):
+def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, report_path, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
 
     Example: `dynlab compare --modes rr,random,kv` (the KV-aware router lab's modes.json) or
@@ -371,6 +378,9 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             bar.update(1)
     if plot_path:
         _plot_compared(results, plot_path, field, flag, base)
+    if report_path:
+        from dynlab.report import Run
+        write_run_report(ctx, report_path, [Run(k, r) for k, r in results.items()], list(configs.values()))
     echo_table_or_json(results, fmt, _format_table)
 
 
