@@ -18,7 +18,7 @@ def _attach() -> None:
     import importlib
 
     for module in ("routing", "cache", "disagg", "sweep", "reproduce", "latency", "events", "plugins", "report",
-                   "plan"):
+                   "plan", "workload"):
         try:
             importlib.import_module(f"dynlab.cli.{module}")
         except ModuleNotFoundError as exc:
