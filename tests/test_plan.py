@@ -237,9 +237,9 @@ def test_floor_shares_by_hand():
 def test_arrival_settings_by_hand():
     timed = [Request((i,), 1, 1, timestamp=1000 * i) for i in range(3)]  # 2 gaps over 2 s: 1 request/s
     assert mean_rate(timed) == 1.0
-    assert arrival_settings(timed, rate=4) == (0.25, POISSON_RATE)
-    assert arrival_settings(timed, rate_scale=2) == (0.5, POISSON_RATE)
-    assert arrival_settings(timed) == (1.0, POISSON_RATE)
+    assert arrival_settings(timed, rate=4) == (0.25, None)
+    assert arrival_settings(timed, rate_scale=2) == (0.5, None)
+    assert arrival_settings(timed) == (1.0, None)
     untimed = [Request((i,), 1, 1) for i in range(3)]
     assert arrival_settings(untimed, rate=3) == (1.0, 3)
     assert arrival_settings(untimed, rate_scale=2) == (1.0, 2 * POISSON_RATE)
