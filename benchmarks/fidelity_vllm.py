@@ -12,7 +12,10 @@ traces over shared system prompts) it runs
 - vLLM: its ``Scheduler`` built as ``EngineCore`` builds it, stepped in simulated time with the same
   linear step time and a fake model output (:mod:`vllm_side`), once at vLLM's defaults
   (``scheduler_reserve_full_isl=True``: ``full``) and once with ``scheduler_reserve_full_isl=False``
-  (``chunk``, the rule before that option);
+  (``chunk``, the rule before that option), and once more with that and vLLM's block pool switched
+  to dynlab's rules (``as-dynlab``: :func:`vllm_side.dynlab_rules`: freed blocks all to the free
+  queue's tail, blocks of generated tokens unnamed, a duplicate copy unnamed), to check that issue 24's
+  rules are the only differences;
 
 and compares them request by request: TTFT (first token - arrival), E2E (finish - arrival),
 preemptions and hit tokens (the prefix hit of the first admission), equal when within 1e-6 ms (or
@@ -42,7 +45,8 @@ import vllm_traces  # noqa: E402
 from vllm_dynlab_side import run_dynlab  # noqa: E402
 
 TOL_MS = 1e-6
-RULES = (("full", True), ("chunk", False))  # label, scheduler_reserve_full_isl
+#: label, scheduler_reserve_full_isl, vLLM's block pool on dynlab's rules (vllm_side.dynlab_rules), dynlab's --admission
+RULES = (("full", True, False, "full"), ("chunk", False, False, "chunk"), ("as-dynlab", False, True, "chunk"))
 
 
 def _span(rec: dict, key: str):
@@ -110,9 +114,10 @@ def run_case(case, tmp: str, with_async: bool = True) -> dict:
     out = {"trace": case.name, "what": case.what, "requests": len(case.rows), "capacity": case.setup.capacity,
            "budget": case.setup.max_num_batched_tokens, "max_num_seqs": case.setup.max_num_seqs}
     sync_runs = {}
-    for label, full in RULES:
-        ours, _, dyn_wall = run_dynlab(case.setup, path, admission=label)
-        theirs, steps, vllm_wall = vllm_side.run_vllm(case.setup, case.rows, reserve_full_isl=full)
+    for label, full, as_dynlab, admission in RULES:
+        ours, _, dyn_wall = run_dynlab(case.setup, path, admission=admission)
+        theirs, steps, vllm_wall = vllm_side.run_vllm(case.setup, case.rows, reserve_full_isl=full,
+                                                      as_dynlab=as_dynlab)
         sync_runs[label] = (theirs, steps)
         out[label] = {**compare(ours, theirs), "wall_s": [round(dyn_wall, 3), round(vllm_wall, 3)]}
     if with_async:
@@ -122,13 +127,42 @@ def run_case(case, tmp: str, with_async: bool = True) -> dict:
     return out
 
 
+#: the ablation's columns: vLLM with dynlab's every rule but one (that one vLLM's own); reserve_full_isl, flags
+ABLATION = (("dynlab's rules", False, {}), ("rule 1 vLLM's", True, {}),
+            ("rule 2 vLLM's", False, {"free_to_tail": False}), ("rule 3 vLLM's", False, {"prompt_only": False}),
+            ("duplicates vLLM's", False, {"first_copy_only": False}))
+
+
+def ablation(case, tmp: str) -> dict:
+    """Requests identical (all four figures) between dynlab and vLLM with dynlab's rules but one, per
+    :data:`ABLATION` column: which of issue 24's rules makes each trace differ."""
+    path = os.path.join(tmp, f"{case.name}.jsonl")
+    case.write(path)
+    ours = run_dynlab(case.setup, path, admission="chunk")[0]
+    out = {}
+    for label, full, flags in ABLATION:
+        theirs = vllm_side.run_vllm(case.setup, case.rows, reserve_full_isl=full, as_dynlab={**flags})[0]
+        out[label] = compare(ours, theirs)["identical"]["all"]
+    return out
+
+
+def ablation_table(results: list[dict]) -> str:
+    lines = ["| trace | requests | " + " | ".join(label for label, *_ in ABLATION) + " |",
+             "|" + "---|" * (2 + len(ABLATION))]
+    for r in results:
+        if "ablation" in r:
+            lines.append(f"| {r['trace']} | {r['requests']} | " + " | ".join(str(r["ablation"][label])
+                                                                       for label, *_ in ABLATION) + " |")
+    return "\n".join(lines)
+
+
 def table(results: list[dict]) -> str:
     """The markdown table of :func:`run_case` results (one row per trace and admission rule)."""
     head = ("| trace | rule | requests | identical TTFT | E2E | preemptions | hit tokens | all four "
             "| worst TTFT ms | worst E2E ms | preemptions dynlab / vLLM | wall s dynlab / vLLM |")
     lines = [head, "|" + "---|" * 12]
     for r in results:
-        for label, _ in RULES:
+        for label, *_ in RULES:
             c = r[label]
             i = c["identical"]
             lines.append(f"| {r['trace']} | {label} | {c['requests']} | {i['ttft']} | {i['e2e']} | {i['preemptions']} "
@@ -162,6 +196,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the random traces' request counts")
     ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
     ap.add_argument("--no-async", action="store_true", help="skip vLLM's AsyncScheduler")
+    ap.add_argument("--ablation", action="store_true",
+                    help="also run vLLM with dynlab's rules but one, for each rule (5 more vLLM runs a trace)")
     args = ap.parse_args()
     cases = all_cases(args.scale)
     if args.only:
@@ -175,11 +211,16 @@ def main() -> None:
         run_dynlab(cases[0].setup, _warm(cases[0], tmp))  # imports and plugin loading out of the first timing
         for case in cases:
             results.append(run_case(case, tmp, not args.no_async))
+            if args.ablation:
+                results[-1]["ablation"] = ablation(case, tmp)
             print(f"# {case.name}: done", file=sys.stderr, flush=True)
     print(table(results))
     if not args.no_async:
         print()
         print(async_table(results))
+    if args.ablation:
+        print()
+        print(ablation_table(results))
     if args.json:
         from dynlab.atomic import replace_file
 

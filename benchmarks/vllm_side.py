@@ -28,6 +28,7 @@ per-request records and the per-step schedule).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -81,6 +82,59 @@ def build_scheduler(setup, *, reserve_full_isl: bool = True, async_scheduling: b
                block_size=setup.block, log_stats=False)
 
 
+@contextlib.contextmanager
+def dynlab_rules(free_to_tail: bool = True, prompt_only: bool = True, first_copy_only: bool = True):
+    """Switch vLLM's block pool to dynlab's rules while the block is active (issue 24's rules 2 and 3 and
+    duplicate copies; rule 1 is ``reserve_full_isl=False``): every freed block goes to the TAIL of the free
+    queue in the order given (``BlockPool.free_blocks`` puts unhashed ones at the head); a block whose
+    hash is already cached stays unnamed (``BlockPool._insert_block_hash`` files a second copy under the
+    hash); and requests made meanwhile (:func:`_request`) hash their prompt's full blocks only (vLLM's
+    hasher also names blocks of generated tokens). For the harness's check that these are the only
+    differences; restored on exit. Each flag switches one of the three (False keeps vLLM's)."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    free, insert = BlockPool.free_blocks, BlockPool._insert_block_hash
+
+    def to_tail(self, ordered_blocks):
+        tail = []
+        for block in ordered_blocks:
+            if block.is_null:
+                continue
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                tail.append(block)
+        self.free_block_queue.append_n(tail)
+
+    def first_copy(self, key, block, num_tokens):
+        if block.block_hash is None and self.cached_block_hash_to_block.get_one_block(key) is not None:
+            return
+        insert(self, key, block, num_tokens)
+
+    global _PROMPT_ONLY
+    BlockPool.free_blocks = to_tail if free_to_tail else free
+    BlockPool._insert_block_hash = first_copy if first_copy_only else insert
+    _PROMPT_ONLY = prompt_only
+    try:
+        yield
+    finally:
+        BlockPool.free_blocks, BlockPool._insert_block_hash, _PROMPT_ONLY = free, insert, False
+
+
+_PROMPT_ONLY = False
+
+
+def _prompt_blocks_only(hasher):
+    def hash_prompt_blocks(request):
+        start = len(request.block_hashes)
+        new = hasher(request)
+        keep = max(request.num_prompt_tokens // _BLOCK[0] - start, 0)
+        return new[:keep]
+    return hash_prompt_blocks
+
+
+_BLOCK = [16]
+
+
 def _request(index: int, row: dict, block: int):
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -91,9 +145,12 @@ def _request(index: int, row: dict, block: int):
     if _HASHER is None:
         init_none_hash(sha256)
         _HASHER = get_request_block_hasher(block, sha256)
+    if block != _BLOCK[0]:
+        raise ValueError(f"the harness hashes {_BLOCK[0]}-token blocks, not {block}")
     params = SamplingParams(max_tokens=max(int(row.get("output_length") or 1), 1), ignore_eos=True)
+    hasher = _prompt_blocks_only(_HASHER) if _PROMPT_ONLY else _HASHER
     return Request(request_id=str(index), prompt_token_ids=list(row["tokens"]), sampling_params=params,
-                   pooling_params=None, arrival_time=float(row["timestamp"]), block_hasher=_HASHER)
+                   pooling_params=None, arrival_time=float(row["timestamp"]), block_hasher=hasher)
 
 
 _HASHER = None
@@ -228,17 +285,24 @@ def _run_async(d: _Driver, depth: int = 2) -> None:
         d.apply(out, sampling, now)
 
 
-def run_vllm(setup, rows: list, *, reserve_full_isl: bool = True, async_scheduling: bool = False) -> tuple:
+def run_vllm(setup, rows: list, *, reserve_full_isl: bool = True, async_scheduling: bool = False,
+             as_dynlab=False) -> tuple:
     """``(records in trace order, steps, wall seconds of the loop)`` of vLLM's scheduler on ``rows``.
 
     ``records``: the keys of :data:`vllm_dynlab_side.KEYS`; ``hit_tokens`` is the request's
     ``num_computed_tokens`` before its first scheduled chunk (its first admission's prefix hit).
     ``steps``: ``(start ms, end ms, {trace line: tokens scheduled})`` per executed step.
-    Rows must be in time order.
+    Rows must be in time order. ``as_dynlab``: inside :func:`dynlab_rules` (with ``reserve_full_isl=False``
+    that is dynlab's engine's every rule); a dict passes its flags to :func:`dynlab_rules`.
     """
     sched = build_scheduler(setup, reserve_full_isl=reserve_full_isl, async_scheduling=async_scheduling)
     d = _Driver(setup, rows, sched)
-    start = time.perf_counter()
-    (_run_async if async_scheduling else _run_sync)(d)
-    wall = time.perf_counter() - start
+    if as_dynlab is False:
+        rules = contextlib.nullcontext()
+    else:
+        rules = dynlab_rules(**(as_dynlab if isinstance(as_dynlab, dict) else {}))
+    with rules:
+        start = time.perf_counter()
+        (_run_async if async_scheduling else _run_sync)(d)
+        wall = time.perf_counter() - start
     return d.records(), d.steps, wall
