@@ -45,6 +45,7 @@ import vllm_traces  # noqa: E402
 from vllm_dynlab_side import run_dynlab  # noqa: E402
 
 TOL_MS = 1e-6
+VLLM_VERSION = "0.33.0"
 #: label, scheduler_reserve_full_isl, vLLM's block pool on dynlab's rules (vllm_side.dynlab_rules), dynlab's --admission
 RULES = (("full", True, False, "full"), ("chunk", False, False, "chunk"), ("as-dynlab", False, True, "chunk"))
 
@@ -199,6 +200,7 @@ def main() -> None:
     ap.add_argument("--ablation", action="store_true",
                     help="also run vLLM with dynlab's rules but one, for each rule (5 more vLLM runs a trace)")
     args = ap.parse_args()
+    _check_vllm()
     cases = all_cases(args.scale)
     if args.only:
         wanted = args.only.split(",")
@@ -229,6 +231,18 @@ def main() -> None:
                 json.dump(results, fh, indent=1)
 
         replace_file(args.json, write)
+
+
+def _check_vllm() -> None:
+    """Refuse in one line without vLLM; warn (one line) when it is not the release the harness was written for."""
+    try:
+        import vllm
+    except ImportError:
+        sys.exit('fidelity_vllm.py: needs vLLM 0.33.0: pip install -e ".[vllm-oracle]" '
+                 '(best in a virtual environment of its own)')
+    if getattr(vllm, "__version__", None) != VLLM_VERSION:
+        print(f"warning: vLLM {getattr(vllm, '__version__', '?')} is installed, the harness follows {VLLM_VERSION}",
+              file=sys.stderr)
 
 
 def _warm(case, tmp: str) -> str:

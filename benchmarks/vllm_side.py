@@ -33,7 +33,6 @@ import json
 import os
 import tempfile
 import time
-from typing import Optional
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
