@@ -101,8 +101,23 @@ SIM_OPTIONS = [
      "Trace format [default: detected from the first line]."),
     (("--time-scale",), "time_scale", FiniteFloat(min=0, min_open=True), 1.0,
      "With --timing: multiply trace timestamps (0.5 = twice the rate)."),
-    (("--rate",), "rate", FiniteFloat(min=0, min_open=True), POISSON_RATE,
-     "With --timing: Poisson arrivals (requests/s) for workloads without timestamps."),
+    (("--rate",), "rate", FiniteFloat(min=0, min_open=True), None,
+     f"With --timing: requests/s. On a trace with timestamps it rescales time so the mean arrival rate is "
+     f"RATE (see docs/workloads.md); for workloads without timestamps, their Poisson arrivals "
+     f"[default: the trace's own rate; {POISSON_RATE:g} for Poisson arrivals]."),
+    (("--rate-scale",), "rate_scale", FiniteFloat(min=0, min_open=True), None,
+     "With --timing: X times the trace's own arrival rate (the same as --time-scale 1/X; give one)."),
+    (("--duration",), "duration", FiniteFloat(min=0, min_open=True), None,
+     "Seconds of arrivals from the first: a longer trace is cut, a shorter one looped (repeats are new "
+     "traffic, see --duration-repeat) [default: the whole trace]."),
+    (("--duration-repeat",), "duration_repeat", click.Choice(["new", "same"]), "new",
+     "With --duration: a looped trace's repeats get new block names (new traffic) or keep them (the same "
+     "prompts again)."),
+    (("--workload",), "workload", click.STRING, None,
+     "A workload spec file (JSON, or YAML with PyYAML) generated instead of a trace (see docs/workloads.md)."),
+    (("--tokenizer",), "tokenizer", click.STRING, None,
+     "A tokenizer.json (Hugging Face tokenizers) that turns the text of ShareGPT and aiperf traces into "
+     "tokens [default: an approximation, see docs/workloads.md]."),
     (("--trace-block",), "trace_block", click.IntRange(min=1), None,
      "With --timing: tokens per trace block of a trace that names its own blocks "
      "[default: the format's, 512 for mooncake]."),
@@ -268,6 +283,8 @@ def type_text(ptype: click.ParamType) -> str:
 
 
 _NO_DEFAULT = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected",
+               "rate": "the trace's rate, else 4", "rate_scale": "1", "duration": "the whole trace",
+               "workload": "none", "tokenizer": "an approximation",
                "cpu_capacity": "no tier", "cpu_memory_gb": "no tier"}
 
 
@@ -347,11 +364,12 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
 
         check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
-    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
+    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block", "tokenizer"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
         try:
-            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
+            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block,
+                                  base.tokenizer)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     _check_timed_runs(configs, requests)
