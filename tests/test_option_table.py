@@ -376,7 +376,7 @@ TABLE.update({
     ("plan", "--routers"): changes(LOGGED, ["--routers", "2"]),
     ("plan", "--router-assign"): changes(LOGGED + ["--routers", "2"], ["--router-assign", "hash"]),
     ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
-    ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "compute"]),
+    ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
     ("plan", "--slo-ttft-ms"): swaps(PLAN, [*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:]]),
     ("plan", "--slo-tpot-ms"): changes(PLAN, ["--slo-tpot-ms", "1"]),

@@ -347,13 +347,14 @@ def _ray_stop(ray, state: dict) -> None:
     if state["stopped"]:
         return
     state["stopped"] = True
-    for ref in state["pending"]:
+    if state["own"]:  # the instance and its tasks go together (cancelling first can crash Ray's core worker)
+        ray.shutdown()
+        return
+    for ref in state["pending"]:  # a cluster someone else runs: cancel only this sweep's tasks
         try:
             ray.cancel(ref)
         except Exception:  # best effort: the task may have finished meanwhile
             pass
-    if state["own"]:
-        ray.shutdown()
 
 
 def execute(configs: Sequence[SimConfig], executor: str = "local", jobs: Optional[int] = None,
