@@ -112,7 +112,15 @@ def head_dim_of(config: Mapping, source: str) -> int:
     return hidden // heads
 
 
+GPT_OSS_DTYPE_BYTES = 2
+"""gpt-oss's ``config.json`` names no ``torch_dtype``: its unquantised weights (attention, router,
+embeddings) and activations are bfloat16 (OpenAI's gpt-oss model card: "MXFP4 for the MoE weights, BF16
+for the rest")."""
+
+
 def dtype_from_config(config: Mapping, outer: Mapping, dtype_bytes: int | None, source: str) -> int:
+    """Bytes per element: ``dtype_bytes`` if given, else the ``torch_dtype`` (or ``dtype``) of ``config`` or
+    ``outer`` (:func:`dtype_bytes_of`). Raises :class:`ModelConfigError` for an unknown or missing one."""
     if dtype_bytes is not None:
         dtype = count("dtype_bytes", dtype_bytes)
         if dtype == 0:
@@ -126,6 +134,8 @@ def dtype_from_config(config: Mapping, outer: Mapping, dtype_bytes: int | None, 
             if dtype is None:
                 raise ModelConfigError(f"{source}: field '{field}' has an unknown dtype {raw!r}")
             return dtype
+    if config.get("model_type") == "gpt_oss":
+        return GPT_OSS_DTYPE_BYTES
     raise ModelConfigError(f"{source}: missing field 'torch_dtype' (or 'dtype')")
 
 def config_file(path: str) -> str:

@@ -16,6 +16,7 @@ from typing import Mapping
 from dynlab.models.checks import count as _count
 from dynlab.models.config import (ModelConfigError, bundled_models, config_int, dtype_from_config, head_dim_of,
                                   kv_heads_of, load_model_config, present, text_config_of)
+from dynlab.models.layout import ATTENTION_KINDS, STATE_KINDS, KvGroup, kv_groups, layer_kinds
 
 DEFAULT_MODEL = "qwen3-0.6b"
 """The bundled model whose shape is the default of :func:`kv_bytes_per_token`."""
@@ -81,6 +82,20 @@ class KvShape:
     head_dim: int | None = None
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
+    groups: tuple[KvGroup, ...] = ()
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every layer keeps every token (one full or MLA group, no state): ``resident_bytes(T)`` is
+        ``T * bytes_per_token``."""
+        return len(self.groups) <= 1 and all(g.kind in ("full", "mla") for g in self.groups)
+
+    def resident_bytes(self, tokens: int) -> int:
+        """Bytes a request of ``tokens`` tokens keeps in the KV cache over all layers (a window layer its
+        window, a chunked layer its current chunk, a state layer its state): what a P/D transfer sends."""
+        if self.uniform:
+            return tokens * self.bytes_per_token
+        return sum(g.resident_bytes(tokens) for g in self.groups)
 
     @property
     def bytes_per_token(self) -> int:
@@ -97,6 +112,8 @@ class KvShape:
         else:
             out.update(kv_heads=self.kv_heads, head_dim=self.head_dim)
         out.update(dtype_bytes=self.dtype_bytes, bytes_per_token=self.bytes_per_token)
+        if not self.uniform:
+            out["layer_groups"] = {g.kind: g.as_dict() for g in self.groups}
         return out
 
 
@@ -108,11 +125,14 @@ def kv_shape_from_config(config: Mapping, dtype_bytes: int | None = None, source
     and ``head_dim`` (falling back to ``hidden_size / num_attention_heads``); the element size from
     ``torch_dtype`` or ``dtype`` (see :func:`dtype_bytes_of`) unless ``dtype_bytes`` overrides it
     (for an fp8 KV cache on a bfloat16 model). Multimodal configs that nest these under
-    ``text_config`` are read from there. Every layer is assumed to keep full-length KV (sliding
-    windows, DeepSeek's extra multi-token-prediction layer and DSA indexer caches are not counted).
+    ``text_config`` are read from there. The layers are read by kind (:func:`dynlab.models.layout.kv_groups`:
+    full, sliding-window, chunked-local, MLA, Mamba / linear-attention state); ``layers`` and
+    ``bytes_per_token`` count the attention layers, each token at full length, and ``groups`` holds
+    what each kind keeps (:meth:`KvShape.resident_bytes`). DeepSeek's extra multi-token-prediction
+    layer is not counted (vLLM serves it only with speculative decoding).
 
     Every integer field follows :func:`config_int` (a JSON integer, ``32.0`` refused), the rule
-    :func:`dynlab.latency.hardware.param_count` reads its fields by too.
+    :func:`dynlab.models.params.param_count` reads its fields by too.
 
     Raises :class:`ModelConfigError` (one line, ``source: ...``, naming the field) when a needed field
     is missing or not a positive integer, or the dtype is unknown; ``ValueError``/``TypeError``
@@ -123,14 +143,17 @@ def kv_shape_from_config(config: Mapping, dtype_bytes: int | None = None, source
     outer = config
     config = text_config_of(config)
 
-    layers = config_int(config, "num_hidden_layers", source)
+    config_int(config, "num_hidden_layers", source)
     if present(config, "kv_lora_rank"):
         rank = config_int(config, "kv_lora_rank", source)
         rope = config_int(config, "qk_rope_head_dim", source, " (needed with 'kv_lora_rank')")
         dtype = dtype_from_config(config, outer, dtype_bytes, source)
-        return KvShape(attention="mla", layers=layers, dtype_bytes=dtype, kv_lora_rank=rank, qk_rope_head_dim=rope)
+        groups, layers = _groups(config, outer, dtype, source)
+        return KvShape(attention="mla", layers=layers, dtype_bytes=dtype, kv_lora_rank=rank, qk_rope_head_dim=rope,
+                       groups=groups)
     kv_heads = kv_heads_of(config, source)
-    head_dim = head_dim_of(config, source)
+    head_dim = (config_int(config, "attention_head_dim", source) if present(config, "attention_head_dim")
+                else head_dim_of(config, source))
     dtype = dtype_from_config(config, outer, dtype_bytes, source)
     heads = config_int(config, "num_attention_heads", source, default=0)  # 0: absent
     if kv_heads == 1:
@@ -139,7 +162,20 @@ def kv_shape_from_config(config: Mapping, dtype_bytes: int | None = None, source
         attention = "mha"
     else:
         attention = "gqa"
-    return KvShape(attention=attention, layers=layers, dtype_bytes=dtype, kv_heads=kv_heads, head_dim=head_dim)
+    groups, layers = _groups(config, outer, dtype, source)
+    return KvShape(attention=attention, layers=layers, dtype_bytes=dtype, kv_heads=kv_heads, head_dim=head_dim,
+                   groups=groups)
+
+
+def _groups(config: Mapping, outer: Mapping, dtype: int, source: str) -> tuple[tuple[KvGroup, ...], int]:
+    """The layer groups (KV at ``dtype`` bytes, state at the model's dtype) and the attention layers' count."""
+    stateful = any(kind in STATE_KINDS for kind in layer_kinds(config, source))
+    state_dtype = dtype_from_config(config, outer, None, source) if stateful else dtype
+    groups = kv_groups(config, dtype, source, state_dtype=state_dtype)
+    layers = sum(g.layers for g in groups if g.kind in ATTENTION_KINDS)
+    if not layers:
+        raise ModelConfigError(f"{source}: no attention layer: dynlab needs at least one layer that keeps KV")
+    return groups, layers
 
 
 def kv_bytes_per_token_from_config(config: Mapping, dtype_bytes: int | None = None, source: str = "config") -> int:

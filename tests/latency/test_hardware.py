@@ -64,7 +64,7 @@ def test_unknown_names_list_what_exists():
 
 
 def test_unsupported_moe_is_refused():
-    cfg = dict(disagg.load_model_config("qwen3-8b"), model_type="qwen3_moe", num_experts=128)
+    cfg = dict(disagg.load_model_config("qwen3-8b"), model_type="granitemoe", num_local_experts=32)
     with pytest.raises(disagg.ModelConfigError, match="not supported"):  # a bad config: exit 1 in the CLI
         hw.param_count(cfg, "x")
 
