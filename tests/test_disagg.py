@@ -182,7 +182,10 @@ def test_non_numbers_raise_type_error_naming_them(call, name):
 
 
 def test_bundled_models_and_their_sizes():
-    assert disagg.bundled_models() == ["deepseek-v3", "llama-3-8b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-32b", "qwen3-8b"]
+    assert disagg.bundled_models() == [
+        "deepseek-v3", "gemma-3-1b", "gemma-3-27b", "gpt-oss-120b", "gpt-oss-20b", "kimi-k2", "llama-3-8b",
+        "llama-3.1-70b", "llama-3.1-8b", "llama-4-maverick", "llama-4-scout", "mixtral-8x7b", "nemotron-h-56b",
+        "qwen3-0.6b", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "qwen3-8b"]
     size = {n: kv_bytes_per_token_from_config(disagg.load_model_config(n)) for n in disagg.bundled_models()}
     assert size["qwen3-0.6b"] == kv_bytes_per_token()  # the shipped default equals the function's defaults
     assert size["llama-3-8b"] == 2 * 32 * 8 * (4096 // 32) * 2  # no head_dim in its config: hidden/heads

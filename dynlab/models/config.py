@@ -80,11 +80,23 @@ def config_int(config: Mapping, field: str, source: str, why: str = "", *, defau
     return value
 
 
+FAMILY_DEFAULTS = {
+    "gemma3_text": {"sliding_window_pattern": 6, "vocab_size": 262_208, "tie_word_embeddings": True},
+}
+"""Fields a published ``config.json`` may omit because transformers' config class supplies them
+(``Gemma3TextConfig``: ``sliding_window_pattern=6``, ``vocab_size=262_208``,
+``tie_word_embeddings=True``; google/gemma-3-27b-it's config lists neither of the first two)."""
+
+
 def text_config_of(config: Mapping) -> Mapping:
     """The mapping a config's model fields are read from: ``config`` itself, or its ``text_config`` when
-    ``config`` has no ``num_hidden_layers`` (multimodal configs nest the language model there)."""
+    ``config`` has no ``num_hidden_layers`` (multimodal configs nest the language model there), with the
+    :data:`FAMILY_DEFAULTS` of its ``model_type`` under the fields it gives."""
     if not present(config, "num_hidden_layers") and isinstance(config.get("text_config"), Mapping):
-        return config["text_config"]
+        config = config["text_config"]
+    defaults = FAMILY_DEFAULTS.get(config.get("model_type")) if isinstance(config, Mapping) else None
+    if defaults and not present(config, "layer_types"):
+        return {**defaults, **config}
     return config
 
 

@@ -11,7 +11,8 @@ from typing import Mapping
 
 from dynlab.models import config as cfg
 from dynlab.models.kv import kv_shape_from_config
-from dynlab.models.params import _get, param_count
+from dynlab.models.params import _get, param_count, param_parts
+from dynlab.models.quant import quant_scheme, quantization_of, weight_bytes
 
 DEFAULT_MODEL = "llama-3.1-8b"
 """The default served model of the latency models and the engine."""
@@ -42,10 +43,31 @@ class ModelSpec:
     weight_bytes_per_param: int
     kv_bytes_per_token: int
     config: Mapping = field(repr=False, compare=False, default_factory=dict)
+    kv_groups: tuple = ()
+    quantization: str = ""
+    quantized_weight_bytes: int = 0
+    experts: int = 0
+    experts_per_tok: int = 0
+    expert_params: int = 0
+    moe_layers: int = 0
+    kv_cache_dtype: str = "auto"
 
     @property
     def weight_bytes(self) -> int:
-        return self.params * self.weight_bytes_per_param
+        """Bytes of all weights, every expert resident (:func:`dynlab.models.quant.weight_bytes`)."""
+        return self.quantized_weight_bytes or self.params * self.weight_bytes_per_param
+
+    @property
+    def uniform_kv(self) -> bool:
+        """Whether every layer keeps every token's KV (no window, chunk or state layers)."""
+        return len(self.kv_groups) <= 1 and all(g.kind in ("full", "mla") for g in self.kv_groups)
+
+    def resident_kv_bytes(self, tokens: int) -> int:
+        """Bytes of KV (and state) one request of ``tokens`` tokens keeps, over all layers and GPUs: the
+        global layers' ``tokens``, a window layer's window, a state layer's state (what a P/D connector sends)."""
+        if self.uniform_kv:
+            return tokens * self.kv_bytes_per_token
+        return sum(g.resident_bytes(tokens) for g in self.kv_groups)
 
     @property
     def attention_flops_per_pair(self) -> int:
@@ -65,17 +87,42 @@ class ModelSpec:
         return {"params": self.params, "active_params": self.active_params, "layers": self.layers,
                 "hidden_size": self.hidden_size, "heads": self.heads, "kv_heads": self.kv_heads,
                 "head_dim": self.head_dim, "attention": self.attention, "dtype_bytes": self.dtype_bytes,
-                "weight_bytes_per_param": self.weight_bytes_per_param, "kv_bytes_per_token": self.kv_bytes_per_token}
+                "weight_bytes_per_param": self.weight_bytes_per_param, "kv_bytes_per_token": self.kv_bytes_per_token,
+                **self._extra_dict()}
+
+    def _extra_dict(self) -> dict:
+        out = {}
+        if self.quantization:
+            out.update(quantization=self.quantization, weight_bytes=self.weight_bytes)
+        if self.experts:
+            out.update(experts=self.experts, experts_per_tok=self.experts_per_tok, moe_layers=self.moe_layers)
+        if not self.uniform_kv:
+            out["layer_groups"] = {g.kind: g.as_dict() for g in self.kv_groups}
+        if self.kv_cache_dtype != "auto":
+            out["kv_cache_dtype"] = self.kv_cache_dtype
+        return out
 
 
-def model_spec_from_config(config: Mapping, name: str = "config", source: str | None = None) -> ModelSpec:
-    """A :class:`ModelSpec` named ``name`` from a ``config.json`` mapping.
+KV_CACHE_DTYPES = {"auto": None, "fp8": 1}
+"""``--kv-cache-dtype`` (vLLM's ``kv_cache_dtype``): ``auto`` keeps the model's dtype, ``fp8`` stores
+one byte per element (``fp8_e4m3``/``fp8_e5m2`` alike; MLA at a uniform byte, not vLLM's 656-byte
+``fp8_ds_mla`` entry)."""
+
+
+def model_spec_from_config(config: Mapping, name: str = "config", source: str | None = None,
+                           kv_cache_dtype: str = "auto") -> ModelSpec:
+    """A :class:`ModelSpec` named ``name`` from a ``config.json`` mapping, its KV at ``kv_cache_dtype``
+    (:data:`KV_CACHE_DTYPES`).
 
     Raises :class:`dynlab.models.config.ModelConfigError` (one line) on a bad config, starting ``SOURCE:``
-    (``source``, default ``name``: the file the user gave, or the bundled model's name).
+    (``source``, default ``name``: the file the user gave, or the bundled model's name); ``ValueError``
+    for an unknown ``kv_cache_dtype``.
     """
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
     source = name if source is None else source
-    shape = kv_shape_from_config(config, source=source)
+    shape = kv_shape_from_config(config, KV_CACHE_DTYPES[kv_cache_dtype], source=source)
+    parts = param_parts(config, source)
     params, active = param_count(config, source)
     c = cfg.text_config_of(config)
     heads = _get(c, "num_attention_heads", source)
@@ -86,14 +133,18 @@ def model_spec_from_config(config: Mapping, name: str = "config", source: str | 
     else:
         head_dim = v_head_dim = shape.head_dim
         kv_heads = shape.kv_heads
-    quant = c.get("quantization_config") or config.get("quantization_config") or {}
-    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, Mapping) else ""
-    weight_bytes = 1 if method in ("fp8", "float8") else shape.dtype_bytes
+    dtype = cfg.dtype_from_config(c, config, None, source)
+    scheme = quant_scheme(quantization_of(config, c), source)
+    moe = parts["moe"] or {}
     return ModelSpec(name=name, params=params, active_params=active, layers=shape.layers,
                      hidden_size=_get(c, "hidden_size", source), heads=heads, kv_heads=kv_heads,
                      head_dim=head_dim, v_head_dim=v_head_dim, attention=shape.attention,
-                     dtype_bytes=shape.dtype_bytes, weight_bytes_per_param=weight_bytes,
-                     kv_bytes_per_token=shape.bytes_per_token, config=dict(config))
+                     dtype_bytes=dtype, weight_bytes_per_param=1 if scheme == "fp8" else dtype,
+                     kv_bytes_per_token=shape.bytes_per_token, config=dict(config), kv_groups=shape.groups,
+                     quantization=scheme, quantized_weight_bytes=weight_bytes(parts, scheme, dtype),
+                     experts=moe.get("experts", 0), experts_per_tok=moe.get("per_tok", 0),
+                     expert_params=moe.get("expert", 0), moe_layers=moe.get("moe_layers", 0),
+                     kv_cache_dtype=kv_cache_dtype)
 
 
 def model_names() -> list[str]:
@@ -101,7 +152,7 @@ def model_names() -> list[str]:
     return cfg.bundled_models()
 
 
-def model_spec(name_or_path: str) -> ModelSpec:
+def model_spec(name_or_path: str, kv_cache_dtype: str = "auto") -> ModelSpec:
     """A bundled model by name, else the ``config.json`` at a path, or in a directory (a Hugging Face
     download: ``Qwen3-8B/`` reads ``Qwen3-8B/config.json``; :func:`dynlab.models.config.config_file`).
 
@@ -119,7 +170,7 @@ def model_spec(name_or_path: str) -> ModelSpec:
     """
     names = model_names()
     if name_or_path in names:
-        return model_spec_from_config(cfg.load_model_config(name_or_path), name_or_path)
+        return model_spec_from_config(cfg.load_model_config(name_or_path), name_or_path, kv_cache_dtype=kv_cache_dtype)
     if os.sep in name_or_path or name_or_path.endswith(".json") or os.path.lexists(name_or_path):
         path = cfg.config_file(name_or_path)
         config = cfg.read_model_config(path)
@@ -128,6 +179,6 @@ def model_spec(name_or_path: str) -> ModelSpec:
             folder = os.path.basename(os.path.dirname(os.path.normpath(path)))
             if folder not in ("", ".", ".."):
                 name = folder
-        return model_spec_from_config(config, name, source=path)
+        return model_spec_from_config(config, name, source=path, kv_cache_dtype=kv_cache_dtype)
     raise ValueError(f"unknown model {name_or_path!r}; bundled models: {', '.join(names)} "
                      "(or a config.json, or a directory holding one)")
