@@ -112,6 +112,7 @@ def cost_report(
     prefill_ms: float | None = None,
     overhead_ms: float = 0.0,
     saved_ms: float | None = None,
+    shape: KvShape | None = None,
 ) -> dict:
     """The ``dynlab disagg`` record for one bandwidth.
 
@@ -119,7 +120,16 @@ def cost_report(
     decimal; with ``prefill_ms`` also ``ttft_disagg_ms`` (one decimal, :func:`ttft_disagg` with
     ``overhead_ms``); with ``saved_ms`` also ``breakeven_gbps`` (four significant digits, so that
     small values do not round to 0). Raises ``ValueError`` as the functions it calls.
+
+    With the ``shape`` of a model whose layers do not all keep every token (sliding-window,
+    chunked-local or state layers: :attr:`KvShape.uniform` false), the KV moved is what the request
+    keeps resident, :meth:`KvShape.resident_bytes` (the global layers' ``tokens``, a window layer's
+    last ``window`` tokens, a state layer's state), not ``tokens * bytes_per_token``; the record then
+    also holds ``kv_bytes`` and ``layer_groups`` (per kind: ``layers``, the ``tokens`` kept or
+    ``state_bytes``, and ``kv_bytes``).
     """
+    if shape is not None and not shape.uniform:
+        return _resident_report(tokens, shape, gbps, prefill_ms, overhead_ms, saved_ms)
     report = {
         "bytes_per_token": bytes_per_token,
         "kv_mib": round(kv_mib(tokens, bytes_per_token), 1),
@@ -132,3 +142,30 @@ def cost_report(
     if saved_ms is not None:
         report["breakeven_gbps"] = float(f"{breakeven_gbps(tokens, bytes_per_token, saved_ms):.4g}")
     return report
+
+
+def _resident_report(tokens, shape: KvShape, gbps, prefill_ms, overhead_ms, saved_ms) -> dict:
+    """:func:`cost_report` for a non-uniform ``shape``: the resident bytes move, counted as one "token" of
+    that many bytes so that the same checks and roundings apply."""
+    tokens = _nonneg_tokens(tokens)
+    nbytes = shape.resident_bytes(tokens)
+    report = cost_report(1, nbytes, gbps, prefill_ms=prefill_ms, overhead_ms=overhead_ms, saved_ms=saved_ms)
+    report["bytes_per_token"] = shape.bytes_per_token
+    report["kv_bytes"] = nbytes
+    groups = {}
+    for g in shape.groups:
+        entry = {"layers": g.layers}
+        if g.state_bytes:
+            entry["state_bytes"] = g.state_bytes
+        else:
+            entry["tokens"] = g.resident_tokens(tokens)
+        entry["kv_bytes"] = g.resident_bytes(tokens)
+        groups[g.kind] = entry
+    report["layer_groups"] = groups
+    return report
+
+
+def _nonneg_tokens(tokens) -> int:
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"tokens must be a non-negative integer for a model with window or state layers, got {tokens!r}")
+    return tokens
