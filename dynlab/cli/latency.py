@@ -27,10 +27,11 @@ def _table(grid: dict) -> str:
 
 
 def _gpu_table() -> str:
-    rows = [["gpu", "memory_gb", "bf16_tflops", "hbm_gbps", "source"]]
+    rows = [["gpu", "memory_gb", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gbps", "link", "link_gbps", "source"]]
     for name, g in lib.gpu_table().items():
-        rows.append([name, f"{g['memory_gb']:g}", f"{g['bf16_tflops']:g}", f"{g['hbm_gbps']:g}", g["source"]])
-    widths = [max(len(r[j]) for r in rows) for j in range(5)]
+        rows.append([name] + [f"{g[k]:g}" for k in ("memory_gb", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gbps")]
+                    + [g["link"], f"{g['link_gbps']:g}", g["source"]])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(widths[j]) for j, c in enumerate(r)).rstrip() for r in rows)
 
 

@@ -74,7 +74,8 @@ def test_unsupported_moe_is_refused():
 
 
 def test_gpu_catalogue():
-    assert set(hw.GPUS) == {"h100", "h200", "a100-80gb", "l40s", "b200"}
+    assert set(hw.GPUS) == {"h100", "h200", "a100-80gb", "l40s", "b200", "h100-pcie", "h100-nvl", "a100-40gb",
+                            "a100-80gb-pcie", "a100-40gb-pcie", "b300", "gb200", "l4", "mi300x"}
     h100 = hw.gpu_spec("h100")
     assert (h100.memory_gb, h100.bf16_tflops, h100.hbm_gbps) == (80, 989.0, 3350.0)
     for g in hw.GPUS.values():

@@ -139,3 +139,37 @@ def model_spec_from(config):
     from dynlab.models.spec import model_spec_from_config
 
     return model_spec_from_config(config, "x")
+
+
+# ---------------------------------------------------------------- GPUs
+
+from dynlab.models.gpus import GPU_ALIASES, GPUS, gpu_spec  # noqa: E402
+
+
+@pytest.mark.parametrize("name, memory, bf16, fp8, fp4, hbm, link, link_gbps", [
+    # datasheet figures, dense (the "with sparsity" peaks halved)
+    ("h100", 80, 989.0, 1979.0, 0.0, 3350.0, "nvlink", 900.0),
+    ("h100-pcie", 80, 756.0, 1513.0, 0.0, 2000.0, "pcie", 128.0),
+    ("h100-nvl", 94, 835.0, 1671.0, 0.0, 3900.0, "nvlink", 600.0),
+    ("h200", 141, 989.0, 1979.0, 0.0, 4800.0, "nvlink", 900.0),
+    ("a100-40gb", 40, 312.0, 0.0, 0.0, 1555.0, "nvlink", 600.0),
+    ("a100-80gb-pcie", 80, 312.0, 0.0, 0.0, 1935.0, "pcie", 64.0),
+    ("b200", 180, 2250.0, 4500.0, 9000.0, 8000.0, "nvlink", 1800.0),
+    ("b300", 288, 2250.0, 4500.0, 13500.0, 8000.0, "nvlink", 1800.0),
+    ("gb200", 186, 2500.0, 5000.0, 10000.0, 8000.0, "nvlink", 1800.0),
+    ("l40s", 48, 362.05, 733.0, 0.0, 864.0, "pcie", 64.0),
+    ("l4", 24, 121.0, 242.5, 0.0, 300.0, "pcie", 64.0),
+    ("mi300x", 192, 1307.4, 2614.9, 0.0, 5300.0, "infinity-fabric", 896.0),
+])
+def test_gpu_datasheet_figures(name, memory, bf16, fp8, fp4, hbm, link, link_gbps):
+    g = gpu_spec(name)
+    assert (g.memory_gb, g.bf16_tflops, g.fp8_tflops, g.fp4_tflops, g.hbm_gbps, g.link, g.link_gbps) == (
+        memory, bf16, fp8, fp4, hbm, link, link_gbps)
+    assert "datasheet" in g.source or "data sheet" in g.source
+
+
+def test_a100_is_an_alias_of_the_80gb_sxm():
+    assert gpu_spec("a100") is GPUS["a100-80gb"] and gpu_spec("h100-sxm") is GPUS["h100"]
+    assert all(target in GPUS for target in GPU_ALIASES.values())
+    with pytest.raises(ValueError, match="unknown GPU 'a200'; known GPUs: h100, "):
+        gpu_spec("a200")
