@@ -69,3 +69,15 @@ def weight_bytes(parts: Mapping, scheme: str, dtype_bytes: int) -> int:
         linear = parts["mixers"] + parts["dense_mlp"] + parts["shared"] + parts["experts"]
         return math.ceil(linear * NVFP4_BYTES_PER_PARAM) + (total - linear) * dtype_bytes
     return total * dtype_bytes
+
+
+def expert_weight_bytes(parts: Mapping, scheme: str, dtype_bytes: int) -> int:
+    """Bytes of the routed experts alone under ``scheme`` (what expert parallelism divides)."""
+    experts = parts["experts"]
+    if scheme == "fp8":
+        return experts
+    if scheme == "mxfp4":
+        return math.ceil(experts * MXFP4_BYTES_PER_PARAM)
+    if scheme == "nvfp4":
+        return math.ceil(experts * NVFP4_BYTES_PER_PARAM)
+    return experts * dtype_bytes

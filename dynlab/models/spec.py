@@ -12,7 +12,7 @@ from typing import Mapping
 from dynlab.models import config as cfg
 from dynlab.models.kv import kv_shape_from_config
 from dynlab.models.params import _get, param_count, param_parts
-from dynlab.models.quant import quant_scheme, quantization_of, weight_bytes
+from dynlab.models.quant import expert_weight_bytes, quant_scheme, quantization_of, weight_bytes
 
 DEFAULT_MODEL = "llama-3.1-8b"
 """The default served model of the latency models and the engine."""
@@ -51,6 +51,8 @@ class ModelSpec:
     expert_params: int = 0
     moe_layers: int = 0
     kv_cache_dtype: str = "auto"
+    expert_weight_bytes: int = 0
+    num_layers: int = 0
 
     @property
     def weight_bytes(self) -> int:
@@ -144,7 +146,8 @@ def model_spec_from_config(config: Mapping, name: str = "config", source: str | 
                      quantization=scheme, quantized_weight_bytes=weight_bytes(parts, scheme, dtype),
                      experts=moe.get("experts", 0), experts_per_tok=moe.get("per_tok", 0),
                      expert_params=moe.get("expert", 0), moe_layers=moe.get("moe_layers", 0),
-                     kv_cache_dtype=kv_cache_dtype)
+                     kv_cache_dtype=kv_cache_dtype, expert_weight_bytes=expert_weight_bytes(parts, scheme, dtype),
+                     num_layers=_get(c, "num_hidden_layers", source))
 
 
 def model_names() -> list[str]:

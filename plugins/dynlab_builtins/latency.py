@@ -12,6 +12,14 @@ import math
 from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.routing.strategy import StrategyOption
+from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, RooflineTerms, roofline_domain
+
+
+def _dense_on_one_gpu(hardware) -> bool:
+    """A dense model whose every layer keeps every token, on one GPU: the roofline's fitted closed form."""
+    m = hardware.model
+    return (not getattr(m, "experts", 0) and m.attention != "mla" and getattr(m, "uniform_kv", True)
+            and hardware.parallel.gpus == 1 and hardware.tp == 1)
 
 
 def _arith(a: float, b: float, lo: int, hi: int) -> float:
@@ -61,6 +69,9 @@ class Roofline(LatencyModel):
                        minimum=0.01, maximum=1.0),
         StrategyOption("overhead_ms", float, 1.30, "fixed time per step in ms (fitted to aiconfigurator, vLLM)",
                        minimum=0.0),
+        StrategyOption("comm_latency_us", float, DEFAULT_COMM_LATENCY_US,
+                       "latency of one all-reduce, all-to-all or stage send in us (an assumption; tp/ep/pp > 1)",
+                       minimum=0.0),
     )
 
     def __init__(self, hardware, options):
@@ -68,6 +79,10 @@ class Roofline(LatencyModel):
         m, g, tp = hardware.model, hardware.gpu, hardware.tp
         flops_per_ms = g.bf16_tflops * 1e12 * self.opts["mfu"] / 1e3
         bytes_per_ms = g.hbm_gbps * 1e9 * self.opts["mbu"] / 1e3
+        # every model but a dense full-attention one on one GPU: experts, MLA, windows, state, communication
+        self._terms = None
+        if not _dense_on_one_gpu(hardware):
+            self._terms = RooflineTerms(hardware, flops_per_ms, bytes_per_ms, self.opts["comm_latency_us"])
         # per GPU, in ms: cost of one linear token, one (query, key) pair, the weights, one KV token
         self._token_ms = 2.0 * m.active_params / tp / flops_per_ms
         self._pair_ms = m.attention_flops_per_pair / tp / flops_per_ms
@@ -75,8 +90,15 @@ class Roofline(LatencyModel):
         self._kv_ms = m.kv_bytes_per_token_per_gpu(tp) / bytes_per_ms
         self._overhead = self.opts["overhead_ms"]
 
+    def domain(self) -> str | None:
+        """Outside the fit: MoE, MLA, window/state layers, quantised weights or KV, another GPU, tp > 2,
+        ep/pp (:func:`dynlab_builtins.latency_roofline.roofline_domain`)."""
+        return roofline_domain(self.hardware)
+
     def parts_ms(self, batch: StepBatch) -> tuple[float, float]:
-        """``(compute ms, memory ms)`` of one step, before the max and the overhead."""
+        """``(compute ms, memory ms)`` of one step, before the max, the communication and the overhead."""
+        if self._terms is not None:
+            return self._terms.parts(batch)[:2]
         tokens = sum(batch.prefill_tokens)
         pairs = sum(t * (c + t / 2.0) for t, c in zip(batch.prefill_tokens, batch.prefill_context))
         compute = self._token_ms * (tokens + batch.decode_requests) + self._pair_ms * (pairs + batch.decode_context)
@@ -85,12 +107,37 @@ class Roofline(LatencyModel):
         return compute, memory
 
     def step_ms(self, batch: StepBatch) -> float:
+        if self._terms is not None:
+            compute, memory, comm = self._terms.parts(batch)
+            return max(compute, memory) + comm + self._overhead
         compute, memory = self.parts_ms(batch)
         return max(compute, memory) + self._overhead
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
         """Closed form (:meth:`decode_ms_at`)."""
         return self.decode_ms_at(requests, context, (steps,))[0]
+
+    def _summed_decode_ms_at(self, requests: int, context: int, steps) -> list[float]:
+        """:meth:`decode_ms_at` step by step (one pass up to the largest ``j``), for window layers."""
+        wanted, out, total = sorted(set(j for j in steps if j > 0)), {}, 0.0
+        i = 0
+        for j in wanted:
+            while i < j:
+                total += self.step_ms(StepBatch((), (), requests, context + i * requests))
+                i += 1
+            out[j] = total
+        return [out.get(j, 0.0) for j in steps]
+
+    def _decode_lines(self, requests: int, context: int) -> tuple[float, float, float, float, float]:
+        """``(c0, c1, m0, m1, per-step extra)``: step ``i`` of a decode run costs ``max(c0 + c1*i, m0 + m1*i)
+        + extra + overhead``."""
+        if self._terms is None:
+            c0 = self._token_ms * requests + self._pair_ms * context
+            m0 = self._weights_ms + self._kv_ms * context
+            return c0, self._pair_ms * requests, m0, self._kv_ms * requests, 0.0
+        first = self._terms.parts(StepBatch((), (), requests, context))
+        second = self._terms.parts(StepBatch((), (), requests, context + requests))
+        return first[0], second[0] - first[0], first[1], second[1] - first[1], first[2]
 
     def decode_ms_at(self, requests: int, context: int, steps) -> list[float]:
         """Closed form: compute and memory are both linear in the step index, so their max crosses once.
@@ -100,17 +147,16 @@ class Roofline(LatencyModel):
         the other; each part is an arithmetic series (:func:`_arith`). The lines and the split do not
         depend on ``j``, so they are computed once for all ``steps``.
         """
-        c0 = self._token_ms * requests + self._pair_ms * context
-        c1 = self._pair_ms * requests
-        m0 = self._weights_ms + self._kv_ms * context
-        m1 = self._kv_ms * requests
+        if self._terms is not None and self._terms.windowed:  # min(context, window) is not linear in i
+            return self._summed_decode_ms_at(requests, context, steps)
+        c0, c1, m0, m1, extra = self._decode_lines(requests, context)
         if c1 > m1:  # compute >= memory from i = (m0 - c0) / (c1 - m1) on
             (a0, a1), (b0, b1), split = (m0, m1), (c0, c1), max(math.ceil((m0 - c0) / (c1 - m1)), 0)
         elif c1 < m1:  # memory >= compute from i = (c0 - m0) / (m1 - c1) on
             (a0, a1), (b0, b1), split = (c0, c1), (m0, m1), max(math.ceil((c0 - m0) / (m1 - c1)), 0)
         else:  # parallel: the same one wins every step
             (a0, a1), (b0, b1), split = (c0, c1), (c0, c1) if c0 >= m0 else (m0, m1), 0
-        head, overhead, out = _arith(a0, a1, 0, split), self._overhead, []
+        head, overhead, out = _arith(a0, a1, 0, split), self._overhead + extra, []
         for j in steps:
             if j <= 0:
                 out.append(0.0)

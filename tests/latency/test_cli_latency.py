@@ -42,7 +42,8 @@ def test_list():
     assert {"a100-40gb", "h100-pcie", "h100-nvl", "b300", "gb200", "l4", "mi300x"} <= set(out["gpus"])
     assert {"roofline", "linear", "blis", "aiconfigurator"} <= set(out["latency_models"])
     assert out["latency_models"]["blis"]["options"] == {}
-    assert out["latency_models"]["roofline"]["options"] == {"mfu": 0.758, "mbu": 0.878, "overhead_ms": 1.30}
+    assert out["latency_models"]["roofline"]["options"] == {"mfu": 0.758, "mbu": 0.878, "overhead_ms": 1.30,
+                                                            "comm_latency_us": 5.0}
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -134,11 +134,16 @@ def test_roofline_decode_and_mixed_by_hand():
     assert step == pytest.approx(max(compute, memory) + 1.30, rel=1e-12)
 
 
-def test_roofline_tp_divides_the_work():
+def test_roofline_tp_divides_the_work_and_adds_the_all_reduce():
     one = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 1))
     two = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 2))
-    for batch in (StepBatch((4096,), (0,), 0, 0), StepBatch((), (), 128, 128 * 4096)):
-        assert two.step_ms(batch) - 1.30 == pytest.approx((one.step_ms(batch) - 1.30) / 2, rel=1e-12)
+    # qwen3-32b: 64 layers, two ring all-reduces each (after attention, after the MLP) of the step's
+    # tokens x 5,120 x 2 bytes; ring: 2 (tp - 1) / tp of the bytes over one direction of H100's NVLink
+    # (900 / 2 = 450 GB/s), plus 5 us per all-reduce
+    for tokens, batch in ((4096, StepBatch((4096,), (0,), 0, 0)), (128, StepBatch((), (), 128, 128 * 4096))):
+        comm = 128 * (2 * (2 - 1) / 2 * tokens * 5120 * 2 / (450e9 / 1e3) + 0.005)
+        assert two.step_ms(batch) - 1.30 == pytest.approx((one.step_ms(batch) - 1.30) / 2 + comm, rel=1e-12)
+    assert comm == pytest.approx(1.0128, abs=1e-4)  # 128 decodes: 0.373 ms of bytes, 0.64 ms of latency
 
 
 def test_linear_by_hand():
