@@ -12,7 +12,7 @@ import math
 from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.routing.strategy import StrategyOption
-from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, RooflineTerms, roofline_domain
+from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, LINK_UTIL, MOE_MFU, RooflineTerms, roofline_domain
 
 
 def _dense_on_one_gpu(hardware) -> bool:
@@ -69,8 +69,14 @@ class Roofline(LatencyModel):
                        minimum=0.01, maximum=1.0),
         StrategyOption("overhead_ms", float, 1.30, "fixed time per step in ms (fitted to aiconfigurator, vLLM)",
                        minimum=0.0),
+        StrategyOption("moe_mfu", float, MOE_MFU,
+                       "share of the dense bf16 peak the routed experts' grouped GEMMs reach (fitted to aiconfigurator)",
+                       minimum=0.01, maximum=1.0),
+        StrategyOption("link_util", float, LINK_UTIL,
+                       "share of one direction of the GPU link a collective reaches (fitted to aiconfigurator)",
+                       minimum=0.01, maximum=1.0),
         StrategyOption("comm_latency_us", float, DEFAULT_COMM_LATENCY_US,
-                       "latency of one all-reduce, all-to-all or stage send in us (an assumption; tp/ep/pp > 1)",
+                       "latency of one all-reduce, all-to-all or stage send in us (fitted to aiconfigurator)",
                        minimum=0.0),
     )
 
@@ -82,7 +88,9 @@ class Roofline(LatencyModel):
         # every model but a dense full-attention one on one GPU: experts, MLA, windows, state, communication
         self._terms = None
         if not _dense_on_one_gpu(hardware):
-            self._terms = RooflineTerms(hardware, flops_per_ms, bytes_per_ms, self.opts["comm_latency_us"])
+            expert_flops_per_ms = g.bf16_tflops * 1e12 * self.opts["moe_mfu"] / 1e3
+            self._terms = RooflineTerms(hardware, flops_per_ms, bytes_per_ms, self.opts["comm_latency_us"],
+                                        expert_flops_per_ms, self.opts["link_util"])
         # per GPU, in ms: cost of one linear token, one (query, key) pair, the weights, one KV token
         self._token_ms = 2.0 * m.active_params / tp / flops_per_ms
         self._pair_ms = m.attention_flops_per_pair / tp / flops_per_ms

@@ -4,7 +4,8 @@
 parallelism (:mod:`dynlab.models.parallel`); the ``roofline`` model (:mod:`dynlab_builtins.latency`)
 uses it for every hardware but a dense full-attention model at ``tp 1`` (its fitted closed form).
 
-- **Compute** (at the dense bf16 peak x ``mfu``): ``2 x`` the active parameters per token, the
+- **Compute** (at the dense bf16 peak x ``mfu``, the routed experts' at x ``moe_mfu``: grouped GEMMs of
+  a few tokens per expert run far below peak): ``2 x`` the active parameters per token, the
   non-expert ones split over ``tp x dp`` GPUs (``dp`` attention replicas each take their share of the
   tokens), the ``k`` routed experts' over the expert GPUs (``ep``, or ``tp`` when experts are split
   tensor-parallel); attention pairs as the dense roofline, a window layer's queries seeing at most
@@ -21,17 +22,25 @@ uses it for every hardware but a dense full-attention model at ``tp 1`` (its fit
   ``2 (tp - 1) / tp x bytes``; an expert-parallel dispatch and combine per MoE layer, the
   ``(ep - 1) / ep`` share of each GPU's ``tokens / ep x k`` activations leaving it; ``pp - 1``
   stage-to-stage sends of the activations. Each over the GPU's link, one direction (half the
-  datasheet's bidirectional NVLink/PCIe figure, :attr:`dynlab.models.gpus.GpuSpec.link_gbps_each_way`),
-  plus ``comm_latency_us`` per collective (no datasheet gives a latency: 5 us is an assumption,
-  the order of a one-shot NVLink all-reduce kernel).
+  datasheet's bidirectional NVLink/PCIe figure, :attr:`dynlab.models.gpus.GpuSpec.link_gbps_each_way`)
+  at ``link_util`` of it, plus ``comm_latency_us`` per collective (no datasheet gives a latency; both
+  fitted, with ``moe_mfu``, to aiconfigurator: :data:`MOE_MFU`).
 - **Pipeline**: one batch in flight, so a step is the sum of its ``pp`` stages (the same compute and
   memory time as ``tp`` alone, plus the sends); the bubble, ``(pp - 1) / pp`` of each GPU's time idle,
   is not hidden (vLLM overlaps ``pp`` batches, this engine runs one).
 """
 from __future__ import annotations
 
-DEFAULT_COMM_LATENCY_US = 5.0
-"""Latency of one collective or send (us): an assumption, see the module docstring."""
+# Fitted on 2026-12-01 by a grid search (moe_mfu 0.2-0.758, comm_latency_us 3-30, link_util 0.25-1)
+# minimising the sum of the prefill and decode MAPEs of the MoE models and of the dense models at tp > 1
+# against aiconfigurator-core 0.12.0 (vLLM 0.24.0 data) on benchmarks/fidelity_latency.py's grid: the
+# same grid as the fidelity table, so that table is in-sample for these three (docs/latency.md).
+MOE_MFU = 0.3
+"""Share of the bf16 peak the routed experts' grouped GEMMs reach (the ``moe_mfu`` option)."""
+LINK_UTIL = 0.4
+"""Share of one direction of the link a collective reaches (the ``link_util`` option)."""
+DEFAULT_COMM_LATENCY_US = 10.0
+"""Latency of one collective or send in us (the ``comm_latency_us`` option)."""
 
 FIT_GPUS = ("h100", "h200")
 FIT_TP = (1, 2)
@@ -52,37 +61,41 @@ class RooflineTerms:
     reachable peak and bandwidth of one GPU; ``comm_latency_us``: per collective.
     """
 
-    def __init__(self, hardware, flops_per_ms: float, bytes_per_ms: float, comm_latency_us: float):
+    def __init__(self, hardware, flops_per_ms: float, bytes_per_ms: float, comm_latency_us: float,
+                 expert_flops_per_ms: float | None = None, link_util: float = 1.0):
         m, g, par = hardware.model, hardware.gpu, hardware.parallel
         tp, dp = par.tp, par.dp
+        self.dp = dp
         self.windowed = any(grp.kind == "sliding_window" for grp in m.kv_groups)
-        share, expert_share = tp * dp, (par.ep if par.ep > 1 else tp)
+        share, expert_share = tp, (par.ep if par.ep > 1 else tp)
         active_experts = m.moe_layers * m.experts_per_tok * m.expert_params
-        self._token = 2.0 * ((m.active_params - active_experts) / share + active_experts / expert_share) / flops_per_ms
+        expert_flops_per_ms = expert_flops_per_ms or flops_per_ms
+        self._token = 2.0 * (m.active_params - active_experts) / share / flops_per_ms  # per replica token
+        self._expert_token = 2.0 * active_experts / expert_share / expert_flops_per_ms  # per step token
         per_layer_pair = m.attention_flops_per_pair / max(m.layers, 1) / share / flops_per_ms
         self._groups = []  # (layers' pair ms, window or 0, KV ms per token)
         for grp in m.kv_groups or ():
             if grp.kind in ("mamba", "linear_attention"):
                 continue
-            kv = grp.bytes_per_token / (1 if m.attention == "mla" else min(tp, m.kv_heads)) / dp / bytes_per_ms
+            kv = grp.bytes_per_token / (1 if m.attention == "mla" else min(tp, m.kv_heads)) / bytes_per_ms
             self._groups.append((per_layer_pair * grp.layers, grp.window if grp.kind == "sliding_window" else 0, kv))
         if not self._groups:  # a ModelSpec without groups: every layer full
-            self._groups.append((per_layer_pair * m.layers, 0, m.kv_bytes_per_token_per_gpu(tp) / dp / bytes_per_ms))
+            self._groups.append((per_layer_pair * m.layers, 0, m.kv_bytes_per_token_per_gpu(tp) / bytes_per_ms))
         self._mla_decode_pair = 0.0
         if m.attention == "mla":
             c = m.config.get("text_config", m.config) if "num_hidden_layers" not in m.config else m.config
             rank, rope = c["kv_lora_rank"], c["qk_rope_head_dim"]
             self._mla_decode_pair = 2.0 * m.layers * m.heads * (2 * rank + rope) / share / flops_per_ms
-        self._state = 2.0 * sum(grp.state_bytes for grp in m.kv_groups if grp.state_bytes) / tp / dp / bytes_per_ms
+        self._state = 2.0 * sum(grp.state_bytes for grp in m.kv_groups if grp.state_bytes) / tp / bytes_per_ms
         self._dense_weights = (m.weight_bytes - m.expert_weight_bytes) / tp / bytes_per_ms
         self._expert_weights = m.expert_weight_bytes / expert_share / bytes_per_ms
         self._miss = 1.0 - m.experts_per_tok / m.experts if m.experts else 0.0
-        self._comm = self._comm_terms(m, g, par, comm_latency_us)
+        self._comm = self._comm_terms(m, g, par, comm_latency_us, link_util)
 
     @staticmethod
-    def _comm_terms(m, g, par, latency_us) -> tuple[float, float]:
+    def _comm_terms(m, g, par, latency_us, link_util) -> tuple[float, float]:
         """``(ms per step token, ms per step)`` of the step's collectives and sends."""
-        link_per_ms = g.link_gbps_each_way * 1e9 / 1e3
+        link_per_ms = g.link_gbps_each_way * 1e9 / 1e3 * link_util
         act = m.hidden_size * m.dtype_bytes  # bytes per token
         lat = latency_us / 1e3
         per_token = fixed = 0.0
@@ -117,14 +130,28 @@ class RooflineTerms:
             kv_ms += kv * (seen + kept)
         return pair_ms, kv_ms
 
+    def _replica(self, batch):
+        """The busiest attention replica's share of ``batch``: a prefill chunk stays on one replica (the
+        largest chunk, or an even share of them all), decodes split evenly; ``batch`` itself when ``dp`` is 1."""
+        if self.dp == 1:
+            return batch
+        chunks = [(t, c) for t, c in zip(batch.prefill_tokens, batch.prefill_context) if t > 0]
+        if chunks and len(chunks) > 1:
+            scale = max(max(t for t, _ in chunks) / sum(t for t, _ in chunks), 1.0 / self.dp)
+            chunks = [(t * scale, c * scale) for t, c in chunks]
+        return type(batch)(tuple(t for t, _ in chunks), tuple(c for _, c in chunks),
+                           batch.decode_requests / self.dp, batch.decode_context / self.dp)
+
     def parts(self, batch) -> tuple[float, float, float]:
         """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`)."""
         tokens = sum(batch.prefill_tokens) + batch.decode_requests
-        pair_ms, kv_ms = self._attention(batch.prefill_tokens, batch.prefill_context,
-                                         batch.decode_requests, batch.decode_context)
-        compute = self._token * tokens + pair_ms
+        rep = self._replica(batch)
+        rep_tokens = sum(rep.prefill_tokens) + rep.decode_requests
+        pair_ms, kv_ms = self._attention(rep.prefill_tokens, rep.prefill_context, rep.decode_requests,
+                                         rep.decode_context)
+        compute = self._token * rep_tokens + self._expert_token * tokens + pair_ms
         touched = 1.0 - self._miss ** tokens if self._miss else (1.0 if tokens else 0.0)
-        requests = sum(1 for t in batch.prefill_tokens if t > 0) + batch.decode_requests
+        requests = sum(1 for t in rep.prefill_tokens if t > 0) + rep.decode_requests
         memory = self._dense_weights + self._expert_weights * touched + kv_ms + self._state * requests
         comm = self._comm[0] * tokens + (self._comm[1] if tokens else 0.0)
         return compute, memory, comm

@@ -139,11 +139,11 @@ def test_roofline_tp_divides_the_work_and_adds_the_all_reduce():
     two = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 2))
     # qwen3-32b: 64 layers, two ring all-reduces each (after attention, after the MLP) of the step's
     # tokens x 5,120 x 2 bytes; ring: 2 (tp - 1) / tp of the bytes over one direction of H100's NVLink
-    # (900 / 2 = 450 GB/s), plus 5 us per all-reduce
+    # (900 / 2 = 450 GB/s) at link_util 0.4 (180 GB/s), plus 10 us per all-reduce (comm_latency_us)
     for tokens, batch in ((4096, StepBatch((4096,), (0,), 0, 0)), (128, StepBatch((), (), 128, 128 * 4096))):
-        comm = 128 * (2 * (2 - 1) / 2 * tokens * 5120 * 2 / (450e9 / 1e3) + 0.005)
+        comm = 128 * (2 * (2 - 1) / 2 * tokens * 5120 * 2 / (180e9 / 1e3) + 0.010)
         assert two.step_ms(batch) - 1.30 == pytest.approx((one.step_ms(batch) - 1.30) / 2 + comm, rel=1e-12)
-    assert comm == pytest.approx(1.0128, abs=1e-4)  # 128 decodes: 0.373 ms of bytes, 0.64 ms of latency
+    assert comm == pytest.approx(2.2121, abs=1e-4)  # 128 decodes: 0.932 ms of bytes, 1.28 ms of latency
 
 
 def test_linear_by_hand():
