@@ -130,29 +130,36 @@ class RooflineTerms:
             kv_ms += kv * (seen + kept)
         return pair_ms, kv_ms
 
-    def _replica(self, batch):
-        """The busiest attention replica's share of ``batch``: a prefill chunk stays on one replica (the
-        largest chunk, or an even share of them all), decodes split evenly; ``batch`` itself when ``dp`` is 1."""
+    def _replicas(self, batch):
+        """Candidates for the busiest attention replica's share of ``batch``: ``batch`` itself when ``dp`` is
+        1; else the largest prefill chunk alone (a chunk stays on one replica) and an even ``1/dp`` share of
+        every chunk, each with ``1/dp`` of the decodes. Each is non-decreasing in every batch field, so
+        the step (priced at the costlier) is too."""
         if self.dp == 1:
-            return batch
+            return (batch,)
+        decodes, context = batch.decode_requests / self.dp, batch.decode_context / self.dp
         chunks = [(t, c) for t, c in zip(batch.prefill_tokens, batch.prefill_context) if t > 0]
-        if chunks and len(chunks) > 1:
-            scale = max(max(t for t, _ in chunks) / sum(t for t, _ in chunks), 1.0 / self.dp)
-            chunks = [(t * scale, c * scale) for t, c in chunks]
-        return type(batch)(tuple(t for t, _ in chunks), tuple(c for _, c in chunks),
-                           batch.decode_requests / self.dp, batch.decode_context / self.dp)
+        even = type(batch)(tuple(t / self.dp for t, _ in chunks), tuple(c / self.dp for _, c in chunks),
+                           decodes, context)
+        if not chunks:
+            return (even,)
+        t, c = max(chunks, key=lambda tc: tc[0] * (tc[1] + tc[0] / 2.0))
+        return even, type(batch)((t,), (c,), decodes, context)
 
     def parts(self, batch) -> tuple[float, float, float]:
         """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`)."""
         tokens = sum(batch.prefill_tokens) + batch.decode_requests
-        rep = self._replica(batch)
-        rep_tokens = sum(rep.prefill_tokens) + rep.decode_requests
-        pair_ms, kv_ms = self._attention(rep.prefill_tokens, rep.prefill_context, rep.decode_requests,
-                                         rep.decode_context)
-        compute = self._token * rep_tokens + self._expert_token * tokens + pair_ms
         touched = 1.0 - self._miss ** tokens if self._miss else (1.0 if tokens else 0.0)
-        requests = sum(1 for t in rep.prefill_tokens if t > 0) + rep.decode_requests
-        memory = self._dense_weights + self._expert_weights * touched + kv_ms + self._state * requests
+        compute = memory = 0.0
+        for rep in self._replicas(batch):
+            rep_tokens = sum(rep.prefill_tokens) + rep.decode_requests
+            pair_ms, kv_ms = self._attention(rep.prefill_tokens, rep.prefill_context, rep.decode_requests,
+                                             rep.decode_context)
+            requests = sum(1 for t in rep.prefill_tokens if t > 0) + rep.decode_requests
+            compute = max(compute, self._token * rep_tokens + pair_ms)
+            memory = max(memory, kv_ms + self._state * requests)
+        compute += self._expert_token * tokens
+        memory += self._dense_weights + self._expert_weights * touched
         comm = self._comm[0] * tokens + (self._comm[1] if tokens else 0.0)
         return compute, memory, comm
 
