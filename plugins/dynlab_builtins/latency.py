@@ -12,7 +12,7 @@ import math
 from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.routing.strategy import StrategyOption
-from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, LINK_UTIL, MOE_MFU, RooflineTerms, roofline_domain
+from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, LAYER_US, LINK_UTIL, MOE_MFU, RooflineTerms, roofline_domain
 
 
 def _dense_on_one_gpu(hardware) -> bool:
@@ -75,6 +75,9 @@ class Roofline(LatencyModel):
         StrategyOption("link_util", float, LINK_UTIL,
                        "share of one direction of the GPU link a collective reaches (fitted to aiconfigurator)",
                        minimum=0.01, maximum=1.0),
+        StrategyOption("layer_us", float, LAYER_US,
+                       "fixed time per MoE layer and step in us: routing and dispatch (fitted to aiconfigurator)",
+                       minimum=0.0),
         StrategyOption("comm_latency_us", float, DEFAULT_COMM_LATENCY_US,
                        "latency of one all-reduce, all-to-all or stage send in us (fitted to aiconfigurator)",
                        minimum=0.0),
@@ -90,7 +93,7 @@ class Roofline(LatencyModel):
         if not _dense_on_one_gpu(hardware):
             expert_flops_per_ms = g.bf16_tflops * 1e12 * self.opts["moe_mfu"] / 1e3
             self._terms = RooflineTerms(hardware, flops_per_ms, bytes_per_ms, self.opts["comm_latency_us"],
-                                        expert_flops_per_ms, self.opts["link_util"])
+                                        expert_flops_per_ms, self.opts["link_util"], self.opts["layer_us"])
         # per GPU, in ms: cost of one linear token, one (query, key) pair, the weights, one KV token
         self._token_ms = 2.0 * m.active_params / tp / flops_per_ms
         self._pair_ms = m.attention_flops_per_pair / tp / flops_per_ms

@@ -25,20 +25,24 @@ uses it for every hardware but a dense full-attention model at ``tp 1`` (its fit
   datasheet's bidirectional NVLink/PCIe figure, :attr:`dynlab.models.gpus.GpuSpec.link_gbps_each_way`)
   at ``link_util`` of it, plus ``comm_latency_us`` per collective (no datasheet gives a latency; both
   fitted, with ``moe_mfu``, to aiconfigurator: :data:`MOE_MFU`).
+- **Fixed**: ``layer_us`` per MoE layer and step (routing, token permutation, grouped-GEMM launches:
+  what makes a one-token MoE decode far slower than its bytes), added with the communication.
 - **Pipeline**: one batch in flight, so a step is the sum of its ``pp`` stages (the same compute and
   memory time as ``tp`` alone, plus the sends); the bubble, ``(pp - 1) / pp`` of each GPU's time idle,
   is not hidden (vLLM overlaps ``pp`` batches, this engine runs one).
 """
 from __future__ import annotations
 
-# Fitted on 2026-12-01 by a grid search (moe_mfu 0.2-0.758, comm_latency_us 3-30, link_util 0.25-1)
+# Fitted on 2026-12-01 by grid searches (moe_mfu 0.2-0.758, comm_latency_us 3-30, link_util 0.25-1, layer_us 0-160)
 # minimising the sum of the prefill and decode MAPEs of the MoE models and of the dense models at tp > 1
 # against aiconfigurator-core 0.12.0 (vLLM 0.24.0 data) on benchmarks/fidelity_latency.py's grid: the
-# same grid as the fidelity table, so that table is in-sample for these three (docs/latency.md).
+# same grid as the fidelity table, so that table is in-sample for these four (docs/latency.md).
 MOE_MFU = 0.3
 """Share of the bf16 peak the routed experts' grouped GEMMs reach (the ``moe_mfu`` option)."""
 LINK_UTIL = 0.4
 """Share of one direction of the link a collective reaches (the ``link_util`` option)."""
+LAYER_US = 40.0
+"""Fixed time per MoE layer and step in us (the ``layer_us`` option): routing, token permutation, launches."""
 DEFAULT_COMM_LATENCY_US = 10.0
 """Latency of one collective or send in us (the ``comm_latency_us`` option)."""
 
@@ -62,7 +66,7 @@ class RooflineTerms:
     """
 
     def __init__(self, hardware, flops_per_ms: float, bytes_per_ms: float, comm_latency_us: float,
-                 expert_flops_per_ms: float | None = None, link_util: float = 1.0):
+                 expert_flops_per_ms: float | None = None, link_util: float = 1.0, layer_us: float = 0.0):
         m, g, par = hardware.model, hardware.gpu, hardware.parallel
         tp, dp = par.tp, par.dp
         self.dp = dp
@@ -91,6 +95,7 @@ class RooflineTerms:
         self._expert_weights = m.expert_weight_bytes / expert_share / bytes_per_ms
         self._miss = 1.0 - m.experts_per_tok / m.experts if m.experts else 0.0
         self._comm = self._comm_terms(m, g, par, comm_latency_us, link_util)
+        self._layers_ms = m.moe_layers * layer_us / 1e3  # per step: routing, permutation, grouped-GEMM launches
 
     @staticmethod
     def _comm_terms(m, g, par, latency_us, link_util) -> tuple[float, float]:
@@ -160,7 +165,7 @@ class RooflineTerms:
             memory = max(memory, kv_ms + self._state * requests)
         compute += self._expert_token * tokens
         memory += self._dense_weights + self._expert_weights * touched
-        comm = self._comm[0] * tokens + (self._comm[1] if tokens else 0.0)
+        comm = self._comm[0] * tokens + (self._comm[1] + self._layers_ms if tokens else 0.0)
         return compute, memory, comm
 
 

@@ -43,7 +43,8 @@ def test_list():
     assert {"roofline", "linear", "blis", "aiconfigurator"} <= set(out["latency_models"])
     assert out["latency_models"]["blis"]["options"] == {}
     assert out["latency_models"]["roofline"]["options"] == {"mfu": 0.758, "mbu": 0.878, "overhead_ms": 1.30,
-                                                            "moe_mfu": 0.3, "link_util": 0.4, "comm_latency_us": 10.0}
+                                                            "moe_mfu": 0.3, "link_util": 0.4, "layer_us": 40.0,
+                                                            "comm_latency_us": 10.0}
 
 
 @pytest.mark.parametrize("args, needle", [
