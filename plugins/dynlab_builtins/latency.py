@@ -45,8 +45,10 @@ class Roofline(LatencyModel):
       the KV read and written: ``kv_bytes_per_token x (C + sum(ctx) + sum(T))``; time = bytes /
       (HBM bandwidth x ``mbu``);
     - tensor parallelism divides FLOPs and weights by ``tp`` and KV by ``min(tp, kv_heads)`` (an MLA
-      latent is replicated); the all-reduce between the ``tp`` GPUs is ignored (no sourced cost), so
-      ``tp > 1`` is optimistic (qwen3-32b at tp 2: -8% to -16% on average against aiconfigurator).
+      latent is replicated). Every other hardware (``tp > 1``, experts, MLA, window or state layers,
+      ``ep``/``pp``/``dp_attention``) is priced by :class:`dynlab_builtins.latency_roofline.RooflineTerms`:
+      active experts and the distinct experts a step touches, MLA's absorbed decode, windows, state,
+      the all-reduce / all-to-all / stage sends over the datasheet link, a fixed time per MoE layer.
 
     Defaults fitted on 2026-11-30 by ``benchmarks/fit_roofline.py`` (a coarse-to-fine grid search
     minimising prefill MAPE + decode MAPE) to aiconfigurator-core 0.12.0's vLLM step times
@@ -55,10 +57,11 @@ class Roofline(LatencyModel):
     cached context) and 8 decode batches (1/16/64/256 at context 2,048 and 16,384), 110 steps:
     ``mfu=0.758``, ``mbu=0.878``, ``overhead_ms=1.30``; MAPE prefill 9.9% (worst 35%: qwen3-0.6b at
     512 tokens, -35%), decode 6.5% (worst 25%: qwen3-32b at tp 2, 256 decodes at 16,384, -25%).
-    Out of sample (``benchmarks/fidelity_latency.py``, a denser grid, docs/latency.md): dense models
-    13.2% prefill and 7.1% decode MAPE; DeepSeek-V3 (MoE + MLA, tp 8, not in the fit) is off by up
-    to 4x in prefill: the roofline has no term for expert routing, MLA's extra work or all-reduces. The GPU figures are datasheet numbers
-    (:mod:`dynlab.latency.hardware`).
+    ``moe_mfu``, ``link_util``, ``comm_latency_us`` and ``layer_us`` were fitted on 2026-12-01 to
+    aiconfigurator on ``benchmarks/fidelity_latency.py``'s grid (MoE models, dense at tp > 1). On that
+    grid (docs/latency.md): dense models 12.3% prefill and 9.3% decode MAPE, MoE models 20.2% and
+    13.6%, DeepSeek-V3 36.4% and 28.9%. Outside the dense fit every run says so (:meth:`domain`). The
+    GPU figures are datasheet numbers (:mod:`dynlab.models.gpus`).
     """
 
     name = "roofline"
