@@ -26,7 +26,12 @@ class ModelSpec:
     ``weight_bytes_per_param``: 1 for an fp8 ``quantization_config``, else the ``torch_dtype`` size;
     ``dtype_bytes``: activation and KV element size (``torch_dtype``); ``head_dim``/``v_head_dim``:
     query-key and value head sizes (MLA: ``qk_nope + qk_rope`` and ``v_head_dim``);
-    ``kv_bytes_per_token``: :func:`dynlab.models.kv.kv_bytes_per_token_from_config`.
+    ``kv_bytes_per_token``: :func:`dynlab.models.kv.kv_bytes_per_token_from_config` (the attention
+    layers, each token at full length; ``layers`` counts those layers, ``num_layers`` all of them);
+    ``kv_groups``: the :class:`~dynlab.models.layout.KvGroup` of each layer kind; ``quantization``
+    (``""``, ``fp8``, ``mxfp4``, ``nvfp4``) and ``quantized_weight_bytes`` / ``expert_weight_bytes``
+    (bytes, :mod:`dynlab.models.quant`); ``experts`` routed experts per MoE layer, ``experts_per_tok``,
+    ``expert_params`` (one expert's parameters), ``moe_layers``; ``kv_cache_dtype`` (``auto``/``fp8``).
     """
 
     name: str
@@ -156,7 +161,7 @@ def model_names() -> list[str]:
 
 
 def model_spec(name_or_path: str, kv_cache_dtype: str = "auto") -> ModelSpec:
-    """A bundled model by name, else the ``config.json`` at a path, or in a directory (a Hugging Face
+    """A bundled model by name (its KV at ``kv_cache_dtype``, :data:`KV_CACHE_DTYPES`), else the ``config.json`` at a path, or in a directory (a Hugging Face
     download: ``Qwen3-8B/`` reads ``Qwen3-8B/config.json``; :func:`dynlab.models.config.config_file`).
 
     A bundled name wins over a folder of the same name (``./qwen3-8b`` reads the folder). Anything else
