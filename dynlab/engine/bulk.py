@@ -114,8 +114,7 @@ def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: L
         # the same budget, slots and pool), no finish before the last step, and no new block,
         # except at block boundaries the free queue can serve when nothing waits (boundaries)
         k = min([r.output_length - r.generated for r, _ in sched]) // DECODE_TOKENS
-        free_slots = kv.free_slots
-        kb = min([free_slots(r) for r, _ in sched]) // DECODE_TOKENS
+        kb = kv.min_free_slots(sched) // DECODE_TOKENS
         if kb < k:
             if can_cross():
                 k, at, reqs = boundaries(sched, k, kv.num_free, kv)

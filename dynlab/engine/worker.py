@@ -204,7 +204,9 @@ class EngineWorker:
     @property
     def idle(self) -> bool:
         """No step in progress and nothing to schedule (no running, waiting, loading or received request)."""
-        return self._step is None and not self.scheduler.has_work() and not self.scheduler.loading
+        sch = self.scheduler
+        return (self._step is None and not sch.running and not sch.waiting and not sch.loading
+                and not sch.ready and not sch.received)
 
     @property
     def next_ready(self) -> Optional[float]:
@@ -327,8 +329,9 @@ class EngineWorker:
             raise RuntimeError("a step is already in progress")
         self.cpu_stored = self.cpu_removed = ()
         sch, kv = self.scheduler, self.kv
-        sch.promote_loaded(now)
-        if not sch.has_work():
+        if sch.loading:
+            sch.promote_loaded(now)
+        if not (sch.running or sch.waiting or sch.ready or sch.received):
             self.removed, self.removed_runs = (), None
             return None
         kv.accumulate(now)

@@ -4,18 +4,18 @@ Modelled on vLLM v1's ``KVCacheManager`` / ``KVCacheCoordinator`` / ``SingleType
 (``vllm/v1/core/``): the scheduler never touches blocks, it asks this manager three questions
 about a request, all in tokens:
 
-- :meth:`KvCacheManager.find_cached_prefix`: the leading full prompt blocks cached (GPU pool, then
-  the CPU tier behind it);
+- :meth:`KvCacheManager.find_cached_prefix` (vLLM's ``get_computed_blocks``): the leading full
+  prompt blocks cached (GPU pool, then the CPU tier behind it);
 - :meth:`KvCacheManager.allocate_slots` / :meth:`KvCacheManager.allocate_new`: blocks for ``n``
   more tokens (``False`` / ``None``, nothing taken, when the free queue cannot give them);
 - :meth:`KvCacheManager.free`: return its blocks (cached ones stay in the prefix cache).
 
-**KV cache groups.** One group today, :class:`FullAttentionGroup` (every token's KV kept, blocks
-needed = ``ceil(tokens / block)``: :meth:`FullAttentionGroup.blocks_needed`, the one formula, which
-the manager's ``blocks_needed`` is). A layout with
-sliding-window, chunked-local or state layers adds a group class with its own
-``blocks_needed`` (and its own pool) to :attr:`KvCacheManager.groups`; a request then holds a
-block list per group (today ``req.keys``, the full-attention group's).
+**KV cache groups.** One group today, :class:`FullAttentionGroup` (vLLM's ``FullAttentionManager``:
+every token's KV kept, blocks needed = ``ceil(tokens / block)``: :meth:`FullAttentionGroup.blocks_needed`,
+the one formula, which the manager's ``blocks_needed`` is). A layout with sliding-window,
+chunked-local or state layers adds a group class with its own ``blocks_needed`` (and its own pool)
+to :attr:`KvCacheManager.groups`; a request then holds a block list per group (today ``req.keys``,
+the full-attention group's).
 
 CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.kv.cpu_tier`):
 
@@ -153,6 +153,11 @@ class KvCacheManager:
     def free_slots(self, req) -> int:
         """Tokens ``req`` can still compute in the blocks it holds (``len(keys) * block - computed``)."""
         return len(req.keys) * self.block - req.computed
+
+    def min_free_slots(self, sched: list) -> int:
+        """The least :meth:`free_slots` of the requests of ``(request, tokens)`` pairs ``sched``."""
+        B = self.block
+        return min([len(r.keys) * B - r.computed for r, _ in sched])
 
     def sequence(self, req):
         """``req``'s names as the pool takes them (:attr:`seq`, computed once)."""
