@@ -85,8 +85,7 @@ class Scheduler:
                         break
                 if victim is req:
                     break
-            if req.nreg < len(req.names):
-                kv.name_blocks(req, n)
+            kv.name_blocks(req, n)
             sched.append((req, n))
             budget -= n
             i += 1

@@ -1,5 +1,11 @@
 """One serving engine (a worker) as vLLM v1's scheduler runs it: steps, chunked prefill, a block pool, preemption.
 
+The engine is split along vLLM v1's seams: :mod:`dynlab.engine.request` (a request and its state),
+:mod:`dynlab.engine.scheduler` (the step's ``(request, tokens)`` pairs: budget, slots, admission,
+preemption, chunking), :mod:`dynlab.kv.cache_manager` (its blocks: cached prefix, slots, free, the
+CPU tier, the P/D handoff), :mod:`dynlab.engine.bulk` (the step plan, bulk decode runs and their
+block boundaries); :class:`EngineWorker` is the step driver wiring them.
+
 This module has no clock and no event loop: an event loop drives each :class:`EngineWorker`
 through four calls, all times in **ms** (floats)::
 

@@ -210,11 +210,13 @@ class KvCacheManager:
         return True
 
     def name_blocks(self, req, n: int) -> None:
-        """Name the full blocks the chunk of ``n`` tokens scheduled now completes (:meth:`nameable`)."""
-        full = self.nameable(req, req.computed + n)
-        if full > req.nreg:
-            self.pool.register(req.keys, req.seq, req.nreg, full)
-            req.nreg = full
+        """Name the full blocks the chunk of ``n`` tokens scheduled now completes (:meth:`nameable`);
+        nothing once every name ``req`` has is registered (its prompt's: a decode's fast path)."""
+        if req.nreg < len(req.names):
+            full = self.nameable(req, req.computed + n)
+            if full > req.nreg:
+                self.pool.register(req.keys, req.seq, req.nreg, full)
+                req.nreg = full
 
     def free(self, req) -> None:
         """Return ``req``'s blocks to the free queue (named ones stay cached)."""
