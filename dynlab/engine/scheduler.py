@@ -85,7 +85,8 @@ class Scheduler:
                         break
                 if victim is req:
                     break
-            kv.name_blocks(req, n)
+            if req.nreg < len(req.names):  # names left to register (a decode has none: no call)
+                kv.name_blocks(req, n)
             sched.append((req, n))
             budget -= n
             i += 1

@@ -340,8 +340,7 @@ class EngineWorker:
         if not (sch.running or sch.waiting or sch.ready or sch.received):
             self.removed, self.removed_runs = (), None
             return None
-        kv.accumulate(now)
-        kv.begin_step()
+        kv.begin_step(now)
         sched, preempted, admitted = sch.schedule(now)
         if self.cpu is not None and self.pool.removed:
             self._offload(self.pool.removed)
@@ -353,10 +352,8 @@ class EngineWorker:
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         st = plan_step(sched, preempted, admitted, now, self.latency, kv,
                        self.bulk, len(sch.running), self._can_cross)
-        st.stored, st.stored_runs = kv.stored()
-        self.removed, self.removed_runs = kv.removed()
-        st.removed = self.removed
-        st.used = kv.note_used()
+        st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()
+        self.removed = st.removed
         self._step = st
         self.next_boundary = st.bound_at[-1] if st.bound_at else None
         if st.k > 1 and sch.loading:

@@ -248,15 +248,24 @@ class KvCacheManager:
         return evicting, used
 
     # -- events and usage ---------------------------------------------------------------------
-    def begin_step(self) -> None:
-        """Clear the pool's stored / removed names (a step's events start empty)."""
+    def begin_step(self, now: float) -> None:
+        """A step starts at ``now`` (ms): the usage integral advanced to it, the pool's stored /
+        removed names cleared (a step's events start empty)."""
+        self.accumulate(now)
         pool = self.pool
         pool.stored, pool.removed = [], []
 
-    def stored(self) -> Tuple[tuple, Optional[tuple]]:
-        """``(names, runs or None)`` the pool registered since :meth:`begin_step`."""
+    def step_events(self) -> tuple:
+        """``(stored, stored_runs, removed, removed_runs, used)`` since :meth:`begin_step`: the names
+        registered and evicted (tuples; their runs, or ``None`` without ``runs``) and the blocks used
+        now (recorded in :attr:`peak_used_blocks`)."""
         pool = self.pool
-        return tuple(pool.stored), (tuple(pool.stored_runs) if self.runs else None)
+        used = pool.used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        if self.runs:
+            return tuple(pool.stored), tuple(pool.stored_runs), tuple(pool.removed), tuple(pool.removed_runs), used
+        return tuple(pool.stored), None, tuple(pool.removed), None, used
 
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
         """``(names, runs or None)`` the pool evicted since :meth:`begin_step`."""
