@@ -98,12 +98,12 @@ def batch_of(sched: list) -> Tuple[list, list, int, int]:
 
 
 def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: LatencyModel, kv,
-              bulk: bool, running: int, can_cross) -> StepPlan:
+              bulk: bool, running: int, can_cross: bool) -> StepPlan:
     """The plan of the step scheduled at ``now`` (ms): its batch, length ``k`` and end.
 
     ``bulk``: advance a decode-only step (every one of the ``running`` requests decodes, nothing
     admitted or preempted) ``k`` steps at once, to the earliest finish, or to the first block
-    boundary unless ``can_cross()`` (the driver crosses boundaries and nothing waits): then across
+    boundary unless ``can_cross`` (the driver crosses boundaries and nothing waits): then across
     those the free queue of ``kv`` can serve. The pool's events and usage are the caller's to fill.
     """
     prefill_tokens, prefill_context, decodes, context = batch_of(sched)
@@ -114,10 +114,11 @@ def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: L
         # the same budget, slots and pool), no finish before the last step, and no new block,
         # except at block boundaries the free queue can serve when nothing waits (boundaries)
         k = min([r.output_length - r.generated for r, _ in sched]) // DECODE_TOKENS
-        kb = kv.min_free_slots(sched) // DECODE_TOKENS
+        slots = kv.free_slots_of(sched)
+        kb = min(slots) // DECODE_TOKENS
         if kb < k:
-            if can_cross():
-                k, at, reqs = boundaries(sched, k, kv.num_free, kv)
+            if can_cross:
+                k, at, reqs = boundaries(sched, slots, k, kv.num_free, kv.block)
             else:
                 k = kb
     st = StepPlan()
@@ -138,7 +139,7 @@ def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: L
     return st
 
 
-def boundaries(sched: list, k: int, free: int, kv) -> Tuple[int, list, list]:
+def boundaries(sched: list, slots: list, k: int, free: int, block: int) -> Tuple[int, list, list]:
     """A decode-only run of up to ``k`` steps (to the earliest finish) across block boundaries.
 
     Returns ``(k, steps, reqs)`` for the boundaries inside the run, LAST first (popped from the
@@ -146,13 +147,14 @@ def boundaries(sched: list, k: int, free: int, kv) -> Tuple[int, list, list]:
     ``reqs[i]`` the requests taking a block at step ``j``, in running order. Taking a block there
     is all a new step would do (nothing waits to be admitted, nothing finishes before step ``k``),
     so the run goes on, unless the free queue (``free`` blocks) could not serve a boundary: the run
-    then ends at that step (which may preempt). A block lasts ``kv.block`` tokens.
+    then ends at that step (which may preempt). ``slots``: each request's free slots (tokens its
+    blocks still hold, :meth:`~dynlab.kv.cache_manager.KvCacheManager.free_slots_of`); a block holds
+    ``block`` tokens.
     """
-    step = kv.block // DECODE_TOKENS  # steps between a request's boundaries
-    free_slots = kv.free_slots
+    step = block // DECODE_TOKENS  # steps between a request's boundaries
     by_step: dict = {}
-    for req, _ in sched:
-        j = free_slots(req) // DECODE_TOKENS
+    for (req, _), free_slots in zip(sched, slots):
+        j = free_slots // DECODE_TOKENS
         while j < k:
             lst = by_step.get(j)
             if lst is None:

@@ -39,14 +39,6 @@ class Scheduler:
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
         self.preemptions = 0
 
-    def has_work(self) -> bool:
-        """A request could be scheduled (running, waiting, loaded or received)."""
-        return bool(self.running or self.waiting or self.ready or self.received)
-
-    def nothing_waits(self) -> bool:
-        """No request waits for admission or a load: a decode-only run may cross block boundaries."""
-        return not self.waiting and not self.loading and not self.ready and not self.received
-
     def promote_loaded(self, now: float) -> None:
         """Move the requests whose CPU-tier loads have arrived by ``now`` (ms) to ``ready``."""
         loading = self.loading

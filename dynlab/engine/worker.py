@@ -350,8 +350,9 @@ class EngineWorker:
                 self.removed, self.removed_runs = kv.removed()
                 return None
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
-        st = plan_step(sched, preempted, admitted, now, self.latency, kv,
-                       self.bulk, len(sch.running), self._can_cross)
+        # a bulk run may go on across block boundaries when the driver crosses them and nothing waits
+        can_cross = self.cross_boundaries and not (sch.waiting or sch.loading or sch.ready or sch.received)
+        st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross)
         st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()
         self.removed = st.removed
         self._step = st
@@ -359,10 +360,6 @@ class EngineWorker:
         if st.k > 1 and sch.loading:
             self.interrupt(sch.loading[0].ready_ms)  # a load arriving mid-run joins the next step
         return st.end
-
-    def _can_cross(self) -> bool:
-        """A bulk run may go on across block boundaries: the driver crosses them and nothing waits."""
-        return self.cross_boundaries and self.scheduler.nothing_waits()
 
     def _offload(self, removed: list) -> None:
         """Write the names the pool evicted to the CPU tier (:attr:`cpu_stored` / :attr:`cpu_removed`);

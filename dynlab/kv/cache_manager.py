@@ -154,10 +154,10 @@ class KvCacheManager:
         """Tokens ``req`` can still compute in the blocks it holds (``len(keys) * block - computed``)."""
         return len(req.keys) * self.block - req.computed
 
-    def min_free_slots(self, sched: list) -> int:
-        """The least :meth:`free_slots` of the requests of ``(request, tokens)`` pairs ``sched``."""
+    def free_slots_of(self, sched: list) -> list:
+        """:meth:`free_slots` of each request of the ``(request, tokens)`` pairs ``sched``, in order."""
         B = self.block
-        return min([len(r.keys) * B - r.computed for r, _ in sched])
+        return [len(r.keys) * B - r.computed for r, _ in sched]
 
     def sequence(self, req):
         """``req``'s names as the pool takes them (:attr:`seq`, computed once)."""
