@@ -304,7 +304,7 @@ class EngineWorker:
         if len(req.names) != req.input_length // self.block:
             raise ValueError(f"request {req.id!r}: {len(req.names)} block names for {req.input_length} "
                              f"tokens at block {self.block} (want {req.input_length // self.block})")
-        if not self.kv.fits(req.input_length + req.output_length - DECODE_TOKENS):
+        if not self.kv.fits(req.input_length + req.output_length - 1):  # the last token's KV is never computed
             req.rejected = True
             self.rejected += 1
             return False
