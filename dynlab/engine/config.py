@@ -108,6 +108,11 @@ class SimConfig:
     duration_repeat: str = "new"
     workload: Optional[str] = None
     tokenizer: Optional[str] = None
+    # --- models helper (issue 25): parallelism and KV dtype of a timed worker (dynlab.models.parallel) ---
+    ep: int = 1
+    pp: int = 1
+    dp_attention: bool = False
+    kv_cache_dtype: str = "auto"
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -224,6 +229,8 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
                      "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
+#: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
+PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
 PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
@@ -320,6 +327,14 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
+    # --- models helper (issue 25) ---
+    if not config.timing:
+        for name in PARALLEL_FIELDS:
+            yield name, _WITHOUT_TIMING
+    if config.ep == 1:
+        yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
+    elif config.ep == config.tp:
+        yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
 
 
 def _workload_rules(config: SimConfig):
