@@ -147,9 +147,10 @@ SIM_OPTIONS = [
      "(0: no tier; a value > 0 must hold one block) [default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
      "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
-    (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "evict",
-     "With --timing and a CPU tier: when a block is written there: when the GPU evicts it (a victim tier) "
-     "or when it is computed (write-through, as vLLM's OffloadingConnector and LMCache store)."),
+    (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "compute",
+     "With --timing and a CPU tier: when a block is written there: when it is computed (write-through, as "
+     "vLLM's OffloadingConnector, LMCache and the cache lab's TwoTierCache store) or when the GPU evicts it "
+     "(a victim tier)."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),
@@ -276,6 +277,7 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, report_path, **option
         from dynlab.report import Run
         write_run_report(ctx, report_path, [Run(config.mode, result)], [config])
     echo_json(result)
+    _warn_collapse({result.get("mode"): result})
 
 
 def type_text(ptype: click.ParamType) -> str:
@@ -396,6 +398,16 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
         from dynlab.report import Run
         write_run_report(ctx, report_path, [Run(k, r) for k, r in results.items()], list(configs.values()))
     echo_table_or_json(results, fmt, _format_table)
+    _warn_collapse(results)
+
+
+def _warn_collapse(results: dict) -> None:
+    """One stderr line when a timed run collapsed onto one worker (:mod:`dynlab.collapse`)."""
+    from dynlab.collapse import collapse_warning
+
+    message = collapse_warning(results)
+    if message:
+        click.echo(f"Warning: {message}", err=True)
 
 
 def _split_compared(ctx, options: dict) -> tuple:

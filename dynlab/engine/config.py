@@ -37,8 +37,9 @@ class SimConfig:
     ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`):
     ``cpu_capacity`` blocks or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier
     keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s, written
-    when the GPU evicts a block or when it is computed (``cpu_write``: ``evict`` or ``compute``,
-    :data:`dynlab.engine.worker.CPU_WRITES`).
+    when it is computed (``cpu_write="compute"``, the default: write-through, as vLLM's
+    OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or when the GPU evicts it
+    (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`).
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
@@ -89,7 +90,7 @@ class SimConfig:
     cpu_capacity: Optional[int] = None
     cpu_memory_gb: Optional[float] = None
     pcie_gbps: float = 25.0
-    cpu_write: str = "evict"
+    cpu_write: str = "compute"
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
     split: Optional[str] = None
