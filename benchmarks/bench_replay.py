@@ -21,7 +21,7 @@ from collections import OrderedDict
 from importlib import resources
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.traces.reader import BUILTIN_TRACES
 
 TRACE = "mooncake-conversation"

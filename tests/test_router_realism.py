@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from dynlab import plugins
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import build_strategy, run
+from dynlab.engine.run import build_strategy
+from dynlab.sim.runner import run
 from dynlab.engine.serving import build_engines
 from dynlab.routing.events import BlockStored
 from dynlab.routing.replicas import LoadBook, RouterReplicas

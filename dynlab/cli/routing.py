@@ -15,7 +15,8 @@ from dynlab.cli.common import (echo_json, echo_table_or_json, output_path, parse
                                split_list)
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import build_strategy, run
+from dynlab.engine.run import build_strategy
+from dynlab.sim.runner import run
 
 
 class CapacityType(click.ParamType):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass, replace
 from typing import AbstractSet, Mapping, Optional
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
@@ -97,6 +97,59 @@ class SimConfig:
     overlap_transfer: bool = False
     decode_prefix_cache: bool = False
 
+    # -- the sections (frozen views of the flat fields, :data:`SECTIONS`) -----------------------------
+    @property
+    def workload(self) -> "WorkloadSection":
+        """The workload section: trace or synthetic workload, its block names, seed and arrivals."""
+        return self._section("workload")
+
+    @property
+    def fleet(self) -> "FleetSection":
+        """The fleet section: the strategy and its options, workers, router replicas, the P/D pool sizes."""
+        return self._section("fleet")
+
+    @property
+    def engine(self) -> "EngineSection":
+        """The engine section: ``timing``, vLLM's scheduler limits, the latency model and hardware."""
+        return self._section("engine")
+
+    @property
+    def kv(self) -> "KvSection":
+        """The KV section: block sizes, the pool (``capacity``, ``policy``) and the CPU tier."""
+        return self._section("kv")
+
+    @property
+    def events(self) -> "EventsSection":
+        """The KV-events section: ``publish``, delays (requests, ms) and loss."""
+        return self._section("events")
+
+    @property
+    def slo(self) -> "SloSection":
+        """The SLO section: ``slo_ttft_ms`` and ``slo_tpot_ms`` (goodput)."""
+        return self._section("slo")
+
+    @property
+    def disagg(self) -> "PdSection":
+        """The P/D section: the decode router and the KV transfer (``link_gbps`` ...)."""
+        return self._section("disagg")
+
+    def _section(self, name: str):
+        cls = SECTION_CLASSES[name]
+        return cls(**{f: getattr(self, f) for f in SECTIONS[name]})
+
+    @classmethod
+    def from_sections(cls, **sections) -> "SimConfig":
+        """A configuration from section objects (``workload=WorkloadSection(...)``, ...); a section not
+        given keeps its defaults. Raises ``TypeError`` for an unknown section name or a wrong object."""
+        flat: dict = {}
+        for name, section in sections.items():
+            if name not in SECTIONS or not isinstance(section, SECTION_CLASSES[name]):
+                raise TypeError(f"from_sections: {name}= must be a {SECTION_CLASSES[name].__name__}"
+                                if name in SECTIONS else f"from_sections: unknown section {name!r} "
+                                f"(sections: {', '.join(SECTIONS)})")
+            flat.update({f: getattr(section, f) for f in SECTIONS[name]})
+        return cls(**flat)
+
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
         (``split`` ``"P:0"`` is ``P`` aggregated workers). Raises ``ValueError`` for a bad ``split``."""
@@ -175,6 +228,48 @@ class SimConfig:
         if not (self.link_latency_ms >= 0 and math.isfinite(self.link_latency_ms)):
             raise ValueError(f"link_latency_ms must be a finite number >= 0, got {self.link_latency_ms}")
         check_effective(self)
+
+
+#: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/engine/test_config_sections.py``)
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "workload": ("trace", "trace_format", "prefixes", "reps", "plen", "tail", "seed", "hash", "all_metrics",
+                 "time_scale", "rate"),
+    "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split"),
+    "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "model", "gpu",
+               "tp", "gpu_memory_utilization"),
+    "kv": ("block", "trace_block", "capacity", "policy", "cpu_capacity", "cpu_memory_gb", "pcie_gbps", "cpu_write"),
+    "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),
+    "slo": ("slo_ttft_ms", "slo_tpot_ms"),
+    "disagg": ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache"),
+}
+
+
+def _section_class(name: str, cls_name: str, doc: str):
+    by_name = {f.name: f for f in fields(SimConfig)}
+    specs = [(f, by_name[f].type, field(default=by_name[f].default) if by_name[f].default_factory is
+              MISSING else field(default_factory=by_name[f].default_factory)) for f in SECTIONS[name]]
+    cls = make_dataclass(cls_name, specs, frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = doc + " Fields and defaults: those of :class:`SimConfig` of the same names."
+    return cls
+
+
+WorkloadSection = _section_class("workload", "WorkloadSection",
+                                  "The workload: a trace or the synthetic workload, names, seed, arrivals.")
+FleetSection = _section_class("fleet", "FleetSection",
+                               "The fleet: the strategy (``mode``, ``opts``), workers, routers, P/D pools.")
+EngineSection = _section_class("engine", "EngineSection",
+                                "The timed engine: scheduler limits, latency model, hardware.")
+KvSection = _section_class("kv", "KvSection",
+                            "The KV cache: block sizes, the pool and its policy, the CPU tier.")
+EventsSection = _section_class("events", "EventsSection",
+                                "The KV events: publishing, delay (requests or ms), loss.")
+SloSection = _section_class("slo", "SloSection",
+                             "The SLOs of goodput (ms).")
+PdSection = _section_class("disagg", "PdSection",
+                            "A P/D fleet: the decode router and the KV transfer link.")
+SECTION_CLASSES = {"workload": WorkloadSection, "fleet": FleetSection, "engine": EngineSection, "kv": KvSection,
+                   "events": EventsSection, "slo": SloSection, "disagg": PdSection}
 
 
 def parse_split(text: str) -> tuple[int, int]:

@@ -917,3 +917,11 @@ class EngineWorker:
         for key, c in held.items():
             assert self.pool.references(key) == c
         assert all(r.load_blocks > 0 for r in loading)
+
+    # public hooks for the run layer
+    @property
+    def step_requests(self) -> list:
+        """The requests scheduled in the step (or bulk decode run) in progress, in schedule order; ``[]``
+        between steps. A P/D fleet reads it when a step starts (layer-pipelined transfers)."""
+        st = self._step
+        return [] if st is None else [req for req, _ in st.sched]
