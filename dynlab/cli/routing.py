@@ -11,8 +11,8 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import (echo_json, echo_table_or_json, output_path, parse_opts, progress_bar, refuse_repeats,
-                               split_list)
+from dynlab.cli.common import (echo_table_or_json, json_text, output_path, parse_opts, progress_bar, refuse_repeats,
+                               split_list, write_atomic)
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
@@ -194,9 +194,9 @@ def check_options(config: SimConfig, given, requests=None) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _run(config: SimConfig, quiet: bool, requests=None) -> dict:
+def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
     try:
-        return run(config, progress=not quiet and sys.stderr.isatty(), requests=requests)
+        return run(config, progress=not quiet and sys.stderr.isatty(), requests=requests, recorders=recorders)
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -229,8 +229,12 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
 @main.command()
 @sim_options
 @common_flags()
+@click.option("--requests-out", "requests_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              callback=output_path, metavar="FILE",
+              help="Write one JSON line per trace request, in trace order (worker, times, hits, preemptions; "
+                   "see docs/commands.md); - for stdout, the result JSON then going to stderr.")
 @click.pass_context
-def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, **options):
+def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the KV-aware router lab's synthetic workload (12 shared prefixes,
@@ -238,10 +242,16 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, **options):
     block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
     An option that would have no effect in the combination given is refused (exit 2).
     """
+    from dynlab.sim.records import RequestRecorder
+
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                        all_metrics=all_metrics, timing=timing)
     check_options(config, given_fields(ctx))
-    echo_json(_run(config, quiet))
+    recorders = (RequestRecorder(),) if requests_out else ()
+    text = json_text(_run(config, quiet, recorders=recorders))
+    if requests_out:
+        write_atomic(requests_out, recorders[0].jsonl())
+    click.echo(text, err=requests_out == "-")
 
 
 def type_text(ptype: click.ParamType) -> str:
