@@ -44,6 +44,7 @@ per-request values are in :attr:`DisaggFleet.records`.
 """
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
@@ -51,6 +52,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from dynlab.disagg.cost import GB
 from dynlab.disagg.decode_router import decode_router
 from dynlab.engine.config import DECODE_ROUTERS, PdSection
+from dynlab.engine.env import RunEnv
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
 from dynlab.engine.metrics import Recorder, fleet_result, hooks, ratio, stats
 from dynlab.engine.timed import TimedFleet, step_past_horizon
@@ -365,10 +367,6 @@ def serve_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Seque
     ``requests`` with the default sections, Poisson arrivals from ``random.Random(0)``); ``pd``: the
     P/D section. Raises ``ValueError`` for a bad fleet option or timestamps that go backwards.
     """
-    import random
-
-    from dynlab.engine.env import RunEnv
-
     if env is None:
         env = RunEnv.timed(requests, strategy, len(prefill), arrival_rng=random.Random(0))
     fleet = DisaggFleet(strategy, prefill, decode, env, names_of, kv_bytes_per_token=kv_bytes_per_token, pd=pd,

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields, make_dataclass, replace
+from collections import namedtuple
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
@@ -147,7 +148,7 @@ class SimConfig:
                 raise TypeError(f"from_sections: {name}= must be a {SECTION_CLASSES[name].__name__}"
                                 if name in SECTIONS else f"from_sections: unknown section {name!r} "
                                 f"(sections: {', '.join(SECTIONS)})")
-            flat.update({f: getattr(section, f) for f in SECTIONS[name]})
+            flat.update(section._asdict())
         return cls(**flat)
 
     def pd(self) -> Optional[tuple[int, int]]:
@@ -245,12 +246,13 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 
 
 def _section_class(name: str, cls_name: str, doc: str):
+    """A section: a named tuple of its fields with :class:`SimConfig`'s defaults (read-only; cheap to
+    create at import, which the console script's start-up pays)."""
     by_name = {f.name: f for f in fields(SimConfig)}
-    specs = [(f, by_name[f].type, field(default=by_name[f].default) if by_name[f].default_factory is
-              MISSING else field(default_factory=by_name[f].default_factory)) for f in SECTIONS[name]]
-    cls = make_dataclass(cls_name, specs, frozen=True)
-    cls.__module__ = __name__
-    cls.__doc__ = doc + " Fields and defaults: those of :class:`SimConfig` of the same names."
+    defaults = [by_name[f].default if by_name[f].default_factory is MISSING else by_name[f].default_factory()
+                for f in SECTIONS[name]]
+    cls = namedtuple(cls_name, SECTIONS[name], defaults=defaults, module=__name__)
+    cls.__doc__ = doc + " Fields and defaults: those of :class:`SimConfig` of the same names (a named tuple)."
     return cls
 
 

@@ -1,4 +1,8 @@
-"""The run environment of a timed fleet: one object instead of a dozen keyword arguments.
+"""The run environment of a timed fleet: one object instead of a dozen keyword arguments; the arrivals.
+
+Arrivals (:func:`arrival_times`): trace timestamps (ms) times ``time_scale``; a workload without
+timestamps arrives as a Poisson process of ``rate`` requests/s from its own RNG. Timestamps must not
+go backwards (the trace readers refuse such traces).
 
 A :class:`RunEnv` holds what every topology runs in: the event loop (the clock), the KV-event bus,
 the arrivals (``(request, ms)`` in workload order), the routing recorder, the other recorders
@@ -15,7 +19,47 @@ from dynlab.engine.bus import EventBus
 from dynlab.engine.config import EventsSection, SloSection, WorkloadSection
 from dynlab.engine.loop import EventLoop
 from dynlab.engine.metrics import Recorder, RoutingMetrics, ServingMetrics
-from dynlab.engine.timed import arrival_times
+from dynlab.limits import HORIZON_MS, past_horizon
+from dynlab.routing.strategy import Request
+
+
+def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
+                  rng: random.Random) -> Iterator[tuple[Request, float]]:
+    """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards,
+    or when an arrival is past :data:`~dynlab.limits.HORIZON_MS` (naming ``--time-scale`` or ``--rate``)."""
+    now = 0.0
+    for req in requests:
+        if req.timestamp is None:
+            now += rng.expovariate(rate) * 1000.0
+            if not now <= HORIZON_MS:
+                raise past_horizon(now, f"request {req.index}'s Poisson arrival at --rate {rate:g} requests/s",
+                                   "use a larger --rate")
+        else:
+            t = req.timestamp * time_scale
+            if t < now:
+                raise ValueError(f"request {req.index}: timestamp {req.timestamp} is earlier than the previous "
+                                 f"request's; timed runs need arrivals in time order")
+            if not t <= HORIZON_MS:
+                raise _arrival_past_horizon(req, t, time_scale)
+            now = t
+        yield req, now
+
+
+def check_arrivals(requests: Sequence[Request], time_scale: float) -> None:
+    """Raise the ``ValueError`` :func:`arrival_times` would raise for a timestamp times ``time_scale``
+    past :data:`~dynlab.limits.HORIZON_MS`, before anything runs. ``requests``: a loaded trace,
+    in time order (the readers refuse others), so its last timestamp is the latest arrival."""
+    if not requests or requests[-1].timestamp is None or requests[-1].timestamp * time_scale <= HORIZON_MS:
+        return
+    for req in requests:
+        t = req.timestamp * time_scale
+        if not t <= HORIZON_MS:
+            raise _arrival_past_horizon(req, t, time_scale)
+
+
+def _arrival_past_horizon(req: Request, t: float, time_scale: float) -> ValueError:
+    return past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x --time-scale "
+                           f"{time_scale:g})", "use a smaller --time-scale")
 
 
 @dataclass

@@ -124,7 +124,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
     """Raise the one-line ``ValueError`` a timed run of ``config`` would raise for its options, before any
     engine is built or request served: an unknown model, GPU or latency model, a model that does not
     fit the GPUs, a CPU tier the options cannot size (:func:`cpu_tier_size`) and, given the loaded
-    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`),
+    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.env.check_arrivals`),
     and ``--time-scale`` or ``--rate`` where the workload ignores it
     (:func:`dynlab.engine.config.check_arrival_options`; ``requests`` ``None`` with a trace: not checked here,
     the run checks it at its first request). A ``--model`` config.json that opens but holds a bad config
@@ -133,7 +133,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
     every run before the first, so a bad value writes nothing.
     """
     from dynlab.engine.config import check_arrival_options
-    from dynlab.engine.timed import check_arrivals
+    from dynlab.engine.env import check_arrivals
 
     hardware = _hardware_pool(config)[0]
     cpu_tier_size(config, hardware.model)

@@ -27,6 +27,7 @@ import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.bus import EventBus
+from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
 from dynlab.engine.metrics import TierRecorder, fleet_result, hooks
 from dynlab.engine.worker import EngineRequest, EngineWorker
@@ -35,45 +36,6 @@ from dynlab.limits import HORIZON_MS, past_horizon
 from dynlab.routing.events import MEDIUM_CPU, BlockRemoved, BlockStored
 from dynlab.routing.replicas import RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, Strategy
-
-
-def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
-                  rng: random.Random) -> Iterator[tuple[Request, float]]:
-    """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards,
-    or when an arrival is past :data:`~dynlab.limits.HORIZON_MS` (naming ``--time-scale`` or ``--rate``)."""
-    now = 0.0
-    for req in requests:
-        if req.timestamp is None:
-            now += rng.expovariate(rate) * 1000.0
-            if not now <= HORIZON_MS:
-                raise past_horizon(now, f"request {req.index}'s Poisson arrival at --rate {rate:g} requests/s",
-                                   "use a larger --rate")
-        else:
-            t = req.timestamp * time_scale
-            if t < now:
-                raise ValueError(f"request {req.index}: timestamp {req.timestamp} is earlier than the previous "
-                                 f"request's; timed runs need arrivals in time order")
-            if not t <= HORIZON_MS:
-                raise _arrival_past_horizon(req, t, time_scale)
-            now = t
-        yield req, now
-
-
-def check_arrivals(requests: Sequence[Request], time_scale: float) -> None:
-    """Raise the ``ValueError`` :func:`arrival_times` would raise for a timestamp times ``time_scale``
-    past :data:`~dynlab.limits.HORIZON_MS`, before anything runs. ``requests``: a loaded trace,
-    in time order (the readers refuse others), so its last timestamp is the latest arrival."""
-    if not requests or requests[-1].timestamp is None or requests[-1].timestamp * time_scale <= HORIZON_MS:
-        return
-    for req in requests:
-        t = req.timestamp * time_scale
-        if not t <= HORIZON_MS:
-            raise _arrival_past_horizon(req, t, time_scale)
-
-
-def _arrival_past_horizon(req: Request, t: float, time_scale: float) -> ValueError:
-    return past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x --time-scale "
-                           f"{time_scale:g})", "use a smaller --time-scale")
 
 
 def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) -> ValueError:
@@ -385,8 +347,6 @@ def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Seque
     ``runs_of``: see :class:`TimedFleet` (the same result, less work). See the module docstring for the
     model. Raises ``ValueError`` when timestamps go backwards.
     """
-    from dynlab.engine.env import RunEnv
-
     if env is None:
         env = RunEnv.timed(requests, strategy, len(engines), arrival_rng=random.Random(0))
     if kv_bytes_per_block is not None:
