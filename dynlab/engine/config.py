@@ -48,6 +48,11 @@ class SimConfig:
     count) sets them at once, ``"P:0"`` meaning ``P`` aggregated workers. ``decode_router``
     (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
     400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
+
+    Sections: the fields are grouped in seven read-only views (:data:`SECTIONS`), ``workload``,
+    ``fleet``, ``engine``, ``kv``, ``events``, ``slo`` and ``disagg`` (named tuples built on each access);
+    :meth:`from_sections` builds a configuration from them. The flat fields stay the source of truth
+    (the CLI's flags, ``dataclasses.replace``, the option rules of :func:`check_effective`).
     """
 
     mode: str = "kv"

@@ -19,7 +19,7 @@ import sys
 from dataclasses import fields
 from typing import Any, Iterable, Optional, Sequence
 
-from dynlab.engine.config import SimConfig, check_effective
+from dynlab.engine.config import SimConfig
 from dynlab.engine.counted import Worker
 from dynlab.engine.bus import CountedEventBus
 from dynlab.engine.metrics import RoutingMetrics, fleet_result, hooks

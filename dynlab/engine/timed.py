@@ -16,9 +16,10 @@ first token yet. The request a strategy routes carries the simulated arrival tim
 ``timestamp``. With router replicas (:class:`~dynlab.routing.replicas.RouterReplicas`), each
 replica's own view holds only the requests it routed, unless they share the load.
 
-Arrivals: trace timestamps (ms) times ``time_scale``; a workload without timestamps arrives
-as a Poisson process of ``rate`` requests/s from its own RNG. Timestamps must not go
-backwards (the trace readers refuse such traces).
+Arrivals (:func:`dynlab.engine.env.arrival_times`, re-exported here): trace timestamps (ms) times
+``time_scale``; a workload without timestamps arrives as a Poisson process of ``rate`` requests/s
+from its own RNG. Timestamps must not go backwards (the trace readers refuse such traces). The
+fleet runs in a :class:`~dynlab.engine.env.RunEnv`; the run layer (:mod:`dynlab.sim`) builds both.
 """
 from __future__ import annotations
 
@@ -26,9 +27,8 @@ import heapq
 import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from dynlab.engine.bus import EventBus
 from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
-from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
+from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
 from dynlab.engine.metrics import TierRecorder, fleet_result, hooks
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
