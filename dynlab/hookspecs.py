@@ -62,3 +62,12 @@ def dynlab_register_scorers(register):
     The class must subclass :class:`dynlab.routing.scorer.Scorer` and set a non-empty
     class attribute ``name`` (the name in ``--opt scorers=NAME:WEIGHT,...``).
     """
+
+
+@hookspec
+def dynlab_register_workloads(register):
+    """Register workload generators: ``register(WorkloadSubclass)``.
+
+    The class must subclass :class:`dynlab.traces.workload.Workload` and set a non-empty class
+    attribute ``name`` (the ``generator`` key of a workload spec, docs/workloads.md).
+    """

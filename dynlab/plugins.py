@@ -1,5 +1,5 @@
-"""The plugin manager and the registries of strategies, eviction policies, trace formats, latency models and
-scorers.
+"""The plugin manager and the registries of strategies, eviction policies, trace formats, latency models,
+scorers and workload generators.
 
 The manager is built on first use (:func:`get_plugin_manager`), never at import
 time, from the ``dynlab`` entry-point group; the registries are rebuilt from the
@@ -159,7 +159,7 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
 def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
     return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
-            "latency model": latency_models, "scorer": scorers}
+            "latency model": latency_models, "scorer": scorers, "workload": workloads}
 
 
 def distribution_version(source: str) -> str | None:
@@ -204,3 +204,10 @@ def scorers(pm: pluggy.PluginManager | None = None) -> Registry:
     from dynlab.routing.scorer import Scorer
 
     return _collect("dynlab_register_scorers", "scorer", Scorer, pm)
+
+
+def workloads(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered workload generator (the ``generator`` names of ``--workload`` specs)."""
+    from dynlab.traces.workload import Workload
+
+    return _collect("dynlab_register_workloads", "workload", Workload, pm)

@@ -105,7 +105,9 @@ def test_compare_help_shows_each_options_type_and_default():
         i = text.index(flags[0] + " V[,V...]") if flags[0] != "--mode" else text.index("--modes V[,V...]")
         entry = text[i:text.index("]", text.index("[type:", i)) + 1]
         shown = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected",
-                 "cpu_capacity": "no tier", "cpu_memory_gb": "no tier"}
+                 "cpu_capacity": "no tier", "cpu_memory_gb": "no tier",
+                 "rate": "the trace's rate, else 4", "rate_scale": "1", "duration": "the whole trace",
+                 "workload": "none", "tokenizer": "an approximation"}
         assert f"default: {shown.get(field, default)}]" in entry, entry
     assert "[type: integer >= 1; default: 2]" in text  # --workers, by hand from SIM_OPTIONS
     assert "[type: number 0.0 to 1.0; default: 0.0]" in text  # --event-loss

@@ -42,7 +42,22 @@ MODEL_TEXT = json.dumps({"num_hidden_layers": 2, "num_key_value_heads": 1, "head
                          "hidden_size": 128, "num_attention_heads": 2, "torch_dtype": "float32"})
 TOKENS = "tokens.jsonl"
 TOKENS_TEXT = '{"tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]}\n' * 2
-FILES = {TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT, MODEL: MODEL_TEXT}
+SPEC = "spec.json"  # a workload spec (docs/workloads.md): 4 requests sharing a 32-token system prompt
+SPEC_TEXT = json.dumps({"seed": 1, "requests": 4, "arrival": {"process": "poisson", "rate": 5},
+                        "input": {"dist": "uniform", "min": 20, "max": 40},
+                        "output": {"dist": "uniform", "min": 2, "max": 8}, "prefix": {"groups": 1, "length": 32}})
+_SAMPLES = os.path.join(os.path.dirname(__file__), "data", "traces")
+SHAREGPT, TOKENIZER = "sharegpt.json", "tokenizer.json"  # written for the tests (tests/data/traces/README.md)
+RUN = "run.json"  # what `dynlab sim` prints, cut to the keys a report reads
+RUN_TEXT = json.dumps({"mode": "kv", "workers": 2, "requests": 2, "hit_rate": 0.5, "requests_per_worker": [1, 1]})
+REQS = "req.jsonl"  # `sim --requests-out` records of that run
+REQS_TEXT = "".join(json.dumps({"id": i, "worker": i, "arrival_ms": 0.0, "first_scheduled_ms": 1.0,
+                                "first_token_ms": 5.0 + i, "finish_ms": 9.0, "input_length": 8, "output_length": 3,
+                                "hit_tokens": 0, "preemptions": 0, "rejected": False}) + "\n" for i in range(2))
+FILES = {SHAREGPT: open(os.path.join(_SAMPLES, SHAREGPT)).read(),
+         TOKENIZER: open(os.path.join(_SAMPLES, TOKENIZER)).read(), SPEC: SPEC_TEXT, RUN: RUN_TEXT,
+         REQS: REQS_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT,
+         MODEL: MODEL_TEXT}
 
 
 class Out(NamedTuple):
@@ -110,6 +125,13 @@ def sim_rows(cmd: list) -> dict:
         # the timed engine: each option changes a timed run (and is refused without --timing: NO_EFFECT)
         "--time-scale": changes(timed, ["--time-scale", "2"]),
         "--rate": changes(cmd + ["--timing"], ["--rate", "5"]),
+        # rates (docs/workloads.md): the trace at twice its rate; cut to its first two requests; looped with
+        # the same block names (the repeats hit) instead of new ones
+        "--rate-scale": changes(timed, ["--rate-scale", "2"]),
+        "--duration": changes(cmd + t, ["--duration", "0.06"]),
+        "--duration-repeat": changes(cmd + t + ["--duration", "1"], ["--duration-repeat", "same"]),
+        "--workload": changes(cmd, ["--workload", SPEC]),
+        "--tokenizer": changes(cmd + ["--trace", SHAREGPT], ["--tokenizer", TOKENIZER]),
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
         "--max-num-batched-tokens": changes(timed, ["--max-num-batched-tokens", "256"]),
         "--max-num-seqs": changes(busy, ["--max-num-seqs", "1"]),
@@ -176,6 +198,15 @@ NO_EFFECT = [
     (["--publish", "no", "--event-delay", "2"], "--event-delay"),
     (["--publish", "no", "--event-loss", "0.1"], "--event-loss"),
     (["--rate", "3"], "--rate"),
+    (["--rate-scale", "2"], "--rate-scale"),
+    (["--workload", SPEC, "--prefixes", "3"], "--prefixes"),
+    (["--workload", SPEC, "--all-metrics"], "--all-metrics"),
+    (["--tokenizer", "tok.json"], "--tokenizer"),
+    (["--trace", MOON, "--rate-scale", "2"], "--rate-scale"),  # without --timing
+    (["--timing", "--rate-scale", "2"], "--rate-scale"),  # the synthetic workload has no timestamps
+    (["--duration", "5"], "--duration"),
+    (["--duration-repeat", "same"], "--duration-repeat"),
+    (["--trace", MOON, "--duration-repeat", "same"], "--duration-repeat"),
     (["--max-num-seqs", "3"], "--max-num-seqs"),
     (["--latency-opt", "beta0=3"], "--latency-opt"),
     (["--timing", "--policy", "fifo"], "--policy"),
@@ -227,6 +258,9 @@ TABLE[("sim", "--quiet")] = on_a_terminal(["sim", "--trace", "mooncake-conversat
 TABLE[("sim", "--requests-out")] = changes(["sim", "--trace", MOON], ["--requests-out", "r.jsonl"])
 TABLE[("compare", "--quiet")] = on_a_terminal(["compare", "--trace", "mooncake-conversation", "--format", "json"])
 TABLE.update({
+    ("workload", "--out"): lambda run: differ(run("workload", SPEC, "--out", "a.jsonl"),
+                                              run("workload", SPEC, "--out", "b.jsonl")),
+    ("workload", "--format"): changes(["workload", SPEC, "--out", "a.jsonl"], ["--format", "mooncake"]),
     ("compare", "--format"): swaps(["compare", "--format", "json"], ["compare", "--format", "table"]),
     ("compare", "--plot"): changes(["compare", "--modes", "rr,kv"], ["--plot", "c.png"]),
     ("sweep", "--quiet"): lambda run: (lambda a, b: (a.stderr != "" and b.stderr == "") or pytest.fail("stderr"))(
@@ -305,6 +339,68 @@ TABLE.update({
     ("latency", "--list"): changes(LATENCY, ["--list"]),
     ("latency", "--plot"): changes(LATENCY, ["--plot", "l.png"]),
     ("reproduce", "--no-plots"): changes(["reproduce", "out", "--only", "lab002"], ["--no-plots"]),
+    # the HTML report (docs/report.md)
+    ("sim", "--report"): changes(["sim"], ["--report", "r.html"]),
+    ("compare", "--report"): changes(["compare", "--modes", "rr,kv"], ["--report", "r.html"]),
+    ("sweep", "--report"): changes(SWEEP, ["--report", "r.html"]),
+    ("report", "--out"): lambda run: differ(run("report", RUN, "--out", "a.html"), run("report", RUN, "--out", "-")),
+    ("report", "--requests"): changes(["report", RUN, "--out", "a.html"], ["--requests", REQS]),
+    ("report", "--title"): changes(["report", RUN, "--out", "a.html"], ["--title", "Fleet"]),
+})
+
+# dynlab plan: a 3-request trace, serial replays; options that only change the replays' routing or the
+# pool show in the log's results (LOGGED), the others in the printed plan
+PLAN = ["plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "serial", "--quiet", "--format", "json"]
+LOGGED = PLAN + ["--log", "p.jsonl"]
+TIER = LOGGED + ["--capacity", "8", "--block", "256", "--cpu-memory-gb", "1"]
+TABLE.update({
+    ("plan", "--model"): changes(PLAN, ["--model", "qwen3-8b"]),
+    ("plan", "--gpu"): changes(PLAN, ["--gpu", "h200"]),
+    ("plan", "--tp"): changes(PLAN, ["--tp", "2"]),
+    ("plan", "--mode"): changes(PLAN, ["--modes", "rr"]),
+    ("plan", "--cpu-memory-gb"): changes(LOGGED + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
+    ("plan", "--trace"): swaps(PLAN, ["plan", "--trace", TOKENS, *PLAN[3:]]),
+    ("plan", "--trace-format"): lambda run: (lambda a, b: (a.code == 0 and b.code != 0) or pytest.fail(str((a, b))))(
+        run(*PLAN, "--trace-format", "mooncake"), run(*PLAN, "--trace-format", "tokens")),
+    ("plan", "--block"): changes(["plan", "--trace", TOKENS, *LOGGED[3:]], ["--block", "4"]),
+    ("plan", "--hash"): changes(["plan", "--trace", TOKENS, *LOGGED[3:]], ["--hash", "dynamo"]),
+    ("plan", "--trace-block"): refuses(["plan", "--trace", TOKENS, *PLAN[3:], "--trace-block", "64"], "--trace-block"),
+    ("plan", "--capacity"): changes(LOGGED, ["--capacity", "200"]),
+    ("plan", "--max-num-batched-tokens"): changes(PLAN, ["--max-num-batched-tokens", "256"]),
+    ("plan", "--max-num-seqs"): changes(PLAN + ["--rate-scale", "1000"], ["--max-num-seqs", "1"]),
+    ("plan", "--latency-model"): changes(PLAN, ["--latency-model", "linear"]),
+    ("plan", "--latency-opt"): changes(PLAN + ["--latency-model", "linear"], ["--latency-opt", "beta0=1"]),
+    ("plan", "--gpu-memory-utilization"): changes(LOGGED, ["--gpu-memory-utilization", "0.5"]),
+    ("plan", "--publish"): changes(LOGGED + ["--modes", "kv-events"], ["--publish", "no"]),
+    ("plan", "--event-delay-ms"): changes(LOGGED + ["--modes", "kv-events"], ["--event-delay-ms", "60"]),
+    ("plan", "--event-loss"): changes(LOGGED + ["--modes", "kv-events"], ["--event-loss", "0.5"]),
+    ("plan", "--routers"): changes(LOGGED, ["--routers", "2"]),
+    ("plan", "--router-assign"): changes(LOGGED + ["--routers", "2"], ["--router-assign", "hash"]),
+    ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
+    ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "compute"]),
+    ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
+    ("plan", "--slo-ttft-ms"): swaps(PLAN, [*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:]]),
+    ("plan", "--slo-tpot-ms"): changes(PLAN, ["--slo-tpot-ms", "1"]),
+    ("plan", "--rate"): changes(PLAN, ["--rate", "1000"]),
+    ("plan", "--rate-scale"): changes(PLAN, ["--rate-scale", "2"]),
+    ("plan", "--slo-percentile"): changes(PLAN, ["--slo-percentile", "p50"]),
+    ("plan", "--goodput"): changes(PLAN, ["--goodput", "0.5"]),
+    ("plan", "--price"): changes(PLAN, ["--price", "h100=2"]),
+    # all three requests at once on one worker miss 30 ms; the floors (alone) meet it
+    ("plan", "--max-workers"): changes(PLAN + ["--rate-scale", "1000", "--slo-ttft-ms", "30"], ["--max-workers", "1"]),
+    ("plan", "--opt"): changes(LOGGED, ["--opt", "temperature=1"]),
+    ("plan", "--executor"): lambda run: (
+        lambda a, b: "(serial)" in a.stderr and "(local)" in b.stderr or pytest.fail(a.stderr + b.stderr))(
+        run("plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "serial"),
+        run("plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "local", "--jobs", "1")),
+    ("plan", "--jobs"): refuses(PLAN + ["--jobs", "2"], "--jobs"),
+    ("plan", "--ray-address"): refuses(PLAN + ["--ray-address", "127.0.0.1:1"], "--ray-address"),
+    ("plan", "--log"): changes(PLAN, ["--log", "p.jsonl"]),
+    ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),
+    ("plan", "--format"): swaps(PLAN, [*PLAN[:-1], "table"]),
+    ("plan", "--plot"): changes(PLAN, ["--plot", "p.png"]),
+    ("plan", "--quiet"): lambda run: (lambda a, b: (a.stderr != "" and b.stderr == "") or pytest.fail("stderr"))(
+        run(*[a for a in PLAN if a != "--quiet"]), run(*PLAN)),
 })
 
 

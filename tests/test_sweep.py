@@ -21,6 +21,8 @@ from dynlab.sim.runner import run
 from dynlab.errors import DynlabError
 
 TRACE = "mooncake-conversation"
+SAMPLES = os.path.join(os.path.dirname(__file__), "data", "traces")  # written for the tests (its README.md)
+SHAREGPT = os.path.join(SAMPLES, "sharegpt.json")
 
 
 def records(path) -> list[dict]:
@@ -82,7 +84,9 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     name = flags[0].lstrip("-")
     value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake", "trace_block": "256",
              "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0", "cpu_capacity": "100", "cpu_memory_gb": "1.5",
-             "prefill_workers": "3", "decode_workers": "3", "split": "6:2"}.get(field, default)
+             "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
+             "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
+             "tokenizer": os.path.join(SAMPLES, "tokenizer.json")}.get(field, default)
     # --timing: the timed engine's options (count-based-only --policy and --event-delay go without it);
     # --capacity and --trace: where --policy and --trace-format have an effect; a P/D fleet for its options
     pd = {"decode_router", "link_gbps", "link_latency_ms"}
@@ -90,6 +94,8 @@ def test_every_sim_option_can_be_a_grid_option(entry):
                "router_assign": ["--routers", "2"], "pcie_gbps": ["--cpu-capacity", "8"],
                "cpu_write": ["--cpu-capacity", "8"],
                "prefill_workers": ["--decode-workers", "1"], "decode_workers": ["--prefill-workers", "1"],
+               "rate_scale": ["--trace", TRACE], "duration": ["--trace", TRACE], "tokenizer": ["--trace", SHAREGPT],
+               "duration_repeat": ["--trace", TRACE, "--duration", "60"],
                **{f: ["--split", "1:1"] for f in pd}}.get(field, [])
     timing = field not in ("policy", "event_delay")
     result = ok(invoke("sweep", "--grid", f"{name}={value}", *(["--timing"] if timing else []), *context,
@@ -99,7 +105,10 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     extra = {"policy": {"capacity": 8}, "trace_format": {"trace": TRACE}, "router_assign": {"routers": 2},
              "pcie_gbps": {"cpu-capacity": 8}, "cpu_write": {"cpu-capacity": 8},
              "prefill_workers": {"decode-workers": 1},
-             "decode_workers": {"prefill-workers": 1}, **{f: {"split": "1:1"} for f in pd}}.get(field, {})
+             "decode_workers": {"prefill-workers": 1}, "rate_scale": {"trace": TRACE}, "duration": {"trace": TRACE},
+             "tokenizer": {"trace": SHAREGPT},
+             "duration_repeat": {"trace": TRACE, "duration": 60.0},
+             **{f: {"split": "1:1"} for f in pd}}.get(field, {})
     assert cell == {name: expected, **({"timing": True} if timing else {}), **extra}
     grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
     assert getattr(grid.config(cell), field) == expected

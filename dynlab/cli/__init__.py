@@ -17,7 +17,8 @@ def _attach() -> None:
     # Importing each module registers its commands on ``main``.
     import importlib
 
-    for module in ("routing", "cache", "disagg", "sweep", "reproduce", "latency", "events", "plugins"):
+    for module in ("routing", "cache", "disagg", "sweep", "reproduce", "latency", "events", "plugins", "report",
+                   "plan", "workload"):
         try:
             importlib.import_module(f"dynlab.cli.{module}")
         except ModuleNotFoundError as exc:

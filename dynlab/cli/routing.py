@@ -17,6 +17,7 @@ from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
 from dynlab.sim.runner import run
+from dynlab.cli.report import report_option, write_run_report
 
 
 class CapacityType(click.ParamType):
@@ -101,8 +102,23 @@ SIM_OPTIONS = [
      "Trace format [default: detected from the first line]."),
     (("--time-scale",), "time_scale", FiniteFloat(min=0, min_open=True), 1.0,
      "With --timing: multiply trace timestamps (0.5 = twice the rate)."),
-    (("--rate",), "rate", FiniteFloat(min=0, min_open=True), POISSON_RATE,
-     "With --timing: Poisson arrivals (requests/s) for workloads without timestamps."),
+    (("--rate",), "rate", FiniteFloat(min=0, min_open=True), None,
+     f"With --timing: requests/s. On a trace with timestamps it rescales time so the mean arrival rate is "
+     f"RATE (see docs/workloads.md); for workloads without timestamps, their Poisson arrivals "
+     f"[default: the trace's own rate; {POISSON_RATE:g} for Poisson arrivals]."),
+    (("--rate-scale",), "rate_scale", FiniteFloat(min=0, min_open=True), None,
+     "With --timing: X times the trace's own arrival rate (the same as --time-scale 1/X; give one)."),
+    (("--duration",), "duration", FiniteFloat(min=0, min_open=True), None,
+     "Seconds of arrivals from the first: a longer trace is cut, a shorter one looped (repeats are new "
+     "traffic, see --duration-repeat) [default: the whole trace]."),
+    (("--duration-repeat",), "duration_repeat", click.Choice(["new", "same"]), "new",
+     "With --duration: a looped trace's repeats get new block names (new traffic) or keep them (the same "
+     "prompts again)."),
+    (("--workload",), "workload", click.STRING, None,
+     "A workload spec file (JSON, or YAML with PyYAML) generated instead of a trace (see docs/workloads.md)."),
+    (("--tokenizer",), "tokenizer", click.STRING, None,
+     "A tokenizer.json (Hugging Face tokenizers) that turns the text of ShareGPT and aiperf traces into "
+     "tokens [default: an approximation, see docs/workloads.md]."),
     (("--trace-block",), "trace_block", click.IntRange(min=1), None,
      "With --timing: tokens per trace block of a trace that names its own blocks "
      "[default: the format's, 512 for mooncake]."),
@@ -233,8 +249,9 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
               callback=output_path, metavar="FILE",
               help="Write one JSON line per trace request, in trace order (worker, times, hits, preemptions; "
                    "see docs/commands.md); - for stdout, the result JSON then going to stderr.")
+@report_option
 @click.pass_context
-def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, **options):
+def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_path, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the KV-aware router lab's synthetic workload (12 shared prefixes,
@@ -248,7 +265,12 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, **optio
                        all_metrics=all_metrics, timing=timing)
     check_options(config, given_fields(ctx))
     recorders = (RequestRecorder(),) if requests_out else ()
-    text = json_text(_run(config, quiet, recorders=recorders))
+    result = _run(config, quiet, recorders=recorders)
+    text = json_text(result)
+    if report_path:  # written before the JSON is printed: no output that looks like success before an error
+        from dynlab.report import Run
+        records = {config.mode: list(recorders[0].records())} if recorders else None
+        write_run_report(ctx, report_path, [Run(config.mode, result)], [config], records=records)
     if requests_out:
         write_atomic(requests_out, recorders[0].jsonl())
     click.echo(text, err=requests_out == "-")
@@ -271,6 +293,8 @@ def type_text(ptype: click.ParamType) -> str:
 
 
 _NO_DEFAULT = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected",
+               "rate": "the trace's rate, else 4", "rate_scale": "1", "duration": "the whole trace",
+               "workload": "none", "tokenizer": "an approximation",
                "cpu_capacity": "no tier", "cpu_memory_gb": "no tier"}
 
 
@@ -325,8 +349,9 @@ def _format_table(results: dict) -> str:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               help="Write a bar chart of block hit rate per run (PNG); with --timing also the engines' prefix hit rate "
                    "and TTFT.")
+@report_option
 @click.pass_context
-def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, **options):
+def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, report_path, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
 
     Example: `dynlab compare --modes rr,random,kv` (the KV-aware router lab's modes.json) or
@@ -349,11 +374,12 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
 
         check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
-    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block"):
+    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block", "tokenizer"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
         try:
-            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block)
+            requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block,
+                                  base.tokenizer)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     _check_timed_runs(configs, requests)
@@ -364,6 +390,9 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, *
             bar.update(1)
     if plot_path:
         _plot_compared(results, plot_path, field, flag, base)
+    if report_path:
+        from dynlab.report import Run
+        write_run_report(ctx, report_path, [Run(k, r) for k, r in results.items()], list(configs.values()))
     echo_table_or_json(results, fmt, _format_table)
 
 

@@ -20,6 +20,7 @@ from dynlab.cli import main
 from dynlab.cli.common import output_path, write_atomic
 from dynlab.cli.common import parse_opts
 from dynlab.cli.routing import common_flags, sim_options
+from dynlab.cli.report import report_option
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields
 from dynlab.errors import DynlabError
@@ -29,7 +30,7 @@ from dynlab.sweep import (EXECUTORS, OPT_PREFIX, LATENCY_OPT_PREFIX, CellError, 
 
 # this command's own parameters: everything else that is a SimConfig field is a sim option
 _OWN = {"grid_items", "grid_file", "executor", "jobs", "ray_address", "out", "resume", "csv_path",
-        "plot_path", "metric", "dry_run", "opt", "quiet"}
+        "plot_path", "metric", "dry_run", "opt", "quiet", "report_path"}
 
 
 def _sim_params(command: click.Command) -> dict[str, click.Option]:
@@ -234,9 +235,10 @@ TIMED_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_ms", "makespan_s", 
               help="Metric to plot, a dotted path (block_hit_rate, ttft_ms.p99, load_imbalance) "
                    "[default: block_hit_rate, else hit_rate].")
 @click.option("--dry-run", is_flag=True, help="List the cells (still to run, with --resume) and stop.")
+@report_option
 @click.pass_context
 def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, csv_path, plot_path, metric,
-          dry_run, opt, latency_opt, quiet, **options):
+          dry_run, opt, latency_opt, quiet, report_path, **options):
     """Run `sim` for every cell of a grid of options and collect the results.
 
     The cells are the cross product of the --grid options; the other sim options
@@ -248,6 +250,8 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         --grid workers=2,4,8 --grid capacity=1024,4096 --out results.jsonl --plot hit.png
     """
     _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric)
+    if report_path and dry_run:
+        raise click.UsageError("--report has no effect with --dry-run (no cell runs)")
     grid = _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt)
     try:
         cells = grid.cells()  # refuses a grid over the cell limit before building any cell
@@ -304,6 +308,18 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         write_atomic(csv_path, to_csv((c, results[cell_key(c)]) for c in cells if cell_key(c) in results))
     if plot_path:
         plot_sweep(grid, results, plot_path, metric)
+    if report_path:
+        _report(ctx, report_path, cells, configs, results)
+
+
+def _report(ctx, path, cells, configs, results) -> None:
+    """The sweep's HTML report: a run per finished cell, in grid order."""
+    from dynlab.cli.report import write_run_report
+    from dynlab.report import Run
+    from dynlab.report.runs import cell_label
+
+    runs = [Run(cell_label(c), results[cell_key(c)], cell=dict(c)) for c in cells if cell_key(c) in results]
+    write_run_report(ctx, path, runs, configs)
 
 
 def _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric) -> None:

@@ -29,7 +29,9 @@ class SimConfig:
     Timed runs (``timing=True``, the serving engine of :mod:`dynlab.engine.worker`):
     ``block`` is the engine's KV block (tokens), ``trace_block`` the trace's (``None``: the
     format's own, 512 for Mooncake); ``time_scale`` multiplies trace timestamps, ``rate``
-    (requests/s) drives Poisson arrivals for workloads without them; ``max_num_batched_tokens``
+    (requests/s) drives Poisson arrivals for workloads without them (``None``: :data:`POISSON_RATE`)
+    and rescales a timestamped trace to that mean rate (:mod:`dynlab.traces.rates`, as do
+    ``rate_scale`` and ``duration``); ``max_num_batched_tokens``
     and ``max_num_seqs`` (vLLM's scheduler limits); ``latency_model`` with ``latency_opts``;
     ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size when ``capacity`` is
     ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
@@ -49,7 +51,7 @@ class SimConfig:
     (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
     400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
 
-    Sections: the fields are grouped in seven read-only views (:data:`SECTIONS`), ``workload``,
+    Sections: the fields are grouped in seven read-only views (:data:`SECTIONS`), ``traffic``,
     ``fleet``, ``engine``, ``kv``, ``events``, ``slo`` and ``disagg`` (named tuples built on each access);
     :meth:`from_sections` builds a configuration from them. The flat fields stay the source of truth
     (the CLI's flags, ``dataclasses.replace``, the option rules of :func:`check_effective`).
@@ -75,7 +77,7 @@ class SimConfig:
     opts: Mapping[str, str] = field(default_factory=dict)
     timing: bool = False
     time_scale: float = 1.0
-    rate: float = POISSON_RATE
+    rate: Optional[float] = None
     trace_block: Optional[int] = None
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
@@ -102,12 +104,22 @@ class SimConfig:
     link_latency_ms: float = 0.0
     overlap_transfer: bool = False
     decode_prefix_cache: bool = False
+    # -- workloads (issue 27 items 3-5; the `workloads` helper): rates, synthetic workloads, trace formats.
+    #    rate_scale: X times the trace's rate; duration: seconds of arrivals (cut or looped), duration_repeat:
+    #    new|same block names on loops (dynlab.traces.rates); workload: a spec file (dynlab.traces.workload);
+    #    tokenizer: a tokenizer.json for traces of text (dynlab.traces.text)
+    rate_scale: Optional[float] = None
+    duration: Optional[float] = None
+    duration_repeat: str = "new"
+    workload: Optional[str] = None
+    tokenizer: Optional[str] = None
 
     # -- the sections (frozen views of the flat fields, :data:`SECTIONS`) -----------------------------
     @property
-    def workload(self) -> "WorkloadSection":
-        """The workload section: trace or synthetic workload, its block names, seed and arrivals."""
-        return self._section("workload")
+    def traffic(self) -> "TrafficSection":
+        """The traffic section: the trace, workload spec or synthetic workload, its block names, seed and
+        arrivals (rates, duration). (Not ``workload``: that is the ``--workload`` field.)"""
+        return self._section("traffic")
 
     @property
     def fleet(self) -> "FleetSection":
@@ -145,7 +157,7 @@ class SimConfig:
 
     @classmethod
     def from_sections(cls, **sections) -> "SimConfig":
-        """A configuration from section objects (``workload=WorkloadSection(...)``, ...); a section not
+        """A configuration from section objects (``traffic=TrafficSection(...)``, ...); a section not
         given keeps its defaults. Raises ``TypeError`` for an unknown section name or a wrong object."""
         flat: dict = {}
         for name, section in sections.items():
@@ -200,8 +212,10 @@ class SimConfig:
             raise ValueError(f"publish must be yes or no, got {self.publish!r}")
         if not 0.0 <= self.event_loss <= 1.0:
             raise ValueError(f"event_loss must be between 0 and 1, got {self.event_loss}")
-        for name in ("time_scale", "rate"):
+        for name in ("time_scale", "rate", "rate_scale"):
             v = getattr(self, name)
+            if v is None and name != "time_scale":
+                continue
             if not (v > 0 and math.isfinite(v) and math.isfinite(1000.0 / v)):
                 raise ValueError(f"{name} must be a finite number > 0 (and not vanishingly small), got {v}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -233,13 +247,22 @@ class SimConfig:
             raise ValueError(f"link_gbps must be a finite number > 0, got {self.link_gbps}")
         if not (self.link_latency_ms >= 0 and math.isfinite(self.link_latency_ms)):
             raise ValueError(f"link_latency_ms must be a finite number >= 0, got {self.link_latency_ms}")
+        if self.duration is not None and not (self.duration > 0 and math.isfinite(self.duration)):
+            raise ValueError(f"duration must be a finite number of seconds > 0, got {self.duration}")
+        from dynlab.traces.rates import DURATION_REPEATS
+
+        if self.duration_repeat not in DURATION_REPEATS:
+            raise ValueError(f"duration_repeat must be one of {', '.join(DURATION_REPEATS)}, "
+                             f"got {self.duration_repeat!r}")
+        if self.workload is not None and self.trace is not None:
+            raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
 
 
 #: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/engine/test_config_sections.py``)
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "workload": ("trace", "trace_format", "prefixes", "reps", "plen", "tail", "seed", "hash", "all_metrics",
-                 "time_scale", "rate"),
+    "traffic": ("trace", "trace_format", "workload", "tokenizer", "prefixes", "reps", "plen", "tail", "seed", "hash",
+                "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat"),
     "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split"),
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "model", "gpu",
                "tp", "gpu_memory_utilization"),
@@ -261,8 +284,8 @@ def _section_class(name: str, cls_name: str, doc: str):
     return cls
 
 
-WorkloadSection = _section_class("workload", "WorkloadSection",
-                                  "The workload: a trace or the synthetic workload, names, seed, arrivals.")
+TrafficSection = _section_class("traffic", "TrafficSection",
+                                "The traffic: a trace, a workload spec or the synthetic workload, names, seed, arrivals.")
 FleetSection = _section_class("fleet", "FleetSection",
                                "The fleet: the strategy (``mode``, ``opts``), workers, routers, P/D pools.")
 EngineSection = _section_class("engine", "EngineSection",
@@ -275,7 +298,7 @@ SloSection = _section_class("slo", "SloSection",
                              "The SLOs of goodput (ms).")
 PdSection = _section_class("disagg", "PdSection",
                             "A P/D fleet: the decode router and the KV transfer link.")
-SECTION_CLASSES = {"workload": WorkloadSection, "fleet": FleetSection, "engine": EngineSection, "kv": KvSection,
+SECTION_CLASSES = {"traffic": TrafficSection, "fleet": FleetSection, "engine": EngineSection, "kv": KvSection,
                    "events": EventsSection, "slo": SloSection, "disagg": PdSection}
 
 
@@ -319,16 +342,28 @@ WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 _FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt"}
 
 
-def check_arrival_options(timestamps: bool, time_scale: float, rate: float) -> None:
-    """Raise ``ValueError`` (``--NAME has no effect ...``) for the arrival option a workload ignores:
-    ``time_scale`` other than 1 when it has no ``timestamps`` (its requests arrive as a Poisson process),
-    ``rate`` other than :data:`POISSON_RATE` when it has them (a trace's timestamps
-    are all there or none: the readers refuse a mix)."""
-    if timestamps and rate != POISSON_RATE:
-        raise ValueError("--rate has no effect: the trace's timestamps set the arrivals (--time-scale scales them)")
-    if not timestamps and time_scale != 1.0:
+def check_arrival_options(timestamps: bool, time_scale: float, rate: Optional[float],
+                          rate_scale: Optional[float] = None, duration: Optional[float] = None) -> None:
+    """Raise ``ValueError`` (``--NAME has no effect ...``, or a conflict) for the arrival options a
+    workload ignores or that contradict each other. With ``timestamps``, ``rate`` (a target mean rate),
+    ``rate_scale`` and ``time_scale`` other than 1 all set the trace's speed: at most one may be given.
+    Without them (the requests arrive as a Poisson process of ``rate`` requests/s), ``time_scale``
+    other than 1, ``rate_scale`` and ``duration`` have nothing to act on. A trace's timestamps are all
+    there or none (the readers refuse a mix)."""
+    if timestamps:
+        speed = [flag for flag, on in (("--rate", rate is not None), ("--rate-scale", rate_scale is not None),
+                                       ("--time-scale", time_scale != 1.0)) if on]
+        if len(speed) > 1:
+            why = " (--rate-scale X is --time-scale 1/X)" if "--rate" not in speed else ""
+            raise ValueError(f"{' and '.join(speed)} both set the trace's speed{why}: give one")
+        return
+    if time_scale != 1.0:
         raise ValueError("--time-scale has no effect: the workload has no timestamps (its requests arrive as a "
                          "Poisson process of --rate requests/s)")
+    for flag, v in (("--rate-scale", rate_scale), ("--duration", duration)):
+        if v is not None:
+            raise ValueError(f"{flag} has no effect: the workload has no timestamps (its requests arrive as a "
+                             "Poisson process of --rate requests/s)")
 
 
 def _flag(name: str) -> str:
@@ -344,10 +379,16 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     for name in WORKLOAD_FIELDS:
         if config.trace is not None:
             yield name, "with --trace: it shapes the synthetic workload only"
+        elif config.workload is not None:
+            yield name, "with --workload: it shapes the built-in synthetic workload only (the spec shapes yours)"
     if config.trace is not None:
         yield "all_metrics", "with --trace: a trace run prints the fleet metrics already"
+    elif config.workload is not None:
+        yield "all_metrics", "with --workload: a workload run prints the fleet metrics already"
     else:
         yield "trace_format", "without --trace"
+        yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
+    yield from _workload_rules(config)
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -381,6 +422,17 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
+
+
+def _workload_rules(config: SimConfig):
+    """The rows of :func:`_no_effect_rules` for the rate and duration options (the `workloads` helper's)."""
+    if config.trace is None and config.workload is None:
+        for name in ("rate_scale", "duration"):
+            yield name, "without --trace or --workload: the synthetic workload has no timestamps"
+    if not config.timing:
+        yield "rate_scale", _WITHOUT_TIMING
+    if config.duration is None:
+        yield "duration_repeat", "without --duration (it says what a looped trace repeats)"
 
 
 def _aggregated(config: SimConfig) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.bus import EventBus
-from dynlab.engine.config import EventsSection, SloSection, WorkloadSection
+from dynlab.engine.config import POISSON_RATE, EventsSection, SloSection, TrafficSection
 from dynlab.engine.loop import EventLoop
 from dynlab.engine.metrics import Recorder, RoutingMetrics, ServingMetrics
 from dynlab.limits import HORIZON_MS, past_horizon
@@ -81,23 +81,24 @@ class RunEnv:
         return self.recorders[0]
 
     @classmethod
-    def timed(cls, requests: Iterable, strategy, workers: int, *, workload: WorkloadSection = WorkloadSection(),
+    def timed(cls, requests: Iterable, strategy, workers: int, *, traffic: TrafficSection = TrafficSection(),
               events: EventsSection = EventsSection(), slo: SloSection = SloSection(),
               loss_rng: Optional[random.Random] = None, arrival_rng: Optional[random.Random] = None,
               recorders: Sequence[Recorder] = (), progress=None) -> "RunEnv":
         """The environment of a timed run of ``requests`` routed by ``strategy`` to ``workers`` workers.
 
-        Arrivals: trace timestamps times ``workload.time_scale``, or Poisson at ``workload.rate``
-        requests/s from ``arrival_rng`` (default: seeded ``dynlab-arrivals-<seed>``, the run's own);
+        Arrivals: trace timestamps times ``traffic.time_scale``, or Poisson at ``traffic.rate``
+        (``None``: :data:`~dynlab.engine.config.POISSON_RATE`) requests/s from ``arrival_rng`` (default: seeded ``dynlab-arrivals-<seed>``, the run's own);
         KV events: ``events.publish``, ``events.event_delay_ms``, ``events.event_loss`` (draws from
         ``loss_rng``); goodput SLOs from ``slo``. ``recorders`` follow the serving recorder.
         """
         loop = EventLoop()
         bus = EventBus(loop, strategy.on_event, delay_ms=events.event_delay_ms, loss=events.event_loss,
                        rng=loss_rng, publish=events.publish == "yes")
-        rng = arrival_rng or random.Random(f"dynlab-arrivals-{workload.seed}")
+        rng = arrival_rng or random.Random(f"dynlab-arrivals-{traffic.seed}")
         serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms)
-        return cls(loop, bus, arrival_times(requests, workload.time_scale, workload.rate, rng),
+        rate = POISSON_RATE if traffic.rate is None else traffic.rate
+        return cls(loop, bus, arrival_times(requests, traffic.time_scale, rate, rng),
                    RoutingMetrics(workers), [serving, *recorders], progress)
 
     def counts(self, evicted_blocks: int) -> dict:

@@ -139,8 +139,9 @@ def check_timed(config: SimConfig, requests=None) -> None:
     cpu_tier_size(config, hardware.model)
     if requests is not None:
         check_arrivals(requests, config.time_scale)
-    if requests or config.trace is None:  # a loaded trace, or the synthetic workload (no timestamps)
-        check_arrival_options(bool(requests) and requests[0].timestamp is not None, config.time_scale, config.rate)
+    if requests or (config.trace is None and config.workload is None):  # a loaded trace, or the seed workload
+        check_arrival_options(bool(requests) and requests[0].timestamp is not None, config.time_scale, config.rate,
+                              config.rate_scale, config.duration)
 
 
 def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: int) -> str:

@@ -13,7 +13,7 @@ import random
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
-from dynlab.engine.config import SimConfig, check_arrival_options, check_effective
+from dynlab.engine.config import SimConfig, check_effective
 from dynlab.engine.metrics import Recorder, RunInfo
 from dynlab.engine.run import (StrategyError, _needs_future, _raised_in_plugin, build_strategy, make_workers,
                                replay)
@@ -55,12 +55,14 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     requests, total, own, synthetic = _workload(config, rng, requests)
     block_tokens = own or config.block
     topology = None
+    shaped = {}
+    if config.timing or config.duration is not None:
+        requests, first = _peek(requests)
+        config, requests, total, shaped = _shaped(config, requests, first, total)
     if config.timing:  # the timed engine's modules, imported only for timed runs (count-based start-up)
         from dynlab.engine.serving import build_engines
         from dynlab.sim.topology import serve, topology_for
 
-        requests, first = _peek(requests)
-        check_arrival_options(first is not None and first.timestamp is not None, config.time_scale, config.rate)
         topology = topology_for(build_engines(config, own))
         block_tokens = config.block
     strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
@@ -82,7 +84,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     finally:
         if bar is not None:
             bar.close()
-    return _result(config, metrics, strategy, topology, own, block_tokens)
+    return _result(config, metrics, strategy, topology, own, block_tokens) | shaped
 
 
 def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own: Optional[int],
@@ -96,7 +98,7 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own:
         out[key] = metrics[key]
     if strategy.uses_events:
         out["publish"] = config.publish
-    if config.trace is not None or config.all_metrics or topology is not None:
+    if config.trace is not None or config.workload is not None or config.all_metrics or topology is not None:
         if topology is not None:
             out.update(topology.describe())
         else:
@@ -124,10 +126,57 @@ def _peek(requests) -> tuple:
     return (it if first is None else itertools.chain((first,), it)), first
 
 
+def _shaped(config: SimConfig, requests, first, total) -> tuple:
+    """``(config, requests, total, keys)``: the arrival options checked
+    (:func:`dynlab.engine.config.check_arrival_options`) and, when ``--rate`` (on timestamps),
+    ``--rate-scale`` or ``--duration`` is given, the requests rescaled, cut or looped
+    (:mod:`dynlab.traces.rates`), ``config.time_scale`` folded into them, and the keys that say so."""
+    from dynlab.engine.config import POISSON_RATE, check_arrival_options
+
+    stamped = first is not None and first.timestamp is not None
+    if config.timing:
+        check_arrival_options(stamped, config.time_scale, config.rate, config.rate_scale, config.duration)
+    elif config.duration is not None and not stamped:
+        check_arrival_options(False, 1.0, None, None, config.duration)
+    if not stamped:
+        return (replace(config, rate=POISSON_RATE) if config.rate is None else config), requests, total, {}
+    if config.rate is None and config.rate_scale is None and config.duration is None:
+        return config, requests, total, {}
+    from dynlab.traces import rates
+
+    requests = list(requests)
+    stamps = [r.timestamp for r in requests]
+    try:
+        trace_rate = rates.mean_rate(stamps)
+    except rates.RateError:
+        if config.rate is not None:
+            raise
+        trace_rate = None
+    scale = rates.time_scale_for(trace_rate, config.rate, config.rate_scale) * config.time_scale
+    out = rates.shape(requests, scale, config.duration, config.duration_repeat)
+    out = _like(out, requests)
+    return replace(config, time_scale=1.0, rate=None), out, len(out), rates.describe(trace_rate, scale, out)
+
+
+def _like(out: list, like) -> list:
+    """``out`` carrying ``like``'s ``block_tokens`` / ``own_block_tokens`` (a loaded trace's), when it has them."""
+    from dynlab.traces.reader import TraceRequests
+
+    if not hasattr(like, "own_block_tokens"):
+        return out
+    t = TraceRequests(out)
+    t.block_tokens, t.own_block_tokens = like.block_tokens, like.own_block_tokens
+    return t
+
+
 def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
     """``(requests, total, own, synthetic_prefix_blocks)`` of ``config``; ``own``: tokens per block of
     names the trace carries itself (512 for Mooncake), ``None`` when dynlab hashes tokens at ``block``."""
-    if config.trace is None:
+    if config.workload is not None and requests is None:
+        from dynlab.traces.workload import workload_requests
+
+        requests = workload_requests(config.workload, config.block, config.hash)
+    if config.trace is None and config.workload is None:
         from dynlab.traces.synthetic import seed_requests
 
         requests = seed_requests(config.prefixes, config.reps, config.plen, config.tail, config.block, rng,
@@ -137,7 +186,7 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
         from dynlab.traces.reader import open_reader
 
         requests, total, reader = open_reader(config.trace, config.trace_format, config.block, scheme=config.hash,
-                                              trace_block=config.trace_block)
+                                              trace_block=config.trace_block, tokenizer=config.tokenizer)
         own = reader.block_tokens
     else:
         total, own = len(requests), getattr(requests, "own_block_tokens", None)

@@ -91,10 +91,10 @@ def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: Si
     :func:`~dynlab.engine.metrics.fleet_result` (without ``mode`` and the describing keys).
 
     The environment (:meth:`RunEnv.timed <dynlab.engine.env.RunEnv.timed>`) comes from ``config``'s
-    workload, events and SLO sections; ``recorders`` observe the run after the serving recorder and
+    traffic, events and SLO sections; ``recorders`` observe the run after the serving recorder and
     before the topology's own. Raises ``ValueError`` when timestamps go backwards.
     """
-    env = RunEnv.timed(requests, strategy, topology.routed_workers, workload=config.workload,
+    env = RunEnv.timed(requests, strategy, topology.routed_workers, traffic=config.traffic,
                        events=config.events, slo=config.slo, loss_rng=loss_rng, recorders=recorders,
                        progress=progress)
     fleet = topology.build(strategy, env)

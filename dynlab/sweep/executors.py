@@ -27,7 +27,7 @@ _TRACES: "OrderedDict[tuple, Any]" = OrderedDict()
 
 
 def _trace_key(config: SimConfig) -> tuple:
-    return (config.trace, config.trace_format, config.block, config.hash, config.trace_block)
+    return (config.trace, config.trace_format, config.block, config.hash, config.trace_block, config.tokenizer)
 
 
 def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
@@ -45,7 +45,8 @@ def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
     if loader is None:
         from dynlab.traces.reader import load_trace
 
-        requests = load_trace(config.trace, config.trace_format, config.block, config.hash, config.trace_block)
+        requests = load_trace(config.trace, config.trace_format, config.block, config.hash, config.trace_block,
+                              config.tokenizer)
     else:
         requests = loader()
     _TRACES[key] = requests

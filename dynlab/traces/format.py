@@ -6,7 +6,7 @@ plugin registry, so that the registry can name this base class without importing
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Iterator, Optional
 
 from dynlab.routing.strategy import Request
 
@@ -29,6 +29,13 @@ class TraceFormat(ABC):
     hashes_tokens: ClassVar[bool] = False
     #: the hash scheme (``--hash``) for formats that hash tokens; set by the reader after construction
     hash_scheme: str = "dynlab"
+    #: whether the format reads its file whole (:meth:`read_all`): a file that is not one JSON object
+    #: per line (CSV, a JSON array), or whose rows must be assembled (sessions) or sorted first
+    whole_file: ClassVar[bool] = False
+    #: whether the format's rows carry text (turned into tokens by ``--tokenizer``, :mod:`dynlab.traces.text`)
+    reads_text: ClassVar[bool] = False
+    #: the ``--tokenizer`` path (``None``: the approximation); set by the reader after construction
+    tokenizer: Optional[str] = None
 
     def __init__(self, block: int = 16):
         self.block = block
@@ -41,3 +48,22 @@ class TraceFormat(ABC):
     @abstractmethod
     def parse(self, record: Any, index: int) -> Request:
         """The request for ``record``; ``index`` is its position among the trace's requests."""
+
+    @classmethod
+    def detect_text(cls, line: str) -> bool:
+        """True when ``line`` (the file's first non-blank line, as text) starts a file of this format that
+        is not JSON lines (a CSV header, the ``[`` of a JSON array). Only ``whole_file`` formats say yes."""
+        return False
+
+    def read_all(self, first: tuple, lines: Iterator[tuple], name: str) -> list:
+        """``whole_file`` formats: every request of the file, in time order (``index`` from 0).
+
+        ``first``: ``(line number, record)`` of the first non-blank line (the decoded JSON object, or the
+        line's text when :meth:`detect_text` chose the format); ``lines``: the remaining ``(line number,
+        text)``. Raise :class:`dynlab.errors.InputError` (``FILE:LINE``) for a bad row. Fields the format
+        does not use go in :attr:`unused` (the reader warns once, naming them).
+        """
+        raise NotImplementedError(f"trace format {self.name!r} reads line by line")
+
+    #: field names the file held that the format did not use (filled by :meth:`read_all`)
+    unused: set = frozenset()

@@ -101,11 +101,15 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
 
 def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                 registry=None, scheme: str = "dynlab",
-                trace_block: Optional[int] = None) -> tuple[Iterator[Request], Optional[int], TraceFormat]:
+                trace_block: Optional[int] = None,
+                tokenizer: Optional[str] = None) -> tuple[Iterator[Request], Optional[int], TraceFormat]:
     """:func:`open_trace`, returning the format's reader (its ``name`` and ``block_tokens``) last.
 
     ``trace_block``: tokens per block of a trace that names its own blocks (``--trace-block``;
     ``None``: the format's, 512 for Mooncake); ``ValueError`` for a format that hashes tokens.
+    ``tokenizer``: a ``tokenizer.json`` for formats whose rows carry text (``--tokenizer``;
+    :mod:`dynlab.traces.text`); ``ValueError`` for a format without text. Formats that read their
+    file whole (``TraceFormat.whole_file``: CSV, JSON arrays, sessions) read it here, at once.
     """
     from dynlab import plugins
 
@@ -125,10 +129,54 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                 raise ValueError(f"--trace-block has no effect: {reader.name} traces are hashed at --block; "
                                  f"it applies to traces that name their own blocks (mooncake)")
             reader.block_tokens = trace_block
+        if tokenizer is not None:
+            if not reader.reads_text:
+                raise ValueError(f"--tokenizer has no effect on {reader.name} traces: they carry no text")
+            reader.tokenizer = tokenizer
+        if reader.whole_file:
+            with stream:
+                requests = _whole(reader, (lineno, record), lines, name)
+            return iter(requests), len(requests), reader
     except BaseException:
         stream.close()
         raise
     return _requests(stream, lines, name, reader, lineno, record), total, reader
+
+
+class TraceWarning(UserWarning):
+    """A trace held fields its format does not use (one warning per trace, naming them)."""
+
+
+def _whole(reader: TraceFormat, first: tuple, lines, name: str) -> list:
+    """The requests of a format that reads its file whole (:meth:`TraceFormat.read_all`), checked as
+    :func:`open_trace` checks streamed ones (lengths, time order, the horizon), with one
+    :class:`TraceWarning` naming the fields the format did not use."""
+    import warnings
+
+    with _read_errors(name):
+        requests = reader.read_all(first, lines, name)
+    last = 0.0
+    for req in requests:
+        if type(req.input_length) is not int or type(req.output_length) is not int or \
+                req.input_length < 0 or req.output_length < 0:
+            raise DynlabError(f"{name}: request {req.index}: {_bad_lengths(req)}")
+        ts = req.timestamp
+        if ts is not None:
+            if ts < last:
+                raise DynlabError(f"{name}: request {req.index} arrives before the previous one: a format's "
+                                  "read_all must return requests in time order")
+            if not ts <= HORIZON_MS:
+                raise DynlabError(f"{name}: request {req.index}'s timestamp {ts:g} ms is past the simulated "
+                                  f"clock's horizon ({HORIZON_MS:g} ms, 31.7 years)")
+            last = ts
+    if not requests:
+        raise DynlabError(f"{name}: the trace holds no request")
+    if (requests[0].timestamp is None) != (requests[-1].timestamp is None):
+        raise DynlabError(f"{name}: some requests have a timestamp and others none")
+    if reader.unused:
+        warnings.warn(TraceWarning(f"{name}: {reader.name} fields not used by dynlab: "
+                                   f"{', '.join(sorted(reader.unused))}"), stacklevel=3)
+    return requests
 
 
 def _first(stream, name, fmt, block, registry):
@@ -140,6 +188,9 @@ def _first(stream, name, fmt, block, registry):
                 break
         else:
             raise DynlabError(f"{name}: the trace holds no request")
+    text_format = _text_format(line, fmt, registry)
+    if text_format is not None:  # a whole-file format whose first line is not a JSON record (CSV, a JSON array)
+        return lines, (lineno, line), text_format(block)
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -234,6 +285,18 @@ def _bad_lengths(req: Request) -> str:
     return ""
 
 
+def _text_format(line: str, fmt, registry):
+    """The whole-file format class whose :meth:`~TraceFormat.detect_text` claims ``line`` (the named
+    ``fmt`` only, when given), else ``None``."""
+    if fmt is not None:
+        cls = registry.get(fmt)
+        return cls if cls.whole_file and cls.detect_text(line) else None
+    for entry in registry.entries():
+        if entry.cls.whole_file and entry.cls.detect_text(line):
+            return entry.cls
+    return None
+
+
 def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
     if fmt is None:
         for entry in registry.entries():
@@ -247,12 +310,15 @@ def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
 
 
 def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
-               scheme: str = "dynlab", trace_block: Optional[int] = None) -> TraceRequests:
+               scheme: str = "dynlab", trace_block: Optional[int] = None,
+               tokenizer: Optional[str] = None) -> TraceRequests:
     """The whole trace as a list of requests (for runs that replay it many times), with ``block_tokens``.
 
-    Same arguments (``scheme``: the hash scheme) and errors as :func:`open_trace`.
+    Same arguments (``scheme``: the hash scheme; ``tokenizer``: a tokenizer.json for text) and errors
+    as :func:`open_reader`.
     """
-    requests, _, reader = open_reader(path_or_name, fmt, block, scheme=scheme, trace_block=trace_block)
+    requests, _, reader = open_reader(path_or_name, fmt, block, scheme=scheme, trace_block=trace_block,
+                                      tokenizer=tokenizer)
     out = TraceRequests(requests)
     out.block_tokens = reader.block_tokens or block
     out.own_block_tokens = reader.block_tokens

@@ -1,4 +1,6 @@
-"""Built-in trace formats (``mooncake``, ``tokens``), registered through the dynlab entry-point group."""
+"""Built-in trace formats, registered through the dynlab entry-point group: ``mooncake`` and ``tokens`` (JSON
+lines, streamed), and the formats read whole (:mod:`dynlab_builtins.trace_files`): ``sharegpt``, ``aiperf``,
+``aiperf-mooncake``, ``burstgpt``, ``azure``."""
 from __future__ import annotations
 
 import math
@@ -86,7 +88,9 @@ class MooncakeTrace(TraceFormat):
 
     @classmethod
     def detect(cls, record):
-        return isinstance(record, dict) and "hash_ids" in record
+        # aiperf's rows with sessions or delays are aiperf-mooncake's (their timing is kept there)
+        return isinstance(record, dict) and "hash_ids" in record and "session_id" not in record \
+            and "delay" not in record
 
     def parse(self, record, index):
         hashes = _int_list(record, "hash_ids")
@@ -152,5 +156,9 @@ class TokenTrace(TraceFormat):
 
 @hookimpl
 def dynlab_register_trace_formats(register):
-    register(MooncakeTrace)
-    register(TokenTrace)
+    from dynlab_builtins.trace_files import (AiperfMooncakeTrace, AiperfTrace, AzureTrace, BurstGPTTrace,
+                                             ShareGPTTrace)
+
+    for cls in (MooncakeTrace, TokenTrace, ShareGPTTrace, AiperfTrace, AiperfMooncakeTrace, BurstGPTTrace,
+                AzureTrace):
+        register(cls)

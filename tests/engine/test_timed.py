@@ -236,14 +236,16 @@ def test_timed_options_are_checked(args, message):
 
 # ---- the arrival option a workload ignores is refused (a fresh user's trial: both were silently ignored) ----
 
-RATE_REFUSED = "Error: --rate has no effect: the trace's timestamps set the arrivals (--time-scale scales them)\n"
+# --rate on a trace with timestamps rescales it now (issue 27, tests/test_rates.py); two speeds are refused
+SPEEDS_REFUSED = ("Error: --rate-scale and --time-scale both set the trace's speed (--rate-scale X is --time-scale "
+                  "1/X): give one\n")
 SCALE_REFUSED = ("Error: --time-scale has no effect: the workload has no timestamps (its requests arrive as a "
                  "Poisson process of --rate requests/s)\n")
 
 
 @pytest.mark.parametrize("command", ["sim", "compare", "sweep"])
 @pytest.mark.parametrize("timestamps, option, message", [
-    (True, ["--rate", "2"], RATE_REFUSED),
+    (True, ["--rate-scale", "2", "--time-scale", "2"], SPEEDS_REFUSED),
     (False, ["--time-scale", "5"], SCALE_REFUSED),
     (None, ["--time-scale", "5"], SCALE_REFUSED),  # the synthetic workload: a Poisson process too
 ])
@@ -272,5 +274,9 @@ def test_an_arrival_option_the_workload_uses_is_accepted(tmp_path):
                          latency_opts=LINEAR))["requests"] == 72  # the synthetic workload: 12 prefixes x 6
     # a trace streamed from stdin is checked at its first request (nothing to peek at before the run)
     data = "".join(json.dumps(r) + "\n" for r in rows)
+    r = CliRunner().invoke(main, ["sim", "--trace", "-", "--timing", "--capacity", "50", "--rate-scale", "2",
+                                  "--time-scale", "2"], input=data)
+    assert (r.exit_code, r.stderr) == (2, SPEEDS_REFUSED)
+    # --rate on it rescales: 2 gaps over 20 ms is 100 requests/s; at --rate 2, timestamps x 50
     r = CliRunner().invoke(main, ["sim", "--trace", "-", "--timing", "--capacity", "50", "--rate", "2"], input=data)
-    assert (r.exit_code, r.stderr) == (2, RATE_REFUSED)
+    assert r.exit_code == 0 and json.loads(r.stdout)["time_scale_applied"] == 50.0

@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 import pytest
 
 import dynlab
-from dynlab.engine.config import SECTION_CLASSES, SECTIONS, PdSection, SimConfig, WorkloadSection
+from dynlab.engine.config import SECTION_CLASSES, SECTIONS, PdSection, SimConfig, TrafficSection
 from dynlab.engine.metrics import Recorder, hooks
 
 ROOT = pathlib.Path(dynlab.__file__).parent
@@ -28,7 +28,7 @@ def test_every_field_is_in_exactly_one_section():
     names = [f for section in SECTIONS.values() for f in section]
     assert sorted(names) == sorted(f.name for f in fields(SimConfig))
     assert len(names) == len(set(names))
-    assert list(SECTIONS) == ["workload", "fleet", "engine", "kv", "events", "slo", "disagg"]
+    assert list(SECTIONS) == ["traffic", "fleet", "engine", "kv", "events", "slo", "disagg"]
 
 
 def test_section_defaults_are_simconfigs():
@@ -41,11 +41,11 @@ def test_section_defaults_are_simconfigs():
 def test_from_sections_round_trip_and_errors():
     c = SimConfig(trace="t.jsonl", time_scale=0.5, split="2:1", link_latency_ms=3.0, timing=True)
     assert SimConfig.from_sections(**{name: getattr(c, name) for name in SECTIONS}) == c
-    assert SimConfig.from_sections(workload=WorkloadSection(seed=7)).seed == 7
+    assert SimConfig.from_sections(traffic=TrafficSection(seed=7)).seed == 7
     with pytest.raises(TypeError, match="unknown section 'pd'"):
         SimConfig.from_sections(pd=PdSection())
     with pytest.raises(TypeError, match="must be a PdSection"):
-        SimConfig.from_sections(disagg=WorkloadSection())
+        SimConfig.from_sections(disagg=TrafficSection())
 
 
 def test_hooks_skip_what_a_recorder_does_not_override():

@@ -1,0 +1,121 @@
+"""dynlab's side of the vLLM differential harness (:mod:`benchmarks.fidelity_vllm`): one ``dynlab sim``.
+
+:func:`run_dynlab` runs ``dynlab sim --timing --latency-model linear --latency-opt beta0=.. beta1=..
+beta2=.. --capacity C --block 16 --workers 1 --max-num-batched-tokens B --max-num-seqs S --trace FILE``
+in this process (click's ``main`` with ``standalone_mode=False``) and returns one record per trace
+request, in trace order, with the keys of ``sim --requests-out`` (issue 24, item 4): ``id`` (0-based
+trace line), ``worker``, ``arrival_ms``, ``first_scheduled_ms``, ``first_token_ms``, ``finish_ms``,
+``input_length``, ``output_length``, ``hit_tokens``, ``preemptions``, ``rejected``.
+
+This is the ONE place that knows how the per-request values are obtained. When ``sim`` has
+``--requests-out`` (detected from its parameters) it is used as is; until then an adapter records the
+engine's :class:`~dynlab.engine.worker.EngineRequest` objects by wrapping
+``dynlab.engine.timed.ServingMetrics.on_arrival`` (those objects hold ``first_token_ms``,
+``finish_ms``, ``hit_tokens``, ``preemptions`` when the run ends), restored afterwards. To drop the
+adapter, delete :func:`_records_by_adapter` and the branch that calls it.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_ms", "finish_ms",
+        "input_length", "output_length", "hit_tokens", "preemptions", "rejected")
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    """One run's engine: ``capacity`` blocks of ``block`` tokens, the scheduler's limits (tokens, sequences),
+    the linear latency model's ``beta0`` (ms per step), ``beta1`` (ms per prefill token), ``beta2`` (ms
+    per decode request) (:class:`dynlab_builtins.latency.Linear`)."""
+
+    capacity: int
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    beta0: float = 3.991
+    beta1: float = 0.02339
+    beta2: float = 0.10746
+    block: int = 16
+
+
+def sim_args(setup: EngineSetup, trace: str) -> list[str]:
+    """The ``dynlab sim`` arguments that serve ``trace`` on one worker of ``setup`` (a list of str)."""
+    return ["sim", "--timing", "--workers", "1", "--mode", "rr", "--trace", trace, "--trace-format", "tokens",
+            "--block", str(setup.block), "--capacity", str(setup.capacity),
+            "--max-num-batched-tokens", str(setup.max_num_batched_tokens),
+            "--max-num-seqs", str(setup.max_num_seqs), "--latency-model", "linear",
+            "--latency-opt", f"beta0={setup.beta0!r}", "--latency-opt", f"beta1={setup.beta1!r}",
+            "--latency-opt", f"beta2={setup.beta2!r}", "--quiet"]
+
+
+def sim_has(option: str) -> bool:
+    """Whether ``dynlab sim`` has ``option`` (``--requests-out``, ``--admission``: issue 24's, not yet in every build)."""
+    from dynlab.cli import main
+
+    return any(option in p.opts for p in main.commands["sim"].params)
+
+
+def _invoke(args: list[str]) -> dict:
+    """Run ``dynlab ARGS`` in this process; its printed JSON (raises ``RuntimeError`` on a non-zero exit)."""
+    from dynlab.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main.main(args, standalone_mode=False)
+        except SystemExit as exc:  # click exits on its own errors even without standalone mode
+            if exc.code:
+                raise RuntimeError(f"dynlab {' '.join(args)} exited {exc.code}") from None
+    return json.loads(out.getvalue())
+
+
+def _records_by_adapter(args: list[str]) -> tuple[list[dict], dict]:
+    """The per-request records of ``dynlab ARGS`` taken from the engine's requests (see the module docstring)."""
+    from dynlab.engine import timed
+
+    seen: list = []
+    original = timed.ServingMetrics.on_arrival
+
+    def on_arrival(self, req, t):
+        seen.append(req)
+        original(self, req, t)
+
+    timed.ServingMetrics.on_arrival = on_arrival
+    try:
+        summary = _invoke(args)
+    finally:
+        timed.ServingMetrics.on_arrival = original
+    records = [{"id": r.id, "worker": 0, "arrival_ms": r.arrival_ms, "first_scheduled_ms": r.first_scheduled_ms,
+                "first_token_ms": r.first_token_ms, "finish_ms": r.finish_ms, "input_length": r.input_length,
+                "output_length": r.output_length, "hit_tokens": r.hit_tokens, "preemptions": r.preemptions,
+                "rejected": r.rejected} for r in seen]
+    records.sort(key=lambda rec: rec["id"])
+    return records, summary
+
+
+def run_dynlab(setup: EngineSetup, trace: str, admission: Optional[str] = None) -> tuple[list[dict], dict, float]:
+    """``(records in trace order, sim's JSON, wall seconds of the sim call)`` of ``trace`` on ``setup``.
+
+    ``admission`` (``full`` or ``chunk``) is passed as ``--admission`` when ``sim`` has that option, and
+    ignored otherwise (dynlab then runs its one rule, the chunk rule).
+    """
+    args = sim_args(setup, trace)
+    if admission is not None and sim_has("--admission"):
+        args += ["--admission", admission]
+    start = time.perf_counter()
+    if sim_has("--requests-out"):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "requests.jsonl")
+            summary = _invoke(args + ["--requests-out", path])
+            wall = time.perf_counter() - start
+            with open(path) as fh:
+                records = [json.loads(line) for line in fh if line.strip()]
+        return records, summary, wall
+    records, summary = _records_by_adapter(args)
+    return records, summary, time.perf_counter() - start

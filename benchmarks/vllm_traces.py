@@ -1,0 +1,159 @@
+"""The traces of the vLLM differential harness (:mod:`benchmarks.fidelity_vllm`), as dynlab token traces.
+
+A :class:`Case` is a trace (rows of the README's "Bring your own trace" token format: ``timestamp`` in
+ms, ``tokens``, ``output_length``) with the engine it runs on
+(:class:`vllm_dynlab_side.EngineSetup`). :func:`hand_cases` gives nine hand-sized ones (issue 24's
+three rules among them), :func:`random_cases` seven seeded multi-turn conversation traces over shared
+system prompts (200-2,000 requests; ample, tight and overloaded pools; chunked prefill; a
+``max_num_seqs`` limit). Prompt token ids stay below :data:`OUTPUT_BASE`; the fake model of
+:mod:`vllm_side` samples ids from there up, so a generated token never equals a prompt token (dynlab
+names prompt blocks only, and a conversation's next turn carries fresh ids for the reply it quotes).
+Every request fits its pool: ``input + output - 1 <= capacity * block / 2``, so neither side rejects one.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+from vllm_dynlab_side import EngineSetup
+
+#: prompt token ids are below it; the fake model's sampled ids start there
+OUTPUT_BASE = 1_000_000
+
+
+@dataclass
+class Case:
+    """One trace: ``rows`` (dicts with ``timestamp`` ms, ``tokens``, ``output_length``) on ``setup``."""
+
+    name: str
+    setup: EngineSetup
+    rows: list = field(default_factory=list)
+    what: str = ""
+
+    def write(self, path: str) -> None:
+        """Write the rows as a dynlab token trace (JSON lines) to ``path``."""
+        with open(path, "w") as fh:
+            for row in self.rows:
+                fh.write(json.dumps(row) + "\n")
+
+
+class _Ids:
+    """Fresh prompt token ids, never repeated: ``take(n)`` -> ``n`` new ids (ints below OUTPUT_BASE)."""
+
+    def __init__(self, start: int = 1):
+        self.next = start
+
+    def take(self, n: int) -> list:
+        out = list(range(self.next, self.next + n))
+        self.next += n
+        if self.next >= OUTPUT_BASE:
+            raise ValueError("the trace needs more prompt token ids than OUTPUT_BASE leaves")
+        return out
+
+
+def _row(t: float, tokens: list, out: int) -> dict:
+    return {"timestamp": t, "tokens": tokens, "output_length": out}
+
+
+HAND = dict(beta0=10.0, beta1=1.0, beta2=2.0)  # issue 24's hand cases: integer ms, exact in floats
+
+
+def _hand(capacity: int, budget: int, max_num_seqs: int = 256) -> EngineSetup:
+    """A hand case's engine; vLLM refuses ``max_num_seqs > max_num_batched_tokens``, so it is capped there."""
+    return EngineSetup(capacity, budget, min(max_num_seqs, budget), **HAND)
+
+
+def hand_cases() -> list[Case]:
+    """The nine hand-sized cases (linear model beta0=10, beta1=1, beta2=2 ms; 16-token blocks)."""
+    ids = _Ids()
+    r1, r2 = ids.take(32), ids.take(64)
+    a, b = ids.take(16), ids.take(16)
+    p0, p1, p2 = ids.take(48), ids.take(24), ids.take(16)
+    dup, big, tail = ids.take(32), ids.take(64), ids.take(16)
+    shared = ids.take(48)
+    cases = [
+        Case("rule1-full-isl", _hand(5, 32),
+             [_row(0, r1, 40), _row(0, r2, 1)],
+             "issue 24 rule 1: R1 32+40, R2 64+1 at 0, capacity 5, budget 32"),
+        Case("rule3-resume", _hand(5, 16),
+             [_row(0, a, 45), _row(0, b, 20)],
+             "issue 24 rule 3: A 16+45, B 16+20 at 0, capacity 5, budget 16"),
+        Case("rule2-free-order", _hand(5, 64),
+             [_row(0, p0, 1), _row(100, p1, 1), _row(200, p2, 1), _row(300, p0 + ids.take(16), 1)],
+             "issue 24 rule 2: a partial block freed to the head keeps a cached block one allocation longer"),
+        Case("duplicate-copies", _hand(6, 64),
+             [_row(0, dup, 1), _row(0, dup, 1), _row(100, big, 1), _row(200, dup + tail, 1)],
+             "two identical prompts together; a later request hits after the first copy is evicted"),
+        Case("shared-prefix-ample", _hand(64, 8192),
+             [_row(0, shared + ids.take(10), 8), _row(30, shared + ids.take(20), 5),
+              _row(45, shared + ids.take(3), 12)],
+             "three prompts sharing 48 tokens, no memory pressure"),
+        Case("chunked-prefill", _hand(32, 24),
+             [_row(0, ids.take(20), 30), _row(15, ids.take(100), 5), _row(40, ids.take(7), 4)],
+             "a 100-token prompt chunked at a 24-token budget beside decodes"),
+        Case("max-num-seqs", _hand(32, 8192, 2),
+             [_row(0, ids.take(20), 5), _row(0, ids.take(20), 10), _row(0, ids.take(20), 3),
+              _row(0, ids.take(20), 8)],
+             "four requests at 0, two sequence slots"),
+        Case("step-boundary-arrivals", _hand(16, 8192),
+             [_row(0, ids.take(16), 3), _row(26, ids.take(16), 3), _row(27, ids.take(5), 2),
+              _row(62, ids.take(9), 2)],
+             "arrivals exactly at a step's end (they join the next step) and inside a step"),
+        Case("overload-cascade", _hand(8, 32),
+             [_row(0, ids.take(30), 20) for _ in range(5)],
+             "five 30+20 requests at 0 in 8 blocks: chains of preemptions"),
+    ]
+    return cases
+
+
+def conversations(seed: int, requests: int, rate: float, systems: int = 4, system_len=(200, 1500),
+                  user_len=(20, 300), reply_len=(10, 200), turns=(1, 6), think_ms=(500.0, 5000.0)) -> list:
+    """Seeded multi-turn conversations over ``systems`` shared system prompts: token-trace rows in time order.
+
+    Conversations start as a Poisson process of ``rate`` per second; each has a uniform number of
+    ``turns``; turn ``k``'s prompt is the system prompt, then every earlier user message and reply
+    (fresh ids standing for the reply's text), then its own user message; its ``output_length`` is
+    that reply's length. The next turn arrives ``think_ms`` (uniform) after the previous one was sent
+    (not after its reply: an open loop, so a trace is fixed before any engine runs). Lengths in tokens,
+    drawn uniformly from the ranges given; stops at ``requests`` rows.
+    """
+    rng = random.Random(seed)
+    ids = _Ids()
+    prompts = [ids.take(rng.randint(*system_len)) for _ in range(systems)]
+    rows, t = [], 0.0
+    while len(rows) < requests:
+        t += rng.expovariate(rate) * 1000.0
+        context, at = list(prompts[rng.randrange(systems)]), t
+        for _ in range(rng.randint(*turns)):
+            context += ids.take(rng.randint(*user_len))
+            reply = rng.randint(*reply_len)
+            rows.append(_row(round(at, 3), list(context), reply))
+            context += ids.take(reply)
+            at += rng.uniform(*think_ms)
+    rows.sort(key=lambda r: r["timestamp"])  # stable: same-time rows keep their order
+    return rows[:requests]
+
+
+def _fit(rows: list, capacity: int, block: int = 16) -> list:
+    """``rows`` without those that would take more than half the pool (``input + output - 1`` tokens)."""
+    return [r for r in rows if len(r["tokens"]) + r["output_length"] - 1 <= capacity * block // 2]
+
+
+def random_cases(scale: float = 1.0) -> list[Case]:
+    """The seven seeded conversation traces; ``scale`` multiplies their request counts (tests use less)."""
+    specs = [  # name, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
+        ("conv-ample", 1, 200, 0.5, 4096, 8192, 256, "ample pool: nothing is evicted"),
+        ("conv-tight", 2, 500, 1.0, 800, 8192, 256, "tight pool: evictions, few preemptions"),
+        ("conv-overloaded", 3, 1000, 3.0, 500, 8192, 256, "overloaded pool: preemptions"),
+        ("conv-chunked", 4, 500, 1.0, 1200, 256, 256, "chunked prefill: 256-token budget"),
+        ("conv-max-seqs", 5, 500, 1.5, 2000, 8192, 4, "max_num_seqs 4"),
+        ("conv-tight-2000", 6, 2000, 1.0, 700, 2048, 64, "2,000 requests, tight pool, 2,048-token budget"),
+        ("conv-overloaded-chunked", 7, 1000, 3.0, 400, 512, 32, "overloaded, 512-token budget, 32 seqs"),
+    ]
+    cases = []
+    for name, seed, n, rate, cap, budget, seqs, what in specs:
+        n = max(int(n * scale), 1)
+        rows = _fit(conversations(seed, n, rate), cap)
+        cases.append(Case(name, EngineSetup(cap, budget, seqs), rows, what))
+    return cases

@@ -1,0 +1,235 @@
+"""``dynlab plan``: the fewest GPUs, per candidate shape, that meet the SLOs for a trace (thin: parse, call
+:func:`dynlab.plan.plan`, print)."""
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from dataclasses import replace
+
+import click
+
+from dynlab import plugins
+from dynlab.cli import main
+from dynlab.cli.common import (check_plot, echo_json, output_format, output_path, parse_opts, progress_bar,
+                               refuse_repeats, split_list)
+from dynlab.cli.routing import SIM_OPTIONS, FiniteFloat, given_fields
+from dynlab.engine.config import SimConfig
+from dynlab.plan import DEFAULT_CAP, PERCENTILES, Shape, Target
+from dynlab.sweep import EXECUTORS
+
+_BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, default, help_ in SIM_OPTIONS}
+#: sim options plan takes as they are (one value for every replay), with sim's meaning
+SHARED = ("trace", "trace_format", "block", "hash", "trace_block", "capacity", "max_num_batched_tokens",
+          "max_num_seqs", "latency_model", "gpu_memory_utilization", "publish", "event_delay_ms", "event_loss",
+          "routers", "router_assign", "pcie_gbps", "cpu_write", "seed", "slo_ttft_ms", "slo_tpot_ms")
+#: sim options plan takes as comma lists of candidates (the shapes are their cross product)
+CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb")
+
+
+def _help(text: str, own_default: bool = False) -> str:
+    """sim's help of an option as plan shows it: every replay is timed; ``own_default``: sim's default
+    left out (plan shows its own)."""
+    text = text.replace("With --timing: ", "")
+    if own_default:
+        text = re.sub(r"\s*\[default: [^]]*\]", "", text)
+    return text[:1].upper() + text[1:]
+
+
+#: plan's own wording where sim's would mislead (every replay is timed)
+_HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory, as sim --timing]."}
+
+
+def _shared_options(fn):
+    for field in reversed(SHARED):
+        flags, ptype, default, help_ = _BY_FIELD[field]
+        help_ = _HELP.get(field) or _help(help_)
+        fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
+                          help=help_, required=field == "trace")(fn)
+    for field in reversed(CANDIDATES):
+        flags, ptype, default, help_ = _BY_FIELD[field]
+        default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)
+        fn = click.option(*flags, field, type=click.STRING, default=str(default),
+                          show_default=True, metavar="V[,V...]",
+                          help=_help(help_, own_default=True) + " A comma list: one candidate each.")(fn)
+    return fn
+
+
+def _candidates(ctx, options: dict) -> list[Shape]:
+    """The shapes: the cross product of the candidate lists, each item converted by sim's option type."""
+    lists = {}
+    for field in CANDIDATES:
+        flags, ptype, _, _ = _BY_FIELD[field]
+        items = split_list(options.pop(field), flags[-1])
+        try:
+            values = [ptype.convert(v, None, ctx) for v in items]
+        except click.BadParameter as exc:
+            exc.param_hint = f"'{flags[-1]}'"
+            raise
+        refuse_repeats(items, values, flags[-1])
+        lists[field] = values
+    cpu = [v if v else None for v in lists["cpu_memory_gb"]]  # 0: no CPU tier
+    return [Shape(m, g, t, mode, c) for m in lists["model"] for g in lists["gpu"] for t in lists["tp"]
+            for mode in lists["mode"] for c in cpu]
+
+
+def _prices(values, gpus: set) -> dict:
+    prices = {}
+    for name, text in parse_opts(values, "--price").items():
+        try:
+            price = float(text)
+        except ValueError:
+            raise click.BadParameter(f"{name}={text}: not a number of USD per GPU-hour", param_hint="'--price'")
+        if not (price >= 0 and price < float("inf")):
+            raise click.BadParameter(f"{name}={text}: must be a finite number >= 0", param_hint="'--price'")
+        if name not in gpus:
+            raise click.BadParameter(f"{name} has no effect: it is not a --gpu candidate "
+                                     f"({', '.join(sorted(gpus))})", param_hint="'--price'")
+        prices[name] = price
+    missing = sorted(gpus - set(prices))
+    if prices and missing:
+        raise click.BadParameter(f"no price for {', '.join(missing)}: give one per --gpu candidate",
+                                 param_hint="'--price'")
+    return prices
+
+
+def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given, plot_path) -> None:
+    if resume and not log:
+        raise click.UsageError("--resume needs --log FILE")
+    if ray_address and executor != "ray":
+        raise click.UsageError("--ray-address has no effect without --executor ray")
+    if jobs is not None and executor == "serial":
+        raise click.UsageError("--jobs has no effect with --executor serial")
+    if goodput is not None and percentile_given:
+        raise click.UsageError("--slo-percentile has no effect with --goodput (the share of requests meeting "
+                               "every SLO is the target)")
+    paths = [os.path.realpath(p) for p in (log, plot_path) if p and p != "-"]
+    if len(set(paths)) != len(paths):
+        raise click.UsageError("--log and --plot must name different files")
+
+
+def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
+    """Every shape's replay options, checked as sim checks them, before any replay."""
+    from dynlab.engine.config import check_effective
+    from dynlab.engine.run import build_strategy
+    from dynlab.engine.serving import check_timed
+    from dynlab.plan.planner import latency_for
+
+    for shape in shapes:
+        config = shape.config(base)
+        try:
+            config.validate()
+            check_effective(config, given | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set()),
+                            getattr(requests, "own_block_tokens", None))
+            check_timed(config, requests)
+            build_strategy(config, random.Random(0))
+            latency_for(config)
+        except (ValueError, plugins.UnknownNameError) as exc:
+            raise click.UsageError(f"{shape.label}: {exc}" if len(shapes) > 1 else str(exc)) from None
+
+
+@main.command()
+@_shared_options
+@click.option("--rate", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Target mean arrival rate, requests/s: a timestamped trace's time is rescaled so its mean rate is "
+                   "this; a trace without timestamps arrives as a Poisson process of this rate.")
+@click.option("--rate-scale", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Arrivals this many times as fast as the trace's (2 = twice the rate).")
+@click.option("--slo-percentile", type=click.Choice(PERCENTILES), default="p99", show_default=True,
+              help="Percentile of TTFT and TPOT that must meet the SLOs.")
+@click.option("--goodput", type=FiniteFloat(0.0, 1.0, min_open=True), default=None,
+              help="Instead of a percentile: the share of all requests that must meet every SLO given (sim's goodput).")
+@click.option("--price", "price", multiple=True, metavar="GPU=USD_PER_HOUR",
+              help="Price of one GPU-hour, for the $/h column and ranking; repeatable, one per --gpu candidate.")
+@click.option("--max-workers", type=click.IntRange(min=1), default=DEFAULT_CAP, show_default=True,
+              help="The most workers tried per shape.")
+@click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE", help="Strategy option; repeatable.")
+@click.option("--latency-opt", "latency_opt", multiple=True, metavar="NAME=VALUE",
+              help="Latency model option (see `dynlab latency --list`); repeatable.")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="serial (this process), local (a process pool) or ray (dynlab[ray]).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes (local) or CPUs of the local Ray instance [default: the CPUs available].")
+@click.option("--ray-address", default=None, metavar="ADDRESS", help="Run on this Ray cluster (host:port).")
+@click.option("--log", type=click.Path(dir_okay=False), default=None, callback=output_path,
+              help="Append every replay here as a JSON line ({\"cell\": sim options, \"result\": sim's JSON}).")
+@click.option("--resume", is_flag=True, help="Reuse the replays already in --log; append the others.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
+              help="Output [default: table on a terminal, else json].")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
+              help="Write a Pareto plot: TTFT (TPOT without a TTFT SLO) at the percentile against GPUs ($/h with --price).")
+@click.option("--quiet", is_flag=True, help="No progress bar on stderr (shown only when stderr is a terminal).")
+@click.pass_context
+def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt, latency_opt, executor, jobs,
+         ray_address, log, resume, fmt, plot_path, quiet, **options):
+    """The fewest workers (and GPUs) per candidate shape that meet the SLOs on a trace, searched by replay.
+
+    Each shape (--model x --gpu x --tp x --modes x --cpu-memory-gb) gets an analytic lower bound from the
+    latency model, then replays bracket and bisect the worker count; the answer N meets the target and
+    N - 1 misses it. Each shape's binding constraint is said in words (queueing, memory, routing, compute). Example:
+
+    \b
+      dynlab plan --trace mooncake-conversation --rate-scale 2 --slo-ttft-ms 2000 \\
+        --slo-tpot-ms 50 --gpu h100,h200 --tp 1,2 --modes kv-cost,kv-events
+    """
+    from click.core import ParameterSource
+
+    from dynlab.plan import plan as run_plan
+
+    given = given_fields(ctx)
+    _refuse(executor, jobs, ray_address, log, resume, goodput,
+            ctx.get_parameter_source("slo_percentile") == ParameterSource.COMMANDLINE, plot_path)
+    shapes = _candidates(ctx, options)
+    prices = _prices(price, {s.gpu for s in shapes})
+    try:
+        target = Target(options["slo_ttft_ms"], options["slo_tpot_ms"], slo_percentile, goodput)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
+    requests, checked = _load(base, rate, rate_scale)
+    _check_shapes(shapes, checked, given - set(CANDIDATES) - {"slo_ttft_ms", "slo_tpot_ms"}, requests)
+    if plot_path:
+        check_plot(plot_path)
+    started, fresh = time.perf_counter(), []
+    with progress_bar(None, "plan", "replay", quiet) as bar:
+        try:
+            out = run_plan(requests, base, shapes, target, rate=rate, rate_scale=rate_scale, cap=max_workers,
+                           prices=prices, executor=executor, jobs=jobs, ray_address=ray_address, log_path=log,
+                           resume=resume, on_replay=lambda new: (bar.update(1), fresh.append(new)))
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    if not quiet:
+        where = f"; {fresh.count(False)} from {log}" if fresh.count(False) else ""
+        click.echo(f"plan: {len(fresh)} replay{'' if len(fresh) == 1 else 's'} in "
+                   f"{time.perf_counter() - started:.1f} s ({executor}){where}", err=True)
+    _report(out, fmt, plot_path)
+
+
+def _load(base: SimConfig, rate, rate_scale) -> tuple:
+    """``(the loaded trace, base with the arrivals it will be replayed at)``; usage errors for a trace the
+    options cannot read, an empty one, or arrival options it cannot take."""
+    from dynlab.plan.rate import arrival_settings
+    from dynlab.sweep.executors import cached_trace
+
+    try:
+        requests = cached_trace(base)
+        if not requests:
+            raise ValueError(f"{base.trace}: the trace has no request")
+        time_scale, poisson = arrival_settings(requests, rate, rate_scale)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    return requests, replace(base, time_scale=time_scale, rate=poisson)
+
+
+def _report(out: dict, fmt, plot_path) -> None:
+    """Draw the plot (``plot_path``) and print the plan as a table or JSON."""
+    from dynlab.plan.report import plot, table
+
+    if plot_path:
+        plot(out, plot_path)
+    out.pop("_results")
+    if output_format(fmt) == "json":
+        echo_json(out)
+    else:
+        click.echo(table(out))

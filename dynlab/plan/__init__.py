@@ -1,0 +1,107 @@
+"""Capacity planning by replay (``dynlab plan``): the fewest GPUs, per candidate shape, that meet the SLOs.
+
+For each :class:`~dynlab.plan.search.Shape` (model, GPU, TP, routing mode, CPU tier) the latency model
+first gives floors (:mod:`~dynlab.plan.analysis`: each prompt's own prefill, the work against one
+worker's capacity); then replays of the trace (:func:`dynlab.run`, on the sweep executors) bracket and
+bisect the worker count (:mod:`~dynlab.plan.search`), so each answer N is a replay meeting the target
+and N - 1 one missing it. :mod:`~dynlab.plan.binding` says what binds; :mod:`~dynlab.plan.report`
+ranks, prints and plots.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Callable, Mapping, Optional, Sequence
+
+from dynlab.engine.config import SimConfig
+from dynlab.errors import DynlabError
+from dynlab.plan.planner import DEFAULT_CAP, Outcome, config_cell, explain, prepare, run_searches
+from dynlab.plan.rate import arrival_settings, mean_rate
+from dynlab.plan.search import Shape
+from dynlab.plan.target import PERCENTILES, Target
+
+__all__ = ["plan", "Shape", "Target", "PERCENTILES", "DEFAULT_CAP", "arrival_settings", "mean_rate", "config_cell",
+           "Outcome"]
+
+
+def _log_known(log_path: Optional[str], resume: bool) -> tuple:
+    """``(ResultsFile or None, log key -> result)``; a non-empty log without ``resume`` is a ``ValueError``."""
+    import os
+
+    from dynlab.sweep.results import ResultsFile
+
+    if log_path is None:
+        return None, {}
+    if not resume and os.path.exists(log_path) and os.path.getsize(log_path) > 0:
+        raise ValueError(f"{log_path} is not empty: add --resume to reuse its replays, or choose another file")
+    log = ResultsFile(log_path)
+    if resume:
+        log.scan()
+    return log, {k: r for k, (_, r) in log.records.items()}
+
+
+def _arrivals(requests: Sequence, time_scale: float, poisson: float) -> str:
+    """The arrivals replayed, in words: the mean rate and time scale, all at once, or Poisson."""
+    n = f"{len(requests):,} request{'' if len(requests) == 1 else 's'}"
+    if requests[0].timestamp is None:
+        return f"{n}, Poisson {poisson:g} requests/s"
+    rate_now = mean_rate(requests)
+    if rate_now is None:
+        return f"{n}, all at one instant"
+    return f"{n}, mean rate {rate_now / time_scale:.3g} requests/s (time scale {time_scale:.4g})"
+
+
+def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: Target, *,
+         rate: Optional[float] = None, rate_scale: Optional[float] = None, cap: int = DEFAULT_CAP,
+         prices: Optional[Mapping[str, float]] = None, executor: str = "local", jobs: Optional[int] = None,
+         ray_address: Optional[str] = None, log_path: Optional[str] = None, resume: bool = False,
+         on_replay: Callable = lambda fresh: None) -> dict:
+    """Plan ``shapes`` for the loaded trace ``requests`` (``base.trace``'s, from
+    :func:`dynlab.sweep.executors.cached_trace`) against ``target``.
+
+    ``base``: the engine options every replay shares (a timed :class:`SimConfig`; its model, GPU, TP, mode
+    and CPU tier are the shape's); ``rate`` (requests/s) or ``rate_scale``: the arrivals
+    (:func:`~dynlab.plan.rate.arrival_settings`); ``cap``: the most workers per shape; ``prices``: GPU
+    name -> USD per GPU-hour; ``executor``/``jobs``/``ray_address``: as ``dynlab sweep``; ``log_path``: a
+    JSON-lines file of every replay (``{"cell": sim options, "result": sim's JSON}``), reused with
+    ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now).
+
+    Returns :func:`dynlab.plan.report.as_json`'s object plus ``_results`` (shape label -> workers ->
+    result, for the plot). Raises ``ValueError`` for bad options, :class:`DynlabError` for a replay's error.
+    """
+    from dynlab.plan.report import as_json
+    from dynlab.sweep.executors import CellError, execute
+
+    prices = dict(prices or {})
+    time_scale, poisson = arrival_settings(requests, rate, rate_scale)
+    base = replace(base, timing=True, time_scale=time_scale, rate=poisson, slo_ttft_ms=target.slo_ttft_ms,
+                   slo_tpot_ms=target.slo_tpot_ms)
+    own = getattr(requests, "own_block_tokens", None)
+    trace_block = base.trace_block or own or base.block
+    log, known = _log_known(log_path, resume)
+    outcomes = prepare(requests, shapes, base, target, cap, trace_block)
+
+    def run_batch(configs):
+        if not configs:
+            return
+        with contextlib.closing(execute(configs, executor, jobs, ray_address)) as runs:
+            with log if log is not None else contextlib.nullcontext():  # opened after the pool forked
+                try:
+                    for i, result in runs:
+                        if log is not None:
+                            log.append(config_cell(configs[i]), result)
+                        yield i, result
+                except CellError as exc:
+                    raise DynlabError(f"replay at {configs[exc.index].workers} workers "
+                                      f"({configs[exc.index].gpu} tp {configs[exc.index].tp}): {exc}") from None
+
+    run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
+    explain(outcomes, len(requests))
+    arrivals = _arrivals(requests, time_scale, poisson)
+    header = {"target": target.describe(), "percentile": target.percentile, "slo_ttft_ms": target.slo_ttft_ms,
+              "slo_tpot_ms": target.slo_tpot_ms, "goodput_target": target.goodput, "arrivals": arrivals,
+              "time_scale": time_scale, "prices": prices, "max_workers": cap}
+    out = as_json(outcomes, prices, header)
+    out["_results"] = {o.shape.label: {n: r for s in (o.search, o.floor) if s is not None
+                                       for n, (_, r) in s.tested.items()} for o in outcomes}
+    return out

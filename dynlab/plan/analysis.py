@@ -1,0 +1,136 @@
+"""What the latency model says of a trace before any replay: each prompt's own prefill, the work against
+one worker's capacity (the bracket's lower end), and the share of requests no worker count can serve in time.
+
+Every figure here is a *floor*: a request served alone on an idle worker, with an infinite prefix cache
+(every leading block some earlier request named is a hit). A request whose floor misses the TTFT target
+misses it at any number of workers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from dynlab.engine.config import SimConfig
+from dynlab.latency.base import LatencyModel, StepBatch
+
+
+def prefill_alone_ms(latency: LatencyModel, input_length: int, hit_tokens: int, chunk: int) -> float:
+    """ms to prefill one prompt of ``input_length`` tokens alone, its first ``hit_tokens`` cached, in
+    chunks of at most ``chunk`` tokens (the step budget, ``--max-num-batched-tokens``): the sum of
+    ``latency.step_ms`` over its chunk steps. The step that computes the last prompt token emits the
+    first output token, so this is the request's TTFT on an idle worker."""
+    total, ctx = 0.0, min(hit_tokens, max(input_length - 1, 0))
+    while ctx < input_length:
+        c = min(chunk, input_length - ctx)
+        total += latency.step_ms(StepBatch((c,), (ctx,), 0, 0))
+        ctx += c
+    return total
+
+
+def ideal_hit_tokens(requests: Sequence, trace_block: int, block: int) -> list[int]:
+    """Per request, the prompt tokens an infinite prefix cache could hit: its leading trace blocks named
+    by an earlier request, in whole engine blocks of ``block`` tokens, at most ``input_length - 1``
+    (vLLM recomputes the last prompt token)."""
+    seen: set = set()
+    out = []
+    for req in requests:
+        k = 0
+        for h in req.hashes:
+            if h not in seen:
+                break
+            k += 1
+        tokens = min(k * trace_block, max(req.input_length - 1, 0))
+        out.append(tokens // block * block)
+        seen.update(req.hashes)
+    return out
+
+
+def tpot_alone_ms(latency: LatencyModel, input_length: int, output_length: int) -> Optional[float]:
+    """A request's TPOT decoding alone: one decode step at its mean context (``input + output / 2``
+    tokens); ``None`` for a one-token request (no TPOT)."""
+    if output_length <= 1:
+        return None
+    return latency.step_ms(StepBatch((), (), 1, input_length + output_length // 2))
+
+
+@dataclass(frozen=True)
+class Floors:
+    """Per-request floors of one shape (ms): ``ttft`` (prefill alone, ideal prefix hits) and ``tpot``
+    (``None`` for one-token requests)."""
+
+    ttft: tuple
+    tpot: tuple
+
+    def never_share(self, slo_ttft_ms: Optional[float], slo_tpot_ms: Optional[float]) -> float:
+        """Share of requests (0..1) whose floor misses an SLO given: none can meet it at any worker count."""
+        if not self.ttft:
+            return 0.0
+        miss = sum(1 for t, p in zip(self.ttft, self.tpot)
+                   if (slo_ttft_ms is not None and t > slo_ttft_ms)
+                   or (slo_tpot_ms is not None and p is not None and p > slo_tpot_ms))
+        return miss / len(self.ttft)
+
+    def ttft_quantile(self, q: float) -> float:
+        """The ``q`` (0..1) quantile of the TTFT floors (nearest rank): the lowest TTFT target a
+        ``q`` percentile can meet on this shape."""
+        ordered = sorted(self.ttft)
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
+
+
+def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_block: int) -> Floors:
+    """The :class:`Floors` of ``requests`` on ``latency`` (one worker of the shape), chunked at
+    ``config.max_num_batched_tokens``. Distinct (length, hit) pairs are computed once."""
+    hits = ideal_hit_tokens(requests, trace_block, config.block)
+    cache: dict = {}
+    ttft = []
+    for req, hit in zip(requests, hits):
+        key = (req.input_length, hit)
+        if key not in cache:
+            cache[key] = prefill_alone_ms(latency, req.input_length, hit, config.max_num_batched_tokens)
+        ttft.append(cache[key])
+    tpot = tuple(tpot_alone_ms(latency, r.input_length, max(r.output_length, 1)) for r in requests)
+    return Floors(tuple(ttft), tpot)
+
+
+def span_ms(requests: Sequence, config: SimConfig) -> float:
+    """The arrivals' span in ms as the engine will see them: ``(last - first timestamp) * time_scale``,
+    or ``n / rate`` seconds for a workload without timestamps (Poisson arrivals)."""
+    if not requests:
+        return 0.0
+    if requests[0].timestamp is None:
+        return len(requests) / config.rate * 1000.0
+    return (float(requests[-1].timestamp) - float(requests[0].timestamp)) * config.time_scale
+
+
+def workers_lower_bound(requests: Sequence, latency: LatencyModel, config: SimConfig, fl: Floors) -> int:
+    """The bracket's lower end: ``ceil(work / span)``, at least 1, where work (ms of one worker) is every
+    prompt's prefill floor plus every output token at the cost of one token in a full decode batch
+    (``max_num_seqs`` requests at the trace's mean context); a fleet of fewer workers would have to be
+    busy more than all of the time. Not a guarantee (batching prefill chunks with decodes can beat the
+    sum), so the search replays it."""
+    if not requests:
+        return 1
+    seqs = config.max_num_seqs
+    mean_ctx = sum(r.input_length + r.output_length / 2 for r in requests) / len(requests)
+    per_token = latency.step_ms(StepBatch((), (), seqs, int(seqs * mean_ctx))) / seqs
+    work = sum(fl.ttft) + per_token * sum(max(r.output_length, 1) - 1 for r in requests)
+    span = span_ms(requests, config)
+    return max(1, math.ceil(work / span)) if span > 0 else 1
+
+
+def help_shares(requests: Sequence, config: SimConfig, trace_block: int, slo_ttft_ms: Optional[float],
+                slo_tpot_ms: Optional[float], latency_for) -> dict:
+    """What would lower the share that can never meet the SLOs: ``{"tp X": share, "chunk Y": share}`` at
+    twice the TP (when the model's heads split) and twice the step budget. ``latency_for(config)``
+    builds a shape's latency model (``ValueError`` when the hardware refuses it: left out)."""
+    out = {}
+    for label, changed in ((f"tp {config.tp * 2}", replace(config, tp=config.tp * 2)),
+                           (f"max-num-batched-tokens {config.max_num_batched_tokens * 2}",
+                            replace(config, max_num_batched_tokens=config.max_num_batched_tokens * 2))):
+        try:
+            lat = latency_for(changed)
+        except ValueError:
+            continue
+        out[label] = floors(requests, lat, changed, trace_block).never_share(slo_ttft_ms, slo_tpot_ms)
+    return out

@@ -1,0 +1,82 @@
+"""The binding constraint of a shape, in words: queueing (more workers help), memory (the pool runs dry:
+preemptions), routing (more workers stop changing anything: the strategy leaves them idle) or compute
+(the slowest prompts' own prefill misses the target: no worker count helps)."""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from dynlab.plan.target import Target, measured
+
+#: the kinds of binding constraint, in the order the report explains them
+KINDS = ("none", "queueing", "memory", "routing", "compute")
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker{'' if n == 1 else 's'}"
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.2f}%"
+
+
+def compute_text(target: Target, never: float, n_requests: int, floor_q: float, worst_ms: float,
+                 helps: Mapping[str, float], floor_workers: Optional[int], floor_goodput: Optional[float],
+                 floor_note: str = "") -> str:
+    """Why no worker count meets ``target``: ``never`` (0..1) of the ``n_requests`` miss an SLO even served
+    alone with every prefix hit possible (their prefill alone up to ``worst_ms``); ``floor_q``: the lowest
+    TTFT target the percentile can meet; ``helps``: change -> the share that would still never meet it;
+    ``floor_workers``: the fewest workers found to add no misses beyond these (goodput ``floor_goodput``);
+    ``floor_note``: why that search found none (said when ``floor_workers`` is ``None``)."""
+    count = round(never * n_requests)
+    text = (f"compute: {_pct(never)} of requests ({count:,} of {n_requests:,}) miss the SLOs even alone on an idle "
+            f"worker with every prefix hit possible (a prompt's own prefill takes up to {worst_ms:,.0f} ms), more than "
+            f"the {_pct(target.allowed_miss)} {target.describe()} allows: no worker count helps.")
+    if target.slo_ttft_ms is not None and target.goodput is None:
+        text += f" The lowest TTFT target {target.percentile} can meet here is about {floor_q:,.0f} ms."
+    if helps:
+        text += " Would help: " + ", ".join(f"{k} (never met: {_pct(v)})" for k, v in helps.items())
+        text += "; P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
+    if floor_workers is not None:
+        text += (f" {_workers(floor_workers)} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
+                 f" (goodput {floor_goodput:.4f}).")
+    elif floor_note:
+        text += f" The other requests are not all served within the SLOs either: {floor_note}."
+    return text
+
+
+def replay_text(target: Target, workers: int, result: Mapping, never: float) -> tuple[str, str]:
+    """``(kind, words)`` for the replay at ``workers`` that misses ``target`` (N - 1, or the cap):
+    memory when it preempted or rejected, else queueing."""
+    misses = "; ".join(target.misses(result))
+    wait = measured(result, "queue_wait_ms", "p99")
+    pre, rej, pool = result.get("preemptions", 0), result.get("rejected", 0), result.get("kv_blocks")
+    if pre or rej:
+        kind = "memory"
+        text = (f"memory: at {_workers(workers)} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
+                f"(the pool of {pool:,} blocks per worker runs dry) and {misses}; fewer requests per worker "
+                "(more workers), a larger pool (higher TP) or a CPU tier helps")
+    else:
+        kind = "queueing"
+        why = ("too many requests decode together on each worker; " if misses.startswith("TPOT") else "")
+        text = f"queueing: at {_workers(workers)} {misses} ({why}queue wait p99 {wait:,.1f} ms); more workers help"
+    if never > 0:
+        text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
+                 f"within the {_pct(target.allowed_miss)} allowed")
+    return kind, text
+
+
+def routing_text(target: Target, a: int, b: int, result: Mapping) -> str:
+    """Why a shape's search stopped below the cap: the replays at ``a`` and ``b`` workers are the same."""
+    misses = "; ".join(target.misses(result))
+    wait = measured(result, "queue_wait_ms", "p99")
+    return (f"routing: the replays at {a} and {b} workers are the same ({misses}; queue wait p99 {wait:,.1f} ms; "
+            f"{idle_text(result, b)}): the strategy leaves the extra workers idle, "
+            "so more workers do not help; a strategy that spreads the load does")
+
+
+def idle_text(result: Mapping, workers: int) -> str:
+    """``10 of 18 workers received no request`` from a replay's ``requests_per_worker``, else its load imbalance."""
+    per = result.get("requests_per_worker")
+    if isinstance(per, list) and per:
+        return f"{sum(1 for n in per if n == 0)} of {len(per)} workers received no request"
+    return f"load imbalance {result.get('load_imbalance')} at {workers} workers"

@@ -1,0 +1,173 @@
+"""``plan``: for every candidate shape the fewest workers meeting a :class:`~dynlab.plan.target.Target`,
+searched by replay on the sweep executors (process pool or Ray), every replay kept in a resumable log."""
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Callable, Mapping, Optional, Sequence
+
+from dynlab.engine.config import SimConfig
+from dynlab.plan import analysis
+from dynlab.plan.binding import compute_text, idle_text, replay_text, routing_text
+from dynlab.plan.search import Search, Shape
+from dynlab.plan.target import Target
+
+#: the most workers a shape is given by default (``--max-workers``)
+DEFAULT_CAP = 128
+
+
+@dataclass
+class Outcome:
+    """One shape's answer. ``workers``: the fewest meeting the target (``None``: none up to the cap, or
+    compute-bound); ``kind``/``why``: the binding constraint (:data:`dynlab.plan.binding.KINDS`) in
+    words; ``search``: its replays; ``floor``: for a compute-bound shape, the search for the fewest
+    workers adding no misses beyond the compute floor (``None`` otherwise)."""
+
+    shape: Shape
+    search: Search
+    lower: int
+    never_share: float
+    kind: str = ""
+    why: str = ""
+    floor: Optional[Search] = None
+    helps: dict = field(default_factory=dict)
+    floor_q: float = 0.0
+    worst: float = 0.0
+
+    @property
+    def workers(self) -> Optional[int]:
+        return None if self.kind == "compute" else self.search.best()
+
+    @property
+    def shown(self) -> Optional[int]:
+        """The worker count the report's figures are taken at: the answer, the compute floor's, or the cap."""
+        if self.workers is not None:
+            return self.workers
+        s = self.floor if self.floor is not None and self.floor.tested else self.search
+        return s.best() if s.best() is not None else (max(s.tested) if s.tested else None)
+
+    def shown_result(self) -> dict:
+        n = self.shown
+        for s in (self.search, self.floor):
+            if s is not None and n in s.tested:
+                return s.tested[n][1]
+        return {}
+
+
+def config_cell(config: SimConfig) -> dict:
+    """A replay's identity in the log: the ``sim`` options that differ from ``sim``'s defaults (field names;
+    ``timing`` and ``workers`` always), so each logged replay can be rerun with ``dynlab sim``."""
+    cell = {}
+    for f in fields(SimConfig):
+        name, default = f.name, f.default if f.default is not MISSING else f.default_factory()
+        value = getattr(config, name)
+        if value != default or name in ("timing", "workers"):
+            cell[name] = dict(value) if isinstance(value, Mapping) else value
+    return cell
+
+
+def latency_for(config: SimConfig):
+    """One worker's latency model for ``config``'s model, GPU, TP and latency options."""
+    from dynlab.latency.grid import build_latency_model, hardware_for
+
+    return build_latency_model(config.latency_model, hardware_for(config.model, config.gpu, config.tp),
+                               config.latency_opts)
+
+
+def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target: Target, cap: int,
+            trace_block: int) -> list[Outcome]:
+    """Each shape's analysis (floors, lower bound) and its :class:`Search`; a compute-bound shape gets the
+    floor search instead (the fewest workers meeting the SLOs on every request that can meet them)."""
+    out = []
+    for shape in shapes:
+        config = shape.config(base)
+        lat = latency_for(config)
+        fl = analysis.floors(requests, lat, config, trace_block)
+        never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
+        lower = min(cap, analysis.workers_lower_bound(requests, lat, config, fl))
+        o = Outcome(shape, Search(config, target, lower, cap), lower, never)
+        if never > target.allowed_miss:
+            o.kind = "compute"
+            o.helps = analysis.help_shares(requests, config, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
+                                           latency_for)
+            o.floor_q = fl.ttft_quantile(1.0 - target.allowed_miss)
+            o.worst = max(fl.ttft)
+            floor_goodput = 1.0 - never - target.allowed_miss
+            if floor_goodput > 0:
+                relaxed = Target(target.slo_ttft_ms, target.slo_tpot_ms, goodput=round(floor_goodput, 6))
+                o.floor = Search(config, relaxed, lower, cap)
+            else:  # nothing left to serve in time: one replay at the lower bound shows the figures
+                o.floor = Search(config, target, lower, lower)
+        out.append(o)
+    return out
+
+
+def run_searches(outcomes: Sequence[Outcome], run_batch: Callable, known: Mapping[str, dict],
+                 on_result: Callable = lambda cell, result, fresh: None) -> None:
+    """Drive every search to its end in rounds: each round asks every unfinished search for its next
+    worker count, takes results ``known`` (log key -> result) has, and runs the rest together with
+    ``run_batch(configs) -> iterable of (position, result)``. ``on_result(cell, result, fresh)`` sees each."""
+    from dynlab.sweep.grid import cell_key
+
+    while True:
+        asks = []
+        for o in outcomes:
+            s = o.floor if o.kind == "compute" else o.search
+            if s is None:
+                continue
+            n = s.next_workers()
+            if n is not None:
+                asks.append((s, n, replace(s.config, workers=n)))
+        if not asks:
+            return
+        todo = []
+        for s, n, config in asks:
+            cell = config_cell(config)
+            if cell_key(cell) in known:
+                s.record(n, known[cell_key(cell)])
+                on_result(cell, known[cell_key(cell)], False)
+            else:
+                todo.append((s, n, config, cell))
+        for i, result in run_batch([c for _, _, c, _ in todo]):
+            s, n, _, cell = todo[i]
+            s.record(n, result)
+            on_result(cell, result, True)
+
+
+def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
+    """Fill each outcome's binding constraint (``kind``, ``why``) from its replays and analysis."""
+    for o in outcomes:
+        s, target = o.search, o.search.target
+        if o.kind == "compute":
+            fw = o.floor.best() if o.floor is not None and o.floor.target is not target else None
+            fg = o.floor.tested[fw][1].get("goodput") if fw is not None else None
+            o.why = compute_text(target, o.never_share, n_requests, o.floor_q, o.worst, o.helps, fw, fg,
+                                 _floor_note(o.floor) if fw is None else "")
+            continue
+        best = s.best()
+        if best == 1:
+            o.kind, o.why = "none", "none: one worker meets the target"
+        elif best is not None:
+            o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share)
+        elif s.plateau() is not None:
+            a, b = s.plateau()
+            o.kind, o.why = "routing", routing_text(target, a, b, s.tested[b][1])
+        else:
+            top = max(s.tested)
+            kind, text = replay_text(target, top, s.tested[top][1], o.never_share)
+            o.kind, o.why = kind, f"{text}; not met at the cap of {s.cap} workers (--max-workers)"
+        note = s.monotone_note()
+        if note:
+            o.why += f". {note}"
+
+
+def _floor_note(floor: Optional[Search]) -> str:
+    """Why a compute-bound shape's floor search found no worker count (empty when it did not run)."""
+    if floor is None or not floor.tested or floor.target.goodput is None:
+        return ""
+    top = max(floor.tested)
+    g = floor.tested[top][1].get("goodput", 0.0)
+    if floor.plateau() is not None:
+        a, b = floor.plateau()
+        return (f"the replays at {a} and {b} workers are the same (goodput {g:.4f} < {floor.target.goodput:.4f}; "
+                f"{idle_text(floor.tested[b][1], b)}): the strategy leaves the extra workers idle")
+    return f"goodput {g:.4f} < {floor.target.goodput:.4f} at {top} workers (--max-workers {floor.cap})"

@@ -1,0 +1,117 @@
+"""A plan's report: the ranked table, the JSON object and the Pareto plot."""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from dynlab.plan.planner import Outcome
+from dynlab.plan.target import measured
+
+
+def gpus(o: Outcome) -> Optional[int]:
+    """GPUs of the shape's shown fleet (workers x TP)."""
+    return None if o.shown is None else o.shown * o.shape.tp
+
+
+def usd_per_hour(o: Outcome, prices: Mapping[str, float]) -> Optional[float]:
+    """$/h of the shown fleet: GPUs x ``prices[gpu]`` (USD per GPU-hour); ``None`` without a price."""
+    n = gpus(o)
+    return None if n is None or o.shape.gpu not in prices else round(n * prices[o.shape.gpu], 2)
+
+
+def ranked(outcomes: Sequence[Outcome], prices: Mapping[str, float]) -> list[Outcome]:
+    """Shapes meeting the target first, cheapest first ($/h when every shape has a price, else GPUs),
+    more headroom first among equals; then the others in the order given."""
+    priced = bool(prices) and all(o.shape.gpu in prices for o in outcomes)
+    met = [o for o in outcomes if o.workers is not None]
+    key = (lambda o: (usd_per_hour(o, prices), -(o.search.target.headroom(o.shown_result()) or 0))) if priced \
+        else (lambda o: (gpus(o), -(o.search.target.headroom(o.shown_result()) or 0)))
+    return sorted(met, key=key) + [o for o in outcomes if o.workers is None]
+
+
+def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Mapping) -> dict:
+    """The plan as one JSON object: ``header`` (target, arrivals) and ``shapes``, ranked, each with its
+    answer, figures at the shown count, binding constraint and every replay (workers, met, misses)."""
+    shapes = []
+    for o in ranked(outcomes, prices):
+        r, t = o.shown_result(), o.search.target
+        replays = [{"workers": n, "meets": ok, "misses": t.misses(res), "search": "answer"}
+                   for n, (ok, res) in sorted(o.search.tested.items())]
+        if o.floor is not None:
+            replays += [{"workers": n, "meets": ok, "misses": o.floor.target.misses(res), "search": "floor"}
+                        for n, (ok, res) in sorted(o.floor.tested.items())]
+        shapes.append({
+            "shape": o.shape.label, "model": o.shape.model, "gpu": o.shape.gpu, "tp": o.shape.tp,
+            "mode": o.shape.mode, "cpu_memory_gb": o.shape.cpu_memory_gb,
+            "meets": o.workers is not None, "workers": o.workers, "shown_workers": o.shown, "gpus": gpus(o),
+            "usd_per_hour": usd_per_hour(o, prices), "goodput": r.get("goodput"),
+            "ttft_ms": measured(r, "ttft_ms", t.percentile), "tpot_ms": measured(r, "tpot_ms", t.percentile),
+            "headroom": t.headroom(r) if r else None, "preemptions": r.get("preemptions"),
+            "binding": o.kind, "why": o.why, "never_share": round(o.never_share, 6),
+            "lower_bound_workers": o.lower, "replays": replays})
+    return {**header, "shapes": shapes}
+
+
+def _cell(v, fmt="{}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def table(plan: Mapping) -> str:
+    """The ranked table of :func:`as_json`'s object, then each shape's binding constraint in words."""
+    pct = plan["percentile"]
+    cols = ["rank", "shape", "workers", "gpus", "$/h", "goodput", f"ttft_{pct}_ms", f"tpot_{pct}_ms",
+            "headroom", "binding"]
+    rows = [cols]
+    for i, s in enumerate(plan["shapes"], 1):
+        workers = str(s["workers"]) if s["meets"] else (f"({s['shown_workers']})" if s["shown_workers"] else "-")
+        rows.append([str(i) if s["meets"] else "-", s["shape"], workers, _cell(s["gpus"]) if s["meets"] else "-",
+                     _cell(s["usd_per_hour"], "{:.2f}") if s["meets"] else "-", _cell(s["goodput"]),
+                     _cell(s["ttft_ms"]), _cell(s["tpot_ms"]), _cell(s["headroom"], "{:.1%}"), s["binding"]])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(cols))]
+    lines = ["  ".join(c.ljust(widths[j]) if j in (1, 9) else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip()
+             for r in rows]
+    lines.append("")
+    lines.append(f"target: {plan['target']}; arrivals: {plan['arrivals']}")
+    lines.append("workers in parentheses: the shape misses the target; figures at that count (see below)")
+    for s in plan["shapes"]:
+        lines.append(f"- {s['shape']}: {s['why']}")
+    return "\n".join(lines)
+
+
+def plot(plan: Mapping, path: str) -> None:
+    """A Pareto plot: every replay's TTFT (or TPOT, without a TTFT SLO) at the percentile against GPUs
+    (or $/h when every shape has a price), a line per shape, the SLO as a dashed line, the answers
+    marked and the cheapest answers' Pareto front drawn. ``plan``: :func:`as_json`'s object with
+    ``_results`` (shape label -> {workers: result}) attached."""
+    from dynlab.plots import pyplot, save
+
+    plt = pyplot()
+    key, slo = ("ttft_ms", plan["slo_ttft_ms"]) if plan["slo_ttft_ms"] is not None else ("tpot_ms", plan["slo_tpot_ms"])
+    priced = all(s["usd_per_hour"] is not None or not s["meets"] for s in plan["shapes"]) and plan["prices"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    front = []
+    for s in plan["shapes"]:
+        runs = sorted(plan["_results"][s["shape"]].items())
+        scale = plan["prices"].get(s["gpu"], 0) if priced else 1
+        xs = [n * s["tp"] * scale for n, _ in runs]
+        ys = [measured(r, key, plan["percentile"]) for _, r in runs]
+        line, = ax.plot(xs, ys, marker=".", label=s["shape"])
+        if s["meets"]:
+            x = s["gpus"] * scale
+            ax.plot([x], [s[key]], marker="*", markersize=14, color=line.get_color())
+            front.append((x, s[key]))
+    if slo is not None:
+        ax.axhline(slo, linestyle="--", color="black", linewidth=1, label=f"SLO {slo:g} ms")
+    front.sort()
+    pareto, best = [], float("inf")
+    for x, y in front:
+        if y < best:
+            pareto.append((x, y))
+            best = y
+    if len(pareto) > 1:
+        ax.plot(*zip(*pareto), color="gray", linewidth=3, alpha=0.4, label="Pareto front")
+    ax.set_xlabel("$/h" if priced else "GPUs")
+    ax.set_ylabel(f"{key.split('_')[0].upper()} {plan['percentile']} (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"dynlab plan: {plan['target']}", fontsize=9)
+    ax.legend(fontsize=7)
+    save(fig, path)

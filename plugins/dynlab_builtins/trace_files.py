@@ -1,0 +1,390 @@
+"""Trace formats people have, read whole: ShareGPT JSON, aiperf input files, BurstGPT CSV, the Azure LLM
+inference trace CSV (registered by :mod:`dynlab_builtins.trace_formats`; docs/workloads.md).
+
+Text (ShareGPT, aiperf) becomes tokens through ``--tokenizer`` or dynlab's approximation
+(:mod:`dynlab.traces.text`) and is hashed at ``--block``. The CSV traces give token counts only: each
+request gets fresh block names (``input_length // block`` full blocks, no prefix shared), except the
+turns of a BurstGPT session (``Session ID``), which share their session's earlier prompt and answer
+(the turn's leading ``min(input, previous input + previous output)`` tokens, in whole blocks). Rows
+are sorted by arrival (stable); a trace whose first arrival is not at 0 keeps its times as given.
+"""
+from __future__ import annotations
+
+import calendar
+import csv
+import itertools
+import json
+import math
+from datetime import datetime
+
+from dynlab.errors import InputError
+from dynlab.routing.hashing import block_hashes
+from dynlab.routing.strategy import Request
+from dynlab.traces.format import TraceFormat
+
+#: fresh block names start here (above any hash of a small trace's own ids)
+_FRESH = 1 << 48
+
+
+def json_rows(first: tuple, lines, name: str):
+    """``(line number, object)`` of a JSON-lines file: ``first`` already decoded, then each non-blank line."""
+    yield first
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise InputError(name, lineno, "not JSON a request can be: nested too deeply") from None
+
+
+def json_array(first: tuple, lines, name: str):
+    """``(line number, element)`` of a file holding one JSON array (ShareGPT's layout), each element
+    decoded in turn so its line is known."""
+    lineno0, head = first
+    text = head + "".join(line for _, line in lines)
+    dec = json.JSONDecoder()
+    pos = text.index("[") + 1
+    line_at = lambda p: lineno0 + text.count("\n", 0, p)  # noqa: E731
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text):
+            raise InputError(name, line_at(pos), "not JSON: the array is not closed (expected ']')")
+        if text[pos] == "]":
+            return
+        try:
+            value, end = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise InputError(name, line_at(exc.pos), f"not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise InputError(name, line_at(pos), "not JSON a request can be: nested too deeply") from None
+        yield line_at(pos), value
+        pos = end
+
+
+def _count(v, what: str, minimum: int = 0) -> int:
+    if type(v) is not int or v < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _ms(v, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"{what} must be a finite number of ms >= 0, got {v!r}")
+    return v
+
+
+def _sorted(rows: list) -> list:
+    """``(time or None, Request)`` -> requests in time order (stable), ``index`` renumbered."""
+    if rows and rows[0][0] is not None:
+        rows = sorted(rows, key=lambda r: r[0])
+    return [Request(r.hashes, r.input_length, r.output_length, t, i) for i, (t, r) in enumerate(rows)]
+
+
+class _Fresh:
+    """Fresh block names, never repeated within a trace."""
+
+    def __init__(self):
+        self.next = itertools.count(_FRESH)
+
+    def take(self, n: int) -> list:
+        return [next(self.next) for _ in range(n)]
+
+
+class _TextFormat(TraceFormat):
+    """Formats of text: tokens from ``--tokenizer`` or the approximation, hashed at ``--block``."""
+
+    whole_file = True
+    reads_text = True
+    hashes_tokens = True
+
+    def parse(self, record, index):  # whole-file formats read in read_all
+        raise NotImplementedError
+
+    def _setup(self):
+        from dynlab.traces.text import tokenizer_for
+
+        self.encode = tokenizer_for(self.tokenizer).encode
+        self.unused = set()
+        self.fresh = itertools.count(1 << 62)  # answer tokens of unknown text: ids no tokenizer gives
+
+    def request(self, tokens: list, out: int, t) -> tuple:
+        if not tokens:
+            raise ValueError("the prompt is empty: a request needs at least one token")
+        return t, Request(tuple(block_hashes(tokens, self.block, scheme=self.hash_scheme)), len(tokens), out, t, 0)
+
+
+def _text(v, what: str) -> str:
+    if isinstance(v, list) and all(isinstance(s, str) for s in v):
+        return "\n".join(v)
+    if not isinstance(v, str):
+        raise ValueError(f"{what} must be text, got {v!r}")
+    return v
+
+
+class ShareGPTTrace(_TextFormat):
+    """ShareGPT JSON: an array of {"conversations": [{"from": "human"|"gpt", "value": text}]}; each human turn is a request."""
+
+    name = "sharegpt"
+    _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
+              "bing": "assistant", "assistant": "assistant", "system": "system"}
+
+    @classmethod
+    def detect(cls, record):
+        return isinstance(record, dict) and isinstance(record.get("conversations"), list)
+
+    @classmethod
+    def detect_text(cls, line):
+        return line.lstrip().startswith("[")
+
+    def read_all(self, first, lines, name):
+        self._setup()
+        rows_in = json_array(first, lines, name) if isinstance(first[1], str) else json_rows(first, lines, name)
+        out = []
+        for lineno, conv in rows_in:
+            try:
+                out.extend(self._conversation(conv))
+            except ValueError as exc:
+                raise InputError(name, lineno, str(exc)) from None
+        return _sorted(out)
+
+    def _conversation(self, conv) -> list:
+        if not isinstance(conv, dict) or not isinstance(conv.get("conversations"), list):
+            raise ValueError("expected a conversation: an object with a 'conversations' list")
+        self.unused.update(k for k in conv if k != "conversations")
+        turns, history, rows = conv["conversations"], "", []
+        for i, turn in enumerate(turns):
+            if not isinstance(turn, dict) or "value" not in turn:
+                raise ValueError(f"conversations[{i}] must be an object with 'from' and 'value'")
+            self.unused.update(k for k in turn if k not in ("from", "value"))
+            role = self._ROLES.get(str(turn.get("from", "")).lower())
+            if role is None:
+                raise ValueError(f"conversations[{i}]: unknown 'from' {turn.get('from')!r} (human, gpt, system)")
+            text = _text(turn["value"], f"conversations[{i}].value")
+            history = history + ("\n" if history else "") + text
+            if role == "user":
+                reply = turns[i + 1] if i + 1 < len(turns) and isinstance(turns[i + 1], dict) else None
+                answer = 0
+                if reply is not None and self._ROLES.get(str(reply.get("from", "")).lower()) == "assistant":
+                    answer = len(self.encode(_text(reply.get("value", ""), f"conversations[{i + 1}].value")))
+                rows.append(self.request(self.encode(history), answer, None))
+        return rows
+
+
+class AiperfTrace(_TextFormat):
+    """aiperf input files: single_turn {"text", ...} and multi_turn {"session_id", "turns": [...]} rows; timestamp and delay (ms) kept."""
+
+    name = "aiperf"
+    _TURN_KEYS = ("text", "texts", "output_length", "timestamp", "delay", "role")
+
+    @classmethod
+    def detect(cls, record):
+        return isinstance(record, dict) and ("text" in record or "texts" in record or
+                                             isinstance(record.get("turns"), list))
+
+    def read_all(self, first, lines, name):
+        self._setup()
+        out, clock, timed = [], 0.0, False
+        for lineno, row in json_rows(first, lines, name):
+            try:
+                if not isinstance(row, dict):
+                    raise ValueError("expected a JSON object")
+                turns = row.get("turns") if "turns" in row else [row]
+                if not isinstance(turns, list) or not turns:
+                    raise ValueError("'turns' must be a non-empty list of turns")
+                self.unused.update(k for k in row if k not in self._TURN_KEYS + ("session_id", "turns"))
+                made, clock, stamped = self._session(turns, clock)
+                timed = timed or stamped
+                out.extend(made)
+            except ValueError as exc:
+                raise InputError(name, lineno, str(exc)) from None
+        if not timed:
+            out = [(None, r) for _, r in out]
+        return _sorted(out)
+
+    def _session(self, turns: list, clock: float) -> tuple:
+        """A session's requests ``(time, Request)``: turn k's prompt is the earlier turns and answers and its
+        text. A turn arrives at its ``timestamp``, else ``delay`` ms after the previous turn (the previous
+        row's, for a session's first turn; open loop: after its arrival, not its answer)."""
+        system, rows, history, stamped = [], [], [], False
+        for i, turn in enumerate(turns):
+            if not isinstance(turn, dict):
+                raise ValueError(f"turns[{i}] must be an object")
+            self.unused.update(k for k in turn if k not in self._TURN_KEYS)
+            text = _text(turn.get("text", turn.get("texts", "")), f"turns[{i}].text")
+            if i == 0 and turn.get("role") == "system" and not ({"timestamp", "delay", "output_length"} & set(turn)):
+                system = self.encode(text)  # aiperf hoists a leading system turn onto every turn
+                history = list(system)
+                continue
+            if "timestamp" in turn:
+                clock, stamped = _ms(turn["timestamp"], "timestamp"), True
+            elif "delay" in turn:
+                clock, stamped = clock + _ms(turn["delay"], "delay"), True
+            out = _count(turn.get("output_length", 0), "output_length")
+            prompt = history + self.encode(text)
+            rows.append(self.request(prompt, out, clock))
+            history = prompt + [next(self.fresh) for _ in range(out)]  # the answer joins the history
+        return rows, clock, stamped
+
+
+class AiperfMooncakeTrace(TraceFormat):
+    """aiperf's mooncake_trace JSONL with sessions: hash_ids of 512-token blocks, session_id, timestamp or delay (ms)."""
+
+    name = "aiperf-mooncake"
+    block_tokens = 512
+    whole_file = True
+    _KEYS = ("session_id", "timestamp", "delay", "input_length", "output_length", "hash_ids")
+
+    @classmethod
+    def detect(cls, record):
+        return isinstance(record, dict) and ("session_id" in record or "delay" in record) and (
+            "hash_ids" in record or "input_length" in record)
+
+    def parse(self, record, index):
+        raise NotImplementedError
+
+    def read_all(self, first, lines, name):
+        self.unused, fresh = set(), _Fresh()
+        out, last, sessions, timed = [], 0.0, {}, False
+        for lineno, row in json_rows(first, lines, name):
+            try:
+                if not isinstance(row, dict):
+                    raise ValueError("expected a JSON object")
+                self.unused.update(k for k in row if k not in self._KEYS)
+                inp = _count(row.get("input_length", 0), "input_length")
+                hashes = row.get("hash_ids")
+                if hashes is None:
+                    if inp < 1:
+                        raise ValueError("a row needs hash_ids or an input_length >= 1 (a request needs a prompt)")
+                    hashes = fresh.take(math.ceil(inp / self.block_tokens))
+                elif not isinstance(hashes, list) or not hashes or any(type(h) is not int for h in hashes):
+                    raise ValueError("hash_ids must be a non-empty list of ints")
+                sid = row.get("session_id")
+                if "timestamp" in row:
+                    t, timed = _ms(row["timestamp"], "timestamp"), True
+                else:  # delay after the session's previous turn (the previous row's without a session)
+                    t = sessions.get(sid, last) + _ms(row.get("delay", 0), "delay")
+                    timed = timed or "delay" in row
+                sessions[sid], last = t, t
+                out.append((t, Request(tuple(hashes), inp or len(hashes) * self.block_tokens,
+                                       _count(row.get("output_length", 0), "output_length"), t, 0)))
+            except ValueError as exc:
+                raise InputError(name, lineno, str(exc)) from None
+        if not timed:
+            out = [(None, r) for _, r in out]
+        return _sorted(out)
+
+
+class _CsvFormat(TraceFormat):
+    """CSV traces of token counts: fresh block names at ``--block``."""
+
+    whole_file = True
+    header: tuple = ()
+
+    @classmethod
+    def detect(cls, record):
+        return False
+
+    @classmethod
+    def detect_text(cls, line):
+        cols = [c.strip() for c in line.strip().split(",")]
+        return all(h in cols for h in cls.header)
+
+    def parse(self, record, index):
+        raise NotImplementedError
+
+    def rows(self, first, lines, name):
+        """``(line number, dict)`` of the CSV, the header checked; columns outside ``used`` go in ``unused``."""
+        lineno0, head = first
+        reader = csv.reader(itertools.chain([head], (line for _, line in lines)))
+        cols = [c.strip() for c in next(reader)]
+        missing = [h for h in self.header if h not in cols]
+        if missing:
+            raise InputError(name, lineno0, f"the header lacks column(s) {', '.join(missing)}")
+        self.unused = {c for c in cols if c not in self.used and c}
+        for values in reader:
+            if not values or not any(v.strip() for v in values):
+                continue
+            lineno = lineno0 + reader.line_num - 1
+            if len(values) != len(cols):
+                raise InputError(name, lineno, f"{len(values)} values for {len(cols)} columns")
+            yield lineno, dict(zip(cols, (v.strip() for v in values)))
+
+
+def _int_cell(row: dict, col: str, minimum: int = 0) -> int:
+    try:
+        v = int(row[col])
+    except ValueError:
+        raise ValueError(f"{col} must be an integer, got {row[col]!r}") from None
+    if v < minimum:
+        raise ValueError(f"{col} must be >= {minimum}, got {v}")
+    return v
+
+
+class BurstGPTTrace(_CsvFormat):
+    """BurstGPT CSV: Timestamp (s), Request tokens, Response tokens (Session ID turns share their history)."""
+
+    name = "burstgpt"
+    header = ("Timestamp", "Request tokens", "Response tokens")
+    used = header + ("Session ID",)
+
+    def read_all(self, first, lines, name):
+        fresh, sessions, out = _Fresh(), {}, []
+        for lineno, row in self.rows(first, lines, name):
+            try:
+                try:
+                    t = float(row["Timestamp"]) * 1000.0
+                except ValueError:
+                    raise ValueError(f"Timestamp must be a number of seconds, got {row['Timestamp']!r}") from None
+                _ms(t, "Timestamp")
+                inp = _int_cell(row, "Request tokens", 1)
+                outp = _int_cell(row, "Response tokens")
+            except ValueError as exc:
+                raise InputError(name, lineno, str(exc)) from None
+            out.append((t, inp, outp, row.get("Session ID") or None))
+        out.sort(key=lambda r: r[0])
+        made = []
+        for t, inp, outp, sid in out:
+            n = inp // self.block
+            context = sessions.get(sid, []) if sid is not None else []
+            names = context[:n] + fresh.take(max(0, n - len(context)))
+            if sid is not None:  # the session's context: this prompt and its answer, in whole blocks
+                sessions[sid] = names + fresh.take(max(0, (inp + outp) // self.block - n))
+            made.append((t, Request(tuple(names), inp, outp, t, 0)))
+        return _sorted(made)
+
+
+class AzureTrace(_CsvFormat):
+    """Azure LLM inference trace CSV (AzurePublicDataset): TIMESTAMP (date and time), ContextTokens, GeneratedTokens."""
+
+    name = "azure"
+    header = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+    used = header
+
+    def read_all(self, first, lines, name):
+        fresh, out, t0 = _Fresh(), [], None
+        for lineno, row in self.rows(first, lines, name):
+            try:
+                t = _azure_time(row["TIMESTAMP"])
+                inp = _int_cell(row, "ContextTokens", 1)
+                outp = _int_cell(row, "GeneratedTokens")
+            except ValueError as exc:
+                raise InputError(name, lineno, str(exc)) from None
+            out.append((t, inp, outp))
+        out.sort(key=lambda r: r[0])
+        t0 = out[0][0] if out else 0.0
+        return _sorted([((t - t0) * 1000.0, Request(tuple(fresh.take(inp // self.block)), inp, outp, 0, 0))
+                        for t, inp, outp in out])
+
+
+def _azure_time(text: str) -> float:
+    """Seconds since the epoch of ``2023-11-16 18:15:46.6805900`` (the fraction has up to 7 digits)."""
+    whole, _, frac = text.strip().partition(".")
+    try:
+        base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
+        return calendar.timegm(base.timetuple()) + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        raise ValueError(f"TIMESTAMP must be a date and time like 2023-11-16 18:15:46.6805900, got {text!r}") from None

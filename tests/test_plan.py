@@ -1,0 +1,361 @@
+"""``dynlab plan``: hand-derived answers on tiny traces with a linear step model, the search's invariants,
+the analytic floors, the arrival settings, the log (audit and resume) and bad input.
+
+The traces are written here: every request arrives at t = 0 with its own blocks (no prefix reuse), and
+the linear model (``beta0`` = 1 ms per step, ``beta1`` = 0.01 ms per prefill token, ``beta2`` = 0) with a
+1,000-token step budget makes a 1,000-token prompt one 11 ms step, so each worker serves its k-th
+request's first token at 11 k ms.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, strategies as st
+
+from dynlab.cli import main
+from dynlab.engine.config import POISSON_RATE, SimConfig
+from dynlab.latency.grid import build_latency_model, hardware_for
+from dynlab.plan.analysis import Floors, ideal_hit_tokens, prefill_alone_ms, workers_lower_bound
+from dynlab.plan.rate import arrival_settings, mean_rate
+from dynlab.plan.search import Search
+from dynlab.plan.target import Target
+from dynlab.routing.strategy import Request
+
+LINEAR = ["--latency-model", "linear", "--latency-opt", "beta0=1", "--latency-opt", "beta1=0.01",
+          "--latency-opt", "beta2=0", "--max-num-batched-tokens", "1000", "--modes", "rr", "--executor", "serial",
+          "--format", "json", "--quiet"]
+
+
+def _trace(path, rows) -> str:
+    """A Mooncake trace of ``(timestamp ms, input tokens, output tokens)`` rows, each with blocks of its own."""
+    ids = iter(range(1, 10**6))
+    with open(path, "w") as fh:
+        for t, n_in, n_out in rows:
+            fh.write(json.dumps({"timestamp": t, "input_length": n_in, "output_length": n_out,
+                                 "hash_ids": [next(ids) for _ in range(-(-n_in // 512))]}) + "\n")
+    return str(path)
+
+
+def _plan(*args):
+    out = CliRunner().invoke(main, ["plan", *map(str, args)])
+    return out
+
+
+def _json(*args) -> dict:
+    out = _plan(*args)
+    assert out.exit_code == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def queue_trace(tmp_path):
+    return _trace(tmp_path / "q.jsonl", [(0, 1000, 1)] * 12)
+
+
+# --------------------------------------------------------------------------- hand-derived answers
+def test_queueing_answer_is_three_workers(queue_trace):
+    # N workers by rr hold 12/N requests each: TTFTs 11, 22, ..., 11 * 12/N ms. p99 (inclusive quantiles
+    # of 12 values: between the two largest) is 132 * 0.99-ish at 1 worker (130.8), 66 at 2, 44 at 3.
+    plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
+    (shape,) = plan["shapes"]
+    assert (shape["workers"], shape["gpus"], shape["ttft_ms"], shape["binding"]) == (3, 3, 44.0, "queueing")
+    assert [(r["workers"], r["meets"]) for r in shape["replays"]] == [(1, False), (2, False), (3, True)]
+    assert shape["replays"][1]["misses"] == ["TTFT p99 66 ms > 50 ms"]
+    assert shape["why"].startswith("queueing: at 2 workers TTFT p99 66 ms > 50 ms")
+    assert shape["headroom"] == round(1 - 44 / 50, 4)
+    assert shape["lower_bound_workers"] == 1  # every arrival at one instant: no span to spread the work over
+
+
+def test_goodput_target(queue_trace):
+    # goodput = share with TTFT <= 50 ms: 4/12 at 1 worker (11..44 of 11..132), 8/12 at 2, 12/12 at 3
+    two = _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--goodput", 0.6, *LINEAR)["shapes"][0]
+    assert (two["workers"], two["goodput"]) == (2, 0.6667)
+    assert two["why"].startswith("queueing: at 1 worker goodput 0.3333 < 0.6")
+    assert _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--goodput", 0.75, *LINEAR)["shapes"][0]["workers"] == 3
+
+
+def test_one_worker_is_enough(queue_trace):
+    shape = _json("--trace", queue_trace, "--slo-ttft-ms", 200, *LINEAR)["shapes"][0]
+    assert (shape["workers"], shape["binding"]) == (1, "none")
+    assert [r["workers"] for r in shape["replays"]] == [1]
+
+
+def test_compute_bound_shape_is_not_given_workers(tmp_path):
+    # a 10,000-token prompt takes 10 chunks of 11 ms alone: 110 ms > 100 ms at any worker count;
+    # 1 of 13 requests (7.69%) is more than p99 allows. The 12 short ones meet 100 ms once each
+    # worker holds at most 9 of them (11 k <= 100): 2 workers (6 each, the long one last on worker 0).
+    path = _trace(tmp_path / "c.jsonl", [(0, 1000, 1)] * 12 + [(0, 10000, 1)])
+    shape = _json("--trace", path, "--slo-ttft-ms", 100, *LINEAR)["shapes"][0]
+    assert (shape["meets"], shape["workers"], shape["binding"], shape["shown_workers"]) == (False, None, "compute", 2)
+    assert shape["never_share"] == round(1 / 13, 6)
+    assert "7.69% of requests (1 of 13)" in shape["why"] and "up to 110 ms" in shape["why"]
+    assert "no worker count helps" in shape["why"] and "2 workers serve every other request" in shape["why"]
+    assert "lowest TTFT target p99 can meet here is about 110 ms" in shape["why"]
+    # the floor search's target: 1 - 1/13 - 0.01 of requests within the SLOs; 2 workers give 12/13
+    floor = [r for r in shape["replays"] if r["search"] == "floor"]
+    assert [(r["workers"], r["meets"]) for r in floor] == [(1, False), (2, True)]
+
+
+def test_memory_binding(tmp_path):
+    # 100-token prompts generating 1,000 tokens grow to 69 blocks of 16 each; a pool of 80 blocks holds
+    # one: two requests on a worker preempt. rr over 4 requests: 4 workers hold one each.
+    path = _trace(tmp_path / "m.jsonl", [(0, 100, 1000)] * 4)
+    shape = _json("--trace", path, "--slo-ttft-ms", 10000, "--slo-tpot-ms", 1.2, "--capacity", 80, *LINEAR)["shapes"][0]
+    assert (shape["workers"], shape["binding"], shape["preemptions"]) == (4, "memory", 0)
+    assert shape["why"].startswith("memory: at 3 workers 1 preemption (the pool of 80 blocks per worker runs dry)")
+
+
+def test_ranking_by_price(queue_trace):
+    # h100 and h200 need the same workers under the linear model (it ignores the GPU): price decides
+    plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", "h100,h200", "--price", "h100=3",
+                 "--price", "h200=2", *LINEAR)
+    assert [(s["shape"], s["usd_per_hour"]) for s in plan["shapes"]] == [("h200x1 rr", 6.0), ("h100x1 rr", 9.0)]
+
+
+def test_table_and_plot(queue_trace, tmp_path):
+    png = tmp_path / "p.png"
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR[:-3], "--format", "table", "--plot", png)
+    assert out.exit_code == 0, out.stderr
+    head, row = out.stdout.splitlines()[:2]
+    assert head.split() == ["rank", "shape", "workers", "gpus", "$/h", "goodput", "ttft_p99_ms", "tpot_p99_ms",
+                            "headroom", "binding"]
+    assert row.split() == ["1", "h100x1", "rr", "3", "3", "-", "1.0", "44.0", "0.0", "12.0%", "queueing"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- the log: audit and resume
+def test_every_logged_replay_reruns_as_sim(queue_trace, tmp_path):
+    import dynlab
+
+    log = tmp_path / "log.jsonl"
+    _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--log", log)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["cell"]["workers"] for r in records] == [1, 2, 3]
+    for r in records:
+        assert dynlab.run(SimConfig(**r["cell"])) == r["result"]
+
+
+def test_resume_reuses_the_log(queue_trace, tmp_path):
+    log = tmp_path / "log.jsonl"
+    args = ["--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR[:-1], "--log", log]
+    first = _plan(*args)
+    text = log.read_text()
+    again = _plan(*args, "--resume")
+    assert again.exit_code == 0 and again.stdout == first.stdout
+    assert "plan: 3 replays in" in again.stderr and f"; 3 from {log}" in again.stderr
+    assert log.read_text() == text
+    # an interrupted run: the last record cut short; resume drops it, reruns that replay, same answer
+    lines = text.splitlines(keepends=True)
+    log.write_text("".join(lines[:2]) + lines[2][:20])
+    cut = _plan(*args, "--resume")
+    assert cut.exit_code == 0 and cut.stdout == first.stdout and "; 2 from" in cut.stderr
+    assert log.read_text() == text
+
+
+def test_a_log_with_records_needs_resume(queue_trace, tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("x\n")
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--log", log)
+    assert out.exit_code == 2 and len(out.stderr.splitlines()) == 1 and "--resume" in out.stderr
+    assert log.read_text() == "x\n"
+
+
+# --------------------------------------------------------------------------- bad input: one line, exit 2
+@pytest.mark.parametrize("args, words", [
+    ([], "give at least one SLO"),
+    (["--slo-ttft-ms", "50", "--gpu", "h100,nope"], "unknown GPU 'nope'"),
+    (["--slo-ttft-ms", "50", "--gpu", "h100,"], "empty value"),
+    (["--slo-ttft-ms", "50", "--tp", "1,1"], "repeats"),
+    (["--slo-ttft-ms", "50", "--price", "h200=2"], "not a --gpu candidate"),
+    (["--slo-ttft-ms", "50", "--gpu", "h100,h200", "--price", "h100=2"], "no price for h200"),
+    (["--slo-ttft-ms", "50", "--price", "h100=cheap"], "not a number"),
+    (["--slo-ttft-ms", "50", "--rate", "2", "--rate-scale", "2"], "give one"),
+    (["--slo-ttft-ms", "50", "--goodput", "1.5"], "--goodput"),
+    (["--slo-ttft-ms", "50", "--goodput", "0.9", "--slo-percentile", "p90"], "--slo-percentile has no effect"),
+    (["--slo-ttft-ms", "50", "--slo-percentile", "p95"], "--slo-percentile"),
+    (["--slo-ttft-ms", "50", "--pcie-gbps", "5"], "--pcie-gbps has no effect"),
+    (["--slo-ttft-ms", "50", "--resume"], "--resume needs --log"),
+    (["--slo-ttft-ms", "50", "--modes", "nope"], "unknown strategy 'nope'"),
+    (["--slo-ttft-ms", "50", "--model", "qwen3-8b", "--tp", "3"], "--tp 3 cannot split"),
+    (["--slo-ttft-ms", "50", "--latency-opt", "beta0=1"], "has no option 'beta0'"),
+    (["--slo-ttft-ms", "50", "--plot", "p.xyz"], "cannot write a .xyz plot"),
+])
+def test_bad_input_is_one_line(queue_trace, args, words):
+    out = _plan("--trace", queue_trace, "--executor", "serial", *args)
+    assert out.exit_code == 2, out.stdout
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("Error: ") and words in line, line
+
+
+def test_a_bad_trace_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n{"timestamp": 5}\n')
+    out = _plan("--trace", path, "--slo-ttft-ms", 50, "--executor", "serial")
+    (line,) = out.stderr.splitlines()
+    assert out.exit_code == 1 and line.startswith(f"Error: {path}:2:"), line
+
+
+# --------------------------------------------------------------------------- pieces, by hand
+def _linear():
+    return build_latency_model("linear", hardware_for(), {"beta0": 1.0, "beta1": 0.01, "beta2": 0.0})
+
+
+def test_prefill_alone_by_hand():
+    lat = _linear()
+    assert prefill_alone_ms(lat, 10000, 0, 1000) == pytest.approx(10 * 11.0)
+    assert prefill_alone_ms(lat, 10000, 5000, 1000) == pytest.approx(5 * 11.0)
+    assert prefill_alone_ms(lat, 1500, 0, 1000) == pytest.approx(11.0 + 6.0)
+    assert prefill_alone_ms(lat, 100, 100, 1000) == pytest.approx(1 + 0.01)  # the last token is recomputed
+
+
+def test_ideal_hits_by_hand():
+    reqs = [Request((1, 2, 3), 1500), Request((1, 2, 4), 1100), Request((5,), 300), Request((1, 2), 1024)]
+    # 512-token trace blocks, 16-token engine blocks: 2 leading blocks seen (1,024 tokens), none, and
+    # the whole prompt seen but its last token recomputed (1,023 -> 1,008 in whole blocks)
+    assert ideal_hit_tokens(reqs, 512, 16) == [0, 1024, 0, 1008]
+
+
+def test_lower_bound_by_hand():
+    # 12 prompts of 1,000 tokens every 10 ms: 132 ms of prefill over a 110 ms span: 2 workers at least
+    reqs = [Request((i,), 1000, 1, timestamp=10 * i) for i in range(12)]
+    config = SimConfig(max_num_batched_tokens=1000, timing=True)
+    fl = Floors(tuple([11.0] * 12), tuple([None] * 12))
+    assert workers_lower_bound(reqs, _linear(), config, fl) == 2
+    assert workers_lower_bound(reqs, _linear(), SimConfig(time_scale=0.5), fl) == 3  # 132 / 55
+
+
+def test_floor_shares_by_hand():
+    fl = Floors((10.0, 20.0, 30.0, 40.0), (1.0, None, 5.0, 1.0))
+    assert fl.never_share(25.0, None) == 0.5
+    assert fl.never_share(None, 2.0) == 0.25
+    assert fl.never_share(25.0, 2.0) == 0.5  # the third misses both
+    assert fl.ttft_quantile(0.5) == 20.0 and fl.ttft_quantile(0.99) == 40.0
+
+
+def test_arrival_settings_by_hand():
+    timed = [Request((i,), 1, 1, timestamp=1000 * i) for i in range(3)]  # 2 gaps over 2 s: 1 request/s
+    assert mean_rate(timed) == 1.0
+    assert arrival_settings(timed, rate=4) == (0.25, None)
+    assert arrival_settings(timed, rate_scale=2) == (0.5, None)
+    assert arrival_settings(timed) == (1.0, None)
+    untimed = [Request((i,), 1, 1) for i in range(3)]
+    assert arrival_settings(untimed, rate=3) == (1.0, 3)
+    assert arrival_settings(untimed, rate_scale=2) == (1.0, 2 * POISSON_RATE)
+    with pytest.raises(ValueError, match="one instant"):
+        arrival_settings([Request((i,), 1, 1, timestamp=0) for i in range(3)], rate=2)
+
+
+# --------------------------------------------------------------------------- the search's invariants
+def _drive(search: Search, meets, flat_from=None) -> None:
+    # a miss improves with every worker added (until ``flat_from``: from there on the same replay)
+    while (n := search.next_workers()) is not None:
+        miss = 100.0 + 1000.0 / (n if flat_from is None else min(n, flat_from))
+        search.record(n, {"ttft_ms": {"p99": 1.0 if meets(n) else miss}})
+
+
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(1, 40))
+def test_monotone_search_finds_the_threshold(k, lower, cap):
+    # meets exactly from k workers on: the answer is k (tested, with k - 1 tested and missing), or
+    # nothing when k is past the cap (then the cap itself was tried)
+    s = Search(SimConfig(), Target(10.0), min(lower, cap), cap)
+    _drive(s, lambda n: n >= k)
+    if k <= cap:
+        assert s.best() == k and s.tested[k][0]
+        assert k == 1 or s.tested[k - 1][0] is False
+    else:
+        assert s.best() is None and max(s.tested) == cap
+    assert s.monotone_note() == ""
+
+
+@given(st.sets(st.integers(1, 30)), st.integers(1, 30))
+def test_any_search_ends_verified(good, lower):
+    # whatever the replays say, the answer meets the target and one fewer was replayed and missed;
+    # a miss seen above the answer is said
+    s = Search(SimConfig(), Target(10.0), lower, 30)
+    _drive(s, lambda n: n in good)
+    best = s.best()
+    if best is not None:
+        assert best in good and (best == 1 or s.tested[best - 1][0] is False)
+        worse = [n for n, (ok, _) in s.tested.items() if not ok and n > best]
+        assert bool(s.monotone_note()) == bool(worse)
+
+
+@given(st.integers(1, 20), st.integers(1, 40))
+def test_a_plateau_stops_the_gallop(flat_from, lower):
+    # never met, and from ``flat_from`` workers on every replay is the same: the search stops at the
+    # second such count instead of galloping to the cap
+    s = Search(SimConfig(), Target(10.0), lower, 1000)
+    _drive(s, lambda n: False, flat_from)
+    a, b = s.plateau()
+    assert a < b and a >= flat_from and max(s.tested) == b < 1000
+
+
+def test_routing_binding_when_workers_stop_helping(tmp_path):
+    # kv sends every request to the worker holding its prefix: all share one block, so one worker
+    # takes them all, however many there are (TTFTs 11, 22, ..., 132 ms on it)
+    ids = iter(range(100, 10**6))
+    rows = [{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1, next(ids)]}
+            for _ in range(12)]
+    path = tmp_path / "k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = [a if a != "rr" else "kv" for a in LINEAR]
+    shape = _json("--trace", path, "--slo-ttft-ms", 50, *args)["shapes"][0]
+    assert (shape["meets"], shape["binding"]) == (False, "routing")
+    assert [r["workers"] for r in shape["replays"]] == [1, 2]
+    assert shape["why"].startswith("routing: the replays at 1 and 2 workers are the same")
+
+
+def test_json_keys_are_pinned(queue_trace):
+    plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
+    assert list(plan) == ["target", "percentile", "slo_ttft_ms", "slo_tpot_ms", "goodput_target", "arrivals",
+                          "time_scale", "prices", "max_workers", "shapes"]
+    assert list(plan["shapes"][0]) == [
+        "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "meets", "workers", "shown_workers", "gpus",
+        "usd_per_hour", "goodput", "ttft_ms", "tpot_ms", "headroom", "preemptions", "binding", "why",
+        "never_share", "lower_bound_workers", "replays"]
+    assert list(plan["shapes"][0]["replays"][0]) == ["workers", "meets", "misses", "search"]
+    assert (plan["target"], plan["arrivals"], plan["max_workers"]) == (
+        "TTFT <= 50 ms at p99", "12 requests, all at one instant", 128)
+
+
+def test_ctrl_c_keeps_the_log_and_resume_finishes(queue_trace, tmp_path):
+    # the second replay blocks until the interrupt (its start is the readiness sign): the first one is
+    # in the log, complete; --resume then runs the rest and answers as an uninterrupted plan
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from helpers import HANG, interruptible, wait_for
+
+    log, ready = tmp_path / "log.jsonl", tmp_path / "started"
+    code = textwrap.dedent(f"""
+        import sys, time
+        from dynlab.sweep import executors
+        real, calls = executors.run, []
+
+        def run(*a, **k):
+            calls.append(1)
+            if len(calls) == 2:
+                open({str(ready)!r}, "w").close()
+                time.sleep({HANG})
+            return real(*a, **k)
+
+        executors.run = run
+        from dynlab._entry import main
+        sys.argv[0] = "dynlab"
+        sys.exit(main())
+    """)
+    args = ["plan", "--trace", queue_trace, "--slo-ttft-ms", "50", *LINEAR, "--log", str(log)]
+    proc = interruptible([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(ready.exists, proc, "the second replay")
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 130 and err.decode().strip() == "Aborted!" and out == b""
+    assert [json.loads(line)["cell"]["workers"] for line in log.read_text().splitlines()] == [1]
+    resumed = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--log", log, "--resume")
+    assert resumed == _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
+    assert len(log.read_text().splitlines()) == 3
