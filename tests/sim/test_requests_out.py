@@ -158,3 +158,14 @@ def test_records_agree_with_the_run_result(rows, split, capacity):
         assert len(moved) == result["transfers"]
         for r in moved:
             assert r["first_scheduled_ms"] <= r["transfer_start_ms"] <= r["transfer_end_ms"] <= r["finish_ms"]
+
+
+def test_report_gets_the_records_when_both_are_given(tmp_path):
+    # sim --report draws the per-request figures from the records --requests-out writes
+    trace = _write(tmp_path / "t.jsonl", TWO)
+    base = ["sim", "--trace", trace, "--workers", "1", "--timing", "--quiet"]
+    runner = CliRunner()
+    assert runner.invoke(main, base + ["--report", str(tmp_path / "a.html")]).exit_code == 0
+    res = runner.invoke(main, base + ["--report", str(tmp_path / "b.html"), "--requests-out", str(tmp_path / "r.jsonl")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "a.html").read_text() != (tmp_path / "b.html").read_text()
