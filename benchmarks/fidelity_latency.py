@@ -1,15 +1,17 @@
 """Fidelity of the closed-form latency models against aiconfigurator (vLLM backend): MAPE and worst case.
 
     pip install -e ".[aiconfigurator]"   # Python 3.11+
-    python benchmarks/fidelity_latency.py [--models roofline,linear,blis]
+    python benchmarks/fidelity_latency.py [--models roofline,linear,blis] [--families dense,moe]
 
-For every bundled model (tp 1; qwen3-32b also tp 2; deepseek-v3 at tp 8) on h100 and h200, each
-latency model is compared with aiconfigurator-core on a grid denser than the one roofline was
-fitted on: prefills of 128-8,192 tokens with nothing cached, and of 512-4,096 tokens after 4,096
-cached ones; 1-256 decodes at contexts 512-32,768. Prints one table row per model x GPU x tp and
-phase, then per phase a row over the dense models (what roofline was fitted on) and one over all. A model/GPU
-aiconfigurator cannot estimate is listed and skipped; a latency model that refuses a configuration (blis:
-dense models only) shows "-" there.
+Every bundled model that aiconfigurator-core's vLLM support matrix passes on h100_sxm and h200_sxm
+(the ``HF_IDS`` of :mod:`dynlab_builtins.latency_aic`), on h100 and h200, at every tp of 1, 2, 4
+and 8 whose weights fit (at most 80 % of the GPUs' memory) and that splits the heads; a model with
+experts also at ep = tp for tp > 1. Each latency model is compared with aiconfigurator-core on a
+grid denser than the one roofline was fitted on: prefills of 128-8,192 tokens with nothing cached,
+and of 512-4,096 tokens after 4,096 cached ones; 1-256 decodes at contexts 512-32,768. Prints one
+table row per model x GPU x parallelism and phase, then per phase a row per family (dense, MoE) and
+one over all. A configuration aiconfigurator cannot estimate is listed and skipped; a latency model
+that refuses a configuration (blis: dense models only) shows "-" there.
 """
 from __future__ import annotations
 
@@ -35,36 +37,52 @@ def steps():
         yield "decode", StepBatch((), (), b, b * c)
 
 
-def configs():
+TPS = (1, 2, 4, 8)
+
+
+def configs(families=("dense", "moe")):
+    """``(model, gpu, tp, ep)`` of every configuration compared (module docstring)."""
+    from dynlab.models.gpus import GIB, gpu_spec
+    from dynlab.models.spec import model_spec
+    from dynlab_builtins.latency_aic import HF_IDS
+
     for model in model_names():
-        if model == "llama-3-8b":
-            continue  # the same shapes and aiconfigurator model as llama-3.1-8b
-        tps = {"qwen3-32b": (1, 2), "deepseek-v3": (8,)}.get(model, (1,))
+        if model == "llama-3-8b" or model not in HF_IDS:
+            continue  # llama-3-8b: the same shapes and aiconfigurator model as llama-3.1-8b
+        spec = model_spec(model)
+        if ("moe" if spec.experts else "dense") not in families:
+            continue
         for gpu in GPUS:
-            for tp in tps:
-                yield model, gpu, tp
+            for tp in TPS:
+                if spec.weight_bytes / tp > 0.8 * gpu_spec(gpu).memory_gb * GIB:
+                    continue
+                eps = (1, tp) if spec.experts and tp > 1 else (1,)
+                for ep in eps:
+                    yield model, gpu, tp, ep
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="roofline,linear,blis", help="latency models to compare (comma list)")
+    parser.add_argument("--families", default="dense,moe", help="model families to compare (dense, moe)")
     args = parser.parse_args(argv)
     names = args.models.split(",")
-    rows, everything, dense, skipped = [], {}, {}, []
+    rows, everything, dense, moe, skipped = [], {}, {}, {}, []
     start = time.perf_counter()
-    for model, gpu, tp in configs():
-        hardware = hardware_for(model, gpu, tp)
+    for model, gpu, tp, ep in configs(args.families.split(",")):
+        label = f"{model} {tp}x{gpu}" + (f" ep {ep}" if ep > 1 else "")
         try:
+            hardware = hardware_for(model, gpu, tp, ep=ep)
             ref = build_latency_model("aiconfigurator", hardware)
         except ValueError as exc:
-            skipped.append(f"{model} {tp}x{gpu}: {exc}")
+            skipped.append(f"{label}: {exc}")
             continue
         built = {}
         for n in names:
             try:
                 built[n] = build_latency_model(n, hardware)
             except ValueError as exc:
-                skipped.append(f"{n} on {model} {tp}x{gpu}: {exc}")
+                skipped.append(f"{n} on {label}: {exc}")
         errs = {(n, phase): [] for n in names for phase in ("prefill", "decode")}
         for phase, batch in steps():
             truth = ref.step_ms(batch)
@@ -72,11 +90,10 @@ def main(argv=None) -> None:
                 e = built[n].step_ms(batch) / truth - 1.0
                 errs[(n, phase)].append(e)
                 everything.setdefault((n, phase), []).append(e)
-                if hardware.model.active_params == hardware.model.params:
-                    dense.setdefault((n, phase), []).append(e)
+                (moe if hardware.model.experts else dense).setdefault((n, phase), []).append(e)
         for phase in ("prefill", "decode"):
-            rows.append((f"{model} {tp}x{gpu}", phase, {n: errs[(n, phase)] for n in names}))
-    for label, pool in (("all dense models", dense), ("all", everything)):
+            rows.append((label, phase, {n: errs[(n, phase)] for n in names}))
+    for label, pool in (("all dense models", dense), ("all MoE models", moe), ("all", everything)):
         for phase in ("prefill", "decode"):
             rows.append((label, phase, {n: pool.get((n, phase), []) for n in names}))
 

@@ -182,7 +182,10 @@ def test_non_numbers_raise_type_error_naming_them(call, name):
 
 
 def test_bundled_models_and_their_sizes():
-    assert disagg.bundled_models() == ["deepseek-v3", "llama-3-8b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-32b", "qwen3-8b"]
+    assert disagg.bundled_models() == [
+        "deepseek-v3", "gemma-3-1b", "gemma-3-27b", "gpt-oss-120b", "gpt-oss-20b", "kimi-k2", "llama-3-8b",
+        "llama-3.1-70b", "llama-3.1-8b", "llama-4-maverick", "llama-4-scout", "mixtral-8x7b", "nemotron-h-56b",
+        "qwen3-0.6b", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "qwen3-8b"]
     size = {n: kv_bytes_per_token_from_config(disagg.load_model_config(n)) for n in disagg.bundled_models()}
     assert size["qwen3-0.6b"] == kv_bytes_per_token()  # the shipped default equals the function's defaults
     assert size["llama-3-8b"] == 2 * 32 * 8 * (4096 // 32) * 2  # no head_dim in its config: hidden/heads
@@ -348,3 +351,55 @@ def test_cli_model_and_model_config_together(tmp_path):
 def test_cli_missing_required_options():
     assert_usage_error(run("disagg", "--gbps", "1"), "--tokens")
     assert_usage_error(run("disagg", "--tokens", "1"), "--gbps")
+
+
+# ---------------------------------------------------------------- sliding-window models: the resident KV
+
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize("tokens, kv_bytes", [
+    # gemma-3-1b: 26 layers of 1 KV head x 256 x bf16 = 1,024 B per layer and token; every 6th layer
+    # (5, 11, 17, 23) global, the other 22 a 512-token window
+    (8192, 4 * 8192 * 1024 + 22 * 512 * 1024),  # 45,088,768 B = 43.0 MiB (not 26 x 8,192 = 208.0 MiB)
+    (400, 26 * 400 * 1024),  # shorter than the window: every layer keeps all 400 tokens, 10.2 MiB
+])
+def test_gemma_3_1b_moves_the_resident_kv(tmp_path, tokens, kv_bytes):
+    config = tmp_path / "gemma-3-1b.json"
+    config.write_text(json.dumps(disagg.load_model_config("gemma-3-1b")))
+    out = run("disagg", "--model-config", str(config), "--tokens", str(tokens), "--gbps", "25")
+    assert out.exit_code == 0, out.output
+    record = json.loads(out.output)
+    assert record["kv_bytes"] == kv_bytes
+    assert record["kv_mib"] == round(kv_bytes / MIB, 1) == {8192: 43.0, 400: 10.2}[tokens]
+    assert record["bytes_per_token"] == 26 * 1024
+    assert record["transfer_ms"] == round(kv_bytes / 25e9 * 1000, 1)
+    window = min(tokens, 512)
+    assert record["layer_groups"] == {
+        "full": {"layers": 4, "tokens": tokens, "kv_bytes": 4 * tokens * 1024},
+        "sliding_window": {"layers": 22, "tokens": window, "kv_bytes": 22 * window * 1024}}
+
+
+@pytest.mark.parametrize("name, tokens, mib", [
+    # gpt-oss-120b: 36 layers of 8 KV heads x 64 x bf16 = 2,048 B per layer and token, alternating
+    # 128-token sliding-window and full layers: 18 x 8,192 x 2,048 + 18 x 128 x 2,048 = 306,708,480 B
+    ("gpt-oss-120b", 8192, 292.5),  # all-full would be 576.0 MiB: ~2x overstated
+    ("gpt-oss-120b", 400, 18.6),  # 18 x 400 x 2,048 + 18 x 128 x 2,048 = 19,464,192 B
+    ("gpt-oss-20b", 8192, 195.0),  # 12 x 8,192 x 2,048 + 12 x 128 x 2,048 = 204,472,320 B
+])
+def test_gpt_oss_moves_the_resident_kv(name, tokens, mib):
+    out = run("disagg", "--model", name, "--tokens", str(tokens), "--gbps", "50")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["kv_mib"] == mib
+
+
+def test_a_dense_model_keeps_its_record_unchanged():
+    out = run("disagg", "--model", "llama-3.1-8b", "--tokens", "8192", "--gbps", "25")
+    assert json.loads(out.output) == {"bytes_per_token": 131072, "kv_mib": 1024.0, "transfer_ms": 42.9}
+
+
+def test_the_resident_kv_never_exceeds_the_full_length_kv():
+    shape = kv_shape_from_config(disagg.load_model_config("gemma-3-1b"))
+    for tokens in (0, 1, 511, 512, 513, 8192, 100_000):
+        assert shape.resident_bytes(tokens) <= tokens * shape.bytes_per_token

@@ -85,9 +85,9 @@ def test_an_unsupported_layout_is_a_bad_config_too(tmp_path, template):
     # a mixture of experts dynlab cannot count parameters for: the file opened, its content is refused
     # (disagg reads only the KV shape, which this config gives, so it is not in the list)
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(_qwen3_8b(model_type="qwen3_moe", num_experts=128)))
+    path.write_text(json.dumps(_qwen3_8b(model_type="granitemoe", num_local_experts=32)))
     line = _one_line(_invoke(template, path), 1)
-    assert line.startswith(f"{path}: mixture-of-experts layout of model_type 'qwen3_moe' is not supported"), line
+    assert line.startswith(f"{path}: mixture-of-experts layout of model_type 'granitemoe' is not supported"), line
 
 
 # ---------------------------------------------------------------- one rule for integer fields

@@ -160,6 +160,14 @@ def sim_rows(cmd: list) -> dict:
         "--router-assign": changes(cmd + ["--routers", "2"], ["--router-assign", "hash"]),
         # a trace that names its own blocks cannot be re-hashed; on tokens the run says its scheme
         "--hash": changes(cmd + ["--trace", TOKENS], ["--hash", "dynamo"]),
+        # the worker's parallelism (models helper): each changes the pool's derivation and the step times
+        "--ep": changes(timed + ["--model", "qwen3-30b-a3b", "--tp", "2"], ["--ep", "2"]),
+        "--pp": changes(timed, ["--pp", "2"]),
+        # two GPUs either way: attention tensor-parallel over both, or two attention replicas (--ep 2 without
+        # --dp-attention needs --tp 2; with it, --tp 2 --ep 2 is one replica and refused: NO_EFFECT)
+        "--dp-attention": swaps(timed + ["--model", "qwen3-30b-a3b", "--tp", "2", "--ep", "2"],
+                                timed + ["--model", "qwen3-30b-a3b", "--ep", "2", "--dp-attention"]),
+        "--kv-cache-dtype": changes(timed, ["--kv-cache-dtype", "fp8"]),
         **pd_rows(cmd),
     }
 
@@ -229,6 +237,11 @@ NO_EFFECT = [
     (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
     (["--timing", "--cpu-write", "compute"], "--cpu-write"),
     (["--timing", "--split", "1:1", "--cpu-capacity", "8"], "--cpu-capacity"),  # a P/D fleet has no CPU tier
+    (["--ep", "2"], "--ep"),
+    (["--pp", "2"], "--pp"),
+    (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype"),
+    (["--timing", "--dp-attention"], "--dp-attention"),  # without --ep > 1
+    (["--timing", "--model", "qwen3-30b-a3b", "--tp", "2", "--ep", "2", "--dp-attention"], "--dp-attention"),
     # disaggregated serving: only with --timing, only with a P/D fleet, never with --workers
     (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
     (["--split", "1:1"], "--split"),
@@ -334,6 +347,11 @@ TABLE.update({
     ("latency", "--gpu"): changes(LATENCY, ["--gpu", "h200"]),
     ("latency", "--model"): changes(LATENCY, ["--model", "qwen3-8b"]),
     ("latency", "--tp"): changes(LATENCY, ["--tp", "2"]),
+    ("latency", "--ep"): changes(LATENCY + ["--model", "qwen3-30b-a3b", "--tp", "2"], ["--ep", "2"]),
+    ("latency", "--pp"): changes(LATENCY, ["--pp", "2"]),
+    ("latency", "--dp-attention"): swaps(LATENCY + ["--model", "qwen3-30b-a3b", "--tp", "2", "--ep", "2"],
+                                         LATENCY + ["--model", "qwen3-30b-a3b", "--ep", "2", "--dp-attention"]),
+    ("latency", "--kv-cache-dtype"): changes(LATENCY, ["--kv-cache-dtype", "fp8"]),
     ("latency", "--latency-model"): changes(LATENCY, ["--latency-model", "linear"]),
     ("latency", "--latency-opt"): changes(LATENCY + ["--latency-model", "linear"], ["--latency-opt", "beta0=1"]),
     ("latency", "--list"): changes(LATENCY, ["--list"]),

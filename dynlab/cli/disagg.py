@@ -68,7 +68,9 @@ def disagg_cmd(tokens, gbps, model, model_config, layers, kv_heads, head_dim, dt
     """KV bytes per token, and the time to move the KV of --tokens tokens at each --gbps.
 
     Prints {"bytes_per_token", "kv_mib", "transfer_ms"} (MiB = 2^20 bytes, ms, one decimal). The
-    model is Qwen3-0.6B unless --model, --model-config or the shape options say otherwise.
+    model is Qwen3-0.6B unless --model, --model-config or the shape options say otherwise. A model
+    with sliding-window, chunked-local or state layers moves what stays resident (the global layers'
+    tokens, each window, each state): the record adds kv_bytes and layer_groups.
     """
     links = _bandwidths(gbps)
     if model and model_config:
@@ -81,11 +83,13 @@ def disagg_cmd(tokens, gbps, model, model_config, layers, kv_heads, head_dim, dt
             raise click.UsageError(f"{given[0]} cannot be combined with --model or --model-config "
                                    "(only --dtype-bytes overrides a config)")
         if model:
-            bpt = lib.kv_bytes_per_token_from_config(lib.load_model_config(model), dtype_bytes, source=model)
+            kv_shape = lib.kv_shape_from_config(lib.load_model_config(model), dtype_bytes, source=model)
         else:
             path = lib.config_file(model_config)  # a directory's config.json
-            bpt = lib.kv_bytes_per_token_from_config(lib.read_model_config(path), dtype_bytes, source=path)
+            kv_shape = lib.kv_shape_from_config(lib.read_model_config(path), dtype_bytes, source=path)
+        bpt = kv_shape.bytes_per_token
     else:
+        kv_shape = None
         shape = {k: v for k, v in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
                                    ("dtype_bytes", dtype_bytes)) if v is not None}
         bpt = lib.kv_bytes_per_token(**shape)
@@ -93,7 +97,7 @@ def disagg_cmd(tokens, gbps, model, model_config, layers, kv_heads, head_dim, dt
     def record(g: float) -> dict:
         try:
             return lib.cost_report(tokens, bpt, g, prefill_ms=prefill_ms, overhead_ms=overhead_ms or 0.0,
-                                   saved_ms=saved_ms)
+                                   saved_ms=saved_ms, shape=kv_shape)
         except ValueError as exc:  # a result that overflows (a huge size, a tiny --gbps or --saved-ms)
             raise click.UsageError(str(exc)) from None
 

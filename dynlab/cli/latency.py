@@ -27,10 +27,11 @@ def _table(grid: dict) -> str:
 
 
 def _gpu_table() -> str:
-    rows = [["gpu", "memory_gb", "bf16_tflops", "hbm_gbps", "source"]]
+    rows = [["gpu", "memory_gb", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gbps", "link", "link_gbps", "source"]]
     for name, g in lib.gpu_table().items():
-        rows.append([name, f"{g['memory_gb']:g}", f"{g['bf16_tflops']:g}", f"{g['hbm_gbps']:g}", g["source"]])
-    widths = [max(len(r[j]) for r in rows) for j in range(5)]
+        rows.append([name] + [f"{g[k]:g}" for k in ("memory_gb", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gbps")]
+                    + [g["link"], f"{g['link_gbps']:g}", g["source"]])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(widths[j]) for j, c in enumerate(r)).rstrip() for r in rows)
 
 
@@ -40,6 +41,13 @@ def _gpu_table() -> str:
                    "directory holding one.")
 @click.option("--gpu", default=hw.DEFAULT_GPU, show_default=True, help="A catalogue GPU (see --list).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per worker (tensor parallel).")
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Expert-parallel GPUs (the routed experts divided among them; = --tp, or --tp x replicas "
+                   "with --dp-attention).")
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True, help="Pipeline stages.")
+@click.option("--dp-attention", is_flag=True, help="With --ep > --tp: --ep / --tp attention replicas (DeepSeek-style).")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True,
+              help="KV cache element type: the model's dtype, or one byte (fp8).")
 @click.option("--latency-model", "latency_models", default=lib.DEFAULT_LATENCY_MODEL, show_default=True,
               metavar="NAME[,NAME...]", help="Registered latency model; a comma list compares them side by side.")
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
@@ -50,7 +58,8 @@ def _gpu_table() -> str:
               metavar="FILE.png",
               help="Also write step time against batch size (an image; the suffix sets its format, PNG without one).")
 @click.option("--list", "list_gpus", is_flag=True, help="List the catalogue GPUs and latency models, and exit.")
-def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, list_gpus):
+def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_models, latency_opts, fmt, plot_path,
+                list_gpus):
     """Step times (ms) of one or more latency models on a fixed grid of steps.
 
     The grid: one prefill of 512, 2,048 and 8,192 tokens at context 0; 1, 16, 64 and 256 decodes,
@@ -59,6 +68,8 @@ def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, li
     if list_gpus:
         given = [flag for flag, value, default in (
             ("--model", model, hw.DEFAULT_MODEL), ("--gpu", gpu, hw.DEFAULT_GPU), ("--tp", tp, 1),
+            ("--ep", ep, 1), ("--pp", pp, 1), ("--dp-attention", dp_attention, False),
+            ("--kv-cache-dtype", kv_cache_dtype, "auto"),
             ("--latency-model", latency_models, lib.DEFAULT_LATENCY_MODEL), ("--latency-opt", latency_opts, ()),
             ("--plot", plot_path, None)) if value != default]
         if given:
@@ -85,9 +96,12 @@ def latency_cmd(model, gpu, tp, latency_models, latency_opts, fmt, plot_path, li
 
         check_plot(plot_path)  # before the work: a bad suffix or missing matplotlib fails now
     try:
-        grid = lib.latency_grid(names, model=model, gpu=gpu, tp=tp, options=opts)
+        grid = lib.latency_grid(names, model=model, gpu=gpu, tp=tp, options=opts, ep=ep, pp=pp,
+                                dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    for name, why in grid.get("latency_domain", {}).items():
+        click.echo(f"Warning: latency model {name}: {why}", err=True)
     if plot_path:
         from dynlab.latency.plot import plot_latency_grid
 

@@ -166,6 +166,14 @@ SIM_OPTIONS = [
      "transfers from one worker share it first come first served."),
     (("--link-latency-ms",), "link_latency_ms", FiniteFloat(min=0), 0.0,
      "With a P/D fleet: latency added to each KV transfer (ms)."),
+    # models helper (issue 25): a worker's parallelism and KV dtype (dynlab.models.parallel)
+    (("--ep",), "ep", click.IntRange(min=1), 1,
+     "With --timing: expert-parallel GPUs per worker (the routed experts divided among them; = --tp, or "
+     "--tp x attention replicas with --dp-attention)."),
+    (("--pp",), "pp", click.IntRange(min=1), 1,
+     "With --timing: pipeline stages per worker (layers split into consecutive stages)."),
+    (("--kv-cache-dtype",), "kv_cache_dtype", click.Choice(["auto", "fp8"]), "auto",
+     "With --timing: KV cache element type (vLLM's): the model's dtype, or one byte (fp8)."),
 ]
 
 # on/off flags of sim, compare and sweep that are SimConfig fields (compare and sweep apply them to every run)
@@ -175,6 +183,9 @@ SIM_FLAGS = [
      "without it the transfer starts when the prefill ends."),
     ("--decode-prefix-cache", "decode_prefix_cache",
      "With a P/D fleet: decode workers cache prompt blocks; blocks they hold are not transferred again."),
+    ("--dp-attention", "dp_attention",
+     "With --timing and --ep > 1: attention data-parallel (DeepSeek-style): --ep / --tp attention replicas, "
+     "each with its own requests and KV, share the expert-parallel GPUs."),
 ]
 
 
@@ -212,9 +223,12 @@ def check_options(config: SimConfig, given, requests=None) -> None:
 
 def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
     try:
-        return run(config, progress=not quiet and sys.stderr.isatty(), requests=requests, recorders=recorders)
+        result = run(config, progress=not quiet and sys.stderr.isatty(), requests=requests, recorders=recorders)
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
+    if isinstance(result, dict) and result.get("latency_domain"):  # the latency model's own word (models helper)
+        click.echo(f"Warning: latency model {config.latency_model}: {result['latency_domain']}", err=True)
+    return result
 
 
 def sim_options(fn):

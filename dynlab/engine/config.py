@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import math
-from collections import namedtuple
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
+
+from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
@@ -13,7 +14,7 @@ DECODE_ROUTERS = ("least-loaded", "round-robin", "kv-usage")
 
 
 @dataclass(frozen=True)
-class SimConfig:
+class SimConfig(Sectioned):
     """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
 
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
@@ -113,60 +114,11 @@ class SimConfig:
     duration_repeat: str = "new"
     workload: Optional[str] = None
     tokenizer: Optional[str] = None
-
-    # -- the sections (frozen views of the flat fields, :data:`SECTIONS`) -----------------------------
-    @property
-    def traffic(self) -> "TrafficSection":
-        """The traffic section: the trace, workload spec or synthetic workload, its block names, seed and
-        arrivals (rates, duration). (Not ``workload``: that is the ``--workload`` field.)"""
-        return self._section("traffic")
-
-    @property
-    def fleet(self) -> "FleetSection":
-        """The fleet section: the strategy and its options, workers, router replicas, the P/D pool sizes."""
-        return self._section("fleet")
-
-    @property
-    def engine(self) -> "EngineSection":
-        """The engine section: ``timing``, vLLM's scheduler limits, the latency model and hardware."""
-        return self._section("engine")
-
-    @property
-    def kv(self) -> "KvSection":
-        """The KV section: block sizes, the pool (``capacity``, ``policy``) and the CPU tier."""
-        return self._section("kv")
-
-    @property
-    def events(self) -> "EventsSection":
-        """The KV-events section: ``publish``, delays (requests, ms) and loss."""
-        return self._section("events")
-
-    @property
-    def slo(self) -> "SloSection":
-        """The SLO section: ``slo_ttft_ms`` and ``slo_tpot_ms`` (goodput)."""
-        return self._section("slo")
-
-    @property
-    def disagg(self) -> "PdSection":
-        """The P/D section: the decode router and the KV transfer (``link_gbps`` ...)."""
-        return self._section("disagg")
-
-    def _section(self, name: str):
-        cls = SECTION_CLASSES[name]
-        return cls(**{f: getattr(self, f) for f in SECTIONS[name]})
-
-    @classmethod
-    def from_sections(cls, **sections) -> "SimConfig":
-        """A configuration from section objects (``traffic=TrafficSection(...)``, ...); a section not
-        given keeps its defaults. Raises ``TypeError`` for an unknown section name or a wrong object."""
-        flat: dict = {}
-        for name, section in sections.items():
-            if name not in SECTIONS or not isinstance(section, SECTION_CLASSES[name]):
-                raise TypeError(f"from_sections: {name}= must be a {SECTION_CLASSES[name].__name__}"
-                                if name in SECTIONS else f"from_sections: unknown section {name!r} "
-                                f"(sections: {', '.join(SECTIONS)})")
-            flat.update(section._asdict())
-        return cls(**flat)
+    # --- models helper (issue 25): parallelism and KV dtype of a timed worker (dynlab.models.parallel) ---
+    ep: int = 1
+    pp: int = 1
+    dp_attention: bool = False
+    kv_cache_dtype: str = "auto"
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -259,48 +211,11 @@ class SimConfig:
         check_effective(self)
 
 
-#: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/engine/test_config_sections.py``)
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "traffic": ("trace", "trace_format", "workload", "tokenizer", "prefixes", "reps", "plen", "tail", "seed", "hash",
-                "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat"),
-    "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split"),
-    "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "model", "gpu",
-               "tp", "gpu_memory_utilization"),
-    "kv": ("block", "trace_block", "capacity", "policy", "cpu_capacity", "cpu_memory_gb", "pcie_gbps", "cpu_write"),
-    "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),
-    "slo": ("slo_ttft_ms", "slo_tpot_ms"),
-    "disagg": ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache"),
-}
-
-
-def _section_class(name: str, cls_name: str, doc: str):
-    """A section: a named tuple of its fields with :class:`SimConfig`'s defaults (read-only; cheap to
-    create at import, which the console script's start-up pays)."""
-    by_name = {f.name: f for f in fields(SimConfig)}
-    defaults = [by_name[f].default if by_name[f].default_factory is MISSING else by_name[f].default_factory()
-                for f in SECTIONS[name]]
-    cls = namedtuple(cls_name, SECTIONS[name], defaults=defaults, module=__name__)
-    cls.__doc__ = doc + " Fields and defaults: those of :class:`SimConfig` of the same names (a named tuple)."
-    return cls
-
-
-TrafficSection = _section_class("traffic", "TrafficSection",
-                                "The traffic: a trace, a workload spec or the synthetic workload, names, seed, arrivals.")
-FleetSection = _section_class("fleet", "FleetSection",
-                               "The fleet: the strategy (``mode``, ``opts``), workers, routers, P/D pools.")
-EngineSection = _section_class("engine", "EngineSection",
-                                "The timed engine: scheduler limits, latency model, hardware.")
-KvSection = _section_class("kv", "KvSection",
-                            "The KV cache: block sizes, the pool and its policy, the CPU tier.")
-EventsSection = _section_class("events", "EventsSection",
-                                "The KV events: publishing, delay (requests or ms), loss.")
-SloSection = _section_class("slo", "SloSection",
-                             "The SLOs of goodput (ms).")
-PdSection = _section_class("disagg", "PdSection",
-                            "A P/D fleet: the decode router and the KV transfer link.")
-SECTION_CLASSES = {"traffic": TrafficSection, "fleet": FleetSection, "engine": EngineSection, "kv": KvSection,
-                   "events": EventsSection, "slo": SloSection, "disagg": PdSection}
-
+#: the section classes (named tuples with SimConfig's defaults; :mod:`dynlab.engine.sections`)
+(TrafficSection, FleetSection, EngineSection, KvSection, EventsSection, SloSection,
+ PdSection) = make_sections(SimConfig)
+SECTION_CLASSES = dict(zip(SECTIONS, (TrafficSection, FleetSection, EngineSection, KvSection, EventsSection,
+                                      SloSection, PdSection)))
 
 def parse_split(text: str) -> tuple[int, int]:
     """``"6:2"`` -> ``(6, 2)``: prefill and decode workers (``"8:0"``: 8 aggregated workers).
@@ -326,6 +241,8 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
                      "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
+#: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
+PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
 PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 _DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
@@ -422,6 +339,14 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
+    # --- models helper (issue 25) ---
+    if not config.timing:
+        for name in PARALLEL_FIELDS:
+            yield name, _WITHOUT_TIMING
+    if config.ep == 1:
+        yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
+    elif config.ep == config.tp:
+        yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
 
 
 def _workload_rules(config: SimConfig):

@@ -64,6 +64,7 @@ class TimedSetup:
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model}
+        out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
         if self.cpu_capacity is not None:
             out.update({"cpu_kv_blocks": self.cpu_capacity, "cpu_kv_blocks_source": self.cpu_capacity_source,
                         "kv_bytes_per_block": self.kv_bytes_per_block,
@@ -112,11 +113,13 @@ def _hardware_pool(config: SimConfig) -> tuple:
     from dynlab.latency.grid import build_latency_model, hardware_for
     from dynlab.latency.hardware import kv_blocks
 
-    hardware = hardware_for(config.model, config.gpu, config.tp)
+    hardware = hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
+                            dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype)
     latency = build_latency_model(config.latency_model, hardware, config.latency_opts)
     if config.capacity is not None:
         return hardware, latency, config.capacity, f"--capacity {config.capacity} blocks of {config.block} tokens"
-    capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization)
+    capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization,
+                                 parallel=hardware.parallel)
     return hardware, latency, capacity, source
 
 

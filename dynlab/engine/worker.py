@@ -1,5 +1,11 @@
 """One serving engine (a worker) as vLLM v1's scheduler runs it: steps, chunked prefill, a block pool, preemption.
 
+The engine is split along vLLM v1's seams: :mod:`dynlab.engine.request` (a request and its state),
+:mod:`dynlab.engine.scheduler` (the step's ``(request, tokens)`` pairs: budget, slots, admission,
+preemption, chunking), :mod:`dynlab.kv.cache_manager` (its blocks: cached prefix, slots, free, the
+CPU tier, the P/D handoff), :mod:`dynlab.engine.bulk` (the step plan, bulk decode runs and their
+block boundaries); :class:`EngineWorker` is the step driver wiring them.
+
 This module has no clock and no event loop: an event loop drives each :class:`EngineWorker`
 through four calls, all times in **ms** (floats)::
 
@@ -73,30 +79,8 @@ The model (vLLM v1 ``Scheduler.schedule`` with prefix caching, recompute preempt
   boundaries are ``start + decode_ms(j)``, a step-by-step run's are running sums, so an arrival
   within rounding error of a boundary can fall on different sides of it).
 
-CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.kv.cpu_tier`):
-
-- Write rule ``cpu_write="evict"`` (the default; a victim tier): the names a step's allocation evicts
-  from the pool (:attr:`removed`) are written to the CPU tier (LRU); its net change is
-  :attr:`cpu_stored` / :attr:`cpu_removed` (publish as ``BlockStored`` / ``BlockRemoved`` with
-  ``medium="CPU"`` at the step's start, after the GPU ``BlockRemoved``).
-- Write rule ``cpu_write="compute"`` (write-through, as vLLM's ``OffloadingConnector`` and LMCache
-  store KV on the way in): the full prompt blocks a step computes are written to the CPU tier at the
-  step's end, unless it holds them already; a GPU eviction writes nothing (the copy is there, unless
-  the tier dropped it). The net change is :attr:`StepResult.cpu_stored` / ``cpu_removed`` (publish at
-  the step's end, after the GPU ``BlockStored``). The tiers are then inclusive and independent, the
-  rule of the cache lab's :class:`~dynlab.kv.tiers.TwoTierCache`.
-- Admission's lookup continues in the CPU tier where the GPU hits end (contiguous, within the same
-  ``(num_tokens - 1) // block`` cap); the CPU hits are touched (most recent) and keep their host copy.
-- **Load rule** (vLLM v1's asynchronous KV-connector loads: a request whose external blocks are in
-  transit waits in ``WAITING_FOR_REMOTE_KVS`` and is skipped by the scheduler until they have
-  arrived): a request with ``c`` CPU hits is admitted at ``now`` with its GPU hits taken and the blocks
-  for its loads and first chunk allocated, but it is not scheduled: its load occupies the worker's
-  host-to-device link from ``max(now, link free)`` for ``c * load_ms_per_block`` ms (loads queue on
-  the link, FIFO), and it joins the first step that starts at or after the load's end (scheduled
-  before the waiting queue, the loaded blocks named then). Other requests' steps go on meanwhile; a
-  bulk decode run is cut at the load's end. Its TTFT thus includes the wait for the load plus its
-  own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
-  Writes (GPU -> CPU) use the other direction of the link and take no step time.
+CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache): the write, lookup and load rules are
+those of :mod:`dynlab.kv.cache_manager` (its docstring).
 
 Disaggregated serving (:mod:`dynlab.disagg.fleet`) drives two kinds of worker with three more calls:
 
@@ -125,130 +109,25 @@ requests over time, blocks x ms; cached free blocks never count), and per reques
 """
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-from dynlab.kv.block_pool import UNNAMED, BlockPool
-from dynlab.kv.cpu_tier import CpuTier
-from dynlab.kv.run_pool import RunBlockPool
-from dynlab.latency.base import LatencyModel, StepBatch
+from dynlab.engine.bulk import StepPlan, StepResult, cut_run, plan_step
+from dynlab.engine.request import DECODE_TOKENS, EngineRequest
+from dynlab.engine.scheduler import Scheduler
+from dynlab.kv.cache_manager import CPU_WRITES, KvCacheManager
+from dynlab.latency.base import LatencyModel
 
 __all__ = ["EngineRequest", "EngineWorker", "StepResult", "CPU_WRITES"]
 
-#: when a block is written to the CPU tier: ``evict`` (when the GPU pool evicts it: a victim tier) or
-#: ``compute`` (when the step computing it ends: write-through, the copy stays on both tiers)
-CPU_WRITES = ("evict", "compute")
+_Step = StepPlan  # the step in progress (disagg.fleet reads EngineWorker._step.sched)
 
 
-class EngineRequest:
-    """A request inside an engine: its identity and lengths, its progress, its metrics.
-
-    Given: ``id`` (any, for the caller), ``arrival_ms``, ``input_length`` (prompt tokens, >= 1),
-    ``output_length`` (tokens to generate, >= 1), ``names`` (the names of its full prompt
-    blocks at the engine's block size, ``input_length // block`` ints >= 0, from
-    :func:`dynlab.engine.names.engine_block_names`; distinct within a request), ``runs`` (optional: the
-    same names as runs ``(first name, count)``, from :func:`dynlab.engine.names.engine_block_runs`,
-    which a worker with ``runs=True`` works on; ``None``: one run per name).
-
-    Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``.
-    Metrics (``None`` until known): ``hit_tokens``, ``first_scheduled_ms``, ``first_token_ms``,
-    ``finish_ms``; ``preemptions`` (int); ``rejected`` (bool).
-    """
-
-    __slots__ = ("id", "arrival_ms", "input_length", "output_length", "names", "runs", "seq",
-                 "num_tokens", "computed", "generated", "keys", "nreg",
-                 "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
-                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks")
-
-    def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
-                 runs: Optional[Sequence[tuple]] = None):
-        if input_length < 1:
-            raise ValueError(f"request {id!r}: input_length must be >= 1, got {input_length}")
-        if output_length < 1:
-            raise ValueError(f"request {id!r}: output_length must be >= 1 (a request generates a token), "
-                             f"got {output_length}")
-        self.id = id
-        self.arrival_ms = arrival_ms
-        self.input_length = input_length
-        self.output_length = output_length
-        self.names = names
-        self.runs = runs
-        self.seq = None  # names as the pool takes them (BlockPool.sequence), set by the worker
-        self.num_tokens = input_length
-        self.computed = 0
-        self.generated = 0
-        self.keys: list = []  # the pool keys of its blocks, in sequence order
-        self.nreg = 0  # leading full prompt blocks already hit or registered
-        self.hit_tokens: Optional[int] = None
-        self.first_scheduled_ms: Optional[float] = None
-        self.first_token_ms: Optional[float] = None
-        self.finish_ms: Optional[float] = None
-        self.preemptions = 0
-        self.rejected = False
-        self.ready_ms = 0.0  # while its CPU hits load: when they have arrived (ms)
-        self.load_blocks = 0  # while its CPU hits load: how many
-        self.cpu_hit_blocks: Optional[int] = None  # of its first admission's hit, blocks found in the CPU tier
-
-    @property
-    def queue_wait_ms(self) -> Optional[float]:
-        """First scheduled minus arrival (ms), ``None`` before it is scheduled."""
-        return None if self.first_scheduled_ms is None else self.first_scheduled_ms - self.arrival_ms
-
-    def __repr__(self):
-        return (f"EngineRequest({self.id!r}, arrival={self.arrival_ms}, in={self.input_length}, "
-                f"out={self.output_length}, computed={self.computed}/{self.num_tokens})")
-
-
-@dataclass(slots=True)
-class StepResult:
-    """What :meth:`EngineWorker.finish_step` reports for the step (or bulk run of ``steps``) just ended.
-
-    - ``start``, ``end``: ms. ``steps``: engine iterations covered (> 1 for a bulk decode run).
-    - ``stored``: names registered by the step, prefix order per request (publish as
-      ``BlockStored`` at ``end``). ``removed``: names evicted at ``start`` (the same tuple as
-      :attr:`EngineWorker.removed` after :meth:`~EngineWorker.start_step`; publish once), then
-      those of a bulk run's block boundaries (published by :meth:`~EngineWorker.cross_boundary`).
-    - ``first_tokens`` / ``finished``: ``[(request, time ms)]``, times == ``end``.
-    - ``preempted``: requests preempted when the step was scheduled.
-    - ``batch_size``: requests in the step; ``prefill_tokens``: prompt/recompute tokens computed
-      (per step; 0 in a bulk run); ``decode_requests``: decodes per step.
-    - ``used_blocks``: blocks held by requests during the step (a bulk run: after its last boundary).
-    - ``handed_off``: ``[(request, time ms)]`` that left a ``handoff`` worker at their first
-      token (its blocks held until :meth:`EngineWorker.release`).
-    - ``cpu_stored`` / ``cpu_removed``: with ``cpu_write="compute"``, the CPU tier's net change from
-      writing the step's ``stored`` names (publish as ``BlockStored`` / ``BlockRemoved`` with
-      ``medium="CPU"`` at ``end``, after the GPU ``BlockStored``); empty otherwise.
-    - ``stored_runs``: ``stored`` as ``(group, mask)`` pairs (the ``runs`` of its ``BlockStored``,
-      :mod:`dynlab.routing.events`) when the pool works on runs (``runs=True``), else ``None``.
-    """
-
-    start: float
-    end: float
-    steps: int
-    stored: tuple
-    removed: tuple
-    first_tokens: List[Tuple[EngineRequest, float]] = field(default_factory=list)
-    finished: List[Tuple[EngineRequest, float]] = field(default_factory=list)
-    preempted: int = 0
-    batch_size: int = 0
-    prefill_tokens: int = 0
-    decode_requests: int = 0
-    used_blocks: int = 0
-    handed_off: List[Tuple[EngineRequest, float]] = field(default_factory=list)
-    cpu_stored: tuple = ()
-    cpu_removed: tuple = ()
-    stored_runs: Optional[tuple] = None
-
-
-class _Step:
-    # bound_at / bound_reqs: a bulk run's pending block boundaries, last first: start (ms), requests taking a block
-    __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
-                 "stored_runs", "prefill_tokens", "used", "bound_at", "bound_reqs")
 
 
 class EngineWorker:
-    """One serving engine: a waiting queue, running requests, a :class:`BlockPool`, a latency model.
+    """One serving engine, the step driver wiring a :class:`~dynlab.engine.scheduler.Scheduler`, a
+    :class:`~dynlab.kv.cache_manager.KvCacheManager` (its block pool, CPU tier and P/D handoff) and
+    the step planner (:mod:`dynlab.engine.bulk`) to a latency model.
 
     ``capacity``: KV blocks in the pool; ``block``: tokens per block; ``latency``: the step-time
     model; ``max_num_batched_tokens``: token budget per step; ``max_num_seqs``: running requests
@@ -256,6 +135,11 @@ class EngineWorker:
     ``handoff``: a prefill worker of a disaggregated fleet (see the module docstring); ``runs``: the pool
     works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
     names with runs longer than one, as :func:`~dynlab.engine.names.engine_block_runs` gives them).
+    ``cpu_capacity`` / ``load_ms_per_block`` / ``cpu_write``: the CPU tier (see the module docstring).
+    Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
+
+    The queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``) are the scheduler's,
+    ``pool``, ``cpu``, ``held``, ``reserved`` and the tier counters the KV cache manager's (read-only).
     """
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
@@ -273,35 +157,22 @@ class EngineWorker:
         self.max_num_seqs = max_num_seqs
         self.bulk = bulk
         self.handoff = handoff
-        self.held: dict = {}  # request -> its keys, handed off and not yet released
-        self.reserved: dict = {}  # request -> (its keys, blocks hit): reserved, KV not yet received
-        self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
         self.runs = runs
-        self.pool = RunBlockPool(capacity) if runs else BlockPool(capacity)
-        self.waiting: deque = deque()
-        self.running: List[EngineRequest] = []
-        self.preemptions = 0
+        self.kv = KvCacheManager(capacity, block, runs=runs, cpu_capacity=cpu_capacity,
+                                 load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
+        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
+        self.pool = self.kv.pool
+        self.cpu = self.kv.cpu
+        self.write_through = self.kv.write_through
+        self.load_ms_per_block = load_ms_per_block
+        self.held, self.reserved = self.kv.held, self.kv.reserved
         self.rejected = 0
         self.steps = 0
-        self.peak_used_blocks = 0
         self.removed: tuple = ()
         # removed as (group, mask) pairs (the runs of its BlockRemoved) when the pool works on runs, else None
         self.removed_runs: Optional[tuple] = None
-        if load_ms_per_block < 0:
-            raise ValueError(f"load_ms_per_block must be >= 0, got {load_ms_per_block}")
-        self.cpu: Optional[CpuTier] = CpuTier(cpu_capacity) if cpu_capacity else None
-        if cpu_write not in CPU_WRITES:
-            raise ValueError(f"cpu_write must be one of {', '.join(CPU_WRITES)}, got {cpu_write!r}")
-        self.write_through = cpu_write == "compute"
-        self.load_ms_per_block = load_ms_per_block
-        self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
-        self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
-        self._link_free = 0.0  # when the host-to-device link finishes its queued loads (ms)
         self.cpu_stored: tuple = ()  # names the CPU tier gained at the last start_step (BlockStored CPU)
         self.cpu_removed: tuple = ()  # names it dropped then (BlockRemoved CPU)
-        self.loaded_blocks = 0  # blocks loaded CPU -> GPU (every admission, re-admissions too)
-        self.offloaded_blocks = 0  # blocks written GPU -> CPU
-        self.gpu_hit_blocks = self.cpu_hit_blocks = 0  # first admissions' hits, per tier
         # set by a driver that calls cross_boundary at next_boundary (TimedFleet): bulk runs may then
         # go on across block boundaries (see the module docstring)
         self.cross_boundaries = False
@@ -311,11 +182,21 @@ class EngineWorker:
         #: at every boundary: start_step, cross_boundary, interrupt and finish_step keep it the last of
         #: the run's ``bound_at``)
         self.next_boundary: Optional[float] = None
-        self._step: Optional[_Step] = None
-        self._used_ms = 0.0
-        self._used_t: Optional[float] = None
+        self._step: Optional[StepPlan] = None
 
     # -- reading --------------------------------------------------------------------------
+    waiting = property(lambda self: self.scheduler.waiting, doc="Requests waiting for admission (FCFS).")
+    running = property(lambda self: self.scheduler.running, doc="Running requests, in running order.")
+    loading = property(lambda self: self.scheduler.loading, doc="Admitted requests whose CPU hits are in transit.")
+    ready = property(lambda self: self.scheduler.ready, doc="Requests whose CPU hits arrived, not yet scheduled.")
+    received = property(lambda self: self.scheduler.received, doc="Requests whose KV arrived by a transfer.")
+    preemptions = property(lambda self: self.scheduler.preemptions, doc="Preemptions so far.")
+    peak_used_blocks = property(lambda self: self.kv.peak_used_blocks, doc="Most blocks used at once.")
+    loaded_blocks = property(lambda self: self.kv.loaded_blocks, doc="Blocks loaded CPU -> GPU (re-admissions too).")
+    offloaded_blocks = property(lambda self: self.kv.offloaded_blocks, doc="Blocks written GPU -> CPU.")
+    gpu_hit_blocks = property(lambda self: self.kv.gpu_hit_blocks, doc="First admissions' GPU hits (blocks).")
+    cpu_hit_blocks = property(lambda self: self.kv.cpu_hit_blocks, doc="First admissions' CPU hits (blocks).")
+
     @property
     def capacity(self) -> int:
         """Blocks in the pool."""
@@ -329,19 +210,39 @@ class EngineWorker:
     @property
     def idle(self) -> bool:
         """No step in progress and nothing to schedule (no running, waiting, loading or received request)."""
-        return (self._step is None and not self.running and not self.waiting and not self.loading
-                and not self.ready and not self.received)
+        sch = self.scheduler
+        return (self._step is None and not sch.running and not sch.waiting and not sch.loading
+                and not sch.ready and not sch.received)
 
     @property
     def next_ready(self) -> Optional[float]:
         """When (ms) the earliest CPU-tier load in transit arrives, ``None`` when none is."""
-        return self.loading[0].ready_ms if self.loading else None
+        loading = self.scheduler.loading
+        return loading[0].ready_ms if loading else None
 
     @property
     def step_end(self) -> Optional[float]:
         """End (ms) of the step or bulk run in progress, ``None`` between steps."""
         return None if self._step is None else self._step.end
 
+    def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
+        """Leading ``names`` cached now (at most ``cap``): what a request would hit if admitted at once.
+
+        The question every worker answers alike (the count-based :class:`~dynlab.engine.counted.Worker`
+        too); a reading only, for the metrics, never for a strategy.
+        """
+        return self.kv.overlap(names, cap)
+
+    def overlap_of(self, req: EngineRequest, cap: Optional[int] = None) -> int:
+        """:meth:`overlap` of ``req``'s names (and runs), for a request about to be submitted here (its
+        names as the pool takes them, :attr:`EngineRequest.seq`, are kept for :meth:`submit`)."""
+        return self.kv.overlap_of(req, cap)
+
+    def used_block_ms(self, now: Optional[float] = None) -> float:
+        """Integral of :attr:`used_blocks` over time (blocks x ms) up to ``now`` (default: the last change)."""
+        return self.kv.used_block_ms(now)
+
+    # -- block boundaries of a bulk run -----------------------------------------------------
     def cross_boundary(self) -> tuple:
         """Take the blocks of the next block boundary of the bulk run in progress (at
         :attr:`next_boundary`); returns the names evicted (also in :attr:`removed`; publish them as
@@ -374,57 +275,23 @@ class EngineWorker:
             return 0
         return self._cross_next(st, len(bound_at) - n)
 
-    def _cross_next(self, st: _Step, n: int) -> int:
-        """Cross the next ``n`` (>= 1) block boundaries of the run ``st``, in order: each request of a
-        boundary takes a block, one :meth:`BlockPool.allocate_each` for all; :attr:`removed` /
-        :attr:`removed_runs` hold what they evicted. Returns how many of them evicted."""
-        bound_at, bound_reqs, pool = st.bound_at, st.bound_reqs, self.pool
-        used, used_ms, used_t = pool.used_blocks, self._used_ms, self._used_t
-        counts = []
-        for _ in range(n):
-            tb, reqs = bound_at.pop(), bound_reqs.pop()
-            if used_t is not None:  # _accumulate(tb): the same sums in the same order
-                used_ms += used * (tb - used_t)
-            used_t = tb
-            for req in reqs:  # in running order, as a step start takes them
-                req.keys.append(UNNAMED)
-            used += len(reqs)
-            counts.append(len(reqs))
-        self._used_ms, self._used_t = used_ms, used_t
+    def _cross_next(self, st: StepPlan, n: int) -> int:
+        """Cross the next ``n`` (>= 1) block boundaries of the run ``st``, in order
+        (:meth:`KvCacheManager.take_boundaries`); :attr:`removed` / :attr:`removed_runs` hold what they
+        evicted. Returns how many of them evicted."""
+        evicting, st.used = self.kv.take_boundaries(st.bound_at, st.bound_reqs, n)
+        bound_at = st.bound_at
         self.next_boundary = bound_at[-1] if bound_at else None
         self.cpu_stored = self.cpu_removed = ()
-        pool.removed = []
-        evicting = pool.allocate_each(counts)
-        self.removed = removed = tuple(pool.removed)
-        self.removed_runs = tuple(pool.removed_runs) if self.runs else None
-        if removed:
-            st.removed += removed
-        st.used = used
-        if used > self.peak_used_blocks:
-            self.peak_used_blocks = used
+        self.removed, self.removed_runs = self.kv.removed()
+        if self.removed:
+            st.removed += self.removed
         return evicting
 
-    def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
-        """Leading ``names`` cached now (at most ``cap``): what a request would hit if admitted at once.
-
-        The question every worker answers alike (the count-based :class:`~dynlab.engine.counted.Worker`
-        too); a reading only, for the metrics, never for a strategy.
-        """
-        return self.pool.lookup(self.pool.sequence(names, None), len(names) if cap is None else cap)
-
-    def overlap_of(self, req: EngineRequest, cap: Optional[int] = None) -> int:
-        """:meth:`overlap` of ``req``'s names (and runs), for a request about to be submitted here (its
-        names as the pool takes them, :attr:`EngineRequest.seq`, are kept for :meth:`submit`)."""
-        if req.seq is None:
-            req.seq = self.pool.sequence(req.names, req.runs)
-        return self.pool.lookup(req.seq, len(req.names) if cap is None else cap)
-
-    def used_block_ms(self, now: Optional[float] = None) -> float:
-        """Integral of :attr:`used_blocks` over time (blocks x ms) up to ``now`` (default: the last change)."""
-        total = self._used_ms
-        if now is not None and self._used_t is not None:
-            total += self.pool.used_blocks * (now - self._used_t)
-        return total
+    def _catch_up(self, st: StepPlan, t: float) -> None:
+        """Cross the pending block boundaries of the run ``st`` that start before ``t`` (ms)."""
+        while st.bound_at and st.bound_at[-1] < t:
+            self.cross_boundary()
 
     # -- driving --------------------------------------------------------------------------
     def submit(self, req: EngineRequest, now: float) -> bool:
@@ -437,13 +304,12 @@ class EngineWorker:
         if len(req.names) != req.input_length // self.block:
             raise ValueError(f"request {req.id!r}: {len(req.names)} block names for {req.input_length} "
                              f"tokens at block {self.block} (want {req.input_length // self.block})")
-        if req.input_length + req.output_length - 1 > self.pool.capacity * self.block:
+        if not self.kv.fits(req.input_length + req.output_length - 1):  # the last token's KV is never computed
             req.rejected = True
             self.rejected += 1
             return False
-        if req.seq is None:
-            req.seq = self.pool.sequence(req.names, req.runs)
-        self.waiting.append(req)
+        self.kv.sequence(req)
+        self.scheduler.waiting.append(req)
         if self._step is not None and self._step.k > 1:
             self.interrupt(now)
         return True
@@ -458,18 +324,7 @@ class EngineWorker:
             return st.end
         if st.bound_at:
             self._catch_up(st, t)
-        decode_ms, start, r, ctx = self.latency.decode_ms, st.start, st.decodes, st.context
-        lo, hi = 1, st.k  # smallest j with start + decode_ms(j) >= t; decode_ms(k) >= t holds
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if start + decode_ms(r, ctx, mid) >= t:
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo < st.k:
-            st.k = lo
-            st.end = start + decode_ms(r, ctx, lo)
-            st.bound_at, st.bound_reqs = [], []  # those left are at steps >= lo: the next step takes their blocks
+        if cut_run(st, t, self.latency):
             self.next_boundary = None
         return st.end
 
@@ -479,199 +334,39 @@ class EngineWorker:
         if self._step is not None:
             raise RuntimeError("a step is already in progress")
         self.cpu_stored = self.cpu_removed = ()
-        loading = self.loading
-        while loading and loading[0].ready_ms <= now:
-            self.ready.append(loading.popleft())  # scheduled before the waiting queue, in arrival order
-        if not self.running and not self.waiting and not self.ready and not self.received:
+        sch, kv = self.scheduler, self.kv
+        if sch.loading:
+            sch.promote_loaded(now)
+        if not (sch.running or sch.waiting or sch.ready or sch.received):
             self.removed, self.removed_runs = (), None
             return None
-        self._accumulate(now)
-        pool = self.pool
-        pool.stored, pool.removed = [], []
-        sched: list = []
-        budget, preempted = self._schedule_running(sched)
-        admitted = 0
-        if (not preempted or not sched) and (self.waiting or self.ready or self.received):
-            admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
-        if self.cpu is not None and pool.removed:
-            self._offload(pool.removed)
+        kv.begin_step(now)
+        sched, preempted, admitted = sch.schedule(now)
+        if self.cpu is not None and self.pool.removed:
+            self._offload(self.pool.removed)
         if not sched:
-            if loading or self.ready or self.held or self.reserved:
+            if sch.loading or sch.ready or kv.held or kv.reserved:
                 # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
-                self.removed = tuple(pool.removed)
-                self.removed_runs = tuple(pool.removed_runs) if self.runs else None
+                self.removed, self.removed_runs = kv.removed()
                 return None
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
-        st = self._plan(sched, preempted, admitted, now)
+        # a bulk run may go on across block boundaries when the driver crosses them and nothing waits
+        can_cross = self.cross_boundaries and not (sch.waiting or sch.loading or sch.ready or sch.received)
+        st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross)
+        st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()
+        self.removed = st.removed
         self._step = st
         self.next_boundary = st.bound_at[-1] if st.bound_at else None
-        if st.k > 1 and loading:
-            self.interrupt(loading[0].ready_ms)  # a load arriving mid-run joins the next step
+        if st.k > 1 and sch.loading:
+            self.interrupt(sch.loading[0].ready_ms)  # a load arriving mid-run joins the next step
         return st.end
-
-    def _schedule_running(self, sched: list) -> Tuple[int, int]:
-        """Schedule the running requests, in running order, into ``sched`` (``(request, tokens)``
-        pairs), taking their blocks and preempting from the back when the pool runs dry; returns
-        ``(token budget left, requests preempted)``."""
-        running, pool, B = self.running, self.pool, self.block
-        budget = self.max_num_batched_tokens
-        preempted = 0
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            n = req.num_tokens - req.computed
-            if n > budget:
-                n = budget
-            need = -(-(req.computed + n) // B) - len(req.keys)
-            if need > pool.num_free:
-                victim = None
-                while need > pool.num_free:
-                    victim = running.pop()
-                    self._preempt(victim)
-                    preempted += 1
-                    if victim is req:
-                        break
-                if victim is req:
-                    break
-            if need > 0:
-                req.keys += pool.allocate(need)
-            if req.nreg < len(req.names):
-                self._register(req, n)
-            sched.append((req, n))
-            budget -= n
-            i += 1
-        return budget, preempted
-
-    def _admit(self, sched: list, budget: int, now: float) -> int:
-        """Admit, while ``budget`` tokens and sequence slots remain: received requests (their KV came by
-        a transfer), then those whose CPU hits have arrived, then the waiting queue in FCFS order
-        (prefix lookup, CPU-tier loads), stopping at the first that cannot get its blocks. Appends
-        the scheduled ``(request, tokens)`` to ``sched``; returns how many were admitted (loads too)."""
-        pool, B, cpu = self.pool, self.block, self.cpu
-        running, waiting = self.running, self.waiting
-        admitted = 0
-        max_seqs = self.max_num_seqs
-        received = self.received
-        while received and budget > 0 and len(running) < max_seqs:
-            # its KV arrived by a transfer: admitted first, with the blocks it holds (blocks held by
-            # waiting requests must not wait behind requests that need new ones)
-            req = received[0]
-            n = min(req.num_tokens - req.computed, budget)
-            need = -(-(req.computed + n) // B) - len(req.keys)
-            if need > pool.num_free:
-                break
-            received.popleft()
-            if need > 0:
-                req.keys += pool.allocate(need)
-            running.append(req)
-            sched.append((req, n))
-            budget -= n
-            admitted += 1
-        ready = self.ready
-        while ready and budget > 0 and len(running) < max_seqs:
-            req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
-            n = self._admit_loaded(req, budget)
-            running.append(req)
-            sched.append((req, n))
-            budget -= n
-            admitted += 1
-        while waiting and budget > 0 and len(running) < max_seqs:
-            req = waiting[0]
-            names = req.names
-            cap = min(len(names), (req.num_tokens - 1) // B)
-            h = pool.lookup(req.seq, cap)
-            if cpu is not None and h < cap:
-                hc = cpu.lookup(names, h, cap - h)
-                if hc:
-                    if not self._admit_loading(req, h, hc, budget, now):
-                        break
-                    admitted += 1
-                    continue
-            computed = h * B
-            n = req.num_tokens - computed
-            if n > budget:
-                n = budget
-            need = -(-(computed + n) // B) - h
-            if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
-                break
-            waiting.popleft()
-            pool.take_hits(req.seq, h)
-            req.keys = list(names[:h])
-            if need > 0:
-                req.keys += pool.allocate(need)
-            req.computed = computed
-            req.nreg = h
-            if req.hit_tokens is None:
-                req.hit_tokens = computed
-                req.cpu_hit_blocks = 0
-                req.first_scheduled_ms = now
-                self.gpu_hit_blocks += h
-            self._register(req, n)
-            running.append(req)
-            sched.append((req, n))
-            budget -= n
-            admitted += 1
-        return admitted
 
     def _offload(self, removed: list) -> None:
         """Write the names the pool evicted to the CPU tier (:attr:`cpu_stored` / :attr:`cpu_removed`);
         nothing under write-through (``cpu_write="compute"``: the copy was written when computed)."""
-        if self.write_through:
-            return
-        cpu = self.cpu
-        self.offloaded_blocks += sum(1 for name in removed if name not in cpu)
-        self.cpu_stored, self.cpu_removed = cpu.offload(removed)
-
-    def _plan(self, sched: list, preempted: int, admitted: int, now: float) -> _Step:
-        """The step (or bulk decode run) of the scheduled ``(request, tokens)`` pairs: its batch, its
-        length ``k`` (steps), its end from the latency model; the pool's stored/removed names."""
-        pool, B = self.pool, self.block
-        prefill_tokens, prefill_context = [], []
-        decodes = context = 0
-        for req, n in sched:
-            if n == 1 and req.num_tokens - req.computed == 1 and req.computed >= req.input_length:
-                decodes += 1
-                context += req.num_tokens
-            else:
-                prefill_tokens.append(n)
-                prefill_context.append(req.computed)
-        k = 1
-        at = reqs = None  # a run across block boundaries: their steps, then their start times, and requests
-        if self.bulk and not prefill_tokens and not preempted and not admitted and len(sched) == len(self.running):
-            # every step of the run is this one again: no admission (the waiting queue's head meets
-            # the same budget, slots and pool), no finish before the last step, and no new block,
-            # except at block boundaries the free queue can serve when nothing waits (_boundaries)
-            k = min([r.output_length - r.generated for r, _ in sched])
-            kb = min([len(r.keys) * B - r.computed for r, _ in sched])
-            if kb < k:
-                if (self.cross_boundaries and not self.waiting and not self.loading and not self.ready
-                        and not self.received):
-                    k, at, reqs = self._boundaries(sched, k, pool.num_free)
-                else:
-                    k = kb
-        st = _Step()
-        st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, k, sched, decodes, context, preempted
-        st.prefill_tokens = sum(prefill_tokens)
-        if at:  # the boundaries' start times and the run's end (k > 1), from one call
-            at.append(k)
-            at = self.latency.decode_ms_at(decodes, context, at)
-            st.end = now + at.pop()
-            st.bound_at, st.bound_reqs = [now + ms for ms in at], reqs
-        else:
-            st.bound_at, st.bound_reqs = [], []
-            if k > 1:
-                st.end = now + self.latency.decode_ms(decodes, context, k)
-            else:
-                st.end = now + self.latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
-                                                              decodes, context))
-        st.stored = tuple(pool.stored)
-        st.stored_runs = tuple(pool.stored_runs) if self.runs else None
-        st.removed = self.removed = tuple(pool.removed)
-        self.removed_runs = tuple(pool.removed_runs) if self.runs else None
-        st.used = used = pool.used_blocks
-        if used > self.peak_used_blocks:
-            self.peak_used_blocks = used
-        return st
+        change = self.kv.offload(removed)
+        if change is not None:
+            self.cpu_stored, self.cpu_removed = change
 
     def finish_step(self) -> StepResult:
         """Apply the step (or bulk run) in progress at its end: computed tokens, emitted tokens,
@@ -683,60 +378,22 @@ class EngineWorker:
             self._catch_up(st, st.end)
         self._step = self.next_boundary = None
         end, k = st.end, st.k
-        self._accumulate(end)
-        first_tokens, finished, handed = [], [], []
-        for req, n in st.sched:
-            if k > 1:
-                req.computed += k
-                req.num_tokens += k
-                req.generated += k
-            else:
-                req.computed += n
-                if req.computed != req.num_tokens:
-                    continue
-                req.num_tokens += 1
-                req.generated += 1
-                if req.generated == 1:
-                    req.first_token_ms = end
-                    first_tokens.append((req, end))
-                    if self.handoff and req.generated < req.output_length:
-                        handed.append((req, end))
-                        self.held[req] = req.keys
-                        req.keys = []
-                        continue
-            if req.generated >= req.output_length:
-                req.finish_ms = end
-                finished.append((req, end))
-                self.pool.release(req.keys, req.seq)
-                req.keys = []
-        if handed:
-            held = self.held
-            self.running = [r for r in self.running if r.finish_ms is None and r not in held]
-        elif finished:
-            self.running = [r for r in self.running if r.finish_ms is None]
+        self.kv.accumulate(end)
+        first_tokens, finished, handed = self.scheduler.update_from_step(st.sched, k, end, self.handoff)
         self.steps += k
         res = StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,
                          len(st.sched), st.prefill_tokens, st.decodes, st.used, handed, stored_runs=st.stored_runs)
         if self.write_through and st.stored and self.cpu is not None:
-            self._write_through(res)
+            change = self.kv.write_computed(res.stored)
+            if change is not None:
+                res.cpu_stored, res.cpu_removed = change
         return res
-
-    def _write_through(self, res: StepResult) -> None:
-        """Write the blocks the step computed to the CPU tier (``cpu_write="compute"``), except those it
-        holds already (loaded from it, or still there from an earlier computation: not copied again)."""
-        cpu = self.cpu
-        new = [name for name in res.stored if name not in cpu]
-        if new:
-            self.offloaded_blocks += len(new)
-            res.cpu_stored, res.cpu_removed = cpu.offload(new)
 
     # -- disaggregated serving --------------------------------------------------------------
     def release(self, req: EngineRequest, now: float) -> None:
         """Free the blocks of ``req``, handed off at its first token, at ``now`` (ms): its KV has been
         sent. Its full prompt blocks stay cached (free queue). Raises ``KeyError`` if not held here."""
-        keys = self.held.pop(req)
-        self._accumulate(now)
-        self.pool.release(keys, req.seq)
+        self.kv.release(req, now)
 
     def reserve(self, req: EngineRequest, now: float, prefix_cache: bool = False) -> Optional[int]:
         """Allocate, at ``now`` (ms), the blocks ``req`` needs to receive its prompt's KV and decode its
@@ -746,21 +403,8 @@ class EngineWorker:
         (no need to transfer them). Returns the tokens hit (0 without ``prefix_cache``), or ``None``
         (nothing taken) when the free blocks do not suffice. Call :meth:`receive` when the KV arrived.
         """
-        pool, B = self.pool, self.block
-        names = req.names
-        if req.seq is None:
-            req.seq = pool.sequence(names, req.runs)
-        h = pool.lookup(req.seq, len(names)) if prefix_cache else 0
-        need = -(-(req.input_length + 1) // B) - h
-        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
-            return None
-        self._accumulate(now)
-        pool.take_hits(req.seq, h)
-        self.reserved[req] = (list(names[:h]) + pool.allocate(need), h)  # req.keys may still be its prefill worker's
-        used = pool.used_blocks
-        if used > self.peak_used_blocks:
-            self.peak_used_blocks = used
-        return h * B
+        h = self.kv.reserve(req, now, req.input_length + DECODE_TOKENS, prefix_cache)
+        return None if h is None else h * self.block
 
     def receive(self, req: EngineRequest, now: float, prefix_cache: bool = False) -> None:
         """The KV of ``req`` (reserved here) arrived at ``now`` (ms): queue it to decode. With
@@ -774,148 +418,22 @@ class EngineWorker:
         if req.computed != req.input_length or req.generated < 1 or req.keys:
             raise ValueError(f"request {req.id!r}: its prompt is not computed here and released "
                              f"({req.computed}/{req.input_length})")
-        req.keys, req.nreg = self.reserved.pop(req)
-        if prefix_cache:
-            self._register(req, 0)
-        req.nreg = len(req.names)
-        self.received.append(req)
+        self.kv.receive(req, prefix_cache)
+        self.scheduler.received.append(req)
         if self._step is not None and self._step.k > 1:
             self.interrupt(now)
-
-    # -- internals ------------------------------------------------------------------------
-    def _admit_loading(self, req: EngineRequest, h: int, hc: int, budget: int, now: float) -> bool:
-        """Admit ``req`` whose lookup found ``h`` GPU blocks then ``hc`` CPU blocks: take the GPU hits,
-        allocate the blocks its loads and its first chunk need, queue the load on the link.
-        ``False`` (nothing changed) when the pool cannot give the blocks."""
-        pool, B = self.pool, self.block
-        names = req.names
-        computed = (h + hc) * B
-        n = min(req.num_tokens - computed, budget)
-        need = -(-(computed + n) // B) - h
-        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
-            return False
-        self.waiting.popleft()
-        pool.take_hits(req.seq, h)
-        req.keys = list(names[:h]) + pool.allocate(need)
-        self.cpu.touch(names[h:h + hc])
-        req.computed = h * B
-        req.nreg = h
-        req.load_blocks = hc
-        start = self._link_free if self._link_free > now else now
-        req.ready_ms = self._link_free = start + hc * self.load_ms_per_block
-        self.loaded_blocks += hc
-        if req.hit_tokens is None:
-            req.hit_tokens = computed
-            req.cpu_hit_blocks = hc
-            req.first_scheduled_ms = now
-            self.gpu_hit_blocks += h
-            self.cpu_hit_blocks += hc
-        self.loading.append(req)
-        return True
-
-    def _admit_loaded(self, req: EngineRequest, budget: int) -> int:
-        """Schedule the first chunk of ``req`` whose CPU hits have arrived: name the loaded blocks,
-        and compute at most what the pool can give (never less than the blocks reserved at admission)."""
-        pool, B = self.pool, self.block
-        hc = req.load_blocks
-        pool.register(req.keys, req.seq, req.nreg, req.nreg + hc)
-        req.nreg += hc
-        req.computed = req.nreg * B
-        req.load_blocks = 0
-        n = min(req.num_tokens - req.computed, budget)
-        need = -(-(req.computed + n) // B) - len(req.keys)
-        if need > pool.num_free:
-            n = len(req.keys) * B - req.computed
-            need = 0
-        if need > 0:
-            req.keys += pool.allocate(need)
-        self._register(req, n)
-        return n
-
-    def _boundaries(self, sched: list, k: int, free: int) -> Tuple[int, list, list]:
-        """A decode-only run of up to ``k`` steps (to the earliest finish) across block boundaries.
-
-        Returns ``(k, steps, reqs)`` for the boundaries inside the run, LAST first (popped from the
-        end): ``steps[i]`` is a boundary's step ``j`` (the caller turns it into its start time, ms),
-        ``reqs[i]`` the requests taking a block at step ``j``, in running order. Taking
-        a block there is all a new step would do (nothing waits to be admitted, nothing finishes
-        before step ``k``), so the run goes on, unless the free queue (``free`` blocks) could not
-        serve a boundary: the run then ends at that step (which may preempt).
-        """
-        B = self.block
-        by_step: dict = {}
-        for req, _ in sched:
-            j = len(req.keys) * B - req.computed
-            while j < k:
-                lst = by_step.get(j)
-                if lst is None:
-                    by_step[j] = [req]
-                else:
-                    lst.append(req)
-                j += B
-        steps = sorted(by_step)
-        taken = 0
-        for i, j in enumerate(steps):
-            taken += len(by_step[j])
-            if taken > free:
-                k = j
-                del steps[i:]
-                break
-        steps.reverse()
-        return k, steps, [by_step[j] for j in steps]
-
-    def _catch_up(self, st: _Step, t: float) -> None:
-        """Cross the pending block boundaries of the run ``st`` that start before ``t`` (ms)."""
-        while st.bound_at and st.bound_at[-1] < t:
-            self.cross_boundary()
-
-    def _accumulate(self, t: float) -> None:
-        if self._used_t is not None:
-            self._used_ms += self.pool.used_blocks * (t - self._used_t)
-        self._used_t = t
-
-    def _register(self, req: EngineRequest, n: int) -> None:
-        """Name the full prompt blocks the chunk of ``n`` tokens scheduled now completes."""
-        full = min(req.computed + n, req.input_length) // self.block
-        if full > req.nreg:
-            self.pool.register(req.keys, req.seq, req.nreg, full)
-            req.nreg = full
-
-    def _preempt(self, req: EngineRequest) -> None:
-        self.pool.release(req.keys, req.seq)
-        req.keys = []
-        req.computed = 0
-        req.nreg = 0
-        req.preemptions += 1
-        self.preemptions += 1
-        self.waiting.appendleft(req)
 
     def check(self) -> None:
         """Assert invariants (tests): used blocks == blocks held by running and loading requests
         (a loading request holds blocks in :attr:`loading`, then in :attr:`ready`), pool
         consistent, CPU tier within its capacity."""
-        self.pool.check()
-        st = self._step
+        st, sch = self._step, self.scheduler
         assert self.next_boundary == (st.bound_at[-1] if st is not None and st.bound_at else None)
-        held = {}
-        for r in self.running:
-            assert len(r.keys) >= -(-r.computed // self.block)
-        assert all(not r.keys for r in self.waiting)
-        loading = list(self.loading) + list(self.ready)
-        if self.cpu is not None:
-            assert len(self.cpu) <= self.cpu.capacity
-        holders = [r.keys for r in self.running + loading] + [keys for keys, _ in self.reserved.values()]
-        holders += list(self.held.values()) + [r.keys for r in self.received]
-        unnamed = 0
-        for keys in holders:
-            for key in keys:
-                if key < 0:
-                    unnamed += 1
-                else:
-                    held[key] = held.get(key, 0) + 1
-        assert len(held) + unnamed == self.pool.used_blocks, (len(held), unnamed, self.pool.used_blocks)
-        for key, c in held.items():
-            assert self.pool.references(key) == c
+        for r in sch.running:
+            assert len(r.keys) >= self.kv.blocks_needed(r.computed)
+        assert all(not r.keys for r in sch.waiting)
+        loading = list(sch.loading) + list(sch.ready)
+        self.kv.check([r.keys for r in sch.running + loading] + [r.keys for r in sch.received])
         assert all(r.load_blocks > 0 for r in loading)
 
     # public hooks for the run layer

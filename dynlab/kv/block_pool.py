@@ -357,7 +357,11 @@ class BlockPool:
         return named
 
     def _push_unnamed(self, n: int) -> None:
-        """Append ``n`` unnamed blocks to the free-queue tail (merged into a count already there)."""
+        """Append ``n`` unnamed blocks to the free-queue tail (merged into a count already there).
+
+        THE free-queue rule for unnamed (unhashed) blocks, for both pools (every release goes
+        through here): the tail, in the released sequence's reverse order with its named blocks
+        (vLLM v1's ``free_blocks`` today; a vLLM that frees unhashed blocks elsewhere changes it here)."""
         queue = self._queue
         if queue and queue[-1].__class__ is int:
             queue[-1] += n

@@ -21,7 +21,7 @@ Representation (the free queue and the never-used blocks as in :class:`BlockPool
   mask of names held by at least ``k`` requests (``L1``: the names in use), or, when no name of the
   group is held twice (most groups), the mask ``L1`` alone, an int (no list to allocate: fewer
   objects for the garbage collector to track). Taking a hit counts the run's names once more, a
-  release once less, a few bitwise operations per level (:func:`_count_in`, :func:`_count_out`); a
+  release once less, a few bitwise operations per level (:mod:`dynlab.kv.levels`); a
   name released from ``L1`` alone becomes free.
 - ``_stale``: group -> the levels of its names' **stale entries** (a hit on a free block leaves its
   queue entry behind, removed lazily when met at the head; a name can have several), the same way.
@@ -58,6 +58,7 @@ from typing import Optional, Sequence
 from dynlab.groups import GROUP_LOW, GROUP_SHIFT
 from dynlab.groups import set_bits as _bits
 from dynlab.kv.block_pool import UNNAMED, BlockPool
+from dynlab.kv.levels import _count, _count_in, _count_out, _once, _top
 
 __all__ = ["RunBlockPool", "Runs"]
 
@@ -402,64 +403,3 @@ class RunBlockPool(BlockPool):
         assert stale <= entries.keys(), "a stale name with no entry"
         assert self.used_blocks + self._fresh + len(free) == self.capacity
 
-
-def _top(mask: int, k: int) -> int:
-    """The ``k`` highest set bits of ``mask`` (``0 < k < mask.bit_count()``)."""
-    cut = mask.bit_length() - k
-    top = mask >> cut << cut
-    if top.bit_count() == k:  # no hole among them: one shift
-        return top
-    rest = mask
-    for _ in range(k):
-        rest ^= 1 << (rest.bit_length() - 1)
-    return mask ^ rest
-
-
-def _once(levels) -> int:
-    """The names counted at least once in a group's ``levels`` (``0``: none)."""
-    return levels if levels.__class__ is int else levels[0]
-
-
-def _count(counts: dict, name: int) -> int:
-    """How many times ``name`` is counted in ``counts`` (group -> levels)."""
-    lv = counts.get(name >> _SHIFT, 0)
-    o = name & _LOW
-    return lv >> o & 1 if lv.__class__ is int else sum(m >> o & 1 for m in lv)
-
-
-def _count_in(counts: dict, g: int, bits: int) -> None:
-    """Count the names ``bits`` of group ``g`` once more in ``counts`` (group -> levels)."""
-    lv = counts.get(g)
-    if lv is None:
-        counts[g] = bits
-    elif lv.__class__ is int:
-        counts[g] = lv | bits if not lv & bits else [lv | bits, lv & bits]
-    else:
-        for k, m in enumerate(lv):
-            lv[k] = m | bits
-            bits &= m  # those already at this level go one higher
-            if not bits:
-                return
-        lv.append(bits)
-
-
-def _count_out(counts: dict, g: int, bits: int) -> int:
-    """Count the names ``bits`` of group ``g`` (all counted) once less in ``counts``; returns those
-    of them no longer counted."""
-    lv = counts[g]
-    if lv.__class__ is int:
-        if lv == bits:
-            del counts[g]
-        else:
-            counts[g] = lv ^ bits
-        return bits
-    gone = bits & ~lv[1]
-    last = len(lv) - 1
-    for k in range(last):
-        lv[k] = lv[k] & ~bits | lv[k + 1] & bits
-    lv[last] &= ~bits
-    if not lv[last]:
-        lv.pop()
-    if len(lv) == 1:
-        counts[g] = lv[0]
-    return gone

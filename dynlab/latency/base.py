@@ -34,16 +34,28 @@ class StepBatch:
 
 @dataclass(frozen=True)
 class Hardware:
-    """What a latency model may read: the served model, the GPU, tensor parallelism.
+    """What a latency model may read: the served model, the GPU, the worker's parallelism.
 
     ``model``: a ``ModelSpec`` (name, parameters, layers, heads, head_dim, dtype bytes,
-    kv bytes per token, the raw HF config); ``gpu``: a ``GpuSpec`` (name, memory GB,
-    dense bf16 TFLOP/s, HBM GB/s, source); ``tp``: GPUs per worker (tensor parallel).
+    kv bytes per token, experts, KV groups, the raw HF config; :mod:`dynlab.models.spec`); ``gpu``: a
+    ``GpuSpec`` (name, memory GB, dense bf16/fp8/fp4 TFLOP/s, HBM GB/s, link, source;
+    :mod:`dynlab.models.gpus`); ``tp``: tensor-parallel GPUs; ``ep``, ``pp``, ``dp_attention``: expert
+    and pipeline parallelism, attention data parallelism (:mod:`dynlab.models.parallel`).
     """
 
     model: Any
     gpu: Any
     tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp_attention: bool = False
+
+    @property
+    def parallel(self):
+        """The worker's :class:`dynlab.models.parallel.Parallelism`."""
+        from dynlab.models.parallel import Parallelism
+
+        return Parallelism(self.tp, self.ep, self.pp, self.dp_attention)
 
 
 class LatencyModel(ABC):
@@ -75,6 +87,30 @@ class LatencyModel(ABC):
         for k in range(steps):
             total += self.step_ms(StepBatch((), (), requests, context + k * requests))
         return total
+
+    def domain(self) -> str | None:
+        """``None`` when this model answers within what it was fitted or measured on for its
+        :class:`Hardware`, else one line saying how the hardware lies outside it (shown on stderr and as
+        a run's ``latency_domain``). Default: ``None`` (a model that declares no domain)."""
+        return None
+
+    def describe_hardware(self) -> dict:
+        """The keys a run adds about its hardware: ``ep``, ``pp``, ``dp_attention``, ``kv_cache_dtype`` when
+        not their defaults, and ``latency_domain`` (:meth:`domain`) when the model answers outside it."""
+        hw, out = self.hardware, {}
+        if hw.ep != 1:
+            out["ep"] = hw.ep
+        if hw.pp != 1:
+            out["pp"] = hw.pp
+        if hw.dp_attention:
+            out["dp_attention"] = True
+        kv_dtype = getattr(hw.model, "kv_cache_dtype", "auto")
+        if kv_dtype != "auto":
+            out["kv_cache_dtype"] = kv_dtype
+        domain = self.domain()
+        if domain is not None:
+            out["latency_domain"] = domain
+        return out
 
     def decode_ms_at(self, requests: int, context: int, steps: Sequence[int]) -> list[float]:
         """``[decode_ms(requests, context, j) for j in steps]``: the same floats, each ms from the first

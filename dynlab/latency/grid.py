@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from dynlab import plugins
 from dynlab.latency import hardware as hw
 from dynlab.latency.base import Hardware, LatencyModel, StepBatch
+from dynlab.models.parallel import Parallelism, check_parallelism
 
 DEFAULT_LATENCY_MODEL = "roofline"
 
@@ -21,23 +22,25 @@ DECODE_BATCHES = (1, 16, 64, 256)
 DECODE_CONTEXTS = (2048, 16384)
 
 
-def hardware_for(model: str = hw.DEFAULT_MODEL, gpu: str = hw.DEFAULT_GPU, tp: int = 1) -> Hardware:
+def hardware_for(model: str = hw.DEFAULT_MODEL, gpu: str = hw.DEFAULT_GPU, tp: int = 1, *, ep: int = 1, pp: int = 1,
+                 dp_attention: bool = False, kv_cache_dtype: str = "auto") -> Hardware:
     """The :class:`Hardware` of a bundled model (or ``config.json`` path) on ``tp`` catalogue GPUs.
 
+    ``ep``/``pp``/``dp_attention``: :mod:`dynlab.models.parallel`; ``kv_cache_dtype``: ``auto`` or ``fp8``.
+
     Raises ``ValueError`` naming what exists for an unknown model or GPU, or a bad ``tp`` (one that
-    does not split the model's heads evenly, vLLM's rule);
+    does not split the model's heads evenly, vLLM's rule) or other degree;
     :class:`dynlab.disagg.cost.ModelConfigError` for a ``config.json`` that holds a bad config and
     :class:`dynlab.errors.InputFileError` for one that cannot be opened
     (:func:`dynlab.latency.hardware.model_spec`).
     """
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp must be a positive integer, got {tp!r}")
-    spec = hw.model_spec(model)
-    # vLLM's rule: the attention heads split evenly, and the KV heads split or replicate evenly
-    if spec.heads % tp or (spec.attention != "mla" and spec.kv_heads % tp and tp % spec.kv_heads):
-        raise ValueError(f"--tp {tp} cannot split {spec.name}'s {spec.heads} attention heads and "
-                         f"{spec.kv_heads} KV heads evenly (vLLM requires it)")
-    return Hardware(spec, hw.gpu_spec(gpu), tp)
+    spec = hw.model_spec(model, kv_cache_dtype)
+    # vLLM's rule: the attention heads split evenly, and the KV heads split or replicate evenly; then the
+    # expert and pipeline degrees (dynlab.models.parallel.check_parallelism)
+    check_parallelism(spec, Parallelism(tp, ep, pp, dp_attention))
+    return Hardware(spec, hw.gpu_spec(gpu), tp, ep, pp, dp_attention)
 
 
 def build_latency_model(name: str, hardware: Hardware, options: Mapping[str, Any] | None = None) -> LatencyModel:
@@ -71,20 +74,24 @@ def _row(model: LatencyModel) -> dict:
 
 def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model: str = hw.DEFAULT_MODEL,
                  gpu: str = hw.DEFAULT_GPU, tp: int = 1, options: Mapping[str, str] | None = None,
-                 digits: int = 3) -> dict:
+                 digits: int = 3, *, ep: int = 1, pp: int = 1, dp_attention: bool = False,
+                 kv_cache_dtype: str = "auto") -> dict:
     """Step times (ms, rounded to ``digits`` decimals) of each latency model on the fixed grid.
 
     Returns ``{"model", "gpu", "tp", "latency_models": {NAME: {"prefill_ms": {TOKENS: ms},
     "decode_ms": {CONTEXT: {BATCH: ms}}}}}`` (keys are strings, as in JSON). The grid: one prefill of
     512/2,048/8,192 tokens at context 0; 1/16/64/256 decodes each at context 2,048 and 16,384.
     ``options`` go to every listed model that declares them; one that no listed model declares is
-    a ``ValueError``. Raises ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`.
+    a ``ValueError``. ``ep``, ``pp``, ``dp_attention``, ``kv_cache_dtype``: :func:`hardware_for`; when not
+    their defaults they are keys of the result too, and ``"latency_domain": {NAME: why}`` lists each model
+    that answers outside what it was fitted or measured on (:meth:`LatencyModel.domain`). Raises
+    ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`.
     """
     if not latency_models:
         raise ValueError("no latency model given")
     if len(set(latency_models)) != len(latency_models):
         raise ValueError(f"a latency model is listed twice in {','.join(latency_models)}")
-    hardware = hardware_for(model, gpu, tp)
+    hardware = hardware_for(model, gpu, tp, ep=ep, pp=pp, dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype)
     options = dict(options or {})
     registry = plugins.latency_models()
     for name in latency_models:
@@ -95,13 +102,20 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
         if not any(key in d for d in declared.values()):
             raise ValueError(f"no listed latency model ({', '.join(latency_models)}) has an option {key!r}")
     out = {"model": hardware.model.name, "gpu": hardware.gpu.name, "tp": tp, "latency_models": {}}
+    domains = {}
     for name in latency_models:
         built = build_latency_model(name, hardware, {k: v for k, v in options.items() if k in declared[name]})
+        extra = built.describe_hardware()
+        if "latency_domain" in extra:
+            domains[name] = extra.pop("latency_domain")
+        out.update(extra)
         row = _row(built)
         out["latency_models"][name] = {
             "prefill_ms": {k: round(v, digits) for k, v in row["prefill_ms"].items()},
             "decode_ms": {c: {b: round(v, digits) for b, v in d.items()} for c, d in row["decode_ms"].items()},
         }
+    if domains:
+        out["latency_domain"] = domains
     return out
 
 

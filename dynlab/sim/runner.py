@@ -109,7 +109,8 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own:
             if key not in out:
                 out[key] = value
                 if key == "output_tokens_per_s":
-                    out["output_tokens_per_s_per_gpu"] = round(value / (out["workers"] * config.tp), 1)
+                    gpus = config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
+                    out["output_tokens_per_s_per_gpu"] = round(value / (out["workers"] * gpus), 1)
     if config.routers > 1:
         out["routers"] = config.routers
         out["router_assign"] = config.router_assign

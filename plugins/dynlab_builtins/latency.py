@@ -12,6 +12,14 @@ import math
 from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.routing.strategy import StrategyOption
+from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, LAYER_US, LINK_UTIL, MOE_MFU, RooflineTerms, roofline_domain
+
+
+def _dense_on_one_gpu(hardware) -> bool:
+    """A dense model whose every layer keeps every token, on one GPU: the roofline's fitted closed form."""
+    m = hardware.model
+    return (not getattr(m, "experts", 0) and m.attention != "mla" and getattr(m, "uniform_kv", True)
+            and hardware.parallel.gpus == 1 and hardware.tp == 1)
 
 
 def _arith(a: float, b: float, lo: int, hi: int) -> float:
@@ -37,8 +45,10 @@ class Roofline(LatencyModel):
       the KV read and written: ``kv_bytes_per_token x (C + sum(ctx) + sum(T))``; time = bytes /
       (HBM bandwidth x ``mbu``);
     - tensor parallelism divides FLOPs and weights by ``tp`` and KV by ``min(tp, kv_heads)`` (an MLA
-      latent is replicated); the all-reduce between the ``tp`` GPUs is ignored (no sourced cost), so
-      ``tp > 1`` is optimistic (qwen3-32b at tp 2: -8% to -16% on average against aiconfigurator).
+      latent is replicated). Every other hardware (``tp > 1``, experts, MLA, window or state layers,
+      ``ep``/``pp``/``dp_attention``) is priced by :class:`dynlab_builtins.latency_roofline.RooflineTerms`:
+      active experts and the distinct experts a step touches, MLA's absorbed decode, windows, state,
+      the all-reduce / all-to-all / stage sends over the datasheet link, a fixed time per MoE layer.
 
     Defaults fitted on 2026-11-30 by ``benchmarks/fit_roofline.py`` (a coarse-to-fine grid search
     minimising prefill MAPE + decode MAPE) to aiconfigurator-core 0.12.0's vLLM step times
@@ -47,10 +57,11 @@ class Roofline(LatencyModel):
     cached context) and 8 decode batches (1/16/64/256 at context 2,048 and 16,384), 110 steps:
     ``mfu=0.758``, ``mbu=0.878``, ``overhead_ms=1.30``; MAPE prefill 9.9% (worst 35%: qwen3-0.6b at
     512 tokens, -35%), decode 6.5% (worst 25%: qwen3-32b at tp 2, 256 decodes at 16,384, -25%).
-    Out of sample (``benchmarks/fidelity_latency.py``, a denser grid, docs/latency.md): dense models
-    13.2% prefill and 7.1% decode MAPE; DeepSeek-V3 (MoE + MLA, tp 8, not in the fit) is off by up
-    to 4x in prefill: the roofline has no term for expert routing, MLA's extra work or all-reduces. The GPU figures are datasheet numbers
-    (:mod:`dynlab.latency.hardware`).
+    ``moe_mfu``, ``link_util``, ``comm_latency_us`` and ``layer_us`` were fitted on 2026-12-01 to
+    aiconfigurator on ``benchmarks/fidelity_latency.py``'s grid (MoE models, dense at tp > 1). On that
+    grid (docs/latency.md): dense models 12.3% prefill and 9.3% decode MAPE, MoE models 20.2% and
+    13.6%, DeepSeek-V3 36.4% and 28.9%. Outside the dense fit every run says so (:meth:`domain`). The
+    GPU figures are datasheet numbers (:mod:`dynlab.models.gpus`).
     """
 
     name = "roofline"
@@ -61,6 +72,18 @@ class Roofline(LatencyModel):
                        minimum=0.01, maximum=1.0),
         StrategyOption("overhead_ms", float, 1.30, "fixed time per step in ms (fitted to aiconfigurator, vLLM)",
                        minimum=0.0),
+        StrategyOption("moe_mfu", float, MOE_MFU,
+                       "share of the dense bf16 peak the routed experts' grouped GEMMs reach (fitted to aiconfigurator)",
+                       minimum=0.01, maximum=1.0),
+        StrategyOption("link_util", float, LINK_UTIL,
+                       "share of one direction of the GPU link a collective reaches (fitted to aiconfigurator)",
+                       minimum=0.01, maximum=1.0),
+        StrategyOption("layer_us", float, LAYER_US,
+                       "fixed time per MoE layer and step in us: routing and dispatch (fitted to aiconfigurator)",
+                       minimum=0.0),
+        StrategyOption("comm_latency_us", float, DEFAULT_COMM_LATENCY_US,
+                       "latency of one all-reduce, all-to-all or stage send in us (fitted to aiconfigurator)",
+                       minimum=0.0),
     )
 
     def __init__(self, hardware, options):
@@ -68,6 +91,12 @@ class Roofline(LatencyModel):
         m, g, tp = hardware.model, hardware.gpu, hardware.tp
         flops_per_ms = g.bf16_tflops * 1e12 * self.opts["mfu"] / 1e3
         bytes_per_ms = g.hbm_gbps * 1e9 * self.opts["mbu"] / 1e3
+        # every model but a dense full-attention one on one GPU: experts, MLA, windows, state, communication
+        self._terms = None
+        if not _dense_on_one_gpu(hardware):
+            expert_flops_per_ms = g.bf16_tflops * 1e12 * self.opts["moe_mfu"] / 1e3
+            self._terms = RooflineTerms(hardware, flops_per_ms, bytes_per_ms, self.opts["comm_latency_us"],
+                                        expert_flops_per_ms, self.opts["link_util"], self.opts["layer_us"])
         # per GPU, in ms: cost of one linear token, one (query, key) pair, the weights, one KV token
         self._token_ms = 2.0 * m.active_params / tp / flops_per_ms
         self._pair_ms = m.attention_flops_per_pair / tp / flops_per_ms
@@ -75,8 +104,15 @@ class Roofline(LatencyModel):
         self._kv_ms = m.kv_bytes_per_token_per_gpu(tp) / bytes_per_ms
         self._overhead = self.opts["overhead_ms"]
 
+    def domain(self) -> str | None:
+        """Outside the fit: MoE, MLA, window/state layers, quantised weights or KV, another GPU, tp > 2,
+        ep/pp (:func:`dynlab_builtins.latency_roofline.roofline_domain`)."""
+        return roofline_domain(self.hardware)
+
     def parts_ms(self, batch: StepBatch) -> tuple[float, float]:
-        """``(compute ms, memory ms)`` of one step, before the max and the overhead."""
+        """``(compute ms, memory ms)`` of one step, before the max, the communication and the overhead."""
+        if self._terms is not None:
+            return self._terms.parts(batch)[:2]
         tokens = sum(batch.prefill_tokens)
         pairs = sum(t * (c + t / 2.0) for t, c in zip(batch.prefill_tokens, batch.prefill_context))
         compute = self._token_ms * (tokens + batch.decode_requests) + self._pair_ms * (pairs + batch.decode_context)
@@ -85,12 +121,37 @@ class Roofline(LatencyModel):
         return compute, memory
 
     def step_ms(self, batch: StepBatch) -> float:
+        if self._terms is not None:
+            compute, memory, comm = self._terms.parts(batch)
+            return max(compute, memory) + comm + self._overhead
         compute, memory = self.parts_ms(batch)
         return max(compute, memory) + self._overhead
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
         """Closed form (:meth:`decode_ms_at`)."""
         return self.decode_ms_at(requests, context, (steps,))[0]
+
+    def _summed_decode_ms_at(self, requests: int, context: int, steps) -> list[float]:
+        """:meth:`decode_ms_at` step by step (one pass up to the largest ``j``), for window layers."""
+        wanted, out, total = sorted(set(j for j in steps if j > 0)), {}, 0.0
+        i = 0
+        for j in wanted:
+            while i < j:
+                total += self.step_ms(StepBatch((), (), requests, context + i * requests))
+                i += 1
+            out[j] = total
+        return [out.get(j, 0.0) for j in steps]
+
+    def _decode_lines(self, requests: int, context: int) -> tuple[float, float, float, float, float]:
+        """``(c0, c1, m0, m1, per-step extra)``: step ``i`` of a decode run costs ``max(c0 + c1*i, m0 + m1*i)
+        + extra + overhead``."""
+        if self._terms is None:
+            c0 = self._token_ms * requests + self._pair_ms * context
+            m0 = self._weights_ms + self._kv_ms * context
+            return c0, self._pair_ms * requests, m0, self._kv_ms * requests, 0.0
+        first = self._terms.parts(StepBatch((), (), requests, context))
+        second = self._terms.parts(StepBatch((), (), requests, context + requests))
+        return first[0], second[0] - first[0], first[1], second[1] - first[1], first[2]
 
     def decode_ms_at(self, requests: int, context: int, steps) -> list[float]:
         """Closed form: compute and memory are both linear in the step index, so their max crosses once.
@@ -100,17 +161,16 @@ class Roofline(LatencyModel):
         the other; each part is an arithmetic series (:func:`_arith`). The lines and the split do not
         depend on ``j``, so they are computed once for all ``steps``.
         """
-        c0 = self._token_ms * requests + self._pair_ms * context
-        c1 = self._pair_ms * requests
-        m0 = self._weights_ms + self._kv_ms * context
-        m1 = self._kv_ms * requests
+        if self._terms is not None and self._terms.windowed:  # min(context, window) is not linear in i
+            return self._summed_decode_ms_at(requests, context, steps)
+        c0, c1, m0, m1, extra = self._decode_lines(requests, context)
         if c1 > m1:  # compute >= memory from i = (m0 - c0) / (c1 - m1) on
             (a0, a1), (b0, b1), split = (m0, m1), (c0, c1), max(math.ceil((m0 - c0) / (c1 - m1)), 0)
         elif c1 < m1:  # memory >= compute from i = (c0 - m0) / (m1 - c1) on
             (a0, a1), (b0, b1), split = (c0, c1), (m0, m1), max(math.ceil((c0 - m0) / (m1 - c1)), 0)
         else:  # parallel: the same one wins every step
             (a0, a1), (b0, b1), split = (c0, c1), (c0, c1) if c0 >= m0 else (m0, m1), 0
-        head, overhead, out = _arith(a0, a1, 0, split), self._overhead, []
+        head, overhead, out = _arith(a0, a1, 0, split), self._overhead + extra, []
         for j in steps:
             if j <= 0:
                 out.append(0.0)

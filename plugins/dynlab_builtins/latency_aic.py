@@ -27,9 +27,18 @@ HF_IDS = {
     "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
     "llama-3-8b": "meta-llama/Meta-Llama-3.1-8B",
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    # the bundled models aiconfigurator-core 0.12.0's vLLM support matrix passes on h100_sxm / h200_sxm
+    "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    "llama-4-maverick": "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
 }
 # dynlab's GPU names -> aiconfigurator's system names
-SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100-80gb": "a100_sxm", "l40s": "l40s", "b200": "b200_sxm"}
+SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100-80gb": "a100_sxm", "l40s": "l40s", "b200": "b200_sxm",
+           "b300": "b300_sxm", "gb200": "gb200", "h100-pcie": "h100_pcie", "a100-80gb-pcie": "a100_pcie", "l4": "l4"}
 
 
 @contextlib.contextmanager
@@ -70,7 +79,9 @@ class AIConfigurator(LatencyModel):
     more decode, or a short extra chunk that lowers the batch's mean prefix: up to -35% in random
     mixed batches for llama-3.1-8b on h100), so it breaks the interface's non-decreasing promise.
     ``backend``: ``vllm``, ``sglang`` or ``trtllm`` (its database version: the latest shipped for
-    the GPU, or ``backend_version``); ``tp`` is the worker's ``--tp``. Results are kept in an LRU
+    the GPU, or ``backend_version``); ``tp`` is the worker's ``--tp``, ``--pp`` its ``pp_size``, ``--ep`` its
+    ``moe_ep_size`` (experts whole; otherwise ``moe_tp_size = tp``) and ``--dp-attention`` its
+    ``attention_dp_size`` (``ep / tp``). Results are kept in an LRU
     cache of 2^16 steps (a query costs tens of µs, a repeated one a few µs). Its logging is
     silenced, and construction runs with stdout and stderr sent to /dev/null.
     """
@@ -104,7 +115,13 @@ class AIConfigurator(LatencyModel):
             version = self.opts["backend_version"] or get_latest_database_version(system, backend)
             config = {"schema_version": 1, "model_name": HF_IDS[model.name], "system_name": system,
                       "backend": backend, "backend_version": version, "tp_size": hardware.tp, "pp_size": 1}
-            if model.active_params != model.params:  # MoE: experts split over the same GPUs (tensor parallel)
+            if hardware.pp != 1:
+                config["pp_size"] = hardware.pp
+            if model.active_params != model.params and hardware.ep > 1:  # experts whole, divided over ep GPUs
+                config.update(moe_tp_size=1, moe_ep_size=hardware.ep)
+                if hardware.dp_attention:
+                    config["attention_dp_size"] = hardware.ep // hardware.tp
+            elif model.active_params != model.params:  # MoE: experts split over the same GPUs (tensor parallel)
                 config.update(moe_tp_size=hardware.tp, moe_ep_size=1)
             error = None
             if not version:

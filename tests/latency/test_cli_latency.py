@@ -38,10 +38,13 @@ def test_table():
 
 def test_list():
     out = json.loads(ok(invoke("latency", "--list")).stdout)
-    assert list(out["gpus"]) == ["h100", "h200", "a100-80gb", "l40s", "b200"]
+    assert list(out["gpus"])[:5] == ["h100", "h200", "a100-80gb", "l40s", "b200"]  # the first five, then the rest
+    assert {"a100-40gb", "h100-pcie", "h100-nvl", "b300", "gb200", "l4", "mi300x"} <= set(out["gpus"])
     assert {"roofline", "linear", "blis", "aiconfigurator"} <= set(out["latency_models"])
     assert out["latency_models"]["blis"]["options"] == {}
-    assert out["latency_models"]["roofline"]["options"] == {"mfu": 0.758, "mbu": 0.878, "overhead_ms": 1.30}
+    assert out["latency_models"]["roofline"]["options"] == {"mfu": 0.758, "mbu": 0.878, "overhead_ms": 1.30,
+                                                            "moe_mfu": 0.3, "link_util": 0.4, "layer_us": 40.0,
+                                                            "comm_latency_us": 10.0}
 
 
 @pytest.mark.parametrize("args, needle", [

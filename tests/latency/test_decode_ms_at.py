@@ -43,7 +43,8 @@ def reference_roofline_decode_ms(model, requests, context, steps):
     return total + model._overhead * steps
 
 
-HARDWARE = [("llama-3.1-8b", "h100", 1), ("qwen3-0.6b", "l40s", 1), ("qwen3-32b", "h200", 2)]
+# dense models on one GPU: the fitted closed form, unchanged (tp > 1 adds the all-reduce: the test below)
+HARDWARE = [("llama-3.1-8b", "h100", 1), ("qwen3-0.6b", "l40s", 1), ("qwen3-32b", "h200", 1)]
 
 
 @given(hw=st.sampled_from(HARDWARE), mfu=st.floats(0.01, 1), mbu=st.floats(0.01, 1),
@@ -76,3 +77,22 @@ def test_roofline_crossing_inside_the_run():
 def test_default_decode_ms_at_is_decode_ms_per_step_count(name, requests, context, steps):
     model = build_latency_model(name, hardware_for())
     assert model.decode_ms_at(requests, context, steps) == [model.decode_ms(requests, context, j) for j in steps]
+
+
+# every other hardware: RooflineTerms (experts, MLA, windows, state, communication); the closed form
+# (or, with window layers, one pass) equals the sum of the steps it stands for
+OTHER = [("qwen3-32b", "h200", 2, {}), ("qwen3-30b-a3b", "h100", 1, {}), ("deepseek-v3", "h200", 8, {"ep": 8}),
+         ("gpt-oss-120b", "h100", 1, {}), ("nemotron-h-56b", "h100", 2, {}), ("llama-3.1-70b", "h100", 2, {"pp": 2})]
+
+
+@given(hw=st.sampled_from(OTHER), requests=st.integers(0, 512), context=st.integers(0, 1 << 20),
+       steps=st.lists(st.integers(-2, 300), max_size=6))
+def test_every_roofline_decode_run_is_the_sum_of_its_steps(hw, requests, context, steps):
+    from dynlab.latency.base import StepBatch
+
+    name, gpu, tp, extra = hw
+    model = build_latency_model("roofline", hardware_for(name, gpu, tp, **extra))
+    got = model.decode_ms_at(requests, context, steps)
+    for j, value in zip(steps, got):
+        want = sum(model.step_ms(StepBatch((), (), requests, context + i * requests)) for i in range(max(j, 0)))
+        assert value == pytest.approx(want, rel=1e-9, abs=1e-9)

@@ -134,11 +134,16 @@ def test_roofline_decode_and_mixed_by_hand():
     assert step == pytest.approx(max(compute, memory) + 1.30, rel=1e-12)
 
 
-def test_roofline_tp_divides_the_work():
+def test_roofline_tp_divides_the_work_and_adds_the_all_reduce():
     one = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 1))
     two = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 2))
-    for batch in (StepBatch((4096,), (0,), 0, 0), StepBatch((), (), 128, 128 * 4096)):
-        assert two.step_ms(batch) - 1.30 == pytest.approx((one.step_ms(batch) - 1.30) / 2, rel=1e-12)
+    # qwen3-32b: 64 layers, two ring all-reduces each (after attention, after the MLP) of the step's
+    # tokens x 5,120 x 2 bytes; ring: 2 (tp - 1) / tp of the bytes over one direction of H100's NVLink
+    # (900 / 2 = 450 GB/s) at link_util 0.4 (180 GB/s), plus 10 us per all-reduce (comm_latency_us)
+    for tokens, batch in ((4096, StepBatch((4096,), (0,), 0, 0)), (128, StepBatch((), (), 128, 128 * 4096))):
+        comm = 128 * (2 * (2 - 1) / 2 * tokens * 5120 * 2 / (180e9 / 1e3) + 0.010)
+        assert two.step_ms(batch) - 1.30 == pytest.approx((one.step_ms(batch) - 1.30) / 2 + comm, rel=1e-12)
+    assert comm == pytest.approx(2.2121, abs=1e-4)  # 128 decodes: 0.932 ms of bytes, 1.28 ms of latency
 
 
 def test_linear_by_hand():
@@ -305,3 +310,46 @@ def test_a_non_latency_class_is_refused():
             plugins.latency_models()
     finally:
         pm.unregister(plugin)
+
+
+# the roofline beyond a dense model on one GPU (experts, MLA, windows, state, communication, attention
+# data parallelism): positive, finite and non-decreasing too
+BEYOND = [("qwen3-30b-a3b", "h100", 2, {"ep": 2}), ("deepseek-v3", "h200", 1, {"ep": 8, "dp_attention": True}),
+          ("gpt-oss-120b", "h100", 1, {}), ("nemotron-h-56b", "h100", 2, {}), ("llama-4-scout", "h100", 4, {}),
+          ("llama-3.1-70b", "h100", 2, {"pp": 2})]
+_BEYOND = {}
+
+
+@given(hw=st.sampled_from(BEYOND), chunk_list=chunks, dec=decodes, extra=st.integers(1, 4096), which=st.sampled_from(
+    ["prefill_tokens", "prefill_context", "new_chunk", "decode_requests", "decode_context"]))
+def test_roofline_beyond_dense_is_non_decreasing(hw, chunk_list, dec, extra, which):
+    name, gpu, tp, more = hw
+    if hw[0] + str(more) not in _BEYOND:
+        _BEYOND[hw[0] + str(more)] = build_latency_model("roofline", hardware_for(name, gpu, tp, **more))
+    model = _BEYOND[hw[0] + str(more)]
+    requests, mean_ctx = dec
+    base = make(chunk_list, requests, mean_ctx)
+    if which == "prefill_tokens" and chunk_list:
+        bigger = make([(chunk_list[0][0] + extra, chunk_list[0][1])] + chunk_list[1:], requests, mean_ctx)
+    elif which == "prefill_context" and chunk_list:
+        bigger = make([(chunk_list[0][0], chunk_list[0][1] + extra)] + chunk_list[1:], requests, mean_ctx)
+    elif which == "decode_requests":
+        bigger = StepBatch(base.prefill_tokens, base.prefill_context, requests + 1, (requests + 1) * mean_ctx)
+    elif which == "decode_context" and requests:
+        bigger = StepBatch(base.prefill_tokens, base.prefill_context, requests, base.decode_context + extra)
+    else:
+        bigger = make(chunk_list + [(extra, 0)], requests, mean_ctx)
+    small, large = model.step_ms(base), model.step_ms(bigger)
+    assert 0 < small < math.inf and 0 < large < math.inf
+    assert large >= small * (1 - 1e-9), (hw, base, bigger, small, large)
+
+
+def test_distinct_experts_touched_by_hand():
+    # qwen3-30b-a3b on one H100: 128 experts, 8 per token; one token touches 8, expected 128 (1 - (120/128)^B)
+    model = build_latency_model("roofline", hardware_for("qwen3-30b-a3b", "h100", 1))
+    terms = model._terms
+    assert terms._miss == 1 - 8 / 128
+    for b in (1, 16, 256):
+        assert 128 * (1 - terms._miss ** b) == pytest.approx({1: 8.0, 16: 128 * (1 - (15 / 16) ** 16),
+                                                               256: 128 * (1 - (15 / 16) ** 256)}[b])
+    assert 128 * (1 - terms._miss ** 16) == pytest.approx(82.42, abs=0.005)  # 16 decodes read ~82 of 128 experts

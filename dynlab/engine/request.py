@@ -1,0 +1,79 @@
+"""A request inside one engine and its state (vLLM v1's ``Request``, ``vllm/v1/request.py``).
+
+The state the scheduler and the KV cache manager read and write: the prompt (``input_length``
+tokens, the names of its full blocks), the tokens computed (in the KV cache) and generated, the
+blocks it holds (``keys``: the one full-attention KV cache group's blocks, in sequence order; a
+layout with more KV cache groups gives each group its list), and its timestamps (ms).
+
+:data:`DECODE_TOKENS` is the one place that says how many tokens a decode step computes and
+emits per request (1; speculative decoding makes it ``1 + K``, with ``K`` lookahead slots).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+__all__ = ["EngineRequest", "DECODE_TOKENS"]
+
+#: tokens a decode step computes (its KV) and emits per request: 1. Everything that counts decode
+#: tokens (the batch's decodes, a bulk run's length and block boundaries, a finish's emitted
+#: token, a P/D reservation's next token) reads it here (speculative decoding: ``1 + K``).
+DECODE_TOKENS = 1
+
+
+class EngineRequest:
+    """A request inside an engine: its identity and lengths, its progress, its metrics.
+
+    Given: ``id`` (any, for the caller), ``arrival_ms``, ``input_length`` (prompt tokens, >= 1),
+    ``output_length`` (tokens to generate, >= 1), ``names`` (the names of its full prompt
+    blocks at the engine's block size, ``input_length // block`` ints >= 0, from
+    :func:`dynlab.engine.names.engine_block_names`; distinct within a request), ``runs`` (optional: the
+    same names as runs ``(first name, count)``, from :func:`dynlab.engine.names.engine_block_runs`,
+    which a worker with ``runs=True`` works on; ``None``: one run per name).
+
+    Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``.
+    Metrics (``None`` until known): ``hit_tokens``, ``first_scheduled_ms``, ``first_token_ms``,
+    ``finish_ms``; ``preemptions`` (int); ``rejected`` (bool).
+    """
+
+    __slots__ = ("id", "arrival_ms", "input_length", "output_length", "names", "runs", "seq",
+                 "num_tokens", "computed", "generated", "keys", "nreg",
+                 "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
+                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks")
+
+    def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
+                 runs: Optional[Sequence[tuple]] = None):
+        if input_length < 1:
+            raise ValueError(f"request {id!r}: input_length must be >= 1, got {input_length}")
+        if output_length < 1:
+            raise ValueError(f"request {id!r}: output_length must be >= 1 (a request generates a token), "
+                             f"got {output_length}")
+        self.id = id
+        self.arrival_ms = arrival_ms
+        self.input_length = input_length
+        self.output_length = output_length
+        self.names = names
+        self.runs = runs
+        self.seq = None  # names as the pool takes them (BlockPool.sequence), set by the worker
+        self.num_tokens = input_length
+        self.computed = 0
+        self.generated = 0
+        self.keys: list = []  # the pool keys of its blocks, in sequence order
+        self.nreg = 0  # leading full prompt blocks already hit or registered
+        self.hit_tokens: Optional[int] = None
+        self.first_scheduled_ms: Optional[float] = None
+        self.first_token_ms: Optional[float] = None
+        self.finish_ms: Optional[float] = None
+        self.preemptions = 0
+        self.rejected = False
+        self.ready_ms = 0.0  # while its CPU hits load: when they have arrived (ms)
+        self.load_blocks = 0  # while its CPU hits load: how many
+        self.cpu_hit_blocks: Optional[int] = None  # of its first admission's hit, blocks found in the CPU tier
+
+    @property
+    def queue_wait_ms(self) -> Optional[float]:
+        """First scheduled minus arrival (ms), ``None`` before it is scheduled."""
+        return None if self.first_scheduled_ms is None else self.first_scheduled_ms - self.arrival_ms
+
+    def __repr__(self):
+        return (f"EngineRequest({self.id!r}, arrival={self.arrival_ms}, in={self.input_length}, "
+                f"out={self.output_length}, computed={self.computed}/{self.num_tokens})")

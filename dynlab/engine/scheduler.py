@@ -1,0 +1,230 @@
+"""One engine's scheduler: a step plan under a token budget and ``max_num_seqs``, admission, preemption, chunking.
+
+Modelled on vLLM v1's ``Scheduler.schedule`` / ``update_from_output``
+(``vllm/v1/core/sched/scheduler.py``, prefix caching, recompute preemption); the rules are those
+of the :mod:`dynlab.engine.worker` docstring. The scheduler never touches blocks: it asks the
+:class:`~dynlab.kv.cache_manager.KvCacheManager` to find a request's cached prefix, allocate slots
+for ``n`` more tokens, free it, hold it (P/D handoff) or start its CPU-tier load.
+
+Queues (FIFO unless said): ``waiting`` (preempted requests at its FRONT), ``running`` (running
+order), ``received`` (P/D: KV arrived by a transfer), ``loading`` (CPU hits in transit, ready
+order), ``ready`` (CPU hits arrived).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import List, Tuple
+
+from dynlab.engine.request import DECODE_TOKENS, EngineRequest
+from dynlab.kv.cache_manager import KvCacheManager
+
+__all__ = ["Scheduler"]
+
+
+class Scheduler:
+    """The queues of one engine and the rules that turn them into a step's ``(request, tokens)`` pairs.
+
+    ``kv``: the engine's KV cache manager; ``max_num_batched_tokens``: token budget per step;
+    ``max_num_seqs``: running requests at most. Counter: ``preemptions``.
+    """
+
+    def __init__(self, kv: KvCacheManager, max_num_batched_tokens: int, max_num_seqs: int):
+        self.kv = kv
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.waiting: deque = deque()
+        self.running: List[EngineRequest] = []
+        self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
+        self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
+        self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
+        self.preemptions = 0
+
+    def promote_loaded(self, now: float) -> None:
+        """Move the requests whose CPU-tier loads have arrived by ``now`` (ms) to ``ready``."""
+        loading = self.loading
+        while loading and loading[0].ready_ms <= now:
+            self.ready.append(loading.popleft())  # scheduled before the waiting queue, in arrival order
+
+    def schedule(self, now: float) -> Tuple[list, int, int]:
+        """The step starting at ``now`` (ms): ``(sched, preempted, admitted)``, ``sched`` the
+        ``(request, tokens)`` pairs in schedule order (running first, then admitted)."""
+        sched: list = []
+        budget, preempted = self._schedule_running(sched)
+        admitted = 0
+        if (not preempted or not sched) and (self.waiting or self.ready or self.received):
+            admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
+        return sched, preempted, admitted
+
+    def _schedule_running(self, sched: list) -> Tuple[int, int]:
+        """Schedule the running requests, in running order, into ``sched``, preempting from the back
+        when the KV cache cannot give a request its slots; returns ``(token budget left, preempted)``."""
+        running, kv = self.running, self.kv
+        allocate_slots = kv.allocate_slots
+        budget = self.max_num_batched_tokens
+        preempted = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.num_tokens - req.computed
+            if n > budget:
+                n = budget
+            if not allocate_slots(req, req.computed + n):
+                while True:
+                    victim = running.pop()
+                    self.preempt(victim)
+                    preempted += 1
+                    if victim is req or allocate_slots(req, req.computed + n):
+                        break
+                if victim is req:
+                    break
+            if req.nreg < len(req.names):  # names left to register (a decode has none: no call)
+                kv.name_blocks(req, n)
+            sched.append((req, n))
+            budget -= n
+            i += 1
+        return budget, preempted
+
+    def _admit(self, sched: list, budget: int, now: float) -> int:
+        """Admit, while ``budget`` tokens and sequence slots remain: received requests (their KV came by
+        a transfer, admitted with the blocks they hold: those must not wait behind requests that need
+        new ones), then those whose CPU hits have arrived, then the waiting queue in FCFS order,
+        stopping at the first that cannot get its blocks. Appends to ``sched``; returns how many were
+        admitted (loads too)."""
+        running, kv, max_seqs = self.running, self.kv, self.max_num_seqs
+        admitted = 0
+        received = self.received
+        while received and budget > 0 and len(running) < max_seqs:
+            req = received[0]
+            n = min(req.num_tokens - req.computed, budget)
+            if not kv.allocate_slots(req, req.computed + n):
+                break
+            received.popleft()
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        ready = self.ready
+        while ready and budget > 0 and len(running) < max_seqs:
+            req = ready.popleft()  # its CPU hits have arrived: its blocks are held, no lookup
+            n = self._admit_loaded(req, budget)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        if self.waiting and budget > 0 and len(running) < max_seqs:
+            admitted += self._admit_waiting(sched, budget, now)
+        return admitted
+
+    def _admit_waiting(self, sched: list, budget: int, now: float) -> int:
+        """Admit from the waiting queue in FCFS order (prefix lookup; a request with CPU hits starts
+        its load instead of running), stopping at the first that cannot get its blocks."""
+        running, waiting, kv, max_seqs = self.running, self.waiting, self.kv, self.max_num_seqs
+        B = kv.block
+        admitted = 0
+        while waiting and budget > 0 and len(running) < max_seqs:
+            req = waiting[0]
+            h, hc = kv.find_cached_prefix(req)
+            if hc:
+                if not self._admit_loading(req, h, hc, budget, now):
+                    break
+                admitted += 1
+                continue
+            computed = h * B
+            n = req.num_tokens - computed
+            if n > budget:
+                n = budget
+            keys = kv.allocate_new(req, h, kv.admission_tokens(computed, n))
+            if keys is None:
+                break
+            waiting.popleft()
+            req.keys = keys
+            req.computed = computed
+            req.nreg = h
+            if req.hit_tokens is None:
+                req.hit_tokens = computed
+                req.cpu_hit_blocks = 0
+                req.first_scheduled_ms = now
+                kv.gpu_hit_blocks += h
+            kv.name_blocks(req, n)
+            running.append(req)
+            sched.append((req, n))
+            budget -= n
+            admitted += 1
+        return admitted
+
+    def _admit_loading(self, req: EngineRequest, h: int, hc: int, budget: int, now: float) -> bool:
+        """Admit the waiting queue's head ``req`` whose lookup found ``h`` GPU then ``hc`` CPU blocks:
+        its load starts (:meth:`KvCacheManager.start_load`); ``False`` (nothing changed) when the
+        KV cache cannot give the blocks."""
+        kv = self.kv
+        computed = (h + hc) * kv.block
+        n = min(req.num_tokens - computed, budget)
+        if not kv.start_load(req, h, hc, n, now):
+            return False
+        self.waiting.popleft()
+        if req.hit_tokens is None:
+            req.hit_tokens = computed
+            req.cpu_hit_blocks = hc
+            req.first_scheduled_ms = now
+            kv.gpu_hit_blocks += h
+            kv.cpu_hit_blocks += hc
+        self.loading.append(req)
+        return True
+
+    def _admit_loaded(self, req: EngineRequest, budget: int) -> int:
+        """The first chunk of ``req`` whose CPU hits have arrived: the loaded blocks named, at most what
+        the KV cache can give (never less than the blocks taken at admission). Returns its tokens."""
+        kv = self.kv
+        kv.load_arrived(req)
+        n = min(req.num_tokens - req.computed, budget)
+        if not kv.allocate_slots(req, req.computed + n):
+            n = kv.free_slots(req)
+        kv.name_blocks(req, n)
+        return n
+
+    def preempt(self, req: EngineRequest) -> None:
+        """Recompute preemption: free ``req``'s blocks, put it at the FRONT of the waiting queue."""
+        self.kv.free(req)
+        req.computed = 0
+        req.nreg = 0
+        req.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def update_from_step(self, sched: list, k: int, end: float, handoff: bool) -> Tuple[list, list, list]:
+        """Apply a step (``k == 1``) or a bulk run of ``k`` decode steps of the ``(request, tokens)``
+        pairs ``sched`` at its ``end`` (ms): computed and emitted tokens (:data:`DECODE_TOKENS` per
+        completing step), first tokens, finishes (their blocks freed), handoffs (``handoff``: a prefill
+        worker's requests leave at their first token, blocks held). Returns ``(first_tokens, finished,
+        handed)``, ``[(request, end)]`` each."""
+        kv = self.kv
+        first_tokens, finished, handed = [], [], []
+        for req, n in sched:
+            if k > 1:
+                t = k * DECODE_TOKENS
+                req.computed += t
+                req.num_tokens += t
+                req.generated += t
+            else:
+                req.computed += n
+                if req.computed != req.num_tokens:
+                    continue
+                req.num_tokens += DECODE_TOKENS
+                req.generated += DECODE_TOKENS
+                if req.generated == DECODE_TOKENS:
+                    req.first_token_ms = end
+                    first_tokens.append((req, end))
+                    if handoff and req.generated < req.output_length:
+                        handed.append((req, end))
+                        kv.hold(req)
+                        continue
+            if req.generated >= req.output_length:
+                req.finish_ms = end
+                finished.append((req, end))
+                kv.free(req)
+        if handed:
+            held = kv.held
+            self.running = [r for r in self.running if r.finish_ms is None and r not in held]
+        elif finished:
+            self.running = [r for r in self.running if r.finish_ms is None]
+        return first_tokens, finished, handed

@@ -1,0 +1,397 @@
+"""The KV cache manager of one engine: a request's blocks, over its KV cache groups, the CPU tier and the P/D handoff.
+
+Modelled on vLLM v1's ``KVCacheManager`` / ``KVCacheCoordinator`` / ``SingleTypeKVCacheManager``
+(``vllm/v1/core/``): the scheduler never touches blocks, it asks this manager three questions
+about a request, all in tokens:
+
+- :meth:`KvCacheManager.find_cached_prefix` (vLLM's ``get_computed_blocks``): the leading full
+  prompt blocks cached (GPU pool, then the CPU tier behind it);
+- :meth:`KvCacheManager.allocate_slots` / :meth:`KvCacheManager.allocate_new`: blocks for ``n``
+  more tokens (``False`` / ``None``, nothing taken, when the free queue cannot give them);
+- :meth:`KvCacheManager.free`: return its blocks (cached ones stay in the prefix cache).
+
+**KV cache groups.** One group today, :class:`FullAttentionGroup` (vLLM's ``FullAttentionManager``:
+every token's KV kept, blocks needed = ``ceil(tokens / block)``: :meth:`FullAttentionGroup.blocks_needed`,
+the one formula, which the manager's ``blocks_needed`` is). A layout with sliding-window,
+chunked-local or state layers adds a group class with its own ``blocks_needed`` (and its own pool)
+to :attr:`KvCacheManager.groups`; a request then holds a block list per group (today ``req.keys``,
+the full-attention group's).
+
+CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.kv.cpu_tier`):
+
+- Write rule ``cpu_write="evict"`` (the default; a victim tier): the names a step's allocation evicts
+  from the pool (the engine's ``removed``) are written to the CPU tier (LRU); its net change is
+  the engine's ``cpu_stored`` / ``cpu_removed`` (publish as ``BlockStored`` / ``BlockRemoved`` with
+  ``medium="CPU"`` at the step's start, after the GPU ``BlockRemoved``).
+- Write rule ``cpu_write="compute"`` (write-through, as vLLM's ``OffloadingConnector`` and LMCache
+  store KV on the way in): the full prompt blocks a step computes are written to the CPU tier at the
+  step's end, unless it holds them already; a GPU eviction writes nothing (the copy is there, unless
+  the tier dropped it). The net change is :attr:`~dynlab.engine.bulk.StepResult.cpu_stored` /
+  ``cpu_removed`` (publish at the step's end, after the GPU ``BlockStored``). The tiers are then
+  inclusive and independent, the rule of the cache lab's :class:`~dynlab.kv.tiers.TwoTierCache`.
+- Admission's lookup continues in the CPU tier where the GPU hits end (contiguous, within the same
+  ``(num_tokens - 1) // block`` cap); the CPU hits are touched (most recent) and keep their host copy.
+- **Load rule** (vLLM v1's asynchronous KV-connector loads: a request whose external blocks are in
+  transit waits in ``WAITING_FOR_REMOTE_KVS`` and is skipped by the scheduler until they have
+  arrived): a request with ``c`` CPU hits is admitted at ``now`` with its GPU hits taken and the blocks
+  for its loads and first chunk allocated, but it is not scheduled: its load occupies the worker's
+  host-to-device link from ``max(now, link free)`` for ``c * load_ms_per_block`` ms (loads queue on
+  the link, FIFO), and it joins the first step that starts at or after the load's end (scheduled
+  before the waiting queue, the loaded blocks named then). Other requests' steps go on meanwhile; a
+  bulk decode run is cut at the load's end. Its TTFT thus includes the wait for the load plus its
+  own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
+  Writes (GPU -> CPU) use the other direction of the link and take no step time.
+
+Rules a later vLLM version changes, each in one place: what admission allocates for
+(:meth:`KvCacheManager.admission_tokens`), which full blocks are named (:meth:`KvCacheManager.nameable`),
+the free-queue order of a released sequence's unnamed blocks (:meth:`dynlab.kv.block_pool.BlockPool.release`).
+
+Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``runs``,
+``seq``, ``keys``, ``nreg``, ``computed``, ``num_tokens``, ``input_length``, ...): this module
+imports nothing from :mod:`dynlab.engine`.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+from dynlab.kv.block_pool import UNNAMED, BlockPool
+from dynlab.kv.cpu_tier import CpuTier
+from dynlab.kv.run_pool import RunBlockPool
+
+__all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES"]
+
+#: when a block is written to the CPU tier: ``evict`` (when the GPU pool evicts it: a victim tier) or
+#: ``compute`` (when the step computing it ends: write-through, the copy stays on both tiers)
+CPU_WRITES = ("evict", "compute")
+
+
+class FullAttentionGroup:
+    """The full-attention KV cache group (vLLM's ``FullAttentionManager``): every token's KV is kept,
+    so ``tokens`` need ``ceil(tokens / block)`` blocks. ``block``: tokens per block."""
+
+    kind = "full_attention"
+
+    def __init__(self, block: int):
+        self.block = block
+
+    def blocks_needed(self, tokens: int) -> int:
+        """Blocks ``tokens`` tokens occupy in this group: ``ceil(tokens / block)`` (THE blocks-needed formula)."""
+        return -(-tokens // self.block)
+
+
+class KvCacheManager:
+    """One engine's KV cache: the block pool of its group, the CPU tier behind it, the P/D handoff, the counters.
+
+    ``capacity``: blocks in the pool; ``block``: tokens per block; ``runs``: the pool works on runs of
+    names (:class:`~dynlab.kv.run_pool.RunBlockPool`); ``cpu_capacity``: CPU-tier blocks (0: none);
+    ``load_ms_per_block``: host-to-device load time per block (ms); ``cpu_write``: one of
+    :data:`CPU_WRITES`. Raises ``ValueError`` for a negative load time or an unknown ``cpu_write``.
+
+    Counters: ``loaded_blocks`` / ``offloaded_blocks`` (CPU -> GPU / GPU -> CPU), ``gpu_hit_blocks`` /
+    ``cpu_hit_blocks`` (first admissions' hits per tier), ``peak_used_blocks``, :meth:`used_block_ms`.
+    """
+
+    def __init__(self, capacity: int, block: int, *, runs: bool = False, cpu_capacity: int = 0,
+                 load_ms_per_block: float = 0.0, cpu_write: str = "evict"):
+        self.block = block
+        #: the KV cache groups (one today: full attention); each holds ``req.keys`` (one list per group
+        #: once there are several)
+        self.groups = (FullAttentionGroup(block),)
+        #: blocks ``tokens`` tokens of a request occupy: the one group's ``blocks_needed``
+        self.blocks_needed = self.groups[0].blocks_needed
+        self.runs = runs
+        self.pool = RunBlockPool(capacity) if runs else BlockPool(capacity)
+        if load_ms_per_block < 0:
+            raise ValueError(f"load_ms_per_block must be >= 0, got {load_ms_per_block}")
+        self.cpu: Optional[CpuTier] = CpuTier(cpu_capacity) if cpu_capacity else None
+        if cpu_write not in CPU_WRITES:
+            raise ValueError(f"cpu_write must be one of {', '.join(CPU_WRITES)}, got {cpu_write!r}")
+        self.write_through = cpu_write == "compute"
+        self.load_ms_per_block = load_ms_per_block
+        self.link_free = 0.0  # when the host-to-device link finishes its queued loads (ms)
+        self.held: dict = {}  # request -> its keys, handed off and not yet released
+        self.reserved: dict = {}  # request -> (its keys, blocks hit): reserved, KV not yet received
+        self.loaded_blocks = 0
+        self.offloaded_blocks = 0
+        self.gpu_hit_blocks = self.cpu_hit_blocks = 0
+        self.peak_used_blocks = 0
+        self.used_ms = 0.0
+        self.used_t: Optional[float] = None
+
+    # -- the rules (one place each) ------------------------------------------------------------
+    @staticmethod
+    def admission_tokens(computed: int, n: int) -> int:
+        """Tokens a request admitted with ``computed`` tokens cached and ``n`` scheduled now needs
+        slots for: ``computed + n`` (the chunk scheduled now, vLLM v1; a later rule reserves the whole prompt)."""
+        return computed + n
+
+    def nameable(self, req, tokens: int) -> int:
+        """Leading full blocks of ``req`` that are named once ``tokens`` are computed: full PROMPT blocks
+        only, ``min(tokens, input_length) // block`` (generated tokens' full blocks stay unnamed)."""
+        return min(tokens, req.input_length) // self.block
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """Blocks in the pool."""
+        return self.pool.capacity
+
+    @property
+    def num_free(self) -> int:
+        """Blocks the free queue can give now."""
+        return self.pool.num_free
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks held by requests now."""
+        return self.pool.used_blocks
+
+    def fits(self, tokens: int) -> bool:
+        """Whether ``tokens`` tokens of one request can ever be held at once (their blocks <= capacity)."""
+        return self.blocks_needed(tokens) <= self.pool.capacity
+
+    def free_slots(self, req) -> int:
+        """Tokens ``req`` can still compute in the blocks it holds (``len(keys) * block - computed``)."""
+        return len(req.keys) * self.block - req.computed
+
+    def free_slots_of(self, sched: list) -> list:
+        """:meth:`free_slots` of each request of the ``(request, tokens)`` pairs ``sched``, in order."""
+        B = self.block
+        return [len(r.keys) * B - r.computed for r, _ in sched]
+
+    def sequence(self, req):
+        """``req``'s names as the pool takes them (:attr:`seq`, computed once)."""
+        if req.seq is None:
+            req.seq = self.pool.sequence(req.names, req.runs)
+        return req.seq
+
+    def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
+        """Leading ``names`` cached now in the pool (at most ``cap``)."""
+        return self.pool.lookup(self.pool.sequence(names, None), len(names) if cap is None else cap)
+
+    def overlap_of(self, req, cap: Optional[int] = None) -> int:
+        """:meth:`overlap` of ``req``'s names (and runs)."""
+        return self.pool.lookup(self.sequence(req), len(req.names) if cap is None else cap)
+
+    def find_cached_prefix(self, req) -> Tuple[int, int]:
+        """``(h, hc)``: the leading full prompt blocks of ``req`` cached in the pool (``h``), then in
+        the CPU tier (``hc``, contiguous after them), at most ``min(len(names), (num_tokens - 1) // block)``
+        in all (vLLM recomputes the last token)."""
+        names = req.names
+        cap = min(len(names), (req.num_tokens - 1) // self.block)
+        h = self.pool.lookup(req.seq, cap)
+        cpu = self.cpu
+        if cpu is not None and h < cap:
+            return h, cpu.lookup(names, h, cap - h)
+        return h, 0
+
+    # -- allocating ---------------------------------------------------------------------------
+    def allocate_new(self, req, h: int, tokens: int) -> Optional[list]:
+        """Keys for a request holding nothing: its ``h`` pool hits taken, plus new blocks up to
+        ``tokens`` tokens; ``None`` (nothing taken) when the free queue cannot give them."""
+        pool = self.pool
+        need = self.blocks_needed(tokens) - h
+        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
+            return None
+        pool.take_hits(req.seq, h)
+        keys = list(req.names[:h])
+        if need > 0:
+            keys += pool.allocate(need)
+        return keys
+
+    def allocate_slots(self, req, tokens: int) -> bool:
+        """Grow ``req.keys`` to hold ``tokens`` tokens; ``False`` (nothing taken) when the free queue cannot."""
+        need = self.blocks_needed(tokens) - len(req.keys)
+        if need > 0:
+            pool = self.pool
+            if need > pool.num_free:
+                return False
+            req.keys += pool.allocate(need)
+        return True
+
+    def name_blocks(self, req, n: int) -> None:
+        """Name the full blocks the chunk of ``n`` tokens scheduled now completes (:meth:`nameable`);
+        nothing once every name ``req`` has is registered (its prompt's: a decode's fast path)."""
+        if req.nreg < len(req.names):
+            full = self.nameable(req, req.computed + n)
+            if full > req.nreg:
+                self.pool.register(req.keys, req.seq, req.nreg, full)
+                req.nreg = full
+
+    def free(self, req) -> None:
+        """Return ``req``'s blocks to the free queue (named ones stay cached)."""
+        self.pool.release(req.keys, req.seq)
+        req.keys = []
+
+    def take_boundaries(self, bound_at: list, bound_reqs: list, n: int) -> Tuple[int, int]:
+        """The next ``n`` block boundaries of a bulk decode run (popped from the ends of ``bound_at`` /
+        ``bound_reqs``, earliest last): each request there takes an unnamed block, one
+        :meth:`BlockPool.allocate_each` for all, the usage integral advanced to each boundary's
+        time (ms). Returns ``(allocations that evicted, blocks used after)``."""
+        pool = self.pool
+        used, used_ms, used_t = pool.used_blocks, self.used_ms, self.used_t
+        counts = []
+        for _ in range(n):
+            tb, reqs = bound_at.pop(), bound_reqs.pop()
+            if used_t is not None:  # accumulate(tb): the same sums in the same order
+                used_ms += used * (tb - used_t)
+            used_t = tb
+            for req in reqs:  # in running order, as a step start takes them
+                req.keys.append(UNNAMED)
+            used += len(reqs)
+            counts.append(len(reqs))
+        self.used_ms, self.used_t = used_ms, used_t
+        pool.removed = []
+        evicting = pool.allocate_each(counts)
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        return evicting, used
+
+    # -- events and usage ---------------------------------------------------------------------
+    def begin_step(self, now: float) -> None:
+        """A step starts at ``now`` (ms): the usage integral advanced to it, the pool's stored /
+        removed names cleared (a step's events start empty)."""
+        self.accumulate(now)
+        pool = self.pool
+        pool.stored, pool.removed = [], []
+
+    def step_events(self) -> tuple:
+        """``(stored, stored_runs, removed, removed_runs, used)`` since :meth:`begin_step`: the names
+        registered and evicted (tuples; their runs, or ``None`` without ``runs``) and the blocks used
+        now (recorded in :attr:`peak_used_blocks`)."""
+        pool = self.pool
+        used = pool.used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        if self.runs:
+            return tuple(pool.stored), tuple(pool.stored_runs), tuple(pool.removed), tuple(pool.removed_runs), used
+        return tuple(pool.stored), None, tuple(pool.removed), None, used
+
+    def removed(self) -> Tuple[tuple, Optional[tuple]]:
+        """``(names, runs or None)`` the pool evicted since :meth:`begin_step`."""
+        pool = self.pool
+        return tuple(pool.removed), (tuple(pool.removed_runs) if self.runs else None)
+
+    def note_used(self) -> int:
+        """Blocks used now, recorded in :attr:`peak_used_blocks`."""
+        used = self.pool.used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        return used
+
+    def accumulate(self, t: float) -> None:
+        """Advance the usage integral (blocks x ms) to ``t`` (ms)."""
+        if self.used_t is not None:
+            self.used_ms += self.pool.used_blocks * (t - self.used_t)
+        self.used_t = t
+
+    def used_block_ms(self, now: Optional[float] = None) -> float:
+        """Integral of used blocks over time (blocks x ms) up to ``now`` (default: the last change)."""
+        total = self.used_ms
+        if now is not None and self.used_t is not None:
+            total += self.pool.used_blocks * (now - self.used_t)
+        return total
+
+    # -- the CPU tier -------------------------------------------------------------------------
+    def offload(self, removed: list) -> Optional[Tuple[tuple, tuple]]:
+        """Write the names the pool evicted to the CPU tier: its net change ``(stored, removed)``;
+        ``None`` under write-through (``cpu_write="compute"``: written when computed)."""
+        if self.write_through:
+            return None
+        cpu = self.cpu
+        self.offloaded_blocks += sum(1 for name in removed if name not in cpu)
+        return cpu.offload(removed)
+
+    def write_computed(self, stored: tuple) -> Optional[Tuple[tuple, tuple]]:
+        """Write the names a step computed to the CPU tier except those it holds: its net change, or
+        ``None`` when all were there."""
+        cpu = self.cpu
+        new = [name for name in stored if name not in cpu]
+        if not new:
+            return None
+        self.offloaded_blocks += len(new)
+        return cpu.offload(new)
+
+    def start_load(self, req, h: int, hc: int, n: int, now: float) -> bool:
+        """Admit ``req`` whose lookup found ``h`` pool then ``hc`` CPU blocks, ``n`` tokens to schedule:
+        take its hits and the blocks of its loads and first chunk, queue the load on the link
+        (``req.ready_ms``). ``False`` (nothing changed) when the pool cannot give the blocks."""
+        B = self.block
+        computed = (h + hc) * B
+        keys = self.allocate_new(req, h, self.admission_tokens(computed, n))
+        if keys is None:
+            return False
+        req.keys = keys
+        self.cpu.touch(req.names[h:h + hc])
+        req.computed = h * B
+        req.nreg = h
+        req.load_blocks = hc
+        start = self.link_free if self.link_free > now else now
+        req.ready_ms = self.link_free = start + hc * self.load_ms_per_block
+        self.loaded_blocks += hc
+        return True
+
+    def load_arrived(self, req) -> None:
+        """Name the blocks ``req`` loaded from the CPU tier: its computed tokens cover them."""
+        hc = req.load_blocks
+        self.pool.register(req.keys, req.seq, req.nreg, req.nreg + hc)
+        req.nreg += hc
+        req.computed = req.nreg * self.block
+        req.load_blocks = 0
+
+    # -- the P/D handoff ----------------------------------------------------------------------
+    def hold(self, req) -> None:
+        """Keep ``req``'s blocks in use after it leaves (handed off) until :meth:`release`."""
+        self.held[req] = req.keys
+        req.keys = []
+
+    def release(self, req, now: float) -> None:
+        """Free the blocks held for ``req`` at ``now`` (ms). Raises ``KeyError`` if none are held."""
+        keys = self.held.pop(req)
+        self.accumulate(now)
+        self.pool.release(keys, req.seq)
+
+    def reserve(self, req, now: float, tokens: int, prefix_cache: bool = False) -> Optional[int]:
+        """Reserve, at ``now`` (ms), blocks for ``tokens`` tokens of ``req`` whose KV comes from a peer,
+        its cached prefix taken as hits with ``prefix_cache``; returns the blocks hit, ``None``
+        (nothing taken) when they are not free."""
+        pool = self.pool
+        self.sequence(req)
+        names = req.names
+        h = pool.lookup(req.seq, len(names)) if prefix_cache else 0
+        need = self.blocks_needed(tokens) - h
+        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
+            return None
+        self.accumulate(now)
+        pool.take_hits(req.seq, h)
+        self.reserved[req] = (list(names[:h]) + pool.allocate(need), h)  # req.keys may still be its prefill worker's
+        self.note_used()
+        return h
+
+    def receive(self, req, prefix_cache: bool = False) -> None:
+        """Give ``req`` the blocks reserved for it (its KV arrived); name its prompt blocks with
+        ``prefix_cache``. Raises ``KeyError`` without a reservation."""
+        req.keys, req.nreg = self.reserved.pop(req)
+        if prefix_cache:
+            self.name_blocks(req, 0)
+        req.nreg = len(req.names)
+
+    def check(self, holders: list) -> None:
+        """Assert (tests) the pool is consistent and its used blocks are those of ``holders`` (key lists)
+        plus the held and reserved ones; the CPU tier within its capacity."""
+        pool = self.pool
+        pool.check()
+        if self.cpu is not None:
+            assert len(self.cpu) <= self.cpu.capacity
+        holders = holders + [keys for keys, _ in self.reserved.values()] + list(self.held.values())
+        held: dict = {}
+        unnamed = 0
+        for keys in holders:
+            for key in keys:
+                if key < 0:
+                    unnamed += 1
+                else:
+                    held[key] = held.get(key, 0) + 1
+        assert len(held) + unnamed == pool.used_blocks, (len(held), unnamed, pool.used_blocks)
+        for key, c in held.items():
+            assert pool.references(key) == c
