@@ -268,6 +268,7 @@ for name, cmd in COMMANDS.items():
 TABLE[("sweep", "--workers")] = changes(["sweep", "--executor", "serial", "--quiet", "--grid", "seed=1,2"],
                                         ["--workers", "3"])  # workers is SWEEP's axis
 TABLE[("sim", "--quiet")] = on_a_terminal(["sim", "--trace", "mooncake-conversation"])
+TABLE[("sim", "--requests-out")] = changes(["sim", "--trace", MOON], ["--requests-out", "r.jsonl"])
 TABLE[("compare", "--quiet")] = on_a_terminal(["compare", "--trace", "mooncake-conversation", "--format", "json"])
 TABLE.update({
     ("workload", "--out"): lambda run: differ(run("workload", SPEC, "--out", "a.jsonl"),

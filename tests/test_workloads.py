@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.routing.hashing import block_hashes
 from dynlab.traces.workload import SpecError, mooncake_rows
 

@@ -17,20 +17,24 @@ from dynlab.atomic import replace_file
 from dynlab.errors import DynlabError, InputFileError
 
 
-def echo_json(obj) -> None:
-    """Print one JSON object on one line (``json.dumps`` default separators).
+def echo_json(obj, err: bool = False) -> None:
+    """Print one JSON object on one line (``json.dumps`` default separators); on stderr when ``err``.
 
     Raises :class:`click.UsageError` (exit 2) naming the first key whose value is ``NaN`` or an
     infinity rather than print it (not JSON): only inputs out of all proportion give one, and the
     commands refuse those they can foresee with a message naming the option.
     """
+    click.echo(json_text(obj), err=err)
+
+
+def json_text(obj) -> str:
+    """``obj`` as one line of JSON; raises :class:`click.UsageError` as :func:`echo_json` does."""
     try:
-        text = json.dumps(obj, allow_nan=False)
+        return json.dumps(obj, allow_nan=False)
     except ValueError:
         where = _non_finite_key(obj)
         raise click.UsageError(f"the result{' ' + repr(where) if where else ''} is not a finite number "
                                "(NaN or infinity): an input is too large or too small") from None
-    click.echo(text)
 
 
 def output_format(fmt):

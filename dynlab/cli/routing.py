@@ -11,11 +11,12 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import (echo_json, echo_table_or_json, output_path, parse_opts, progress_bar, refuse_repeats,
-                               split_list)
+from dynlab.cli.common import (echo_table_or_json, json_text, output_path, parse_opts, progress_bar, refuse_repeats,
+                               split_list, stream_output_path, write_atomic)
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import build_strategy, run
+from dynlab.engine.run import build_strategy
+from dynlab.sim.runner import run
 from dynlab.cli.report import report_option, write_run_report
 
 
@@ -221,9 +222,9 @@ def check_options(config: SimConfig, given, requests=None) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _run(config: SimConfig, quiet: bool, requests=None) -> dict:
+def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
     try:
-        result = run(config, progress=not quiet and sys.stderr.isatty(), requests=requests)
+        result = run(config, progress=not quiet and sys.stderr.isatty(), requests=requests, recorders=recorders)
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
     if isinstance(result, dict) and result.get("latency_domain"):  # the latency model's own word (models helper)
@@ -259,9 +260,13 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
 @main.command()
 @sim_options
 @common_flags()
+@click.option("--requests-out", "requests_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              callback=stream_output_path, metavar="FILE",
+              help="Write one JSON line per trace request, in trace order (worker, times, hits, preemptions; "
+                   "see docs/commands.md); - for stdout, the result JSON then going to stderr.")
 @report_option
 @click.pass_context
-def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, report_path, **options):
+def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_path, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the KV-aware router lab's synthetic workload (12 shared prefixes,
@@ -269,14 +274,21 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, report_path, **option
     block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
     An option that would have no effect in the combination given is refused (exit 2).
     """
+    from dynlab.sim.records import RequestRecorder
+
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                        all_metrics=all_metrics, timing=timing)
     check_options(config, given_fields(ctx))
-    result = _run(config, quiet)
+    recorders = (RequestRecorder(),) if requests_out else ()
+    result = _run(config, quiet, recorders=recorders)
+    text = json_text(result)
     if report_path:  # written before the JSON is printed: no output that looks like success before an error
         from dynlab.report import Run
-        write_run_report(ctx, report_path, [Run(config.mode, result)], [config])
-    echo_json(result)
+        records = {config.mode: list(recorders[0].records())} if recorders else None
+        write_run_report(ctx, report_path, [Run(config.mode, result)], [config], records=records)
+    if requests_out:
+        write_atomic(requests_out, recorders[0].jsonl())
+    click.echo(text, err=requests_out == "-")
     _warn_collapse({result.get("mode"): result})
 
 

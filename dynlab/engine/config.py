@@ -5,6 +5,8 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
+from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
+
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
 #: how a disaggregated fleet picks the decode worker of a request (:class:`dynlab.disagg.fleet.DisaggFleet`)
@@ -12,7 +14,7 @@ DECODE_ROUTERS = ("least-loaded", "round-robin", "kv-usage")
 
 
 @dataclass(frozen=True)
-class SimConfig:
+class SimConfig(Sectioned):
     """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
 
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
@@ -50,6 +52,11 @@ class SimConfig:
     count) sets them at once, ``"P:0"`` meaning ``P`` aggregated workers. ``decode_router``
     (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
     400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
+
+    Sections: the fields are grouped in seven read-only views (:data:`SECTIONS`), ``traffic``,
+    ``fleet``, ``engine``, ``kv``, ``events``, ``slo`` and ``disagg`` (named tuples built on each access);
+    :meth:`from_sections` builds a configuration from them. The flat fields stay the source of truth
+    (the CLI's flags, ``dataclasses.replace``, the option rules of :func:`check_effective`).
     """
 
     mode: str = "kv"
@@ -204,6 +211,12 @@ class SimConfig:
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
 
+
+#: the section classes (named tuples with SimConfig's defaults; :mod:`dynlab.engine.sections`)
+(TrafficSection, FleetSection, EngineSection, KvSection, EventsSection, SloSection,
+ PdSection) = make_sections(SimConfig)
+SECTION_CLASSES = dict(zip(SECTIONS, (TrafficSection, FleetSection, EngineSection, KvSection, EventsSection,
+                                      SloSection, PdSection)))
 
 def parse_split(text: str) -> tuple[int, int]:
     """``"6:2"`` -> ``(6, 2)``: prefill and decode workers (``"8:0"``: 8 aggregated workers).

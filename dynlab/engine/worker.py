@@ -435,3 +435,11 @@ class EngineWorker:
         loading = list(sch.loading) + list(sch.ready)
         self.kv.check([r.keys for r in sch.running + loading] + [r.keys for r in sch.received])
         assert all(r.load_blocks > 0 for r in loading)
+
+    # public hooks for the run layer
+    @property
+    def step_requests(self) -> list:
+        """The requests scheduled in the step (or bulk decode run) in progress, in schedule order; ``[]``
+        between steps. A P/D fleet reads it when a step starts (layer-pipelined transfers)."""
+        st = self._step
+        return [] if st is None else [req for req, _ in st.sched]

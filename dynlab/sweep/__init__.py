@@ -1,4 +1,4 @@
-"""Parameter sweeps: a grid of ``sim`` options, one :func:`dynlab.engine.run.run` per cell, run serially,
+"""Parameter sweeps: a grid of ``sim`` options, one :func:`dynlab.sim.run` per cell, run serially,
 on a process pool or on a Ray cluster, resumable from a JSON-lines results file.
 
 A *cell* is a dict of option name -> value (names as the user writes them: ``mode``,

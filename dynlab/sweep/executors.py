@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.errors import DynlabError
 
 #: The executors :func:`execute` knows.
