@@ -109,7 +109,7 @@ class DisaggFleet(TimedFleet):
                  bus: EventBus, loop: EventLoop, names_of: Callable, routing: RoutingMetrics,
                  serving: ServingMetrics, *, kv_bytes_per_token: int, link_gbps: float = DEFAULT_LINK_GBPS,
                  link_latency_ms: float = 0.0, overlap_transfer: bool = False, decode_prefix_cache: bool = False,
-                 decode_router: str = "least-loaded", progress=None):
+                 decode_router: str = "least-loaded", progress=None, transfer_bytes: Optional[Callable] = None):
         if decode_router not in DECODE_ROUTERS:
             raise ValueError(f"decode_router must be one of {', '.join(DECODE_ROUTERS)}, got {decode_router!r}")
         if not link_gbps > 0 or not link_latency_ms >= 0:
@@ -122,6 +122,8 @@ class DisaggFleet(TimedFleet):
         self._lazy = False  # a transfer's release touches a prefill worker's pool between arrivals
         self.decode = list(decode)
         self.kv_bytes_per_token = kv_bytes_per_token
+        #: ``(tokens, hit) -> bytes`` sent, when not every token's KV is resident (KV cache groups), else ``None``
+        self.transfer_bytes = transfer_bytes
         self.bytes_per_ms = link_gbps * GB / 1000.0
         self.link_latency_ms = link_latency_ms
         self.overlap = overlap_transfer
@@ -208,7 +210,8 @@ class DisaggFleet(TimedFleet):
             queue.popleft()
             rec = self.records[ereq.id]
             rec.reserved, rec.hit_tokens = now, hit
-            rec.nbytes = (ereq.input_length - hit) * self.kv_bytes_per_token
+            rec.nbytes = ((ereq.input_length - hit) * self.kv_bytes_per_token if self.transfer_bytes is None
+                          else self.transfer_bytes(ereq.input_length, hit))
             p = rec.prefill
             rec.link_start = max(now, self.link_free[p])
             rec.link_end = self.link_free[p] = rec.link_start + rec.nbytes / self.bytes_per_ms
@@ -308,7 +311,7 @@ def serve_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Seque
                  rate: float = 4.0, arrival_rng: Optional[random.Random] = None, publish: bool = True,
                  event_delay_ms: float = 0.0, event_loss: float = 0.0, loss_rng: Optional[random.Random] = None,
                  slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
-                 progress=None) -> DisaggFleet:
+                 progress=None, transfer_bytes: Optional[Callable] = None) -> DisaggFleet:
     """Serve ``requests`` on a P/D fleet in time; return the :class:`DisaggFleet` after the last finish
     (its recorders, :attr:`~DisaggFleet.records` and engines hold every figure, unrounded).
 
@@ -321,7 +324,7 @@ def serve_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Seque
     fleet = DisaggFleet(strategy, prefill, decode, bus, loop, names_of, routing, serving,
                         kv_bytes_per_token=kv_bytes_per_token, link_gbps=link_gbps, link_latency_ms=link_latency_ms,
                         overlap_transfer=overlap_transfer, decode_prefix_cache=decode_prefix_cache,
-                        decode_router=decode_router, progress=progress)
+                        decode_router=decode_router, progress=progress, transfer_bytes=transfer_bytes)
     fleet.run(arrival_times(requests, time_scale, rate, arrival_rng or random.Random(0)))
     fleet.bus_published, fleet.bus_dropped = bus.published, bus.dropped
     return fleet
