@@ -109,14 +109,13 @@ class HybridKvCacheManager(KvCacheManager):
             evict += pool.evictable_hits(hits, len(hits)) if hits else 0
         if need + evict > pool.num_free:
             return None
-        pool.take_hits(req.seq, h)
+        pool.take_hits(req.seq, h)  # every group's hits first: an allocation must not evict a hit
+        for _, hits, _ in plan:
+            pool.take_hits(hits, len(hits))
         keys = list(req.names[:h])
         if self.blocks_needed(tokens) > h:
             keys += pool.allocate(self.blocks_needed(tokens) - h)
-        tables = []
-        for s, hits, new in plan:
-            pool.take_hits(hits, len(hits))
-            tables.append([s, list(hits) + (pool.allocate(new) if new > 0 else [])])
+        tables = [[s, list(hits) + (pool.allocate(new) if new > 0 else [])] for s, hits, new in plan]
         return keys, tables
 
     def allocate_new(self, req, h: int, tokens: int) -> Optional[list]:

@@ -8,7 +8,7 @@ import pytest
 
 from dynlab.engine.request import EngineRequest
 from dynlab.kv.groups import HybridPool, SlidingWindowGroup, hybrid_kv_blocks, hybrid_pool, transfer_bytes
-from dynlab.kv.hybrid import HybridKvCacheManager
+from dynlab.kv.hybrid import GROUP_NAME_STRIDE, HybridKvCacheManager
 from dynlab.models.gpus import gpu_spec
 from dynlab.models.spec import model_spec
 
@@ -140,3 +140,60 @@ def test_cpu_tier_refused():
     layout = hybrid_pool(model_spec("gpt-oss-20b"), 16, 1)
     with pytest.raises(ValueError, match="CPU tier"):
         HybridKvCacheManager(100, 16, layout, cpu_capacity=10)
+
+
+# -- properties: a worker over KV cache groups --------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dynlab.engine.worker import EngineWorker  # noqa: E402
+from dynlab.kv.groups import ChunkedLocalGroup  # noqa: E402
+from test_worker import Linear, run, workloads  # noqa: E402
+
+
+class _OwnNames:
+    """A pool whose ``cached()`` leaves out the extra groups' names (what the KV events carry)."""
+
+    def __init__(self, pool):
+        self._pool = pool
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+    def cached(self):
+        return {n for n in self._pool.cached() if n < GROUP_NAME_STRIDE}
+
+
+def _layout(block, window, chunked):
+    group = ChunkedLocalGroup(block, window) if chunked else SlidingWindowGroup(block, window)
+    return HybridPool((group,), 1, 1, 1.0, {"full": 1, group.kind: 1}, 0)
+
+
+@settings(max_examples=60)
+@given(workloads(), st.integers(1, 12), st.booleans())
+def test_worker_over_groups_keeps_its_invariants(wl, window, chunked):
+    block, capacity, budget, seqs, betas, specs = wl
+    w = EngineWorker(0, 2 * capacity, block, Linear(*betas), max_num_batched_tokens=budget, max_num_seqs=seqs,
+                     kv_layout=_layout(block, window, chunked))
+    assert not w.bulk
+    w.pool = _OwnNames(w.pool)  # the KV events name the full group's blocks only
+    reqs = [EngineRequest(i, float(a), inp, out, names) for i, (a, inp, out, names) in enumerate(specs)]
+    results = run(w, reqs, check=True)
+    finished = sorted(r.id for res in results for r, _ in res.finished)
+    assert finished == sorted(r.id for r in reqs if not r.rejected)  # every admitted request finishes once
+    assert w.used_blocks == 0 and w.kv.tables == {}
+    for r in reqs:  # a hit never exceeds what the full group alone could give
+        assert r.rejected or r.hit_tokens <= (r.input_length - 1) // block * block
+
+
+def test_window_blocks_never_exceed_window_plus_a_block():
+    # a long decode of a gpt-oss-20b layout (window 128): the window group holds at most
+    # ceil(t / 16) - (t - 1 - 127) // 16 <= 9 blocks, whatever the length
+    kv = _manager("gpt-oss-20b")
+    req = _prefilled(kv, 2048)
+    for t in range(2049, 3000):
+        assert kv.allocate_slots(req, t)
+        req.computed = t
+        assert kv.held_blocks(req)[1] <= 9
+    assert kv.held_blocks(req)[0] == -(-2999 // 16)
