@@ -2,7 +2,7 @@
 request, window freeing in decode, a window-limited prefix hit, P/D of a sliding-window model.
 
 Hand derivations use one H100 (80 GiB read as binary, x 0.9 = 77,309,411,328 B) and 16-token blocks."""
-from types import SimpleNamespace
+import json
 
 import pytest
 
@@ -197,3 +197,32 @@ def test_window_blocks_never_exceed_window_plus_a_block():
         req.computed = t
         assert kv.held_blocks(req)[1] <= 9
     assert kv.held_blocks(req)[0] == -(-2999 // 16)
+
+
+def test_pd_transfer_of_a_sliding_window_model_through_the_command(tmp_path):
+    # gpt-oss-120b, one 8,192-token request (output 10), linear beta0=10 beta1=0.01 beta2=1, 50 GB/s:
+    # TTFT 10 + 0.01 x 8192 = 91.92 ms; bytes (8192 + 128) x 36,864 = 306,708,480 (every token's KV would
+    # be 603,979,776) in 6.1341696 ms; 9 decode steps of 11 ms: E2E 197.0541696 ms. The decode side holds
+    # 520 blocks on receipt (512 full + 8 window), 522 at its peak (513 full + 9: the window group's table
+    # of 513 entries, 504 skipped); the prefill side 1,024 (the prompt in one chunk, before any is freed)
+    from helpers import invoke
+
+    trace = tmp_path / "one.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "tokens": list(range(8192)), "output_length": 10}) + "\n")
+    result = invoke("sim", "--trace", str(trace), "--timing", "--prefill-workers", "1", "--decode-workers", "1",
+                    "--model", "gpt-oss-120b", "--link-gbps", "50", "--latency-model", "linear",
+                    "--latency-opt", "beta0=10", "--latency-opt", "beta1=0.01", "--latency-opt", "beta2=1")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["transfer_bytes"] == 306_708_480
+    assert out["ttft_ms"]["p50"] == 91.9 and out["transfer_ms"]["p50"] == 6.1 and out["e2e_ms"]["p50"] == 197.1
+    assert out["kv_blocks"] == 20_546 and out["peak_kv_blocks"] == [1024, 522]
+    assert "shared by 2 KV cache groups of 18 layers" in out["kv_blocks_source"]
+
+
+def test_trace_blocks_and_cpu_tier_refused_in_one_line(tmp_path):
+    from helpers import invoke
+
+    result = invoke("sim", "--timing", "--model", "gpt-oss-20b", "--trace", "mooncake-conversation")
+    assert result.exit_code != 0 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "KV cache groups" in result.stderr
