@@ -85,6 +85,7 @@ class StateGroup:
         return 0
 
     def held(self, tokens: int, computed: int) -> int:
+        """``blocks_needed(tokens)``: nothing is freed."""
         return self.blocks_needed(tokens)
 
 

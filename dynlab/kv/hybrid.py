@@ -183,14 +183,17 @@ class HybridKvCacheManager(KvCacheManager):
         return _own(stored), None, _own(removed), None, used
 
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
+        """``(names, None)`` the pool evicted since the step began, the extra groups' names left out."""
         return _own(tuple(self.pool.removed)), None
 
     # -- the P/D handoff ----------------------------------------------------------------------
     def hold(self, req) -> None:
+        """Keep every group's blocks of ``req`` in use after it leaves (handed off) until :meth:`release`."""
         super().hold(req)
         self.held_tables[req] = self.tables.pop(req)
 
     def release(self, req, now: float) -> None:
+        """Free every group's blocks held for ``req`` at ``now`` (ms). Raises ``KeyError`` if none are held."""
         super().release(req, now)
         self._release_tables(self.held_tables.pop(req))
         self._seqs.pop(req, None)
@@ -209,6 +212,7 @@ class HybridKvCacheManager(KvCacheManager):
         return h
 
     def receive(self, req, prefix_cache: bool = False) -> None:
+        """Give ``req`` every group's reserved blocks (its KV arrived). Raises ``KeyError`` without a reservation."""
         self.tables[req] = self.reserved_tables.pop(req)
         super().receive(req, prefix_cache)
 
