@@ -127,7 +127,7 @@ class DisaggFleet:
 
     def __init__(self, strategy: Strategy, prefill: Sequence[EngineWorker], decode: Sequence[EngineWorker], env,
                  names_of: Callable, *, kv_bytes_per_token: int, pd: PdSection = PdSection(),
-                 decode_strategy: Optional[Strategy] = None):
+                 decode_strategy: Optional[Strategy] = None, transfer_bytes: Optional[Callable] = None):
         if pd.decode_router not in DECODE_ROUTERS:
             raise ValueError(f"decode_router must be one of {', '.join(DECODE_ROUTERS)}, got {pd.decode_router!r}")
         if not pd.link_gbps > 0 or not pd.link_latency_ms >= 0:
@@ -147,6 +147,8 @@ class DisaggFleet:
         self.engines = self.prefill_fleet.engines
         self.decode = list(decode)
         self.kv_bytes_per_token = kv_bytes_per_token
+        #: ``(tokens, hit) -> bytes`` sent, when not every token's KV is resident (KV cache groups), else ``None``
+        self.transfer_bytes = transfer_bytes
         self.bytes_per_ms = pd.link_gbps * GB / 1000.0
         self.link_latency_ms = pd.link_latency_ms
         self.overlap = pd.overlap_transfer
@@ -227,7 +229,8 @@ class DisaggFleet:
             queue.popleft()
             rec = self.records[ereq.id]
             rec.reserved, rec.hit_tokens = now, hit
-            rec.nbytes = (ereq.input_length - hit) * self.kv_bytes_per_token
+            rec.nbytes = ((ereq.input_length - hit) * self.kv_bytes_per_token if self.transfer_bytes is None
+                          else self.transfer_bytes(ereq.input_length, hit))
             p = rec.prefill
             rec.link_start = max(now, self.link_free[p])
             rec.link_end = self.link_free[p] = rec.link_start + rec.nbytes / self.bytes_per_ms
@@ -359,18 +362,21 @@ class TransferRecorder(Recorder):
 
 def serve_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequence[EngineWorker],
                  decode: Sequence[EngineWorker], *, names_of: Callable[[Request], list], kv_bytes_per_token: int,
-                 env=None, pd: PdSection = PdSection(), decode_strategy: Optional[Strategy] = None) -> DisaggFleet:
+                 env=None, pd: PdSection = PdSection(), decode_strategy: Optional[Strategy] = None,
+                 transfer_bytes: Optional[Callable] = None) -> DisaggFleet:
     """Serve ``requests`` on a P/D fleet in time; return the :class:`DisaggFleet` after the last finish
     (its recorders, :attr:`~DisaggFleet.records` and engines hold every figure, unrounded).
 
     ``env``: a :class:`~dynlab.engine.env.RunEnv` (default :meth:`~dynlab.engine.env.RunEnv.timed` of
     ``requests`` with the default sections, Poisson arrivals from ``random.Random(0)``); ``pd``: the
-    P/D section. Raises ``ValueError`` for a bad fleet option or timestamps that go backwards.
+    P/D section; ``transfer_bytes``: ``(tokens, hit) -> bytes`` sent when not every token's KV is
+    resident (KV cache groups; default: ``(tokens - hit) * kv_bytes_per_token``). Raises ``ValueError``
+    for a bad fleet option or timestamps that go backwards.
     """
     if env is None:
         env = RunEnv.timed(requests, strategy, len(prefill), arrival_rng=random.Random(0))
     fleet = DisaggFleet(strategy, prefill, decode, env, names_of, kv_bytes_per_token=kv_bytes_per_token, pd=pd,
-                        decode_strategy=decode_strategy)
+                        decode_strategy=decode_strategy, transfer_bytes=transfer_bytes)
     fleet.run()
     return fleet
 

@@ -37,13 +37,16 @@ class TimedSetup:
     runs_of: Optional[Callable] = None
     #: where ``cpu_capacity`` comes from (:func:`cpu_tier_source`), ``""`` without a CPU tier
     cpu_capacity_source: str = ""
+    #: the KV cache groups (:class:`~dynlab.kv.groups.HybridPool`) of a model with window, chunked or state
+    #: layers, ``None`` for one whose layers all keep every token (today's one-group engine)
+    kv_layout: Any = None
 
     def engines(self) -> list[EngineWorker]:
         c = self.config
         return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                              max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
                              load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
-                             runs=self.runs_of is not None)
+                             runs=self.runs_of is not None, kv_layout=self.kv_layout)
                 for w in range(c.workers)]
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
@@ -54,9 +57,20 @@ class TimedSetup:
 
         def engines(n, handoff):
             return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
-                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff) for w in range(n)]
+                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff, kv_layout=self.kv_layout)
+                    for w in range(n)]
 
         return engines(p, True), engines(d, False)
+
+    def transfer_bytes(self):
+        """``(tokens, hit) -> bytes`` a P/D transfer sends with KV cache groups (what is resident,
+        :func:`dynlab.kv.groups.transfer_bytes`), ``None`` otherwise (every token's KV)."""
+        if self.kv_layout is None:
+            return None
+        from dynlab.kv.groups import transfer_bytes
+
+        groups = self.latency.hardware.model.kv_groups
+        return lambda tokens, hit: transfer_bytes(groups, tokens, hit)
 
     def describe(self) -> dict[str, Any]:
         """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency)."""
@@ -81,7 +95,7 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     does not fit the GPUs, a ``--trace-block`` that has no effect, or block sizes whose ratio
     exceeds what engine block names can carry.
     """
-    hardware, latency, capacity, source = _hardware_pool(config)
+    hardware, latency, capacity, source, layout = _hardware_pool(config)
     trace_block = own_block_tokens or config.block
     if config.trace_block is not None:
         if own_block_tokens is None:
@@ -103,8 +117,12 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         def runs_of(req) -> tuple:
             return engine_block_runs(req.hashes, req.input_length, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model)
+    if layout is not None and (cpu is not None or runs_of is not None):
+        raise ValueError(f"{hardware.model.name} has KV cache groups ({layout.describe()}), which dynlab does not "
+                         "model with " + ("a CPU tier" if cpu is not None else
+                                          f"trace blocks of {trace_block} tokens other than --block {block}"))
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
-                      runs_of, cpu_tier_source(config, cpu, per_block))
+                      runs_of, cpu_tier_source(config, cpu, per_block), layout)
 
 
 def _hardware_pool(config: SimConfig) -> tuple:
@@ -116,11 +134,26 @@ def _hardware_pool(config: SimConfig) -> tuple:
     hardware = hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
                             dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype)
     latency = build_latency_model(config.latency_model, hardware, config.latency_opts)
+    layout = None if hardware.model.uniform_kv else _kv_layout(config, hardware)
     if config.capacity is not None:
-        return hardware, latency, config.capacity, f"--capacity {config.capacity} blocks of {config.block} tokens"
+        return (hardware, latency, config.capacity, f"--capacity {config.capacity} blocks of {config.block} tokens",
+                layout and layout[2])
+    if layout is not None:
+        return hardware, latency, layout[0], layout[1], layout[2]
     capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization,
                                  parallel=hardware.parallel)
-    return hardware, latency, capacity, source
+    return hardware, latency, capacity, source, None
+
+
+def _kv_layout(config: SimConfig, hardware) -> tuple:
+    """``(blocks, derivation, HybridPool)`` of a model with KV cache groups (:func:`dynlab.kv.groups.hybrid_kv_blocks`);
+    raises ``ValueError`` with a parallel layout other than ``--tp``."""
+    from dynlab.kv.groups import hybrid_kv_blocks
+
+    if hardware.parallel is not None and not hardware.parallel.plain:
+        raise ValueError(f"{hardware.model.name} has KV cache groups, which dynlab models with --tp only "
+                         f"(not {hardware.parallel.describe()})")
+    return hybrid_kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization)
 
 
 def check_timed(config: SimConfig, requests=None) -> None:

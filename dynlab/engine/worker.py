@@ -114,7 +114,8 @@ from typing import Optional, Sequence
 from dynlab.engine.bulk import StepPlan, StepResult, cut_run, plan_step
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest
 from dynlab.engine.scheduler import Scheduler
-from dynlab.kv.cache_manager import CPU_WRITES, KvCacheManager
+from dynlab.kv.cache_manager import CPU_WRITES
+from dynlab.kv.hybrid import kv_cache_manager
 from dynlab.latency.base import LatencyModel
 
 __all__ = ["EngineRequest", "EngineWorker", "StepResult", "CPU_WRITES"]
@@ -145,7 +146,7 @@ class EngineWorker:
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False, runs: bool = False):
+                 handoff: bool = False, runs: bool = False, kv_layout=None):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -158,8 +159,10 @@ class EngineWorker:
         self.bulk = bulk
         self.handoff = handoff
         self.runs = runs
-        self.kv = KvCacheManager(capacity, block, runs=runs, cpu_capacity=cpu_capacity,
-                                 load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
+        self.kv = kv_cache_manager(capacity, block, kv_layout, runs=runs, cpu_capacity=cpu_capacity,
+                                   load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
+        if kv_layout is not None:  # KV cache groups (dynlab.kv.hybrid): one step at a time, no bulk decode runs
+            self.bulk = bulk = False
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
         self.pool = self.kv.pool
         self.cpu = self.kv.cpu

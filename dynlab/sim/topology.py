@@ -70,7 +70,8 @@ class Disaggregated:
         s = self.setup
         prefill, decode = s.pd_engines()
         return DisaggFleet(strategy, prefill, decode, env, s.names_of,
-                           kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg)
+                           kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg,
+                           transfer_bytes=s.transfer_bytes())
 
     def describe(self) -> dict:
         c = self.setup.config

@@ -1,0 +1,186 @@
+"""KV cache groups beyond full attention, and the pool they share (vLLM 0.33's hybrid KV cache manager).
+
+vLLM keeps one KV cache group per attention type (``vllm/v1/core/kv_cache_coordinator.py``,
+``single_type_kv_cache_manager.py``); each group has its own block table per request, and all groups
+take their blocks from ONE block pool whose page size is equalised (``kv_cache_utils.py``,
+``_get_kv_cache_groups_uniform_page_size``). This module models the groups' block rules and the pool
+size; :class:`dynlab.kv.hybrid.HybridKvCacheManager` runs them. A model whose layers all keep every
+token (full attention, MLA) never comes here: its engine keeps today's one-group manager.
+
+Block rules, for a request with ``c`` tokens computed needing slots for ``t`` tokens, ``B`` tokens per block:
+
+- full attention (:class:`~dynlab.kv.cache_manager.FullAttentionGroup`): ``ceil(t / B)`` blocks.
+- sliding window of ``W`` tokens (:class:`SlidingWindowGroup`, vLLM's ``SlidingWindowManager``): the
+  table is ``ceil(t / B)`` long, but its leading ``skipped(c) = max(0, c - W + 1) // B`` blocks are out of
+  the window and freed (vLLM's ``remove_skipped_blocks``, run before each allocation); held:
+  ``ceil(t / B) - skipped(c)``. A prefix hit of ``h`` blocks needs the window's blocks before token
+  ``h * B`` cached: blocks ``skipped(h * B) .. h - 1``.
+- chunked local of ``C`` tokens (:class:`ChunkedLocalGroup`, vLLM's ``ChunkedLocalAttentionManager``):
+  ``skipped(c) = (c // C) * C // B``; a hit needs the current chunk's blocks, as for a window.
+- state (Mamba, linear attention; :class:`StateGroup`, vLLM's ``MambaManager`` without prefix caching):
+  a fixed ``n`` blocks per request holding its state, whatever its length; no prefix hit (a model with
+  a state group gets none: vLLM's default ``mamba_cache_mode``).
+
+Pool (:func:`hybrid_pool`): vLLM's uniform-page-size rule. With ``n_k`` layers of attention type ``k``,
+``group_size = min_k n_k`` (or ``max_k n_k`` when ``max < 1.5 * min``); each type is split into
+``ceil(n_k / group_size)`` KV cache groups of ``group_size`` layers (the last padded). One pool block is
+one page of every layer of a group: ``page = B * bytes_per_token_per_layer_per_GPU``, so
+``blocks = floor(free_bytes_per_GPU / (page * group_size))`` (:func:`hybrid_kv_blocks`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["SlidingWindowGroup", "ChunkedLocalGroup", "StateGroup", "HybridPool", "hybrid_pool", "hybrid_kv_blocks"]
+
+
+class SlidingWindowGroup:
+    """A sliding-window KV cache group: ``block`` tokens per block, ``window`` tokens (``W``) attended."""
+
+    kind = "sliding_window"
+    prefix_cache = True
+
+    def __init__(self, block: int, window: int):
+        self.block, self.window = block, window
+
+    def blocks_needed(self, tokens: int) -> int:
+        """Length of the block table for ``tokens`` tokens: ``ceil(tokens / block)`` (leading entries freed)."""
+        return -(-tokens // self.block)
+
+    def skipped(self, computed: int) -> int:
+        """Leading blocks out of the window once ``computed`` tokens are computed: ``max(0, computed - W + 1) // block``."""
+        return max(0, computed - self.window + 1) // self.block
+
+    def held(self, tokens: int, computed: int) -> int:
+        """Blocks held for slots up to ``tokens`` with ``computed`` computed: ``blocks_needed - skipped``."""
+        return self.blocks_needed(tokens) - self.skipped(computed)
+
+
+class ChunkedLocalGroup(SlidingWindowGroup):
+    """A chunked-local KV cache group (Llama 4): attention within chunks of ``window`` tokens (``C``)."""
+
+    kind = "chunked_local"
+
+    def skipped(self, computed: int) -> int:
+        """Leading blocks before the current chunk: ``(computed // C) * C // block``."""
+        return computed // self.window * self.window // self.block
+
+
+class StateGroup:
+    """A state KV cache group (Mamba, linear attention): ``per_request`` blocks hold a request's state."""
+
+    kind = "state"
+    prefix_cache = False
+
+    def __init__(self, block: int, per_request: int):
+        self.block, self.per_request = block, per_request
+
+    def blocks_needed(self, tokens: int) -> int:
+        """``per_request`` blocks once ``tokens > 0``."""
+        return self.per_request if tokens > 0 else 0
+
+    def skipped(self, computed: int) -> int:
+        """None: the state is one fixed set of blocks."""
+        return 0
+
+    def held(self, tokens: int, computed: int) -> int:
+        """``blocks_needed(tokens)``: nothing is freed."""
+        return self.blocks_needed(tokens)
+
+
+@dataclass(frozen=True)
+class HybridPool:
+    """The KV cache groups of a model and its pool's page (:func:`hybrid_pool`).
+
+    ``groups``: the extra groups' objects (one per vLLM KV cache group that is not full attention, in
+    order); ``full_groups``: how many full-attention KV cache groups (each holds the request's
+    ``ceil(t / B)`` blocks); ``group_size``: layers per group; ``page_bytes``: bytes of one layer's block
+    on one GPU; ``counts``: ``{kind: layers}``; ``padding``: padding layers."""
+
+    groups: tuple
+    full_groups: int
+    group_size: int
+    page_bytes: float
+    counts: dict
+    padding: int
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{n} {k}" for k, n in self.counts.items())
+        return (f"{self.full_groups + len(self.groups)} KV cache groups of {self.group_size} layers "
+                f"({parts}; {self.padding} padding)")
+
+
+def _group_size(counts: list) -> int:
+    """vLLM's rule: the smallest type's layer count, or the largest when ``max < 1.5 * min``."""
+    small, large = min(counts), max(counts)
+    return large if large < small * 1.5 else small
+
+
+def hybrid_pool(model, block: int, tp: int = 1) -> HybridPool:
+    """The KV cache groups of ``model`` (a :class:`~dynlab.models.spec.ModelSpec` with ``kv_groups``) at
+    ``block`` tokens per block on ``tp`` GPUs, by vLLM's uniform-page-size rule (module docstring).
+
+    Attention kinds must keep equal bytes per layer and token (vLLM's uniform page); a state group's
+    blocks per request are ``ceil(state bytes per layer / page)`` (vLLM instead raises the attention
+    block size until one page holds a state). Raises ``ValueError`` (one line) for unequal pages."""
+    split = 1 if model.attention == "mla" else min(tp, model.kv_heads)
+    attn = [g for g in model.kv_groups if g.bytes_per_token]
+    per_layer = {g.bytes_per_token / g.layers / split for g in attn}
+    if len(per_layer) != 1:
+        raise ValueError(f"{model.name}: its attention layer kinds keep different bytes per token, which "
+                         "dynlab's KV cache groups do not model (vLLM equalises them by block size)")
+    page = block * per_layer.pop()
+    counts = {g.kind: g.layers for g in model.kv_groups}
+    size = _group_size(list(counts.values()))
+    groups, full, padding = [], 0, 0
+    for g in model.kv_groups:
+        n = math.ceil(g.layers / size)
+        padding += n * size - g.layers
+        if g.kind in ("full", "mla"):
+            full += n
+            continue
+        for _ in range(n):
+            if g.kind == "sliding_window":
+                groups.append(SlidingWindowGroup(block, g.window))
+            elif g.kind == "chunked_local":
+                groups.append(ChunkedLocalGroup(block, g.window))
+            else:
+                groups.append(StateGroup(block, math.ceil(g.state_bytes / g.layers / split / page)))
+    return HybridPool(tuple(groups), full, size, page, counts, padding)
+
+
+def hybrid_kv_blocks(model, gpu, block: int, tp: int, gpu_memory_utilization: float = 0.9) -> tuple:
+    """``(blocks, derivation, pool)``: pool blocks of a worker of ``tp`` GPUs serving a model with KV cache
+    groups, ``floor((memory * utilization - weight_bytes / tp) / (page * group_size))`` with ``page = block *
+    bytes per layer and token per GPU`` (vLLM's ``get_num_blocks`` over uniform pages). Memory in GiB as
+    :func:`dynlab.models.capacity.kv_blocks` reads it. Raises ``ValueError`` when the weights do not fit."""
+    from dynlab.models.gpus import GIB
+
+    pool = hybrid_pool(model, block, tp)
+    usable = gpu.memory_bytes * gpu_memory_utilization
+    free = usable - model.weight_bytes / tp
+    if free <= 0:
+        raise ValueError(f"{model.name} does not fit on {tp} x {gpu.name}: {model.weight_bytes / tp / GIB:.1f} "
+                         f"GiB of weights per GPU, {usable / GIB:.1f} GiB usable")
+    blocks = math.floor(free / (pool.page_bytes * pool.group_size))
+    why = (f"floor(({gpu.memory_gb} GiB x {gpu_memory_utilization} - {model.weight_bytes:,.0f} B weights / {tp}) "
+           f"/ ({pool.page_bytes:g} B page/layer/GPU x {pool.group_size} layers)) = {blocks} blocks of {block} "
+           f"tokens shared by {pool.describe()}, per worker of {tp} x {gpu.name}")
+    return blocks, why, pool
+
+
+def transfer_bytes(kv_groups, tokens: int, hit: int = 0) -> int:
+    """Bytes a P/D transfer sends for a prompt of ``tokens`` tokens whose first ``hit`` the decode side
+    has cached: what is resident after the prompt and not already there. Per
+    :class:`~dynlab.models.layout.KvGroup`: full / MLA ``(tokens - hit) * bytes_per_token``; sliding window
+    ``min(tokens - hit, W)`` tokens' bytes; chunked local ``min(tokens - hit, (tokens - 1) % C + 1)``; a state
+    group its ``state_bytes``. ``kv_groups``: ``ModelSpec.kv_groups`` (bytes summed over each kind's layers)."""
+    new = tokens - hit
+    total = 0
+    for g in kv_groups:
+        if g.state_bytes:
+            total += g.state_bytes
+        else:
+            total += min(new, g.resident_tokens(tokens)) * g.bytes_per_token
+    return total
