@@ -174,7 +174,7 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
     """``(requests, total, own, synthetic_prefix_blocks)`` of ``config``; ``own``: tokens per block of
     names the trace carries itself (512 for Mooncake), ``None`` when dynlab hashes tokens at ``block``."""
     if config.workload is not None and requests is None:
-        from dynlab.traces.workload import workload_requests
+        from dynlab.traces.workload_io import workload_requests
 
         requests = workload_requests(config.workload, config.block, config.hash)
     if config.trace is None and config.workload is None:
