@@ -269,6 +269,11 @@ TABLE[("sweep", "--workers")] = changes(["sweep", "--executor", "serial", "--qui
                                         ["--workers", "3"])  # workers is SWEEP's axis
 TABLE[("sim", "--quiet")] = on_a_terminal(["sim", "--trace", "mooncake-conversation"])
 TABLE[("sim", "--requests-out")] = changes(["sim", "--trace", MOON], ["--requests-out", "r.jsonl"])
+# the timeline (docs/report.md): written by a timed run; refused without --timing (SIM_OUTPUT_NO_EFFECT)
+TABLE[("sim", "--timeline")] = changes(["sim", "--trace", MOON, "--timing"], ["--timeline", "t.json"])
+TABLE[("sim", "--timeline-max-requests")] = swaps(
+    ["sim", "--trace", MOON, "--timing", "--timeline", "t.json", "--timeline-max-requests", "1"],
+    ["sim", "--trace", MOON, "--timing", "--timeline", "t.json", "--timeline-max-requests", "2"])
 TABLE[("compare", "--quiet")] = on_a_terminal(["compare", "--trace", "mooncake-conversation", "--format", "json"])
 TABLE.update({
     ("workload", "--out"): lambda run: differ(run("workload", SPEC, "--out", "a.jsonl"),
@@ -543,3 +548,18 @@ def test_the_issue_example_block_is_refused(run):
     out = run("sim", "--trace", "t.jsonl", "--workers", "1", "--block", "64", files={"t.jsonl": text})
     refused(out, "--block")
     assert "512-token blocks" in out.stderr
+
+
+# sim's output options that are not SimConfig fields (dynlab.engine.config._output_rules): sim only
+SIM_OUTPUT_NO_EFFECT = [
+    (["--trace", MOON, "--timeline", "t.json"], "--timeline"),
+    (["--trace", MOON, "--timing", "--timeline-max-requests", "5"], "--timeline-max-requests"),
+    (["--trace", MOON, "--timing", "--timeline-max-requests", "1000"], "--timeline-max-requests"),  # at its default
+]
+
+
+@pytest.mark.parametrize("args, flag", SIM_OUTPUT_NO_EFFECT, ids=[" ".join(a) for a, _ in SIM_OUTPUT_NO_EFFECT])
+def test_a_sim_output_without_effect_is_refused(run, args, flag):
+    out = run("sim", *args)
+    refused(out, flag)
+    assert f"{flag} has no effect" in out.stderr and not out.files, out

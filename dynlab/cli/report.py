@@ -36,12 +36,25 @@ def report_option(fn):
                              "table and figures (see docs/report.md).")(fn)
 
 
+def timeline_options(fn):
+    """``--timeline FILE.json`` and ``--timeline-max-requests N`` (``sim --timing``: docs/report.md)."""
+    fn = click.option("--timeline-max-requests", "timeline_max_requests", type=click.IntRange(min=1),
+                      default=1000, show_default=True, metavar="N",
+                      help="With --timeline: keep the first N requests by arrival (and the steps and KV events "
+                           "up to the last one's end), so a long trace does not write gigabytes.")(fn)
+    return click.option("--timeline", "timeline", type=click.Path(dir_okay=False), default=None,
+                        callback=output_path, metavar="FILE.json",
+                        help="With --timing: also write the run's timeline as Chrome trace-event JSON (a track "
+                             "per worker with its steps and KV events, a span per request), for Perfetto's UI "
+                             "(see docs/report.md).")(fn)
+
+
 def command_line(ctx) -> str:
     """The command as given: ``dynlab NAME`` and the options not left at their default, for the question."""
     words = ["dynlab", ctx.info_name]
     for p in ctx.command.params:
         source = ctx.get_parameter_source(p.name)
-        if source in (ParameterSource.DEFAULT, None) or p.name == "report_path":
+        if source in (ParameterSource.DEFAULT, None) or p.name in ("report_path", "timeline"):
             continue
         value = ctx.params.get(p.name)
         flag = p.opts[0] if isinstance(p, click.Option) else None

@@ -17,7 +17,7 @@ from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
 from dynlab.sim.runner import run
-from dynlab.cli.report import report_option, write_run_report
+from dynlab.cli.report import report_option, timeline_options, write_run_report
 
 
 class CapacityType(click.ParamType):
@@ -265,8 +265,10 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
               help="Write one JSON line per trace request, in trace order (worker, times, hits, preemptions; "
                    "see docs/commands.md); - for stdout, the result JSON then going to stderr.")
 @report_option
+@timeline_options
 @click.pass_context
-def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_path, **options):
+def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_path, timeline,
+        timeline_max_requests, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the KV-aware router lab's synthetic workload (12 shared prefixes,
@@ -274,18 +276,29 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_
     block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
     An option that would have no effect in the combination given is refused (exit 2).
     """
+    from dynlab.engine.config import check_outputs
     from dynlab.sim.records import RequestRecorder
 
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                        all_metrics=all_metrics, timing=timing)
-    check_options(config, given_fields(ctx))
+    given = given_fields(ctx)
+    check_options(config, given)
+    try:
+        check_outputs(timing, given)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     recorders = (RequestRecorder(),) if requests_out else ()
+    if timeline:
+        from dynlab.sim.timeline import TimelineRecorder
+        recorders += (TimelineRecorder(config.event_delay_ms),)
     result = _run(config, quiet, recorders=recorders)
     text = json_text(result)
     if report_path:  # written before the JSON is printed: no output that looks like success before an error
         from dynlab.report import Run
-        records = {config.mode: list(recorders[0].records())} if recorders else None
+        records = {config.mode: list(recorders[0].records())} if requests_out else None
         write_run_report(ctx, report_path, [Run(config.mode, result)], [config], records=records)
+    if timeline:
+        recorders[-1].write(timeline, timeline_max_requests)
     if requests_out:
         write_atomic(requests_out, recorders[0].jsonl())
     click.echo(text, err=requests_out == "-")

@@ -378,6 +378,23 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
             if c.split is not None and _aggregated(c) else (c, set(given)) for c in configs]
 
 
+def _output_rules(timing: bool, given: AbstractSet[str]):
+    """``(option name, why it has no effect)`` for ``sim``'s outputs that are not :class:`SimConfig` fields
+    (the timeline: :mod:`dynlab.sim.timeline`); ``given``: the option names the user wrote."""
+    if not timing:
+        yield "timeline", "without --timing (a count-based run has no clock: no steps, no times)"
+    if "timeline" not in given:
+        yield "timeline_max_requests", "without --timeline (it bounds the timeline's requests)"
+
+
+def check_outputs(timing: bool, given: AbstractSet[str]) -> None:
+    """Raise ``ValueError`` (``--NAME has no effect WHY``) for the first output option in ``given`` (the
+    option names the user wrote) that would do nothing (:func:`_output_rules`)."""
+    for name, why in _output_rules(timing, given):
+        if name in given:
+            raise ValueError(f"{_flag(name)} has no effect {why}")
+
+
 def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),
                     own_block_tokens: Optional[int] = None) -> None:
     """Raise ``ValueError`` naming the first option set in ``config`` that would have no effect.

@@ -35,7 +35,7 @@ class EngineRequest:
     ``finish_ms``; ``preemptions`` (int); ``rejected`` (bool).
     """
 
-    __slots__ = ("id", "arrival_ms", "input_length", "output_length", "names", "runs", "seq",
+    __slots__ = ("id", "arrival_ms", "input_length", "output_length", "_names", "runs", "seq",
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
                  "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks")
@@ -51,7 +51,7 @@ class EngineRequest:
         self.arrival_ms = arrival_ms
         self.input_length = input_length
         self.output_length = output_length
-        self.names = names
+        self._names = names
         self.runs = runs
         self.seq = None  # names as the pool takes them (BlockPool.sequence), set by the worker
         self.num_tokens = input_length
@@ -68,6 +68,28 @@ class EngineRequest:
         self.ready_ms = 0.0  # while its CPU hits load: when they have arrived (ms)
         self.load_blocks = 0  # while its CPU hits load: how many
         self.cpu_hit_blocks: Optional[int] = None  # of its first admission's hit, blocks found in the CPU tier
+
+    @property
+    def names(self) -> Sequence[int]:
+        """The names of its full prompt blocks, in prefix order; expanded from :attr:`runs` again after
+        :meth:`drop_names` (the same list of ints)."""
+        names = self._names
+        if names is None:
+            names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
+        return names
+
+    @names.setter
+    def names(self, value: Sequence[int]) -> None:
+        self._names = value
+
+    def drop_names(self) -> None:
+        """Keep the names only as :attr:`runs` (and its pool sequence's runs) until next read: a waiting
+        request's memory (issue 28: ~770 ints, ~28 KB, a request of the bundled trace). No-op without runs."""
+        if self.runs is not None:
+            self._names = None
+            drop = getattr(self.seq, "drop_names", None)
+            if drop is not None:
+                drop()
 
     @property
     def queue_wait_ms(self) -> Optional[float]:

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import MISSING, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the annotations' names (config.py builds the section classes from this module's table)
+    from dynlab.engine.config import (EngineSection, EventsSection, FleetSection, KvSection, PdSection, SimConfig,
+                                      SloSection, TrafficSection)
 
 #: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/sim/test_run_layer.py``)
 SECTIONS: dict[str, tuple[str, ...]] = {

@@ -165,10 +165,12 @@ class TimedFleet:
             for hook in self._h_reject:
                 hook(ereq)
             self._untrack(ereq)
-        elif before is None:
-            self.loop.at(t, STEP_START, self._on_start, w)
-        elif engine.step_end != before:
-            self._schedule_end(w)
+        else:
+            ereq.drop_names()  # waiting: its names as runs only, expanded again when it is scheduled
+            if before is None:
+                self.loop.at(t, STEP_START, self._on_start, w)
+            elif engine.step_end != before:
+                self._schedule_end(w)
         if self.progress is not None:
             self.progress.update(1)
 

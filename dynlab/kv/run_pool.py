@@ -73,19 +73,31 @@ class Runs:
     ``ends``: the names up to the end of each run.
     """
 
-    __slots__ = ("names", "runs", "ends")
+    __slots__ = ("_names", "runs", "ends")
 
     def __init__(self, names: Sequence[int], runs: Optional[Sequence[tuple]]):
         """``runs``: as the attribute (``None``: one run per name). Raises ``ValueError`` when they
         do not add up to ``names`` or one crosses a group."""
         if runs is None:
             runs = [(name, 1) for name in names]
-        self.names, self.runs = names, runs
+        self._names, self.runs = names, runs
         self.ends = ends = list(accumulate([c for _, c in runs]))
         if (ends[-1] if ends else 0) != len(names):
             raise ValueError(f"runs of {ends[-1] if ends else 0} names for {len(names)} names")
         if any((first & _LOW) + c > _LOW + 1 for first, c in runs):
             raise ValueError("a run crosses a group of 1024 names")
+
+    @property
+    def names(self) -> Sequence[int]:
+        """The names in sequence order (expanded from :attr:`runs` again after :meth:`drop_names`)."""
+        names = self._names
+        if names is None:
+            names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
+        return names
+
+    def drop_names(self) -> None:
+        """Keep the names only as :attr:`runs` until next read (a waiting request's memory)."""
+        self._names = None
 
     def span(self, start: int, end: int) -> list:
         """The runs of names ``[start, end)``, the first and last clipped to them."""
@@ -161,7 +173,8 @@ class RunBlockPool(BlockPool):
 
     def lookup(self, seq: Runs, max_blocks: int) -> int:
         """How many leading names of ``seq`` (at most ``max_blocks``) are cached: a prefix hit, in blocks."""
-        n = min(max_blocks, len(seq.names))
+        ends = seq.ends
+        n = min(max_blocks, ends[-1] if ends else 0)
         if n <= 0:
             return 0
         cached, got = self._cached, 0

@@ -1,0 +1,55 @@
+"""The lazy command group (dynlab/cli/lazy.py, issue 23): ``--help`` lists every command from the table
+without importing a command module; a command's module is imported on its first use."""
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from dynlab.cli import main
+from dynlab.cli.lazy import COMMANDS, _Listed
+
+
+def test_the_table_names_every_command_and_its_module():
+    commands = main.commands  # imports every module
+    assert set(commands) == set(COMMANDS)
+    for name, cmd in commands.items():
+        assert cmd.callback.__module__ == f"dynlab.cli.{COMMANDS[name][0]}", name
+
+
+def test_each_short_help_is_the_first_line_of_its_docstring():
+    # the first line as click reads it: the first paragraph, its wrapped lines joined
+    for name, cmd in main.commands.items():
+        first = " ".join(inspect.cleandoc(cmd.callback.__doc__ or cmd.help or "").split("\n\n")[0].split())
+        assert COMMANDS[name][1] == first, name
+        assert _Listed(name, help=COMMANDS[name][1]).get_short_help_str(80) == cmd.get_short_help_str(80)
+
+
+def test_help_lists_every_command_with_its_short_help():
+    out = CliRunner().invoke(main, ["--help"])
+    assert out.exit_code == 0
+    listed = [line.split()[0] for line in out.output.split("Commands:")[1].splitlines() if line.strip()]
+    assert listed == sorted(COMMANDS)
+
+
+def _modules_after(*code: str) -> set:
+    script = "import sys; " + "; ".join(code) + "; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_help_imports_no_command_module_and_a_command_only_its_own():
+    help_run = ("from dynlab.cli import main",
+                "import contextlib, io; f = io.StringIO(); c = contextlib.redirect_stdout(f); c.__enter__()",
+                "main.main(['--help'], standalone_mode=False)", "c.__exit__(None, None, None)")
+    modules = {f"dynlab.cli.{m}" for m, _ in COMMANDS.values()}
+    assert not _modules_after(*help_run) & modules
+    models = help_run[:2] + ("main.main(['models'], standalone_mode=False)", "c.__exit__(None, None, None)")
+    assert _modules_after(*models) & modules == {"dynlab.cli.disagg"}
+
+
+def test_an_unknown_command_is_one_line():
+    out = CliRunner().invoke(main, ["nosuch"])
+    assert out.exit_code == 2 and "No such command 'nosuch'" in out.output
