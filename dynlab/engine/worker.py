@@ -136,6 +136,9 @@ class EngineWorker:
     works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
     names with runs longer than one, as :func:`~dynlab.engine.names.engine_block_runs` gives them).
     ``cpu_capacity`` / ``load_ms_per_block`` / ``cpu_write``: the CPU tier (see the module docstring).
+    ``spec``: speculative decoding (:class:`~dynlab.engine.spec.SpecDecoding`; ``None``: off): the
+    scheduler's rules of :mod:`dynlab.engine.spec`, one step at a time (no bulk run), a request
+    rejected when ``input_length + output_length - 1 + K + lookahead`` tokens cannot fit.
     Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
     The queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``) are the scheduler's,
@@ -145,7 +148,7 @@ class EngineWorker:
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False, runs: bool = False):
+                 handoff: bool = False, runs: bool = False, spec=None):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -160,7 +163,8 @@ class EngineWorker:
         self.runs = runs
         self.kv = KvCacheManager(capacity, block, runs=runs, cpu_capacity=cpu_capacity,
                                  load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
-        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
+        self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
+        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec)
         self.pool = self.kv.pool
         self.cpu = self.kv.cpu
         self.write_through = self.kv.write_through
@@ -304,7 +308,8 @@ class EngineWorker:
         if len(req.names) != req.input_length // self.block:
             raise ValueError(f"request {req.id!r}: {len(req.names)} block names for {req.input_length} "
                              f"tokens at block {self.block} (want {req.input_length // self.block})")
-        if not self.kv.fits(req.input_length + req.output_length - 1):  # the last token's KV is never computed
+        spare = 0 if self.spec is None else self.spec.k + self.spec.lookahead  # a last verify's drafts and lookahead
+        if not self.kv.fits(req.input_length + req.output_length - 1 + spare):  # the last token's KV is never computed
             req.rejected = True
             self.rejected += 1
             return False
@@ -352,7 +357,8 @@ class EngineWorker:
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         # a bulk run may go on across block boundaries when the driver crosses them and nothing waits
         can_cross = self.cross_boundaries and not (sch.waiting or sch.loading or sch.ready or sch.received)
-        st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross)
+        st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross,
+                       self.spec)
         st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()
         self.removed = st.removed
         self._step = st
