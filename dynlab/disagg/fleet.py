@@ -346,6 +346,10 @@ def replay_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequ
     })
     out.update(fleet.serving.result(list(fleet.engines) + fleet.decode))
     out.update(fleet.result())
+    if any(e.spec is not None for e in fleet.decode):  # the decode pool's speculative decoding
+        from dynlab.engine.spec import spec_metrics
+
+        out.update(spec_metrics([e.spec for e in fleet.decode]))
     return out
 
 

@@ -20,6 +20,18 @@ from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
 
 
+def spec_decoding(c: SimConfig):
+    """A worker's :class:`~dynlab.engine.spec.SpecDecoding` for ``c`` (``None``: ``spec_tokens`` 0).
+    Raises ``ValueError`` for a bad ``spec_acceptance``."""
+    if not c.spec_tokens or c.spec_method is None:
+        return None
+    from dynlab.engine.spec import DEFAULT_ALPHA, Acceptance, SpecDecoding, parse_acceptance
+
+    text = c.spec_acceptance if c.spec_acceptance is not None else str(DEFAULT_ALPHA[c.spec_method])
+    rates = parse_acceptance(text, c.spec_tokens)
+    return SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
+
+
 @dataclass
 class TimedSetup:
     """What a timed run is made of; :meth:`replay` serves a workload, :meth:`describe` says what was used."""
@@ -44,7 +56,7 @@ class TimedSetup:
         return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                              max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
                              load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
-                             runs=self.runs_of is not None)
+                             runs=self.runs_of is not None, spec=spec_decoding(c))
                 for w in range(c.workers)]
 
     def replay(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
@@ -70,7 +82,8 @@ class TimedSetup:
 
         def engines(n, handoff):
             return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
-                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff) for w in range(n)]
+                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff,
+                                 spec=None if handoff else spec_decoding(c)) for w in range(n)]  # decode pool only
 
         return replay_disagg(requests, strategy, engines(p, True), engines(d, False), names_of=self.names_of,
                              kv_bytes_per_token=self.latency.hardware.model.kv_bytes_per_token,
@@ -163,6 +176,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
 
     hardware = _hardware_pool(config)[0]
     cpu_tier_size(config, hardware.model)
+    spec_decoding(config)  # a bad --spec-acceptance
     if requests is not None:
         check_arrivals(requests, config.time_scale)
     if requests or (config.trace is None and config.workload is None):  # a loaded trace, or the seed workload

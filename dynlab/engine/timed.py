@@ -351,6 +351,10 @@ def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Seque
     out.update(serving.result(engines))
     if kv_bytes_per_block is not None:
         out.update(tier_metrics(engines, kv_bytes_per_block))
+    if any(e.spec is not None for e in engines):  # speculative decoding (dynlab.engine.spec)
+        from dynlab.engine.spec import spec_metrics
+
+        out.update(spec_metrics([e.spec for e in engines]))
     return out
 
 
