@@ -390,8 +390,13 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
     if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
         # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
         configs = [c if c.spec_tokens else replace(c, **{f: _DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
-        pairs = align_split(configs, given)
-        return [(c, g if c.spec_tokens else g - set(SPEC_FIELDS)) for c, g in pairs]
+        pairs = _align_pd(configs, given)
+        return [(c, g if c.spec_tokens else g - set(SPEC_FIELDS) - {"spec_tokens"}) for c, g in pairs]
+    return _align_pd(configs, given)
+
+
+def _align_pd(configs: list, given: AbstractSet[str]) -> list[tuple[SimConfig, set]]:
+    """:func:`align_split`'s P/D part."""
     if not any(c.split is not None and not _aggregated(c) for c in configs):
         return [(c, set(given)) for c in configs]
     return [(replace(c, **{f: _DEFAULTS[f] for f in PD_FIELDS}), set(given) - set(PD_FIELDS))

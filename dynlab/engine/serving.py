@@ -32,6 +32,27 @@ def spec_decoding(c: SimConfig):
     return SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
 
 
+#: the latency models whose verify steps and drafter the spec helper checked (docs/engine.md)
+SPEC_PRICED = ("roofline", "linear")
+
+
+def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
+    """A speculative run's keys: method, K, lookahead slots, per-position rates; and, for a latency
+    model that cannot price drafts itself, a ``latency_domain`` line saying so."""
+    from dynlab.engine.spec import lookahead_tokens
+
+    spec = spec_decoding(c)
+    out: dict = {"spec_method": c.spec_method, "spec_tokens": c.spec_tokens,
+                 "spec_lookahead_tokens": lookahead_tokens(c.spec_method, c.spec_tokens),
+                 "spec_rates": [round(r, 4) for r in spec.acceptance.rates], "spec_draws": c.spec_draws}
+    if c.latency_model not in SPEC_PRICED:
+        why = (f"speculative decoding: {c.latency_model} has no verify-step or drafter data; its steps are "
+               "priced as decodes plus each request's drafts as a chunk, the drafter by dynlab's rule")
+        prior = latency.describe_hardware().get("latency_domain")
+        out["latency_domain"] = f"{prior}; {why}" if prior else why
+    return out
+
+
 @dataclass
 class TimedSetup:
     """What a timed run is made of; :meth:`replay` serves a workload, :meth:`describe` says what was used."""
@@ -101,6 +122,8 @@ class TimedSetup:
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model}
         out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
+        if c.spec_tokens and c.spec_method is not None:
+            out.update(spec_describe(c, self.latency))
         if self.cpu_capacity is not None:
             out.update({"cpu_kv_blocks": self.cpu_capacity, "cpu_kv_blocks_source": self.cpu_capacity_source,
                         "kv_bytes_per_block": self.kv_bytes_per_block,

@@ -109,3 +109,38 @@ def test_spec_runs_finish_every_request_exactly(k, method, cap, budget, specs):
     run(w, reqs, check=True)
     for r in reqs:
         assert r.rejected or r.generated == r.output_length
+
+
+MOON = "".join(f'{{"timestamp": {t}, "input_length": {n}, "output_length": 6, "hash_ids": {ids}}}\n'
+               for t, n, ids in [(0, 1024, [1, 2]), (50, 1536, [1, 2, 3]), (90, 600, [7, 8])])
+
+
+def _cli(tmp_path, *args):
+    import json
+
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    out = CliRunner().invoke(main, [*args[:1], "--trace", str(tmp_path / "m.jsonl"), "--timing", *args[1:]])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output) if args[0] == "sim" else out.output
+
+
+def test_pd_decode_pool_speculates(tmp_path):
+    # the prefill worker computes the prompt and the first token; the decode worker verifies drafts:
+    # 5 tokens left per request at K = 2, all accepted (rate 1): 3 + 2 emitted, two verify steps each
+    r = _cli(tmp_path, "sim", "--split", "1:1", "--spec-method", "eagle", "--spec-tokens", "2",
+             "--spec-acceptance", "1.0")
+    assert r["spec_draft_tokens"] == 3 * 4 and r["spec_accepted_tokens"] == 3 * 4
+    assert r["mean_acceptance_length"] == 3.0 and r["spec_acceptance_per_position"] == [1.0, 1.0]
+
+
+def test_sim_keys_and_compare(tmp_path):
+    r = _cli(tmp_path, "sim", "--spec-method", "mtp", "--spec-tokens", "3", "--spec-acceptance", "0.8,0.6,0.4",
+             "--spec-draws", "expected")
+    assert (r["spec_method"], r["spec_tokens"], r["spec_lookahead_tokens"], r["spec_rates"]) == ("mtp", 3, 3, [0.8, 0.6, 0.4])
+    assert r["spec_draws"] == "expected"
+    text = _cli(tmp_path, "compare", "--spec-method", "eagle3", "--spec-tokens", "0,2", "--spec-acceptance", "0.8,0.6")
+    assert "spec_tokens" in text or "--spec-tokens" in text
