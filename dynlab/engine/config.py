@@ -304,7 +304,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
-    yield from _workload_rules(config)
+    yield from (*_workload_rules(config), *_spec_rules(config))  # the workloads' and spec helpers' rows
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -338,7 +338,6 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
-    yield from _spec_rules(config)
     # --- models helper (issue 25) ---
     if not config.timing:
         for name in PARALLEL_FIELDS:
