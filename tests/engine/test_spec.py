@@ -144,3 +144,21 @@ def test_sim_keys_and_compare(tmp_path):
     assert r["spec_draws"] == "expected"
     text = _cli(tmp_path, "compare", "--spec-method", "eagle3", "--spec-tokens", "0,2", "--spec-acceptance", "0.8,0.6")
     assert "spec_tokens" in text or "--spec-tokens" in text
+
+
+@pytest.mark.parametrize("value, words", [
+    ("0.4,0.6", "rates cannot increase"),
+    ("file:{tmp}/len.txt", "len.txt:2: 'x' is not an acceptance length"),
+    ("file:{tmp}/missing.txt", "cannot read"),
+])
+def test_a_bad_acceptance_is_one_line(tmp_path, value, words):
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "len.txt").write_text("1 2\nx\n")
+    out = CliRunner().invoke(main, ["sim", "--timing", "--spec-method", "eagle", "--spec-tokens", "2",
+                                    "--spec-acceptance", value.format(tmp=tmp_path), "--quiet"])
+    assert out.exit_code == 2
+    (line,) = out.output.strip().splitlines()
+    assert line.startswith("Error: ") and words in line
