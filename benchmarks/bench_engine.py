@@ -24,6 +24,7 @@ from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
 from dynlab.engine.serving import build_engines
 from dynlab.engine.worker import EngineWorker
+from dynlab.sim.topology import serve, topology_for
 from dynlab.traces.reader import load_trace
 
 TRACE = "mooncake-conversation"
@@ -46,7 +47,8 @@ def replay_once(requests, workers: int, bulk: bool, mode: str) -> tuple[float, f
     EngineWorker.start_step = counting
     try:
         c0, w0 = time.process_time(), time.perf_counter()
-        out = setup.replay(requests, strategy, rng=rng, loss_rng=random.Random(f"dynlab-event-loss-{config.seed}"))
+        out = serve(topology_for(setup), requests, strategy, config,
+                    loss_rng=random.Random(f"dynlab-event-loss-{config.seed}"))
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     finally:
         EngineWorker.start_step = start_step

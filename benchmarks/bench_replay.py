@@ -1,6 +1,6 @@
 """Fleet replay throughput on the bundled Mooncake conversation trace (issue: fleet replay).
 
-Prints requests/s and blocks/s of ``dynlab.engine.run.run`` (parsing included: the trace is
+Prints requests/s and blocks/s of ``dynlab.sim.run`` (parsing included: the trace is
 decompressed and decoded inside every timed run) for each built-in mode, for 8, 64
 and 512 workers, with ``--timing`` (time scale 0.5) for 8 workers, and a bare loop doing the same work in plain Python (one
 OrderedDict per worker as an LRU cache, one set per worker as the router's index,
@@ -21,7 +21,7 @@ from collections import OrderedDict
 from importlib import resources
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.traces.reader import BUILTIN_TRACES
 
 TRACE = "mooncake-conversation"

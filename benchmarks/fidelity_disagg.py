@@ -125,6 +125,7 @@ def dynlab_gap(tokens: int, gbps: float) -> tuple[float, float]:
     import random
 
     from dynlab.disagg.fleet import serve_disagg
+    from dynlab.engine.config import PdSection
     from dynlab.engine.config import SimConfig
     from dynlab.engine.run import build_strategy
     from dynlab.engine.serving import build_engines
@@ -142,7 +143,8 @@ def dynlab_gap(tokens: int, gbps: float) -> tuple[float, float]:
 
     agg = replay_timed([req], build_strategy(cfg, random.Random(0)), [eng(False)], names_of=names_of)
     fleet = serve_disagg([req], build_strategy(cfg, random.Random(0)), [eng(True)], [eng(False)], names_of=names_of,
-                         kv_bytes_per_token=setup.latency.hardware.model.kv_bytes_per_token, link_gbps=gbps)
+                         kv_bytes_per_token=setup.latency.hardware.model.kv_bytes_per_token,
+                         pd=PdSection(link_gbps=gbps))
     (rec,) = fleet.records.values()
     return agg["ttft_ms"]["p50"], rec.arrived - rec.request.arrival_ms
 

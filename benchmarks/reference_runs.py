@@ -51,7 +51,7 @@ RUNS: dict[str, list[str]] = {
     "t-preempt": ["sim", *TIMED, "--workers", "8", "--mode", "kv-cost", "--capacity", "3000"],
     "t-32-fast": ["sim", *TIMED, "--workers", "32", "--mode", "kv-events", "--time-scale", "0.3"],
     "t-small-tier-delay": ["sim", *TIMED, "--workers", "4", "--mode", "kv-cost", "--capacity", "4000",
-                           "--cpu-capacity", "8000", "--event-delay-ms", "20", "--time-scale", "0.5"],
+                           "--cpu-capacity", "8000", "--cpu-write", "evict", "--event-delay-ms", "20", "--time-scale", "0.5"],
     "t-pd": ["sim", *TIMED, "--split", "2:6", "--mode", "kv-cost", "--slo-ttft-ms", "2000",
              "--slo-tpot-ms", "50"],
     "t-pd-overlap": ["sim", *TIMED, "--prefill-workers", "3", "--decode-workers", "5", "--mode",

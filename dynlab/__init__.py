@@ -18,7 +18,7 @@ _LAZY = {
     "KvRouter": "dynlab.routing.router",
     "KvIndex": "dynlab.routing.index",
     "SimConfig": "dynlab.engine.config",
-    "run": "dynlab.engine.run",
+    "run": "dynlab.sim.runner",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -31,8 +31,8 @@ from typing import Optional, Sequence
 
 __all__ = ["HORIZON_MS", "past_horizon", "MACHINE_BYTES", "BUDGET_BYTES", "WORKER_BYTES", "SEED_REQUEST_BYTES", "SEED_BLOCK_BYTES",
            "PROMPT_TOKEN_BYTES", "DOC_READ_BYTES", "GRID_CELL_BYTES", "MAX_WORKERS", "MAX_SEED_REQUESTS",
-           "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "check_sim",
-           "check_doc_reads", "check_grid_cells"]
+           "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "OUTPUT_TOKEN_BYTES",
+           "MAX_OUTPUT_TOKENS", "check_sim", "check_doc_reads", "check_grid_cells", "output_too_long"]
 
 GIB = 2**30
 #: memory of the machine dynlab is sized for
@@ -57,6 +57,10 @@ DOC_READ_BYTES = 256
 #: one sweep cell: its options, its configuration and its result record (measured about 2 KB
 #: for the first two; a result is a few KB)
 GRID_CELL_BYTES = 8192
+#: one token a timed request will generate: the engine block table and bookkeeping that grow as it
+#: decodes (measured about 10 bytes per token: one request of 10,000,000 output tokens on one worker
+#: with ``--capacity 1e12``, 136 MB peak RSS against 39 MB for 1,000,000 tokens)
+OUTPUT_TOKEN_BYTES = 16
 
 
 def _one_digit(n: int) -> int:
@@ -77,6 +81,12 @@ MAX_PROMPT_TOKENS = _one_digit(BUDGET_BYTES // PROMPT_TOKEN_BYTES)
 MAX_DOC_READS = _one_digit(BUDGET_BYTES // DOC_READ_BYTES)
 #: cells of a sweep grid at most (1,000,000)
 MAX_GRID_CELLS = _one_digit(BUDGET_BYTES // GRID_CELL_BYTES)
+#: a trace's ``output_length`` at most (10,000,000 tokens, one request). The memory rule alone would
+#: allow 500,000,000 (8 GiB / 16 B), but one such request takes minutes of CPU (a timed run spends
+#: about 0.3 us per output token: 10,000,000 tokens in about 3 s); 10,000,000 is the longest context
+#: window of a served model (Llama 4 Scout's 10M tokens), and vLLM refuses a request whose prompt
+#: plus output exceeds the model's ``max_model_len``, so no real trace records more.
+MAX_OUTPUT_TOKENS = min(10_000_000, _one_digit(BUDGET_BYTES // OUTPUT_TOKEN_BYTES))
 
 
 def _over(what: str, asked: int, limit: int, unit: str, per: int) -> ValueError:
@@ -106,6 +116,13 @@ def check_sim(config) -> None:
     if blocks > MAX_SEED_BLOCKS:
         raise _over(f"--prefixes {config.prefixes} x --reps {config.reps} x {tokens // config.block} blocks "
                     "per request", blocks, MAX_SEED_BLOCKS, "block names", SEED_BLOCK_BYTES)
+
+
+def output_too_long(n: int) -> str:
+    """The message (without ``FILE:LINE``) for a request's ``output_length`` ``n`` over
+    :data:`MAX_OUTPUT_TOKENS`; the trace readers raise it for the line."""
+    return (f"output_length {n:,} is more than dynlab allows: at most {MAX_OUTPUT_TOKENS:,} tokens per request "
+            "(the longest context window of a served model; see docs/limits.md)")
 
 
 def check_doc_reads(docs: int, passes: Sequence[str]) -> None:

@@ -10,7 +10,7 @@ import dynlab
 def test_public_names_import_from_dynlab_directly():
     from dynlab import KvIndex, KvRouter, SimConfig, __version__, block_hashes, hookimpl, overlap, run
     from dynlab.engine.config import SimConfig as config_SimConfig
-    from dynlab.engine.run import run as engine_run
+    from dynlab.sim.runner import run as engine_run
     from dynlab.hookspecs import hookimpl as spec_hookimpl
     from dynlab.routing.hashing import block_hashes as hashing_block_hashes, overlap as hashing_overlap
     from dynlab.routing.index import KvIndex as index_KvIndex

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dynlab.disagg.fleet import replay_disagg, serve_disagg
 from dynlab.engine.config import SimConfig
+from dynlab.engine.config import PdSection
 from dynlab.engine.run import build_strategy
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.grid import build_latency_model, hardware_for
@@ -37,8 +38,10 @@ def names_of(req):
 
 
 def serve(requests, prefill, decode, mode="rr", **kw):
+    """``kw``: fields of the P/D section (``link_gbps=``, ``decode_router=`` ...)."""
     strategy = build_strategy(SimConfig(mode=mode, workers=len(prefill)), random.Random(0))
-    return serve_disagg(requests, strategy, prefill, decode, names_of=names_of, kv_bytes_per_token=KVB, **kw)
+    return serve_disagg(requests, strategy, prefill, decode, names_of=names_of, kv_bytes_per_token=KVB,
+                        pd=PdSection(**kw))
 
 
 def request(i, t, n_in, n_out, prefix=None):

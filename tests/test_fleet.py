@@ -15,7 +15,8 @@ from dynlab import plugins
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
 from dynlab.engine.counted import Worker
-from dynlab.engine.run import build_strategy, make_workers, replay, run
+from dynlab.engine.run import build_strategy, make_workers, replay
+from dynlab.sim.runner import run
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.hashing import block_hashes
 from dynlab.routing.index import KvIndex

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import dynlab
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored, KvEventBatch
 from dynlab.routing.events_io import frame, read_batches, replay_events
 from dynlab.routing.hashing import block_hashes, dynamo_local_hashes, dynamo_seed

@@ -72,7 +72,7 @@ def test_ctrl_c_during_a_run_exits_130(tmp_path):
     ready = tmp_path / "started"
     code = textwrap.dedent(f"""
         import sys
-        from dynlab.engine import run as run_module
+        from dynlab.sim import runner as run_module
         real = run_module.run
 
         def run(*a, **k):

@@ -171,3 +171,37 @@ def test_a_progress_bar_on_a_terminal(args, tmp_path):
     args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
     err = stderr_on_a_terminal(args)
     assert args[0].encode() in err or b"req" in err  # the bar's label (sim's bar is labelled by its mode)
+
+
+# -- a trace's output_length ---------------------------------------------------------------------------
+
+def _trace_with_output(tmp_path, n) -> str:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]}\n'
+                    f'{{"timestamp": 1, "input_length": 1024, "output_length": {n}, "hash_ids": [1, 2]}}\n')
+    return str(path)
+
+
+def test_output_length_limit_is_ten_million_tokens():
+    # the context-window bound (10,000,000) is below the memory rule's 8 GiB / 16 B = 536,870,912 -> 500,000,000
+    assert limits.OUTPUT_TOKEN_BYTES == 16
+    assert limits.MAX_OUTPUT_TOKENS == 10_000_000
+
+
+@pytest.mark.parametrize("extra", [[], ["--timing", "--capacity", "1000000000000"]])
+def test_an_output_length_over_the_limit_is_refused_with_file_and_line(tmp_path, extra):
+    path = _trace_with_output(tmp_path, 10_000_001)
+    r = invoke("sim", "--trace", path, "--quiet", *extra)
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr == (f"Error: {path}:2: output_length 10,000,001 is more than dynlab allows: at most "
+                        "10,000,000 tokens per request (the longest context window of a served model; "
+                        "see docs/limits.md)\n")
+    r = invoke("sim", "--trace", _trace_with_output(tmp_path, 10**12), "--quiet", *extra)
+    assert r.exit_code == 1 and ":2: output_length 1,000,000,000,000 is more" in r.stderr
+
+
+def test_an_output_length_at_the_limit_is_read(tmp_path):
+    from dynlab.traces.reader import load_trace
+
+    requests = load_trace(_trace_with_output(tmp_path, 10_000_000))
+    assert [r.output_length for r in requests] == [4, 10_000_000]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from dynlab import plugins
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.routing.strategy import FleetView, Request, RunContext
 
 

@@ -149,9 +149,9 @@ def sim_rows(cmd: list) -> dict:
         "--cpu-memory-gb": changes(timed + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
         "--pcie-gbps": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
                                ["--pcie-gbps", "1"]),
-        # write-through copies every computed block to the tier: more bytes over PCIe (pcie_bytes)
+        # a victim tier writes only evicted blocks, write-through (the default) every computed one: pcie_bytes differ
         "--cpu-write": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
-                               ["--cpu-write", "compute"]),
+                               ["--cpu-write", "evict"]),
         "--timing": changes(cmd, ["--timing"]),
         "--all-metrics": changes(cmd, ["--all-metrics"]),
         "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),
@@ -283,6 +283,7 @@ for name, cmd in COMMANDS.items():
 TABLE[("sweep", "--workers")] = changes(["sweep", "--executor", "serial", "--quiet", "--grid", "seed=1,2"],
                                         ["--workers", "3"])  # workers is SWEEP's axis
 TABLE[("sim", "--quiet")] = on_a_terminal(["sim", "--trace", "mooncake-conversation"])
+TABLE[("sim", "--requests-out")] = changes(["sim", "--trace", MOON], ["--requests-out", "r.jsonl"])
 TABLE[("compare", "--quiet")] = on_a_terminal(["compare", "--trace", "mooncake-conversation", "--format", "json"])
 TABLE.update({
     ("workload", "--out"): lambda run: differ(run("workload", SPEC, "--out", "a.jsonl"),
@@ -409,7 +410,7 @@ TABLE.update({
     ("plan", "--routers"): changes(LOGGED, ["--routers", "2"]),
     ("plan", "--router-assign"): changes(LOGGED + ["--routers", "2"], ["--router-assign", "hash"]),
     ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
-    ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "compute"]),
+    ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
     ("plan", "--slo-ttft-ms"): swaps(PLAN, [*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:]]),
     ("plan", "--slo-tpot-ms"): changes(PLAN, ["--slo-tpot-ms", "1"]),

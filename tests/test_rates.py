@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.routing.strategy import Request
 from dynlab.traces import rates
 

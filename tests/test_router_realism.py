@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from dynlab import plugins
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import build_strategy, run
+from dynlab.engine.run import build_strategy
+from dynlab.sim.runner import run
 from dynlab.engine.serving import build_engines
+from dynlab.sim.topology import Aggregated, serve
 from dynlab.routing.events import BlockStored
 from dynlab.routing.replicas import LoadBook, RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
@@ -144,8 +146,8 @@ def test_own_load_views_partition_the_fleet_view(routers, assign, seed):
     cls = plugins.strategies().get("kv-cost")
     ctx = RunContext(workers=3, rng=rng, options={o.name: o.default for o in cls.options}, timed=True)
     spy = _Spy([cls(ctx) for _ in range(routers)], assign)
-    out = setup.replay(list(seed_requests(4, 3, 48, 16, 16, random.Random(seed))), spy, rng=rng,
-                       loss_rng=random.Random(0))
+    out = serve(Aggregated(setup), list(seed_requests(4, 3, 48, 16, 16, random.Random(seed))), spy, config,
+                loss_rng=random.Random(0))
     assert out["requests"] == 12 and sum(spy.routed) == 12
     for book in spy.books:  # everything finished: nothing left in any book
         assert book.active == book.active_blocks == book.queued == book.waiting == [0, 0, 0]

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
 from dynlab.engine.serving import build_engines
+from dynlab.sim.topology import Aggregated, serve
 from dynlab.routing.events import MEDIUM_CPU, AllBlocksCleared, BlockRemoved, BlockStored
 from dynlab.routing.index import KvIndex
 from dynlab.routing.run_index import RunIndex
@@ -236,7 +237,7 @@ def test_timed_engine_events_carry_exact_runs():
     config.validate()
     setup = build_engines(config, requests.own_block_tokens)
     strategy = build_strategy(config, random.Random(0), registry={"kv-cost": _Checked}, block_tokens=config.block)
-    out = setup.replay(requests[:400], strategy, rng=random.Random(0), loss_rng=random.Random(1))
+    out = serve(Aggregated(setup), requests[:400], strategy, config, loss_rng=random.Random(1))
     assert out["evicted_blocks"] > 0 and strategy.with_runs > 0 and strategy.index._groups is not None
     for w in range(2):
         assert strategy.index.blocks(w) == strategy.shadow.blocks(w)

@@ -17,7 +17,7 @@ from dynlab import sweep as lib
 from helpers import HANG, dynlab_command, interruptible, invoke, lines_of, ok, wait_for
 from dynlab.cli.routing import SIM_OPTIONS
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.errors import DynlabError
 
 TRACE = "mooncake-conversation"

@@ -101,7 +101,7 @@ def test_identical_cells_are_probed_once_and_a_failing_probe_defers_to_the_run(m
 
 
 def test_a_probe_has_the_keys_of_the_full_run(tmp_path):
-    from dynlab.engine.run import run
+    from dynlab.sim.runner import run
     from dynlab.sweep.results import flatten
     from dynlab.traces.reader import load_trace
 

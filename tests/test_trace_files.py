@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.errors import InputError
 from dynlab.traces.reader import TraceWarning, load_trace
 from dynlab.traces.text import ApproxTokenizer

@@ -13,9 +13,10 @@ from hypothesis import given, settings, strategies as st
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.routing.hashing import block_hashes
-from dynlab.traces.workload import SpecError, mooncake_rows
+from dynlab.traces.workload import SpecError
+from dynlab.traces.workload_io import mooncake_rows
 
 ISSUE_SPEC = {"seed": 1, "requests": 200, "arrival": {"process": "poisson", "rate": 5},
               "input": {"dist": "lognormal", "mean": 1000, "sigma": 0.5},
@@ -165,7 +166,7 @@ def test_yaml_spec(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("seed: 1\nrequests: 200\narrival: {process: poisson, rate: 5}\n"
                     "input: {dist: lognormal, mean: 1000, sigma: 0.5}\noutput: {dist: uniform, min: 20, max: 200}\n")
-    from dynlab.traces.workload import open_workload
+    from dynlab.traces.workload_io import open_workload
 
     assert list(open_workload(str(path)).rows()) == rows(ISSUE_SPEC)
 

@@ -5,8 +5,10 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
 import tempfile
+import threading
 import warnings
 
 import click
@@ -15,20 +17,24 @@ from dynlab.atomic import replace_file
 from dynlab.errors import DynlabError, InputFileError
 
 
-def echo_json(obj) -> None:
-    """Print one JSON object on one line (``json.dumps`` default separators).
+def echo_json(obj, err: bool = False) -> None:
+    """Print one JSON object on one line (``json.dumps`` default separators); on stderr when ``err``.
 
     Raises :class:`click.UsageError` (exit 2) naming the first key whose value is ``NaN`` or an
     infinity rather than print it (not JSON): only inputs out of all proportion give one, and the
     commands refuse those they can foresee with a message naming the option.
     """
+    click.echo(json_text(obj), err=err)
+
+
+def json_text(obj) -> str:
+    """``obj`` as one line of JSON; raises :class:`click.UsageError` as :func:`echo_json` does."""
     try:
-        text = json.dumps(obj, allow_nan=False)
+        return json.dumps(obj, allow_nan=False)
     except ValueError:
         where = _non_finite_key(obj)
         raise click.UsageError(f"the result{' ' + repr(where) if where else ''} is not a finite number "
                                "(NaN or infinity): an input is too large or too small") from None
-    click.echo(text)
 
 
 def output_format(fmt):
@@ -79,27 +85,60 @@ def refuse_repeats(texts: list[str], values: list, option: str) -> None:
                                          param_hint=f"'{option}'")
 
 
-def output_path(ctx, param, value):
-    """click callback: an output file whose directory must exist and be writable (``-`` passes through)."""
-    if value is None or value == "-":
-        return value
+def _special_kind(mode: int) -> str:
+    return ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def _check_output(value: str, ctx, param, stream: bool) -> str:
+    hint = "a file, or - for standard output" if stream else "a file"
     directory = os.path.dirname(os.path.abspath(value))
     if not os.path.isdir(directory):
         raise click.BadParameter(f"{value}: directory {directory} does not exist", ctx, param)
     if os.path.isdir(value):
         raise click.BadParameter(f"{value} is a directory", ctx, param)
+    target = os.path.realpath(value)
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # a device (/dev/full, /dev/stdout) or a FIFO cannot be replaced atomically, nor read back or
+        # locked (sweep's --out); writing one could block or fail only after the whole run
+        raise click.BadParameter(f"{value} is {_special_kind(mode)}, not a regular file; give {hint}", ctx, param)
     # os.access() says yes to root on a read-only file system: try to create the temporary file an
     # atomic write will need, so an unwritable path fails now, not after a long run.
-    target = os.path.realpath(value)
-    if not os.path.exists(target) or os.path.isfile(target):
-        try:
-            fd, probe = tempfile.mkstemp(prefix=".dynlab-probe-", dir=os.path.dirname(target))
-        except OSError as exc:
-            raise click.BadParameter(f"{value}: cannot write in {os.path.dirname(target)}: "
-                                     f"{exc.strerror or exc}", ctx, param) from None
-        os.close(fd)
-        os.unlink(probe)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dynlab-probe-", dir=os.path.dirname(target))
+    except OSError as exc:
+        raise click.BadParameter(f"{value}: cannot write in {os.path.dirname(target)}: "
+                                 f"{exc.strerror or exc}", ctx, param) from None
+    os.close(fd)
+    os.unlink(probe)
     return value
+
+
+def output_path(ctx, param, value):
+    """click callback for an output that must be a file (a plot, a report): its directory must exist
+    and be writable; ``-`` is refused (a usage error: this output is not a stream), and so is an
+    existing path that is not a regular file (a device such as /dev/full, a FIFO).
+
+    The rule for ``-`` in every command: standard output where the output is a stream of text
+    (:func:`stream_output_path`), refused where it is not."""
+    if value is None:
+        return value
+    if value == "-":
+        raise click.BadParameter("- (standard output) is not accepted: this output is written as a file; "
+                                 "give a file name", ctx, param)
+    return _check_output(value, ctx, param, stream=False)
+
+
+def stream_output_path(ctx, param, value):
+    """click callback for an output that is a stream of text (JSON lines, CSV, a summary): ``-`` is
+    standard output; any other value is checked as :func:`output_path` checks it."""
+    if value is None or value == "-":
+        return value
+    return _check_output(value, ctx, param, stream=True)
 
 
 def check_plot(path: str, flag: str = "--plot") -> None:
@@ -149,20 +188,56 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     click.echo(f"Warning: {message}", err=True)
 
 
+class Terminated(BaseException):
+    """Raised in the main thread when the process receives SIGTERM or SIGHUP (what ``timeout``, CI
+    runners and a closed terminal send), so that ``finally`` blocks and context managers run: a sweep
+    stops its pool workers or its Ray instance instead of leaving them behind. ``signum``: the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+#: The signals :class:`DynlabGroup` turns into :class:`Terminated` (Ctrl-C's SIGINT is click's Abort).
+TERMINATING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+def _ignore_stop_signals() -> None:
+    """While cleaning up after a signal: a second one must not interrupt the clean-up."""
+    for signum in (signal.SIGINT, *TERMINATING_SIGNALS):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 class DynlabGroup(click.Group):
     """A click group whose errors are one line on stderr, never a traceback.
 
     Usage errors (bad option values, unknown names, an input file that cannot be opened:
     :class:`~dynlab.errors.InputFileError`) print ``Error: ...`` and exit 2; other
     :class:`DynlabError` (bad lines in input files) and OS errors print ``Error: ...`` and exit 1.
+    Ctrl-C prints ``Aborted!`` and exits 130; SIGTERM and SIGHUP print ``Terminated (SIGTERM)`` and
+    exit 128 + the signal's number (143, 129), as a shell reports a command a signal ended, after the
+    command's clean-up (processes it started are stopped) has run.
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         warnings.showwarning = _one_line_warning
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in TERMINATING_SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # e.g. nohup: SIGHUP stays ignored
+                    previous[signum] = signal.signal(signum, _raise_terminated)
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
+        except Terminated as exc:
+            _ignore_stop_signals()
+            click.echo(f"Terminated ({signal.Signals(exc.signum).name})", err=True)
+            sys.exit(128 + exc.signum)
         except click.exceptions.NoArgsIsHelpError as exc:
             click.echo(exc.ctx.get_help(), err=True)
             sys.exit(exc.exit_code)
@@ -173,9 +248,13 @@ class DynlabGroup(click.Group):
             exc.show()
             sys.exit(exc.exit_code)
         except (click.Abort, KeyboardInterrupt, EOFError):
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up at exit
+            _ignore_stop_signals()  # a second Ctrl-C must not break the clean-up at exit
             click.echo("Aborted!", err=True)
             sys.exit(130)
+        finally:
+            for signum, handler in previous.items():
+                if signal.getsignal(signum) is _raise_terminated:
+                    signal.signal(signum, handler)
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):

@@ -8,7 +8,7 @@ import sys
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_json, refuse_repeats, split_list, write_atomic
+from dynlab.cli.common import echo_json, refuse_repeats, split_list, stream_output_path, write_atomic
 from dynlab.disagg import cost as lib
 from dynlab.labs import summarize as summ
 
@@ -119,7 +119,8 @@ def summarize():
 
 
 _IN = click.argument("input", metavar="IN", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
-_OUT = click.argument("output", metavar="OUT", type=click.Path(dir_okay=False, allow_dash=True))
+_OUT = click.argument("output", metavar="OUT", type=click.Path(dir_okay=False, allow_dash=True),
+                      callback=stream_output_path)
 
 
 def _warn(message: str) -> None:

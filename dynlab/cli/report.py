@@ -9,7 +9,7 @@ import click
 from click.core import ParameterSource
 
 from dynlab.cli import main
-from dynlab.cli.common import output_path
+from dynlab.cli.common import output_path, stream_output_path
 
 SUFFIXES = (".html", ".htm")
 
@@ -23,6 +23,8 @@ def _html_path(ctx, param, value):
                                  ctx, param)
     if value != "-" and not value.lower().endswith(SUFFIXES):
         raise click.BadParameter(f"{value}: a report is HTML; name a .html file", ctx, param)
+    if value == "-":  # `dynlab report --out -`: the HTML on stdout, a stream
+        return stream_output_path(ctx, param, value)
     return output_path(ctx, param, value)
 
 

@@ -60,6 +60,7 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
         raise click.UsageError("--offload-file is a lab002 input; it cannot be used with --only lab000")
     if only == "lab002" and disagg_file:
         raise click.UsageError("--disagg-file is a lab000 input; it cannot be used with --only lab002")
+    _check_parent(outdir)
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise click.UsageError(f"{outdir} exists and is not a directory")
     if os.path.isdir(outdir) and os.listdir(outdir) and not force:
@@ -89,9 +90,23 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
         bar.close()
         raise
 
+    try:
+        names = _write_into(outdir, result, bar)
+    finally:
+        bar.close()
+    for name in names:
+        click.echo(os.path.join(outdir, name))
+
+
+def _write_into(outdir: str, result, bar) -> list[str]:
+    """Write ``result``'s files into a staging folder beside OUTDIR and move them into place; returns
+    the names written. An error names OUTDIR (the folder asked for), never the staging folder."""
     parent = os.path.dirname(os.path.abspath(outdir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(outdir))}.dynlab-", dir=parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(outdir))}.dynlab-", dir=parent)
+    except OSError as exc:  # the folder changed since the check
+        raise DynlabError(f"{outdir}: cannot write in {parent}: {exc.strerror or exc}") from None
     try:
         names = []
         for name, artifact in result.artifacts.items():
@@ -104,13 +119,28 @@ def reproduce_cmd(outdir, force, only, disagg_file, offload_file, with_samples, 
         write_atomic(os.path.join(staging, lib.REPORT), result.report)
         names.append(lib.REPORT)
         _move_into_place(staging, outdir, names, stale=set(lib.artifact_names()) - set(result.files()))
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError) and str(getattr(exc, "filename", "") or "").startswith(staging):
+            raise DynlabError(f"{outdir}: {exc.strerror or exc}") from None
+        if isinstance(exc, DynlabError) and staging in str(exc):  # a file of the staging folder
+            raise DynlabError(str(exc).replace(staging, outdir.rstrip(os.sep))) from None
         raise
-    finally:
-        bar.close()
-    for name in names:
-        click.echo(os.path.join(outdir, name))
+    return names
+
+
+def _check_parent(outdir: str) -> None:
+    """Before any work: a usage error naming OUTDIR when it is ``-`` (a folder of files cannot be a
+    stream) or when its parent folder cannot be created or written in (read-only, /proc)."""
+    if outdir == "-":
+        raise click.BadParameter("- (standard output) cannot hold a folder of files; give a folder",
+                                 param_hint="'OUTDIR'")
+    parent = os.path.dirname(os.path.abspath(outdir))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".dynlab-probe-", dir=parent))
+    except OSError as exc:
+        raise click.UsageError(f"{outdir}: cannot write in {parent}: {exc.strerror or exc}") from None
 
 
 def _move_into_place(staging: str, outdir: str, names: list[str], stale: set[str]) -> None:

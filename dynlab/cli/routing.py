@@ -11,11 +11,12 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import (echo_json, echo_table_or_json, output_path, parse_opts, progress_bar, refuse_repeats,
-                               split_list)
+from dynlab.cli.common import (echo_table_or_json, json_text, output_path, parse_opts, progress_bar, refuse_repeats,
+                               split_list, stream_output_path, write_atomic)
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import build_strategy, run
+from dynlab.engine.run import build_strategy
+from dynlab.sim.runner import run
 from dynlab.cli.report import report_option, write_run_report
 
 
@@ -147,9 +148,10 @@ SIM_OPTIONS = [
      "(0: no tier; a value > 0 must hold one block) [default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
      "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
-    (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "evict",
-     "With --timing and a CPU tier: when a block is written there: when the GPU evicts it (a victim tier) "
-     "or when it is computed (write-through, as vLLM's OffloadingConnector and LMCache store)."),
+    (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "compute",
+     "With --timing and a CPU tier: when a block is written there: when it is computed (write-through, as "
+     "vLLM's OffloadingConnector, LMCache and the cache lab's TwoTierCache store) or when the GPU evicts it "
+     "(a victim tier)."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),
@@ -233,9 +235,9 @@ def check_options(config: SimConfig, given, requests=None) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _run(config: SimConfig, quiet: bool, requests=None) -> dict:
+def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
     try:
-        result = run(config, progress=not quiet and sys.stderr.isatty(), requests=requests)
+        result = run(config, progress=not quiet and sys.stderr.isatty(), requests=requests, recorders=recorders)
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
     if isinstance(result, dict) and result.get("latency_domain"):  # the latency model's own word (models helper)
@@ -271,9 +273,13 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
 @main.command()
 @sim_options
 @common_flags()
+@click.option("--requests-out", "requests_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              callback=stream_output_path, metavar="FILE",
+              help="Write one JSON line per trace request, in trace order (worker, times, hits, preemptions; "
+                   "see docs/commands.md); - for stdout, the result JSON then going to stderr.")
 @report_option
 @click.pass_context
-def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, report_path, **options):
+def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_path, **options):
     """Replay one workload through the fleet and print its metrics as one JSON object.
 
     Without --trace: the KV-aware router lab's synthetic workload (12 shared prefixes,
@@ -281,14 +287,22 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, report_path, **option
     block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
     An option that would have no effect in the combination given is refused (exit 2).
     """
+    from dynlab.sim.records import RequestRecorder
+
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                        all_metrics=all_metrics, timing=timing)
     check_options(config, given_fields(ctx))
-    result = _run(config, quiet)
+    recorders = (RequestRecorder(),) if requests_out else ()
+    result = _run(config, quiet, recorders=recorders)
+    text = json_text(result)
     if report_path:  # written before the JSON is printed: no output that looks like success before an error
         from dynlab.report import Run
-        write_run_report(ctx, report_path, [Run(config.mode, result)], [config])
-    echo_json(result)
+        records = {config.mode: list(recorders[0].records())} if recorders else None
+        write_run_report(ctx, report_path, [Run(config.mode, result)], [config], records=records)
+    if requests_out:
+        write_atomic(requests_out, recorders[0].jsonl())
+    click.echo(text, err=requests_out == "-")
+    _warn_collapse({result.get("mode"): result})
 
 
 def type_text(ptype: click.ParamType) -> str:
@@ -409,6 +423,16 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
         from dynlab.report import Run
         write_run_report(ctx, report_path, [Run(k, r) for k, r in results.items()], list(configs.values()))
     echo_table_or_json(results, fmt, _format_table)
+    _warn_collapse(results)
+
+
+def _warn_collapse(results: dict) -> None:
+    """One stderr line when a timed run collapsed onto one worker (:mod:`dynlab.collapse`)."""
+    from dynlab.collapse import collapse_warning
+
+    message = collapse_warning(results)
+    if message:
+        click.echo(f"Warning: {message}", err=True)
 
 
 def _split_compared(ctx, options: dict) -> tuple:

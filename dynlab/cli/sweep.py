@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from dynlab import plugins
 from dynlab.cli import main
-from dynlab.cli.common import output_path, write_atomic
+from dynlab.cli.common import output_path, stream_output_path, write_atomic
 from dynlab.cli.common import parse_opts
 from dynlab.cli.routing import common_flags, sim_options
 from dynlab.cli.report import report_option
@@ -224,11 +224,12 @@ TIMED_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_ms", "makespan_s", 
               help="Processes (local) or CPUs of the local Ray instance [default: the CPUs available].")
 @click.option("--ray-address", default=None, metavar="ADDRESS",
               help="Run on this Ray cluster (host:port) instead of a local instance started for the sweep.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, callback=output_path,
-              help="Append one JSON line per finished cell here [default: print them to stdout].")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, callback=stream_output_path,
+              help="Append one JSON line per finished cell here (- : stdout) [default: print them to stdout].")
 @click.option("--resume", is_flag=True, help="Skip the cells already in --out; append the others.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
-              help="Also write the grid's results as CSV (options, then flattened metrics).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None, callback=stream_output_path,
+              help="Also write the grid's results as CSV (options, then flattened metrics; - : stdout, "
+                   "with --out FILE).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               help="Write a PNG: a line per strategy (one varied number) or a heatmap per strategy (two).")
 @click.option("--metric", default=None, metavar="PATH",
@@ -252,6 +253,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
     _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric)
     if report_path and dry_run:
         raise click.UsageError("--report has no effect with --dry-run (no cell runs)")
+    out = None if out == "-" else out  # the results lines on stdout, as without --out
     grid = _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt)
     try:
         cells = grid.cells()  # refuses a grid over the cell limit before building any cell
@@ -296,11 +298,6 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
     started = time.perf_counter()
     _run_cells(todo, executor, jobs, ray_address, results_file, results, in_grid, quiet)
     elapsed = time.perf_counter() - started
-    if not quiet:
-        skipped = len(cells) - len(todo)
-        where = f" into {out}" if out else ""
-        extra = f"; {skipped} already there" if skipped else ""
-        click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
     results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
     if plot_path:
         metric = _plot_metric(results, metric)  # a metric no result has fails before any file is written
@@ -310,6 +307,11 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         plot_sweep(grid, results, plot_path, metric)
     if report_path:
         _report(ctx, report_path, cells, configs, results)
+    if not quiet:  # last: no success line before an error of the CSV, the plot or the report
+        skipped = len(cells) - len(todo)
+        where = f" into {out}" if out else ""
+        extra = f"; {skipped} already there" if skipped else ""
+        click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
 
 
 def _report(ctx, path, cells, configs, results) -> None:
@@ -324,8 +326,10 @@ def _report(ctx, path, cells, configs, results) -> None:
 
 def _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path, plot_path, metric) -> None:
     """Raise ``click.UsageError`` for sweep flags that need another flag or contradict one."""
-    if resume and not out:
+    if resume and out in (None, "-"):
         raise click.UsageError("--resume needs --out FILE")
+    if csv_path == "-" and out in (None, "-"):
+        raise click.UsageError("--csv - needs --out FILE: the results lines already go to stdout")
     if metric and not plot_path:
         raise click.UsageError("--metric needs --plot")
     if ray_address and executor != "ray":
@@ -349,8 +353,7 @@ def _run_cells(todo: list, executor, jobs, ray_address, results_file, results: d
         # or Ray, all before the results file is opened: a bad trace or an unreachable cluster writes
         # nothing, and the workers do not inherit the file's lock.
         try:
-            runs = stack.enter_context(contextlib.closing(
-                execute([c for _, c in todo], executor, jobs, ray_address)))
+            runs = stack.enter_context(execute([c for _, c in todo], executor, jobs, ray_address))
         except ValueError as exc:  # a trace the cells' options cannot read (e.g. --hash on named blocks)
             raise click.UsageError(str(exc)) from None
         if results_file is not None:

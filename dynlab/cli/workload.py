@@ -20,7 +20,7 @@ def workload(spec, out, fmt):
     `dynlab sim --workload SPEC` replays the same requests without writing them (docs/workloads.md).
     Prints one line to stderr: how many requests were written where.
     """
-    from dynlab.traces.workload import write_workload
+    from dynlab.traces.workload_io import write_workload
 
     n = write_workload(spec, out, fmt)
     click.echo(f"wrote {n} requests to {out} ({fmt} trace)", err=True)

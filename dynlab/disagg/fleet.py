@@ -8,7 +8,8 @@ The model, built on the timed engine (:mod:`dynlab.engine.timed`, :mod:`dynlab.e
   chunking, batching, its prefix cache and its block pool as an aggregated worker does, and
   produces its **first token** there: TTFT is measured on the prefill worker. A request of one
   output token finishes there (nothing to decode, nothing sent).
-- A **decode worker** is then chosen by the decode router (:data:`DECODE_ROUTERS`):
+- A **decode worker** is then chosen by the decode router (a :class:`~dynlab.routing.strategy.Strategy`,
+  :mod:`dynlab.disagg.decode_router`; by name :data:`DECODE_ROUTERS`):
   ``least-loaded`` (fewest requests assigned and not finished, then lowest id), ``round-robin``,
   ``kv-usage`` (lowest share of its blocks in use, reservations included; then fewest requests).
   The decode worker must **reserve** the blocks for the request's KV and next token before the
@@ -33,7 +34,7 @@ The model, built on the timed engine (:mod:`dynlab.engine.timed`, :mod:`dynlab.e
   tokens 0) unless it is preempted there (then it recomputes, as vLLM does). E2E and TPOT are
   measured at its finish on the decode worker.
 
-Metrics (:meth:`DisaggFleet.result`): ``transfers``, ``transfer_ms`` and ``decode_wait_ms``
+Metrics (:class:`TransferRecorder`, :meth:`DisaggFleet.result`): ``transfers``, ``transfer_ms`` and ``decode_wait_ms``
 (``{p50, p90, p99, mean}`` ms, rounded to 0.1 like every timed percentile), ``transfer_bytes``
 (the sum over requests), ``decode_hit_tokens`` and per pool ``{workers, utilization,
 mean_kv_usage, peak_kv_blocks}``: utilization is the share of the run's span (first arrival to
@@ -49,17 +50,17 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
 from dynlab.disagg.cost import GB
-from dynlab.engine.bus import EventBus
-from dynlab.engine.config import DECODE_ROUTERS
-from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
-from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals, ratio, stats
-from dynlab.engine.timed import TimedFleet, arrival_times, step_past_horizon
+from dynlab.disagg.decode_router import decode_router
+from dynlab.engine.config import DECODE_ROUTERS, PdSection
+from dynlab.engine.env import RunEnv
+from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
+from dynlab.engine.metrics import Recorder, fleet_result, hooks, ratio, stats
+from dynlab.engine.timed import TimedFleet, step_past_horizon
 from dynlab.engine.worker import EngineRequest, EngineWorker
+from dynlab.errors import DynlabError
 from dynlab.limits import HORIZON_MS, past_horizon
-from dynlab.routing.events import BlockStored
-from dynlab.routing.strategy import Request, Strategy
+from dynlab.routing.strategy import FleetView, Request, Strategy
 
-#: the decode-side routing rules (``--decode-router``)
 #: how transfers from one prefill worker share its link
 LINK_SHARING = "fifo"
 #: default link bandwidth, GB/s: one 400 Gb/s NIC (ConnectX-7 / InfiniBand NDR, 400 Gb/s = 50 GB/s)
@@ -97,104 +98,122 @@ class TransferRecord:
         return self.reserved - self.asked
 
 
-class DisaggFleet(TimedFleet):
-    """A :class:`~dynlab.engine.timed.TimedFleet` whose engines are the prefill pool, plus a decode pool.
+class _UsedBlocks:
+    """A live read-only sequence of the decode engines' blocks in use (the decode router's ``active_blocks``)."""
 
-    ``prefill`` engines need ``handoff=True``; ``decode`` engines are plain. ``kv_bytes_per_token``:
-    bytes of one token's KV (the whole model); ``link_gbps`` > 0, ``link_latency_ms`` >= 0;
-    ``decode_router`` one of :data:`DECODE_ROUTERS`. Raises ``ValueError`` for a bad one.
+    __slots__ = ("_engines",)
+
+    def __init__(self, engines: Sequence[EngineWorker]):
+        self._engines = engines
+
+    def __getitem__(self, d: int) -> int:
+        return self._engines[d].used_blocks
+
+    def __len__(self) -> int:
+        return len(self._engines)
+
+
+class DisaggFleet:
+    """A P/D fleet: a :class:`~dynlab.engine.timed.TimedFleet` of the prefill pool (driven through its public
+    hooks), plus a decode pool, a decode router and the transfers between them.
+
+    ``prefill`` engines need ``handoff=True``; ``decode`` engines are plain. ``env``: the run's
+    :class:`~dynlab.engine.env.RunEnv` (its routing recorder sized to the prefill pool).
+    ``kv_bytes_per_token``: bytes of one token's KV (the whole model); ``pd``: the P/D section
+    (``link_gbps`` > 0, ``link_latency_ms`` >= 0, ``decode_router`` one of :data:`DECODE_ROUTERS`);
+    ``decode_strategy``: a decode router of one's own (default: ``pd.decode_router``'s). A
+    :class:`TransferRecorder` joins ``env.recorders`` (:attr:`transfer`). Raises ``ValueError`` for a bad option.
     """
 
-    def __init__(self, strategy: Strategy, prefill: Sequence[EngineWorker], decode: Sequence[EngineWorker],
-                 bus: EventBus, loop: EventLoop, names_of: Callable, routing: RoutingMetrics,
-                 serving: ServingMetrics, *, kv_bytes_per_token: int, link_gbps: float = DEFAULT_LINK_GBPS,
-                 link_latency_ms: float = 0.0, overlap_transfer: bool = False, decode_prefix_cache: bool = False,
-                 decode_router: str = "least-loaded", progress=None):
-        if decode_router not in DECODE_ROUTERS:
-            raise ValueError(f"decode_router must be one of {', '.join(DECODE_ROUTERS)}, got {decode_router!r}")
-        if not link_gbps > 0 or not link_latency_ms >= 0:
+    def __init__(self, strategy: Strategy, prefill: Sequence[EngineWorker], decode: Sequence[EngineWorker], env,
+                 names_of: Callable, *, kv_bytes_per_token: int, pd: PdSection = PdSection(),
+                 decode_strategy: Optional[Strategy] = None):
+        if pd.decode_router not in DECODE_ROUTERS:
+            raise ValueError(f"decode_router must be one of {', '.join(DECODE_ROUTERS)}, got {pd.decode_router!r}")
+        if not pd.link_gbps > 0 or not pd.link_latency_ms >= 0:
             raise ValueError("link_gbps must be > 0 and link_latency_ms >= 0")
         if not prefill or not decode:
             raise ValueError("a disaggregated fleet needs at least one prefill and one decode worker")
         if not all(e.handoff for e in prefill):
             raise ValueError("prefill engines must hand requests off at their first token (handoff=True)")
-        super().__init__(strategy, prefill, bus, loop, names_of, routing, serving, progress)
-        self._lazy = False  # a transfer's release touches a prefill worker's pool between arrivals
+        self.transfer = TransferRecorder(len(prefill))
+        env.recorders.append(self.transfer)
+        self.env, self.loop, self.bus = env, env.loop, env.bus
+        self.routing, self.serving = env.routing, env.serving
+        # the prefill pool: a timed fleet; a transfer's release touches its pools between arrivals (lazy=False)
+        self.prefill_fleet = TimedFleet(strategy, prefill, env, names_of, lazy=False,
+                                        on_step_started=self._on_pstart if pd.overlap_transfer else None,
+                                        on_handed_off=self._on_handed_off)
+        self.engines = self.prefill_fleet.engines
         self.decode = list(decode)
         self.kv_bytes_per_token = kv_bytes_per_token
-        self.bytes_per_ms = link_gbps * GB / 1000.0
-        self.link_latency_ms = link_latency_ms
-        self.overlap = overlap_transfer
-        self.prefix_cache = decode_prefix_cache
-        self.decode_router = decode_router
-        self.dgeneration = [0] * len(decode)
-        self.dload = [0] * len(decode)
+        self.bytes_per_ms = pd.link_gbps * GB / 1000.0
+        self.link_latency_ms = pd.link_latency_ms
+        self.overlap = pd.overlap_transfer
+        self.prefix_cache = pd.decode_prefix_cache
+        n = len(decode)
+        self.decode_strategy = decode_strategy or decode_router(pd.decode_router, n, self.decode[0].capacity,
+                                                                self.decode[0].block)
+        self.dgeneration = [0] * n
+        self.dload = [0] * n
+        self._drouted = [0] * n
+        self.dview = FleetView(self._drouted, self.dload, _UsedBlocks(self.decode), [0] * n, [0] * n)
         self.pending = [deque() for _ in decode]
         self.link_free = [0.0] * len(prefill)
-        self.busy_ms = [0.0] * (len(prefill) + len(decode))
-        self._rr = 0
         self.records: dict = {}  # request id -> TransferRecord
-        self._where: dict = {}  # EngineRequest -> prefill worker, while its prefill is not scheduled (overlap)
+        recorders = env.recorders
+        self._h_step, self._h_finish = hooks(recorders, "on_step"), hooks(recorders, "on_finish")
+        self._h_handoff = hooks(recorders, "on_handoff")
 
-    # -- prefill side ------------------------------------------------------------------------
-    def _on_start(self, w: int) -> None:
-        engine = self.engines[w]
-        super()._on_start(w)
-        if self.overlap and engine._step is not None:
-            # layer-pipelined: a request's transfer is requested when its prefill is first scheduled
-            now = self.loop.now
-            for ereq, _ in engine._step.sched:
-                if ereq.first_scheduled_ms == now and ereq.id not in self.records and \
-                        ereq.output_length > 1 and ereq.generated == 0:
-                    self._ask_decode(ereq, w, now)
+    @property
+    def evicted_blocks(self) -> int:
+        """Cached blocks the prefill pool evicted (decode pools publish no events)."""
+        return self.prefill_fleet.evicted_blocks
 
-    def _on_end(self, w: int, generation: int) -> None:
-        if generation != self.generation[w]:
-            return
-        engine = self.engines[w]
-        res = engine.finish_step()
-        self.busy_ms[w] += res.end - res.start
-        if res.stored:
-            self.bus.send((BlockStored(w, tuple(res.stored)),))
-        serving = self.serving
-        serving.on_step(w, res)
-        now = self.loop.now
-        for ereq, t in res.first_tokens:
-            self._first_token(ereq)
-            serving.on_first_token(ereq, t)
-        for ereq, t in res.finished:  # one-token requests: nothing to decode
-            self._untrack(ereq)
-            serving.on_finish(ereq, t)
-        for ereq, t in res.handed_off:
-            self._untrack(ereq)  # the router's view: the request left its prefill worker
-            rec = self.records.get(ereq.id)
-            if rec is None:
+    @property
+    def all_engines(self) -> list:
+        """The prefill engines, then the decode engines (the order of the result's lists)."""
+        return list(self.engines) + self.decode
+
+    def run(self, arrivals=None) -> None:
+        """Replay the arrivals (default: the environment's) until the last request finishes."""
+        self.prefill_fleet.run(arrivals)
+
+    # -- prefill side: the prefill fleet's public hooks ---------------------------------------
+    def _on_pstart(self, w: int, engine: EngineWorker, now: float) -> None:
+        # layer-pipelined (overlap): a request's transfer is requested when its prefill is first scheduled
+        for ereq in engine.step_requests:
+            if ereq.first_scheduled_ms == now and ereq.id not in self.records and \
+                    ereq.output_length > 1 and ereq.generated == 0:
                 self._ask_decode(ereq, w, now)
-                self.records[ereq.id].prefill_done = now
-            else:
-                rec.prefill_done = now
-                if rec.link_end is not None and rec.arrived is None and rec.link_end + self.link_latency_ms <= now:
-                    self._arrive(ereq)
-        if not engine.idle and engine.step_end is None:
-            self.loop.at(now, STEP_START, self._on_start, w)
+
+    def _on_handed_off(self, w: int, ereq: EngineRequest, now: float) -> None:
+        rec = self.records.get(ereq.id)
+        if rec is None:
+            self._ask_decode(ereq, w, now)
+            self.records[ereq.id].prefill_done = now
+        else:
+            rec.prefill_done = now
+            if rec.link_end is not None and rec.arrived is None and rec.link_end + self.link_latency_ms <= now:
+                self._arrive(ereq)
 
     # -- the decode router and the reservation -------------------------------------------------
-    def _pick_decode(self) -> int:
+    def _pick_decode(self, ereq: EngineRequest, now: float) -> int:
+        d = self.decode_strategy.route(Request((), ereq.input_length, ereq.output_length, now, ereq.id),
+                                       self.dview)
         n = len(self.decode)
-        if self.decode_router == "round-robin":
-            d = self._rr % n
-            self._rr += 1
-            return d
-        load = self.dload
-        if self.decode_router == "least-loaded":
-            return min(range(n), key=lambda d: (load[d], d))
-        dec = self.decode
-        return min(range(n), key=lambda d: (dec[d].used_blocks / dec[d].capacity, load[d], d))
+        if type(d) is not int or not 0 <= d < n:
+            raise DynlabError(f"decode router {self.decode_strategy.name!r} returned {d!r}, "
+                              f"not a decode worker in 0..{n - 1}")
+        return d
 
     def _ask_decode(self, ereq: EngineRequest, w: int, now: float) -> None:
-        d = self._pick_decode()
+        d = self._pick_decode(ereq, now)
         self.dload[d] += 1
-        self.records[ereq.id] = TransferRecord(ereq, w, d, now)
+        self._drouted[d] += 1
+        rec = self.records[ereq.id] = TransferRecord(ereq, w, d, now)
+        for hook in self._h_handoff:
+            hook(rec)
         self.pending[d].append(ereq)
         self._try_reserve(d, now)
 
@@ -231,7 +250,7 @@ class DisaggFleet(TimedFleet):
         prefill = self.engines[rec.prefill]
         prefill.release(ereq, now)
         if prefill.step_end is None and not prefill.idle:  # it may have waited for these blocks
-            self.loop.at(now, STEP_START, self._on_start, rec.prefill)
+            self.prefill_fleet.wake(rec.prefill)
         d = rec.decode
         engine = self.decode[d]
         before = engine.step_end
@@ -262,11 +281,12 @@ class DisaggFleet(TimedFleet):
             return
         engine = self.decode[d]
         res = engine.finish_step()
-        self.busy_ms[len(self.engines) + d] += res.end - res.start
-        self.serving.on_step(len(self.engines) + d, res)
+        for hook in self._h_step:
+            hook(len(self.engines) + d, res)
         for ereq, t in res.finished:
             self.dload[d] -= 1
-            self.serving.on_finish(ereq, t)
+            for hook in self._h_finish:
+                hook(ereq, t)
         now = self.loop.now
         if res.finished and self.pending[d]:
             self._try_reserve(d, now)
@@ -275,20 +295,56 @@ class DisaggFleet(TimedFleet):
 
     # -- metrics ---------------------------------------------------------------------------------
     def result(self) -> dict:
-        """The P/D keys of a run's JSON (see the module docstring)."""
-        serving = self.serving
-        start = serving.first_arrival or 0.0
-        span = max(serving.last_finish - start, 0.0)
-        recs = [r for r in self.records.values() if r.arrived is not None]
+        """The P/D keys of a run's JSON (:meth:`TransferRecorder.result`)."""
+        return self.transfer.result(list(self.engines) + self.decode)
 
-        def pool(engines, offset):
-            n = len(engines)
-            busy = sum(self.busy_ms[offset:offset + n])
+
+class TransferRecorder(Recorder):
+    """The P/D keys of a run (module docstring): transfers, their times and bytes, each pool's use.
+
+    ``prefill_workers``: the size of the prefill pool (workers ``0..P-1`` in :meth:`on_step`, decode
+    workers after them). The span is the run's (first arrival to last finish), as the serving recorder's.
+    """
+
+    def __init__(self, prefill_workers: int):
+        self.prefill_workers = prefill_workers
+        self.records: list = []  # TransferRecord, in the order requests were handed off
+        self.busy_ms: list = []  # per worker (prefill, then decode): ms in steps
+        self.first_arrival: Optional[float] = None
+        self.last_finish = 0.0
+
+    def on_arrival(self, req, t: float) -> None:
+        if self.first_arrival is None:
+            self.first_arrival = t
+
+    def on_finish(self, req, t: float) -> None:
+        if t > self.last_finish:
+            self.last_finish = t
+
+    def on_step(self, worker: int, result) -> None:
+        busy = self.busy_ms
+        if worker >= len(busy):
+            busy.extend([0.0] * (worker + 1 - len(busy)))
+        busy[worker] += result.end - result.start
+
+    def on_handoff(self, record: TransferRecord) -> None:
+        self.records.append(record)
+
+    def result(self, engines: Sequence) -> dict:
+        start = self.first_arrival or 0.0
+        span = max(self.last_finish - start, 0.0)
+        recs = [r for r in self.records if r.arrived is not None]
+        busy_ms = self.busy_ms + [0.0] * (len(engines) - len(self.busy_ms))
+
+        def pool(pool_engines, offset):
+            n = len(pool_engines)
+            busy = sum(busy_ms[offset:offset + n])
             return {"workers": n, "utilization": ratio(busy, n * span),
-                    "mean_kv_usage": [ratio(e.used_block_ms(serving.last_finish), e.capacity * span)
-                                      for e in engines],
-                    "peak_kv_blocks": [e.peak_used_blocks for e in engines]}
+                    "mean_kv_usage": [ratio(e.used_block_ms(self.last_finish), e.capacity * span)
+                                      for e in pool_engines],
+                    "peak_kv_blocks": [e.peak_used_blocks for e in pool_engines]}
 
+        p = self.prefill_workers
         return {
             "link_sharing": LINK_SHARING,
             "transfers": len(recs),
@@ -296,62 +352,39 @@ class DisaggFleet(TimedFleet):
             "transfer_bytes": sum(r.nbytes for r in recs),
             "decode_wait_ms": stats([r.decode_wait_ms for r in recs]),
             "decode_hit_tokens": sum(r.hit_tokens for r in recs),
-            "prefill_pool": pool(self.engines, 0),
-            "decode_pool": pool(self.decode, len(self.engines)),
+            "prefill_pool": pool(engines[:p], 0),
+            "decode_pool": pool(engines[p:], p),
         }
 
 
 def serve_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequence[EngineWorker],
                  decode: Sequence[EngineWorker], *, names_of: Callable[[Request], list], kv_bytes_per_token: int,
-                 link_gbps: float = DEFAULT_LINK_GBPS, link_latency_ms: float = 0.0, overlap_transfer: bool = False,
-                 decode_prefix_cache: bool = False, decode_router: str = "least-loaded", time_scale: float = 1.0,
-                 rate: float = 4.0, arrival_rng: Optional[random.Random] = None, publish: bool = True,
-                 event_delay_ms: float = 0.0, event_loss: float = 0.0, loss_rng: Optional[random.Random] = None,
-                 slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
-                 progress=None) -> DisaggFleet:
+                 env=None, pd: PdSection = PdSection(), decode_strategy: Optional[Strategy] = None) -> DisaggFleet:
     """Serve ``requests`` on a P/D fleet in time; return the :class:`DisaggFleet` after the last finish
     (its recorders, :attr:`~DisaggFleet.records` and engines hold every figure, unrounded).
 
-    Raises ``ValueError`` for a bad fleet option or timestamps that go backwards.
+    ``env``: a :class:`~dynlab.engine.env.RunEnv` (default :meth:`~dynlab.engine.env.RunEnv.timed` of
+    ``requests`` with the default sections, Poisson arrivals from ``random.Random(0)``); ``pd``: the
+    P/D section. Raises ``ValueError`` for a bad fleet option or timestamps that go backwards.
     """
-    loop = EventLoop()
-    bus = EventBus(loop, strategy.on_event, delay_ms=event_delay_ms, loss=event_loss, rng=loss_rng,
-                   publish=publish)
-    routing, serving = RoutingMetrics(len(prefill)), ServingMetrics(slo_ttft_ms, slo_tpot_ms)
-    fleet = DisaggFleet(strategy, prefill, decode, bus, loop, names_of, routing, serving,
-                        kv_bytes_per_token=kv_bytes_per_token, link_gbps=link_gbps, link_latency_ms=link_latency_ms,
-                        overlap_transfer=overlap_transfer, decode_prefix_cache=decode_prefix_cache,
-                        decode_router=decode_router, progress=progress)
-    fleet.run(arrival_times(requests, time_scale, rate, arrival_rng or random.Random(0)))
-    fleet.bus_published, fleet.bus_dropped = bus.published, bus.dropped
+    if env is None:
+        env = RunEnv.timed(requests, strategy, len(prefill), arrival_rng=random.Random(0))
+    fleet = DisaggFleet(strategy, prefill, decode, env, names_of, kv_bytes_per_token=kv_bytes_per_token, pd=pd,
+                        decode_strategy=decode_strategy)
+    fleet.run()
     return fleet
 
 
 def replay_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequence[EngineWorker],
                   decode: Sequence[EngineWorker], **kwargs) -> dict:
-    """:func:`serve_disagg`, summarised: the routing and serving metrics of
-    :func:`~dynlab.engine.timed.replay_timed` (``peak_kv_blocks`` / ``mean_kv_usage`` list the
-    prefill workers, then the decode workers) plus :meth:`DisaggFleet.result`."""
+    """:func:`serve_disagg`, summarised by :func:`~dynlab.engine.metrics.fleet_result`: the routing and
+    serving metrics of :func:`~dynlab.engine.timed.replay_timed` (``peak_kv_blocks`` / ``mean_kv_usage``
+    list the prefill workers, then the decode workers) plus :meth:`DisaggFleet.result`."""
     fleet = serve_disagg(requests, strategy, prefill, decode, **kwargs)
-    out = fleet.routing.result()
-    counts = fleet.routing.counts
-    mean = fleet.routing.requests / len(counts) if counts else 0.0
-    out.update({
-        "evicted_blocks": fleet.evicted_blocks,
-        "events_published": fleet.bus_published,
-        "events_dropped": fleet.bus_dropped,
-        **event_refusals(strategy),
-        "requests_per_worker": list(counts),
-        "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0,
-    })
-    out.update(fleet.serving.result(list(fleet.engines) + fleet.decode))
-    out.update(fleet.result())
-    if any(e.spec is not None for e in fleet.decode):  # the decode pool's speculative decoding
-        from dynlab.engine.spec import spec_metrics
-
-        out.update(spec_metrics([e.spec for e in fleet.decode]))
-    return out
+    env = fleet.env
+    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders,
+                        list(fleet.engines) + fleet.decode)
 
 
 __all__ = ["DECODE_ROUTERS", "DEFAULT_LINK_GBPS", "LINK_SHARING", "DisaggFleet", "TransferRecord",
-           "replay_disagg", "serve_disagg"]
+           "TransferRecorder", "replay_disagg", "serve_disagg"]

@@ -1,13 +1,13 @@
 """The replay engine: requests -> a strategy -> simulated workers -> KV events -> metrics.
 
 - :mod:`~dynlab.engine.config`: :class:`SimConfig`, every option of ``dynlab sim``, and its validation;
-- :mod:`~dynlab.engine.run`: :func:`run` (one simulation, the JSON ``dynlab sim`` prints),
-  :func:`replay` (the event loop over given requests, strategy and workers) and their helpers;
+- :mod:`~dynlab.engine.run`: :func:`replay` (the count-based replay over given requests, strategy and
+  workers), :func:`~dynlab.engine.run.build_strategy`, :func:`~dynlab.engine.run.make_workers`;
 - :mod:`~dynlab.engine.counted`: the count-based :class:`Worker` (no time);
-- :mod:`~dynlab.engine.timed`, :mod:`~dynlab.engine.worker`: the timed serving engine (``--timing``).
+- :mod:`~dynlab.engine.timed`, :mod:`~dynlab.engine.worker`: the timed serving engine (``--timing``);
+- :mod:`~dynlab.engine.env`: the run environment; :mod:`~dynlab.engine.metrics`: the recorders and the result builder.
 
-The function :func:`~dynlab.engine.run.run` is not re-exported here, where it would hide its own
-module ``dynlab.engine.run``; it is ``dynlab.run``.
+The run of one configuration (``dynlab.run``) is the run layer's, above this package: :mod:`dynlab.sim`.
 """
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import StrategyError, replay

@@ -5,6 +5,8 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
+from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
+
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
 #: how a disaggregated fleet picks the decode worker of a request (:class:`dynlab.disagg.fleet.DisaggFleet`)
@@ -12,7 +14,7 @@ DECODE_ROUTERS = ("least-loaded", "round-robin", "kv-usage")
 
 
 @dataclass(frozen=True)
-class SimConfig:
+class SimConfig(Sectioned):
     """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
 
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
@@ -37,8 +39,9 @@ class SimConfig:
     ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`):
     ``cpu_capacity`` blocks or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier
     keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s, written
-    when the GPU evicts a block or when it is computed (``cpu_write``: ``evict`` or ``compute``,
-    :data:`dynlab.engine.worker.CPU_WRITES`).
+    when it is computed (``cpu_write="compute"``, the default: write-through, as vLLM's
+    OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or when the GPU evicts it
+    (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`).
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
@@ -49,6 +52,11 @@ class SimConfig:
     count) sets them at once, ``"P:0"`` meaning ``P`` aggregated workers. ``decode_router``
     (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
     400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
+
+    Sections: the fields are grouped in seven read-only views (:data:`SECTIONS`), ``traffic``,
+    ``fleet``, ``engine``, ``kv``, ``events``, ``slo`` and ``disagg`` (named tuples built on each access);
+    :meth:`from_sections` builds a configuration from them. The flat fields stay the source of truth
+    (the CLI's flags, ``dataclasses.replace``, the option rules of :func:`check_effective`).
     """
 
     mode: str = "kv"
@@ -89,7 +97,7 @@ class SimConfig:
     cpu_capacity: Optional[int] = None
     cpu_memory_gb: Optional[float] = None
     pcie_gbps: float = 25.0
-    cpu_write: str = "evict"
+    cpu_write: str = "compute"
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
     split: Optional[str] = None
@@ -215,6 +223,12 @@ class SimConfig:
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
 
+
+#: the section classes (named tuples with SimConfig's defaults; :mod:`dynlab.engine.sections`)
+(TrafficSection, FleetSection, EngineSection, KvSection, EventsSection, SloSection,
+ PdSection) = make_sections(SimConfig)
+SECTION_CLASSES = dict(zip(SECTIONS, (TrafficSection, FleetSection, EngineSection, KvSection, EventsSection,
+                                      SloSection, PdSection)))
 
 def parse_split(text: str) -> tuple[int, int]:
     """``"6:2"`` -> ``(6, 2)``: prefill and decode workers (``"8:0"``: 8 aggregated workers).

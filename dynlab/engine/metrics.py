@@ -4,13 +4,16 @@
   cached blocks, the ideal bound (one infinite cache), the strategy's prediction error.
 - :class:`ServingMetrics` (``on_first_token``, ``on_finish``, ``on_reject``, ``on_step``):
   the timed engine's TTFT, TPOT, E2E, queue wait, throughput, preemptions, KV usage, goodput.
+- :class:`TierRecorder`: the CPU tier's figures (``gpu_hit_blocks`` ... ``cpu_blocks``).
 
-A new metric touches this file only.
+Every recorder but the routing one is a :class:`Recorder`: a fleet calls the hooks a recorder
+overrides (:func:`hooks`), and :func:`fleet_result` merges each recorder's :meth:`Recorder.result`
+into the run's JSON, in the order the recorders were given. A new metric is one new recorder.
 """
 from __future__ import annotations
 
 import statistics
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from dynlab.routing.hashing import overlap
 
@@ -46,6 +49,92 @@ def event_refusals(strategy) -> dict[str, int]:
                       f"KV events: their block size differs from the router's ({strategy.ctx.block} tokens)",
                       stacklevel=2)
     return {"events_refused_block_size": refused["block_size"], "events_refused_parent": refused["parent"]}
+
+
+class Recorder:
+    """A metric of a run: it observes a fleet through the hooks below and adds keys to the result.
+
+    Every hook is optional (the base class's do nothing, and a fleet never calls a hook a recorder
+    does not override: :func:`hooks`). Times in ms on the run's clock; ``req`` an
+    :class:`~dynlab.engine.worker.EngineRequest` (its fields: ``id``, ``arrival_ms``, lengths,
+    ``hit_tokens``, ``first_scheduled_ms``, ``first_token_ms``, ``finish_ms``, ``preemptions``, ``rejected``).
+
+    - ``on_route(request, worker, predicted, actual, cap)``: the router's
+      :class:`~dynlab.routing.strategy.Request` went to ``worker``; ``predicted`` the strategy's overlap
+      (``None``: no index), ``actual`` the blocks the worker held, ``cap`` the most that can hit
+      (``None``: every block; count-based runs). Called in count-based and timed runs.
+    - ``on_arrival(req, t)``, ``on_reject(req)``, ``on_first_token(req, t)``, ``on_finish(req, t)``,
+      ``on_step(worker, result)`` (a :class:`~dynlab.engine.worker.StepResult`; in a P/D fleet decode
+      workers are numbered after the prefill workers): timed runs only.
+    - ``on_handoff(record)``: a P/D fleet handed a prefilled request to a decode worker
+      (a :class:`~dynlab.disagg.fleet.TransferRecord`, filled in as the transfer proceeds).
+    - ``on_run(info)``: a :class:`RunInfo`, once before the first request (the run layer calls it:
+      :func:`dynlab.sim.run`; a fleet driven directly does not).
+    - ``result(engines) -> dict``: the keys this recorder adds to the run's JSON (``engines``: the
+      fleet's engine workers, prefill then decode; ``[]`` in count-based runs).
+    """
+
+    def on_run(self, info: "RunInfo") -> None:
+        pass
+
+    def on_route(self, request, worker: int, predicted: Optional[int], actual: int, cap: Optional[int]) -> None:
+        pass
+
+    def on_arrival(self, req, t: float) -> None:
+        pass
+
+    def on_reject(self, req) -> None:
+        pass
+
+    def on_first_token(self, req, t: float) -> None:
+        pass
+
+    def on_finish(self, req, t: float) -> None:
+        pass
+
+    def on_step(self, worker: int, result) -> None:
+        pass
+
+    def on_handoff(self, record) -> None:
+        pass
+
+    def result(self, engines: Sequence) -> dict[str, Any]:
+        return {}
+
+
+class RunInfo(NamedTuple):
+    """What kind of run a recorder observes: ``timed`` (``--timing``), ``pd`` (a P/D fleet),
+    ``block_tokens`` (tokens per block of the names routed: the engine's block in timed runs)."""
+
+    timed: bool
+    pd: bool
+    block_tokens: int
+
+
+def hooks(recorders: Sequence[Recorder], name: str) -> list:
+    """The bound ``name`` hooks of the ``recorders`` that override it (in order): what a fleet calls."""
+    base = getattr(Recorder, name)
+    return [getattr(r, name) for r in recorders if getattr(type(r), name, base) is not base]
+
+
+def fleet_result(routing: "RoutingMetrics", counts: dict, strategy, recorders: Sequence[Recorder] = (),
+                 engines: Sequence = ()) -> dict[str, Any]:
+    """The fleet metrics of a run, every topology alike: :meth:`RoutingMetrics.result`, then ``counts``
+    (``evicted_blocks``, ``events_published``, ``events_dropped``), the strategy's refused events
+    (:func:`event_refusals`), :meth:`RoutingMetrics.balance`, then each recorder's
+    :meth:`Recorder.result` of ``engines`` in order."""
+    out = routing.result()
+    out.update(counts)
+    out.update(event_refusals(strategy))
+    out.update(routing.balance())
+    for recorder in recorders:
+        out.update(recorder.result(engines))
+    specs = [e.spec for e in engines if getattr(e, "spec", None) is not None]
+    if specs:  # speculative decoding (dynlab.engine.spec): a P/D fleet's decode pool
+        from dynlab.engine.spec import spec_metrics
+
+        out.update(spec_metrics(specs))
+    return out
 
 
 class RoutingMetrics:
@@ -163,7 +252,7 @@ class RoutingMetrics:
                 "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0}
 
 
-class ServingMetrics:
+class ServingMetrics(Recorder):
     """The timed engine's figures, from per-request and per-step callbacks (times in ms).
 
     ``slo_ttft_ms`` / ``slo_tpot_ms``: when either is given, ``goodput`` is the share of ALL
@@ -243,3 +332,24 @@ class ServingMetrics:
         if self.slo_ttft_ms is not None or self.slo_tpot_ms is not None:
             out["goodput"] = ratio(self.good, self.total)
         return out
+
+
+class TierRecorder(Recorder):
+    """The CPU tier's figures of a run, summed over its engines (the tier's counters are the engines').
+
+    ``kv_bytes_per_block``: bytes of one block's KV (:func:`dynlab.engine.serving.cpu_tier_size`).
+    ``gpu_hit_blocks`` / ``cpu_hit_blocks``: prefix-hit blocks of the requests' first admissions found
+    on the GPU / loaded from the CPU tier (engine blocks); ``pcie_bytes``: bytes over PCIe both ways,
+    ``(blocks loaded + blocks written) * kv_bytes_per_block`` (an int); ``cpu_blocks``: blocks the CPU
+    tier of each worker held at the end.
+    """
+
+    def __init__(self, kv_bytes_per_block: float):
+        self.kv_bytes_per_block = kv_bytes_per_block
+
+    def result(self, engines: Sequence) -> dict[str, Any]:
+        moved = sum(e.loaded_blocks + e.offloaded_blocks for e in engines)
+        return {"gpu_hit_blocks": sum(e.gpu_hit_blocks for e in engines),
+                "cpu_hit_blocks": sum(e.cpu_hit_blocks for e in engines),
+                "pcie_bytes": int(round(moved * self.kv_bytes_per_block)),
+                "cpu_blocks": [len(e.cpu) if e.cpu is not None else 0 for e in engines]}

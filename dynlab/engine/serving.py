@@ -1,4 +1,4 @@
-"""A timed run's fleet, built from its configuration: engines, pool size, latency model, block names.
+"""A timed run's engines, built from its configuration: engines, pool size, latency model, block names.
 
 :func:`build_engines` resolves what ``--timing`` needs from a :class:`~dynlab.engine.config.SimConfig`:
 the hardware (``--model``, ``--gpu``, ``--tp``), the latency model (``--latency-model``,
@@ -9,13 +9,11 @@ pool of :func:`dynlab.latency.hardware.kv_blocks`), and the mapping from a workl
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 from dynlab.engine.config import SimConfig
 from dynlab.engine.names import MAX_RATIO, engine_block_names, engine_block_runs
-from dynlab.engine.timed import replay_timed
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
 
@@ -55,7 +53,8 @@ def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
 
 @dataclass
 class TimedSetup:
-    """What a timed run is made of; :meth:`replay` serves a workload, :meth:`describe` says what was used."""
+    """What a timed run is made of: :meth:`engines` (an aggregated pool) and :meth:`pd_engines` build fresh
+    engines, :meth:`describe` says what was used; the run layer (:mod:`dynlab.sim.topology`) serves on them."""
 
     config: SimConfig
     latency: LatencyModel
@@ -80,24 +79,9 @@ class TimedSetup:
                              runs=self.runs_of is not None, spec=spec_decoding(c))
                 for w in range(c.workers)]
 
-    def replay(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
-               progress=None) -> dict:
-        """Serve ``requests`` (routed by ``strategy``) on fresh engines; the metrics of :func:`replay_timed`."""
-        c = self.config
-        return replay_timed(requests, strategy, self.engines(), names_of=self.names_of, time_scale=c.time_scale,
-                            rate=c.rate, arrival_rng=random.Random(f"dynlab-arrivals-{c.seed}"),
-                            publish=c.publish == "yes", event_delay_ms=c.event_delay_ms,
-                            event_loss=c.event_loss, loss_rng=loss_rng, slo_ttft_ms=c.slo_ttft_ms,
-                            slo_tpot_ms=c.slo_tpot_ms, progress=progress,
-                            kv_bytes_per_block=None if self.cpu_capacity is None else self.kv_bytes_per_block,
-                            runs_of=self.runs_of)
-
-    def replay_disagg(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,
-                      progress=None) -> dict:
-        """Serve ``requests`` on fresh prefill and decode pools (``config.pd()``); the metrics of
-        :func:`dynlab.disagg.fleet.replay_disagg`."""
-        from dynlab.disagg.fleet import replay_disagg
-
+    def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
+        """Fresh ``(prefill, decode)`` pools of ``config.pd()`` workers: prefill engines hand requests off at
+        their first token (``handoff=True``); neither has a CPU tier or works on runs."""
         c = self.config
         p, d = c.pd()
 
@@ -106,14 +90,7 @@ class TimedSetup:
                                  max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff,
                                  spec=None if handoff else spec_decoding(c)) for w in range(n)]  # decode pool only
 
-        return replay_disagg(requests, strategy, engines(p, True), engines(d, False), names_of=self.names_of,
-                             kv_bytes_per_token=self.latency.hardware.model.kv_bytes_per_token,
-                             link_gbps=c.link_gbps, link_latency_ms=c.link_latency_ms,
-                             overlap_transfer=c.overlap_transfer, decode_prefix_cache=c.decode_prefix_cache,
-                             decode_router=c.decode_router, time_scale=c.time_scale, rate=c.rate,
-                             arrival_rng=random.Random(f"dynlab-arrivals-{c.seed}"), publish=c.publish == "yes",
-                             event_delay_ms=c.event_delay_ms, event_loss=c.event_loss, loss_rng=loss_rng,
-                             slo_ttft_ms=c.slo_ttft_ms, slo_tpot_ms=c.slo_tpot_ms, progress=progress)
+        return engines(p, True), engines(d, False)
 
     def describe(self) -> dict[str, Any]:
         """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency)."""
@@ -186,7 +163,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
     """Raise the one-line ``ValueError`` a timed run of ``config`` would raise for its options, before any
     engine is built or request served: an unknown model, GPU or latency model, a model that does not
     fit the GPUs, a CPU tier the options cannot size (:func:`cpu_tier_size`) and, given the loaded
-    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.timed.check_arrivals`),
+    trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.env.check_arrivals`),
     and ``--time-scale`` or ``--rate`` where the workload ignores it
     (:func:`dynlab.engine.config.check_arrival_options`; ``requests`` ``None`` with a trace: not checked here,
     the run checks it at its first request). A ``--model`` config.json that opens but holds a bad config
@@ -195,7 +172,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
     every run before the first, so a bad value writes nothing.
     """
     from dynlab.engine.config import check_arrival_options
-    from dynlab.engine.timed import check_arrivals
+    from dynlab.engine.env import check_arrivals
 
     hardware = _hardware_pool(config)[0]
     cpu_tier_size(config, hardware.model)

@@ -16,9 +16,10 @@ first token yet. The request a strategy routes carries the simulated arrival tim
 ``timestamp``. With router replicas (:class:`~dynlab.routing.replicas.RouterReplicas`), each
 replica's own view holds only the requests it routed, unless they share the load.
 
-Arrivals: trace timestamps (ms) times ``time_scale``; a workload without timestamps arrives
-as a Poisson process of ``rate`` requests/s from its own RNG. Timestamps must not go
-backwards (the trace readers refuse such traces).
+Arrivals (:func:`dynlab.engine.env.arrival_times`, re-exported here): trace timestamps (ms) times
+``time_scale``; a workload without timestamps arrives as a Poisson process of ``rate`` requests/s
+from its own RNG. Timestamps must not go backwards (the trace readers refuse such traces). The
+fleet runs in a :class:`~dynlab.engine.env.RunEnv`; the run layer (:mod:`dynlab.sim`) builds both.
 """
 from __future__ import annotations
 
@@ -26,54 +27,15 @@ import heapq
 import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from dynlab.engine.bus import EventBus
-from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START, EventLoop
-from dynlab.engine.metrics import RoutingMetrics, ServingMetrics, event_refusals
+from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
+from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
+from dynlab.engine.metrics import TierRecorder, fleet_result, hooks
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
 from dynlab.limits import HORIZON_MS, past_horizon
 from dynlab.routing.events import MEDIUM_CPU, BlockRemoved, BlockStored
 from dynlab.routing.replicas import RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, Strategy
-
-
-def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
-                  rng: random.Random) -> Iterator[tuple[Request, float]]:
-    """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards,
-    or when an arrival is past :data:`~dynlab.limits.HORIZON_MS` (naming ``--time-scale`` or ``--rate``)."""
-    now = 0.0
-    for req in requests:
-        if req.timestamp is None:
-            now += rng.expovariate(rate) * 1000.0
-            if not now <= HORIZON_MS:
-                raise past_horizon(now, f"request {req.index}'s Poisson arrival at --rate {rate:g} requests/s",
-                                   "use a larger --rate")
-        else:
-            t = req.timestamp * time_scale
-            if t < now:
-                raise ValueError(f"request {req.index}: timestamp {req.timestamp} is earlier than the previous "
-                                 f"request's; timed runs need arrivals in time order")
-            if not t <= HORIZON_MS:
-                raise _arrival_past_horizon(req, t, time_scale)
-            now = t
-        yield req, now
-
-
-def check_arrivals(requests: Sequence[Request], time_scale: float) -> None:
-    """Raise the ``ValueError`` :func:`arrival_times` would raise for a timestamp times ``time_scale``
-    past :data:`~dynlab.limits.HORIZON_MS`, before anything runs. ``requests``: a loaded trace,
-    in time order (the readers refuse others), so its last timestamp is the latest arrival."""
-    if not requests or requests[-1].timestamp is None or requests[-1].timestamp * time_scale <= HORIZON_MS:
-        return
-    for req in requests:
-        t = req.timestamp * time_scale
-        if not t <= HORIZON_MS:
-            raise _arrival_past_horizon(req, t, time_scale)
-
-
-def _arrival_past_horizon(req: Request, t: float, time_scale: float) -> ValueError:
-    return past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x --time-scale "
-                           f"{time_scale:g})", "use a smaller --time-scale")
 
 
 def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) -> ValueError:
@@ -85,23 +47,40 @@ def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) ->
 
 
 class TimedFleet:
-    """Drives ``engines`` from an :class:`EventLoop`: arrivals, steps, KV events, the router's view.
+    """Drives ``engines`` in ``env`` (a :class:`~dynlab.engine.env.RunEnv`: loop, bus, arrivals, recorders,
+    progress): arrivals, steps, KV events, the router's view.
 
     ``names_of(request) -> list[int]``: the request's full prompt block names at the engine's
-    block size. ``routing`` / ``serving``: the recorders. ``progress``: a tqdm bar or ``None``.
-    ``runs_of(request) -> (names, runs)`` (optional, used instead of ``names_of`` when given): the
+    block size. ``runs_of(request) -> (names, runs)`` (optional, used instead of ``names_of`` when given): the
     names and their runs (:func:`dynlab.engine.names.engine_block_runs`), which the routing recorder
     takes in place of the names and the engines' requests carry (an engine built with ``runs=True``
     works on them: :class:`~dynlab.kv.run_pool.RunBlockPool`).
+
+    The public hooks of a topology built on it (each optional, called in this order within a time):
+    ``on_step_started(w, engine, now)`` after worker ``w`` started a step (or bulk run);
+    ``on_step_ended(w, result)`` right after its :meth:`~dynlab.engine.worker.EngineWorker.finish_step`,
+    before anything is published or recorded; ``on_handed_off(w, ereq, now)`` for each request an engine
+    built with ``handoff=True`` handed off at its first token (the router's view has let it go).
+    :meth:`wake` starts an idle worker's next step at the current time. ``lazy``: cross bulk runs' block
+    boundaries lazily (default: when the bus neither delays nor loses events; see below); a topology
+    that touches a worker's pool between arrivals passes ``False``.
     """
 
-    def __init__(self, strategy: Strategy, engines: Sequence[EngineWorker], bus: EventBus, loop: EventLoop,
-                 names_of: Callable[[Request], list], routing: RoutingMetrics, serving: ServingMetrics,
-                 progress=None, runs_of: Optional[Callable] = None):
+    def __init__(self, strategy: Strategy, engines: Sequence[EngineWorker], env, names_of: Callable[[Request], list],
+                 runs_of: Optional[Callable] = None, *, lazy: Optional[bool] = None,
+                 on_step_started: Optional[Callable] = None, on_step_ended: Optional[Callable] = None,
+                 on_handed_off: Optional[Callable] = None):
         n = len(engines)
+        self.env = env
         self.runs_of = runs_of
-        self.strategy, self.engines, self.bus, self.loop = strategy, engines, bus, loop
-        self.names_of, self.routing, self.serving, self.progress = names_of, routing, serving, progress
+        self.strategy, self.engines, self.bus, self.loop = strategy, engines, env.bus, env.loop
+        self.names_of, self.routing, self.progress = names_of, env.routing, env.progress
+        recorders = env.recorders
+        self._h_route, self._h_arrival = hooks(recorders, "on_route"), hooks(recorders, "on_arrival")
+        self._h_reject, self._h_first = hooks(recorders, "on_reject"), hooks(recorders, "on_first_token")
+        self._h_finish, self._h_step = hooks(recorders, "on_finish"), hooks(recorders, "on_step")
+        self.on_step_started, self.on_step_ended, self.on_handed_off = on_step_started, on_step_ended, on_handed_off
+        routing = env.routing
         self.block = engines[0].block if n else 1
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
         self.waiting = [0] * n
@@ -120,18 +99,33 @@ class TimedFleet:
         # router as one merged BlockRemoved (counted one per boundary that evicted), so the routes and
         # every count are those of a loop event per boundary. With a delay or loss (draws follow the
         # publishing order) each boundary is a loop event and an event of its own.
-        self._lazy = not bus.delay_ms and not bus.loss
+        self._lazy = (not self.bus.delay_ms and not self.bus.loss) if lazy is None else lazy
         self._bounds: list = []  # pending (time ms, worker, generation), earliest first (a heap)
         # request id -> (worker, blocks, prefill tokens still expected, waiting for a first token, replica)
         self._estimate: dict = {}
         self._arrivals: Optional[Iterator] = None
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self, arrivals: Iterator[tuple[Request, float]]) -> None:
-        """Replay every ``(request, arrival ms)`` until the last request finishes."""
-        self._arrivals = arrivals
+    def run(self, arrivals: Optional[Iterator[tuple[Request, float]]] = None) -> None:
+        """Replay every ``(request, arrival ms)`` (default: the environment's arrivals) until the last
+        request finishes."""
+        self._arrivals = arrivals if arrivals is not None else self.env.arrivals
         self._next_arrival()
         self.loop.run()
+
+    @property
+    def all_engines(self) -> Sequence[EngineWorker]:
+        """Every engine of the fleet, in the order a result lists them."""
+        return self.engines
+
+    @property
+    def serving(self):
+        """The environment's serving recorder."""
+        return self.env.serving
+
+    def wake(self, w: int) -> None:
+        """Start worker ``w``'s next step at the current time (it does nothing when the worker is busy or idle)."""
+        self.loop.at(self.loop.now, STEP_START, self._on_start, w)
 
     def _next_arrival(self) -> None:
         nxt = next(self._arrivals, None)
@@ -140,6 +134,11 @@ class TimedFleet:
 
     # -- arrivals --------------------------------------------------------------------------
     def _on_arrival(self, req: Request) -> None:
+        self.arrive(req)
+        self._next_arrival()
+
+    def arrive(self, req: Request) -> None:
+        """Route and submit the workload's request ``req`` now (the loop's time is its arrival)."""
         t = self.loop.now
         bounds = self._bounds
         if bounds and bounds[0][0] < t:
@@ -154,12 +153,17 @@ class TimedFleet:
         ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names, runs)
         cap = (ereq.input_length - 1) // self.block
         actual = engine.overlap_of(ereq, cap)
-        self.routing.on_route(routed.hashes, w, self.strategy.predicted, actual, cap, runs=runs)
-        self.serving.on_arrival(ereq, t)
-        self._track(ereq, w, self.strategy.predicted)
+        predicted = self.strategy.predicted
+        self.routing.on_route(routed.hashes, w, predicted, actual, cap, runs=runs)
+        for hook in self._h_route:
+            hook(routed, w, predicted, actual, cap)
+        for hook in self._h_arrival:
+            hook(ereq, t)
+        self._track(ereq, w, predicted)
         before = engine.step_end
         if not engine.submit(ereq, t):
-            self.serving.on_reject(ereq)
+            for hook in self._h_reject:
+                hook(ereq)
             self._untrack(ereq)
         elif before is None:
             self.loop.at(t, STEP_START, self._on_start, w)
@@ -167,7 +171,6 @@ class TimedFleet:
             self._schedule_end(w)
         if self.progress is not None:
             self.progress.update(1)
-        self._next_arrival()
 
     def _route(self, req: Request) -> int:
         strategy = self.strategy
@@ -225,6 +228,8 @@ class TimedFleet:
                 raise past_horizon(t, f"worker {w}'s load from its CPU tier", "use a larger --pcie-gbps")
             self.loop.at(t if t > now else now, STEP_START, self._on_start, w)
         self._schedule_end(w)
+        if self.on_step_started is not None:
+            self.on_step_started(w, engine, now)
 
     def _publish_removed(self, w: int, engine: EngineWorker) -> None:
         """Publish what a step start (or a bulk run's block boundary) evicted: GPU, then the CPU tier."""
@@ -304,70 +309,48 @@ class TimedFleet:
         if self._lazy and engine.next_boundary is not None:
             self._cross(w, self.loop.now)
         res = engine.finish_step()
+        if self.on_step_ended is not None:
+            self.on_step_ended(w, res)
         if res.stored:  # with write-through (--cpu-write compute) the CPU tier's change follows at the step's end
             self._publish(w, BlockStored(w, tuple(res.stored), block_size=self.block, runs=res.stored_runs),
                           res.cpu_removed,
                           res.cpu_stored)
-        serving = self.serving
-        serving.on_step(w, res)
+        for hook in self._h_step:
+            hook(w, res)
         for ereq, t in res.first_tokens:
             self._first_token(ereq)
-            serving.on_first_token(ereq, t)
+            for hook in self._h_first:
+                hook(ereq, t)
         for ereq, t in res.finished:
             self._untrack(ereq)
-            serving.on_finish(ereq, t)
+            for hook in self._h_finish:
+                hook(ereq, t)
+        if res.handed_off:
+            now = self.loop.now
+            for ereq, _ in res.handed_off:
+                self._untrack(ereq)  # the router's view: the request left this worker
+                if self.on_handed_off is not None:
+                    self.on_handed_off(w, ereq, now)
         if not engine.idle:
             self.loop.at(self.loop.now, STEP_START, self._on_start, w)
 
 
 def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Sequence[EngineWorker], *,
-                 names_of: Callable[[Request], list], time_scale: float = 1.0, rate: float = 4.0,
-                 arrival_rng: Optional[random.Random] = None, publish: bool = True, event_delay_ms: float = 0.0,
-                 event_loss: float = 0.0, loss_rng: Optional[random.Random] = None,
-                 slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
-                 progress=None, kv_bytes_per_block: Optional[float] = None,
-                 runs_of: Optional[Callable] = None) -> dict:
-    """Serve ``requests`` on ``engines`` in time; return the routing and serving metrics (without ``mode``).
+                 names_of: Callable[[Request], list], env=None, runs_of: Optional[Callable] = None,
+                 kv_bytes_per_block: Optional[float] = None) -> dict:
+    """Serve ``requests`` on ``engines`` in time; return the routing and serving metrics (without ``mode``)
+    of :func:`~dynlab.engine.metrics.fleet_result`.
 
-    See the module docstring for the model. Raises ``ValueError`` when timestamps go backwards.
-    ``kv_bytes_per_block``: given (the engines have a CPU tier setting, even 0 blocks), the result
-    also has the tier keys of :func:`tier_metrics`. ``runs_of``: see :class:`TimedFleet` (the same
-    result, less work).
+    ``env``: a :class:`~dynlab.engine.env.RunEnv` (default :meth:`RunEnv.timed <dynlab.engine.env.RunEnv.timed>`
+    of ``requests``, the default sections). ``kv_bytes_per_block``: given (the engines have a CPU tier
+    setting, even 0 blocks), the result also has the tier keys of :class:`~dynlab.engine.metrics.TierRecorder`.
+    ``runs_of``: see :class:`TimedFleet` (the same result, less work). See the module docstring for the
+    model. Raises ``ValueError`` when timestamps go backwards.
     """
-    loop = EventLoop()
-    bus = EventBus(loop, strategy.on_event, delay_ms=event_delay_ms, loss=event_loss, rng=loss_rng,
-                   publish=publish)
-    routing, serving = RoutingMetrics(len(engines)), ServingMetrics(slo_ttft_ms, slo_tpot_ms)
-    fleet = TimedFleet(strategy, engines, bus, loop, names_of, routing, serving, progress, runs_of)
-    fleet.run(arrival_times(requests, time_scale, rate, arrival_rng or random.Random(0)))
-    out = routing.result()
-    out.update({
-        "evicted_blocks": fleet.evicted_blocks,
-        "events_published": bus.published,
-        "events_dropped": bus.dropped,
-        **event_refusals(strategy),
-        **routing.balance(),
-    })
-    out.update(serving.result(engines))
+    if env is None:
+        env = RunEnv.timed(requests, strategy, len(engines), arrival_rng=random.Random(0))
     if kv_bytes_per_block is not None:
-        out.update(tier_metrics(engines, kv_bytes_per_block))
-    if any(e.spec is not None for e in engines):  # speculative decoding (dynlab.engine.spec)
-        from dynlab.engine.spec import spec_metrics
-
-        out.update(spec_metrics([e.spec for e in engines]))
-    return out
-
-
-def tier_metrics(engines: Sequence[EngineWorker], kv_bytes_per_block: float) -> dict:
-    """The CPU tier's figures of a run, summed over ``engines``.
-
-    ``gpu_hit_blocks`` / ``cpu_hit_blocks``: prefix-hit blocks of the requests' first admissions found
-    on the GPU / loaded from the CPU tier (engine blocks); ``pcie_bytes``: bytes over PCIe both ways,
-    ``(blocks loaded + blocks written) * kv_bytes_per_block`` (an int); ``cpu_blocks``: blocks the CPU
-    tier of each worker held at the end.
-    """
-    moved = sum(e.loaded_blocks + e.offloaded_blocks for e in engines)
-    return {"gpu_hit_blocks": sum(e.gpu_hit_blocks for e in engines),
-            "cpu_hit_blocks": sum(e.cpu_hit_blocks for e in engines),
-            "pcie_bytes": int(round(moved * kv_bytes_per_block)),
-            "cpu_blocks": [len(e.cpu) if e.cpu is not None else 0 for e in engines]}
+        env.recorders.append(TierRecorder(kv_bytes_per_block))
+    fleet = TimedFleet(strategy, engines, env, names_of, runs_of)
+    fleet.run()
+    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, engines)

@@ -136,9 +136,8 @@ class EngineWorker:
     works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
     names with runs longer than one, as :func:`~dynlab.engine.names.engine_block_runs` gives them).
     ``cpu_capacity`` / ``load_ms_per_block`` / ``cpu_write``: the CPU tier (see the module docstring).
-    ``spec``: speculative decoding (:class:`~dynlab.engine.spec.SpecDecoding`; ``None``: off): the
-    scheduler's rules of :mod:`dynlab.engine.spec`, one step at a time (no bulk run), a request
-    rejected when ``input_length + output_length - 1 + K + lookahead`` tokens cannot fit.
+    ``spec``: speculative decoding (:mod:`dynlab.engine.spec`; ``None``: off), one step at a time (no bulk
+    run); a request is rejected when ``input_length + output_length - 1 + K + lookahead`` tokens cannot fit.
     Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
     The queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``) are the scheduler's,
@@ -441,3 +440,11 @@ class EngineWorker:
         loading = list(sch.loading) + list(sch.ready)
         self.kv.check([r.keys for r in sch.running + loading] + [r.keys for r in sch.received])
         assert all(r.load_blocks > 0 for r in loading)
+
+    # public hooks for the run layer
+    @property
+    def step_requests(self) -> list:
+        """The requests scheduled in the step (or bulk decode run) in progress, in schedule order; ``[]``
+        between steps. A P/D fleet reads it when a step starts (layer-pipelined transfers)."""
+        st = self._step
+        return [] if st is None else [req for req, _ in st.sched]

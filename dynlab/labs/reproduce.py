@@ -1,7 +1,7 @@
 """Every artifact of the two seed labs in one run, and a report that answers their questions from the numbers.
 
 ``dynlab reproduce OUTDIR`` is :func:`build` followed by writing its files. :func:`build` calls the
-same library functions the individual commands call (:func:`dynlab.engine.run.run` behind ``sim`` and
+same library functions the individual commands call (:func:`dynlab.sim.run` behind ``sim`` and
 ``compare``, :func:`dynlab.disagg.cost.cost_report` behind ``disagg``, :func:`dynlab.labs.scenario.run_scenario`
 and :func:`dynlab.labs.scenario.cliff` behind ``scenario`` and ``cliff``, :mod:`dynlab.labs.summarize` behind
 ``summarize``), so each JSON artifact is exactly what its command prints (:attr:`Artifact.text`: one
@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from dynlab import __version__
 from dynlab.disagg import cost as kvcost_lib
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.labs import summarize as summarize_lib
 from dynlab.labs.scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, cliff, run_scenario
 

@@ -1,4 +1,4 @@
-"""Parameter sweeps: a grid of ``sim`` options, one :func:`dynlab.engine.run.run` per cell, run serially,
+"""Parameter sweeps: a grid of ``sim`` options, one :func:`dynlab.sim.run` per cell, run serially,
 on a process pool or on a Ray cluster, resumable from a JSON-lines results file.
 
 A *cell* is a dict of option name -> value (names as the user writes them: ``mode``,
@@ -19,7 +19,7 @@ validation come from the caller (the ``dynlab sweep`` command derives them from
 - :mod:`~dynlab.sweep.plots`: line and heatmap plots of one metric over the grid;
 - :mod:`~dynlab.sweep.probe`: the metrics the cells will report, from two-request runs before they run.
 """
-from dynlab.sweep.executors import (EXECUTORS, RAY_EXTRA_MESSAGE, TRACE_CACHE_SIZE, CellError, cached_trace,
+from dynlab.sweep.executors import (EXECUTORS, RAY_EXTRA_MESSAGE, TRACE_CACHE_SIZE, CellError, Running, cached_trace,
                                     check_ray_address, clear_trace_cache, default_jobs, execute, import_ray,
                                     preload_traces, run_cell)
 from dynlab.sweep.grid import (LATENCY_OPT_PREFIX, OPT_PREFIX, Axis, Grid, GridError, cell_key, check_config,
@@ -31,5 +31,5 @@ __all__ = [
     "Axis", "Grid", "GridError", "ResultsFile", "cell_key", "check_config", "read_grid_file", "option_text",
     "cached_trace", "clear_trace_cache", "preload_traces", "run_cell", "execute", "default_jobs", "import_ray",
     "check_ray_address", "record_line", "flatten", "to_csv", "metric_value", "numeric_paths", "plot_layout",
-    "plot_sweep", "EXECUTORS", "OPT_PREFIX", "LATENCY_OPT_PREFIX", "TRACE_CACHE_SIZE", "CellError", "RAY_EXTRA_MESSAGE",
+    "plot_sweep", "EXECUTORS", "OPT_PREFIX", "LATENCY_OPT_PREFIX", "TRACE_CACHE_SIZE", "CellError", "Running", "RAY_EXTRA_MESSAGE",
 ]

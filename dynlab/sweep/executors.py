@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.errors import DynlabError
 
 #: The executors :func:`execute` knows.
@@ -170,45 +170,98 @@ def _is_loopback(address: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def _serial(configs: Sequence[SimConfig]) -> Iterator[tuple[int, dict]]:
-    for i, config in enumerate(configs):
-        yield i, _unwrap(*_guarded(config), i)
+def _serial(configs: Sequence[SimConfig]) -> Running:
+    return Running((i, _unwrap(*_guarded(config), i)) for i, config in enumerate(configs))
 
 
-def _local(configs: Sequence[SimConfig], jobs: int) -> Iterator[tuple[int, dict]]:
+class Running:
+    """The cells of :func:`execute` as they finish: iterate for ``(position, result)``; :meth:`close` stops
+    whatever is still running (pool workers, Ray tasks and a Ray instance started for the sweep), whether
+    the iteration finished, failed, was interrupted or never began. A context manager that closes."""
+
+    def __init__(self, results: Iterator[tuple[int, dict]], stop: Callable[[], None] = lambda: None):
+        self._results = results
+        self._stop = stop
+        self._stopped = False
+
+    def __iter__(self):
+        return self._results
+
+    def __next__(self):
+        return next(self._results)
+
+    def close(self) -> None:
+        """Stop the cells still running and release their processes; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            close = getattr(self._results, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _local(configs: Sequence[SimConfig], jobs: int) -> Running:
     from concurrent.futures import ProcessPoolExecutor
 
     # The pool starts (forks) here, before the caller opens output files or starts threads.
-    # Its workers ignore Ctrl-C: only this process handles it, then cancels what has not started
-    # (a worker interrupted while holding the pool's queue lock would hang the shutdown).
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
+    # Its workers ignore Ctrl-C and SIGHUP and die on SIGTERM: only this process handles the signals,
+    # then terminates them (a worker interrupted while holding the pool's queue lock would hang the shutdown).
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_pool_worker_signals)
+    state = {"finished": False}
     try:
         futures = {pool.submit(_guarded, config): i for i, config in enumerate(configs)}
     except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
+        _stop_pool(pool, state)
         raise
-    return _drain_pool(pool, futures)
+    return Running(_drain_pool(futures, state), lambda: _stop_pool(pool, state))
 
 
-def _ignore_sigint() -> None:
+def _pool_worker_signals() -> None:
+    """In each pool worker: the parent alone handles Ctrl-C and SIGHUP; SIGTERM (what the parent sends
+    to stop a worker) ends the worker at once; and the worker is sent SIGTERM if the parent dies
+    (Linux ``PR_SET_PDEATHSIG``), so even a parent killed with SIGKILL leaves no worker behind."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # best effort: no libc prctl
+            pass
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
 
 
-def _drain_pool(pool, futures: dict) -> Iterator[tuple[int, dict]]:
+def _drain_pool(futures: dict, state: dict) -> Iterator[tuple[int, dict]]:
     from concurrent.futures import as_completed
 
-    finished = False
-    try:
-        for fut in as_completed(futures):
-            yield futures[fut], _unwrap(*fut.result(), futures[fut])
-        finished = True
-    finally:
-        if not finished:
-            # Interrupted (Ctrl-C) or closed early: stop the workers now rather than wait for
-            # a clean hand-over that an interrupt in this process can leave stuck forever.
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.terminate()
-        pool.shutdown(wait=finished, cancel_futures=True)
+    for fut in as_completed(futures):
+        yield futures[fut], _unwrap(*fut.result(), futures[fut])
+    state["finished"] = True
+
+
+def _stop_pool(pool, state: dict) -> None:
+    """Shut the pool down: at once (its workers terminated and reaped) unless every cell finished."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    if not state["finished"]:
+        # Interrupted, failed or closed early: stop the workers now rather than wait for a clean
+        # hand-over that an interrupt in this process can leave stuck forever.
+        for proc in procs:
+            proc.terminate()
+    pool.shutdown(wait=state["finished"], cancel_futures=True)
+    for proc in procs:
+        proc.join()
 
 
 def _ray_cell(config: SimConfig, box: list) -> tuple[bool, Any]:
@@ -221,15 +274,18 @@ def _ray_cell(config: SimConfig, box: list) -> tuple[bool, Any]:
     return _guarded(config, loader=lambda: ray.get(box[0]))
 
 
-def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Iterator[tuple[int, dict]]:
+def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Running:
     ray = import_ray(address)
     own = not ray.is_initialized()
     if own and address is not None:
         check_ray_address(address)  # fails in one line at once, where Ray would retry for minutes
     if own:
-        # The processes Ray starts inherit an ignored SIGINT, so Ctrl-C reaches only this
+        # The processes Ray starts inherit an ignored SIGINT and SIGHUP, so Ctrl-C reaches only this
         # driver, which then shuts them down; a raylet hit by Ctrl-C crashes and leaks agents.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Ray's driver replaces the SIGTERM handler with its own (which logs a stack and dies by the
+        # signal, skipping this process's clean-up): the handlers in place before are put back after.
+        keep = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
             if address is None:
                 ray.init(address="local", num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
@@ -241,8 +297,12 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Ite
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             raise DynlabError(f"cannot start or reach {where}: {first}") from None
         finally:
-            signal.signal(signal.SIGINT, previous)
-    pending: list = []
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGHUP, previous[1])
+            for signum, handler in keep.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
+    state = {"pending": [], "own": own, "stopped": False}
     try:
         refs: dict = {}
         for config in configs:  # each trace goes into the object store once
@@ -254,37 +314,53 @@ def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Ite
         for i, config in enumerate(configs):
             ref = task.remote(config, [refs.get(_trace_key(config))])
             index[ref] = i
-            pending.append(ref)
+            state["pending"].append(ref)
     except BaseException:
-        _ray_stop(ray, pending, own)
+        _ray_stop(ray, state)
         raise
-    return _drain_ray(ray, pending, index, own)
+    return Running(_drain_ray(ray, state, index), lambda: _ray_stop(ray, state))
 
 
-def _drain_ray(ray, pending: list, index: dict, own: bool) -> Iterator[tuple[int, dict]]:
+def _drain_ray(ray, state: dict, index: dict) -> Iterator[tuple[int, dict]]:
+    while state["pending"]:
+        # a short timeout returns to Python regularly, so Ctrl-C (KeyboardInterrupt) is seen at once
+        done, state["pending"] = _signal_safe(ray.wait, state["pending"], num_returns=1, timeout=0.2)
+        for ref in done:
+            yield index[ref], _unwrap(*_signal_safe(ray.get, ref), index[ref])
+
+
+def _signal_safe(call, *args, **kwargs):
+    """``call(*args, **kwargs)``; an exception a signal handler raised inside Ray's C code (a SIGTERM
+    turned into the CLI's ``Terminated``, a ``BaseException``) comes out wrapped in a ``SystemError``:
+    re-raised as itself, so the caller's clean-up sees the signal, not a crash."""
     try:
-        while pending:
-            # a short timeout returns to Python regularly, so Ctrl-C (KeyboardInterrupt) is seen at once
-            done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
-            for ref in done:
-                yield index[ref], _unwrap(*ray.get(ref), index[ref])
-    finally:
-        _ray_stop(ray, pending, own)
+        return call(*args, **kwargs)
+    except SystemError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+            raise cause from None
+        raise
 
 
-def _ray_stop(ray, pending: list, own: bool) -> None:
-    for ref in pending:
+def _ray_stop(ray, state: dict) -> None:
+    """Cancel the tasks not finished and shut down a Ray instance the sweep started; idempotent."""
+    if state["stopped"]:
+        return
+    state["stopped"] = True
+    if state["own"]:  # the instance and its tasks go together (cancelling first can crash Ray's core worker)
+        ray.shutdown()
+        return
+    for ref in state["pending"]:  # a cluster someone else runs: cancel only this sweep's tasks
         try:
             ray.cancel(ref)
         except Exception:  # best effort: the task may have finished meanwhile
             pass
-    if own:
-        ray.shutdown()
 
 
 def execute(configs: Sequence[SimConfig], executor: str = "local", jobs: Optional[int] = None,
-            ray_address: Optional[str] = None) -> Iterator[tuple[int, dict]]:
-    """Run every configuration; yield ``(position in configs, result)`` as each finishes.
+            ray_address: Optional[str] = None) -> Running:
+    """Run every configuration; the :class:`Running` it returns yields ``(position in configs, result)``
+    as each finishes.
 
     - ``serial``: one after another in this process.
     - ``local``: a :class:`concurrent.futures.ProcessPoolExecutor` of ``jobs`` processes
@@ -295,8 +371,8 @@ def execute(configs: Sequence[SimConfig], executor: str = "local", jobs: Optiona
 
     Every process loads each trace once (see :func:`cached_trace`); the traces are
     loaded here first, so a bad trace raises before any cell runs. The pool or the Ray
-    instance starts before this returns; iterate the result to completion or close it
-    (``contextlib.closing``) to shut them down. Results do not depend on the executor.
+    instance starts before this returns; close the result (or use it as a context manager) to shut them
+    down, whether or not it was iterated. Results do not depend on the executor.
     A cell's error raises :class:`DynlabError` (one line); closing early cancels the
     cells not yet started.
     """

@@ -24,9 +24,9 @@ def probe_paths(config: SimConfig, trace=None) -> dict[str, Any]:
     """The flattened result (dotted path -> value) of ``config`` run on :data:`PROBE_REQUESTS` requests.
 
     ``trace``: ``config``'s loaded trace (:func:`dynlab.traces.reader.load_trace`), ``None`` for the
-    synthetic workload (cut to one prefix repeated twice). Raises what :func:`dynlab.engine.run.run` raises.
+    synthetic workload (cut to one prefix repeated twice). Raises what :func:`dynlab.sim.run` raises.
     """
-    from dynlab.engine.run import run
+    from dynlab.sim.runner import run
     from dynlab.traces.reader import TraceRequests
 
     if trace is None:

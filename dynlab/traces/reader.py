@@ -17,7 +17,7 @@ import zlib
 from importlib import resources
 from typing import Iterator, Optional
 
-from dynlab.limits import HORIZON_MS
+from dynlab.limits import HORIZON_MS, MAX_OUTPUT_TOKENS, output_too_long
 from dynlab.errors import DynlabError, InputError, InputFileError
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
@@ -93,7 +93,8 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     request has a timestamp or none does, and timestamps never decrease; otherwise
     :class:`InputError` names the first offending line. So it does for a timestamp past the simulated
     clock's horizon (:data:`~dynlab.limits.HORIZON_MS`, 10^12 ms) and for a request whose
-    ``input_length`` / ``output_length`` is not an int >= 0 (whatever the format).
+    ``input_length`` / ``output_length`` is not an int >= 0 (whatever the format), or whose
+    ``output_length`` is over :data:`~dynlab.limits.MAX_OUTPUT_TOKENS` (10,000,000 tokens).
     """
     requests, total, reader = open_reader(path_or_name, fmt, block, registry, scheme)
     return requests, total, reader.block_tokens or block
@@ -233,6 +234,8 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
             if type(req.input_length) is not int or type(req.output_length) is not int or \
                     req.input_length < 0 or req.output_length < 0:
                 raise InputError(name, lineno, _bad_lengths(req))
+            if req.output_length > MAX_OUTPUT_TOKENS:
+                raise InputError(name, lineno, output_too_long(req.output_length))
             ts = req.timestamp
             if timed is None:
                 timed = ts is not None

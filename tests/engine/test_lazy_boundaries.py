@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from dynlab.engine.bus import EventBus
 from dynlab.engine.config import SimConfig
 from dynlab.engine.loop import EventLoop
+from dynlab.engine.env import RunEnv
 from dynlab.engine.metrics import RoutingMetrics, ServingMetrics
 from dynlab.engine.run import build_strategy
 from dynlab.engine.serving import build_engines
@@ -84,8 +85,8 @@ def _observed(rows, mode, workers, capacity, block, own, cpu, lazy):
 
     seen: list = []
     bus = EventBus(loop, on_event)
-    fleet = Fleet(strategy, engines, bus, loop, setup.names_of, RoutingMetrics(workers), Recording(seen),
-                  runs_of=setup.runs_of)
+    fleet = Fleet(strategy, engines, RunEnv(loop, bus, None, RoutingMetrics(workers), [Recording(seen)]),
+                  setup.names_of, runs_of=setup.runs_of)
     assert fleet._lazy  # no delay, no loss
     fleet._lazy = lazy
     fleet.run(arrival_times(_requests(rows, block * (own or 1)), 1.0, 1.0, random.Random(0)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 from dynlab.traces.reader import load_trace
 
 TRACE = "mooncake-conversation"

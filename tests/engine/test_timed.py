@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
 from dynlab.engine.metrics import ServingMetrics
-from dynlab.engine.run import build_strategy, run
+from dynlab.engine.run import build_strategy
+from dynlab.sim.runner import run
 from dynlab.engine.serving import build_engines
 from dynlab.routing.hashing import block_hashes
 from dynlab.routing.strategy import Request
@@ -162,6 +163,7 @@ def _requests(rows, block):
 def test_every_request_finishes_once_and_events_mirror_the_pools(rows, mode, workers, capacity, block):
     from dynlab.engine.bus import EventBus
     from dynlab.engine.loop import EventLoop
+    from dynlab.engine.env import RunEnv
     from dynlab.engine.metrics import RoutingMetrics
     from dynlab.engine.timed import TimedFleet, arrival_times
 
@@ -184,7 +186,8 @@ def test_every_request_finishes_once_and_events_mirror_the_pools(rows, mode, wor
     bus = EventBus(loop, on_event)
     serving = Counting()
     reqs = _requests(rows, block)
-    fleet = TimedFleet(strategy, engines, bus, loop, setup.names_of, RoutingMetrics(workers), serving)
+    fleet = TimedFleet(strategy, engines, RunEnv(loop, bus, None, RoutingMetrics(workers), [serving]),
+                       setup.names_of)
     fleet.run(arrival_times(reqs, 1.0, 1.0, random.Random(0)))
     assert sorted(serving.finished) + [] == sorted(set(serving.finished))
     assert len(serving.finished) + serving.rejected == len(reqs)

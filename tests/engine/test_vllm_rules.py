@@ -5,7 +5,7 @@ beta2 x decode requests`` ms; 16-token blocks; one worker) and, for the engine c
 from vLLM 0.33.0's ``Scheduler`` driven by ``benchmarks/fidelity_vllm.py`` (docs/fidelity.md). The
 rules the engine does not follow yet are strict xfails: they pass (and so fail as xfail) the day the
 engine changes, and must then lose their mark. Only the public library API is used
-(``dynlab.engine.run.run`` on a ``SimConfig``), so the tests survive a reorganisation of the engine.
+(``dynlab.sim.run`` on a ``SimConfig``), so the tests survive a reorganisation of the engine.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import json
 import pytest
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import run
+from dynlab.sim.runner import run
 
 HAND = {"beta0": "10", "beta1": "1", "beta2": "2"}  # ms per step, per prefill token, per decode request
 

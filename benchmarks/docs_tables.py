@@ -1,0 +1,133 @@
+"""Regenerate the docs' command outputs, so that a table or an error pasted in README/docs cannot go stale.
+
+Each entry of :data:`BLOCKS` names a file and a ``dynlab`` command shown in it as ``$ dynlab ...``; its
+output is the lines that follow, up to the next ``$ `` line or the end of the code block. This script
+runs each command (in this process, through click's test runner, in an empty temporary folder, stdout
+and stderr together as a terminal shows them; ``compare`` without ``--format`` as on a terminal: a
+table) and writes the output it prints in place of the old one.
+
+Usage::
+
+    python benchmarks/docs_tables.py              # rewrite every block (the timed ones take minutes)
+    python benchmarks/docs_tables.py --cheap      # only the blocks that take about a second
+    python benchmarks/docs_tables.py --check      # exit 1 and show a diff when a block is stale
+
+``tests/test_docs_tables.py`` runs ``--check`` on the cheap blocks. Prose around a table that quotes
+its numbers is not rewritten: read it again after a table changes.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Block:
+    """One command shown in ``path`` (relative to the repository) and whether it runs in about a second."""
+
+    path: str
+    command: str
+    cheap: bool = False
+
+
+BLOCKS = (
+    Block("README.md", "dynlab compare --trace mooncake-conversation --workers 8 --capacity 4096 "
+          "--modes rr,random,kv,kv-events", cheap=True),
+    Block("README.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--modes rr,kv,kv-events,kv-cost,cache-aware"),
+    Block("docs/commands.md", "dynlab sweep --grid mode=rr,kv --grid worker=2,4", cheap=True),
+    Block("docs/commands.md", "dynlab sweep --grid mode=rr,kv --grid capacity=512,-1", cheap=True),
+    Block("docs/commands.md", "dynlab sweep --grid mode=kv-cost,rr --grid opt.temperature=0,0.5", cheap=True),
+    Block("docs/limits.md", "dynlab sim --workers 1000000000", cheap=True),
+    Block("docs/limits.md", "dynlab scenario --docs 100000000", cheap=True),
+    Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--cpu-capacity 0,60000 --modes kv-cost --format table"),
+    Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--cpu-capacity 20000,60000 --cpu-write compute --modes kv-cost --format table"),
+    Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--cpu-capacity 20000,60000 --cpu-write evict --modes kv-cost --format table"),
+)
+
+
+def run(command: str) -> str:
+    """What ``command`` (``dynlab ...``) prints, stdout then stderr, each line ending in a newline."""
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    args = shlex.split(command)
+    if args[0] != "dynlab":
+        raise ValueError(f"not a dynlab command: {command!r}")
+    args = args[1:]
+    if args[0] == "compare" and "--format" not in args:
+        args += ["--format", "table"]  # what a terminal shows
+    old = os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        try:
+            result = CliRunner().invoke(main, args)
+        finally:
+            os.chdir(old)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise RuntimeError(f"{command}: {result.exception!r}")
+    text = result.stdout + result.stderr
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def _span(lines: list[str], command: str, path: str) -> tuple[int, int]:
+    """``(first, end)``: the output lines of ``command`` in ``lines`` are ``lines[first:end]``."""
+    shown = f"$ {command}\n"
+    try:
+        start = lines.index(shown)
+    except ValueError:
+        raise SystemExit(f"{path}: no line '$ {command}'") from None
+    end = start + 1
+    while end < len(lines) and not lines[end].startswith(("$ ", "```")):
+        end += 1
+    return start + 1, end
+
+
+def update(block: Block, root: Path = ROOT, check: bool = False) -> list[str]:
+    """Regenerate one block; returns the diff (empty when it was current). Writes unless ``check``."""
+    path = root / block.path
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    first, end = _span(lines, block.command, block.path)
+    new = run(block.command).splitlines(keepends=True)
+    old = lines[first:end]
+    diff = list(difflib.unified_diff(old, new, f"{block.path} (shown)", f"{block.path} (the command now)"))
+    if diff and not check:
+        from dynlab.atomic import replace_file
+
+        text = "".join(lines[:first] + new + lines[end:])
+        replace_file(str(path), lambda name: Path(name).write_text(text, encoding="utf-8"))
+    return diff
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block is stale")
+    ap.add_argument("--cheap", action="store_true", help="only the blocks that run in about a second")
+    args = ap.parse_args(argv)
+    stale = 0
+    for block in BLOCKS:
+        if args.cheap and not block.cheap:
+            continue
+        diff = update(block, check=args.check)
+        if diff:
+            stale += 1
+            sys.stdout.writelines(diff)
+        print(f"{block.path}: {'stale' if diff and args.check else 'updated' if diff else 'current'}: "
+              f"$ {block.command}", file=sys.stderr)
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The ``kv`` collapse: a timed run in which one worker took almost every request.
+
+A strategy that routes on prefix overlap alone (``kv``, ``kv-events`` with instant events) sends every
+request of a trace whose requests share a first block (a system prompt) to the worker that holds it,
+so the run measures one overloaded worker, not the fleet (README, "The longest-prefix rule
+collapses"; docs/disagg.md for a ``--split`` comparison). :func:`collapse_warning` says so in one
+line, naming the load-aware strategies.
+
+The threshold, :data:`COLLAPSE_SHARE`: the busiest worker took at least 90 % of the requests
+(project choice: well above what any load-aware strategy reaches on the bundled trace, whose busiest
+worker takes 13-15 % of 8; a 2-worker fleet's 90:10 split is a collapse too).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+__all__ = ["COLLAPSE_SHARE", "LOAD_AWARE", "collapsed_share", "collapse_warning"]
+
+#: the busiest worker's share of the requests (0-1) at or above which a timed run has collapsed
+COLLAPSE_SHARE = 0.9
+#: the built-in strategies that weigh each worker's load, named in the warning
+LOAD_AWARE = ("kv-cost", "cache-aware", "least-loaded", "power-of-two")
+
+
+def collapsed_share(result: Mapping) -> Optional[tuple[int, int, int]]:
+    """``(requests on the busiest worker, requests, workers)`` when ``result`` (what ``dynlab sim``
+    prints) is a timed run (it has ``ttft_ms``) of two workers or more (prefill workers, with P/D) in
+    which the busiest worker took at least :data:`COLLAPSE_SHARE` of the requests; else ``None``."""
+    per_worker = result.get("requests_per_worker")
+    if "ttft_ms" not in result or not isinstance(per_worker, list) or len(per_worker) < 2:
+        return None
+    total = sum(per_worker)
+    busiest = max(per_worker)
+    if total <= 0 or busiest < COLLAPSE_SHARE * total:
+        return None
+    return busiest, total, len(per_worker)
+
+
+def collapse_warning(results: Mapping[str, Mapping]) -> Optional[str]:
+    """One line (without ``Warning:``) naming every run of ``results`` (label -> result) that collapsed
+    (:func:`collapsed_share`), with its share and imbalance and the load-aware strategies; ``None``
+    when none did. A label that is not the run's strategy (a ``--split`` value, a capacity) is
+    followed by the strategy in brackets."""
+    parts = []
+    for label, result in results.items():
+        found = collapsed_share(result)
+        if found is None:
+            continue
+        busiest, total, workers = found
+        mode = result.get("mode")
+        name = str(label) if mode in (None, label) else f"{label} [{mode}]"
+        imbalance = result.get("load_imbalance")
+        imb = f", imbalance {imbalance}" if imbalance is not None else ""
+        kind = "prefill workers" if result.get("prefill_workers") else "workers"
+        parts.append(f"{name}: {busiest:,} of {total:,} requests on one of {workers} {kind} "
+                     f"({busiest / total:.0%}{imb})")
+    if not parts:
+        return None
+    return (f"one worker took almost every request ({'; '.join(parts)}): the run measures one overloaded "
+            f"worker, not the fleet; strategies with a load term spread it when requests overlap in time: "
+            f"{', '.join(LOAD_AWARE)} "
+            f"(at least {COLLAPSE_SHARE:.0%} on one worker counts; see docs/commands.md)")

@@ -1,0 +1,107 @@
+"""The run environment of a timed fleet: one object instead of a dozen keyword arguments; the arrivals.
+
+Arrivals (:func:`arrival_times`): trace timestamps (ms) times ``time_scale``; a workload without
+timestamps arrives as a Poisson process of ``rate`` requests/s from its own RNG. Timestamps must not
+go backwards (the trace readers refuse such traces).
+
+A :class:`RunEnv` holds what every topology runs in: the event loop (the clock), the KV-event bus,
+the arrivals (``(request, ms)`` in workload order), the routing recorder, the other recorders
+(:class:`~dynlab.engine.metrics.Recorder`, the serving recorder first) and the progress bar.
+:meth:`RunEnv.timed` builds one from the configuration's sections.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from dynlab.engine.bus import EventBus
+from dynlab.engine.config import POISSON_RATE, EventsSection, SloSection, TrafficSection
+from dynlab.engine.loop import EventLoop
+from dynlab.engine.metrics import Recorder, RoutingMetrics, ServingMetrics
+from dynlab.limits import HORIZON_MS, past_horizon
+from dynlab.routing.strategy import Request
+
+
+def arrival_times(requests: Iterable[Request], time_scale: float, rate: float,
+                  rng: random.Random) -> Iterator[tuple[Request, float]]:
+    """``(request, arrival ms)`` in workload order; raises ``ValueError`` when timestamps go backwards,
+    or when an arrival is past :data:`~dynlab.limits.HORIZON_MS` (naming ``--time-scale`` or ``--rate``)."""
+    now = 0.0
+    for req in requests:
+        if req.timestamp is None:
+            now += rng.expovariate(rate) * 1000.0
+            if not now <= HORIZON_MS:
+                raise past_horizon(now, f"request {req.index}'s Poisson arrival at --rate {rate:g} requests/s",
+                                   "use a larger --rate")
+        else:
+            t = req.timestamp * time_scale
+            if t < now:
+                raise ValueError(f"request {req.index}: timestamp {req.timestamp} is earlier than the previous "
+                                 f"request's; timed runs need arrivals in time order")
+            if not t <= HORIZON_MS:
+                raise _arrival_past_horizon(req, t, time_scale)
+            now = t
+        yield req, now
+
+
+def check_arrivals(requests: Sequence[Request], time_scale: float) -> None:
+    """Raise the ``ValueError`` :func:`arrival_times` would raise for a timestamp times ``time_scale``
+    past :data:`~dynlab.limits.HORIZON_MS`, before anything runs. ``requests``: a loaded trace,
+    in time order (the readers refuse others), so its last timestamp is the latest arrival."""
+    if not requests or requests[-1].timestamp is None or requests[-1].timestamp * time_scale <= HORIZON_MS:
+        return
+    for req in requests:
+        t = req.timestamp * time_scale
+        if not t <= HORIZON_MS:
+            raise _arrival_past_horizon(req, t, time_scale)
+
+
+def _arrival_past_horizon(req: Request, t: float, time_scale: float) -> ValueError:
+    return past_horizon(t, f"request {req.index}'s arrival (timestamp {req.timestamp} ms x --time-scale "
+                           f"{time_scale:g})", "use a smaller --time-scale")
+
+
+@dataclass
+class RunEnv:
+    """``loop``, ``bus``, ``arrivals`` (an iterator of ``(Request, arrival ms)``), ``routing`` (the
+    routing recorder, sized to the workers the strategy routes to), ``recorders`` (serving first, then
+    any others, in the order their keys appear in the result), ``progress`` (a tqdm bar or ``None``)."""
+
+    loop: EventLoop
+    bus: EventBus
+    arrivals: Optional[Iterator]
+    routing: RoutingMetrics
+    recorders: list = field(default_factory=list)
+    progress: Any = None
+
+    @property
+    def serving(self) -> ServingMetrics:
+        """The serving recorder (the first of :attr:`recorders`)."""
+        return self.recorders[0]
+
+    @classmethod
+    def timed(cls, requests: Iterable, strategy, workers: int, *, traffic: TrafficSection = TrafficSection(),
+              events: EventsSection = EventsSection(), slo: SloSection = SloSection(),
+              loss_rng: Optional[random.Random] = None, arrival_rng: Optional[random.Random] = None,
+              recorders: Sequence[Recorder] = (), progress=None) -> "RunEnv":
+        """The environment of a timed run of ``requests`` routed by ``strategy`` to ``workers`` workers.
+
+        Arrivals: trace timestamps times ``traffic.time_scale``, or Poisson at ``traffic.rate``
+        (``None``: :data:`~dynlab.engine.config.POISSON_RATE`) requests/s from ``arrival_rng`` (default: seeded ``dynlab-arrivals-<seed>``, the run's own);
+        KV events: ``events.publish``, ``events.event_delay_ms``, ``events.event_loss`` (draws from
+        ``loss_rng``); goodput SLOs from ``slo``. ``recorders`` follow the serving recorder.
+        """
+        loop = EventLoop()
+        bus = EventBus(loop, strategy.on_event, delay_ms=events.event_delay_ms, loss=events.event_loss,
+                       rng=loss_rng, publish=events.publish == "yes")
+        rng = arrival_rng or random.Random(f"dynlab-arrivals-{traffic.seed}")
+        serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms)
+        rate = POISSON_RATE if traffic.rate is None else traffic.rate
+        return cls(loop, bus, arrival_times(requests, traffic.time_scale, rate, rng),
+                   RoutingMetrics(workers), [serving, *recorders], progress)
+
+    def counts(self, evicted_blocks: int) -> dict:
+        """``evicted_blocks``, ``events_published``, ``events_dropped``: the counts of the result."""
+        return {"evicted_blocks": evicted_blocks, "events_published": self.bus.published,
+                "events_dropped": self.bus.dropped}

@@ -1,0 +1,14 @@
+"""The run layer: builds and runs a topology above :mod:`dynlab.engine` and :mod:`dynlab.disagg`.
+
+- :mod:`~dynlab.sim.runner`: :func:`run` (one :class:`~dynlab.engine.config.SimConfig` -> the JSON
+  ``dynlab sim`` prints; also ``dynlab.run``);
+- :mod:`~dynlab.sim.topology`: the :class:`~dynlab.sim.topology.Topology` protocol, the aggregated and P/D
+  topologies and :func:`~dynlab.sim.topology.serve`;
+- :mod:`~dynlab.sim.records`: :class:`~dynlab.sim.records.RequestRecorder`, the per-request records
+  (``--requests-out``).
+
+Nothing below (engine/, disagg/, kv/, latency/) imports this package.
+"""
+from dynlab.sim.runner import run
+
+__all__ = ["run"]

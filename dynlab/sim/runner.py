@@ -1,0 +1,225 @@
+"""The run of one configuration: :func:`run`, the library function behind ``dynlab sim`` (and every
+``compare`` run and ``sweep`` cell). It takes a :class:`~dynlab.engine.config.SimConfig` and returns the
+JSON object ``dynlab sim`` prints.
+
+It reads the workload (:mod:`dynlab.traces`), builds the strategy (:func:`dynlab.engine.run.build_strategy`)
+and then either replays count-based (:func:`dynlab.engine.run.replay`) or builds the timed run's
+topology (:func:`dynlab.sim.topology.topology_for`) and serves on it (:func:`dynlab.sim.topology.serve`).
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+from typing import Any, Optional, Sequence
+
+from dynlab.engine.config import SimConfig, check_effective
+from dynlab.engine.metrics import Recorder, RunInfo
+from dynlab.engine.run import (StrategyError, _needs_future, _raised_in_plugin, build_strategy, make_workers,
+                               replay)
+from dynlab.errors import DynlabError
+from dynlab.routing.strategy import Request, Strategy
+
+SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
+
+
+def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[Request]] = None,
+        recorders: Sequence[Recorder] = ()) -> dict[str, Any]:
+    """Run one simulation and return the JSON object ``dynlab sim`` prints.
+
+    ``requests``: the trace already loaded (:func:`dynlab.traces.reader.load_trace` of
+    ``config.trace``, ``config.trace_format`` and ``config.block``), so a sweep reads a
+    trace once per process; ``None`` streams it from ``config.trace``. ``recorders``: more
+    :class:`~dynlab.engine.metrics.Recorder` to observe the run (``on_run`` first; count-based runs
+    call ``on_route`` only), e.g. :class:`dynlab.sim.records.RequestRecorder`; their result keys
+    follow the serving keys.
+
+    Key order: the seed's keys (``mode, workers, requests, repeat_requests, hits,
+    hit_rate``), then ``publish`` for strategies that use KV events, then (on a trace,
+    with ``all_metrics`` or with ``timing``) ``block_tokens`` (tokens per block of the names
+    replayed: the trace format's own, 512 for Mooncake, else ``config.block``; without ``timing``),
+    ``hash`` (the scheme that named blocks of tokens; absent when the trace names its own blocks)
+    and the fleet metrics; timed runs add the serving metrics and say which block sizes, pool,
+    hardware and latency model they used.
+
+    Raises ``ValueError`` for a bad option or one that has no effect here
+    (:func:`dynlab.engine.config.check_effective`), :class:`dynlab.plugins.UnknownNameError`
+    for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
+    for a bad trace line, :class:`dynlab.disagg.cost.ModelConfigError` for a bad ``--model`` config.json.
+    """
+    config.validate()
+    config = config.resolved()
+    pd = config.pd()
+    rng = random.Random(config.seed)
+    loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
+    requests, total, own, synthetic = _workload(config, rng, requests)
+    block_tokens = own or config.block
+    topology = None
+    shaped = {}
+    if config.timing or config.duration is not None:
+        requests, first = _peek(requests)
+        config, requests, total, shaped = _shaped(config, requests, first, total)
+    if config.timing:  # the timed engine's modules, imported only for timed runs (count-based start-up)
+        from dynlab.engine.serving import build_engines
+        from dynlab.sim.topology import serve, topology_for
+
+        topology = topology_for(build_engines(config, own))
+        block_tokens = config.block
+    strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
+                              block_tokens=block_tokens, pool_blocks=topology.setup.capacity if topology is not None else None)
+    info = RunInfo(timed=config.timing, pd=pd is not None, block_tokens=block_tokens)
+    for recorder in recorders:
+        recorder.on_run(info)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="req", leave=False, desc=config.mode)
+    try:
+        if topology is not None:
+            metrics = _guard(strategy, lambda: serve(topology, requests, strategy, config, loss_rng=loss_rng,
+                                                     recorders=recorders, progress=bar))
+        else:
+            metrics = _replay_counted(config, requests, strategy, synthetic, loss_rng, bar, recorders)
+    finally:
+        if bar is not None:
+            bar.close()
+    return _result(config, metrics, strategy, topology, own, block_tokens) | shaped
+
+
+def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own: Optional[int],
+            block_tokens: int) -> dict[str, Any]:
+    """The JSON object of :func:`run` (its key order) from the replay's ``metrics``; ``topology``: the timed
+    run's (``None`` without ``--timing``), ``own``: the trace's own block size, ``block_tokens``: the
+    block size replayed."""
+    pd = config.pd()
+    out: dict[str, Any] = {"mode": config.mode, "workers": config.workers if pd is None else sum(pd)}
+    for key in SEED_KEYS[2:]:
+        out[key] = metrics[key]
+    if strategy.uses_events:
+        out["publish"] = config.publish
+    if config.trace is not None or config.workload is not None or config.all_metrics or topology is not None:
+        if topology is not None:
+            out.update(topology.describe())
+        else:
+            out["block_tokens"] = block_tokens
+        if own is None:
+            out["hash"] = config.hash  # the scheme that named the blocks
+        for key, value in metrics.items():
+            if key not in out:
+                out[key] = value
+                if key == "output_tokens_per_s":
+                    gpus = config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
+                    out["output_tokens_per_s_per_gpu"] = round(value / (out["workers"] * gpus), 1)
+    if config.routers > 1:
+        out["routers"] = config.routers
+        out["router_assign"] = config.router_assign
+        out["requests_per_router"] = list(strategy.routed)
+    return out
+
+
+def _peek(requests) -> tuple:
+    """``(requests, first request or None)``: a list as it is, an iterator with its first request put back."""
+    if isinstance(requests, (list, tuple)):
+        return requests, requests[0] if requests else None
+    it = iter(requests)
+    first = next(it, None)
+    return (it if first is None else itertools.chain((first,), it)), first
+
+
+def _shaped(config: SimConfig, requests, first, total) -> tuple:
+    """``(config, requests, total, keys)``: the arrival options checked
+    (:func:`dynlab.engine.config.check_arrival_options`) and, when ``--rate`` (on timestamps),
+    ``--rate-scale`` or ``--duration`` is given, the requests rescaled, cut or looped
+    (:mod:`dynlab.traces.rates`), ``config.time_scale`` folded into them, and the keys that say so."""
+    from dynlab.engine.config import POISSON_RATE, check_arrival_options
+
+    stamped = first is not None and first.timestamp is not None
+    if config.timing:
+        check_arrival_options(stamped, config.time_scale, config.rate, config.rate_scale, config.duration)
+    elif config.duration is not None and not stamped:
+        check_arrival_options(False, 1.0, None, None, config.duration)
+    if not stamped:
+        return (replace(config, rate=POISSON_RATE) if config.rate is None else config), requests, total, {}
+    if config.rate is None and config.rate_scale is None and config.duration is None:
+        return config, requests, total, {}
+    from dynlab.traces import rates
+
+    requests = list(requests)
+    stamps = [r.timestamp for r in requests]
+    try:
+        trace_rate = rates.mean_rate(stamps)
+    except rates.RateError:
+        if config.rate is not None:
+            raise
+        trace_rate = None
+    scale = rates.time_scale_for(trace_rate, config.rate, config.rate_scale) * config.time_scale
+    out = rates.shape(requests, scale, config.duration, config.duration_repeat)
+    out = _like(out, requests)
+    return replace(config, time_scale=1.0, rate=None), out, len(out), rates.describe(trace_rate, scale, out)
+
+
+def _like(out: list, like) -> list:
+    """``out`` carrying ``like``'s ``block_tokens`` / ``own_block_tokens`` (a loaded trace's), when it has them."""
+    from dynlab.traces.reader import TraceRequests
+
+    if not hasattr(like, "own_block_tokens"):
+        return out
+    t = TraceRequests(out)
+    t.block_tokens, t.own_block_tokens = like.block_tokens, like.own_block_tokens
+    return t
+
+
+def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
+    """``(requests, total, own, synthetic_prefix_blocks)`` of ``config``; ``own``: tokens per block of
+    names the trace carries itself (512 for Mooncake), ``None`` when dynlab hashes tokens at ``block``."""
+    if config.workload is not None and requests is None:
+        from dynlab.traces.workload_io import workload_requests
+
+        requests = workload_requests(config.workload, config.block, config.hash)
+    if config.trace is None and config.workload is None:
+        from dynlab.traces.synthetic import seed_requests
+
+        requests = seed_requests(config.prefixes, config.reps, config.plen, config.tail, config.block, rng,
+                                 config.hash)
+        return requests, config.prefixes * config.reps, None, config.plen >= config.block
+    if requests is None:
+        from dynlab.traces.reader import open_reader
+
+        requests, total, reader = open_reader(config.trace, config.trace_format, config.block, scheme=config.hash,
+                                              trace_block=config.trace_block, tokenizer=config.tokenizer)
+        own = reader.block_tokens
+    else:
+        total, own = len(requests), getattr(requests, "own_block_tokens", None)
+    check_effective(config, own_block_tokens=own)  # --block on a trace that names its own blocks
+    return requests, total, own, None
+
+
+def _replay_counted(config: SimConfig, requests, strategy: Strategy, synthetic, loss_rng, bar, recorders) -> dict:
+    future = None
+    if _needs_future(config):
+        requests = list(requests)
+        from dynlab.kv.policies import FutureIndex
+
+        # indexed once, shared; a block's time is its request's number (opt ranks a request's blocks together)
+        future = FutureIndex([h for r in requests for h in reversed(r.hashes)],
+                             times=[i for i, r in enumerate(requests) for _ in r.hashes])
+    workers = make_workers(config, future)
+    return replay(requests, strategy, workers, publish=config.publish == "yes",
+                  event_delay=config.event_delay, event_loss=config.event_loss,
+                  loss_rng=loss_rng, synthetic_prefix_blocks=synthetic, progress=bar, recorders=recorders)
+
+
+def _guard(strategy: Strategy, fn):
+    """Run ``fn()``; an exception raised inside the strategy's own code becomes a :class:`StrategyError`."""
+    try:
+        return fn()
+    except DynlabError:
+        raise
+    except Exception as exc:
+        if _raised_in_plugin(exc, strategy):
+            raise StrategyError(f"strategy {strategy.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise
+
+
+__all__ = ["run", "SEED_KEYS", "StrategyError"]

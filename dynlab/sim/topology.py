@@ -1,0 +1,102 @@
+"""Topologies: how a timed run's engines are arranged and driven (an aggregated fleet, a P/D fleet, ...).
+
+A topology is built from a :class:`~dynlab.engine.serving.TimedSetup` and answers three things
+(the :class:`Topology` protocol):
+
+- ``routed_workers``: how many workers the run's strategy routes to (its ``RunContext.workers``
+  and the routing recorder's size);
+- ``build(strategy, env) -> fleet``: fresh engines driven in ``env`` (a
+  :class:`~dynlab.engine.env.RunEnv`); the fleet has ``run()``, ``evicted_blocks`` and
+  ``all_engines`` (every engine, in the order the result lists them), and may add its own
+  recorders to ``env.recorders``;
+- ``describe() -> dict``: the keys that say what the run used.
+
+:func:`serve` runs any topology and builds its result with the one result builder,
+:func:`dynlab.engine.metrics.fleet_result`. Both built-in topologies drive the engines only through
+:class:`~dynlab.engine.timed.TimedFleet`'s public interface (``run``, ``arrive``, ``wake`` and the
+hooks ``on_step_started``, ``on_step_ended``, ``on_handed_off``).
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Iterable, Optional, Protocol, Sequence
+
+from dynlab.disagg.fleet import DisaggFleet
+from dynlab.engine.config import SimConfig
+from dynlab.engine.env import RunEnv
+from dynlab.engine.metrics import Recorder, TierRecorder, fleet_result
+from dynlab.engine.serving import TimedSetup
+from dynlab.engine.timed import TimedFleet
+from dynlab.routing.strategy import Strategy
+
+
+class Topology(Protocol):
+    """What the run layer needs of a topology (module docstring)."""
+
+    routed_workers: int
+
+    def build(self, strategy: Strategy, env: RunEnv) -> Any:
+        ...
+
+    def describe(self) -> dict:
+        ...
+
+
+class Aggregated:
+    """``config.workers`` aggregated engines (prefill and decode on each), with their CPU tiers if any."""
+
+    def __init__(self, setup: TimedSetup):
+        self.setup = setup
+        self.routed_workers = setup.config.workers
+
+    def build(self, strategy: Strategy, env: RunEnv) -> TimedFleet:
+        s = self.setup
+        if s.cpu_capacity is not None:  # a tier setting (even 0 blocks): the tier keys follow the serving keys
+            env.recorders.append(TierRecorder(s.kv_bytes_per_block))
+        return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
+
+    def describe(self) -> dict:
+        return self.setup.describe()
+
+
+class Disaggregated:
+    """A P/D fleet of ``config.pd()`` prefill and decode workers (:class:`~dynlab.disagg.fleet.DisaggFleet`)."""
+
+    def __init__(self, setup: TimedSetup):
+        self.setup = setup
+        self.routed_workers = setup.config.pd()[0]  # the strategy routes to the prefill pool
+
+    def build(self, strategy: Strategy, env: RunEnv) -> DisaggFleet:
+        s = self.setup
+        prefill, decode = s.pd_engines()
+        return DisaggFleet(strategy, prefill, decode, env, s.names_of,
+                           kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg)
+
+    def describe(self) -> dict:
+        c = self.setup.config
+        p, d = c.pd()
+        return {**self.setup.describe(), "prefill_workers": p, "decode_workers": d,
+                "decode_router": c.decode_router, "link_gbps": c.link_gbps, "link_latency_ms": c.link_latency_ms,
+                "overlap_transfer": c.overlap_transfer, "decode_prefix_cache": c.decode_prefix_cache}
+
+
+def topology_for(setup: TimedSetup) -> Topology:
+    """The topology of ``setup.config``: :class:`Disaggregated` with a P/D split, else :class:`Aggregated`."""
+    return Aggregated(setup) if setup.config.pd() is None else Disaggregated(setup)
+
+
+def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: SimConfig, *,
+          loss_rng: Optional[random.Random] = None, recorders: Sequence[Recorder] = (), progress=None) -> dict:
+    """Serve ``requests`` on a fresh ``topology`` in time; the fleet metrics of
+    :func:`~dynlab.engine.metrics.fleet_result` (without ``mode`` and the describing keys).
+
+    The environment (:meth:`RunEnv.timed <dynlab.engine.env.RunEnv.timed>`) comes from ``config``'s
+    traffic, events and SLO sections; ``recorders`` observe the run after the serving recorder and
+    before the topology's own. Raises ``ValueError`` when timestamps go backwards.
+    """
+    env = RunEnv.timed(requests, strategy, topology.routed_workers, traffic=config.traffic,
+                       events=config.events, slo=config.slo, loss_rng=loss_rng, recorders=recorders,
+                       progress=progress)
+    fleet = topology.build(strategy, env)
+    fleet.run()
+    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, fleet.all_engines)

@@ -1,0 +1,70 @@
+"""The kv collapse warning (dynlab/collapse.py): one stderr line when a timed run sent almost every
+request to one worker, naming the load-aware strategies; nothing otherwise."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dynlab.collapse import COLLAPSE_SHARE, LOAD_AWARE, collapse_warning, collapsed_share
+from helpers import invoke, ok
+
+TIMED = {"ttft_ms": {"p50": 1.0}}
+SAME_PREFIX = ["--timing", "--prefixes", "1", "--reps", "20", "--rate", "1000", "--quiet"]  # requests overlap
+
+
+def test_threshold_and_names_are_pinned():
+    assert COLLAPSE_SHARE == 0.9
+    assert LOAD_AWARE == ("kv-cost", "cache-aware", "least-loaded", "power-of-two")
+
+
+@pytest.mark.parametrize("per_worker, expected", [
+    ([9, 1], (9, 10, 2)),          # 90 %: the threshold itself
+    ([89, 11], None),              # 89 %
+    ([20, 0, 0, 0], (20, 20, 4)),
+    ([5], None),                   # one worker cannot be imbalanced
+    ([0, 0], None),                # no requests
+])
+def test_collapsed_share_by_hand(per_worker, expected):
+    assert collapsed_share(dict(TIMED, requests_per_worker=per_worker)) == expected
+
+
+def test_a_count_based_replay_is_never_flagged():
+    assert collapsed_share({"requests_per_worker": [10, 0]}) is None  # no ttft_ms: not timed
+
+
+@given(st.lists(st.integers(0, 1000), min_size=2, max_size=16))
+def test_flagged_exactly_when_the_busiest_worker_has_the_share(per_worker):
+    found = collapsed_share(dict(TIMED, requests_per_worker=per_worker))
+    total = sum(per_worker)
+    assert (found is not None) == (total > 0 and max(per_worker) >= COLLAPSE_SHARE * total)
+
+
+def test_the_message_names_the_run_its_share_and_the_load_aware_strategies():
+    msg = collapse_warning({"rr": dict(TIMED, mode="rr", requests_per_worker=[10, 10], load_imbalance=1.0),
+                            "kv": dict(TIMED, mode="kv", requests_per_worker=[12031] + [0] * 7,
+                                       load_imbalance=8.0)})
+    assert msg.startswith("one worker took almost every request (kv: 12,031 of 12,031 requests on one of 8 "
+                          "workers (100%, imbalance 8.0)): ")
+    assert "rr" not in msg.split("):")[0]
+    assert "kv-cost, cache-aware, least-loaded, power-of-two" in msg and "\n" not in msg
+
+
+def test_sim_warns_in_one_line_for_kv_and_not_for_rr():
+    r = ok(invoke("sim", *SAME_PREFIX, "--workers", "2", "--mode", "kv"))
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("Warning: one worker took almost every request (kv: 20 of 20")
+    assert ok(invoke("sim", *SAME_PREFIX, "--workers", "2", "--mode", "rr")).stderr == ""
+    assert ok(invoke("sim", "--prefixes", "1", "--reps", "20", "--workers", "2", "--mode", "kv", "--quiet")).stderr == ""
+
+
+def test_compare_warns_once_for_every_collapsed_run():
+    r = ok(invoke("compare", *SAME_PREFIX, "--workers", "2", "--modes", "rr,kv,least-loaded"))
+    assert r.stderr.count("\n") == 1 and "(kv: 20 of 20 requests" in r.stderr
+    assert "; " not in r.stderr.split("):")[0]  # kv alone
+
+
+def test_a_split_comparison_with_a_collapsing_strategy_warns():
+    r = ok(invoke("compare", *SAME_PREFIX, "--split", "4:0,2:2"))
+    assert r.stderr.count("\n") == 1
+    assert "4:0 [kv]: 20 of 20 requests on one of 4 workers" in r.stderr
+    assert "2:2 [kv]: 20 of 20 requests on one of 2 prefill workers" in r.stderr

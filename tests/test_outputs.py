@@ -1,0 +1,139 @@
+"""Outputs in every command: one rule for ``-``, no special file written (or blocked on), no success
+line before an error, and errors that name the path the user gave.
+
+The rule for ``-``: standard output where the output is a stream of text (``sweep --out``/``--csv``,
+``summarize ... OUT``), refused with one line where it is not (plots, ``reproduce``'s folder).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dynlab.cli import sweep as sweep_cli
+from dynlab.errors import DynlabError
+from helpers import invoke, lines_of, ok
+
+FIXTURES = Path(__file__).resolve().parent.parent / "dynlab" / "data" / "fixtures"
+GRID = ["sweep", "--grid", "mode=rr,kv", "--executor", "serial"]
+
+
+def _refused(result, *words):
+    assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+    return result
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+# ---------------------------------------------------------------- special files
+
+
+@pytest.mark.parametrize("args", [
+    ["--out", "{x}"],
+    ["--out", "{tmp}/ok.jsonl", "--csv", "{x}"],
+    ["--out", "{tmp}/ok.jsonl", "--plot", "{x}"],
+])
+@pytest.mark.parametrize("special", ["/dev/full", "fifo"])
+def test_sweep_refuses_a_device_or_a_fifo_up_front(tmp_path, fifo, args, special):
+    x = str(fifo) if special == "fifo" else special
+    args = [a.format(x=x, tmp=tmp_path) for a in args]
+    r = _refused(invoke(*GRID, *args), x, "not a regular file", "a FIFO" if special == "fifo" else "a character device")
+    assert r.stdout == "" and "sweep:" not in r.stderr  # no success line
+    assert not (tmp_path / "ok.jsonl").exists()
+
+
+def test_compare_latency_and_summarize_refuse_a_fifo(fifo):
+    _refused(invoke("compare", "--modes", "rr,kv", "--plot", fifo), "a FIFO")
+    _refused(invoke("latency", "--plot", fifo), "a FIFO")
+    _refused(invoke("summarize", "disagg", FIXTURES / "disagg.jsonl", fifo), "a FIFO")
+
+
+# ---------------------------------------------------------------- the rule for "-"
+
+
+def test_sweep_out_dash_is_stdout_and_creates_no_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dash = ok(invoke(*GRID, "--out", "-", "--quiet")).stdout
+    plain = ok(invoke(*GRID, "--quiet")).stdout
+    assert dash == plain and len(lines_of(dash)) == 2
+    assert not (tmp_path / "-").exists()
+
+
+def test_sweep_csv_dash_is_stdout_beside_a_results_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = ok(invoke(*GRID, "--out", "r.jsonl", "--csv", "-", "--quiet"))
+    rows = r.stdout.splitlines()
+    assert rows[0].startswith("mode,") and [row.split(",")[0] for row in rows[1:]] == ["rr", "kv"]
+    assert len(lines_of((tmp_path / "r.jsonl").read_text())) == 2
+    assert not (tmp_path / "-").exists()
+
+
+def test_sweep_refuses_dash_where_stdout_is_taken_or_not_a_stream(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(invoke(*GRID, "--csv", "-"), "--csv - needs --out FILE")
+    _refused(invoke(*GRID, "--out", "-", "--csv", "-"), "--csv - needs --out FILE")
+    _refused(invoke(*GRID, "--out", "-", "--resume"), "--resume needs --out FILE")
+    _refused(invoke(*GRID, "--out", "r.jsonl", "--plot", "-"), "'--plot'", "standard output")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_plots_and_reproduce_refuse_dash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(invoke("compare", "--modes", "rr,kv", "--plot", "-"), "'--plot'", "standard output")
+    _refused(invoke("latency", "--plot", "-"), "'--plot'", "standard output")
+    _refused(invoke("reproduce", "-", "--no-plots"), "'OUTDIR'", "standard output")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_summarize_out_dash_is_stdout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = ok(invoke("summarize", "disagg", FIXTURES / "disagg.jsonl", "-"))
+    json.loads(r.stdout)
+    assert not (tmp_path / "-").exists()
+
+
+# ---------------------------------------------------------------- no success line before an error
+
+
+def test_sweep_prints_its_summary_line_only_after_the_csv_is_written(tmp_path, monkeypatch):
+    def fail(path, text):
+        raise DynlabError(f"{path}: No space left on device")
+
+    monkeypatch.setattr(sweep_cli, "write_atomic", fail)
+    r = invoke(*GRID, "--out", tmp_path / "ok.jsonl", "--csv", tmp_path / "r.csv")
+    assert r.exit_code == 1
+    assert r.stderr == f"Error: {tmp_path / 'r.csv'}: No space left on device\n"
+
+
+def test_sweep_summary_line_after_success(tmp_path):
+    r = ok(invoke(*GRID, "--out", tmp_path / "ok.jsonl", "--csv", tmp_path / "r.csv"))
+    assert r.stderr.startswith("sweep: 2 cells in ") and (tmp_path / "r.csv").exists()
+
+
+# ---------------------------------------------------------------- reproduce into a folder it cannot write
+
+
+def _unwritable_parent(tmp_path) -> Path:
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        return ro
+    return Path("/proc")  # no one, not even root, can create a folder there
+
+
+def test_reproduce_into_an_unwritable_folder_names_the_folder_asked_for(tmp_path):
+    parent = _unwritable_parent(tmp_path)
+    target = parent / "rep"
+    r = _refused(invoke("reproduce", target, "--no-plots"), f"{target}: cannot write in {parent}")
+    assert ".dynlab-" not in r.stderr  # not the staging folder's name
