@@ -168,6 +168,15 @@ def sim_rows(cmd: list) -> dict:
         "--dp-attention": swaps(timed + ["--model", "qwen3-30b-a3b", "--tp", "2", "--ep", "2"],
                                 timed + ["--model", "qwen3-30b-a3b", "--ep", "2", "--dp-attention"]),
         "--kv-cache-dtype": changes(timed, ["--kv-cache-dtype", "fp8"]),
+        # speculative decoding (spec helper, issue 26): drafts change step counts, times and the spec_* keys
+        "--spec-tokens": swaps(timed + ["--spec-method", "eagle", "--spec-tokens", "2"],
+                               timed + ["--spec-method", "eagle", "--spec-tokens", "3"]),
+        "--spec-method": swaps(timed + ["--spec-method", "eagle", "--spec-tokens", "2"],
+                               timed + ["--spec-method", "ngram", "--spec-tokens", "2"]),
+        "--spec-acceptance": changes(timed + ["--spec-method", "eagle", "--spec-tokens", "2"],
+                                     ["--spec-acceptance", "0.1"]),
+        "--spec-draws": changes(timed + ["--spec-method", "eagle", "--spec-tokens", "3", "--spec-acceptance", "0.5"],
+                                ["--spec-draws", "expected"]),
         **pd_rows(cmd),
     }
 
@@ -242,6 +251,12 @@ NO_EFFECT = [
     (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype"),
     (["--timing", "--dp-attention"], "--dp-attention"),  # without --ep > 1
     (["--timing", "--model", "qwen3-30b-a3b", "--tp", "2", "--ep", "2", "--dp-attention"], "--dp-attention"),
+    # speculative decoding: timed only, on with --spec-tokens K >= 1 and a method
+    (["--spec-method", "eagle", "--spec-tokens", "2"], "--spec-method"),
+    (["--timing", "--spec-method", "eagle"], "--spec-method"),
+    (["--timing", "--spec-tokens", "2"], "--spec-tokens"),
+    (["--timing", "--spec-draws", "expected"], "--spec-draws"),
+    (["--timing", "--spec-acceptance", "0.5"], "--spec-acceptance"),
     # disaggregated serving: only with --timing, only with a P/D fleet, never with --workers
     (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
     (["--split", "1:1"], "--split"),

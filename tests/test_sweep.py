@@ -86,7 +86,10 @@ def test_every_sim_option_can_be_a_grid_option(entry):
              "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0", "cpu_capacity": "100", "cpu_memory_gb": "1.5",
              "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
-             "tokenizer": os.path.join(SAMPLES, "tokenizer.json")}.get(field, default)
+             "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
+             "spec_acceptance": "0.5", "spec_draws": "expected"}.get(field, default)
+    spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
+            **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")}}
     # --timing: the timed engine's options (count-based-only --policy and --event-delay go without it);
     # --capacity and --trace: where --policy and --trace-format have an effect; a P/D fleet for its options
     pd = {"decode_router", "link_gbps", "link_latency_ms"}
@@ -96,7 +99,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
                "prefill_workers": ["--decode-workers", "1"], "decode_workers": ["--prefill-workers", "1"],
                "rate_scale": ["--trace", TRACE], "duration": ["--trace", TRACE], "tokenizer": ["--trace", SHAREGPT],
                "duration_repeat": ["--trace", TRACE, "--duration", "60"],
-               **{f: ["--split", "1:1"] for f in pd}}.get(field, [])
+               **{f: ["--split", "1:1"] for f in pd}, **spec}.get(field, [])
     timing = field not in ("policy", "event_delay")
     result = ok(invoke("sweep", "--grid", f"{name}={value}", *(["--timing"] if timing else []), *context,
                        "--dry-run"))
@@ -108,7 +111,9 @@ def test_every_sim_option_can_be_a_grid_option(entry):
              "decode_workers": {"prefill-workers": 1}, "rate_scale": {"trace": TRACE}, "duration": {"trace": TRACE},
              "tokenizer": {"trace": SHAREGPT},
              "duration_repeat": {"trace": TRACE, "duration": 60.0},
-             **{f: {"split": "1:1"} for f in pd}}.get(field, {})
+             **{f: {"split": "1:1"} for f in pd},
+             **{f: {a.lstrip("-"): (int(b) if b.isdigit() else b) for a, b in zip(v[::2], v[1::2])}
+                for f, v in spec.items()}}.get(field, {})
     assert cell == {name: expected, **({"timing": True} if timing else {}), **extra}
     grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
     assert getattr(grid.config(cell), field) == expected

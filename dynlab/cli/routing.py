@@ -175,6 +175,19 @@ SIM_OPTIONS = [
      "With --timing: pipeline stages per worker (layers split into consecutive stages)."),
     (("--kv-cache-dtype",), "kv_cache_dtype", click.Choice(["auto", "fp8"]), "auto",
      "With --timing: KV cache element type (vLLM's): the model's dtype, or one byte (fp8)."),
+    # spec helper (issue 26): speculative decoding (dynlab.engine.spec, docs/engine.md)
+    (("--spec-method",), "spec_method", click.Choice(["ngram", "eagle", "eagle3", "mtp", "draft"]), None,
+     "With --timing and --spec-tokens: speculative decoding's drafter (vLLM's SpeculativeConfig.method; "
+     "draft = a draft model) [default: off]."),
+    (("--spec-tokens",), "spec_tokens", click.IntRange(min=0), 0,
+     "With --timing and --spec-method: draft tokens K per decode step (vLLM's num_speculative_tokens; "
+     "0: off; compare --spec-tokens 0,2,4 compares against no speculation)."),
+    (("--spec-acceptance",), "spec_acceptance", click.STRING, None,
+     "With --spec-tokens: per-position acceptance rates 0.8,0.6,0.4 (as vLLM reports them), one rate "
+     "per token (0.7), or file:PATH of measured acceptance lengths [default: the method's, see docs/engine.md]."),
+    (("--spec-draws",), "spec_draws", click.Choice(["seeded", "expected"]), "seeded",
+     "With --spec-tokens: accepted drafts drawn at random (seeded by --seed, per request) or as their "
+     "expected value (smooth sweeps)."),
 ]
 
 # on/off flags of sim, compare and sweep that are SimConfig fields (compare and sweep apply them to every run)
@@ -448,7 +461,7 @@ def _split_compared(ctx, options: dict) -> tuple:
             continue
         flags, ptype = by_field[field]
         flag = flags[0]
-        items = split_list(text, flag)
+        items = [text] if field == "spec_acceptance" else split_list(text, flag)  # its own commas
         try:
             values = [ptype.convert(v, None, ctx) for v in items]
         except click.BadParameter as exc:

@@ -98,14 +98,18 @@ def batch_of(sched: list) -> Tuple[list, list, int, int]:
 
 
 def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: LatencyModel, kv,
-              bulk: bool, running: int, can_cross: bool) -> StepPlan:
+              bulk: bool, running: int, can_cross: bool, spec=None) -> StepPlan:
     """The plan of the step scheduled at ``now`` (ms): its batch, length ``k`` and end.
 
     ``bulk``: advance a decode-only step (every one of the ``running`` requests decodes, nothing
     admitted or preempted) ``k`` steps at once, to the earliest finish, or to the first block
     boundary unless ``can_cross`` (the driver crosses boundaries and nothing waits): then across
     those the free queue of ``kv`` can serve. The pool's events and usage are the caller's to fill.
+    ``spec``: speculative decoding (:class:`~dynlab.engine.spec.SpecDecoding`): one step (no bulk
+    run), a verify step plus the drafter's time (:func:`~dynlab.engine.spec.verify_batch`).
     """
+    if spec is not None:
+        return _plan_spec_step(sched, preempted, now, latency, spec)
     prefill_tokens, prefill_context, decodes, context = batch_of(sched)
     k = 1
     at = reqs = None  # a run across block boundaries: their steps, then their start times, and requests
@@ -136,6 +140,19 @@ def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: L
         else:
             st.end = now + latency.step_ms(StepBatch(tuple(prefill_tokens), tuple(prefill_context),
                                                      decodes, context))
+    return st
+
+
+def _plan_spec_step(sched: list, preempted: int, now: float, latency: LatencyModel, spec) -> StepPlan:
+    """:func:`plan_step` with speculative decoding: one verify step, ``k == 1``."""
+    from dynlab.engine.spec import drafter_ms, verify_batch
+
+    batch, decodes, context, drafts = verify_batch(sched)
+    st = StepPlan()
+    st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, 1, sched, decodes, context, preempted
+    st.prefill_tokens = sum(batch.prefill_tokens) - drafts
+    st.bound_at, st.bound_reqs = [], []
+    st.end = now + latency.step_ms(batch) + drafter_ms(latency, spec.method, spec.k, decodes, context)
     return st
 
 

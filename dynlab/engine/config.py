@@ -120,6 +120,14 @@ class SimConfig(Sectioned):
     pp: int = 1
     dp_attention: bool = False
     kv_cache_dtype: str = "auto"
+    # --- spec helper (issue 26): speculative decoding of a timed worker (dynlab.engine.spec) ---
+    #     spec_method: ngram|eagle|eagle3|mtp|draft (None: off); spec_tokens: K drafts per step (0: off);
+    #     spec_acceptance: rates "0.8,0.6,0.4", a rate "0.7" or "file:PATH" (None: the method's default);
+    #     spec_draws: seeded|expected
+    spec_method: Optional[str] = None
+    spec_tokens: int = 0
+    spec_acceptance: Optional[str] = None
+    spec_draws: str = "seeded"
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -175,6 +183,10 @@ class SimConfig(Sectioned):
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.cpu_capacity is not None and self.cpu_capacity < 0:
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
+        if self.spec_tokens < 0:
+            raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
+        if self.spec_method is not None and self.spec_method not in ("ngram", "eagle", "eagle3", "mtp", "draft"):
+            raise ValueError(f"spec_method must be ngram, eagle, eagle3, mtp or draft, got {self.spec_method!r}")
         if self.cpu_write not in ("evict", "compute"):
             raise ValueError(f"cpu_write must be evict or compute, got {self.cpu_write!r}")
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
@@ -306,7 +318,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
-    yield from _workload_rules(config)
+    yield from (*_workload_rules(config), *_spec_rules(config))  # the workloads' and spec helpers' rows
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -350,6 +362,22 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
 
 
+#: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
+SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws")
+
+
+def _spec_rules(config: SimConfig):
+    """The rows of :func:`_no_effect_rules` for speculative decoding (the `spec` helper's)."""
+    if not config.timing:
+        for name in SPEC_FIELDS + ("spec_tokens",):
+            yield name, _WITHOUT_TIMING
+    if config.spec_tokens == 0:
+        for name in SPEC_FIELDS:
+            yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
+    if config.spec_method is None:
+        yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+
+
 def _workload_rules(config: SimConfig):
     """The rows of :func:`_no_effect_rules` for the rate and duration options (the `workloads` helper's)."""
     if config.trace is None and config.workload is None:
@@ -372,6 +400,16 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
     """Configurations that compare splits (``compare --split``, a sweep's ``split`` axis): when at least
     one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
     the others. Returns ``(configuration to check and run, given fields to check it with)`` each."""
+    if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
+        # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
+        configs = [c if c.spec_tokens else replace(c, **{f: _DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
+        pairs = _align_pd(configs, given)
+        return [(c, g if c.spec_tokens else g - set(SPEC_FIELDS) - {"spec_tokens"}) for c, g in pairs]
+    return _align_pd(configs, given)
+
+
+def _align_pd(configs: list, given: AbstractSet[str]) -> list[tuple[SimConfig, set]]:
+    """:func:`align_split`'s P/D part."""
     if not any(c.split is not None and not _aggregated(c) for c in configs):
         return [(c, set(given)) for c in configs]
     return [(replace(c, **{f: _DEFAULTS[f] for f in PD_FIELDS}), set(given) - set(PD_FIELDS))

@@ -129,6 +129,11 @@ def fleet_result(routing: "RoutingMetrics", counts: dict, strategy, recorders: S
     out.update(routing.balance())
     for recorder in recorders:
         out.update(recorder.result(engines))
+    specs = [e.spec for e in engines if getattr(e, "spec", None) is not None]
+    if specs:  # speculative decoding (dynlab.engine.spec): a P/D fleet's decode pool
+        from dynlab.engine.spec import spec_metrics
+
+        out.update(spec_metrics(specs))
     return out
 
 

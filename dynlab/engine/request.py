@@ -30,7 +30,8 @@ class EngineRequest:
     same names as runs ``(first name, count)``, from :func:`dynlab.engine.names.engine_block_runs`,
     which a worker with ``runs=True`` works on; ``None``: one run per name).
 
-    Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``.
+    Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``; ``spec``: draft
+    tokens it carries into its next step (speculative decoding, :mod:`dynlab.engine.spec`; 0 otherwise).
     Metrics (``None`` until known): ``hit_tokens``, ``first_scheduled_ms``, ``first_token_ms``,
     ``finish_ms``; ``preemptions`` (int); ``rejected`` (bool).
     """
@@ -38,7 +39,7 @@ class EngineRequest:
     __slots__ = ("id", "arrival_ms", "input_length", "output_length", "_names", "runs", "seq",
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
-                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks")
+                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
                  runs: Optional[Sequence[tuple]] = None):
@@ -68,6 +69,8 @@ class EngineRequest:
         self.ready_ms = 0.0  # while its CPU hits load: when they have arrived (ms)
         self.load_blocks = 0  # while its CPU hits load: how many
         self.cpu_hit_blocks: Optional[int] = None  # of its first admission's hit, blocks found in the CPU tier
+        self.spec = 0  # speculative decoding: draft tokens it carries into its next step (vLLM's spec_token_ids)
+        self.spec_state = None  # the acceptance model's state for it (dynlab.engine.spec.Acceptance)
 
     @property
     def names(self) -> Sequence[int]:

@@ -25,11 +25,19 @@ class Scheduler:
     """The queues of one engine and the rules that turn them into a step's ``(request, tokens)`` pairs.
 
     ``kv``: the engine's KV cache manager; ``max_num_batched_tokens``: token budget per step;
-    ``max_num_seqs``: running requests at most. Counter: ``preemptions``.
+    ``max_num_seqs``: running requests at most; ``spec``: speculative decoding (a
+    :class:`~dynlab.engine.spec.SpecDecoding`, ``None``: off). Counter: ``preemptions``.
+
+    With ``spec``: a running request schedules ``num_tokens + spec - computed`` tokens (``1 + K`` when
+    decoding, cut by the budget) and every allocation reserves ``spec.lookahead`` slots more (vLLM's
+    ``allocate_slots(..., num_lookahead_tokens)``, admissions too); a request admitted in a step
+    carries no drafts (its first step is its prefill chunk, its drafts come after its first token).
     """
 
-    def __init__(self, kv: KvCacheManager, max_num_batched_tokens: int, max_num_seqs: int):
+    def __init__(self, kv: KvCacheManager, max_num_batched_tokens: int, max_num_seqs: int, spec=None):
         self.kv = kv
+        self.spec = spec
+        self.lookahead = spec.lookahead if spec is not None else 0  # KV slots reserved past the scheduled tokens
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting: deque = deque()
@@ -61,19 +69,20 @@ class Scheduler:
         running, kv = self.running, self.kv
         allocate_slots = kv.allocate_slots
         budget = self.max_num_batched_tokens
+        la = self.lookahead
         preempted = 0
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            n = req.num_tokens - req.computed
+            n = req.num_tokens + req.spec - req.computed
             if n > budget:
                 n = budget
-            if not allocate_slots(req, req.computed + n):
+            if not allocate_slots(req, req.computed + n + la):
                 while True:
                     victim = running.pop()
                     self.preempt(victim)
                     preempted += 1
-                    if victim is req or allocate_slots(req, req.computed + n):
+                    if victim is req or allocate_slots(req, req.computed + n + la):
                         break
                 if victim is req:
                     break
@@ -96,7 +105,7 @@ class Scheduler:
         while received and budget > 0 and len(running) < max_seqs:
             req = received[0]
             n = min(req.num_tokens - req.computed, budget)
-            if not kv.allocate_slots(req, req.computed + n):
+            if not kv.allocate_slots(req, req.computed + n + self.lookahead):
                 break
             received.popleft()
             running.append(req)
@@ -133,7 +142,7 @@ class Scheduler:
             n = req.num_tokens - computed
             if n > budget:
                 n = budget
-            keys = kv.allocate_new(req, h, kv.admission_tokens(computed, n))
+            keys = kv.allocate_new(req, h, kv.admission_tokens(computed, n) + self.lookahead)
             if keys is None:
                 break
             waiting.popleft()
@@ -177,8 +186,8 @@ class Scheduler:
         kv = self.kv
         kv.load_arrived(req)
         n = min(req.num_tokens - req.computed, budget)
-        if not kv.allocate_slots(req, req.computed + n):
-            n = kv.free_slots(req)
+        if not kv.allocate_slots(req, req.computed + n + self.lookahead):
+            n = max(1, min(n, kv.free_slots(req) - self.lookahead)) if self.lookahead else kv.free_slots(req)
         kv.name_blocks(req, n)
         return n
 
@@ -187,6 +196,7 @@ class Scheduler:
         self.kv.free(req)
         req.computed = 0
         req.nreg = 0
+        req.spec = 0  # its drafts are dropped (vLLM clears spec_token_ids on preemption)
         req.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(req)
@@ -199,6 +209,8 @@ class Scheduler:
         handed)``, ``[(request, end)]`` each."""
         kv = self.kv
         first_tokens, finished, handed = [], [], []
+        if self.spec is not None:
+            return self._update_spec(sched, end, handoff)
         for req, n in sched:
             if k > 1:
                 t = k * DECODE_TOKENS
@@ -218,6 +230,45 @@ class Scheduler:
                         handed.append((req, end))
                         kv.hold(req)
                         continue
+            if req.generated >= req.output_length:
+                req.finish_ms = end
+                finished.append((req, end))
+                kv.free(req)
+        if handed:
+            held = kv.held
+            self.running = [r for r in self.running if r.finish_ms is None and r not in held]
+        elif finished:
+            self.running = [r for r in self.running if r.finish_ms is None]
+        return first_tokens, finished, handed
+
+    def _update_spec(self, sched: list, end: float, handoff: bool) -> Tuple[list, list, list]:
+        """:meth:`update_from_step` of one step with speculative decoding (vLLM's ``update_from_output``):
+        a request whose scheduled tokens reach past ``num_tokens`` verified ``s`` drafts, accepts
+        ``a`` (the acceptance model), keeps ``computed = num_tokens + a`` (the rejected drafts' slots
+        are overwritten later) and emits ``1 + a`` tokens, never past ``output_length``; then it
+        carries ``K`` new drafts."""
+        kv, spec = self.kv, self.spec
+        first_tokens, finished, handed = [], [], []
+        for req, n in sched:
+            computed = req.computed + n
+            if computed < req.num_tokens:
+                req.computed = computed
+                continue
+            s = computed - req.num_tokens
+            a = spec.verify(req, s) if s > 0 else 0
+            req.computed = req.num_tokens + a
+            emit = min(1 + a, req.output_length - req.generated)
+            first = req.generated == 0
+            req.num_tokens += emit
+            req.generated += emit
+            req.spec = spec.k
+            if first:
+                req.first_token_ms = end
+                first_tokens.append((req, end))
+                if handoff and req.generated < req.output_length:
+                    handed.append((req, end))
+                    kv.hold(req)
+                    continue
             if req.generated >= req.output_length:
                 req.finish_ms = end
                 finished.append((req, end))

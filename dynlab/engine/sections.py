@@ -20,7 +20,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                 "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat"),
     "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split"),
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "model", "gpu",
-               "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization"),
+               "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization",
+               "spec_method", "spec_tokens", "spec_acceptance", "spec_draws"),  # speculative decoding (issue 26)
     "kv": ("block", "trace_block", "capacity", "policy", "kv_cache_dtype", "cpu_capacity", "cpu_memory_gb",
            "pcie_gbps", "cpu_write"),
     "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),
@@ -35,7 +36,7 @@ _NAMES = {"traffic": "TrafficSection", "fleet": "FleetSection", "engine": "Engin
           "events": "EventsSection", "slo": "SloSection", "disagg": "PdSection"}
 _DOCS = {"traffic": "The traffic: a trace, a workload spec or the synthetic workload, names, seed, arrivals.",
          "fleet": "The fleet: the strategy (``mode``, ``opts``), workers, routers, P/D pools.",
-         "engine": "The timed engine: scheduler limits, latency model, hardware and parallelism.",
+         "engine": "The timed engine: scheduler limits, latency model, hardware and parallelism, speculative decoding.",
          "kv": "The KV cache: block sizes, the pool and its policy, the KV dtype, the CPU tier.",
          "events": "The KV events: publishing, delay (requests or ms), loss.",
          "slo": "The SLOs of goodput (ms).",

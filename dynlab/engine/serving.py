@@ -18,6 +18,39 @@ from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
 
 
+def spec_decoding(c: SimConfig):
+    """A worker's :class:`~dynlab.engine.spec.SpecDecoding` for ``c`` (``None``: ``spec_tokens`` 0).
+    Raises ``ValueError`` for a bad ``spec_acceptance``."""
+    if not c.spec_tokens or c.spec_method is None:
+        return None
+    from dynlab.engine.spec import DEFAULT_ALPHA, Acceptance, SpecDecoding, parse_acceptance
+
+    text = c.spec_acceptance if c.spec_acceptance is not None else str(DEFAULT_ALPHA[c.spec_method])
+    rates = parse_acceptance(text, c.spec_tokens)
+    return SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
+
+
+#: the latency models whose verify steps and drafter the spec helper checked (docs/engine.md)
+SPEC_PRICED = ("roofline", "linear")
+
+
+def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
+    """A speculative run's keys: method, K, lookahead slots, per-position rates; and, for a latency
+    model that cannot price drafts itself, a ``latency_domain`` line saying so."""
+    from dynlab.engine.spec import lookahead_tokens
+
+    spec = spec_decoding(c)
+    out: dict = {"spec_method": c.spec_method, "spec_tokens": c.spec_tokens,
+                 "spec_lookahead_tokens": lookahead_tokens(c.spec_method, c.spec_tokens),
+                 "spec_rates": [round(r, 4) for r in spec.acceptance.rates], "spec_draws": c.spec_draws}
+    if c.latency_model not in SPEC_PRICED:
+        why = (f"speculative decoding: {c.latency_model} has no verify-step or drafter data; its steps are "
+               "priced as decodes plus each request's drafts as a chunk, the drafter by dynlab's rule")
+        prior = latency.describe_hardware().get("latency_domain")
+        out["latency_domain"] = f"{prior}; {why}" if prior else why
+    return out
+
+
 @dataclass
 class TimedSetup:
     """What a timed run is made of: :meth:`engines` (an aggregated pool) and :meth:`pd_engines` build fresh
@@ -46,7 +79,7 @@ class TimedSetup:
         return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                              max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
                              load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
-                             runs=self.runs_of is not None, kv_layout=self.kv_layout)
+                             runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c))
                 for w in range(c.workers)]
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
@@ -57,7 +90,8 @@ class TimedSetup:
 
         def engines(n, handoff):
             return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
-                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff, kv_layout=self.kv_layout)
+                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff, kv_layout=self.kv_layout,
+                                 spec=None if handoff else spec_decoding(c))  # speculation: the decode pool only
                     for w in range(n)]
 
         return engines(p, True), engines(d, False)
@@ -79,6 +113,8 @@ class TimedSetup:
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model}
         out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
+        if c.spec_tokens and c.spec_method is not None:
+            out.update(spec_describe(c, self.latency))
         if self.cpu_capacity is not None:
             out.update({"cpu_kv_blocks": self.cpu_capacity, "cpu_kv_blocks_source": self.cpu_capacity_source,
                         "kv_bytes_per_block": self.kv_bytes_per_block,
@@ -117,9 +153,10 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         def runs_of(req) -> tuple:
             return engine_block_runs(req.hashes, req.input_length, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model)
-    if layout is not None and (cpu is not None or runs_of is not None):
+    if layout is not None and (cpu is not None or runs_of is not None or config.spec_tokens):
         raise ValueError(f"{hardware.model.name} has KV cache groups ({layout.describe()}), which dynlab does not "
-                         "model with " + ("a CPU tier" if cpu is not None else
+                         "model with " + ("a CPU tier" if cpu is not None else "speculative decoding (--spec-tokens)"
+                                          if config.spec_tokens else
                                           f"trace blocks of {trace_block} tokens other than --block {block}"))
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block), layout)
@@ -173,6 +210,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
 
     hardware = _hardware_pool(config)[0]
     cpu_tier_size(config, hardware.model)
+    spec_decoding(config)  # a bad --spec-acceptance
     if requests is not None:
         check_arrivals(requests, config.time_scale)
     if requests or (config.trace is None and config.workload is None):  # a loaded trace, or the seed workload

@@ -101,11 +101,9 @@ Disaggregated serving (:mod:`dynlab.disagg.fleet`) drives two kinds of worker wi
   returns ``None`` without being idle, and the driver starts it again after the next
   :meth:`release` or :meth:`receive`.
 
-Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`,
-:attr:`capacity`, :attr:`peak_used_blocks`, :meth:`used_block_ms` (integral of blocks held by
-requests over time, blocks x ms; cached free blocks never count), and per request (on the
-:class:`EngineRequest`): ``hit_tokens`` (prefix hit of its first admission's lookup, tokens),
-``first_scheduled_ms``, ``queue_wait_ms``, ``first_token_ms``, ``finish_ms``, ``preemptions``.
+Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`, :attr:`capacity`,
+:attr:`peak_used_blocks`, :meth:`used_block_ms` (blocks held by requests x ms; cached free blocks never
+count); per :class:`EngineRequest`: ``hit_tokens`` (first lookup), first scheduled/token and finish times.
 """
 from __future__ import annotations
 
@@ -123,8 +121,6 @@ __all__ = ["EngineRequest", "EngineWorker", "StepResult", "CPU_WRITES"]
 _Step = StepPlan  # the step in progress (disagg.fleet reads EngineWorker._step.sched)
 
 
-
-
 class EngineWorker:
     """One serving engine, the step driver wiring a :class:`~dynlab.engine.scheduler.Scheduler`, a
     :class:`~dynlab.kv.cache_manager.KvCacheManager` (its block pool, CPU tier and P/D handoff) and
@@ -136,7 +132,10 @@ class EngineWorker:
     ``handoff``: a prefill worker of a disaggregated fleet (see the module docstring); ``runs``: the pool
     works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
     names with runs longer than one, as :func:`~dynlab.engine.names.engine_block_runs` gives them).
-    ``cpu_capacity`` / ``load_ms_per_block`` / ``cpu_write``: the CPU tier (see the module docstring).
+    ``cpu_capacity`` / ``load_ms_per_block`` / ``cpu_write``: the CPU tier (see the module docstring);
+    ``kv_layout``: KV cache groups (:mod:`dynlab.kv.hybrid`); ``spec``: speculative decoding
+    (:mod:`dynlab.engine.spec`; ``None``: off; a request is rejected when ``input_length + output_length
+    - 1 + K + lookahead`` tokens cannot fit); either one runs one step at a time (no bulk run).
     Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
     The queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``) are the scheduler's,
@@ -146,7 +145,7 @@ class EngineWorker:
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False, runs: bool = False, kv_layout=None):
+                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -163,7 +162,8 @@ class EngineWorker:
                                    load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
         if kv_layout is not None:  # KV cache groups (dynlab.kv.hybrid): one step at a time, no bulk decode runs
             self.bulk = bulk = False
-        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
+        self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
+        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec)
         self.pool = self.kv.pool
         self.cpu = self.kv.cpu
         self.write_through = self.kv.write_through
@@ -307,7 +307,8 @@ class EngineWorker:
         if len(req.names) != req.input_length // self.block:
             raise ValueError(f"request {req.id!r}: {len(req.names)} block names for {req.input_length} "
                              f"tokens at block {self.block} (want {req.input_length // self.block})")
-        if not self.kv.fits(req.input_length + req.output_length - 1):  # the last token's KV is never computed
+        spare = 0 if self.spec is None else self.spec.k + self.spec.lookahead  # a last verify's drafts and lookahead
+        if not self.kv.fits(req.input_length + req.output_length - 1 + spare):  # the last token's KV is never computed
             req.rejected = True
             self.rejected += 1
             return False
@@ -355,7 +356,8 @@ class EngineWorker:
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         # a bulk run may go on across block boundaries when the driver crosses them and nothing waits
         can_cross = self.cross_boundaries and not (sch.waiting or sch.loading or sch.ready or sch.received)
-        st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross)
+        st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross,
+                       self.spec)
         st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()
         self.removed = st.removed
         self._step = st

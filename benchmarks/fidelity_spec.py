@@ -1,0 +1,175 @@
+"""Speculative decoding against vLLM 0.33's own scheduler, per request (issue 26 item 6).
+
+The harness of :mod:`fidelity_vllm` with a ``SpeculativeConfig`` (``method="ngram"``,
+``num_speculative_tokens=K``: vLLM schedules ``1 + K`` tokens per decoding request, reserves
+``num_lookahead_tokens`` slots, rolls rejected drafts back in ``update_from_output``). The fake
+model output carries the drafts (``update_draft_token_ids``: ``K`` ids for every request that
+sampled) and ``1 + a`` sampled ids, ``a`` drawn by dynlab's own :class:`dynlab.engine.spec.Acceptance`
+in ``expected`` mode (deterministic, the same draws on both sides when both schedule the same
+drafts). dynlab runs ``sim --spec-method ngram --spec-tokens K --spec-acceptance R --spec-draws
+expected``; vLLM runs with dynlab's block-pool rules (``as_dynlab``, the rules issue 24 changes, so
+that speculation is the one thing compared). Step time on both sides: the linear model, a verify
+step's drafts priced as prefill tokens (``beta1`` each, dynlab's rule). Prints one row per trace.
+
+    python benchmarks/fidelity_spec.py [--k 2] [--acceptance 0.7] [--only NAMES]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import vllm_side  # noqa: E402
+from fidelity_vllm import _check_vllm, compare  # noqa: E402
+from vllm_dynlab_side import run_dynlab  # noqa: E402
+from fidelity_vllm import all_cases  # noqa: E402
+
+
+class _SpecDriver(vllm_side._Driver):
+    """vLLM's loop with drafts: every request that sampled gets ``k`` drafts; a verify samples ``1 + a``."""
+
+    def __init__(self, setup, rows, scheduler, k: int, acceptance):
+        super().__init__(setup, rows, scheduler)
+        self.k, self.acceptance = k, acceptance
+        self.state: dict = {}
+
+    def schedule(self, start: float):
+        out = self.sched.schedule()
+        s = self.setup
+        prefill = decodes = 0
+        sampling = []
+        for rid, n in out.num_scheduled_tokens.items():
+            req = self.sched.requests[rid]
+            i = int(rid)
+            before = req.num_computed_tokens - n
+            if self.first_scheduled[i] is None:
+                self.first_scheduled[i], self.hits[i] = start, before
+            if not req.is_prefill_chunk:
+                sampling.append(i)
+            if before >= req.num_prompt_tokens and not req.is_prefill_chunk:
+                decodes += 1
+                prefill += n - 1  # the drafts: a chunk over the context (dynlab's pricing)
+            else:
+                prefill += n
+        ms = s.beta0 + s.beta1 * prefill + s.beta2 * decodes if out.num_scheduled_tokens else 0.0
+        return out, ms, sampling
+
+    def apply(self, out, sampling: list, end: float) -> None:
+        from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+
+        ids = list(out.num_scheduled_tokens)
+        sampled = set(sampling)
+        tokens = []
+        for rid in ids:
+            i = int(rid)
+            if i not in sampled:
+                tokens.append([])
+                continue
+            s = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+            st = self.state.setdefault(i, _State(i))
+            a = self.acceptance.accepted(st, s) if s else 0
+            tokens.append([self.base + i] * (1 + a))
+        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
+                                sampled_token_ids=tokens)
+        self.sched.update_from_output(out, mro)
+        live = [rid for rid in ids if int(rid) in sampled and not self.reqs[int(rid)].is_finished()]
+        if live:
+            self.sched.update_draft_token_ids(DraftTokenIds(live, [[self.base + int(r)] * self.k for r in live]))
+        for rid in ids:
+            i = int(rid)
+            req = self.reqs[i]
+            if self.first_token[i] is None and req.num_output_tokens > 0:
+                self.first_token[i] = end
+            if self.finish[i] is None and req.is_finished():
+                self.finish[i] = end
+
+
+class _State:
+    __slots__ = ("id", "spec_state")
+
+    def __init__(self, i):
+        self.id, self.spec_state = i, None
+
+
+def build_spec_scheduler(setup, k: int, max_model_len: int = 65536):
+    """vLLM's ``Scheduler`` for ``setup`` with ``SpeculativeConfig(method="ngram", num_speculative_tokens=k)``."""
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model = ModelConfig(model=vllm_side._model_dir(), skip_tokenizer_init=True, max_model_len=max_model_len,
+                        dtype="float32")
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_max=2, prompt_lookup_min=1,
+                             target_model_config=model, target_parallel_config=ParallelConfig())
+    sched = SchedulerConfig(max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
+                            max_model_len=max_model_len, enable_chunked_prefill=True, async_scheduling=False,
+                            scheduler_reserve_full_isl=False, is_encoder_decoder=False)
+    cache = CacheConfig(block_size=setup.block, enable_prefix_caching=True)
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, speculative_config=spec)
+    kv = KVCacheConfig(num_blocks=setup.capacity + 1, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
+                           block_size=setup.block, num_kv_heads=1, head_size=16, dtype=torch.float32))])
+    cache.num_gpu_blocks = setup.capacity + 1
+    return Scheduler(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
+                     block_size=setup.block, log_stats=False)
+
+
+def run_vllm_spec(setup, rows: list, k: int, rate: float) -> list:
+    """Per-request records of vLLM's scheduler with ngram speculation, ``k`` drafts, constant rate ``rate``."""
+    from dynlab.engine.spec import Acceptance, parse_acceptance
+
+    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k), k,
+                    Acceptance(parse_acceptance(str(rate), k), "expected"))
+    with vllm_side.dynlab_rules():
+        vllm_side._run_sync(d)
+    return d.records()
+
+
+def run_dynlab_spec(setup, path: str, k: int, rate: float) -> list:
+    import vllm_dynlab_side as side
+
+    original = side.sim_args
+
+    def spec_args(setup, trace):
+        return original(setup, trace) + ["--spec-method", "ngram", "--spec-tokens", str(k),
+                                         "--spec-acceptance", str(rate), "--spec-draws", "expected"]
+
+    side.sim_args = spec_args
+    try:
+        return run_dynlab(setup, path, admission="chunk")[0]
+    finally:
+        side.sim_args = original
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--k", type=int, default=2, help="draft tokens per step")
+    ap.add_argument("--acceptance", type=float, default=0.7, help="constant acceptance rate per draft token")
+    ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
+    args = ap.parse_args()
+    _check_vllm()
+    cases = all_cases()
+    if args.only:
+        cases = [c for c in cases if c.name in args.only.split(",")]
+    print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws), vLLM 0.33 ngram on dynlab's rules")
+    print(f"{'trace':<22} {'requests':>8} {'identical':>9} {'TTFT':>5} {'E2E':>5} {'preempt':>7} {'hits':>5} "
+          f"{'worst E2E ms':>12} {'preemptions d/v':>15}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            path = os.path.join(tmp, f"{case.name}.jsonl")
+            case.write(path)
+            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance)
+            theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance)
+            c = compare(ours, theirs)
+            same = c["identical"]
+            print(f"{case.name:<22} {c['requests']:>8} {same['all']:>9} {same['ttft']:>5} {same['e2e']:>5} "
+                  f"{same['preemptions']:>7} {same['hit_tokens']:>5} {c['worst_ms']['e2e']:>12.3f} "
+                  f"{'%d/%d' % tuple(c['preemptions']):>15}", flush=True)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Speculative decoding: the method, ``K`` draft tokens per step, and the acceptance model.
+
+Modelled on vLLM 0.33's ``SpeculativeConfig`` (``vllm/config/speculative.py``) and the v1
+scheduler (``vllm/v1/core/sched/scheduler.py``): a decoding request carries ``K`` draft tokens
+(``spec_token_ids``) proposed after its previous step, so a step schedules ``1 + K`` of its tokens
+(the last sampled one and the drafts) against ``max_num_batched_tokens``; the KV cache manager
+allocates slots for ``num_lookahead_tokens`` more (``K`` for methods whose drafter runs its own
+forward over the target's positions: ``eagle``, ``eagle3``, ``mtp``, ``draft``; ``0`` for
+``ngram``, vLLM's ``VllmConfig.num_lookahead_tokens``); ``update_from_output`` keeps the ``a``
+accepted drafts plus the bonus token (``1 + a`` tokens emitted) and rolls ``num_computed_tokens``
+back by the ``s - a`` rejected ones, whose slots the next step overwrites.
+
+The acceptance model (:class:`Acceptance`) gives ``a`` for a step that verified ``s`` drafts:
+
+- per-position rates ``r_1 >= r_2 >= ... >= r_K`` (``--spec-acceptance 0.8,0.6,0.4``), the
+  shape vLLM reports (``spec_decode`` metrics: accepted at position ``i`` / drafts): position
+  ``i`` is accepted with probability ``r_i`` (a draft's tokens are accepted as a prefix, so
+  ``P(a >= i) = r_i``);
+- a constant rate ``alpha`` (one number): each draft token accepted with probability ``alpha``
+  given the previous one was, ``r_i = alpha ** i``;
+- measured acceptance lengths (``file:PATH``; whitespace-separated integers ``1 + a``, what vLLM's
+  ``mean_acceptance_length`` averages): ``r_i`` = the fraction of lengths ``> i``.
+
+Draws: ``seeded`` (one uniform ``u`` per verify step from a per-request generator seeded by the
+run's seed and the request id, ``a = #{i <= s: u < r_i}``: runs are deterministic and independent
+of routing) or ``expected`` (no randomness: a request accumulates ``E[a] = sum r_i`` and emits
+the integer part's increments, so a sweep over rates is smooth).
+"""
+from __future__ import annotations
+
+import random
+from typing import Optional, Sequence, Tuple
+
+__all__ = ["SPEC_METHODS", "SPEC_DRAWS", "lookahead_tokens", "parse_acceptance", "Acceptance", "SpecDecoding"]
+
+#: the methods of ``--spec-method`` (vLLM's ``SpeculativeConfig.method``; ``draft`` is ``draft_model``)
+SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft")
+#: how accepted lengths are drawn: ``seeded`` (random, per request) or ``expected`` (expected value)
+SPEC_DRAWS = ("seeded", "expected")
+
+#: per-position acceptance when ``--spec-acceptance`` is not given, per method: EAGLE-3's published
+#: acceptance on MT-Bench (Li et al. 2025, "EAGLE-3", Table 1: mean acceptance length ~6 at K = 7
+#: for LLaMA-3.1-8B) is higher than what a served conversation trace sees; dynlab's default is a
+#: conservative per-token rate ``alpha`` (project choice, documented in docs/engine.md).
+DEFAULT_ALPHA = {"ngram": 0.5, "eagle": 0.7, "eagle3": 0.8, "mtp": 0.8, "draft": 0.7}
+
+
+def lookahead_tokens(method: str, k: int) -> int:
+    """KV slots reserved past a step's scheduled tokens (vLLM's ``num_lookahead_tokens``): ``k`` for a
+    drafter with its own forward (``eagle``, ``eagle3``, ``mtp``, ``draft``), ``0`` for ``ngram``."""
+    return 0 if method == "ngram" else k
+
+
+def parse_acceptance(text: str, k: int) -> Tuple[float, ...]:
+    """Per-position rates ``(r_1, ..., r_k)`` from ``--spec-acceptance`` text: ``"0.8,0.6,0.4"``
+    (given rates; fewer than ``k`` positions repeat the last one's conditional ratio, more are cut),
+    ``"0.7"`` (constant rate ``alpha``: ``alpha ** i``) or ``"file:PATH"`` (acceptance lengths).
+
+    Raises ``ValueError`` (one line; ``PATH:LINE`` for a file) for a rate outside [0, 1], rates that
+    increase, or a length outside 1..k+1 in a file.
+    """
+    text = text.strip()
+    if text.startswith("file:"):
+        return _from_lengths(text[5:], k)
+    try:
+        rates = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--spec-acceptance: {text!r} is not a rate list like 0.8,0.6,0.4, a rate or file:PATH") from None
+    if any(not 0.0 <= r <= 1.0 for r in rates):
+        raise ValueError(f"--spec-acceptance: rates must lie in [0, 1], got {text}")
+    if any(b > a for a, b in zip(rates, rates[1:])):
+        raise ValueError(f"--spec-acceptance: per-position rates cannot increase (a draft is accepted as a prefix), got {text}")
+    if len(rates) == 1:
+        return tuple(rates[0] ** i for i in range(1, k + 1))
+    while len(rates) < k:
+        ratio = rates[-1] / rates[-2] if rates[-2] > 0 else 0.0
+        rates.append(rates[-1] * ratio)
+    return tuple(rates[:k])
+
+
+def _from_lengths(path: str, k: int) -> Tuple[float, ...]:
+    """Rates from a file of acceptance lengths ``1 + a`` (integers, whitespace-separated)."""
+    lengths = []
+    try:
+        with open(path) as f:
+            for line_no, line in enumerate(f, 1):
+                for tok in line.split():
+                    try:
+                        n = int(tok)
+                    except ValueError:
+                        raise ValueError(f"{path}:{line_no}: {tok!r} is not an acceptance length (an integer)") from None
+                    if not 1 <= n <= k + 1:
+                        raise ValueError(f"{path}:{line_no}: acceptance length {n} outside 1..{k + 1} (K = {k})")
+                    lengths.append(n)
+    except OSError as e:
+        raise ValueError(f"--spec-acceptance: cannot read {path}: {e.strerror}") from None
+    if not lengths:
+        raise ValueError(f"{path}:1: no acceptance lengths")
+    total = len(lengths)
+    return tuple(sum(1 for n in lengths if n > i) / total for i in range(1, k + 1))
+
+
+class Acceptance:
+    """Accepted drafts per verify step. ``rates``: per-position ``(r_1..r_K)``, non-increasing;
+    ``draws``: ``seeded`` or ``expected``; ``seed``: the run's seed (seeded draws)."""
+
+    def __init__(self, rates: Sequence[float], draws: str = "seeded", seed: int = 0):
+        if draws not in SPEC_DRAWS:
+            raise ValueError(f"unknown spec draws {draws!r} (choose from {', '.join(SPEC_DRAWS)})")
+        self.rates = tuple(rates)
+        self.draws = draws
+        self.seed = seed
+        self._cum = [0.0]
+        for r in self.rates:
+            self._cum.append(self._cum[-1] + r)
+
+    def accepted(self, req, s: int) -> int:
+        """Drafts accepted (``0..s``) of the ``s`` (``<= K``) verified for ``req`` in this step; draws
+        keep their state on ``req.spec_state``."""
+        if s <= 0:
+            return 0
+        if self.draws == "expected":
+            acc = (req.spec_state or 0.0)
+            new = acc + self._cum[s]
+            req.spec_state = new
+            return min(s, int(new + 1e-9) - int(acc + 1e-9))
+        rng = req.spec_state
+        if rng is None:
+            rng = req.spec_state = random.Random(f"dynlab-spec-{self.seed}-{req.id}")
+        u = rng.random()
+        rates = self.rates
+        a = 0
+        while a < s and u < rates[a]:
+            a += 1
+        return a
+
+
+class SpecDecoding:
+    """A worker's speculative decoding: ``method``, ``k`` (drafts per step, >= 1), ``acceptance``,
+    and the counters vLLM's ``SpecDecodingStats`` keeps: ``num_drafts`` (verify steps),
+    ``draft_tokens``, ``accepted_tokens``, ``accepted_per_pos`` (accepted at position ``i``).
+    ``lookahead``: KV slots reserved past the scheduled tokens (:func:`lookahead_tokens`)."""
+
+    def __init__(self, method: str, k: int, acceptance: Acceptance):
+        if method not in SPEC_METHODS:
+            raise ValueError(f"unknown spec method {method!r} (choose from {', '.join(SPEC_METHODS)})")
+        if k < 1:
+            raise ValueError(f"spec tokens must be >= 1, got {k}")
+        self.method = method
+        self.k = k
+        self.lookahead = lookahead_tokens(method, k)
+        self.acceptance = acceptance
+        self.num_drafts = 0
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
+        self.accepted_per_pos = [0] * k
+
+    def verify(self, req, s: int) -> int:
+        """Verify ``s`` drafts of ``req``: the accepted count (counted in the stats)."""
+        a = self.acceptance.accepted(req, s)
+        self.num_drafts += 1
+        self.draft_tokens += s
+        self.accepted_tokens += a
+        for i in range(a):
+            self.accepted_per_pos[i] += 1
+        return a
+
+
+def spec_metrics(specs: Sequence[Optional[SpecDecoding]]) -> dict:
+    """The fleet's ``spec_*`` metrics summed over workers' :class:`SpecDecoding` (``None`` entries
+    skipped): ``spec_draft_tokens``, ``spec_accepted_tokens``, ``mean_acceptance_length``
+    (``1 + accepted / drafts``, vLLM's, 4 decimals; ``None`` with no draft) and
+    ``spec_acceptance_per_position`` (accepted at position ``i`` / drafts, 4 decimals)."""
+    specs = [s for s in specs if s is not None]
+    drafts = sum(s.num_drafts for s in specs)
+    k = max((s.k for s in specs), default=0)
+    per_pos = [sum(s.accepted_per_pos[i] for s in specs if i < s.k) for i in range(k)]
+    accepted = sum(s.accepted_tokens for s in specs)
+    return {
+        "spec_draft_tokens": sum(s.draft_tokens for s in specs),
+        "spec_accepted_tokens": accepted,
+        "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None,
+        "spec_acceptance_per_position": [round(n / drafts, 4) for n in per_pos] if drafts else [],
+    }
+
+
+def verify_batch(sched: list):
+    """``(StepBatch, decodes, summed decode context, drafts verified)`` of a speculative step's
+    ``(request, tokens)`` pairs. A request verifying drafts (past its prompt, its ``n`` tokens
+    reaching ``num_tokens``) is a decode of its context ``num_tokens`` plus, for its ``s = n - 1``
+    drafts, a chunk of ``s`` tokens over that context: the verify forward over ``1 + s`` tokens as
+    every latency model can price it (weights read once per step, the drafts' FLOPs and attention
+    added). Other requests are prefill chunks as without speculation."""
+    from dynlab.latency.base import StepBatch
+
+    chunks, ctxs = [], []
+    decodes = context = drafts = 0
+    for req, n in sched:
+        if req.computed >= req.input_length and req.computed + n >= req.num_tokens:
+            decodes += 1
+            context += req.num_tokens
+            if n > 1:
+                chunks.append(n - 1)
+                ctxs.append(req.num_tokens)
+                drafts += n - 1
+        else:
+            chunks.append(n)
+            ctxs.append(req.computed)
+    return StepBatch(tuple(chunks), tuple(ctxs), decodes, context), decodes, context, drafts
+
+
+def drafter_ms(latency, method: str, k: int, decodes: int, context: int) -> float:
+    """The drafter's time (ms) in a step with ``decodes`` decoding requests (summed context
+    ``context`` tokens), per method: ``ngram`` 0 (a CPU lookup, overlapped); ``eagle``/``eagle3``/
+    ``mtp`` ``k`` forwards of one decoder layer (an EAGLE head or DeepSeek's MTP module: Li et al.
+    2024, DeepSeek-V3 report Sec. 2.2), priced as ``k`` decode steps of the target divided by its
+    layers; ``draft`` ``k`` decode steps of the target divided by 10 (a draft model ~1/10 of the
+    target, project default until ``--spec-model`` prices its own)."""
+    if method == "ngram" or decodes == 0:
+        return 0.0
+    from dynlab.latency.base import StepBatch
+
+    one = latency.step_ms(StepBatch((), (), decodes, context))
+    if method == "draft":
+        return k * one / 10.0
+    model = getattr(getattr(latency, "hardware", None), "model", None)
+    layers = (getattr(model, "num_layers", 0) or getattr(model, "layers", 0)) if model is not None else 0
+    return k * one / (layers or 32)

@@ -1,0 +1,164 @@
+"""Speculative decoding in the engine (issue 26): vLLM's scheduler/KV rules by hand, the acceptance model."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dynlab.engine.spec import Acceptance, SpecDecoding, parse_acceptance, spec_metrics
+from dynlab.engine.worker import EngineRequest, EngineWorker
+from tests.engine.test_worker import Linear, run
+
+
+def _reqs(block, *specs):
+    return [EngineRequest(i, 0.0, n_in, n_out, list(range(100 * i, 100 * i + n_in // block)))
+            for i, (n_in, n_out) in enumerate(specs)]
+
+
+def _spec(method, k, acceptance="1.0", draws="seeded"):
+    return SpecDecoding(method, k, Acceptance(parse_acceptance(acceptance, k), draws, seed=0))
+
+
+def test_eagle_k2_on_a_3_block_pool_preempts_once():
+    # block 4, two requests of 2 prompt tokens and 3 output tokens. Off: 4 tokens each, 1 block each.
+    # EAGLE K=2: admission takes 2 + 2 lookahead = 4 slots (1 block each, 1 free); the first verify
+    # step needs 2 + 3 + 2 = 7 slots = 2 blocks: A takes the free one, B finds none and preempts itself.
+    w = EngineWorker(0, 3, 4, Linear(), spec=_spec("eagle", 2))
+    reqs = _reqs(4, (2, 3), (2, 3))
+    run(w, reqs, check=True)
+    assert w.preemptions == 1 and [r.preemptions for r in reqs] == [0, 1]
+    assert [r.generated for r in reqs] == [3, 3]  # never past output_length (A accepted 2, emitted 2)
+    s = w.spec
+    assert (s.num_drafts, s.draft_tokens, s.accepted_tokens) == (2, 4, 4)
+    assert w.steps == 4  # prefill both; A verifies (B preempted); B recomputes 3 tokens; B verifies
+    off = EngineWorker(0, 3, 4, Linear())
+    reqs = _reqs(4, (2, 3), (2, 3))
+    run(off, reqs, check=True)
+    assert off.preemptions == 0
+
+
+def test_k4_budget_cuts_a_verify_step():
+    # budget 8: prefill 4 + 4; then A schedules 1 + 4 = 5, B the 3 left (1 + 2 drafts); all accepted
+    lin = Linear()
+    w = EngineWorker(0, 100, 16, lin, max_num_batched_tokens=8, spec=_spec("ngram", 4))
+    reqs = _reqs(16, (4, 10), (4, 10))
+    res = run(w, reqs, check=True)
+    assert [r.batch_size for r in res] == [2, 2, 2, 1]
+    assert [r.generated for r in reqs] == [10, 10]
+    s = w.spec
+    assert (s.num_drafts, s.draft_tokens, s.accepted_tokens) == (5, 16, 16)
+    m = spec_metrics([s])
+    assert m["mean_acceptance_length"] == 4.2  # 1 + 16 / 5
+    assert m["spec_acceptance_per_position"] == [1.0, 1.0, 0.6, 0.6]
+    # step 2: two decodes plus their drafts priced as chunks of 4 and 2 tokens: 10 + 0.01 * 6 + 2
+    assert lin.batches[1].prefill_tokens == (4, 2) and lin.batches[1].decode_requests == 2
+    assert res[1].end - res[1].start == pytest.approx(12.06)
+    assert [r.finish_ms for r in reqs] == pytest.approx([10.08 + 12.06 * 2, 10.08 + 12.06 * 2 + 11.04])
+
+
+def test_acceptance_shapes():
+    assert parse_acceptance("0.5", 3) == (0.5, 0.25, 0.125)
+    assert parse_acceptance("0.8,0.6,0.4", 2) == (0.8, 0.6)
+    assert parse_acceptance("0.8,0.4", 3) == pytest.approx((0.8, 0.4, 0.2))
+    with pytest.raises(ValueError, match="cannot increase"):
+        parse_acceptance("0.4,0.6", 2)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        parse_acceptance("1.5", 2)
+
+
+def test_acceptance_lengths_file(tmp_path):
+    p = tmp_path / "len.txt"
+    p.write_text("1 2 3\n3\n")
+    assert parse_acceptance(f"file:{p}", 2) == (0.75, 0.5)  # lengths > 1: 3 of 4; > 2: 2 of 4
+    p.write_text("1\n4\n")
+    with pytest.raises(ValueError, match=r"len.txt:2: acceptance length 4 outside 1..3"):
+        parse_acceptance(f"file:{p}", 2)
+
+
+def test_expected_draws_accumulate():
+    class R:
+        spec_state = None
+        id = 0
+    acc, r = Acceptance((0.5, 0.25), "expected"), R()
+    # E[a] = 0.75 per step: cumulative 0.75, 1.5, 2.25, 3.0 -> 0, 1, 1, 1
+    assert [acc.accepted(r, 2) for _ in range(4)] == [0, 1, 1, 1]
+
+
+@settings(max_examples=40)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=4), st.integers(0, 50))
+def test_seeded_draws_follow_the_rates(rates, seed):
+    rates = sorted(rates, reverse=True)
+    acc = Acceptance(rates, "seeded", seed)
+
+    class R:
+        spec_state = None
+        id = "r"
+    a = [acc.accepted(R(), len(rates)) for _ in range(1)]
+    assert all(0 <= x <= len(rates) for x in a)
+    r1, r2 = R(), R()
+    assert [acc.accepted(r1, len(rates)) for _ in range(5)] == [acc.accepted(r2, len(rates)) for _ in range(5)]
+
+
+@settings(max_examples=30)
+@given(st.integers(1, 4), st.sampled_from(["ngram", "eagle"]), st.integers(1, 6), st.integers(8, 40),
+       st.lists(st.tuples(st.integers(1, 30), st.integers(1, 20)), min_size=1, max_size=5))
+def test_spec_runs_finish_every_request_exactly(k, method, cap, budget, specs):
+    w = EngineWorker(0, cap + 8, 4, Linear(), max_num_batched_tokens=budget,
+                     spec=_spec(method, k, "0.7", "seeded"))
+    reqs = _reqs(4, *specs)
+    run(w, reqs, check=True)
+    for r in reqs:
+        assert r.rejected or r.generated == r.output_length
+
+
+MOON = "".join(f'{{"timestamp": {t}, "input_length": {n}, "output_length": 6, "hash_ids": {ids}}}\n'
+               for t, n, ids in [(0, 1024, [1, 2]), (50, 1536, [1, 2, 3]), (90, 600, [7, 8])])
+
+
+def _cli(tmp_path, *args):
+    import json
+
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    out = CliRunner().invoke(main, [*args[:1], "--trace", str(tmp_path / "m.jsonl"), "--timing", *args[1:]])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output) if args[0] == "sim" else out.output
+
+
+def test_pd_decode_pool_speculates(tmp_path):
+    # the prefill worker computes the prompt and the first token; the decode worker verifies drafts:
+    # 5 tokens left per request at K = 2, all accepted (rate 1): 3 + 2 emitted, two verify steps each
+    r = _cli(tmp_path, "sim", "--split", "1:1", "--spec-method", "eagle", "--spec-tokens", "2",
+             "--spec-acceptance", "1.0")
+    assert r["spec_draft_tokens"] == 3 * 4 and r["spec_accepted_tokens"] == 3 * 4
+    assert r["mean_acceptance_length"] == 3.0 and r["spec_acceptance_per_position"] == [1.0, 1.0]
+
+
+def test_sim_keys_and_compare(tmp_path):
+    r = _cli(tmp_path, "sim", "--spec-method", "mtp", "--spec-tokens", "3", "--spec-acceptance", "0.8,0.6,0.4",
+             "--spec-draws", "expected")
+    assert (r["spec_method"], r["spec_tokens"], r["spec_lookahead_tokens"], r["spec_rates"]) == ("mtp", 3, 3, [0.8, 0.6, 0.4])
+    assert r["spec_draws"] == "expected"
+    text = _cli(tmp_path, "compare", "--spec-method", "eagle3", "--spec-tokens", "0,2", "--spec-acceptance", "0.8,0.6")
+    assert "spec_tokens" in text or "--spec-tokens" in text
+
+
+@pytest.mark.parametrize("value, words", [
+    ("0.4,0.6", "rates cannot increase"),
+    ("file:{tmp}/len.txt", "len.txt:2: 'x' is not an acceptance length"),
+    ("file:{tmp}/missing.txt", "cannot read"),
+])
+def test_a_bad_acceptance_is_one_line(tmp_path, value, words):
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "len.txt").write_text("1 2\nx\n")
+    out = CliRunner().invoke(main, ["sim", "--timing", "--spec-method", "eagle", "--spec-tokens", "2",
+                                    "--spec-acceptance", value.format(tmp=tmp_path), "--quiet"])
+    assert out.exit_code == 2
+    (line,) = out.output.strip().splitlines()
+    assert line.startswith("Error: ") and words in line
