@@ -437,6 +437,7 @@ TABLE.update({
     ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),
     ("plan", "--format"): swaps(PLAN, [*PLAN[:-1], "table"]),
     ("plan", "--plot"): changes(PLAN, ["--plot", "p.png"]),
+    ("plan", "--report"): changes(PLAN, ["--report", "p.html"]),
     ("plan", "--quiet"): lambda run: (lambda a, b: (a.stderr != "" and b.stderr == "") or pytest.fail("stderr"))(
         run(*[a for a in PLAN if a != "--quiet"]), run(*PLAN)),
 })

@@ -9,6 +9,8 @@ request's first token at 11 k ms.
 from __future__ import annotations
 
 import json
+import re
+from html import escape
 
 import pytest
 from click.testing import CliRunner
@@ -123,6 +125,33 @@ def test_table_and_plot(queue_trace, tmp_path):
                             "headroom", "binding"]
     assert row.split() == ["1", "h100x1", "rr", "3", "3", "-", "1.0", "44.0", "0.0", "12.0%", "queueing"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_html_report(tmp_path):
+    # two shapes answered on the queueing trace: each one's replay at its answer, the ranked table and
+    # the binding constraint in words, all in one file that loads nothing
+    trace = _trace(tmp_path / "q.jsonl", [(0, 1000, 1)] * 12)
+    html = tmp_path / "plan.html"
+    out = _plan("--trace", trace, "--slo-ttft-ms", 50, "--gpu", "h100,h200", *LINEAR, "--report", html)
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    page = html.read_text()
+    urls = set(re.findall(r"https?://[^\s\"'<>]+", page))  # the SVG namespaces only: nothing is loaded
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
+    assert "<svg" in page and 'id="pareto"' in page
+    for s in plan["shapes"]:
+        assert s["meets"]
+        assert f"{s['shape']} N={s['workers']}" in page
+        assert escape(s["why"], quote=False) in page  # the binding constraint in words
+    assert "rank" in page and "queueing" in page
+
+
+def test_html_report_refuses_stdout_and_writes_nothing_on_error(queue_trace, tmp_path):
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--report", "-")
+    assert out.exit_code == 2 and "- is not accepted" in out.stderr
+    html = tmp_path / "none.html"
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--max-workers", 1, *LINEAR, "--report", html)
+    assert out.exit_code == 2 and out.stdout == "" and not html.exists()
 
 
 # --------------------------------------------------------------------------- the log: audit and resume

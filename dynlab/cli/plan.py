@@ -12,6 +12,7 @@ import click
 
 from dynlab import plugins
 from dynlab.cli import main
+from dynlab.cli.report import report_option
 from dynlab.cli.common import (check_plot, echo_json, output_format, output_path, parse_opts, progress_bar,
                                refuse_repeats, split_list)
 from dynlab.cli.routing import SIM_OPTIONS, FiniteFloat, given_fields
@@ -94,7 +95,8 @@ def _prices(values, gpus: set) -> dict:
     return prices
 
 
-def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given, plot_path) -> None:
+def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given, plot_path,
+            report_path=None) -> None:
     if resume and not log:
         raise click.UsageError("--resume needs --log FILE")
     if ray_address and executor != "ray":
@@ -104,9 +106,9 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
     if goodput is not None and percentile_given:
         raise click.UsageError("--slo-percentile has no effect with --goodput (the share of requests meeting "
                                "every SLO is the target)")
-    paths = [os.path.realpath(p) for p in (log, plot_path) if p and p != "-"]
+    paths = [os.path.realpath(p) for p in (log, plot_path, report_path) if p and p != "-"]
     if len(set(paths)) != len(paths):
-        raise click.UsageError("--log and --plot must name different files")
+        raise click.UsageError("--log, --plot and --report must name different files")
 
 
 def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
@@ -159,10 +161,11 @@ def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
               help="Output [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               help="Write a Pareto plot: TTFT (TPOT without a TTFT SLO) at the percentile against GPUs ($/h with --price).")
+@report_option
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr (shown only when stderr is a terminal).")
 @click.pass_context
 def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt, latency_opt, executor, jobs,
-         ray_address, log, resume, fmt, plot_path, quiet, **options):
+         ray_address, log, resume, fmt, plot_path, report_path, quiet, **options):
     """The fewest workers (and GPUs) per candidate shape that meet the SLOs on a trace, searched by replay.
 
     Each shape (--model x --gpu x --tp x --modes x --cpu-memory-gb) gets an analytic lower bound from the
@@ -179,7 +182,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
 
     given = given_fields(ctx)
     _refuse(executor, jobs, ray_address, log, resume, goodput,
-            ctx.get_parameter_source("slo_percentile") == ParameterSource.COMMANDLINE, plot_path)
+            ctx.get_parameter_source("slo_percentile") == ParameterSource.COMMANDLINE, plot_path, report_path)
     shapes = _candidates(ctx, options)
     prices = _prices(price, {s.gpu for s in shapes})
     try:
@@ -203,7 +206,39 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
         where = f"; {fresh.count(False)} from {log}" if fresh.count(False) else ""
         click.echo(f"plan: {len(fresh)} replay{'' if len(fresh) == 1 else 's'} in "
                    f"{time.perf_counter() - started:.1f} s ({executor}){where}", err=True)
+    if report_path:  # written before the table is printed: no output that looks like success before an error
+        _html_report(ctx, report_path, out, shapes, checked)
     _report(out, fmt, plot_path)
+
+
+def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
+    """The plan's HTML report: a run per answered shape (its replay at the answer N), the ranked table
+    and each shape's binding constraint, and the Pareto plot as a figure."""
+    from dynlab.cli.report import write_run_report
+    from dynlab.plan.report import pareto_figure, table
+    from dynlab.report import Run
+    from dynlab.report.figures import Figure, to_svg
+
+    plan_out = {k: v for k, v in out.items() if k != "_results"}
+    by_label = {s.label: s for s in shapes}
+    answered = [s for s in out["shapes"] if s["meets"]]
+    runs = [Run(f"{s['shape']} N={s['workers']}", out["_results"][s["shape"]][s["workers"]]) for s in answered]
+    if not runs:
+        raise click.UsageError("--report: no shape meets the target, so there is no answer to report "
+                               "(the table says why)")
+    configs = [replace(by_label[s["shape"]].config(base), workers=s["workers"]) for s in answered]
+    extra = {"target": out["target"], **{f"binding, {s['shape']}": f"{s['binding']}: {s['why']}"
+                                         for s in out["shapes"]}}
+    fig = Figure("pareto", "Pareto plot: the replays against GPUs",
+                 "Every replay's latency at the SLO percentile against GPUs ($/h with prices), a line per shape, "
+                 "the SLO dashed, each answer starred and the answers' Pareto front in grey.",
+                 to_svg(pareto_figure(out), "pareto"), ["shape", "workers", "gpus", "ttft_ms", "tpot_ms"],
+                 [[s["shape"], s["workers"], s["gpus"], s["ttft_ms"], s["tpot_ms"]] for s in answered])
+    try:
+        write_run_report(ctx, path, runs, configs, extra=extra, title=f"dynlab plan: {out['target']}",
+                         sections=[("Plan", table(plan_out))], extra_figures=[fig])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _load(base: SimConfig, rate, rate_scale) -> tuple:

@@ -1,5 +1,5 @@
 """``dynlab report`` (runs already made -> one HTML file) and the ``--report FILE.html`` option that
-``sim``, ``compare`` and ``sweep`` share. Thin: the page is :func:`dynlab.report.build_report`'s."""
+``sim``, ``compare``, ``sweep`` and ``plan`` share. Thin: the page is :func:`dynlab.report.build_report`'s."""
 from __future__ import annotations
 
 import os
@@ -85,12 +85,15 @@ def run_context(ctx, configs) -> dict:
     return context
 
 
-def write_run_report(ctx, path: str, runs, configs, extra: dict | None = None, records=None) -> None:
+def write_run_report(ctx, path: str, runs, configs, extra: dict | None = None, records=None, title=None,
+                     sections=(), extra_figures=()) -> None:
     """Write the report of ``runs`` (:class:`dynlab.report.Run`) made from ``configs`` to ``path``;
-    ``records``: label -> the run's per-request records, when the command has them (``--requests-out``)."""
+    ``records``: label -> the run's per-request records, when the command has them (``--requests-out``);
+    ``sections``, ``extra_figures``: the command's own (:func:`dynlab.report.build_report`)."""
     from dynlab.report import write_report
 
-    write_report(path, runs, records, context={**run_context(ctx, configs), **(extra or {})})
+    write_report(path, runs, records, context={**run_context(ctx, configs), **(extra or {})}, title=title,
+                 sections=sections, extra_figures=extra_figures)
 
 
 def _records_option(ctx, param, values):

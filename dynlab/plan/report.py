@@ -78,11 +78,18 @@ def table(plan: Mapping) -> str:
 
 
 def plot(plan: Mapping, path: str) -> None:
-    """A Pareto plot: every replay's TTFT (or TPOT, without a TTFT SLO) at the percentile against GPUs
+    """Write :func:`pareto_figure` to ``path`` (the format from its suffix)."""
+    from dynlab.plots import save
+
+    save(pareto_figure(plan), path)
+
+
+def pareto_figure(plan: Mapping):
+    """A Pareto plot (a matplotlib figure): every replay's TTFT (or TPOT, without a TTFT SLO) at the percentile against GPUs
     (or $/h when every shape has a price), a line per shape, the SLO as a dashed line, the answers
     marked and the cheapest answers' Pareto front drawn. ``plan``: :func:`as_json`'s object with
     ``_results`` (shape label -> {workers: result}) attached."""
-    from dynlab.plots import pyplot, save
+    from dynlab.plots import pyplot
 
     plt = pyplot()
     key, slo = ("ttft_ms", plan["slo_ttft_ms"]) if plan["slo_ttft_ms"] is not None else ("tpot_ms", plan["slo_tpot_ms"])
@@ -114,4 +121,4 @@ def plot(plan: Mapping, path: str) -> None:
     ax.set_yscale("log")
     ax.set_title(f"dynlab plan: {plan['target']}", fontsize=9)
     ax.legend(fontsize=7)
-    save(fig, path)
+    return fig

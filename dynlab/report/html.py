@@ -106,14 +106,18 @@ def figures(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]]
 
 
 def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]] = None,
-                 context: Optional[Mapping] = None, title: Optional[str] = None) -> str:
+                 context: Optional[Mapping] = None, title: Optional[str] = None,
+                 sections: Sequence[tuple] = (), extra_figures: Sequence[Figure] = ()) -> str:
     """One self-contained HTML document about ``runs``.
 
     ``runs``: :class:`~dynlab.report.runs.Run` (``read_runs``/``runs_from_json`` make them from what
     ``sim``, ``compare`` and ``sweep`` print). ``records``: label -> per-request records
     (``read_records``) for the CDFs, load over time and the P/D transfer timeline. ``context``: what the
     run files do not say, shown in the configuration table (``command``: the command line asked, shown as
-    the question; ``trace``, ``arrivals`` ...). Raises ``ValueError`` without runs; needs matplotlib."""
+    the question; ``trace``, ``arrivals`` ...). ``sections``: ``(heading, text)`` pairs a command adds after the
+    headline, each text shown preformatted (``plan``'s ranked table); ``extra_figures``: its own
+    :class:`~dynlab.report.figures.Figure` objects, after the others. Raises ``ValueError`` without runs;
+    needs matplotlib."""
     if not runs:
         raise ValueError("a report needs at least one run")
     runs = unique_labels(short_labels(runs))
@@ -131,7 +135,7 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
     question = context.get("command") or ("runs read from " + ", ".join(dict.fromkeys(sources)) if sources
                                           else "runs given without their command line")
     header, rows = headline_rows(runs)
-    figs = figures(runs, records)
+    figs = figures(runs, records) + list(extra_figures)
     nav = " · ".join(f'<a href="#{f.key}">{_e(f.title)}</a>' for f in figs)
     parts = [
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -142,6 +146,8 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
         f'<h2 id="question">Question</h2><p class=cmd>{_e(question)}</p>',
         f'<h2 id="configuration">Configuration</h2>{_table(["setting", "value"], config_rows(runs, context), 2)}',
         f'<h2 id="headline">Headline</h2>{_table(header, rows)}',
+        *(f'<h2 id="section-{i}">{_e(head)}</h2><pre class=cmd>{_e(text)}</pre>'
+          for i, (head, text) in enumerate(sections, 1)),
         f'<h2 id="figures">Figures</h2><p>{nav}</p>' + "".join(_figure_html(f) for f in figs),
         f'<footer>Written by dynlab {_e(__version__)}. Every figure has its numbers below it; '
         f'the page loads nothing from the network.</footer></main></body></html>\n',
@@ -186,10 +192,11 @@ def _arrival_rates(records: Mapping[str, Sequence[dict]]) -> dict:
     return out
 
 
-def write_report(path: str, runs: Sequence[Run], records=None, context=None, title=None) -> None:
+def write_report(path: str, runs: Sequence[Run], records=None, context=None, title=None, sections=(),
+                 extra_figures=()) -> None:
     """Build the report (:func:`build_report`) and write it to ``path`` atomically: a failure leaves an
     existing file as it was (:func:`dynlab.atomic.replace_file`; raises ``DynlabError``)."""
-    text = build_report(runs, records, context, title)
+    text = build_report(runs, records, context, title, sections, extra_figures)
     from dynlab.atomic import replace_file
 
     def write(name: str) -> None:
