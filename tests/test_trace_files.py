@@ -185,3 +185,18 @@ def test_the_warning_is_one_line():
     assert res.exit_code == 0
     assert [ln for ln in res.output.splitlines() if "not used" in ln] == [
         f"Warning: {path('burstgpt.csv')}: burstgpt fields not used by dynlab: Log Type, Model, Total tokens"]
+
+
+@pytest.mark.parametrize("fmt", ["burstgpt", "azure"])
+def test_a_csv_format_forced_onto_json_lines_is_one_line(tmp_path, fmt):
+    """A fresh user's trial: --trace-format burstgpt on a JSON-lines file raised csv.Error with a traceback."""
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "tokens": [1, 2, 3], "output_length": 2}\n')
+    out = CliRunner().invoke(main, ["sim", "--trace", str(path), "--trace-format", fmt])
+    assert out.exit_code == 1
+    assert f"{path}:1: a JSON line, not the CSV header of a {fmt} trace" in out.output
+    assert not isinstance(out.exception, Exception) or isinstance(out.exception, SystemExit)

@@ -299,6 +299,8 @@ class _CsvFormat(TraceFormat):
     def rows(self, first, lines, name):
         """``(line number, dict)`` of the CSV, the header checked; columns outside ``used`` go in ``unused``."""
         lineno0, head = first
+        if not isinstance(head, str):  # the reader parsed the first line as JSON: not a CSV file
+            raise InputError(name, lineno0, f"a JSON line, not the CSV header of a {self.name} trace")
         reader = csv.reader(itertools.chain([head], (line for _, line in lines)))
         cols = [c.strip() for c in next(reader)]
         missing = [h for h in self.header if h not in cols]
