@@ -8,11 +8,6 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import MISSING, fields
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the annotations' names (config.py builds the section classes from this module's table)
-    from dynlab.engine.config import (EngineSection, EventsSection, FleetSection, KvSection, PdSection, SimConfig,
-                                      SloSection, TrafficSection)
 
 #: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/sim/test_run_layer.py``)
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -64,38 +59,38 @@ class Sectioned:
 
     # -- the sections (frozen views of the flat fields, :data:`SECTIONS`) -----------------------------
     @property
-    def traffic(self) -> "TrafficSection":
+    def traffic(self) -> tuple:  # TrafficSection
         """The traffic section: the trace, workload spec or synthetic workload, its block names, seed and
         arrivals (rates, duration). (Not ``workload``: that is the ``--workload`` field.)"""
         return self._section("traffic")
 
     @property
-    def fleet(self) -> "FleetSection":
+    def fleet(self) -> tuple:  # FleetSection
         """The fleet section: the strategy and its options, workers, router replicas, the P/D pool sizes."""
         return self._section("fleet")
 
     @property
-    def engine(self) -> "EngineSection":
+    def engine(self) -> tuple:  # EngineSection
         """The engine section: ``timing``, vLLM's scheduler limits, the latency model and hardware."""
         return self._section("engine")
 
     @property
-    def kv(self) -> "KvSection":
+    def kv(self) -> tuple:  # KvSection
         """The KV section: block sizes, the pool (``capacity``, ``policy``) and the CPU tier."""
         return self._section("kv")
 
     @property
-    def events(self) -> "EventsSection":
+    def events(self) -> tuple:  # EventsSection
         """The KV-events section: ``publish``, delays (requests, ms) and loss."""
         return self._section("events")
 
     @property
-    def slo(self) -> "SloSection":
+    def slo(self) -> tuple:  # SloSection
         """The SLO section: ``slo_ttft_ms`` and ``slo_tpot_ms`` (goodput)."""
         return self._section("slo")
 
     @property
-    def disagg(self) -> "PdSection":
+    def disagg(self) -> tuple:  # PdSection
         """The P/D section: the decode router and the KV transfer (``link_gbps`` ...)."""
         return self._section("disagg")
 
@@ -103,7 +98,7 @@ class Sectioned:
         return _CLASSES[name](**{f: getattr(self, f) for f in SECTIONS[name]})
 
     @classmethod
-    def from_sections(cls, **sections) -> "SimConfig":
+    def from_sections(cls, **sections) -> "Sectioned":  # a SimConfig
         """A configuration from section objects (``traffic=TrafficSection(...)``, ...); a section not
         given keeps its defaults. Raises ``TypeError`` for an unknown section name or a wrong object."""
         flat: dict = {}
