@@ -234,12 +234,17 @@ class Scheduler:
                 req.finish_ms = end
                 finished.append((req, end))
                 kv.free(req)
+        self._drop_done(handed, finished)
+        return first_tokens, finished, handed
+
+    def _drop_done(self, handed: list, finished: list) -> None:
+        """After a step's update: the running list without the finished requests and those handed off
+        (held for a P/D transfer)."""
         if handed:
-            held = kv.held
+            held = self.kv.held
             self.running = [r for r in self.running if r.finish_ms is None and r not in held]
         elif finished:
             self.running = [r for r in self.running if r.finish_ms is None]
-        return first_tokens, finished, handed
 
     def _update_spec(self, sched: list, end: float, handoff: bool) -> Tuple[list, list, list]:
         """:meth:`update_from_step` of one step with speculative decoding (vLLM's ``update_from_output``):
@@ -273,9 +278,5 @@ class Scheduler:
                 req.finish_ms = end
                 finished.append((req, end))
                 kv.free(req)
-        if handed:
-            held = kv.held
-            self.running = [r for r in self.running if r.finish_ms is None and r not in held]
-        elif finished:
-            self.running = [r for r in self.running if r.finish_ms is None]
+        self._drop_done(handed, finished)
         return first_tokens, finished, handed
