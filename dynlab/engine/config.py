@@ -38,7 +38,9 @@ class SimConfig:
     ``cpu_capacity`` blocks or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier
     keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s, written
     when the GPU evicts a block or when it is computed (``cpu_write``: ``evict`` or ``compute``,
-    :data:`dynlab.engine.worker.CPU_WRITES`).
+    :data:`dynlab.engine.worker.CPU_WRITES`); ``admission``: the engine's admission rule, ``full``
+    (vLLM 0.33.0's default ``scheduler_reserve_full_isl=True``: a waiting request is admitted only if
+    the blocks of its whole sequence are free) or ``chunk`` (the earlier rule: its first chunk's).
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
@@ -90,6 +92,7 @@ class SimConfig:
     cpu_memory_gb: Optional[float] = None
     pcie_gbps: float = 25.0
     cpu_write: str = "evict"
+    admission: str = "full"
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
     split: Optional[str] = None
@@ -167,6 +170,8 @@ class SimConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.cpu_capacity is not None and self.cpu_capacity < 0:
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
+        if self.admission not in ("full", "chunk"):
+            raise ValueError(f"admission must be full or chunk, got {self.admission!r}")
         if self.cpu_write not in ("evict", "compute"):
             raise ValueError(f"cpu_write must be evict or compute, got {self.cpu_write!r}")
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
@@ -227,7 +232,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
-                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
+                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)

@@ -133,7 +133,7 @@ class Scheduler:
             n = req.num_tokens - computed
             if n > budget:
                 n = budget
-            keys = kv.allocate_new(req, h, kv.admission_tokens(computed, n))
+            keys = kv.allocate_new(req, h, computed + n, kv.admission_tokens(req, computed, n))
             if keys is None:
                 break
             waiting.popleft()

@@ -44,7 +44,7 @@ class TimedSetup:
         return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                              max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
                              load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
-                             runs=self.runs_of is not None)
+                             admission=c.admission, runs=self.runs_of is not None)
                 for w in range(c.workers)]
 
     def replay(self, requests: Iterable, strategy, *, rng: random.Random, loss_rng: random.Random,

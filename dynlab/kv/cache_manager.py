@@ -42,9 +42,12 @@ CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.
   own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
   Writes (GPU -> CPU) use the other direction of the link and take no step time.
 
-Rules a later vLLM version changes, each in one place: what admission allocates for
-(:meth:`KvCacheManager.admission_tokens`), which full blocks are named (:meth:`KvCacheManager.nameable`),
-the free-queue order of a released sequence's unnamed blocks (:meth:`dynlab.kv.block_pool.BlockPool.release`).
+The rules that differ between vLLM releases, each in one place, vLLM 0.33.0's by default: which
+blocks must be free to admit a request (:meth:`KvCacheManager.admission_tokens`: the whole
+sequence; ``admission="chunk"`` the chunk scheduled now), which full blocks are named
+(:meth:`KvCacheManager.nameable` / :meth:`KvCacheManager.name_output`: generated tokens' too), the
+free-queue position of a released sequence's unnamed blocks
+(:meth:`dynlab.kv.block_pool.BlockPool._push_unnamed`: the head).
 
 Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``runs``,
 ``seq``, ``keys``, ``nreg``, ``computed``, ``num_tokens``, ``input_length``, ...): this module
@@ -58,7 +61,15 @@ from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.cpu_tier import CpuTier
 from dynlab.kv.run_pool import RunBlockPool
 
-__all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES"]
+__all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES", "ADMISSIONS", "OUTPUT_NAMES"]
+
+#: admission rules: ``full`` (vLLM 0.33.0's default: the whole sequence's blocks must be free) or
+#: ``chunk`` (the releases before ``scheduler_reserve_full_isl``: the chunk scheduled now's)
+ADMISSIONS = ("full", "chunk")
+#: the first name given to a block of generated tokens (:meth:`KvCacheManager.name_output`): far
+#: above any trace-derived name (64-bit trace ids x 1024 + offset < 2**74), so the two never meet
+OUTPUT_NAMES = 1 << 80
+_OUTPUT_GROUP = OUTPUT_NAMES >> 10  # the run pool's group (name >> 10) of the first output name
 
 #: when a block is written to the CPU tier: ``evict`` (when the GPU pool evicts it: a victim tier) or
 #: ``compute`` (when the step computing it ends: write-through, the copy stays on both tiers)
@@ -85,14 +96,19 @@ class KvCacheManager:
     ``capacity``: blocks in the pool; ``block``: tokens per block; ``runs``: the pool works on runs of
     names (:class:`~dynlab.kv.run_pool.RunBlockPool`); ``cpu_capacity``: CPU-tier blocks (0: none);
     ``load_ms_per_block``: host-to-device load time per block (ms); ``cpu_write``: one of
-    :data:`CPU_WRITES`. Raises ``ValueError`` for a negative load time or an unknown ``cpu_write``.
+    :data:`CPU_WRITES`; ``admission``: one of :data:`ADMISSIONS` (:meth:`admission_tokens`).
+    Raises ``ValueError`` for a negative load time, an unknown ``cpu_write`` or ``admission``.
 
     Counters: ``loaded_blocks`` / ``offloaded_blocks`` (CPU -> GPU / GPU -> CPU), ``gpu_hit_blocks`` /
     ``cpu_hit_blocks`` (first admissions' hits per tier), ``peak_used_blocks``, :meth:`used_block_ms`.
     """
 
     def __init__(self, capacity: int, block: int, *, runs: bool = False, cpu_capacity: int = 0,
-                 load_ms_per_block: float = 0.0, cpu_write: str = "evict"):
+                 load_ms_per_block: float = 0.0, cpu_write: str = "evict", admission: str = "full"):
+        if admission not in ADMISSIONS:
+            raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}, got {admission!r}")
+        self.full_admission = admission == "full"
+        self.next_output_name = OUTPUT_NAMES  # the next name for a block of generated tokens (name_output)
         self.block = block
         #: the KV cache groups (one today: full attention); each holds ``req.keys`` (one list per group
         #: once there are several)
@@ -118,17 +134,53 @@ class KvCacheManager:
         self.used_ms = 0.0
         self.used_t: Optional[float] = None
 
-    # -- the rules (one place each) ------------------------------------------------------------
-    @staticmethod
-    def admission_tokens(computed: int, n: int) -> int:
-        """Tokens a request admitted with ``computed`` tokens cached and ``n`` scheduled now needs
-        slots for: ``computed + n`` (the chunk scheduled now, vLLM v1; a later rule reserves the whole prompt)."""
-        return computed + n
+    # -- the rules (one place each; vLLM 0.33.0's by default) -----------------------------------
+    def admission_tokens(self, req, computed: int, n: int) -> int:
+        """Tokens whose blocks must be free to admit ``req`` with ``computed`` tokens cached and ``n``
+        scheduled now (only ``computed + n`` are allocated). ``admission="full"`` (vLLM 0.33.0's
+        default ``scheduler_reserve_full_isl=True``): the whole sequence, ``req.num_tokens`` (the
+        prompt, plus the tokens generated so far on a resume); ``"chunk"`` (the releases before it,
+        vLLM PR #37307): ``computed + n``."""
+        return req.num_tokens if self.full_admission else computed + n
 
     def nameable(self, req, tokens: int) -> int:
-        """Leading full blocks of ``req`` that are named once ``tokens`` are computed: full PROMPT blocks
-        only, ``min(tokens, input_length) // block`` (generated tokens' full blocks stay unnamed)."""
-        return min(tokens, req.input_length) // self.block
+        """Leading full blocks of ``req`` that are named once ``tokens`` are computed:
+        ``min(tokens // block, len(req.names))``; ``req.names`` are its prompt's full blocks, plus
+        the blocks of generated tokens named by :meth:`name_output` before a preemption (vLLM
+        hashes every full block of a request, output tokens included)."""
+        n = tokens // self.block
+        return n if n < len(req.names) else len(req.names)
+
+    def name_output(self, req) -> None:
+        """Name the full blocks of ``req``'s generated tokens it holds (computed tokens' full blocks
+        beyond its prompt's), before it frees them (a preemption or a finish): each gets a name of its
+        own (:data:`OUTPUT_NAMES` upwards, per manager, so it can only be hit by ``req`` when it resumes),
+        appended to ``req.names`` (and its runs); they go to the free queue's tail as cached blocks. Not
+        published, neither as ``BlockStored`` nor when evicted (:meth:`evicted`): no other request can
+        hit them, and routers' indexes never hold them. vLLM 0.33.0 names them when
+        the step computing them is scheduled; the pool sees no difference (they are in use until freed)."""
+        full = min(req.computed // self.block, len(req.keys))
+        have = len(req.names)
+        if full <= have:
+            return
+        first = self.next_output_name
+        self.next_output_name += full - have
+        new = list(range(first, first + full - have))
+        req.names = list(req.names) + new
+        if req.runs is not None:
+            req.runs = list(req.runs) + [(name, 1) for name in new]
+        req.seq = None
+        seq = self.sequence(req)
+        if req.nreg < have:  # (a finish or preemption mid-prompt names no output block: full <= have)
+            return
+        pool = self.pool
+        stored = len(pool.stored)
+        runs = len(pool.stored_runs) if self.runs else 0
+        pool.register(req.keys, seq, req.nreg, full)
+        del pool.stored[stored:]
+        if self.runs:
+            del pool.stored_runs[runs:]
+        req.nreg = full
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -186,12 +238,14 @@ class KvCacheManager:
         return h, 0
 
     # -- allocating ---------------------------------------------------------------------------
-    def allocate_new(self, req, h: int, tokens: int) -> Optional[list]:
+    def allocate_new(self, req, h: int, tokens: int, reserve: int = 0) -> Optional[list]:
         """Keys for a request holding nothing: its ``h`` pool hits taken, plus new blocks up to
-        ``tokens`` tokens; ``None`` (nothing taken) when the free queue cannot give them."""
+        ``tokens`` tokens; ``None`` (nothing taken) when the free queue cannot give them, or the
+        blocks of ``max(tokens, reserve)`` tokens (:meth:`admission_tokens`) are not free now."""
         pool = self.pool
         need = self.blocks_needed(tokens) - h
-        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
+        check = self.blocks_needed(reserve) - h if reserve > tokens else need
+        if check + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
         pool.take_hits(req.seq, h)
         keys = list(req.names[:h])
@@ -219,7 +273,10 @@ class KvCacheManager:
                 req.nreg = full
 
     def free(self, req) -> None:
-        """Return ``req``'s blocks to the free queue (named ones stay cached)."""
+        """Return ``req``'s blocks to the free queue (named ones stay cached; the full blocks of its
+        generated tokens named first, :meth:`name_output`)."""
+        if req.computed > len(req.names) * self.block:
+            self.name_output(req)
         self.pool.release(req.keys, req.seq)
         req.keys = []
 
@@ -242,7 +299,7 @@ class KvCacheManager:
             counts.append(len(reqs))
         self.used_ms, self.used_t = used_ms, used_t
         pool.removed = []
-        evicting = pool.allocate_each(counts)
+        evicting = pool.allocate_each(counts, OUTPUT_NAMES if self.next_output_name != OUTPUT_NAMES else None)
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         return evicting, used
@@ -257,20 +314,38 @@ class KvCacheManager:
 
     def step_events(self) -> tuple:
         """``(stored, stored_runs, removed, removed_runs, used)`` since :meth:`begin_step`: the names
-        registered and evicted (tuples; their runs, or ``None`` without ``runs``) and the blocks used
-        now (recorded in :attr:`peak_used_blocks`)."""
+        registered and evicted (tuples; their runs, or ``None`` without ``runs``; the blocks of generated
+        tokens left out, :meth:`name_output`) and the blocks used now (recorded in :attr:`peak_used_blocks`)."""
         pool = self.pool
         used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
+        removed = self.evicted()
+        stored = pool.stored
+        if stored and self.next_output_name != OUTPUT_NAMES and max(stored) >= OUTPUT_NAMES:
+            stored[:] = [name for name in stored if name < OUTPUT_NAMES]  # a resumed request's: not published
+            if self.runs:
+                pool.stored_runs[:] = [run for run in pool.stored_runs if run[0] < _OUTPUT_GROUP]
         if self.runs:
-            return tuple(pool.stored), tuple(pool.stored_runs), tuple(pool.removed), tuple(pool.removed_runs), used
-        return tuple(pool.stored), None, tuple(pool.removed), None, used
+            return tuple(pool.stored), tuple(pool.stored_runs), tuple(removed), tuple(pool.removed_runs), used
+        return tuple(pool.stored), None, tuple(removed), None, used
 
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
-        """``(names, runs or None)`` the pool evicted since :meth:`begin_step`."""
+        """``(names, runs or None)`` the pool evicted since :meth:`begin_step` (:meth:`evicted`)."""
         pool = self.pool
-        return tuple(pool.removed), (tuple(pool.removed_runs) if self.runs else None)
+        return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
+
+    def evicted(self) -> list:
+        """The pool's evicted names since :meth:`begin_step` (``pool.removed``), the blocks of generated
+        tokens (:meth:`name_output`) dropped from it (and from ``removed_runs``) first: what is published
+        as ``BlockRemoved``, offloaded and counted."""
+        pool = self.pool
+        removed = pool.removed
+        if removed and self.next_output_name != OUTPUT_NAMES and max(removed) >= OUTPUT_NAMES:
+            removed[:] = [name for name in removed if name < OUTPUT_NAMES]
+            if self.runs:
+                pool.removed_runs[:] = [run for run in pool.removed_runs if run[0] < _OUTPUT_GROUP]
+        return removed
 
     def note_used(self) -> int:
         """Blocks used now, recorded in :attr:`peak_used_blocks`."""
@@ -318,7 +393,7 @@ class KvCacheManager:
         (``req.ready_ms``). ``False`` (nothing changed) when the pool cannot give the blocks."""
         B = self.block
         computed = (h + hc) * B
-        keys = self.allocate_new(req, h, self.admission_tokens(computed, n))
+        keys = self.allocate_new(req, h, computed + n, self.admission_tokens(req, computed, n))
         if keys is None:
             return False
         req.keys = keys

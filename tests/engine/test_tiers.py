@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import published
 from dynlab.engine.timed import replay_timed
 from dynlab.engine.worker import EngineWorker
 from dynlab.kv.cpu_tier import DEFAULT_PCIE_GBPS, CpuTier, cpu_blocks
@@ -143,19 +144,19 @@ class Checked(EngineWorker):
         self.gpu_model, self.cpu_model = set(), set()
 
     def start_step(self, now):
-        gpu_before = set(self.pool.cached())
+        gpu_before = set(published(self.pool))
         end = super().start_step(now)
         self._mirror(gpu_before)
         return end
 
     def cross_boundary(self):  # a bulk run's block boundary evicts and writes to the CPU tier as a step start
-        gpu_before = set(self.pool.cached())
+        gpu_before = set(published(self.pool))
         removed = super().cross_boundary()
         self._mirror(gpu_before)
         return removed
 
     def cross_before(self, t):  # without a CPU tier: every boundary before t in one go, evictions only
-        gpu_before = set(self.pool.cached())
+        gpu_before = set(published(self.pool))
         evicting = super().cross_before(t)
         self._mirror(gpu_before)
         return evicting
@@ -181,7 +182,7 @@ class Checked(EngineWorker):
         res = super().finish_step()
         assert not set(res.stored) & self.gpu_model
         self.gpu_model |= set(res.stored)
-        assert self.pool.cached() == self.gpu_model
+        assert published(self.pool) == self.gpu_model
         stored, dropped = set(res.cpu_stored), set(res.cpu_removed)
         assert not stored & self.cpu_model and dropped <= self.cpu_model
         self.cpu_model = (self.cpu_model | stored) - dropped
@@ -219,7 +220,7 @@ def test_blocks_move_between_tiers_without_loss_or_duplication(rows, capacity, c
     index = KvIndex()
     for ev in strategy.events:
         index.apply_event(ev)
-    assert index.blocks(0) == engine.pool.cached()
+    assert index.blocks(0) == published(engine.pool)
     assert index.tier_blocks(0, "CPU") == (engine.cpu.names() if engine.cpu else set())
     assert out["cpu_hit_blocks"] <= engine.loaded_blocks
 

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import published
 from dynlab.engine.names import engine_block_names
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.latency.base import LatencyModel, StepBatch
@@ -60,7 +61,7 @@ def run(worker, requests, check=False):
             cached.update(res.stored)  # published at res.end
             if check:
                 worker.check()
-                assert cached == worker.pool.cached()
+                assert cached == published(worker.pool)
                 assert worker.used_blocks + worker.pool.num_free == worker.capacity
         else:
             now = arrival
