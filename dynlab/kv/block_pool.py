@@ -363,13 +363,9 @@ class BlockPool:
         return named
 
     def _push_unnamed(self, n: int) -> None:
-        """Return ``n`` released unnamed blocks to the free-queue HEAD (the caller counts them in ``_nfree``).
-
-        THE free-queue rule for unnamed (unhashed) blocks, for both pools (every release goes
-        through here): the head, ahead of every cached block, so they are reused before any cached
-        block is evicted (vLLM 0.33.0's ``BlockPool.free_blocks``, vLLM PR #42656; before it vLLM
-        appended them to the tail with the named ones). Unnamed blocks are interchangeable, so they
-        join the head's count :attr:`_fresh` (taken first, evicting nothing)."""
+        """Return ``n`` released unnamed blocks to the free-queue HEAD (the caller counts them in ``_nfree``):
+        THE rule for unnamed blocks, both pools (vLLM 0.33.0's ``free_blocks``, PR #42656; earlier vLLM
+        appended them to the tail). Interchangeable, they join the head's count :attr:`_fresh`."""
         self._fresh += n
         self._nfree -= n
 

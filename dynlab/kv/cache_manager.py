@@ -59,6 +59,7 @@ from typing import Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.cpu_tier import CpuTier
+from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, published
 from dynlab.kv.run_pool import RunBlockPool
 
 __all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES", "ADMISSIONS", "OUTPUT_NAMES"]
@@ -66,11 +67,6 @@ __all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES", "ADMISSIONS", "
 #: admission rules: ``full`` (vLLM 0.33.0's default: the whole sequence's blocks must be free) or
 #: ``chunk`` (the releases before ``scheduler_reserve_full_isl``: the chunk scheduled now's)
 ADMISSIONS = ("full", "chunk")
-#: the first name given to a block of generated tokens (:meth:`KvCacheManager.name_output`): far
-#: above any trace-derived name (64-bit trace ids x 1024 + offset < 2**74), so the two never meet
-OUTPUT_NAMES = 1 << 80
-_OUTPUT_GROUP = OUTPUT_NAMES >> 10  # the run pool's group (name >> 10) of the first output name
-
 #: when a block is written to the CPU tier: ``evict`` (when the GPU pool evicts it: a victim tier) or
 #: ``compute`` (when the step computing it ends: write-through, the copy stays on both tiers)
 CPU_WRITES = ("evict", "compute")
@@ -152,35 +148,9 @@ class KvCacheManager:
         return n if n < len(req.names) else len(req.names)
 
     def name_output(self, req) -> None:
-        """Name the full blocks of ``req``'s generated tokens it holds (computed tokens' full blocks
-        beyond its prompt's), before it frees them (a preemption or a finish): each gets a name of its
-        own (:data:`OUTPUT_NAMES` upwards, per manager, so it can only be hit by ``req`` when it resumes),
-        appended to ``req.names`` (and its runs); they go to the free queue's tail as cached blocks. Not
-        published, neither as ``BlockStored`` nor when evicted (:meth:`evicted`): no other request can
-        hit them, and routers' indexes never hold them. vLLM 0.33.0 names them when
-        the step computing them is scheduled; the pool sees no difference (they are in use until freed)."""
-        full = min(req.computed // self.block, len(req.keys))
-        have = len(req.names)
-        if full <= have:
-            return
-        first = self.next_output_name
-        self.next_output_name += full - have
-        new = list(range(first, first + full - have))
-        req.names = list(req.names) + new
-        if req.runs is not None:
-            req.runs = list(req.runs) + [(name, 1) for name in new]
-        req.seq = None
-        seq = self.sequence(req)
-        if req.nreg < have:  # (a finish or preemption mid-prompt names no output block: full <= have)
-            return
-        pool = self.pool
-        stored = len(pool.stored)
-        runs = len(pool.stored_runs) if self.runs else 0
-        pool.register(req.keys, seq, req.nreg, full)
-        del pool.stored[stored:]
-        if self.runs:
-            del pool.stored_runs[runs:]
-        req.nreg = full
+        """Name the full blocks of ``req``'s generated tokens before it frees them
+        (:func:`dynlab.kv.output_blocks.name_output`)."""
+        name_output(self, req)
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -321,11 +291,7 @@ class KvCacheManager:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         removed = self.evicted()
-        stored = pool.stored
-        if stored and self.next_output_name != OUTPUT_NAMES and max(stored) >= OUTPUT_NAMES:
-            stored[:] = [name for name in stored if name < OUTPUT_NAMES]  # a resumed request's: not published
-            if self.runs:
-                pool.stored_runs[:] = [run for run in pool.stored_runs if run[0] < _OUTPUT_GROUP]
+        published(self, pool.stored, pool.stored_runs if self.runs else None)  # a resumed request's: not published
         if self.runs:
             return tuple(pool.stored), tuple(pool.stored_runs), tuple(removed), tuple(pool.removed_runs), used
         return tuple(pool.stored), None, tuple(removed), None, used
@@ -336,16 +302,10 @@ class KvCacheManager:
         return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
 
     def evicted(self) -> list:
-        """The pool's evicted names since :meth:`begin_step` (``pool.removed``), the blocks of generated
-        tokens (:meth:`name_output`) dropped from it (and from ``removed_runs``) first: what is published
-        as ``BlockRemoved``, offloaded and counted."""
+        """The pool's evicted names since :meth:`begin_step`, those of generated tokens' blocks dropped
+        (:func:`dynlab.kv.output_blocks.published`): what is published as ``BlockRemoved``, offloaded, counted."""
         pool = self.pool
-        removed = pool.removed
-        if removed and self.next_output_name != OUTPUT_NAMES and max(removed) >= OUTPUT_NAMES:
-            removed[:] = [name for name in removed if name < OUTPUT_NAMES]
-            if self.runs:
-                pool.removed_runs[:] = [run for run in pool.removed_runs if run[0] < _OUTPUT_GROUP]
-        return removed
+        return published(self, pool.removed, pool.removed_runs if self.runs else None)
 
     def note_used(self) -> int:
         """Blocks used now, recorded in :attr:`peak_used_blocks`."""
