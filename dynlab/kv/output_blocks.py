@@ -27,7 +27,7 @@ _OUTPUT_GROUP = OUTPUT_NAMES >> 10  # the run pool's group (name >> 10) of the f
 def name_output(kv, req) -> None:
     """Name the full blocks of ``req``'s generated tokens it holds on ``kv`` (a ``KvCacheManager``):
     the computed tokens' full blocks beyond ``len(req.names)``, each a new name (``kv.next_output_name``
-    up), appended to ``req.names`` (and ``req.runs``, one run each) and registered in the pool, without
+    up), appended to ``req.names`` (and ``req.runs``) and registered in the pool, without
     a ``BlockStored``. Nothing when they are named already or the prompt is not all registered."""
     full = min(req.computed // kv.block, len(req.keys))
     have = len(req.names)
@@ -37,8 +37,8 @@ def name_output(kv, req) -> None:
     kv.next_output_name += full - have
     new = list(range(first, first + full - have))
     req.names = list(req.names) + new
-    if req.runs is not None:
-        req.runs = list(req.runs) + [(name, 1) for name in new]
+    if req.runs is not None:  # consecutive names: one run per group of 1024 they fall in
+        req.runs = list(req.runs) + _runs(first, full - have)
     req.seq = None
     seq = kv.sequence(req)
     if req.nreg < have:
@@ -51,6 +51,17 @@ def name_output(kv, req) -> None:
     if kv.runs:
         del pool.stored_runs[runs:]
     req.nreg = full
+
+
+def _runs(first: int, n: int) -> list:
+    """The names ``first .. first + n - 1`` as ``(first, count)`` runs, none crossing a group of 1024 names."""
+    out = []
+    while n:
+        c = min(n, 1024 - (first & 1023))
+        out.append((first, c))
+        first += c
+        n -= c
+    return out
 
 
 def published(kv, names: list, runs: Optional[list] = None) -> list:
