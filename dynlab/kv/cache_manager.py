@@ -105,6 +105,7 @@ class KvCacheManager:
             raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}, got {admission!r}")
         self.full_admission = admission == "full"
         self.next_output_name = OUTPUT_NAMES  # the next name for a block of generated tokens (name_output)
+        self.stored_outputs = False  # whether the pool's stored names may hold such names (name_blocks)
         self.block = block
         #: the KV cache groups (one today: full attention); each holds ``req.keys`` (one list per group
         #: once there are several)
@@ -240,6 +241,8 @@ class KvCacheManager:
             full = self.nameable(req, req.computed + n)
             if full > req.nreg:
                 self.pool.register(req.keys, req.seq, req.nreg, full)
+                if full > req.input_length // self.block:  # a resumed request's generated-token blocks
+                    self.stored_outputs = True
                 req.nreg = full
 
     def free(self, req) -> None:
@@ -291,7 +294,9 @@ class KvCacheManager:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         removed = self.evicted()
-        published(self, pool.stored, pool.stored_runs if self.runs else None)  # a resumed request's: not published
+        if self.stored_outputs:  # a resumed request's generated-token blocks: not published
+            self.stored_outputs = False
+            published(self, pool.stored, pool.stored_runs if self.runs else None)
         if self.runs:
             return tuple(pool.stored), tuple(pool.stored_runs), tuple(removed), tuple(pool.removed_runs), used
         return tuple(pool.stored), None, tuple(removed), None, used
