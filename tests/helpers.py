@@ -107,3 +107,10 @@ def ok(result):
 def lines_of(text: str) -> list[str]:
     """The non-blank lines of ``text``."""
     return [line for line in text.splitlines() if line.strip()]
+
+
+def published(pool) -> set:
+    """The names of ``pool`` (a block pool) its KV events publish: its cached set without the blocks of
+    generated tokens (names from :data:`dynlab.kv.cache_manager.OUTPUT_NAMES` up, never published)."""
+    from dynlab.kv.cache_manager import OUTPUT_NAMES
+    return {name for name in pool.cached() if name < OUTPUT_NAMES}

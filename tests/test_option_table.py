@@ -152,6 +152,10 @@ def sim_rows(cmd: list) -> dict:
         # a victim tier writes only evicted blocks, write-through (the default) every computed one: pcie_bytes differ
         "--cpu-write": changes(timed + ["--capacity", "8", "--block", "256", "--cpu-capacity", "8"],
                                ["--cpu-write", "evict"]),
+        # worker 0 (rr) holds request 0's 1,024 tokens (65 blocks of 16 with its output) of 70 when request 2
+        # (600 tokens) arrives: full admission waits for its 38 blocks, chunk admits 64-token chunks and preempts
+        "--admission": changes(busy + ["--mode", "rr", "--capacity", "70", "--block", "16",
+                                       "--max-num-batched-tokens", "64"], ["--admission", "chunk"]),
         "--timing": changes(cmd, ["--timing"]),
         "--all-metrics": changes(cmd, ["--all-metrics"]),
         "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),
@@ -245,6 +249,7 @@ NO_EFFECT = [
     (["--timing", "--cpu-capacity", "8", "--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
     (["--timing", "--cpu-write", "compute"], "--cpu-write"),
+    (["--admission", "chunk"], "--admission"),  # the count-based replay has no admission
     (["--timing", "--split", "1:1", "--cpu-capacity", "8"], "--cpu-capacity"),  # a P/D fleet has no CPU tier
     (["--ep", "2"], "--ep"),
     (["--pp", "2"], "--pp"),

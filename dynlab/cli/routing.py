@@ -152,6 +152,10 @@ SIM_OPTIONS = [
      "With --timing and a CPU tier: when a block is written there: when it is computed (write-through, as "
      "vLLM's OffloadingConnector, LMCache and the cache lab's TwoTierCache store) or when the GPU evicts it "
      "(a victim tier)."),
+    (("--admission",), "admission", click.Choice(["full", "chunk"]), "full",
+     "With --timing: admit a waiting request only when the blocks of its whole sequence are free (full, "
+     "vLLM 0.33.0's default scheduler_reserve_full_isl) or those of the chunk scheduled now (chunk, the "
+     "rule of the vLLM releases before it)."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),

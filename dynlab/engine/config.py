@@ -42,6 +42,9 @@ class SimConfig(Sectioned):
     when it is computed (``cpu_write="compute"``, the default: write-through, as vLLM's
     OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or when the GPU evicts it
     (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`).
+    ``admission``: the engine's admission rule, ``full``
+    (vLLM 0.33.0's default ``scheduler_reserve_full_isl=True``: a waiting request is admitted only if
+    the blocks of its whole sequence are free) or ``chunk`` (the earlier rule: its first chunk's).
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
@@ -98,6 +101,7 @@ class SimConfig(Sectioned):
     cpu_memory_gb: Optional[float] = None
     pcie_gbps: float = 25.0
     cpu_write: str = "compute"
+    admission: str = "full"
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
     split: Optional[str] = None
@@ -187,6 +191,8 @@ class SimConfig(Sectioned):
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
         if self.spec_method is not None and self.spec_method not in ("ngram", "eagle", "eagle3", "mtp", "draft"):
             raise ValueError(f"spec_method must be ngram, eagle, eagle3, mtp or draft, got {self.spec_method!r}")
+        if self.admission not in ("full", "chunk"):
+            raise ValueError(f"admission must be full or chunk, got {self.admission!r}")
         if self.cpu_write not in ("evict", "compute"):
             raise ValueError(f"cpu_write must be evict or compute, got {self.cpu_write!r}")
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
@@ -253,7 +259,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
-                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
+                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)

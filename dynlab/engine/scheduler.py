@@ -142,7 +142,8 @@ class Scheduler:
             n = req.num_tokens - computed
             if n > budget:
                 n = budget
-            keys = kv.allocate_new(req, h, kv.admission_tokens(computed, n) + self.lookahead)
+            keys = kv.allocate_new(req, h, computed + n + self.lookahead,
+                                   kv.admission_tokens(req, computed, n) + self.lookahead)
             if keys is None:
                 break
             waiting.popleft()

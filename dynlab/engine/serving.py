@@ -79,7 +79,8 @@ class TimedSetup:
         return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                              max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
                              load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
-                             runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c))
+                             runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c),
+                             admission=c.admission)
                 for w in range(c.workers)]
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
@@ -91,6 +92,7 @@ class TimedSetup:
         def engines(n, handoff):
             return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                                  max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff, kv_layout=self.kv_layout,
+                                 admission=c.admission,
                                  spec=None if handoff else spec_decoding(c))  # speculation: the decode pool only
                     for w in range(n)]
 

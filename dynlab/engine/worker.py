@@ -136,6 +136,8 @@ class EngineWorker:
     ``kv_layout``: KV cache groups (:mod:`dynlab.kv.hybrid`); ``spec``: speculative decoding
     (:mod:`dynlab.engine.spec`; ``None``: off; a request is rejected when ``input_length + output_length
     - 1 + K + lookahead`` tokens cannot fit); either one runs one step at a time (no bulk run).
+    ``admission``: ``full`` (vLLM 0.33.0: the whole sequence's blocks must be free to admit) or ``chunk``
+    (the earlier rule: the chunk's), :meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`.
     Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
     The queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``) are the scheduler's,
@@ -145,7 +147,8 @@ class EngineWorker:
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None):
+                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None,
+                 admission: str = "full"):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -159,7 +162,8 @@ class EngineWorker:
         self.handoff = handoff
         self.runs = runs
         self.kv = kv_cache_manager(capacity, block, kv_layout, runs=runs, cpu_capacity=cpu_capacity,
-                                   load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
+                                   load_ms_per_block=load_ms_per_block, cpu_write=cpu_write,
+                                   admission=admission)
         if kv_layout is not None:  # KV cache groups (dynlab.kv.hybrid): one step at a time, no bulk decode runs
             self.bulk = bulk = False
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
@@ -256,7 +260,7 @@ class EngineWorker:
             raise RuntimeError("no block boundary pending")
         self._cross_next(st, 1)
         if self.removed and self.cpu is not None:
-            self._offload(self.pool.removed)
+            self._offload(self.kv.evicted())
         return self.removed
 
     def cross_before(self, t: float) -> int:
@@ -346,8 +350,8 @@ class EngineWorker:
             return None
         kv.begin_step(now)
         sched, preempted, admitted = sch.schedule(now)
-        if self.cpu is not None and self.pool.removed:
-            self._offload(self.pool.removed)
+        if self.cpu is not None and self.kv.evicted():
+            self._offload(self.kv.evicted())
         if not sched:
             if sch.loading or sch.ready or kv.held or kv.reserved:
                 # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive

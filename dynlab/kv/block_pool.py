@@ -6,8 +6,9 @@ Modelled on vLLM v1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` (``vllm/v1/core`
   blocks are free and unnamed.
 - :meth:`allocate` takes blocks from the head. A taken block that holds a cached (named) block
   evicts it: its name is appended to :attr:`removed` (the payload of a ``BlockRemoved``).
-- :meth:`release` returns a sequence's blocks to the tail in **reverse** order (the tail of a
-  sequence is evicted first), unnamed ones (output, partial, duplicate) too.
+- :meth:`release` returns a sequence's named blocks to the tail in **reverse** order (the tail of a
+  sequence is evicted first) and its unnamed ones (a partial last block) to the **head** (vLLM
+  0.33.0, PR #42656: :meth:`_push_unnamed`).
 - :meth:`take_hits` takes prefix-cache hits (named blocks) out of the free queue; blocks are
   reference-counted, so a block shared by several running requests stays in use until the last
   one releases it. Blocks in use are never evicted.
@@ -52,8 +53,8 @@ them cache misses (~20-50 ns each, measured in the 8-worker replay of the bundle
   ``_stale``: :meth:`allocate` skips (drops) it. A segment never holds a name twice (a request's
   names are distinct), so a slice's stale entries are found with one set test each. ``_nfree``
   counts the live entries.
-- ``_fresh``: how many never-used blocks wait at the head of the free queue, ahead of
-  ``_queue``. They are unnamed and interchangeable, so they are a count, not entries: the pool's
+- ``_fresh``: how many unnamed blocks (never used, or released unnamed: :meth:`_push_unnamed`)
+  wait at the head of the free queue, ahead of ``_queue``. They are unnamed and interchangeable, so they are a count, not entries: the pool's
   memory grows with the blocks a workload touches, not with ``capacity`` (``--capacity
   1000000000 --timing`` costs nothing until used). Allocation takes them first, exactly where
   vLLM's initial free queue puts them.
@@ -184,11 +185,12 @@ class BlockPool:
             self._take(n - fresh)
         return [UNNAMED] * n
 
-    def allocate_each(self, counts: Sequence[int]) -> int:
+    def allocate_each(self, counts: Sequence[int], hidden: Optional[int] = None) -> int:
         """Take ``counts[0]``, then ``counts[1]``, ... blocks: what as many :meth:`allocate` calls
         take and evict, in the same order (names appended to :attr:`removed`), in one walk of the
         free queue. Returns how many of those allocations evicted a cached block (each would have
-        had a ``BlockRemoved`` of its own). Keys are not returned: all :data:`UNNAMED`. Raises
+        had a ``BlockRemoved`` of its own; with ``hidden``, evicting only names ``>= hidden``, which are
+        not published, does not count). Keys are not returned: all :data:`UNNAMED`. Raises
         ``ValueError`` when fewer than ``sum(counts)`` blocks are free."""
         n = sum(counts)
         fresh = self._fresh
@@ -199,9 +201,13 @@ class BlockPool:
             return 0
         self._fresh = 0
         spans: list = []
+        first = len(self.removed)
         self._take(n - fresh, spans)
         # eviction spans as [first, last + 1) positions among the n blocks taken (fresh ones first)
         spans = [(n - before, n - before + evicted) for before, evicted in spans]
+        if hidden is not None and len(self.removed) > first and max(self.removed[first:]) >= hidden:
+            where = [p for a, b in spans for p in range(a, b)]  # one position per evicted name, in order
+            spans = [(p, p + 1) for p, name in zip(where, self.removed[first:]) if name < hidden]
         evicting, i, start = 0, 0, 0
         for c in counts:  # allocation [start, start + c) evicted when an eviction span meets it
             end = start + c
@@ -357,20 +363,16 @@ class BlockPool:
         return named
 
     def _push_unnamed(self, n: int) -> None:
-        """Append ``n`` unnamed blocks to the free-queue tail (merged into a count already there).
-
-        THE free-queue rule for unnamed (unhashed) blocks, for both pools (every release goes
-        through here): the tail, in the released sequence's reverse order with its named blocks
-        (vLLM v1's ``free_blocks`` today; a vLLM that frees unhashed blocks elsewhere changes it here)."""
-        queue = self._queue
-        if queue and queue[-1].__class__ is int:
-            queue[-1] += n
-        else:
-            queue.append(n)
+        """Return ``n`` released unnamed blocks to the free-queue HEAD (the caller counts them in ``_nfree``):
+        THE rule for unnamed blocks, both pools (vLLM 0.33.0's ``free_blocks``, PR #42656; earlier vLLM
+        appended them to the tail). Interchangeable, they join the head's count :attr:`_fresh`."""
+        self._fresh += n
+        self._nfree -= n
 
     def free_keys(self) -> list:
         """The free queue's keys, head first (live entries only; O(queue), for tests); the
-        never-used blocks at its head are ``None``, the other unnamed ones :data:`UNNAMED`."""
+        unnamed blocks at its head (never used or released unnamed) are ``None``, the other unnamed
+        ones :data:`UNNAMED`."""
         return [None] * self._fresh + self._live_keys()
 
     def _live_keys(self) -> list:

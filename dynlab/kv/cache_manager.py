@@ -42,9 +42,12 @@ CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.
   own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
   Writes (GPU -> CPU) use the other direction of the link and take no step time.
 
-Rules a later vLLM version changes, each in one place: what admission allocates for
-(:meth:`KvCacheManager.admission_tokens`), which full blocks are named (:meth:`KvCacheManager.nameable`),
-the free-queue order of a released sequence's unnamed blocks (:meth:`dynlab.kv.block_pool.BlockPool.release`).
+The rules that differ between vLLM releases, each in one place, vLLM 0.33.0's by default: which
+blocks must be free to admit a request (:meth:`KvCacheManager.admission_tokens`: the whole
+sequence; ``admission="chunk"`` the chunk scheduled now), which full blocks are named
+(:meth:`KvCacheManager.nameable` / :meth:`KvCacheManager.name_output`: generated tokens' too), the
+free-queue position of a released sequence's unnamed blocks
+(:meth:`dynlab.kv.block_pool.BlockPool._push_unnamed`: the head).
 
 Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``runs``,
 ``seq``, ``keys``, ``nreg``, ``computed``, ``num_tokens``, ``input_length``, ...): this module
@@ -56,10 +59,14 @@ from typing import Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.cpu_tier import CpuTier
+from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, published
 from dynlab.kv.run_pool import RunBlockPool
 
-__all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES"]
+__all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES", "ADMISSIONS", "OUTPUT_NAMES"]
 
+#: admission rules: ``full`` (vLLM 0.33.0's default: the whole sequence's blocks must be free) or
+#: ``chunk`` (the releases before ``scheduler_reserve_full_isl``: the chunk scheduled now's)
+ADMISSIONS = ("full", "chunk")
 #: when a block is written to the CPU tier: ``evict`` (when the GPU pool evicts it: a victim tier) or
 #: ``compute`` (when the step computing it ends: write-through, the copy stays on both tiers)
 CPU_WRITES = ("evict", "compute")
@@ -85,14 +92,20 @@ class KvCacheManager:
     ``capacity``: blocks in the pool; ``block``: tokens per block; ``runs``: the pool works on runs of
     names (:class:`~dynlab.kv.run_pool.RunBlockPool`); ``cpu_capacity``: CPU-tier blocks (0: none);
     ``load_ms_per_block``: host-to-device load time per block (ms); ``cpu_write``: one of
-    :data:`CPU_WRITES`. Raises ``ValueError`` for a negative load time or an unknown ``cpu_write``.
+    :data:`CPU_WRITES`; ``admission``: one of :data:`ADMISSIONS` (:meth:`admission_tokens`).
+    Raises ``ValueError`` for a negative load time, an unknown ``cpu_write`` or ``admission``.
 
     Counters: ``loaded_blocks`` / ``offloaded_blocks`` (CPU -> GPU / GPU -> CPU), ``gpu_hit_blocks`` /
     ``cpu_hit_blocks`` (first admissions' hits per tier), ``peak_used_blocks``, :meth:`used_block_ms`.
     """
 
     def __init__(self, capacity: int, block: int, *, runs: bool = False, cpu_capacity: int = 0,
-                 load_ms_per_block: float = 0.0, cpu_write: str = "evict"):
+                 load_ms_per_block: float = 0.0, cpu_write: str = "evict", admission: str = "full"):
+        if admission not in ADMISSIONS:
+            raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}, got {admission!r}")
+        self.full_admission = admission == "full"
+        self.next_output_name = OUTPUT_NAMES  # the next name for a block of generated tokens (name_output)
+        self.stored_outputs = False  # whether the pool's stored names may hold such names (name_blocks)
         self.block = block
         #: the KV cache groups (one today: full attention); each holds ``req.keys`` (one list per group
         #: once there are several)
@@ -118,17 +131,27 @@ class KvCacheManager:
         self.used_ms = 0.0
         self.used_t: Optional[float] = None
 
-    # -- the rules (one place each) ------------------------------------------------------------
-    @staticmethod
-    def admission_tokens(computed: int, n: int) -> int:
-        """Tokens a request admitted with ``computed`` tokens cached and ``n`` scheduled now needs
-        slots for: ``computed + n`` (the chunk scheduled now, vLLM v1; a later rule reserves the whole prompt)."""
-        return computed + n
+    # -- the rules (one place each; vLLM 0.33.0's by default) -----------------------------------
+    def admission_tokens(self, req, computed: int, n: int) -> int:
+        """Tokens whose blocks must be free to admit ``req`` with ``computed`` tokens cached and ``n``
+        scheduled now (only ``computed + n`` are allocated). ``admission="full"`` (vLLM 0.33.0's
+        default ``scheduler_reserve_full_isl=True``): the whole sequence, ``req.num_tokens`` (the
+        prompt, plus the tokens generated so far on a resume); ``"chunk"`` (the releases before it,
+        vLLM PR #37307): ``computed + n``."""
+        return req.num_tokens if self.full_admission else computed + n
 
     def nameable(self, req, tokens: int) -> int:
-        """Leading full blocks of ``req`` that are named once ``tokens`` are computed: full PROMPT blocks
-        only, ``min(tokens, input_length) // block`` (generated tokens' full blocks stay unnamed)."""
-        return min(tokens, req.input_length) // self.block
+        """Leading full blocks of ``req`` that are named once ``tokens`` are computed:
+        ``min(tokens // block, len(req.names))``; ``req.names`` are its prompt's full blocks, plus
+        the blocks of generated tokens named by :meth:`name_output` before a preemption (vLLM
+        hashes every full block of a request, output tokens included)."""
+        n = tokens // self.block
+        return n if n < len(req.names) else len(req.names)
+
+    def name_output(self, req) -> None:
+        """Name the full blocks of ``req``'s generated tokens before it frees them
+        (:func:`dynlab.kv.output_blocks.name_output`)."""
+        name_output(self, req)
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -186,12 +209,14 @@ class KvCacheManager:
         return h, 0
 
     # -- allocating ---------------------------------------------------------------------------
-    def allocate_new(self, req, h: int, tokens: int) -> Optional[list]:
+    def allocate_new(self, req, h: int, tokens: int, reserve: int = 0) -> Optional[list]:
         """Keys for a request holding nothing: its ``h`` pool hits taken, plus new blocks up to
-        ``tokens`` tokens; ``None`` (nothing taken) when the free queue cannot give them."""
+        ``tokens`` tokens; ``None`` (nothing taken) when the free queue cannot give them, or the
+        blocks of ``max(tokens, reserve)`` tokens (:meth:`admission_tokens`) are not free now."""
         pool = self.pool
         need = self.blocks_needed(tokens) - h
-        if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
+        check = self.blocks_needed(reserve) - h if reserve > tokens else need
+        if check + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
         pool.take_hits(req.seq, h)
         keys = list(req.names[:h])
@@ -216,10 +241,15 @@ class KvCacheManager:
             full = self.nameable(req, req.computed + n)
             if full > req.nreg:
                 self.pool.register(req.keys, req.seq, req.nreg, full)
+                if full > req.input_length // self.block:  # a resumed request's generated-token blocks
+                    self.stored_outputs = True
                 req.nreg = full
 
     def free(self, req) -> None:
-        """Return ``req``'s blocks to the free queue (named ones stay cached)."""
+        """Return ``req``'s blocks to the free queue (named ones stay cached; the full blocks of its
+        generated tokens named first, :meth:`name_output`)."""
+        if req.computed > len(req.names) * self.block:
+            self.name_output(req)
         self.pool.release(req.keys, req.seq)
         req.keys = []
 
@@ -242,7 +272,7 @@ class KvCacheManager:
             counts.append(len(reqs))
         self.used_ms, self.used_t = used_ms, used_t
         pool.removed = []
-        evicting = pool.allocate_each(counts)
+        evicting = pool.allocate_each(counts, OUTPUT_NAMES if self.next_output_name != OUTPUT_NAMES else None)
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         return evicting, used
@@ -257,20 +287,30 @@ class KvCacheManager:
 
     def step_events(self) -> tuple:
         """``(stored, stored_runs, removed, removed_runs, used)`` since :meth:`begin_step`: the names
-        registered and evicted (tuples; their runs, or ``None`` without ``runs``) and the blocks used
-        now (recorded in :attr:`peak_used_blocks`)."""
+        registered and evicted (tuples; their runs, or ``None`` without ``runs``; the blocks of generated
+        tokens left out, :meth:`name_output`) and the blocks used now (recorded in :attr:`peak_used_blocks`)."""
         pool = self.pool
         used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
+        removed = self.evicted()
+        if self.stored_outputs:  # a resumed request's generated-token blocks: not published
+            self.stored_outputs = False
+            published(self, pool.stored, pool.stored_runs if self.runs else None)
         if self.runs:
-            return tuple(pool.stored), tuple(pool.stored_runs), tuple(pool.removed), tuple(pool.removed_runs), used
-        return tuple(pool.stored), None, tuple(pool.removed), None, used
+            return tuple(pool.stored), tuple(pool.stored_runs), tuple(removed), tuple(pool.removed_runs), used
+        return tuple(pool.stored), None, tuple(removed), None, used
 
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
-        """``(names, runs or None)`` the pool evicted since :meth:`begin_step`."""
+        """``(names, runs or None)`` the pool evicted since :meth:`begin_step` (:meth:`evicted`)."""
         pool = self.pool
-        return tuple(pool.removed), (tuple(pool.removed_runs) if self.runs else None)
+        return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
+
+    def evicted(self) -> list:
+        """The pool's evicted names since :meth:`begin_step`, those of generated tokens' blocks dropped
+        (:func:`dynlab.kv.output_blocks.published`): what is published as ``BlockRemoved``, offloaded, counted."""
+        pool = self.pool
+        return published(self, pool.removed, pool.removed_runs if self.runs else None)
 
     def note_used(self) -> int:
         """Blocks used now, recorded in :attr:`peak_used_blocks`."""
@@ -318,7 +358,7 @@ class KvCacheManager:
         (``req.ready_ms``). ``False`` (nothing changed) when the pool cannot give the blocks."""
         B = self.block
         computed = (h + hc) * B
-        keys = self.allocate_new(req, h, self.admission_tokens(computed, n))
+        keys = self.allocate_new(req, h, computed + n, self.admission_tokens(req, computed, n))
         if keys is None:
             return False
         req.keys = keys

@@ -93,11 +93,13 @@ class HybridKvCacheManager(KvCacheManager):
         return self._hit(req, h), 0
 
     # -- allocating ---------------------------------------------------------------------------
-    def _take(self, req, h: int, tokens: int, computed: int) -> Optional[tuple]:
+    def _take(self, req, h: int, tokens: int, computed: int, reserve: int = 0) -> Optional[tuple]:
         """Full keys and tables for ``req`` holding nothing: ``h`` hits, slots to ``tokens``, windows at
-        ``computed``; ``None`` (nothing taken) when the free queue cannot give them."""
+        ``computed``; ``None`` (nothing taken) when the free queue cannot give them, or the blocks of
+        ``max(tokens, reserve)`` tokens (full admission, :meth:`admission_tokens`) are not free now."""
         pool = self.pool
-        need = self.blocks_needed(tokens) - h
+        check_tokens = max(tokens, reserve)
+        need = self.blocks_needed(check_tokens) - h
         evict = pool.evictable_hits(req.seq, h) if h else 0
         plan = []
         for i, g in enumerate(self.extra):
@@ -105,7 +107,7 @@ class HybridKvCacheManager(KvCacheManager):
             hits = self.seq_of(req, i)[s:h] if h > s else []
             new = g.blocks_needed(tokens) - max(h, s)
             plan.append((s, hits, new))
-            need += max(new, 0)
+            need += max(g.blocks_needed(check_tokens) - max(h, s), 0)
             evict += pool.evictable_hits(hits, len(hits)) if hits else 0
         if need + evict > pool.num_free:
             return None
@@ -118,9 +120,10 @@ class HybridKvCacheManager(KvCacheManager):
         tables = [[s, list(hits) + (pool.allocate(new) if new > 0 else [])] for s, hits, new in plan]
         return keys, tables
 
-    def allocate_new(self, req, h: int, tokens: int) -> Optional[list]:
-        """Keys of the full group (tables of the others kept here) for a request holding nothing."""
-        got = self._take(req, h, tokens, h * self.block)
+    def allocate_new(self, req, h: int, tokens: int, reserve: int = 0) -> Optional[list]:
+        """Keys of the full group (tables of the others kept here) for a request holding nothing; ``reserve``:
+        as :meth:`KvCacheManager.allocate_new`."""
+        got = self._take(req, h, tokens, h * self.block, reserve)
         if got is None:
             return None
         self.tables[req] = got[1]

@@ -173,8 +173,8 @@ class ReferencePool:
                 self.stored.append(name)
 
     def release(self, keys: Sequence[int]) -> None:
-        """A holder frees its blocks (``keys`` in sequence order): they go to the free-queue tail
-        in reverse order, except named blocks still held by another request."""
+        """A holder frees its blocks (``keys`` in sequence order): its named ones go to the free-queue
+        tail in reverse order, except those still held by another request; its unnamed ones to the head."""
         if not keys:
             return
         rev = keys[::-1]
@@ -189,6 +189,10 @@ class ReferencePool:
                 ref.update(zip(named, left))
                 if any(left):  # some blocks are shared with running requests: they stay in use
                     rev = list(compress(rev, map(not_, map(ref.get, rev))))  # unnamed: get() is None
+        unnamed = sum(1 for key in rev if key < 0)
+        if unnamed:  # unnamed blocks to the free-queue head (vLLM 0.33.0, PR #42656): the head's count
+            self._fresh += unnamed
+            rev = [key for key in rev if key >= 0]
         self._queue.extend(rev)
         self._nfree += len(rev)
 

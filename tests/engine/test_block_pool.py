@@ -61,7 +61,10 @@ class ModelPool:
         for b in reversed(blocks):
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.free.append(b)
+                if self.name[b] is None:  # unnamed: to the head (vLLM 0.33.0, PR #42656)
+                    self.free.insert(0, b)
+                else:
+                    self.free.append(b)
 
     def free_names(self):
         return [self.name[b] for b in self.free]
@@ -200,8 +203,8 @@ def test_a_huge_pool_costs_nothing_until_used(Pool):
     keys = pool.allocate(3)
     # unnamed blocks need no identity: every one's key is UNNAMED (-1)
     assert keys == [-1, -1, -1] and pool.num_free == 10**9 - 3 and pool.removed == []
-    pool.release(keys, seq(pool, []))
-    assert pool.num_free == 10**9 and pool._nfree == 3
+    pool.release(keys, seq(pool, []))  # released unnamed: back to the head's count (vLLM 0.33.0)
+    assert pool.num_free == 10**9 and pool._nfree == 0
     pool.check()
 
 
@@ -209,7 +212,8 @@ def test_a_huge_pool_costs_nothing_until_used(Pool):
 def test_a_duplicate_between_named_blocks_keeps_its_place_in_the_free_queue(Pool):
     # By hand: A names 3 blocks; B hits A's first (shared) and computes 11 again (already cached:
     # its block stays unnamed), 21, 22. A's release frees 12, 11 (reversed; 10 is still B's); B's
-    # frees 22, 21, its unnamed duplicate, 10. Two never-used blocks (8 - 3 - 3) stay at the head.
+    # frees 22, 21, 10 to the tail and its unnamed duplicate to the head (vLLM 0.33.0), beside the two
+    # never-used blocks (8 - 3 - 3).
     pool = Pool(8)
     a = pool.allocate(3)
     sa, sb = seq(pool, [10, 11, 12]), seq(pool, [10, 11, 21, 22])
@@ -220,9 +224,9 @@ def test_a_duplicate_between_named_blocks_keeps_its_place_in_the_free_queue(Pool
     assert b == [10, -1, 21, 22] and pool.stored == [10, 11, 12, 21, 22]
     pool.release(a, sa)
     pool.release(b, sb)
-    assert pool.free_keys() == [None, None, 12, 11, 22, 21, -1, 10]
-    pool.allocate(5)  # the two never-used blocks, then 12, 11, 22
-    assert pool.removed == [12, 11, 22] and pool.num_free == 3
+    assert pool.free_keys() == [None, None, None, 12, 11, 22, 21, 10]
+    pool.allocate(5)  # the three unnamed blocks at the head, then 12, 11
+    assert pool.removed == [12, 11] and pool.num_free == 3
     pool.check()
 
 

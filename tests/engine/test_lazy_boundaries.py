@@ -16,6 +16,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import published
 from dynlab.engine.bus import EventBus
 from dynlab.engine.config import SimConfig
 from dynlab.engine.loop import EventLoop
@@ -79,7 +80,7 @@ def _observed(rows, mode, workers, capacity, block, own, cpu, lazy):
     class Fleet(TimedFleet):
         def _route(self, req):
             w = super()._route(req)
-            pools = [(sorted(e.pool.cached()), e.used_blocks) for e in self.engines]
+            pools = [(sorted(published(e.pool)), e.used_blocks) for e in self.engines]
             routes.append((req.index, w, self.strategy.predicted, pools))
             return w
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dynlab.engine import bulk, request, scheduler, worker
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest
 from dynlab.engine.worker import EngineWorker
-from dynlab.kv.cache_manager import CPU_WRITES, FullAttentionGroup, KvCacheManager
+from dynlab.kv.cache_manager import CPU_WRITES, OUTPUT_NAMES, FullAttentionGroup, KvCacheManager
 from dynlab.latency.base import LatencyModel, StepBatch
 
 ROOT = Path(__file__).resolve().parents[2] / "dynlab"
@@ -54,14 +54,28 @@ def test_blocks_needed_is_the_least_count_that_holds_the_tokens(tokens, block):
     assert n * block >= tokens and (n - 1) * block < tokens or n == 0 == tokens
 
 
-def test_admission_allocates_for_the_chunk_scheduled_now():
-    assert KvCacheManager.admission_tokens(32, 100) == 132
+def test_admission_reserves_the_whole_sequence_or_the_chunk():
+    r = req(1, 200, 5)  # 200 prompt tokens: 32 cached, a 100-token chunk now
+    assert KvCacheManager(10, 4).admission_tokens(r, 32, 100) == 200  # vLLM 0.33.0's default
+    assert KvCacheManager(10, 4, admission="chunk").admission_tokens(r, 32, 100) == 132
+    with pytest.raises(ValueError, match="admission"):
+        KvCacheManager(10, 4, admission="half")
 
 
-def test_only_full_prompt_blocks_are_named():
+def test_prompt_blocks_are_named_as_computed_and_generated_ones_at_release():
     kv = KvCacheManager(10, 4)
     r = req(1, 10, 5)  # 2 full prompt blocks
     assert kv.nameable(r, 7) == 1 and kv.nameable(r, 8) == 2 and kv.nameable(r, 14) == 2
+    kv.sequence(r)
+    r.keys = kv.allocate_new(r, 0, 13)  # 10 prompt + 3 generated tokens computed: 4 blocks, 3 full
+    kv.name_blocks(r, 13)
+    r.computed, r.num_tokens = 13, 14
+    kv.free(r)  # the third block (tokens 8-11: 2 prompt, 2 generated) gets a name of its own
+    assert len(r.names) == 3 and r.names[2] >= OUTPUT_NAMES and r.names[2] in kv.pool
+    assert kv.evicted() == [] and kv.pool.stored == [r.names[0], r.names[1]]  # never published
+    r.computed = 0
+    kv.sequence(r)
+    assert kv.find_cached_prefix(r) == (3, 0)  # on resume: (14 - 1) // 4 = 3 blocks hit
 
 
 def test_find_cached_prefix_caps_at_the_last_token_and_continues_in_the_cpu_tier():

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import published
 from dynlab.engine.timed import replay_timed
 from dynlab.engine.worker import EngineWorker
 from dynlab.kv.cpu_tier import DEFAULT_PCIE_GBPS, CpuTier, cpu_blocks
@@ -143,19 +144,19 @@ class Checked(EngineWorker):
         self.gpu_model, self.cpu_model = set(), set()
 
     def start_step(self, now):
-        gpu_before = set(self.pool.cached())
+        gpu_before = set(published(self.pool))
         end = super().start_step(now)
         self._mirror(gpu_before)
         return end
 
     def cross_boundary(self):  # a bulk run's block boundary evicts and writes to the CPU tier as a step start
-        gpu_before = set(self.pool.cached())
+        gpu_before = set(published(self.pool))
         removed = super().cross_boundary()
         self._mirror(gpu_before)
         return removed
 
     def cross_before(self, t):  # without a CPU tier: every boundary before t in one go, evictions only
-        gpu_before = set(self.pool.cached())
+        gpu_before = set(published(self.pool))
         evicting = super().cross_before(t)
         self._mirror(gpu_before)
         return evicting
@@ -181,7 +182,7 @@ class Checked(EngineWorker):
         res = super().finish_step()
         assert not set(res.stored) & self.gpu_model
         self.gpu_model |= set(res.stored)
-        assert self.pool.cached() == self.gpu_model
+        assert published(self.pool) == self.gpu_model
         stored, dropped = set(res.cpu_stored), set(res.cpu_removed)
         assert not stored & self.cpu_model and dropped <= self.cpu_model
         self.cpu_model = (self.cpu_model | stored) - dropped
@@ -219,7 +220,7 @@ def test_blocks_move_between_tiers_without_loss_or_duplication(rows, capacity, c
     index = KvIndex()
     for ev in strategy.events:
         index.apply_event(ev)
-    assert index.blocks(0) == engine.pool.cached()
+    assert index.blocks(0) == published(engine.pool)
     assert index.tier_blocks(0, "CPU") == (engine.cpu.names() if engine.cpu else set())
     assert out["cpu_hit_blocks"] <= engine.loaded_blocks
 
@@ -257,6 +258,9 @@ def test_gpu_cliff_whole_document_hits_equal_the_lab(cpu_write):
 LAB_CPU = [0, 5011, 21520, 30000, 40000, 45099, 50110, 60000]
 
 
+@pytest.mark.xfail(strict=True, reason="issue 24 rule 2: a read's partial last block now returns to the free "
+                   "queue's head (vLLM 0.33.0), so the next read evicts one block less of the oldest document and "
+                   "the engine keeps partial prefixes the lab's whole-document LRU cannot; to be re-derived")
 def test_cpu_cliff_is_reproduced_by_a_write_through_tier():
     """`dynlab cliff --cpu 0,5011,...` (GPU 21520 tokens, passes fwd,fwd,rev), every metric, by one worker whose
     CPU tier is written when blocks are computed (``cpu_write="compute"``, the lab's inclusive rule).
@@ -275,6 +279,10 @@ def test_cpu_cliff_is_reproduced_by_a_write_through_tier():
     assert fleet == lab
 
 
+@pytest.mark.xfail(strict=False, reason="issue 24 rule 2: a read's partial last block now returns to the free "
+                   "queue's head (vLLM 0.33.0), so the next read evicts one block less of the oldest document and "
+                   "the engine keeps partial prefixes the lab's whole-document LRU cannot (sizes that evict); "
+                   "to be re-derived")
 @pytest.mark.parametrize("passes", [["fwd", "fwd", "rev"], ["fwd", "rev", "fwd"], ["rev", "rev"]])
 @pytest.mark.parametrize("gpu", [5011, 21520, 45000, 50110])
 def test_write_through_tier_equals_the_lab_pass_by_pass(gpu, passes):
@@ -300,6 +308,9 @@ def test_one_document_short_the_engine_keeps_partial_prefixes():
     assert run_scenario(gpu=50109, passes=["fwd", "fwd"])["passes"][1]["misses"] == 10
 
 
+@pytest.mark.xfail(strict=True, reason="issue 24 rule 2: a read's partial last block now returns to the free "
+                   "queue's head (vLLM 0.33.0), so the next read evicts one block less of the oldest document and "
+                   "the engine keeps partial prefixes the lab's whole-document LRU cannot; to be re-derived")
 def test_victim_tier_differs_from_the_lab_where_the_write_rules_differ():
     """The default victim tier (a block is written when the GPU evicts it), on the CPU curve's workload.
     Equal to the lab: the GPU's whole-document hits at every CPU size (4); every count without a CPU tier
