@@ -19,12 +19,12 @@ class SimConfig(Sectioned):
 
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
     ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``; block names by the
-    ``hash`` scheme, ``dynlab`` or ``dynamo``); with it,
-    a built-in trace name or a path, read by ``trace_format`` (``None``: detected).
+    ``hash`` scheme, ``dynlab`` or ``dynamo``); with it, a built-in trace name or a path, read by
+    ``trace_format`` (``None``: detected).
     Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded without
-    ``timing``, the hardware-derived pool with it) under the eviction ``policy``.
-    Events: ``publish`` (``"yes"``/``"no"``), ``event_delay`` (requests; count-based runs),
-    ``event_loss`` (probability). ``opts``: strategy options (name -> text).
+    ``timing``, the hardware-derived pool with it) under the eviction ``policy``. Events: ``publish``
+    (``"yes"``/``"no"``), ``event_delay`` (requests; count-based runs), ``event_loss`` (probability).
+    ``opts``: strategy options (name -> text).
     ``all_metrics``: on the synthetic workload, add the fleet metrics to the seed's keys.
 
     Timed runs (``timing=True``, the serving engine of :mod:`dynlab.engine.worker`):
@@ -32,8 +32,7 @@ class SimConfig(Sectioned):
     format's own, 512 for Mooncake); ``time_scale`` multiplies trace timestamps, ``rate``
     (requests/s) drives Poisson arrivals for workloads without them (``None``: :data:`POISSON_RATE`)
     and rescales a timestamped trace to that mean rate (:mod:`dynlab.traces.rates`, as do
-    ``rate_scale`` and ``duration``); ``max_num_batched_tokens``
-    and ``max_num_seqs`` (vLLM's scheduler limits); ``latency_model`` with ``latency_opts``;
+    ``rate_scale`` and ``duration``); ``max_num_batched_tokens`` and ``max_num_seqs`` (vLLM's scheduler limits); ``latency_model`` with ``latency_opts``;
     ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size when ``capacity`` is
     ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
     ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`):
@@ -41,10 +40,8 @@ class SimConfig(Sectioned):
     keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s, written
     when it is computed (``cpu_write="compute"``, the default: write-through, as vLLM's
     OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or when the GPU evicts it
-    (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`).
-    ``admission``: the engine's admission rule, ``full``
-    (vLLM 0.33.0's default ``scheduler_reserve_full_isl=True``: a waiting request is admitted only if
-    the blocks of its whole sequence are free) or ``chunk`` (the earlier rule: its first chunk's).
+    (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`). ``admission``: ``full`` (vLLM
+    0.33.0's ``scheduler_reserve_full_isl=True``: the whole sequence's blocks free) or ``chunk`` (the chunk's).
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load
     view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
@@ -189,12 +186,10 @@ class SimConfig(Sectioned):
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
         if self.spec_tokens < 0:
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
-        if self.spec_method is not None and self.spec_method not in ("ngram", "eagle", "eagle3", "mtp", "draft"):
-            raise ValueError(f"spec_method must be ngram, eagle, eagle3, mtp or draft, got {self.spec_method!r}")
-        if self.admission not in ("full", "chunk"):
-            raise ValueError(f"admission must be full or chunk, got {self.admission!r}")
-        if self.cpu_write not in ("evict", "compute"):
-            raise ValueError(f"cpu_write must be evict or compute, got {self.cpu_write!r}")
+        for name, allowed in (("spec_method", (None, "ngram", "eagle", "eagle3", "mtp", "draft")),
+                              ("admission", ("full", "chunk")), ("cpu_write", ("evict", "compute"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
             raise ValueError(f"pcie_gbps must be a finite number > 0, got {self.pcie_gbps}")
         for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb"):
