@@ -11,6 +11,7 @@ Usage::
     python benchmarks/docs_tables.py              # rewrite every block (the timed ones take minutes)
     python benchmarks/docs_tables.py --cheap      # only the blocks that take about a second
     python benchmarks/docs_tables.py --check      # exit 1 and show a diff when a block is stale
+    python benchmarks/docs_tables.py --only docs/engine.md   # one file's blocks
 
 ``tests/test_docs_tables.py`` runs ``--check`` on the cheap blocks. Prose around a table that quotes
 its numbers is not rewritten: read it again after a table changes.
@@ -54,6 +55,22 @@ BLOCKS = (
           "--cpu-capacity 20000,60000 --cpu-write compute --modes kv-cost --format table"),
     Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
           "--cpu-capacity 20000,60000 --cpu-write evict --modes kv-cost --format table"),
+    Block("README.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--modes rr,kv-events,kv-cost --report main.html"),
+    Block("docs/report.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--modes rr,kv-events,kv-cost --report main.html"),
+    Block("docs/engine.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--modes rr,kv,kv-events,kv-cost,cache-aware --plot ttft.png"),
+    Block("docs/engine.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --time-scale 0.5 "
+          "--modes rr,least-loaded,kv-events,kv-cost,cache-aware --slo-ttft-ms 2000 --slo-tpot-ms 50"),
+    Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "
+          "--routers 1,2,4"),
+    Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "
+          "--routers 2,4 --opt shared_load=true"),
+    Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
+          "--modes kv-cost,weighted"),
+    Block("docs/disagg.md", "dynlab compare --trace mooncake-conversation --timing --split 8:0,6:2,4:4 "
+          "--slo-ttft-ms 2000 --slo-tpot-ms 50 --format table --quiet --plot out/disagg_split.png"),
 )
 
 
@@ -115,10 +132,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block is stale")
     ap.add_argument("--cheap", action="store_true", help="only the blocks that run in about a second")
+    ap.add_argument("--only", metavar="PATH", help="only the blocks of this file (README.md, docs/engine.md, ...)")
     args = ap.parse_args(argv)
     stale = 0
     for block in BLOCKS:
-        if args.cheap and not block.cheap:
+        if (args.cheap and not block.cheap) or (args.only and block.path != args.only):
             continue
         diff = update(block, check=args.check)
         if diff:
