@@ -20,6 +20,8 @@ from dynlab.engine.config import SimConfig
 from dynlab.plan import DEFAULT_CAP, PERCENTILES, Shape, Target
 from dynlab.sweep import EXECUTORS
 
+#: exit status of a plan in which no shape meets the target (its outputs are written all the same)
+INFEASIBLE = 3
 _BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, default, help_ in SIM_OPTIONS}
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
 SHARED = ("trace", "trace_format", "block", "hash", "trace_block", "capacity", "max_num_batched_tokens",
@@ -32,14 +34,16 @@ CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb")
 def _help(text: str, own_default: bool = False) -> str:
     """sim's help of an option as plan shows it: every replay is timed; ``own_default``: sim's default
     left out (plan shows its own)."""
-    text = text.replace("With --timing: ", "")
+    # sim's "With --timing: X" / "With --timing and a CPU tier: X": every replay is timed
+    text = re.sub(r"With --timing(?: and ([^:]+))?: ", lambda m: f"With {m.group(1)}: " if m.group(1) else "", text)
     if own_default:
         text = re.sub(r"\s*\[default: [^]]*\]", "", text)
     return text[:1].upper() + text[1:]
 
 
 #: plan's own wording where sim's would mislead (every replay is timed)
-_HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory, as sim --timing]."}
+_HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory and "
+                     "--gpu-memory-utilization]."}
 
 
 def _shared_options(fn):
@@ -209,11 +213,16 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     if report_path:  # written before the table is printed: no output that looks like success before an error
         _html_report(ctx, report_path, out, shapes, checked)
     _report(out, fmt, plot_path)
+    if not any(s["meets"] for s in out["shapes"]):  # an answer, but not the one asked for: outputs written, exit 3
+        click.echo(f"plan: no shape meets the target (exit {INFEASIBLE}); each shape's binding constraint says why",
+                   err=True)
+        ctx.exit(INFEASIBLE)
 
 
 def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
-    """The plan's HTML report: a run per answered shape (its replay at the answer N), the ranked table
-    and each shape's binding constraint, and the Pareto plot as a figure."""
+    """The plan's HTML report: a run per answered shape (its replay at the answer N; when no shape meets
+    the target, each shape's replay at the count its figures are taken at, labelled ``(misses)``), the
+    ranked table and each shape's binding constraint, and the Pareto plot as a figure."""
     from dynlab.cli.report import write_run_report
     from dynlab.plan.report import pareto_figure, table
     from dynlab.report import Run
@@ -222,18 +231,20 @@ def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
     plan_out = {k: v for k, v in out.items() if k != "_results"}
     by_label = {s.label: s for s in shapes}
     answered = [s for s in out["shapes"] if s["meets"]]
-    runs = [Run(f"{s['shape']} N={s['workers']}", out["_results"][s["shape"]][s["workers"]]) for s in answered]
+    if not answered:  # an infeasible plan: each shape's replay at the count its figures are taken at
+        answered = [s for s in out["shapes"] if s["shown_workers"] is not None]
+    runs = [Run(f"{s['shape']} N={s['shown_workers']}{'' if s['meets'] else ' (misses)'}",
+                out["_results"][s["shape"]][s["shown_workers"]]) for s in answered]
     if not runs:
-        raise click.UsageError("--report: no shape meets the target, so there is no answer to report "
-                               "(the table says why)")
-    configs = [replace(by_label[s["shape"]].config(base), workers=s["workers"]) for s in answered]
+        raise click.UsageError("--report: no shape was replayed, so there is nothing to report")
+    configs = [replace(by_label[s["shape"]].config(base), workers=s["shown_workers"]) for s in answered]
     extra = {"target": out["target"], **{f"binding, {s['shape']}": f"{s['binding']}: {s['why']}"
                                          for s in out["shapes"]}}
     fig = Figure("pareto", "Pareto plot: the replays against GPUs",
                  "Every replay's latency at the SLO percentile against GPUs ($/h with prices), a line per shape, "
                  "the SLO dashed, each answer starred and the answers' Pareto front in grey.",
                  to_svg(pareto_figure(out), "pareto"), ["shape", "workers", "gpus", "ttft_ms", "tpot_ms"],
-                 [[s["shape"], s["workers"], s["gpus"], s["ttft_ms"], s["tpot_ms"]] for s in answered])
+                 [[s["shape"], s["shown_workers"], s["gpus"], s["ttft_ms"], s["tpot_ms"]] for s in answered])
     try:
         write_run_report(ctx, path, runs, configs, extra=extra, title=f"dynlab plan: {out['target']}",
                          sections=[("Plan", table(plan_out))], extra_figures=[fig])

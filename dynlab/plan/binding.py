@@ -34,14 +34,31 @@ def compute_text(target: Target, never: float, n_requests: int, floor_q: float, 
     if target.slo_ttft_ms is not None and target.goodput is None:
         text += f" The lowest TTFT target {target.percentile} can meet here is about {floor_q:,.0f} ms."
     if helps:
-        text += " Would help: " + ", ".join(f"{k} (never met: {_pct(v)})" for k, v in helps.items())
-        text += "; P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
+        text += " " + helps_text(helps, never, target.allowed_miss)
+    if target.slo_ttft_ms is not None:
+        text += " P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
     if floor_workers is not None:
         text += (f" {_workers(floor_workers)} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
                  f" (goodput {floor_goodput:.4f}).")
     elif floor_note:
         text += f" The other requests are not all served within the SLOs either: {floor_note}."
     return text
+
+
+def helps_text(helps: Mapping[str, float], never: float, allowed: float) -> str:
+    """What each change measured in ``helps`` (change -> the share, 0..1, that would still never meet the
+    SLOs) does to the share ``never`` that cannot meet them now, against the ``allowed`` share: within
+    the target, lower but not enough, or no lower. Only a change that brings the share within the target
+    is called one that helps: the others are said as measured."""
+    parts = []
+    for k, v in helps.items():
+        if v <= allowed:
+            parts.append(f"{k} would help ({_pct(v)} would still never meet them, within the {_pct(allowed)} allowed)")
+        elif v < never:
+            parts.append(f"{k} lowers that share to {_pct(v)}, not enough")
+        else:
+            parts.append(f"{k} does not lower it ({_pct(v)})")
+    return "Measured the same way: " + "; ".join(parts) + "."
 
 
 def replay_text(target: Target, workers: int, result: Mapping, never: float) -> tuple[str, str]:

@@ -71,7 +71,8 @@ def table(plan: Mapping) -> str:
              for r in rows]
     lines.append("")
     lines.append(f"target: {plan['target']}; arrivals: {plan['arrivals']}")
-    lines.append("workers in parentheses: the shape misses the target; figures at that count (see below)")
+    if not all(s["meets"] for s in plan["shapes"]):
+        lines.append("workers in parentheses: the shape misses the target; figures at that count (see below)")
     for s in plan["shapes"]:
         lines.append(f"- {s['shape']}: {s['why']}")
     return "\n".join(lines)
