@@ -393,7 +393,8 @@ def test_json_keys_are_pinned(queue_trace):
     assert list(plan) == ["target", "percentile", "slo_ttft_ms", "slo_tpot_ms", "goodput_target", "arrivals",
                           "time_scale", "prices", "max_workers", "shapes"]
     assert list(plan["shapes"][0]) == [
-        "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "meets", "workers", "shown_workers", "gpus",
+        "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens", "pd", "meets", "workers",
+        "shown_workers", "split", "gpus",
         "usd_per_hour", "goodput", "ttft_ms", "tpot_ms", "headroom", "preemptions", "binding", "why",
         "never_share", "lower_bound_workers", "replays"]
     assert list(plan["shapes"][0]["replays"][0]) == ["workers", "meets", "misses", "search"]

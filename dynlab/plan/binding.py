@@ -61,21 +61,23 @@ def helps_text(helps: Mapping[str, float], never: float, allowed: float) -> str:
     return "Measured the same way: " + "; ".join(parts) + "."
 
 
-def replay_text(target: Target, workers: int, result: Mapping, never: float) -> tuple[str, str]:
+def replay_text(target: Target, workers: int, result: Mapping, never: float, fleet: str = "") -> tuple[str, str]:
     """``(kind, words)`` for the replay at ``workers`` that misses ``target`` (N - 1, or the cap):
-    memory when it preempted or rejected, else queueing."""
+    memory when it preempted or rejected, else queueing. ``fleet``: a P/D shape's split at that count
+    (``3:2``, the closest to the target of the splits tried)."""
     misses = "; ".join(target.misses(result))
+    at = _workers(workers) + (f" (split {fleet} P:D, the closest of the splits tried)" if fleet else "")
     wait = measured(result, "queue_wait_ms", "p99")
     pre, rej, pool = result.get("preemptions", 0), result.get("rejected", 0), result.get("kv_blocks")
     if pre or rej:
         kind = "memory"
-        text = (f"memory: at {_workers(workers)} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
+        text = (f"memory: at {at} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
                 f"(the pool of {pool:,} blocks per worker runs dry) and {misses}; fewer requests per worker "
                 "(more workers), a larger pool (higher TP) or a CPU tier helps")
     else:
         kind = "queueing"
         why = ("too many requests decode together on each worker; " if misses.startswith("TPOT") else "")
-        text = f"queueing: at {_workers(workers)} {misses} ({why}queue wait p99 {wait:,.1f} ms); more workers help"
+        text = f"queueing: at {at} {misses} ({why}queue wait p99 {wait:,.1f} ms); more workers help"
     if never > 0:
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")
