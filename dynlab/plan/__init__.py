@@ -92,8 +92,9 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
                             log.append(config_cell(configs[i]), result)
                         yield i, result
                 except CellError as exc:
-                    raise DynlabError(f"replay at {configs[exc.index].workers} workers "
-                                      f"({configs[exc.index].gpu} tp {configs[exc.index].tp}): {exc}") from None
+                    c = configs[exc.index]
+                    fleet = f"split {c.split}" if c.split else f"{c.workers} workers"
+                    raise DynlabError(f"replay at {fleet} ({c.gpu} tp {c.tp}): {exc}") from None
 
     run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
     explain(outcomes, len(requests))

@@ -164,6 +164,8 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
         best = s.best()
         if best == 1:
             o.kind, o.why = "none", "none: one worker meets the target"
+        elif best == s.least:
+            o.kind, o.why = "none", f"none: the smallest P/D fleet ({s.fleet(best)}) meets the target"
         elif best is not None:
             o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share, s.fleet(best - 1))
         elif s.plateau() is not None:

@@ -75,6 +75,8 @@ class Search:
     lower: int
     cap: int
     tested: dict = field(default_factory=dict)
+    #: the fewest workers the shape can have (a P/D fleet: 2)
+    least = 1
 
     def good(self) -> list[int]:
         return sorted(n for n, (ok, _) in self.tested.items() if ok)
@@ -94,7 +96,7 @@ class Search:
                 return None
             return min(self.cap, max(top + 1, math.ceil(top * GALLOP)))
         below = [n for n, (ok, _) in self.tested.items() if not ok and n < best]
-        lo = max(below, default=0)
+        lo = max(below, default=self.least - 1)
         if best - lo <= 1:
             return None
         return (lo + best) // 2
@@ -155,6 +157,7 @@ class PdSearch(Search):
     meets the target when one split does; ``splits``: T -> P -> (meets, result). When every split tried
     at T misses, T is recorded with the split closest to the target (the most headroom)."""
 
+    least = 2
     prefill_share: float = 0.5
     splits: dict = field(default_factory=dict)
     _bounds: dict = field(default_factory=dict)  # T -> [lo, hi]: P <= lo needs more prefill, P >= hi fewer
@@ -199,7 +202,7 @@ class PdSearch(Search):
         return ratio["ttft_ms"] >= ratio["tpot_ms"]
 
     def next_workers(self) -> Optional[int]:
-        return None if self.cap < 2 else super().next_workers()
+        return None if self.cap < self.least else super().next_workers()
 
     def fleet(self, workers: int) -> str:
         """``4:2``: the prefill:decode split of the replay recorded at ``workers``."""
