@@ -206,3 +206,62 @@ def test_workload_and_trace_are_one_or_the_other(steady, tmp_path):
     spec.write_text(json.dumps({**SPEC, "requests": -1}))
     out = _plan("--workload", spec, "--slo-ttft-ms", 30, *LINEAR)
     assert out.exit_code != 0 and len(out.stderr.splitlines()) == 1 and str(spec) in out.stderr
+
+
+# --------------------------------------------------------------------------- one Ray session per plan
+class _FakeRay:
+    """Just enough of Ray's API for dynlab.sweep.executors._ray, run in this process; ``calls`` records
+    starts and stops."""
+
+    def __init__(self):
+        self.calls, self.up, self.out = [], False, {}
+
+    def is_initialized(self):
+        return self.up
+
+    def init(self, **kwargs):
+        self.calls.append("init")
+        self.up = True
+
+    def shutdown(self):
+        self.calls.append("shutdown")
+        self.up = False
+
+    def put(self, obj):
+        return obj
+
+    def remote(self, **kwargs):
+        fake = self
+
+        def decorate(fn):
+            class Task:
+                @staticmethod
+                def remote(*args):
+                    ref = object()
+                    fake.out[ref] = fn(*args)
+                    return ref
+            return Task
+        return decorate
+
+    def wait(self, pending, num_returns=1, timeout=None):
+        return pending[:1], pending[1:]
+
+    def get(self, ref):
+        return self.out.pop(ref)
+
+    def cancel(self, ref):
+        pass
+
+
+def test_ray_starts_once_for_every_round(monkeypatch, tmp_path):
+    # the queueing trace's plan replays 1, 2, then 3 workers: three rounds, one Ray start and one stop
+    from dynlab.sweep import executors
+
+    trace = _trace(tmp_path / "q.jsonl", [(0, 1000, 1)] * 12)
+    fake = _FakeRay()
+    monkeypatch.setattr(executors, "import_ray", lambda address=None: fake)
+    serial = _json("--trace", trace, "--slo-ttft-ms", 50, *LINEAR)
+    args = [a for a in LINEAR if a != "serial"]
+    args = args[:args.index("--executor") + 1] + ["ray"] + args[args.index("--executor") + 1:]
+    assert _json("--trace", trace, "--slo-ttft-ms", 50, *args) == serial
+    assert fake.calls == ["init", "shutdown"] and [r["workers"] for r in serial["shapes"][0]["replays"]] == [1, 2, 3]
