@@ -53,10 +53,12 @@ def test_split_auto_answers_a_total_and_a_split_verified_below(steady, tmp_path)
     assert all("link_gbps" not in c for c in cells if "split" not in c)
 
 
-def test_split_auto_table_shows_the_split(steady):
+def test_split_auto_table_shows_the_split(steady, tmp_path):
+    html = tmp_path / "p.html"
     out = _plan("--trace", steady, "--slo-ttft-ms", 30, "--slo-tpot-ms", 3, *DECODE[:-3], "--split", "auto",
-                "--format", "table")
+                "--format", "table", "--report", html)
     assert out.exit_code == 0, out.stderr
+    assert "h100x1 rr P/D N=3" in html.read_text()
     row = out.stdout.splitlines()[1].split()
     assert row[1:5] == ["h100x1", "rr", "P/D", "3"] and row[5] == "[2:1]", row
     assert "[P:D]: a P/D shape's prefill and decode workers" in out.stdout
@@ -265,3 +267,13 @@ def test_ray_starts_once_for_every_round(monkeypatch, tmp_path):
     args = args[:args.index("--executor") + 1] + ["ray"] + args[args.index("--executor") + 1:]
     assert _json("--trace", trace, "--slo-ttft-ms", 50, *args) == serial
     assert fake.calls == ["init", "shutdown"] and [r["workers"] for r in serial["shapes"][0]["replays"]] == [1, 2, 3]
+
+
+def test_split_auto_resumes_from_its_log(steady, tmp_path):
+    log = tmp_path / "log.jsonl"
+    args = ["--trace", steady, "--slo-ttft-ms", 30, "--slo-tpot-ms", 3, *DECODE[:-1], "--split", "auto", "--log", log]
+    first = _plan(*args)
+    n = len(log.read_text().splitlines())
+    again = _plan(*args, "--resume")
+    assert again.exit_code == 0 and again.stdout == first.stdout and f"; {n} from {log}" in again.stderr
+    assert len(log.read_text().splitlines()) == n

@@ -279,7 +279,8 @@ def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
                 out["_results"][s["shape"]][s["shown_workers"]]) for s in answered]
     if not runs:
         raise click.UsageError("--report: no shape was replayed, so there is nothing to report")
-    configs = [replace(by_label[s["shape"]].config(base), workers=s["shown_workers"]) for s in answered]
+    configs = [replace(by_label[s["shape"]].config(base), **({"split": s["split"]} if s["split"] else
+                                                             {"workers": s["shown_workers"]})) for s in answered]
     extra = {"target": out["target"], **{f"binding, {s['shape']}": f"{s['binding']}: {s['why']}"
                                          for s in out["shapes"]}}
     fig = Figure("pareto", "Pareto plot: the replays against GPUs",
