@@ -171,7 +171,7 @@ class PdSearch(Search):
                 if hi - lo > 1:
                     return t, self._at(t, (lo + hi) // 2)
                 tried = self.splits[t]
-                best = max(tried, key=lambda p: self.target.headroom(tried[p][1]) or -1e18)
+                best = max(tried, key=lambda p: _room(self.target, tried[p][1]))
                 self.tested[t] = (False, tried[best][1])
                 continue
             t = self.next_workers()
@@ -208,3 +208,9 @@ class PdSearch(Search):
         """``4:2``: the prefill:decode split of the replay recorded at ``workers``."""
         r = self.tested.get(workers, (None, {}))[1]
         return f"{r['prefill_workers']}:{r['decode_workers']}" if "prefill_workers" in r else ""
+
+
+def _room(target: Target, result: Mapping) -> float:
+    """``target.headroom(result)``, ``-inf`` when the replay has none of the figures it reads."""
+    room = target.headroom(result)
+    return float("-inf") if room is None else room
