@@ -146,12 +146,10 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
 
 def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
     """Every shape's replay options, checked as sim checks them, before any replay."""
-    from dynlab.engine.config import check_effective
+    from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, check_effective
     from dynlab.engine.run import build_strategy
     from dynlab.engine.serving import check_timed
     from dynlab.plan.planner import latency_for
-
-    from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS
 
     any_pd, any_spec = any(s.pd for s in shapes), any(s.spec_tokens for s in shapes)
     for shape in shapes:
