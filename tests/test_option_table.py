@@ -396,6 +396,14 @@ TABLE.update({
 PLAN = ["plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "serial", "--quiet", "--format", "json"]
 LOGGED = PLAN + ["--log", "p.jsonl"]
 TIER = LOGGED + ["--capacity", "8", "--block", "256", "--cpu-memory-gb", "1"]
+
+
+def plan_differ(a: Out, b: Out) -> None:
+    """As :func:`differ`, a plan meeting no target (exit 3, its outputs written) counting as a run."""
+    assert a.code in (0, 3) and b.code in (0, 3), (a.stderr, b.stderr)
+    assert (a.stdout, a.files) != (b.stdout, b.files)
+
+
 TABLE.update({
     ("plan", "--model"): changes(PLAN, ["--model", "qwen3-8b"]),
     ("plan", "--gpu"): changes(PLAN, ["--gpu", "h200"]),
@@ -422,21 +430,41 @@ TABLE.update({
     ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
     ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
-    ("plan", "--slo-ttft-ms"): swaps(PLAN, [*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:]]),
-    ("plan", "--slo-tpot-ms"): changes(PLAN, ["--slo-tpot-ms", "1"]),
+    ("plan", "--slo-ttft-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:])),
+    ("plan", "--slo-tpot-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN, "--slo-tpot-ms", "1")),
     ("plan", "--rate"): changes(PLAN, ["--rate", "1000"]),
     ("plan", "--rate-scale"): changes(PLAN, ["--rate-scale", "2"]),
     ("plan", "--slo-percentile"): changes(PLAN, ["--slo-percentile", "p50"]),
     ("plan", "--goodput"): changes(PLAN, ["--goodput", "0.5"]),
     ("plan", "--price"): changes(PLAN, ["--price", "h100=2"]),
     # all three requests at once on one worker miss 30 ms; the floors (alone) meet it
-    ("plan", "--max-workers"): changes(PLAN + ["--rate-scale", "1000", "--slo-ttft-ms", "30"], ["--max-workers", "1"]),
+    ("plan", "--max-workers"): lambda run: plan_differ(
+        run(*PLAN, "--rate-scale", "1000", "--slo-ttft-ms", "30"),
+        run(*PLAN, "--rate-scale", "1000", "--slo-ttft-ms", "30", "--max-workers", "1")),
     ("plan", "--opt"): changes(LOGGED, ["--opt", "temperature=1"]),
     ("plan", "--executor"): lambda run: (
         lambda a, b: "(serial)" in a.stderr and "(local)" in b.stderr or pytest.fail(a.stderr + b.stderr))(
         run("plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "serial"),
         run("plan", "--trace", MOON, "--slo-ttft-ms", "1000", "--executor", "local", "--jobs", "1")),
     ("plan", "--jobs"): refuses(PLAN + ["--jobs", "2"], "--jobs"),
+    # plan's candidate kinds beyond the shapes above, and the options they share (tests/test_plan_candidates.py)
+    ("plan", "--workload"): swaps(PLAN, ["plan", "--workload", SPEC, *PLAN[3:]]),
+    ("plan", "--tokenizer"): changes(["plan", "--trace", SHAREGPT, *LOGGED[3:]], ["--tokenizer", TOKENIZER]),
+    ("plan", "--ep"): changes(PLAN + ["--model", "qwen3-30b-a3b", "--tp", "2"], ["--ep", "2"]),
+    ("plan", "--spec-tokens"): swaps(PLAN + ["--spec-method", "ngram", "--spec-tokens", "0,2"],
+                                     PLAN + ["--spec-method", "ngram", "--spec-tokens", "0,4"]),
+    ("plan", "--spec-method"): swaps(LOGGED + ["--spec-tokens", "2", "--spec-method", "ngram"],
+                                     LOGGED + ["--spec-tokens", "2", "--spec-method", "eagle"]),
+    ("plan", "--spec-acceptance"): changes(LOGGED + ["--spec-tokens", "2", "--spec-method", "ngram"],
+                                           ["--spec-acceptance", "0.1"]),
+    ("plan", "--spec-draws"): changes(LOGGED + ["--spec-tokens", "2", "--spec-method", "ngram"],
+                                      ["--spec-draws", "expected"]),
+    ("plan", "--split"): changes(PLAN, ["--split", "auto"]),
+    ("plan", "--decode-router"): changes(LOGGED + ["--split", "auto"], ["--decode-router", "round-robin"]),
+    ("plan", "--link-gbps"): changes(LOGGED + ["--split", "auto"], ["--link-gbps", "1"]),
+    ("plan", "--link-latency-ms"): changes(LOGGED + ["--split", "auto"], ["--link-latency-ms", "5"]),
+    ("plan", "--overlap-transfer"): changes(LOGGED + ["--split", "auto"], ["--overlap-transfer"]),
+    ("plan", "--decode-prefix-cache"): changes(LOGGED + ["--split", "auto"], ["--decode-prefix-cache"]),
     ("plan", "--ray-address"): refuses(PLAN + ["--ray-address", "127.0.0.1:1"], "--ray-address"),
     ("plan", "--log"): changes(PLAN, ["--log", "p.jsonl"]),
     ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),

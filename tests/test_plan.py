@@ -45,9 +45,10 @@ def _plan(*args):
     return out
 
 
-def _json(*args) -> dict:
+def _json(*args, code: int = 0) -> dict:
+    """The plan's JSON; ``code``: the exit status expected (3: no shape meets the target)."""
     out = _plan(*args)
-    assert out.exit_code == 0, out.stderr
+    assert out.exit_code == code, out.stderr
     return json.loads(out.stdout)
 
 
@@ -89,7 +90,7 @@ def test_compute_bound_shape_is_not_given_workers(tmp_path):
     # 1 of 13 requests (7.69%) is more than p99 allows. The 12 short ones meet 100 ms once each
     # worker holds at most 9 of them (11 k <= 100): 2 workers (6 each, the long one last on worker 0).
     path = _trace(tmp_path / "c.jsonl", [(0, 1000, 1)] * 12 + [(0, 10000, 1)])
-    shape = _json("--trace", path, "--slo-ttft-ms", 100, *LINEAR)["shapes"][0]
+    shape = _json("--trace", path, "--slo-ttft-ms", 100, *LINEAR, code=3)["shapes"][0]
     assert (shape["meets"], shape["workers"], shape["binding"], shape["shown_workers"]) == (False, None, "compute", 2)
     assert shape["never_share"] == round(1 / 13, 6)
     assert "7.69% of requests (1 of 13)" in shape["why"] and "up to 110 ms" in shape["why"]
@@ -98,6 +99,28 @@ def test_compute_bound_shape_is_not_given_workers(tmp_path):
     # the floor search's target: 1 - 1/13 - 0.01 of requests within the SLOs; 2 workers give 12/13
     floor = [r for r in shape["replays"] if r["search"] == "floor"]
     assert [(r["workers"], r["meets"]) for r in floor] == [(1, False), (2, True)]
+
+
+def test_compute_bound_suggests_only_what_the_floors_support(tmp_path):
+    # the linear model ignores TP: at twice the TP the 10,000-token prompt still takes 110 ms alone, so
+    # TP is not suggested; twice the step budget makes it 5 chunks of 1 + 20 ms = 105 ms: no help at a
+    # 100 ms SLO, within a 106 ms one
+    path = _trace(tmp_path / "c.jsonl", [(0, 1000, 1)] * 12 + [(0, 10000, 1)])
+    why = _json("--trace", path, "--slo-ttft-ms", 100, *LINEAR, code=3)["shapes"][0]["why"]
+    assert ("Measured the same way: tp 2 does not lower it (7.69%); max-num-batched-tokens 2000 does not "
+            "lower it (7.69%).") in why
+    assert "would help" not in why and "Would help" not in why
+    why = _json("--trace", path, "--slo-ttft-ms", 106, *LINEAR, code=3)["shapes"][0]["why"]
+    assert ("tp 2 does not lower it (7.69%); max-num-batched-tokens 2000 would help (0.00% would still never "
+            "meet them, within the 1.00% allowed).") in why
+
+
+def test_helps_text_by_hand():
+    from dynlab.plan.binding import helps_text
+
+    text = helps_text({"tp 2": 0.005, "chunk": 0.02, "x": 0.04}, 0.04, 0.01)
+    assert text == ("Measured the same way: tp 2 would help (0.50% would still never meet them, within the 1.00% "
+                    "allowed); chunk lowers that share to 2.00%, not enough; x does not lower it (4.00%).")
 
 
 def test_memory_binding(tmp_path):
@@ -150,8 +173,37 @@ def test_html_report_refuses_stdout_and_writes_nothing_on_error(queue_trace, tmp
     out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--report", "-")
     assert out.exit_code == 2 and "- is not accepted" in out.stderr
     html = tmp_path / "none.html"
-    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--max-workers", 1, *LINEAR, "--report", html)
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", "nope", *LINEAR, "--report", html)
     assert out.exit_code == 2 and out.stdout == "" and not html.exists()
+
+
+def test_an_infeasible_plan_exits_3_and_writes_its_outputs(queue_trace, tmp_path):
+    # one worker at most: TTFT p99 130.8 ms > 50 ms, so no shape meets the target; the plan is still an
+    # answer: the JSON, the log, the plot and the report (the replay at 1 worker, "(misses)") are written
+    html, log, png = tmp_path / "p.html", tmp_path / "p.jsonl", tmp_path / "p.png"
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--max-workers", 1, *LINEAR[:-1], "--report", html,
+                "--log", log, "--plot", png)
+    assert out.exit_code == 3, out.stderr
+    (shape,) = json.loads(out.stdout)["shapes"]
+    assert (shape["meets"], shape["shown_workers"]) == (False, 1)
+    assert out.stderr.splitlines()[-1] == ("plan: no shape meets the target (exit 3); each shape's binding "
+                                           "constraint says why")
+    assert "h100x1 rr N=1 (misses)" in html.read_text()
+    assert len(log.read_text().splitlines()) == 1 and png.read_bytes()[:4] == b"\x89PNG"
+    # a plan in which one shape meets exits 0 (h200 meets at 1 worker with a 200 ms SLO; h100 too)
+    assert _plan("--trace", queue_trace, "--slo-ttft-ms", 200, "--max-workers", 1, *LINEAR).exit_code == 0
+
+
+def test_the_parentheses_footnote_only_when_a_shape_misses(queue_trace):
+    met = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR[:-3], "--format", "table").stdout
+    assert "parentheses" not in met and "(" not in met.splitlines()[1]
+    missed = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--max-workers", 2, *LINEAR[:-3], "--format", "table")
+    assert missed.exit_code == 3 and "workers in parentheses: the shape misses the target" in missed.stdout
+
+
+def test_help_has_no_sim_wording():
+    text = CliRunner().invoke(main, ["plan", "--help"]).stdout
+    assert "--timing" not in text and "With a CPU tier: GB/s" in " ".join(text.split())
 
 
 # --------------------------------------------------------------------------- the log: audit and resume
@@ -330,7 +382,7 @@ def test_routing_binding_when_workers_stop_helping(tmp_path):
     path = tmp_path / "k.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = [a if a != "rr" else "kv" for a in LINEAR]
-    shape = _json("--trace", path, "--slo-ttft-ms", 50, *args)["shapes"][0]
+    shape = _json("--trace", path, "--slo-ttft-ms", 50, *args, code=3)["shapes"][0]
     assert (shape["meets"], shape["binding"]) == (False, "routing")
     assert [r["workers"] for r in shape["replays"]] == [1, 2]
     assert shape["why"].startswith("routing: the replays at 1 and 2 workers are the same")
@@ -341,7 +393,8 @@ def test_json_keys_are_pinned(queue_trace):
     assert list(plan) == ["target", "percentile", "slo_ttft_ms", "slo_tpot_ms", "goodput_target", "arrivals",
                           "time_scale", "prices", "max_workers", "shapes"]
     assert list(plan["shapes"][0]) == [
-        "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "meets", "workers", "shown_workers", "gpus",
+        "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens", "pd", "meets", "workers",
+        "shown_workers", "split", "gpus",
         "usd_per_hour", "goodput", "ttft_ms", "tpot_ms", "headroom", "preemptions", "binding", "why",
         "never_share", "lower_bound_workers", "replays"]
     assert list(plan["shapes"][0]["replays"][0]) == ["workers", "meets", "misses", "search"]

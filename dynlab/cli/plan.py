@@ -20,37 +20,55 @@ from dynlab.engine.config import SimConfig
 from dynlab.plan import DEFAULT_CAP, PERCENTILES, Shape, Target
 from dynlab.sweep import EXECUTORS
 
+#: exit status of a plan in which no shape meets the target (its outputs are written all the same)
+INFEASIBLE = 3
 _BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, default, help_ in SIM_OPTIONS}
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
-SHARED = ("trace", "trace_format", "block", "hash", "trace_block", "capacity", "max_num_batched_tokens",
-          "max_num_seqs", "latency_model", "gpu_memory_utilization", "publish", "event_delay_ms", "event_loss",
-          "routers", "router_assign", "pcie_gbps", "cpu_write", "seed", "slo_ttft_ms", "slo_tpot_ms")
-#: sim options plan takes as comma lists of candidates (the shapes are their cross product)
-CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb")
+SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "trace_block", "capacity",
+          "max_num_batched_tokens", "max_num_seqs", "latency_model", "gpu_memory_utilization", "publish",
+          "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "seed", "slo_ttft_ms",
+          "slo_tpot_ms", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
+          "link_latency_ms")
+#: sim's on/off flags plan takes as they are (the P/D fleet's)
+FLAGS = ("overlap_transfer", "decode_prefix_cache")
+#: sim options plan takes as comma lists of candidates (the shapes are their cross product, with --split's)
+CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens")
+#: values of plan's --split: an aggregated fleet, or a P/D one whose split is searched
+SPLITS = ("agg", "auto")
 
 
 def _help(text: str, own_default: bool = False) -> str:
     """sim's help of an option as plan shows it: every replay is timed; ``own_default``: sim's default
     left out (plan shows its own)."""
-    text = text.replace("With --timing: ", "")
+    # sim's "With --timing: X" / "With --timing and a CPU tier: X": every replay is timed
+    text = re.sub(r"With --timing(?: and ([^:]+))?: ", lambda m: f"With {m.group(1)}: " if m.group(1) else "", text)
     if own_default:
         text = re.sub(r"\s*\[default: [^]]*\]", "", text)
     return text[:1].upper() + text[1:]
 
 
 #: plan's own wording where sim's would mislead (every replay is timed)
-_HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory, as sim --timing]."}
+_HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory and "
+                     "--gpu-memory-utilization]."}
 
 
 def _shared_options(fn):
+    from dynlab.cli.routing import SIM_FLAGS
+
+    for flag, field, help_ in reversed([f for f in SIM_FLAGS if f[1] in FLAGS]):
+        fn = click.option(flag, field, is_flag=True, help=_help(help_))(fn)
+    fn = click.option("--split", "split", type=click.STRING, default="agg", show_default=True,
+                      metavar="agg|auto[,...]",
+                      help="Aggregated workers (agg), or a P/D fleet (auto): the fewest total workers and their "
+                           "prefill:decode split are searched (see docs/plan.md). A comma list: one candidate each.")(fn)
     for field in reversed(SHARED):
         flags, ptype, default, help_ = _BY_FIELD[field]
         help_ = _HELP.get(field) or _help(help_)
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
-                          help=help_, required=field == "trace")(fn)
+                          help=help_)(fn)
     for field in reversed(CANDIDATES):
         flags, ptype, default, help_ = _BY_FIELD[field]
-        default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)
+        default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)  # ep 1, spec-tokens 0: sim's
         fn = click.option(*flags, field, type=click.STRING, default=str(default),
                           show_default=True, metavar="V[,V...]",
                           help=_help(help_, own_default=True) + " A comma list: one candidate each.")(fn)
@@ -70,9 +88,24 @@ def _candidates(ctx, options: dict) -> list[Shape]:
             raise
         refuse_repeats(items, values, flags[-1])
         lists[field] = values
+    items = split_list(options.pop("split"), "--split")
+    bad = [v for v in items if v not in SPLITS]
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r} is not agg or auto (a P/D candidate's split is searched)",
+                                 param_hint="'--split'")
+    refuse_repeats(items, items, "--split")
     cpu = [v if v else None for v in lists["cpu_memory_gb"]]  # 0: no CPU tier
-    return [Shape(m, g, t, mode, c) for m in lists["model"] for g in lists["gpu"] for t in lists["tp"]
-            for mode in lists["mode"] for c in cpu]
+    shapes = [Shape(m, g, t, mode, c, ep, k, pd == "auto") for m in lists["model"] for g in lists["gpu"]
+              for t in lists["tp"] for ep in lists["ep"] for mode in lists["mode"] for c in cpu
+              for k in lists["spec_tokens"] for pd in items]
+    kept = [s for s in shapes if not s.impossible()]
+    left = [f"{s.label} ({s.impossible()})" for s in shapes if s.impossible()]
+    if not kept:
+        raise click.UsageError(f"no candidate shape is possible: {left[0]}")
+    if left:
+        click.echo(f"plan: left out {len(left)} candidate{'' if len(left) == 1 else 's'} no worker can be: "
+                   + "; ".join(left), err=True)
+    return kept
 
 
 def _prices(values, gpus: set) -> dict:
@@ -113,17 +146,22 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
 
 def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
     """Every shape's replay options, checked as sim checks them, before any replay."""
-    from dynlab.engine.config import check_effective
+    from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, check_effective
     from dynlab.engine.run import build_strategy
     from dynlab.engine.serving import check_timed
     from dynlab.plan.planner import latency_for
 
+    any_pd, any_spec = any(s.pd for s in shapes), any(s.spec_tokens for s in shapes)
     for shape in shapes:
         config = shape.config(base)
+        own = given | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set())
+        if any_pd and not shape.pd:  # its P/D options are the P/D candidates' (as compare --split aligns them)
+            own -= set(PD_FIELDS)
+        if any_spec and not shape.spec_tokens:  # the K = 0 baseline: the spec options are the others'
+            own -= set(SPEC_FIELDS)
         try:
             config.validate()
-            check_effective(config, given | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set()),
-                            getattr(requests, "own_block_tokens", None))
+            check_effective(config, own, getattr(requests, "own_block_tokens", None))
             check_timed(config, requests)
             build_strategy(config, random.Random(0))
             latency_for(config)
@@ -168,9 +206,11 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
          ray_address, log, resume, fmt, plot_path, report_path, quiet, **options):
     """The fewest workers (and GPUs) per candidate shape that meet the SLOs on a trace, searched by replay.
 
-    Each shape (--model x --gpu x --tp x --modes x --cpu-memory-gb) gets an analytic lower bound from the
-    latency model, then replays bracket and bisect the worker count; the answer N meets the target and
-    N - 1 misses it. Each shape's binding constraint is said in words (queueing, memory, routing, compute). Example:
+    Each shape (--model x --gpu x --tp x --ep x --modes x --cpu-memory-gb x --spec-tokens x --split) gets
+    an analytic lower bound from the latency model, then replays bracket and bisect the worker count (and,
+    with --split auto, the prefill:decode split); the answer N meets the target and N - 1 misses it. Each
+    shape's binding constraint is said in words (queueing, memory, routing, compute). Exit 3: no shape
+    meets the target (the outputs are written). Example:
 
     \b
       dynlab plan --trace mooncake-conversation --rate-scale 2 --slo-ttft-ms 2000 \\
@@ -183,7 +223,11 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     given = given_fields(ctx)
     _refuse(executor, jobs, ray_address, log, resume, goodput,
             ctx.get_parameter_source("slo_percentile") == ParameterSource.COMMANDLINE, plot_path, report_path)
+    if (options["trace"] is None) == (options["workload"] is None):
+        raise click.UsageError("give the traffic: --trace T or --workload SPEC (one of them)")
     shapes = _candidates(ctx, options)
+    if max_workers < 2 and any(s.pd for s in shapes):
+        raise click.UsageError("--max-workers 1: a P/D candidate (--split auto) needs 2 workers at least")
     prices = _prices(price, {s.gpu for s in shapes})
     try:
         target = Target(options["slo_ttft_ms"], options["slo_tpot_ms"], slo_percentile, goodput)
@@ -191,7 +235,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
         raise click.UsageError(str(exc)) from None
     base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
     requests, checked = _load(base, rate, rate_scale)
-    _check_shapes(shapes, checked, given - set(CANDIDATES) - {"slo_ttft_ms", "slo_tpot_ms"}, requests)
+    _check_shapes(shapes, checked, given - set(CANDIDATES) - {"split", "slo_ttft_ms", "slo_tpot_ms"}, requests)
     if plot_path:
         check_plot(plot_path)
     started, fresh = time.perf_counter(), []
@@ -209,11 +253,16 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     if report_path:  # written before the table is printed: no output that looks like success before an error
         _html_report(ctx, report_path, out, shapes, checked)
     _report(out, fmt, plot_path)
+    if not any(s["meets"] for s in out["shapes"]):  # an answer, but not the one asked for: outputs written, exit 3
+        click.echo(f"plan: no shape meets the target (exit {INFEASIBLE}); each shape's binding constraint says why",
+                   err=True)
+        ctx.exit(INFEASIBLE)
 
 
 def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
-    """The plan's HTML report: a run per answered shape (its replay at the answer N), the ranked table
-    and each shape's binding constraint, and the Pareto plot as a figure."""
+    """The plan's HTML report: a run per answered shape (its replay at the answer N; when no shape meets
+    the target, each shape's replay at the count its figures are taken at, labelled ``(misses)``), the
+    ranked table and each shape's binding constraint, and the Pareto plot as a figure."""
     from dynlab.cli.report import write_run_report
     from dynlab.plan.report import pareto_figure, table
     from dynlab.report import Run
@@ -222,18 +271,21 @@ def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
     plan_out = {k: v for k, v in out.items() if k != "_results"}
     by_label = {s.label: s for s in shapes}
     answered = [s for s in out["shapes"] if s["meets"]]
-    runs = [Run(f"{s['shape']} N={s['workers']}", out["_results"][s["shape"]][s["workers"]]) for s in answered]
+    if not answered:  # an infeasible plan: each shape's replay at the count its figures are taken at
+        answered = [s for s in out["shapes"] if s["shown_workers"] is not None]
+    runs = [Run(f"{s['shape']} N={s['shown_workers']}{'' if s['meets'] else ' (misses)'}",
+                out["_results"][s["shape"]][s["shown_workers"]]) for s in answered]
     if not runs:
-        raise click.UsageError("--report: no shape meets the target, so there is no answer to report "
-                               "(the table says why)")
-    configs = [replace(by_label[s["shape"]].config(base), workers=s["workers"]) for s in answered]
+        raise click.UsageError("--report: no shape was replayed, so there is nothing to report")
+    configs = [replace(by_label[s["shape"]].config(base), **({"split": s["split"]} if s["split"] else
+                                                             {"workers": s["shown_workers"]})) for s in answered]
     extra = {"target": out["target"], **{f"binding, {s['shape']}": f"{s['binding']}: {s['why']}"
                                          for s in out["shapes"]}}
     fig = Figure("pareto", "Pareto plot: the replays against GPUs",
                  "Every replay's latency at the SLO percentile against GPUs ($/h with prices), a line per shape, "
                  "the SLO dashed, each answer starred and the answers' Pareto front in grey.",
                  to_svg(pareto_figure(out), "pareto"), ["shape", "workers", "gpus", "ttft_ms", "tpot_ms"],
-                 [[s["shape"], s["workers"], s["gpus"], s["ttft_ms"], s["tpot_ms"]] for s in answered])
+                 [[s["shape"], s["shown_workers"], s["gpus"], s["ttft_ms"], s["tpot_ms"]] for s in answered])
     try:
         write_run_report(ctx, path, runs, configs, extra=extra, title=f"dynlab plan: {out['target']}",
                          sections=[("Plan", table(plan_out))], extra_figures=[fig])
@@ -248,9 +300,14 @@ def _load(base: SimConfig, rate, rate_scale) -> tuple:
     from dynlab.sweep.executors import cached_trace
 
     try:
-        requests = cached_trace(base)
+        if base.workload is not None:
+            from dynlab.traces.workload_io import workload_requests
+
+            requests = workload_requests(base.workload, base.block, base.hash)
+        else:
+            requests = cached_trace(base)
         if not requests:
-            raise ValueError(f"{base.trace}: the trace has no request")
+            raise ValueError(f"{base.trace or base.workload}: the {'trace' if base.trace else 'workload'} has no request")
         time_scale, poisson = arrival_settings(requests, rate, rate_scale)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

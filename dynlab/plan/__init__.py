@@ -21,7 +21,7 @@ from dynlab.plan.search import Shape
 from dynlab.plan.target import PERCENTILES, Target
 
 __all__ = ["plan", "Shape", "Target", "PERCENTILES", "DEFAULT_CAP", "arrival_settings", "mean_rate", "config_cell",
-           "Outcome"]
+           "Outcome", "executor_session"]
 
 
 def _log_known(log_path: Optional[str], resume: bool) -> tuple:
@@ -38,6 +38,24 @@ def _log_known(log_path: Optional[str], resume: bool) -> tuple:
     if resume:
         log.scan()
     return log, {k: r for k, (_, r) in log.records.items()}
+
+
+@contextlib.contextmanager
+def executor_session(executor: str, jobs: Optional[int], ray_address: Optional[str]):
+    """One executor session for every round of a plan. With ``executor`` ``"ray"``: Ray is started (a
+    local instance of ``jobs`` CPUs) or reached (``ray_address``) once here, unless this process has it
+    running already, so each round's :func:`dynlab.sweep.executors.execute` finds it initialized and
+    leaves it up; it is shut down (or disconnected) when the block ends, error or not. Other executors:
+    nothing (the process pool forks per round, which is cheap). Raises :class:`DynlabError` when Ray is
+    missing or cannot be started or reached."""
+    if executor != "ray":
+        yield
+        return
+    from dynlab.sweep import executors
+
+    # a session without a task: executors' own start (signals, loopback, one-line errors) and stop
+    with contextlib.closing(executors._ray([], jobs or executors.default_jobs(), ray_address)):
+        yield
 
 
 def _arrivals(requests: Sequence, time_scale: float, poisson: float) -> str:
@@ -92,10 +110,12 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
                             log.append(config_cell(configs[i]), result)
                         yield i, result
                 except CellError as exc:
-                    raise DynlabError(f"replay at {configs[exc.index].workers} workers "
-                                      f"({configs[exc.index].gpu} tp {configs[exc.index].tp}): {exc}") from None
+                    c = configs[exc.index]
+                    fleet = f"split {c.split}" if c.split else f"{c.workers} workers"
+                    raise DynlabError(f"replay at {fleet} ({c.gpu} tp {c.tp}): {exc}") from None
 
-    run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
+    with executor_session(executor, jobs, ray_address):
+        run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
     explain(outcomes, len(requests))
     arrivals = _arrivals(requests, time_scale, poisson)
     header = {"target": target.describe(), "percentile": target.percentile, "slo_ttft_ms": target.slo_ttft_ms,

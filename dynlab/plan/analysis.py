@@ -80,7 +80,9 @@ class Floors:
 
 def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_block: int) -> Floors:
     """The :class:`Floors` of ``requests`` on ``latency`` (one worker of the shape), chunked at
-    ``config.max_num_batched_tokens``. Distinct (length, hit) pairs are computed once."""
+    ``config.max_num_batched_tokens``. Distinct (length, hit) pairs are computed once. With speculative
+    decoding (``config.spec_tokens`` > 0) a step may emit several tokens, so no TPOT floor is set (all
+    ``None``): only the TTFT floors can make such a shape compute-bound."""
     hits = ideal_hit_tokens(requests, trace_block, config.block)
     cache: dict = {}
     ttft = []
@@ -89,7 +91,10 @@ def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_b
         if key not in cache:
             cache[key] = prefill_alone_ms(latency, req.input_length, hit, config.max_num_batched_tokens)
         ttft.append(cache[key])
-    tpot = tuple(tpot_alone_ms(latency, r.input_length, max(r.output_length, 1)) for r in requests)
+    if config.spec_tokens:  # several tokens per step: one plain decode step is no floor of the TPOT
+        tpot = tuple(None for _ in requests)
+    else:
+        tpot = tuple(tpot_alone_ms(latency, r.input_length, max(r.output_length, 1)) for r in requests)
     return Floors(tuple(ttft), tpot)
 
 
@@ -103,6 +108,24 @@ def span_ms(requests: Sequence, config: SimConfig) -> float:
     return (float(requests[-1].timestamp) - float(requests[0].timestamp)) * config.time_scale
 
 
+def _decode_ms_per_token(requests: Sequence, latency: LatencyModel, config: SimConfig) -> float:
+    """ms of one output token in a full decode batch (``max_num_seqs`` requests at the mean context)."""
+    seqs = config.max_num_seqs
+    mean_ctx = sum(r.input_length + r.output_length / 2 for r in requests) / len(requests)
+    return latency.step_ms(StepBatch((), (), seqs, int(seqs * mean_ctx))) / seqs
+
+
+def prefill_share(requests: Sequence, latency: LatencyModel, config: SimConfig, fl: Floors) -> float:
+    """The prefill's share (0..1) of the trace's work, as :func:`workers_lower_bound` counts it (the
+    prompts' TTFT floors against the output tokens in full decode batches): where a P/D shape's split
+    search starts (prefill workers = share x total). 0.5 for an empty trace."""
+    if not requests:
+        return 0.5
+    prefill = sum(fl.ttft)
+    decode = _decode_ms_per_token(requests, latency, config) * sum(max(r.output_length, 1) - 1 for r in requests)
+    return prefill / (prefill + decode) if prefill + decode > 0 else 0.5
+
+
 def workers_lower_bound(requests: Sequence, latency: LatencyModel, config: SimConfig, fl: Floors) -> int:
     """The bracket's lower end: ``ceil(work / span)``, at least 1, where work (ms of one worker) is every
     prompt's prefill floor plus every output token at the cost of one token in a full decode batch
@@ -111,9 +134,7 @@ def workers_lower_bound(requests: Sequence, latency: LatencyModel, config: SimCo
     sum), so the search replays it."""
     if not requests:
         return 1
-    seqs = config.max_num_seqs
-    mean_ctx = sum(r.input_length + r.output_length / 2 for r in requests) / len(requests)
-    per_token = latency.step_ms(StepBatch((), (), seqs, int(seqs * mean_ctx))) / seqs
+    per_token = _decode_ms_per_token(requests, latency, config)
     work = sum(fl.ttft) + per_token * sum(max(r.output_length, 1) - 1 for r in requests)
     span = span_ms(requests, config)
     return max(1, math.ceil(work / span)) if span > 0 else 1
@@ -125,7 +146,9 @@ def help_shares(requests: Sequence, config: SimConfig, trace_block: int, slo_ttf
     twice the TP (when the model's heads split) and twice the step budget. ``latency_for(config)``
     builds a shape's latency model (``ValueError`` when the hardware refuses it: left out)."""
     out = {}
-    for label, changed in ((f"tp {config.tp * 2}", replace(config, tp=config.tp * 2)),
+    ep = config.ep * 2 if config.ep > 1 else 1  # expert parallelism over the worker's TP GPUs: doubled with them
+    for label, changed in ((f"tp {config.tp * 2}" + (f" ep {ep}" if ep > 1 else ""),
+                            replace(config, tp=config.tp * 2, ep=ep)),
                            (f"max-num-batched-tokens {config.max_num_batched_tokens * 2}",
                             replace(config, max_num_batched_tokens=config.max_num_batched_tokens * 2))):
         try:

@@ -34,8 +34,9 @@ def compute_text(target: Target, never: float, n_requests: int, floor_q: float, 
     if target.slo_ttft_ms is not None and target.goodput is None:
         text += f" The lowest TTFT target {target.percentile} can meet here is about {floor_q:,.0f} ms."
     if helps:
-        text += " Would help: " + ", ".join(f"{k} (never met: {_pct(v)})" for k, v in helps.items())
-        text += "; P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
+        text += " " + helps_text(helps, never, target.allowed_miss)
+    if target.slo_ttft_ms is not None:
+        text += " P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
     if floor_workers is not None:
         text += (f" {_workers(floor_workers)} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
                  f" (goodput {floor_goodput:.4f}).")
@@ -44,21 +45,39 @@ def compute_text(target: Target, never: float, n_requests: int, floor_q: float, 
     return text
 
 
-def replay_text(target: Target, workers: int, result: Mapping, never: float) -> tuple[str, str]:
+def helps_text(helps: Mapping[str, float], never: float, allowed: float) -> str:
+    """What each change measured in ``helps`` (change -> the share, 0..1, that would still never meet the
+    SLOs) does to the share ``never`` that cannot meet them now, against the ``allowed`` share: within
+    the target, lower but not enough, or no lower. Only a change that brings the share within the target
+    is called one that helps: the others are said as measured."""
+    parts = []
+    for k, v in helps.items():
+        if v <= allowed:
+            parts.append(f"{k} would help ({_pct(v)} would still never meet them, within the {_pct(allowed)} allowed)")
+        elif v < never:
+            parts.append(f"{k} lowers that share to {_pct(v)}, not enough")
+        else:
+            parts.append(f"{k} does not lower it ({_pct(v)})")
+    return "Measured the same way: " + "; ".join(parts) + "."
+
+
+def replay_text(target: Target, workers: int, result: Mapping, never: float, fleet: str = "") -> tuple[str, str]:
     """``(kind, words)`` for the replay at ``workers`` that misses ``target`` (N - 1, or the cap):
-    memory when it preempted or rejected, else queueing."""
+    memory when it preempted or rejected, else queueing. ``fleet``: a P/D shape's split at that count
+    (``3:2``, the closest to the target of the splits tried)."""
     misses = "; ".join(target.misses(result))
+    at = _workers(workers) + (f" (split {fleet} P:D, the closest of the splits tried)" if fleet else "")
     wait = measured(result, "queue_wait_ms", "p99")
     pre, rej, pool = result.get("preemptions", 0), result.get("rejected", 0), result.get("kv_blocks")
     if pre or rej:
         kind = "memory"
-        text = (f"memory: at {_workers(workers)} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
+        text = (f"memory: at {at} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
                 f"(the pool of {pool:,} blocks per worker runs dry) and {misses}; fewer requests per worker "
                 "(more workers), a larger pool (higher TP) or a CPU tier helps")
     else:
         kind = "queueing"
         why = ("too many requests decode together on each worker; " if misses.startswith("TPOT") else "")
-        text = f"queueing: at {_workers(workers)} {misses} ({why}queue wait p99 {wait:,.1f} ms); more workers help"
+        text = f"queueing: at {at} {misses} ({why}queue wait p99 {wait:,.1f} ms); more workers help"
     if never > 0:
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")

@@ -2,13 +2,13 @@
 searched by replay on the sweep executors (process pool or Ray), every replay kept in a resumable log."""
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Callable, Mapping, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
 from dynlab.plan import analysis
 from dynlab.plan.binding import compute_text, idle_text, replay_text, routing_text
-from dynlab.plan.search import Search, Shape
+from dynlab.plan.search import PdSearch, Search, Shape
 from dynlab.plan.target import Target
 
 #: the most workers a shape is given by default (``--max-workers``)
@@ -45,6 +45,14 @@ class Outcome:
         s = self.floor if self.floor is not None and self.floor.tested else self.search
         return s.best() if s.best() is not None else (max(s.tested) if s.tested else None)
 
+    def shown_split(self) -> str:
+        """A P/D shape's ``P:D`` at :attr:`shown` (empty for an aggregated shape)."""
+        n = self.shown
+        for s in (self.search, self.floor):
+            if s is not None and n in s.tested:
+                return s.fleet(n)
+        return ""
+
     def shown_result(self) -> dict:
         n = self.shown
         for s in (self.search, self.floor):
@@ -69,8 +77,17 @@ def latency_for(config: SimConfig):
     """One worker's latency model for ``config``'s model, GPU, TP and latency options."""
     from dynlab.latency.grid import build_latency_model, hardware_for
 
-    return build_latency_model(config.latency_model, hardware_for(config.model, config.gpu, config.tp),
+    return build_latency_model(config.latency_model,
+                               hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
+                                            dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype),
                                config.latency_opts)
+
+
+def _search(shape: Shape, config: SimConfig, target: Target, lower: int, cap: int, prefill_share: float) -> Search:
+    """The search of one shape: :class:`PdSearch` (at least 2 workers) for a P/D shape, else :class:`Search`."""
+    if shape.pd:
+        return PdSearch(config, target, max(2, lower), cap, prefill_share=prefill_share)
+    return Search(config, target, lower, cap)
 
 
 def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target: Target, cap: int,
@@ -84,7 +101,8 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         fl = analysis.floors(requests, lat, config, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
         lower = min(cap, analysis.workers_lower_bound(requests, lat, config, fl))
-        o = Outcome(shape, Search(config, target, lower, cap), lower, never)
+        share = analysis.prefill_share(requests, lat, config, fl) if shape.pd else 0.5
+        o = Outcome(shape, _search(shape, config, target, lower, cap, share), lower, never)
         if never > target.allowed_miss:
             o.kind = "compute"
             o.helps = analysis.help_shares(requests, config, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
@@ -94,9 +112,9 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
             floor_goodput = 1.0 - never - target.allowed_miss
             if floor_goodput > 0:
                 relaxed = Target(target.slo_ttft_ms, target.slo_tpot_ms, goodput=round(floor_goodput, 6))
-                o.floor = Search(config, relaxed, lower, cap)
+                o.floor = _search(shape, config, relaxed, lower, cap, share)
             else:  # nothing left to serve in time: one replay at the lower bound shows the figures
-                o.floor = Search(config, target, lower, lower)
+                o.floor = _search(shape, config, target, o.search.lower, o.search.lower, share)
         out.append(o)
     return out
 
@@ -114,22 +132,22 @@ def run_searches(outcomes: Sequence[Outcome], run_batch: Callable, known: Mappin
             s = o.floor if o.kind == "compute" else o.search
             if s is None:
                 continue
-            n = s.next_workers()
-            if n is not None:
-                asks.append((s, n, replace(s.config, workers=n)))
+            ask = s.next_config()
+            if ask is not None:
+                asks.append((s, *ask))
         if not asks:
             return
         todo = []
         for s, n, config in asks:
             cell = config_cell(config)
             if cell_key(cell) in known:
-                s.record(n, known[cell_key(cell)])
+                s.record_config(n, config, known[cell_key(cell)])
                 on_result(cell, known[cell_key(cell)], False)
             else:
                 todo.append((s, n, config, cell))
         for i, result in run_batch([c for _, _, c, _ in todo]):
-            s, n, _, cell = todo[i]
-            s.record(n, result)
+            s, n, config, cell = todo[i]
+            s.record_config(n, config, result)
             on_result(cell, result, True)
 
 
@@ -146,14 +164,16 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
         best = s.best()
         if best == 1:
             o.kind, o.why = "none", "none: one worker meets the target"
+        elif best == s.least:
+            o.kind, o.why = "none", f"none: the smallest P/D fleet ({s.fleet(best)}) meets the target"
         elif best is not None:
-            o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share)
+            o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share, s.fleet(best - 1))
         elif s.plateau() is not None:
             a, b = s.plateau()
             o.kind, o.why = "routing", routing_text(target, a, b, s.tested[b][1])
         else:
             top = max(s.tested)
-            kind, text = replay_text(target, top, s.tested[top][1], o.never_share)
+            kind, text = replay_text(target, top, s.tested[top][1], o.never_share, s.fleet(top))
             o.kind, o.why = kind, f"{text}; not met at the cap of {s.cap} workers (--max-workers)"
         note = s.monotone_note()
         if note:

@@ -41,8 +41,10 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
                         for n, (ok, res) in sorted(o.floor.tested.items())]
         shapes.append({
             "shape": o.shape.label, "model": o.shape.model, "gpu": o.shape.gpu, "tp": o.shape.tp,
-            "mode": o.shape.mode, "cpu_memory_gb": o.shape.cpu_memory_gb,
-            "meets": o.workers is not None, "workers": o.workers, "shown_workers": o.shown, "gpus": gpus(o),
+            "mode": o.shape.mode, "cpu_memory_gb": o.shape.cpu_memory_gb, "ep": o.shape.ep,
+            "spec_tokens": o.shape.spec_tokens, "pd": o.shape.pd,
+            "meets": o.workers is not None, "workers": o.workers, "shown_workers": o.shown,
+            "split": o.shown_split() or None, "gpus": gpus(o),
             "usd_per_hour": usd_per_hour(o, prices), "goodput": r.get("goodput"),
             "ttft_ms": measured(r, "ttft_ms", t.percentile), "tpot_ms": measured(r, "tpot_ms", t.percentile),
             "headroom": t.headroom(r) if r else None, "preemptions": r.get("preemptions"),
@@ -63,6 +65,8 @@ def table(plan: Mapping) -> str:
     rows = [cols]
     for i, s in enumerate(plan["shapes"], 1):
         workers = str(s["workers"]) if s["meets"] else (f"({s['shown_workers']})" if s["shown_workers"] else "-")
+        if s["split"] and s["shown_workers"]:
+            workers += f" [{s['split']}]"
         rows.append([str(i) if s["meets"] else "-", s["shape"], workers, _cell(s["gpus"]) if s["meets"] else "-",
                      _cell(s["usd_per_hour"], "{:.2f}") if s["meets"] else "-", _cell(s["goodput"]),
                      _cell(s["ttft_ms"]), _cell(s["tpot_ms"]), _cell(s["headroom"], "{:.1%}"), s["binding"]])
@@ -71,7 +75,10 @@ def table(plan: Mapping) -> str:
              for r in rows]
     lines.append("")
     lines.append(f"target: {plan['target']}; arrivals: {plan['arrivals']}")
-    lines.append("workers in parentheses: the shape misses the target; figures at that count (see below)")
+    if not all(s["meets"] for s in plan["shapes"]):
+        lines.append("workers in parentheses: the shape misses the target; figures at that count (see below)")
+    if any(s["split"] for s in plan["shapes"]):
+        lines.append("[P:D]: a P/D shape's prefill and decode workers")
     for s in plan["shapes"]:
         lines.append(f"- {s['shape']}: {s['why']}")
     return "\n".join(lines)

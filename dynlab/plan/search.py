@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
 from dynlab.engine.config import SimConfig
-from dynlab.plan.target import Target
+from dynlab.plan.target import Target, measured
 
 #: each gallop step multiplies the worker count by this much (at least one more worker)
 GALLOP = 1.5
@@ -18,24 +18,47 @@ GALLOP = 1.5
 @dataclass(frozen=True)
 class Shape:
     """One candidate: workers of ``tp`` ``gpu`` GPUs each serving ``model``, routed by ``mode``, with a CPU
-    tier of ``cpu_memory_gb`` GB per worker (``None``: none)."""
+    tier of ``cpu_memory_gb`` GB per worker (``None``: none), ``ep`` expert-parallel GPUs (1: none; else
+    ``ep`` = ``tp``), ``spec_tokens`` draft tokens per decode step (0: no speculation) and, with ``pd``,
+    a disaggregated fleet whose prefill:decode split is searched (:class:`PdSearch`)."""
 
     model: str
     gpu: str
     tp: int
     mode: str
     cpu_memory_gb: Optional[float] = None
+    ep: int = 1
+    spec_tokens: int = 0
+    pd: bool = False
 
     @property
     def label(self) -> str:
-        """``h100x2 kv-cost`` (``+cpu256`` with a CPU tier of 256 GB)."""
+        """``h100x2 kv-cost``; `` ep2`` after the TP with expert parallelism, ``+cpu256`` with a CPU tier of
+        256 GB, `` spec2`` with 2 draft tokens, `` P/D`` for a disaggregated fleet."""
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
         cpu = f" +cpu{self.cpu_memory_gb:g}" if self.cpu_memory_gb else ""
-        return f"{self.gpu}x{self.tp} {self.mode}{cpu}"
+        spec = f" spec{self.spec_tokens}" if self.spec_tokens else ""
+        return f"{self.gpu}x{self.tp}{ep} {self.mode}{cpu}{spec}{' P/D' if self.pd else ''}"
 
     def config(self, base: SimConfig) -> SimConfig:
-        """``base`` with this shape's fields."""
+        """``base`` with this shape's fields. Without speculation (``spec_tokens`` 0) the other spec options
+        are dropped (as ``compare --spec-tokens 0,2`` drops them for its baseline); an aggregated shape
+        drops the P/D options, a P/D one gets the split ``1:1`` until its search sets one."""
+        from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, _DEFAULTS
+
+        drop = (SPEC_FIELDS if not self.spec_tokens else ()) + (PD_FIELDS if not self.pd else ())
         return replace(base, model=self.model, gpu=self.gpu, tp=self.tp, mode=self.mode,
-                       cpu_memory_gb=self.cpu_memory_gb)
+                       cpu_memory_gb=self.cpu_memory_gb, ep=self.ep, spec_tokens=self.spec_tokens,
+                       split="1:1" if self.pd else None, **{f: _DEFAULTS[f] for f in drop})
+
+    def impossible(self) -> str:
+        """Why no worker can have this shape, in words (empty when it can): plan takes no
+        ``--dp-attention``, so ``ep`` > 1 must equal ``tp``; a P/D fleet's workers have no CPU tier."""
+        if self.ep > 1 and self.ep != self.tp:
+            return f"--ep {self.ep} must equal --tp {self.tp}"
+        if self.pd and self.cpu_memory_gb:
+            return "a P/D fleet's workers have no CPU tier"
+        return ""
 
 
 @dataclass
@@ -52,6 +75,8 @@ class Search:
     lower: int
     cap: int
     tested: dict = field(default_factory=dict)
+    #: the fewest workers the shape can have (a P/D fleet: 2)
+    least = 1
 
     def good(self) -> list[int]:
         return sorted(n for n, (ok, _) in self.tested.items() if ok)
@@ -71,7 +96,7 @@ class Search:
                 return None
             return min(self.cap, max(top + 1, math.ceil(top * GALLOP)))
         below = [n for n, (ok, _) in self.tested.items() if not ok and n < best]
-        lo = max(below, default=0)
+        lo = max(below, default=self.least - 1)
         if best - lo <= 1:
             return None
         return (lo + best) // 2
@@ -87,6 +112,19 @@ class Search:
 
     def record(self, workers: int, result: Mapping) -> None:
         self.tested[workers] = (not self.target.misses(result), dict(result))
+
+    def next_config(self) -> Optional[tuple[int, SimConfig]]:
+        """``(workers, the replay's configuration)`` to run next, ``None`` when the search is done."""
+        n = self.next_workers()
+        return None if n is None else (n, replace(self.config, workers=n))
+
+    def record_config(self, workers: int, config: SimConfig, result: Mapping) -> None:
+        """Record the result of :meth:`next_config`'s replay."""
+        self.record(workers, result)
+
+    def fleet(self, workers: int) -> str:
+        """How ``workers`` workers are arranged: empty for an aggregated fleet."""
+        return ""
 
     def monotone_note(self) -> str:
         """Empty when every replay seen is consistent with "more workers never hurt"; otherwise what was
@@ -107,3 +145,72 @@ def signature(result: Mapping) -> tuple:
     percentiles, goodput, preemptions, rejections."""
     return tuple(json.dumps(result.get(k), sort_keys=True) for k in
                  ("ttft_ms", "tpot_ms", "queue_wait_ms", "goodput", "preemptions", "rejected"))
+
+
+@dataclass
+class PdSearch(Search):
+    """:class:`Search` for a disaggregated shape: the total worker count T is galloped and bisected as an
+    aggregated shape's is (``lower`` at least 2), and at each T the prefill:decode split is searched by
+    bisection on the prefill workers P in ``[1, T - 1]``: first P = ``prefill_share`` x T (rounded, the
+    prefill's share of the work from the floors), then, while the target is missed, more prefill workers
+    when the TTFT SLO is the further missed (measured / SLO at the percentile), fewer when TPOT is. T
+    meets the target when one split does; ``splits``: T -> P -> (meets, result). When every split tried
+    at T misses, T is recorded with the split closest to the target (the most headroom)."""
+
+    least = 2
+    prefill_share: float = 0.5
+    splits: dict = field(default_factory=dict)
+    _bounds: dict = field(default_factory=dict)  # T -> [lo, hi]: P <= lo needs more prefill, P >= hi fewer
+
+    def next_config(self) -> Optional[tuple[int, SimConfig]]:
+        while True:
+            open_t = [t for t in self.splits if t not in self.tested]
+            if open_t:
+                t = open_t[0]
+                lo, hi = self._bounds[t]
+                if hi - lo > 1:
+                    return t, self._at(t, (lo + hi) // 2)
+                tried = self.splits[t]
+                best = max(tried, key=lambda p: _room(self.target, tried[p][1]))
+                self.tested[t] = (False, tried[best][1])
+                continue
+            t = self.next_workers()
+            if t is None:
+                return None
+            self.splits[t], self._bounds[t] = {}, [0, t]
+            return t, self._at(t, min(t - 1, max(1, round(self.prefill_share * t))))
+
+    def _at(self, total: int, p: int) -> SimConfig:
+        return replace(self.config, split=f"{p}:{total - p}")
+
+    def record_config(self, workers: int, config: SimConfig, result: Mapping) -> None:
+        p = int(config.split.partition(":")[0])
+        ok = not self.target.misses(result)
+        self.splits.setdefault(workers, {})[p] = (ok, dict(result))
+        bounds = self._bounds.setdefault(workers, [0, workers])
+        if ok:
+            self.tested[workers] = (True, dict(result))
+        elif self._needs_prefill(result):
+            bounds[0] = max(bounds[0], p)
+        else:
+            bounds[1] = min(bounds[1], p)
+
+    def _needs_prefill(self, result: Mapping) -> bool:
+        """More prefill workers (True) or more decode workers: the SLO missed the furthest."""
+        t, slo = self.target, {"ttft_ms": self.target.slo_ttft_ms, "tpot_ms": self.target.slo_tpot_ms}
+        ratio = {k: (measured(result, k, t.percentile) or 0.0) / v if v else 0.0 for k, v in slo.items()}
+        return ratio["ttft_ms"] >= ratio["tpot_ms"]
+
+    def next_workers(self) -> Optional[int]:
+        return None if self.cap < self.least else super().next_workers()
+
+    def fleet(self, workers: int) -> str:
+        """``4:2``: the prefill:decode split of the replay recorded at ``workers``."""
+        r = self.tested.get(workers, (None, {}))[1]
+        return f"{r['prefill_workers']}:{r['decode_workers']}" if "prefill_workers" in r else ""
+
+
+def _room(target: Target, result: Mapping) -> float:
+    """``target.headroom(result)``, ``-inf`` when the replay has none of the figures it reads."""
+    room = target.headroom(result)
+    return float("-inf") if room is None else room
