@@ -398,6 +398,11 @@ LOGGED = PLAN + ["--log", "p.jsonl"]
 TIER = LOGGED + ["--capacity", "8", "--block", "256", "--cpu-memory-gb", "1"]
 
 
+#: sim's --admission case (three requests at once, a 70-block pool, 64-token chunks) as plan's replays
+ADMISSION = LOGGED + ["--rate-scale", "1000", "--modes", "rr", "--capacity", "70", "--block", "16",
+                      "--max-num-batched-tokens", "64"]
+
+
 def plan_differ(a: Out, b: Out) -> None:
     """As :func:`differ`, a plan meeting no target (exit 3, its outputs written) counting as a run."""
     assert a.code in (0, 3) and b.code in (0, 3), (a.stderr, b.stderr)
@@ -429,6 +434,7 @@ TABLE.update({
     ("plan", "--router-assign"): changes(LOGGED + ["--routers", "2"], ["--router-assign", "hash"]),
     ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
     ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
+    ("plan", "--admission"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--admission", "chunk")),
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
     ("plan", "--slo-ttft-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:])),
     ("plan", "--slo-tpot-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN, "--slo-tpot-ms", "1")),

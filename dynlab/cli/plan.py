@@ -26,7 +26,8 @@ _BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, defa
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
 SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "trace_block", "capacity",
           "max_num_batched_tokens", "max_num_seqs", "latency_model", "gpu_memory_utilization", "publish",
-          "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "seed", "slo_ttft_ms",
+          "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "seed",
+          "slo_ttft_ms",
           "slo_tpot_ms", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
           "link_latency_ms")
 #: sim's on/off flags plan takes as they are (the P/D fleet's)
