@@ -105,6 +105,11 @@ class HybridPool:
     counts: dict
     padding: int
 
+    def block_bytes(self, tp: int) -> int:
+        """Bytes of one pool block on a worker of ``tp`` GPUs: one page of each of ``group_size`` layers on
+        each GPU, ``page_bytes * group_size * tp`` (what a CPU tier stores per block, of any group)."""
+        return round(self.page_bytes * self.group_size * tp)
+
     def describe(self) -> str:
         parts = ", ".join(f"{n} {k}" for k, n in self.counts.items())
         return (f"{self.full_groups + len(self.groups)} KV cache groups of {self.group_size} layers "

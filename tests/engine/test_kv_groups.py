@@ -136,10 +136,10 @@ def test_pd_reserve_and_transfer_of_a_sliding_window_model():
     assert transfer_bytes(model.kv_groups, 8192, 8000) == (192 + 128) * 36_864
 
 
-def test_cpu_tier_refused():
+def test_trace_blocks_refused_by_the_manager():
     layout = hybrid_pool(model_spec("gpt-oss-20b"), 16, 1)
-    with pytest.raises(ValueError, match="CPU tier"):
-        HybridKvCacheManager(100, 16, layout, cpu_capacity=10)
+    with pytest.raises(ValueError, match="trace blocks"):
+        HybridKvCacheManager(100, 16, layout, runs=True)
 
 
 # -- properties: a worker over KV cache groups --------------------------------------------------
@@ -220,7 +220,7 @@ def test_pd_transfer_of_a_sliding_window_model_through_the_command(tmp_path):
     assert "shared by 2 KV cache groups of 18 layers" in out["kv_blocks_source"]
 
 
-def test_trace_blocks_and_cpu_tier_refused_in_one_line(tmp_path):
+def test_trace_blocks_refused_in_one_line(tmp_path):
     from helpers import invoke
 
     result = invoke("sim", "--timing", "--model", "gpt-oss-20b", "--trace", "mooncake-conversation")
