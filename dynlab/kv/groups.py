@@ -56,6 +56,11 @@ class SlidingWindowGroup:
         """Blocks held for slots up to ``tokens`` with ``computed`` computed: ``blocks_needed - skipped``."""
         return self.blocks_needed(tokens) - self.skipped(computed)
 
+    def next_drop(self, computed: int) -> int:
+        """The least computed count ``> computed`` at which :meth:`skipped` grows (a block leaves the
+        window): ``W - 1 + block * (skipped(computed) + 1)``. A bulk decode run stops there."""
+        return self.window - 1 + self.block * (self.skipped(computed) + 1)
+
 
 class ChunkedLocalGroup(SlidingWindowGroup):
     """A chunked-local KV cache group (Llama 4): attention within chunks of ``window`` tokens (``C``)."""
@@ -65,6 +70,10 @@ class ChunkedLocalGroup(SlidingWindowGroup):
     def skipped(self, computed: int) -> int:
         """Leading blocks before the current chunk: ``(computed // C) * C // block``."""
         return computed // self.window * self.window // self.block
+
+    def next_drop(self, computed: int) -> int:
+        """The next chunk's start, ``(computed // C + 1) * C`` (where :meth:`skipped` may grow)."""
+        return (computed // self.window + 1) * self.window
 
 
 class StateGroup:
@@ -87,6 +96,10 @@ class StateGroup:
     def held(self, tokens: int, computed: int) -> int:
         """``blocks_needed(tokens)``: nothing is freed."""
         return self.blocks_needed(tokens)
+
+    def next_drop(self, computed: int) -> float:
+        """Never: nothing is freed."""
+        return math.inf
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,11 @@ one group, so one size for all groups), holding each group's blocks under that g
   load of ``sum over groups`` blocks (``load_ms_per_block`` each); the scheduler sees ``(h, H - h)``,
   ``h`` the hit every group has on the GPU alone.
 
-Not modelled (refused by the engine set-up): pools working on runs, bulk decode runs.
+Bulk decode runs: a run of decode-only steps stops where the next step would change the pool: a full
+group's block boundary (as for one group; a window table grows with it) or the first step at which a
+window group frees a block (:meth:`free_slots_of`); it never crosses boundaries (:meth:`take_boundaries`).
+
+Not modelled (refused by the engine set-up): pools working on runs.
 """
 from __future__ import annotations
 
@@ -75,6 +79,16 @@ class HybridKvCacheManager(KvCacheManager):
         """Whether every group's whole table for ``tokens`` tokens fits at once (conservative: a prompt
         computed in one chunk holds them all before the window frees any)."""
         return sum(g.blocks_needed(tokens) for g in self.groups) <= self.pool.capacity
+
+    def free_slots_of(self, sched: list) -> list:
+        """Tokens each request of ``sched`` can still decode before the pool changes: its full group's free
+        slots, or fewer when a window group frees a block sooner (its next drop minus ``computed``)."""
+        B, extra = self.block, self.extra
+        out = []
+        for r, _ in sched:
+            c = r.computed
+            out.append(min([len(r.keys) * B - c] + [g.next_drop(c) - c for g in extra]))
+        return out
 
     def seq_of(self, req, i: int) -> list:
         """Names of ``req``'s prompt blocks in extra group ``i`` (0-based): ``name + (i + 1) * 2**64``."""
