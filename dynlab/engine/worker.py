@@ -161,8 +161,7 @@ class EngineWorker:
         self.runs = runs
         self.kv = kv_cache_manager(capacity, block, kv_layout, runs=runs, cpu_capacity=cpu_capacity,
                                    load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
-        # KV cache groups (dynlab.kv.hybrid): bulk runs stop at every block boundary and window drop
-        self._kv_groups = kv_layout is not None
+        self._kv_groups = kv_layout is not None  # (dynlab.kv.hybrid) a bulk run never crosses a boundary
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec)
         self.pool = self.kv.pool
@@ -356,8 +355,7 @@ class EngineWorker:
                 return None
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         # a bulk run may go on across block boundaries when the driver crosses them and nothing waits
-        can_cross = self.cross_boundaries and not (self._kv_groups or sch.waiting or sch.loading or sch.ready
-                                                   or sch.received)
+        can_cross = self.cross_boundaries and not (self._kv_groups or sch.waiting or sch.loading or sch.ready or sch.received)
         st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross,
                        self.spec)
         st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()
