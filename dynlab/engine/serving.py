@@ -154,14 +154,13 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
 
         def runs_of(req) -> tuple:
             return engine_block_runs(req.hashes, req.input_length, trace_block, block)
-    cpu, per_block, load_ms = cpu_tier_size(config, hardware.model)
-    if layout is not None and (cpu is not None or runs_of is not None or config.spec_tokens):
+    cpu, per_block, load_ms = cpu_tier_size(config, hardware.model, layout)
+    if layout is not None and (runs_of is not None or config.spec_tokens):
         raise ValueError(f"{hardware.model.name} has KV cache groups ({layout.describe()}), which dynlab does not "
-                         "model with " + ("a CPU tier" if cpu is not None else "speculative decoding (--spec-tokens)"
-                                          if config.spec_tokens else
+                         "model with " + ("speculative decoding (--spec-tokens)" if config.spec_tokens else
                                           f"trace blocks of {trace_block} tokens other than --block {block}"))
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
-                      runs_of, cpu_tier_source(config, cpu, per_block), layout)
+                      runs_of, cpu_tier_source(config, cpu, per_block, layout), layout)
 
 
 def _hardware_pool(config: SimConfig) -> tuple:
@@ -210,8 +209,8 @@ def check_timed(config: SimConfig, requests=None) -> None:
     from dynlab.engine.config import check_arrival_options
     from dynlab.engine.env import check_arrivals
 
-    hardware = _hardware_pool(config)[0]
-    cpu_tier_size(config, hardware.model)
+    hardware, *_, layout = _hardware_pool(config)
+    cpu_tier_size(config, hardware.model, layout)
     spec_decoding(config)  # a bad --spec-acceptance
     if requests is not None:
         check_arrivals(requests, config.time_scale)
@@ -220,14 +219,19 @@ def check_timed(config: SimConfig, requests=None) -> None:
                               config.rate_scale, config.duration)
 
 
-def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: int) -> str:
+def cpu_tier_source(config: SimConfig, cpu: Optional[int], per_block: int, layout=None) -> str:
     """Where a CPU tier of ``cpu`` blocks per worker comes from (the run's ``cpu_kv_blocks_source``): the
     ``--cpu-capacity`` given, or the ``--cpu-memory-gb`` formula of :func:`cpu_tier_size` with its numbers
-    (``per_block``: KV bytes per block); ``""`` without a tier."""
+    (``per_block``: KV bytes per block; with KV cache groups, ``layout``, a block of one group); ``""``
+    without a tier."""
     if cpu is None:
         return ""
     if config.cpu_capacity is not None:
         return f"--cpu-capacity {cpu} blocks of {config.block} tokens"
+    if layout is not None:
+        return (f"floor({config.cpu_memory_gb:g} x 10^9 B / {per_block:,} B per block of {config.block} tokens "
+                f"of one KV cache group of {layout.group_size} layers) = {cpu} blocks per worker, shared by "
+                f"{layout.describe()}")
     return (f"floor({config.cpu_memory_gb:g} x 10^9 B / {per_block:,} B per block of {config.block} tokens) "
             f"= {cpu} blocks ({cpu * config.block:,} tokens) per worker")
 
@@ -245,8 +249,11 @@ def _one_block_gb(per_block: float) -> float:
     return gb
 
 
-def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], int, float]:
+def cpu_tier_size(config: SimConfig, model, layout=None) -> tuple[Optional[int], int, float]:
     """``(cpu blocks per worker or None, KV bytes per block (an int), ms to load one block over PCIe)`` of ``config``.
+
+    With KV cache groups (``layout``, a :class:`~dynlab.kv.groups.HybridPool`) a block is one pool block of
+    one group, :meth:`~dynlab.kv.groups.HybridPool.block_bytes` (``page * group_size * tp``); the rest as below.
 
     A worker's block holds ``kv_bytes_per_token_per_gpu(tp) * tp * block`` bytes (its share on each of
     its ``tp`` GPUs; :meth:`dynlab.latency.hardware.ModelSpec.kv_bytes_per_token_per_gpu`), a whole
@@ -268,9 +275,12 @@ def cpu_tier_size(config: SimConfig, model) -> tuple[Optional[int], int, float]:
     from dynlab.limits import HORIZON_MS
     from dynlab.kv.cpu_tier import cpu_blocks
 
-    per_block = model.kv_bytes_per_token * config.tp * config.block
-    if model.attention != "mla":  # heads split over min(tp, kv_heads) GPUs; exact (see above)
-        per_block //= min(config.tp, model.kv_heads)
+    if layout is not None:
+        per_block = layout.block_bytes(config.tp)
+    else:
+        per_block = model.kv_bytes_per_token * config.tp * config.block
+        if model.attention != "mla":  # heads split over min(tp, kv_heads) GPUs; exact (see above)
+            per_block //= min(config.tp, model.kv_heads)
     try:
         load_ms = float(per_block) / config.tp / (config.pcie_gbps * 1e9) * 1000.0
     except OverflowError:  # more bytes than a float holds (an absurd --block): past any horizon

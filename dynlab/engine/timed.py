@@ -222,7 +222,7 @@ class TimedFleet:
             return
         now = self.loop.now
         engine.start_step(now)
-        if engine.removed:
+        if engine.removed or engine.cpu_removed or engine.cpu_stored:  # (KV cache groups: a CPU change alone)
             self._publish_removed(w, engine)
         t = engine.next_ready
         if engine.step_end is None and t is not None:  # nothing to run until a load in transit arrives
@@ -236,8 +236,8 @@ class TimedFleet:
     def _publish_removed(self, w: int, engine: EngineWorker) -> None:
         """Publish what a step start (or a bulk run's block boundary) evicted: GPU, then the CPU tier."""
         self.evicted_blocks += len(engine.removed)
-        self._publish(w, BlockRemoved(w, tuple(engine.removed), runs=engine.removed_runs), engine.cpu_removed,
-                      engine.cpu_stored)
+        gpu = BlockRemoved(w, tuple(engine.removed), runs=engine.removed_runs) if engine.removed else None
+        self._publish(w, gpu, engine.cpu_removed, engine.cpu_stored)
 
     def _publish(self, w: int, gpu_event, cpu_removed: tuple, cpu_stored: tuple) -> None:
         """Send ``gpu_event``, then the CPU tier's change (``BlockRemoved``, then ``BlockStored``, medium
@@ -245,7 +245,7 @@ class TimedFleet:
         if not cpu_removed and not cpu_stored:
             self.bus.send_one(gpu_event)
             return
-        events = [gpu_event]
+        events = [gpu_event] if gpu_event is not None else []  # None: only the CPU tier changed
         if cpu_removed:
             events.append(BlockRemoved(w, cpu_removed, MEDIUM_CPU))
         if cpu_stored:

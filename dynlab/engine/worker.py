@@ -132,10 +132,11 @@ class EngineWorker:
     a disaggregated fleet (see the module docstring); ``runs``: the pool works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
     names with runs longer than one, as :func:`~dynlab.engine.names.engine_block_runs` gives them).
     ``cpu_capacity`` / ``load_ms_per_block`` / ``cpu_write``: the CPU tier (see the module docstring);
-    ``kv_layout``: KV cache groups (:mod:`dynlab.kv.hybrid`); ``spec``: speculative decoding
-    (:mod:`dynlab.engine.spec`; ``None``: off; a request is rejected when ``input_length + output_length
-    - 1 + K + lookahead`` tokens cannot fit); either one runs one step at a time (no bulk run). ``admission``:
-    ``full`` or ``chunk`` (:meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`).
+    ``kv_layout``: KV cache groups (:mod:`dynlab.kv.hybrid`; a bulk run stops at each block boundary and
+    window drop, never crossing one); ``spec``: speculative decoding (:mod:`dynlab.engine.spec`; ``None``:
+    off; a request is rejected when ``input_length + output_length - 1 + K + lookahead`` tokens cannot
+    fit), which runs one step at a time (no bulk run). ``admission``: ``full`` or ``chunk``
+    (:meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`).
     Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
     Queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``): the scheduler's; ``pool``, ``cpu``,
@@ -160,8 +161,7 @@ class EngineWorker:
         self.runs = runs
         self.kv = kv_cache_manager(capacity, block, kv_layout, runs=runs, cpu_capacity=cpu_capacity,
                                    load_ms_per_block=load_ms_per_block, cpu_write=cpu_write, admission=admission)
-        if kv_layout is not None:  # KV cache groups (dynlab.kv.hybrid): one step at a time, no bulk decode runs
-            self.bulk = bulk = False
+        self._kv_groups = kv_layout is not None  # (dynlab.kv.hybrid) a bulk run never crosses a boundary
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec)
         self.pool = self.kv.pool
@@ -355,7 +355,7 @@ class EngineWorker:
                 return None
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         # a bulk run may go on across block boundaries when the driver crosses them and nothing waits
-        can_cross = self.cross_boundaries and not (sch.waiting or sch.loading or sch.ready or sch.received)
+        can_cross = self.cross_boundaries and not (self._kv_groups or sch.waiting or sch.loading or sch.ready or sch.received)
         st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross,
                        self.spec)
         st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()

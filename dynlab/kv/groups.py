@@ -56,6 +56,11 @@ class SlidingWindowGroup:
         """Blocks held for slots up to ``tokens`` with ``computed`` computed: ``blocks_needed - skipped``."""
         return self.blocks_needed(tokens) - self.skipped(computed)
 
+    def next_drop(self, computed: int) -> int:
+        """The least computed count ``> computed`` at which :meth:`skipped` grows (a block leaves the
+        window): ``W - 1 + block * (skipped(computed) + 1)``. A bulk decode run stops there."""
+        return self.window - 1 + self.block * (self.skipped(computed) + 1)
+
 
 class ChunkedLocalGroup(SlidingWindowGroup):
     """A chunked-local KV cache group (Llama 4): attention within chunks of ``window`` tokens (``C``)."""
@@ -65,6 +70,10 @@ class ChunkedLocalGroup(SlidingWindowGroup):
     def skipped(self, computed: int) -> int:
         """Leading blocks before the current chunk: ``(computed // C) * C // block``."""
         return computed // self.window * self.window // self.block
+
+    def next_drop(self, computed: int) -> int:
+        """The next chunk's start, ``(computed // C + 1) * C`` (where :meth:`skipped` may grow)."""
+        return (computed // self.window + 1) * self.window
 
 
 class StateGroup:
@@ -88,6 +97,10 @@ class StateGroup:
         """``blocks_needed(tokens)``: nothing is freed."""
         return self.blocks_needed(tokens)
 
+    def next_drop(self, computed: int) -> float:
+        """Never: nothing is freed."""
+        return math.inf
+
 
 @dataclass(frozen=True)
 class HybridPool:
@@ -104,6 +117,11 @@ class HybridPool:
     page_bytes: float
     counts: dict
     padding: int
+
+    def block_bytes(self, tp: int) -> int:
+        """Bytes of one pool block on a worker of ``tp`` GPUs: one page of each of ``group_size`` layers on
+        each GPU, ``page_bytes * group_size * tp`` (what a CPU tier stores per block, of any group)."""
+        return round(self.page_bytes * self.group_size * tp)
 
     def describe(self) -> str:
         parts = ", ".join(f"{n} {k}" for k, n in self.counts.items())

@@ -17,7 +17,26 @@ state, extra full-attention groups) holds its own block table per request, from 
 - P/D (:meth:`reserve`): the decode side reserves what is resident after the prompt: every full
   group's ``ceil(tokens / block)``, a window group's blocks in its window.
 
-Not modelled (refused by the engine set-up): a CPU tier, pools working on runs, bulk decode runs.
+CPU tier (``cpu_capacity > 0``), per group: one LRU tier of blocks (each one pool page of every layer of
+one group, so one size for all groups), holding each group's blocks under that group's names:
+
+- write rule ``evict``: every group's blocks the GPU pool evicts are written (a victim tier takes what
+  the GPU cache drops; a window group's blocks are there only if the GPU cached them);
+- write rule ``compute`` (write-through): at a step's end, each group's blocks named in the step that
+  are still resident: the full groups' all, a window group's only those still in its window at the
+  request's computed tokens (blocks that already left it are not written);
+- lookup: the longest ``H`` blocks for which the full group has a GPU run then a CPU run covering
+  ``0 .. H - 1`` and every window group a GPU run then a CPU run covering the window's blocks before
+  token ``H * block`` (each group's prefix rule, served from either tier); a state group: none;
+- load: every group's blocks of the hit that are not on the GPU are loaded over the link, all in one
+  load of ``sum over groups`` blocks (``load_ms_per_block`` each); the scheduler sees ``(h, H - h)``,
+  ``h`` the hit every group has on the GPU alone.
+
+Bulk decode runs: a run of decode-only steps stops where the next step would change the pool: a full
+group's block boundary (as for one group; a window table grows with it) or the first step at which a
+window group frees a block (:meth:`free_slots_of`); it never crosses boundaries (:meth:`take_boundaries`).
+
+Not modelled (refused by the engine set-up): pools working on runs.
 """
 from __future__ import annotations
 
@@ -36,12 +55,12 @@ _NO_WINDOW = 1 << 62  # an extra full-attention group: a window nothing leaves
 
 class HybridKvCacheManager(KvCacheManager):
     """One engine's KV cache over the groups of ``layout`` (:class:`~dynlab.kv.groups.HybridPool`), one pool
-    of ``capacity`` blocks of ``block`` tokens. Raises ``ValueError`` with a CPU tier or ``runs``."""
+    of ``capacity`` blocks of ``block`` tokens. Raises ``ValueError`` with ``runs``."""
 
     def __init__(self, capacity: int, block: int, layout: HybridPool, **kw):
-        if kw.get("cpu_capacity") or kw.get("runs"):
+        if kw.get("runs"):
             raise ValueError("KV cache groups (sliding-window, chunked-local or state layers) are not modelled "
-                             "with a CPU tier or trace blocks other than --block")
+                             "with trace blocks other than --block")
         super().__init__(capacity, block, **kw)
         extra = tuple(SlidingWindowGroup(block, _NO_WINDOW) for _ in range(layout.full_groups - 1))
         self.extra = extra + layout.groups
@@ -51,12 +70,25 @@ class HybridKvCacheManager(KvCacheManager):
         self.held_tables: dict = {}
         self.reserved_tables: dict = {}
         self._seqs: dict = {}
+        self._plan: Optional[tuple] = None  # (req, H, full GPU hits, [GPU hits per extra group]) of a CPU hit
+        self._loads: dict = {}  # request -> [(extra group, first, end)] of its blocks loading from the CPU
+        self._named: list = []  # (req, extra group, first, end) named this step (write-through)
 
     # -- reading ------------------------------------------------------------------------------
     def fits(self, tokens: int) -> bool:
         """Whether every group's whole table for ``tokens`` tokens fits at once (conservative: a prompt
         computed in one chunk holds them all before the window frees any)."""
         return sum(g.blocks_needed(tokens) for g in self.groups) <= self.pool.capacity
+
+    def free_slots_of(self, sched: list) -> list:
+        """Tokens each request of ``sched`` can still decode before the pool changes: its full group's free
+        slots, or fewer when a window group frees a block sooner (its next drop minus ``computed``)."""
+        B, extra = self.block, self.extra
+        out = []
+        for r, _ in sched:
+            c = r.computed
+            out.append(min([len(r.keys) * B - c] + [g.next_drop(c) - c for g in extra]))
+        return out
 
     def seq_of(self, req, i: int) -> list:
         """Names of ``req``'s prompt blocks in extra group ``i`` (0-based): ``name + (i + 1) * 2**64``."""
@@ -88,42 +120,77 @@ class HybridKvCacheManager(KvCacheManager):
         return h
 
     def find_cached_prefix(self, req) -> Tuple[int, int]:
-        """``(h, 0)``: the longest prefix every group can serve (module docstring)."""
-        h, _ = super().find_cached_prefix(req)
-        return self._hit(req, h), 0
+        """``(h, hc)``: ``h`` the longest prefix every group serves from the GPU pool, ``h + hc`` the longest
+        one they serve from the pool and the CPU tier (module docstring; ``hc`` 0 without a tier)."""
+        cap = min(len(req.names), (req.num_tokens - 1) // self.block)
+        g0 = self.pool.lookup(req.seq, cap)
+        h = self._hit(req, g0)
+        cpu = self.cpu
+        if cpu is None or not all(g.prefix_cache for g in self.extra):
+            return h, 0
+        top = g0 + (cpu.lookup(req.names, g0, cap - g0) if g0 < cap else 0)
+        H = top
+        while H > h:
+            gpu, miss = self._cpu_plan(req, H)
+            if gpu is not None:
+                self._plan = (req, H, min(g0, H), gpu)
+                return h, H - h
+            H = miss  # every longer hit's window holds the missing block too (windows only move forward)
+        return h, 0
+
+    def _cpu_plan(self, req, H: int) -> tuple:
+        """``(each extra group's GPU hits, None)``: a leading run of its window's blocks before token
+        ``H * block`` on the GPU, the rest in the CPU tier, contiguously; ``(None, m)`` when some group
+        lacks its block ``m`` in both."""
+        pool, cpu, out = self.pool, self.cpu, []
+        for i, g in enumerate(self.extra):
+            s = min(g.skipped(H * self.block), H)
+            seq = self.seq_of(req, i)
+            a = pool.lookup(seq[s:H], H - s)
+            if a < H - s:
+                c = cpu.lookup(seq, s + a, H - s - a)
+                if c < H - s - a:
+                    return None, s + a + c
+            out.append(a)
+        return out, None
 
     # -- allocating ---------------------------------------------------------------------------
-    def _take(self, req, h: int, tokens: int, computed: int, reserve: int = 0) -> Optional[tuple]:
+    def _take(self, req, h: int, tokens: int, computed: int, gpu: Optional[tuple] = None,
+              reserve: int = 0) -> Optional[tuple]:
         """Full keys and tables for ``req`` holding nothing: ``h`` hits, slots to ``tokens``, windows at
         ``computed``; ``None`` (nothing taken) when the free queue cannot give them, or the blocks of
-        ``max(tokens, reserve)`` tokens (full admission, :meth:`admission_tokens`) are not free now."""
+        ``max(tokens, reserve)`` tokens (full admission, :meth:`admission_tokens`) are not free now. ``gpu``:
+        ``(full GPU hits, [each extra group's GPU hits])`` when the CPU tier gives the rest of the ``h`` (new
+        blocks are taken for them), else all ``h`` are GPU hits."""
         pool = self.pool
+        hf = h if gpu is None else gpu[0]
         check_tokens = max(tokens, reserve)
-        need = self.blocks_needed(check_tokens) - h
-        evict = pool.evictable_hits(req.seq, h) if h else 0
+        need = self.blocks_needed(check_tokens) - hf
+        evict = pool.evictable_hits(req.seq, hf) if hf else 0
         plan = []
         for i, g in enumerate(self.extra):
             s = g.skipped(computed)
-            hits = self.seq_of(req, i)[s:h] if h > s else []
-            new = g.blocks_needed(tokens) - max(h, s)
+            a = max(h - s, 0) if gpu is None else gpu[1][i]
+            hits = self.seq_of(req, i)[s:s + a] if a else []
+            new = g.blocks_needed(tokens) - (s + a)
             plan.append((s, hits, new))
-            need += max(g.blocks_needed(check_tokens) - max(h, s), 0)
+            need += max(g.blocks_needed(check_tokens) - (s + a), 0)
             evict += pool.evictable_hits(hits, len(hits)) if hits else 0
         if need + evict > pool.num_free:
             return None
-        pool.take_hits(req.seq, h)  # every group's hits first: an allocation must not evict a hit
+        pool.take_hits(req.seq, hf)  # every group's hits first: an allocation must not evict a hit
         for _, hits, _ in plan:
             pool.take_hits(hits, len(hits))
-        keys = list(req.names[:h])
-        if self.blocks_needed(tokens) > h:
-            keys += pool.allocate(self.blocks_needed(tokens) - h)
+        keys = list(req.names[:hf])
+        if self.blocks_needed(tokens) > hf:
+            keys += pool.allocate(self.blocks_needed(tokens) - hf)
         tables = [[s, list(hits) + (pool.allocate(new) if new > 0 else [])] for s, hits, new in plan]
         return keys, tables
 
     def allocate_new(self, req, h: int, tokens: int, reserve: int = 0) -> Optional[list]:
         """Keys of the full group (tables of the others kept here) for a request holding nothing; ``reserve``:
         as :meth:`KvCacheManager.allocate_new`."""
-        got = self._take(req, h, tokens, h * self.block, reserve)
+        got = self._take(req, h, tokens, h * self.block, reserve=reserve)
         if got is None:
             return None
         self.tables[req] = got[1]
@@ -165,9 +232,12 @@ class HybridKvCacheManager(KvCacheManager):
         old = req.nreg
         super().name_blocks(req, n)
         if req.nreg > old:
+            note = self.write_through and self.cpu is not None
             for i, (g, (s, keys)) in enumerate(zip(self.extra, self.tables[req])):
                 if g.prefix_cache and req.nreg > max(old, s):
                     self.pool.register(keys, self.seq_of(req, i)[s:], max(old, s) - s, req.nreg - s)
+                    if note:
+                        self._named.append((req, i, max(old, s), req.nreg))
 
     def _release_tables(self, tables) -> None:
         for _, keys in tables:
@@ -178,6 +248,63 @@ class HybridKvCacheManager(KvCacheManager):
         super().free(req)
         self._release_tables(self.tables.pop(req, ()))
         self._seqs.pop(req, None)
+        self._loads.pop(req, None)
+
+    # -- the CPU tier, per group --------------------------------------------------------------
+    def begin_step(self, now: float) -> None:
+        """As :meth:`KvCacheManager.begin_step`; the blocks named for write-through start empty too."""
+        super().begin_step(now)
+        self._named = []
+
+    def offload(self, removed: list) -> Optional[Tuple[tuple, tuple]]:
+        """Write every group's evicted blocks to the CPU tier; the net change without the extra groups'
+        names (what the CPU KV events carry)."""
+        return _own_change(super().offload(removed))
+
+    def write_computed(self, stored: tuple) -> Optional[Tuple[tuple, tuple]]:
+        """Write-through at a step's end: the full group's ``stored`` names, then each extra group's blocks
+        named in the step that are still in its window (module docstring); the net change, own names."""
+        extra = []
+        for req, i, first, end in self._named:
+            lo = max(first, self.extra[i].skipped(req.computed))
+            off = (i + 1) * GROUP_NAME_STRIDE
+            extra += [n + off for n in self.sequence(req)[lo:end]]
+        self._named = []
+        return _own_change(super().write_computed(tuple(stored) + tuple(extra)))
+
+    def start_load(self, req, h: int, hc: int, n: int, now: float) -> bool:
+        """Admit ``req`` whose lookup found a hit of ``h + hc`` blocks needing the CPU tier: take every
+        group's GPU hits and new blocks for the rest and its first chunk, queue one load of every group's
+        blocks not on the GPU (``req.ready_ms``). ``False`` (nothing changed) when the pool cannot give them."""
+        plan, self._plan = self._plan, None
+        if plan is None or plan[0] is not req or plan[1] != h + hc:
+            raise RuntimeError("start_load without the find_cached_prefix that found its CPU hit (bug)")
+        _, H, hf, gpu = plan
+        B = self.block
+        got = self._take(req, H, H * B + n, H * B, (hf, gpu), self.admission_tokens(req, H * B, n))
+        if got is None:
+            return False
+        req.keys, self.tables[req] = got
+        loads = []
+        for i, (g, a) in enumerate(zip(self.extra, gpu)):
+            first = min(g.skipped(H * B), H) + a
+            if first < H:
+                loads.append((i, first, H))
+        names = list(req.names[hf:H]) + [m for i, a, b in loads for m in self.seq_of(req, i)[a:b]]
+        self.cpu.touch(names)
+        req.computed, req.nreg, req.load_blocks = hf * B, hf, H - hf
+        self._loads[req] = loads
+        start = self.link_free if self.link_free > now else now
+        req.ready_ms = self.link_free = start + len(names) * self.load_ms_per_block
+        self.loaded_blocks += len(names)
+        return True
+
+    def load_arrived(self, req) -> None:
+        """Name every group's blocks ``req`` loaded from the CPU tier."""
+        for i, first, end in self._loads.pop(req, ()):
+            s, keys = self.tables[req][i]
+            self.pool.register(keys, self.seq_of(req, i)[s:], first - s, end - s)
+        super().load_arrived(req)
 
     # -- events -------------------------------------------------------------------------------
     def step_events(self) -> tuple:
@@ -236,6 +363,11 @@ def kv_cache_manager(capacity: int, block: int, kv_layout=None, **kwargs) -> KvC
     if kv_layout is None:
         return KvCacheManager(capacity, block, **kwargs)
     return HybridKvCacheManager(capacity, block, kv_layout, **kwargs)
+
+
+def _own_change(change):
+    """A CPU tier's net change ``(stored, removed)`` without the extra groups' names (``None`` stays)."""
+    return None if change is None else (_own(change[0]), _own(change[1]))
 
 
 def _own(names: tuple) -> tuple:

@@ -3,6 +3,7 @@ request, window freeing in decode, a window-limited prefix hit, P/D of a sliding
 
 Hand derivations use one H100 (80 GiB read as binary, x 0.9 = 77,309,411,328 B) and 16-token blocks."""
 import json
+import math
 
 import pytest
 
@@ -136,10 +137,10 @@ def test_pd_reserve_and_transfer_of_a_sliding_window_model():
     assert transfer_bytes(model.kv_groups, 8192, 8000) == (192 + 128) * 36_864
 
 
-def test_cpu_tier_refused():
+def test_trace_blocks_refused_by_the_manager():
     layout = hybrid_pool(model_spec("gpt-oss-20b"), 16, 1)
-    with pytest.raises(ValueError, match="CPU tier"):
-        HybridKvCacheManager(100, 16, layout, cpu_capacity=10)
+    with pytest.raises(ValueError, match="trace blocks"):
+        HybridKvCacheManager(100, 16, layout, runs=True)
 
 
 # -- properties: a worker over KV cache groups --------------------------------------------------
@@ -176,7 +177,6 @@ def test_worker_over_groups_keeps_its_invariants(wl, window, chunked):
     block, capacity, budget, seqs, betas, specs = wl
     w = EngineWorker(0, 2 * capacity, block, Linear(*betas), max_num_batched_tokens=budget, max_num_seqs=seqs,
                      kv_layout=_layout(block, window, chunked))
-    assert not w.bulk
     w.pool = _OwnNames(w.pool)  # the KV events name the full group's blocks only
     reqs = [EngineRequest(i, float(a), inp, out, names) for i, (a, inp, out, names) in enumerate(specs)]
     results = run(w, reqs, check=True)
@@ -185,6 +185,41 @@ def test_worker_over_groups_keeps_its_invariants(wl, window, chunked):
     assert w.used_blocks == 0 and w.kv.tables == {}
     for r in reqs:  # a hit never exceeds what the full group alone could give
         assert r.rejected or r.hit_tokens <= (r.input_length - 1) // block * block
+
+
+def _simulate_groups(wl, window, chunked, bulk):
+    block, capacity, budget, seqs, betas, specs = wl
+    w = EngineWorker(0, 2 * capacity, block, Linear(*betas), max_num_batched_tokens=budget, max_num_seqs=seqs,
+                     kv_layout=_layout(block, window, chunked), bulk=bulk)
+    w.cross_boundaries = True  # as TimedFleet sets it: a run over KV cache groups still never crosses one
+    w.pool = _OwnNames(w.pool)
+    reqs = [EngineRequest(i, float(a), inp, out, names) for i, (a, inp, out, names) in enumerate(specs)]
+    return w, reqs, run(w, reqs, check=True)
+
+
+@settings(max_examples=80)
+@given(workloads(), st.integers(1, 12), st.booleans())
+def test_bulk_decode_over_groups_equals_step_by_step(wl, window, chunked):
+    ws, rs, _ = _simulate_groups(wl, window, chunked, bulk=False)
+    wb, rb, res = _simulate_groups(wl, window, chunked, bulk=True)
+    assert (ws.preemptions, ws.rejected, ws.steps, ws.peak_used_blocks) == (wb.preemptions, wb.rejected, wb.steps,
+                                                                             wb.peak_used_blocks)
+    assert math.isclose(ws.used_block_ms(), wb.used_block_ms(), rel_tol=1e-9)
+    for a, b in zip(rs, rb):
+        assert (a.rejected, a.preemptions, a.hit_tokens) == (b.rejected, b.preemptions, b.hit_tokens)
+        for x, y in ((a.first_token_ms, b.first_token_ms), (a.finish_ms, b.finish_ms)):
+            assert (x is None) == (y is None) and (x is None or math.isclose(x, y, rel_tol=1e-9))
+
+
+def test_a_bulk_run_stops_where_a_window_block_leaves():
+    # gpt-oss-20b layout (window 128, 16-token blocks), one request decoding from 200 computed tokens:
+    # its full group holds ceil(201 / 16) = 13 blocks (208 slots: 8 tokens); the window frees its next
+    # block at 127 + 16 x (skipped(200) + 1) = 127 + 16 x 5 = 207, 7 tokens on: the run is 7 steps
+    kv = _manager("gpt-oss-20b")
+    req = _prefilled(kv, 200)
+    assert kv.allocate_slots(req, 201)
+    assert kv.free_slots_of([(req, 1)]) == [7]
+    assert kv.extra[0].next_drop(200) == 207 and kv.extra[0].skipped(207) == kv.extra[0].skipped(200) + 1
 
 
 def test_window_blocks_never_exceed_window_plus_a_block():
@@ -220,9 +255,21 @@ def test_pd_transfer_of_a_sliding_window_model_through_the_command(tmp_path):
     assert "shared by 2 KV cache groups of 18 layers" in out["kv_blocks_source"]
 
 
-def test_trace_blocks_and_cpu_tier_refused_in_one_line(tmp_path):
+def test_trace_blocks_refused_in_one_line(tmp_path):
     from helpers import invoke
 
     result = invoke("sim", "--timing", "--model", "gpt-oss-20b", "--trace", "mooncake-conversation")
     assert result.exit_code != 0 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "KV cache groups" in result.stderr
+
+
+def test_bulk_runs_engage_over_groups():
+    # one 200-token prompt decoding 100 tokens, window 128 in 16-token blocks: 100 steps, but runs stop
+    # only at the full group's boundaries and the window's drops (both every 16 tokens): far fewer batches
+    lat = Linear()
+    w = EngineWorker(0, 1000, 16, lat, kv_layout=_layout(16, 128, False))
+    w.pool = _OwnNames(w.pool)
+    r = EngineRequest("r", 0.0, 200, 100, list(range(12)))
+    run(w, [r], check=True)
+    assert w.steps == 100 and len(lat.batches) < 30
+    assert r.finish_ms == pytest.approx(10 + 0.01 * 200 + 99 * 11)
