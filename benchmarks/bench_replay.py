@@ -7,8 +7,11 @@ OrderedDict per worker as an LRU cache, one set per worker as the router's index
 KV events applied at once), with the ratio from the same run.
 
     python benchmarks/bench_replay.py [--repeat 3] [--capacity 4096]
+    python benchmarks/bench_replay.py --bare-once   # the bare loop once, dynlab not imported
 
-Best of ``--repeat`` runs; one core; not a test.
+Best of ``--repeat`` runs; one core; not a test. ``--bare-once`` is the yardstick of the whole-process
+comparison (docs/performance.md): ``farm-bench --vs "python benchmarks/bench_replay.py --bare-once" --
+dynlab sim --trace mooncake-conversation --workers 8 --capacity 4096 --mode kv-events --quiet``.
 """
 from __future__ import annotations
 
@@ -20,11 +23,10 @@ import time
 from collections import OrderedDict
 from importlib import resources
 
-from dynlab.engine.config import SimConfig
-from dynlab.sim.runner import run
-from dynlab.traces.reader import BUILTIN_TRACES
-
 TRACE = "mooncake-conversation"
+#: the bundled trace's file under dynlab/data (dynlab.traces.reader.BUILTIN_TRACES; not imported, so that
+#: --bare-once imports nothing of dynlab's but the package's empty __init__)
+RESOURCE = "traces/mooncake_conversation.jsonl.gz"
 
 
 def best_of(repeat, fn):
@@ -45,8 +47,7 @@ def bare_loop(workers: int, capacity: int) -> dict:
     stores applied to the index at once (publish yes, no delay); count repeats, hits,
     cached blocks and the one-infinite-cache bound.
     """
-    resource, _ = BUILTIN_TRACES[TRACE]
-    raw = resources.files("dynlab").joinpath("data", resource).open("rb")
+    raw = resources.files("dynlab").joinpath("data", RESOURCE).open("rb")
     caches = [OrderedDict() for _ in range(workers)]
     index = [set() for _ in range(workers)]
     counts = [0] * workers
@@ -108,8 +109,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--capacity", type=int, default=4096)
+    ap.add_argument("--bare-once", action="store_true", help="run the bare loop once (8 workers), print its result")
     args = ap.parse_args()
     cap = args.capacity
+    if args.bare_once:
+        print(json.dumps(bare_loop(8, cap)))
+        return
+    from dynlab.engine.config import SimConfig
+    from dynlab.sim.runner import run
+    from dynlab.traces.reader import BUILTIN_TRACES
+
+    assert BUILTIN_TRACES[TRACE][0] == RESOURCE
     print(f"trace {TRACE}, capacity {cap} blocks per worker, best of {args.repeat}")
     print(f"{'run':<40}{'requests/s':>12}{'blocks/s':>12}{'seconds':>9}")
 

@@ -106,10 +106,11 @@ def get_plugin_manager() -> pluggy.PluginManager:
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
+    names: dict = {}  # a distribution's entry points share its name: its METADATA is parsed once (start-up)
     for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
-        dist = ep.dist.metadata["Name"] if ep.dist is not None else "?"
+        dist = _dist_name(ep.dist, names)
         try:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
@@ -124,6 +125,17 @@ def get_plugin_manager() -> pluggy.PluginManager:
             pm.unregister(plugin)
             warnings.warn(f"dynlab plugin {ep.name!r} from {dist} is left out: {exc}", PluginWarning, stacklevel=2)
     return pm
+
+
+def _dist_name(dist, names: dict) -> str:
+    """The ``Name`` of an entry point's distribution (``?`` when unknown), memoised in ``names`` by its
+    location: each ``metadata`` access parses the distribution's METADATA file again."""
+    if dist is None:
+        return "?"
+    key = str(getattr(dist, "_path", id(dist)))
+    if key not in names:
+        names[key] = dist.metadata["Name"]
+    return names[key]
 
 
 class PluginWarning(UserWarning):

@@ -85,15 +85,26 @@ def run_context(ctx, configs) -> dict:
     return context
 
 
+def usage_recorder(config, report_path):
+    """A :class:`dynlab.sim.recorders.UsageRecorder` for a timed run with ``--report`` (its KV usage and load
+    over time), else ``None``."""
+    if not (report_path and config.timing):
+        return None
+    from dynlab.sim.recorders import UsageRecorder
+
+    return UsageRecorder()
+
+
 def write_run_report(ctx, path: str, runs, configs, extra: dict | None = None, records=None, title=None,
-                     sections=(), extra_figures=()) -> None:
+                     sections=(), extra_figures=(), usage=None) -> None:
     """Write the report of ``runs`` (:class:`dynlab.report.Run`) made from ``configs`` to ``path``;
     ``records``: label -> the run's per-request records, when the command has them (``--requests-out``);
+    ``usage``: label -> its KV usage series (:func:`usage_recorder`);
     ``sections``, ``extra_figures``: the command's own (:func:`dynlab.report.build_report`)."""
     from dynlab.report import write_report
 
     write_report(path, runs, records, context={**run_context(ctx, configs), **(extra or {})}, title=title,
-                 sections=sections, extra_figures=extra_figures)
+                 sections=sections, extra_figures=extra_figures, usage=usage or None)
 
 
 def _records_option(ctx, param, values):

@@ -17,7 +17,7 @@ from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
 from dynlab.sim.runner import run
-from dynlab.cli.report import report_option, timeline_options, write_run_report
+from dynlab.cli.report import report_option, timeline_options, usage_recorder, write_run_report
 
 
 class CapacityType(click.ParamType):
@@ -304,20 +304,23 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_
         check_outputs(timing, given)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    recorders = (RequestRecorder(),) if requests_out else ()
+    per_request = RequestRecorder() if requests_out else None
+    line = None
     if timeline:
         from dynlab.sim.timeline import TimelineRecorder
-        recorders += (TimelineRecorder(config.event_delay_ms),)
-    result = _run(config, quiet, recorders=recorders)
+        line = TimelineRecorder(config.event_delay_ms)
+    usage = usage_recorder(config, report_path)
+    result = _run(config, quiet, recorders=[r for r in (per_request, line, usage) if r is not None])
     text = json_text(result)
     if report_path:  # written before the JSON is printed: no output that looks like success before an error
         from dynlab.report import Run
-        records = {config.mode: list(recorders[0].records())} if requests_out else None
-        write_run_report(ctx, report_path, [Run(config.mode, result)], [config], records=records)
+        records = {config.mode: list(per_request.records())} if requests_out else None
+        write_run_report(ctx, report_path, [Run(config.mode, result)], [config], records=records,
+                         usage=None if usage is None else {config.mode: usage.series()})
     if timeline:
-        recorders[-1].write(timeline, timeline_max_requests)
+        line.write(timeline, timeline_max_requests)
     if requests_out:
-        write_atomic(requests_out, recorders[0].jsonl())
+        write_atomic(requests_out, per_request.jsonl())
     click.echo(text, err=requests_out == "-")
     _warn_collapse({result.get("mode"): result})
 
@@ -430,15 +433,20 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
             raise click.UsageError(str(exc)) from None
     _check_timed_runs(configs, requests)
     results = {}
+    usage = {}
     with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
         for item, config in configs.items():
-            results[item] = _run(config, quiet, requests)
+            recorder = usage_recorder(config, report_path)
+            results[item] = _run(config, quiet, requests, () if recorder is None else (recorder,))
+            if recorder is not None:
+                usage[item] = recorder
             bar.update(1)
     if plot_path:
         _plot_compared(results, plot_path, field, flag, base)
     if report_path:
         from dynlab.report import Run
-        write_run_report(ctx, report_path, [Run(k, r) for k, r in results.items()], list(configs.values()))
+        write_run_report(ctx, report_path, [Run(k, r) for k, r in results.items()], list(configs.values()),
+                         usage={k: rec.series() for k, rec in usage.items()})
     echo_table_or_json(results, fmt, _format_table)
     _warn_collapse(results)
 

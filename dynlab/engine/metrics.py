@@ -12,7 +12,6 @@ into the run's JSON, in the order the recorders were given. A new metric is one 
 """
 from __future__ import annotations
 
-import statistics
 from typing import Any, NamedTuple, Optional, Sequence
 
 from dynlab.routing.hashing import overlap
@@ -30,6 +29,8 @@ def stats(values: Sequence[float]) -> dict:
     if len(values) == 1:
         v = round(values[0], 1)
         return {"p50": v, "p90": v, "p99": v, "mean": v}
+    import statistics  # here, not at the top: count-based runs never need it (start-up)
+
     q = statistics.quantiles(values, n=100, method="inclusive")
     return {"p50": round(q[49], 1), "p90": round(q[89], 1), "p99": round(q[98], 1),
             "mean": round(statistics.fmean(values), 1)}

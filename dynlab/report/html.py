@@ -30,6 +30,7 @@ HEADLINE = [("requests", "requests"), ("hit_rate", "hit_rate"), ("block_hit_rate
 CONFIG = [("strategy", "mode"), ("workers", "workers"), ("prefill workers", "prefill_workers"),
           ("decode workers", "decode_workers"), ("decode router", "decode_router"), ("model", "model"),
           ("GPU", "gpu"), ("TP (GPUs per worker)", "tp"), ("latency model", "latency_model"),
+          ("latency model's domain", "latency_domain"),
           ("KV pool (blocks per worker)", "kv_blocks"), ("pool derivation", "kv_blocks_source"),
           ("CPU tier (blocks per worker)", "cpu_kv_blocks"), ("CPU tier derivation", "cpu_kv_blocks_source"),
           ("CPU tier write", "cpu_write"), ("tokens per block", "block"), ("tokens per trace block", "trace_block"),
@@ -68,12 +69,24 @@ def headline_rows(runs: Sequence[Run]) -> tuple[list, list]:
     return ["run"] + [c for c, _ in cols], [[r.label] + [metric(r.result, p) for _, p in cols] for r in runs]
 
 
+#: a timed run whose latency model reported no ``latency_domain`` answers inside the model's domain
+IN_DOMAIN = "inside it (the model reported nothing outside what it was fitted or measured on)"
+
+
+def _setting(result: Mapping, key: str):
+    """A configuration value of a result; ``latency_domain`` is :data:`IN_DOMAIN` for a timed run without it."""
+    value = result.get(key)
+    if value is None and key == "latency_domain" and result.get("latency_model") is not None:
+        return IN_DOMAIN
+    return value
+
+
 def config_rows(runs: Sequence[Run], context: Mapping) -> list[list]:
     """``[setting, value]`` rows: each :data:`CONFIG` setting some run has (one value, or each run's), then
     the context's (trace, arrivals, ...)."""
     rows = []
     for name, key in CONFIG:
-        values = [(r.label, r.result.get(key)) for r in runs if r.result.get(key) is not None]
+        values = [(r.label, _setting(r.result, key)) for r in runs if _setting(r.result, key) is not None]
         if not values:
             continue
         distinct = list(dict.fromkeys(str(v) for _, v in values))
@@ -96,10 +109,16 @@ def _figure_html(fig: Figure) -> str:
             f'<details><summary>The numbers of this figure</summary>{_table(fig.header, fig.rows)}</details></figure>')
 
 
-def figures(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]] = None) -> list[Figure]:
-    """Every figure for these runs and records, in report order: records' CDFs first when given."""
+def figures(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]] = None,
+            usage: Optional[Mapping[str, dict]] = None) -> list[Figure]:
+    """Every figure for these runs, records and usage series, in report order: records' CDFs first when
+    given; the usage series' figure after the per-worker load."""
     out = record_figures(records or {})
     out += [f for f in (latency_percentiles(runs), hit_rates(runs), per_worker(runs)) if f]
+    if usage:
+        from dynlab.report.usage_figures import usage_over_time
+
+        out += [f for f in (usage_over_time(usage),) if f]
     if any(r.cell is not None for r in runs):
         out += [f for f in (sweep_figure(runs, m) for m in sweep_metrics(runs)) if f]
     return out
@@ -107,7 +126,8 @@ def figures(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]]
 
 def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]] = None,
                  context: Optional[Mapping] = None, title: Optional[str] = None,
-                 sections: Sequence[tuple] = (), extra_figures: Sequence[Figure] = ()) -> str:
+                 sections: Sequence[tuple] = (), extra_figures: Sequence[Figure] = (),
+                 usage: Optional[Mapping[str, dict]] = None) -> str:
     """One self-contained HTML document about ``runs``.
 
     ``runs``: :class:`~dynlab.report.runs.Run` (``read_runs``/``runs_from_json`` make them from what
@@ -116,7 +136,9 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
     run files do not say, shown in the configuration table (``command``: the command line asked, shown as
     the question; ``trace``, ``arrivals`` ...). ``sections``: ``(heading, text)`` pairs a command adds after the
     headline, each text shown preformatted (``plan``'s ranked table); ``extra_figures``: its own
-    :class:`~dynlab.report.figures.Figure` objects, after the others. Raises ``ValueError`` without runs;
+    :class:`~dynlab.report.figures.Figure` objects, after the others. ``usage``: label -> the run's per-worker
+    KV usage and load series (:meth:`dynlab.sim.recorders.UsageRecorder.series`), for the figure of them over
+    time. Raises ``ValueError`` without runs;
     needs matplotlib."""
     if not runs:
         raise ValueError("a report needs at least one run")
@@ -135,7 +157,7 @@ def build_report(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[di
     question = context.get("command") or ("runs read from " + ", ".join(dict.fromkeys(sources)) if sources
                                           else "runs given without their command line")
     header, rows = headline_rows(runs)
-    figs = figures(runs, records) + list(extra_figures)
+    figs = figures(runs, records, usage) + list(extra_figures)
     nav = " · ".join(f'<a href="#{f.key}">{_e(f.title)}</a>' for f in figs)
     parts = [
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -193,10 +215,10 @@ def _arrival_rates(records: Mapping[str, Sequence[dict]]) -> dict:
 
 
 def write_report(path: str, runs: Sequence[Run], records=None, context=None, title=None, sections=(),
-                 extra_figures=()) -> None:
+                 extra_figures=(), usage=None) -> None:
     """Build the report (:func:`build_report`) and write it to ``path`` atomically: a failure leaves an
     existing file as it was (:func:`dynlab.atomic.replace_file`; raises ``DynlabError``)."""
-    text = build_report(runs, records, context, title, sections, extra_figures)
+    text = build_report(runs, records, context, title, sections, extra_figures, usage)
     from dynlab.atomic import replace_file
 
     def write(name: str) -> None:
