@@ -103,7 +103,7 @@ Disaggregated serving (:mod:`dynlab.disagg.fleet`) drives two kinds of worker wi
 
 Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`, :attr:`capacity`,
 :attr:`peak_used_blocks`, :meth:`used_block_ms` (blocks held by requests x ms; cached free blocks never
-count); per :class:`EngineRequest`: ``hit_tokens`` (first lookup), first scheduled/token and finish times.
+count), :attr:`busy_ms` and :attr:`busy_block_ms` (the same over its steps only); per :class:`EngineRequest`: ``hit_tokens`` (first lookup), first scheduled/token and finish times.
 """
 from __future__ import annotations
 
@@ -171,6 +171,11 @@ class EngineWorker:
         self.held, self.reserved = self.kv.held, self.kv.reserved
         self.rejected = 0
         self.steps = 0
+        #: ms spent in steps (bulk runs included), and blocks held by requests integrated over them
+        #: (blocks x ms): ``mean_kv_usage_busy`` (:func:`dynlab.engine.metrics.kv_usage_busy`)
+        self.busy_ms = 0.0
+        self.busy_block_ms = 0.0
+        self._busy_from = 0.0  # used_block_ms at the start of the step in progress
         self.removed: tuple = ()
         # removed as (group, mask) pairs (the runs of its BlockRemoved) when the pool works on runs, else None
         self.removed_runs: Optional[tuple] = None
@@ -345,6 +350,7 @@ class EngineWorker:
             self.removed, self.removed_runs = (), None
             return None
         kv.begin_step(now)
+        self._busy_from = kv.used_block_ms(now)
         sched, preempted, admitted = sch.schedule(now)
         if self.cpu is not None and self.pool.removed:
             self._offload(self.pool.removed)
@@ -384,6 +390,8 @@ class EngineWorker:
         self._step = self.next_boundary = None
         end, k = st.end, st.k
         self.kv.accumulate(end)
+        self.busy_ms += end - st.start
+        self.busy_block_ms += self.kv.used_block_ms() - self._busy_from
         first_tokens, finished, handed = self.scheduler.update_from_step(st.sched, k, end, self.handoff)
         self.steps += k
         res = StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,

@@ -145,7 +145,6 @@ def test_duplicate_copies_are_findable_under_one_name(tmp_path):
 
 # ---- metric fixes -------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 24: a distribution with no samples must be null, not yet")
 def test_no_samples_give_null_percentiles(tmp_path):
     # one request of 100 + 1 tokens on 4 blocks (64 tokens): rejected, so no TTFT, TPOT, E2E or wait at all
     out = _timed(_trace(tmp_path, [(0, _ids(1, 100), 1)]), 4, slo_ttft_ms=100)
@@ -156,7 +155,6 @@ def test_no_samples_give_null_percentiles(tmp_path):
     assert out["goodput"] == 0.0  # the rejected request is a failure, as today
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: rejected requests counted in prefix_hit_rate, not yet fixed")
 def test_rejected_requests_outside_prefix_hit_rate(tmp_path):
     # capacity 4 (64 tokens). P = 32 tokens + 1 at 0; a 100-token request at 0 (rejected: 100 > 64);
     # P again at 100, hitting (32 - 1) // 16 = 1 block. prefix_hit_rate = 16 / (32 + 32) = 0.25
@@ -167,7 +165,6 @@ def test_rejected_requests_outside_prefix_hit_rate(tmp_path):
     assert out["prefix_hit_rate"] == 0.25
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: prediction_error compares unlike quantities, not yet fixed")
 def test_prediction_error_compares_like_with_like(tmp_path):
     # four identical 32-token prompts, one at a time: kv-events' index is exact (every BlockStored arrived),
     # so the error must be 0. Today the router's overlap (2 full blocks held) is compared with the hit
@@ -177,7 +174,6 @@ def test_prediction_error_compares_like_with_like(tmp_path):
     assert out["prediction_error"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: P/D TTFT is stamped at the prefill worker, not yet fixed")
 def test_pd_ttft_is_the_users(tmp_path):
     # one request of 1,000 prompt tokens and 10 output at 0; linear beta0=10, beta1=0.01, beta2=1.
     # prefill step 10 + 0.01 x 1000 = 20 ms; the KV of 1,000 tokens x 131,072 B (llama-3.1-8b) = 131,072,000 B
