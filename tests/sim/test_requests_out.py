@@ -161,6 +161,16 @@ def test_records_agree_with_the_run_result(rows, split, capacity):
         assert len(moved) == result["transfers"]
         for r in moved:
             assert r["first_scheduled_ms"] <= r["transfer_start_ms"] <= r["transfer_end_ms"] <= r["finish_ms"]
+            # the user's first token: the decode worker's first step, after the KV arrived (issue 24)
+            assert r["prefill_token_ms"] <= r["transfer_end_ms"] < r["first_token_ms"] <= r["finish_ms"]
+        ttft_prefill = [r["prefill_token_ms"] - r["arrival_ms"] for r in recs if not r["rejected"]]
+        if ttft_prefill:
+            assert round(statistics.fmean(ttft_prefill), 1) == result["ttft_prefill_ms"]["mean"]
+    else:
+        # aggregated, no CPU tier: nothing is held between steps, so the busy mean is the span mean's
+        # block-time over less time (issue 24)
+        for span, busy in zip(result["mean_kv_usage"], result["mean_kv_usage_busy"]):
+            assert span <= busy <= 1.0
 
 
 def test_report_gets_the_records_when_both_are_given(tmp_path):
