@@ -69,7 +69,9 @@ class Recorder:
       (``None``: every block; count-based runs). Called in count-based and timed runs.
     - ``on_arrival(req, t)``, ``on_reject(req)``, ``on_first_token(req, t)``, ``on_finish(req, t)``,
       ``on_step(worker, result)`` (a :class:`~dynlab.engine.worker.StepResult`; in a P/D fleet decode
-      workers are numbered after the prefill workers): timed runs only.
+      workers are numbered after the prefill workers): timed runs only. ``on_first_token`` is the
+      engine computing the first token: in a P/D fleet the prefill worker's (the user's first token,
+      after the transfer, is ``req.first_token_ms`` by ``on_finish``).
     - ``on_handoff(record)``: a P/D fleet handed a prefilled request to a decode worker
       (a :class:`~dynlab.disagg.fleet.TransferRecord`, filled in as the transfer proceeds).
     - ``on_run(info)``: a :class:`RunInfo`, once before the first request (the run layer calls it:
