@@ -102,7 +102,8 @@ def plot_compare(results: Mapping[str, Mapping], path: str, title: str = "") -> 
         width = 0.27
         for j, p in enumerate(("p50", "p90", "p99")):
             xs = [i + (j - 1) * width for i in range(len(labels))]
-            ax2.bar(xs, [results[k]["ttft_ms"][p] for k in labels], width, label=p)
+            # a run with no TTFT sample (every request rejected: null) gets no bar
+            ax2.bar(xs, [_or_nan(results[k]["ttft_ms"][p]) for k in labels], width, label=p)
         ax2.set_xticks(range(len(labels)), labels, rotation=30)
         ax2.set_ylabel("TTFT (ms)")
         ax2.set_yscale("log")
@@ -110,3 +111,8 @@ def plot_compare(results: Mapping[str, Mapping], path: str, title: str = "") -> 
         ax2.legend(fontsize=8)
     fig.tight_layout()
     save(fig, path)
+
+
+def _or_nan(value):
+    """``value``, or NaN (no bar) for ``None``: a distribution with no sample."""
+    return float("nan") if value is None else value

@@ -52,11 +52,14 @@ def request(i, t, n_in, n_out, prefix=None):
 
 def test_the_issue_hand_computed_case():
     # one 1,000-token request, output 10, linear beta0=10 beta1=0.01 beta2=1, llama-3.1-8b, 50 GB/s:
-    # prefill step 10 + 0.01 x 1000 = 20 ms (TTFT); bytes 1000 x 131,072 = 131,072,000;
-    # transfer 131,072,000 B / 50e9 B/s = 2.62144 ms; 9 decode steps of 10 + 1 x 1 = 11 ms from 22.62144
+    # prefill step 10 + 0.01 x 1000 = 20 ms (the prefill side's TTFT); bytes 1000 x 131,072 = 131,072,000;
+    # transfer 131,072,000 B / 50e9 B/s = 2.62144 ms; 9 decode steps of 10 + 1 x 1 = 11 ms from 22.62144:
+    # the user's first token ends the first, at 22.62144 + 11 = 33.62144 (TTFT, issue 24)
     fleet = serve([request(0, 0.0, 1000, 10)], engines(1, 1000, True), engines(1, 1000, False), link_gbps=50)
     (rec,) = fleet.records.values()
-    assert fleet.serving.ttft == [20.0]
+    assert fleet.transfer.ttft_prefill == [20.0] and rec.prefill_done == 20.0
+    assert fleet.serving.ttft == [pytest.approx(33.62144, abs=1e-12)]
+    assert rec.first_token == rec.request.first_token_ms == fleet.serving.ttft[0]
     assert rec.nbytes == 131_072_000 == 1000 * KVB
     assert rec.transfer_ms == pytest.approx(2.62144, abs=1e-12)
     assert fleet.serving.e2e == [pytest.approx(121.62144, abs=1e-12)]
@@ -76,7 +79,9 @@ def test_the_issue_case_through_the_command(tmp_path):
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     # the run JSON rounds percentiles to 0.1 ms (the exact values are tested through the library above)
-    assert out["ttft_ms"]["p50"] == 20.0 and out["e2e_ms"]["p50"] == 121.6
+    # TTFT the user's (33.62144), the prefill side's 20 ms its own key; TPOT (121.62144 - 33.62144) / 9 = 9.78
+    assert out["ttft_ms"]["p50"] == 33.6 and out["e2e_ms"]["p50"] == 121.6 and out["tpot_ms"]["p50"] == 9.8
+    assert out["ttft_prefill_ms"] == {"p50": 20.0, "p90": 20.0, "p99": 20.0, "mean": 20.0}
     assert out["transfer_bytes"] == 131_072_000 and out["transfer_ms"] == {"p50": 2.6, "p90": 2.6, "p99": 2.6,
                                                                           "mean": 2.6}
     assert out["decode_wait_ms"]["p99"] == 0.0 and out["transfers"] == 1 and out["link_sharing"] == "fifo"
@@ -259,8 +264,9 @@ def test_replay_disagg_keys():
     for key in ("transfer_ms", "decode_wait_ms"):
         assert set(out[key]) == {"p50", "p90", "p99", "mean"}
     assert out["transfer_bytes"] == 100 * KVB
-    assert set(out["prefill_pool"]) == set(out["decode_pool"]) == {"workers", "utilization", "mean_kv_usage",
-                                                                    "peak_kv_blocks"}
+    assert list(out["prefill_pool"]) == list(out["decode_pool"]) == ["workers", "utilization", "mean_kv_usage",
+                                                                      "mean_kv_usage_busy", "peak_kv_blocks"]
+    assert set(out["ttft_prefill_ms"]) == {"p50", "p90", "p99", "mean"}
 
 
 # ------------------------------------------------------------------------------------------ the commands

@@ -146,7 +146,8 @@ def test_table_and_plot(queue_trace, tmp_path):
     head, row = out.stdout.splitlines()[:2]
     assert head.split() == ["rank", "shape", "workers", "gpus", "$/h", "goodput", "ttft_p99_ms", "tpot_p99_ms",
                             "headroom", "binding"]
-    assert row.split() == ["1", "h100x1", "rr", "3", "3", "-", "1.0", "44.0", "0.0", "12.0%", "queueing"]
+    # one-token requests have no TPOT: its p99 is null, shown as "-" (issue 24)
+    assert row.split() == ["1", "h100x1", "rr", "3", "3", "-", "1.0", "44.0", "-", "12.0%", "queueing"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -379,7 +379,8 @@ def _format_table(results: dict) -> str:
             r = r[part]
         return r
 
-    present = [c for c in cols if c[1] is None or any(get(r, c[1]) is not None or c[1] in r
+    # a column shows when some run has its key (a distribution with no sample, null, shows as "-")
+    present = [c for c in cols if c[1] is None or any(get(r, c[1]) is not None or c[1].split(".")[0] in r
                                                       for r in results.values())]
     rows = [[c[0] for c in present]]
     for key, r in results.items():

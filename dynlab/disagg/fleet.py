@@ -6,8 +6,8 @@ The model, built on the timed engine (:mod:`dynlab.engine.timed`, :mod:`dynlab.e
   pool (its load view and the prefill workers' KV events; decode pools publish none). The prefill
   worker (an :class:`~dynlab.engine.worker.EngineWorker` with ``handoff=True``) prefills it with
   chunking, batching, its prefix cache and its block pool as an aggregated worker does, and
-  produces its **first token** there: TTFT is measured on the prefill worker. A request of one
-  output token finishes there (nothing to decode, nothing sent).
+  computes its first token there (``ttft_prefill_ms``, the prefill side's time to first token). A
+  request of one output token finishes there (nothing to decode, nothing sent: its TTFT is that).
 - A **decode worker** is then chosen by the decode router (a :class:`~dynlab.routing.strategy.Strategy`,
   :mod:`dynlab.disagg.decode_router`; by name :data:`DECODE_ROUTERS`):
   ``least-loaded`` (fewest requests assigned and not finished, then lowest id), ``round-robin``,
@@ -31,16 +31,25 @@ The model, built on the timed engine (:mod:`dynlab.engine.timed`, :mod:`dynlab.e
 - When the KV arrives the prefill worker frees the request's blocks (they stay cached) and the
   decode worker queues the request with its KV present
   (:meth:`~dynlab.engine.worker.EngineWorker.receive`): its steps compute decodes only (prefill
-  tokens 0) unless it is preempted there (then it recomputes, as vLLM does). E2E and TPOT are
-  measured at its finish on the decode worker.
+  tokens 0) unless it is preempted there (then it recomputes, as vLLM does). **TTFT is the
+  user's**: the end of the decode worker's first step for the request after its KV arrived (prefill,
+  decode wait, transfer, then that step), as llm-d / vLLM's KV connectors, SGLang and Dynamo stream
+  it: the prefill worker's token reaches the user with that step's. The request's
+  ``first_token_ms`` is set to it then (``--requests-out``'s ``first_token_ms``; the prefill side's
+  is :attr:`TransferRecord.prefill_done`). E2E and TPOT are measured at its finish on the decode
+  worker; TPOT, ``(finish - TTFT) / (output_length - 1)``, starts at the user's first token, so the
+  transfer is in TTFT and not in TPOT.
 
-Metrics (:class:`TransferRecorder`, :meth:`DisaggFleet.result`): ``transfers``, ``transfer_ms`` and ``decode_wait_ms``
-(``{p50, p90, p99, mean}`` ms, rounded to 0.1 like every timed percentile), ``transfer_bytes``
-(the sum over requests), ``decode_hit_tokens`` and per pool ``{workers, utilization,
-mean_kv_usage, peak_kv_blocks}``: utilization is the share of the run's span (first arrival to
-last finish) a worker spends in steps, averaged over the pool; KV usage is block-time held by
-requests (reservations and held blocks included) over capacity-time, per worker. Exact
-per-request values are in :attr:`DisaggFleet.records`.
+Metrics (:class:`TransferRecorder`, :meth:`DisaggFleet.result`): ``ttft_prefill_ms`` (arrival to the
+first token on the prefill worker, every request served), ``transfers``, ``transfer_ms`` and
+``decode_wait_ms`` (``{p50, p90, p99, mean}`` ms, rounded to 0.1 like every timed percentile,
+``null`` with no sample), ``transfer_bytes`` (the sum over requests), ``decode_hit_tokens`` and
+per pool ``{workers, utilization, mean_kv_usage, mean_kv_usage_busy, peak_kv_blocks}``:
+utilization is the share of the run's span (first arrival to last finish) a worker spends in
+steps, averaged over the pool; KV usage is block-time held by requests (reservations and held
+blocks included) over capacity-time, per worker, over the span (``mean_kv_usage``) or over the
+worker's time in steps (``mean_kv_usage_busy``). Exact per-request values are in
+:attr:`DisaggFleet.records`.
 """
 from __future__ import annotations
 
@@ -54,7 +63,7 @@ from dynlab.disagg.decode_router import decode_router
 from dynlab.engine.config import DECODE_ROUTERS, PdSection
 from dynlab.engine.env import RunEnv
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
-from dynlab.engine.metrics import Recorder, fleet_result, hooks, ratio, stats
+from dynlab.engine.metrics import Recorder, fleet_result, hooks, kv_usage, kv_usage_busy, ratio, stats
 from dynlab.engine.timed import TimedFleet, step_past_horizon
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
@@ -74,7 +83,9 @@ class TransferRecord:
     ``asked``: when it asked a decode worker for blocks; ``reserved``: when it got them (the
     transfer starts); ``link_start`` / ``link_end``: its time on the prefill worker's link;
     ``arrived``: its KV present on the decode worker; ``nbytes``: bytes sent; ``hit_tokens``:
-    prompt tokens the decode worker already cached.
+    prompt tokens the decode worker already cached; ``prefill_done``: its first token on the
+    prefill worker (handed off); ``first_token``: the end of the decode worker's first step for it
+    after ``arrived``, the user's first token.
     """
 
     request: EngineRequest
@@ -88,6 +99,7 @@ class TransferRecord:
     nbytes: int = 0
     hit_tokens: int = 0
     prefill_done: Optional[float] = None
+    first_token: Optional[float] = None
 
     @property
     def transfer_ms(self) -> float:
@@ -161,6 +173,8 @@ class DisaggFleet:
         self._drouted = [0] * n
         self.dview = FleetView(self._drouted, self.dload, _UsedBlocks(self.decode), [0] * n, [0] * n)
         self.pending = [deque() for _ in decode]
+        #: per decode worker: requests received, their user's first token not yet out -> generated at receipt
+        self.awaiting = [{} for _ in decode]
         self.link_free = [0.0] * len(prefill)
         self.records: dict = {}  # request id -> TransferRecord
         recorders = env.recorders
@@ -258,6 +272,7 @@ class DisaggFleet:
         engine = self.decode[d]
         before = engine.step_end
         engine.receive(ereq, now, self.prefix_cache)
+        self.awaiting[d][ereq] = ereq.generated
         if before is None:
             self.loop.at(now, STEP_START, self._on_dstart, d)
         elif engine.step_end != before:
@@ -284,6 +299,8 @@ class DisaggFleet:
             return
         engine = self.decode[d]
         res = engine.finish_step()
+        if self.awaiting[d]:
+            self._stamp_first_tokens(d, res)
         for hook in self._h_step:
             hook(len(self.engines) + d, res)
         for ereq, t in res.finished:
@@ -295,6 +312,20 @@ class DisaggFleet:
             self._try_reserve(d, now)
         if not engine.idle:
             self.loop.at(now, STEP_START, self._on_dstart, d)
+
+    def _stamp_first_tokens(self, d: int, res) -> None:
+        """The user's first token of each request that emitted its first token on decode worker ``d`` in
+        the step ``res`` just ended: ``first_token`` of its record and the request's ``first_token_ms``.
+
+        A received request is admitted in a step of its own (an admission ends any bulk decode run:
+        ``plan_step``), so that step is one engine iteration and its end is the token's time."""
+        awaiting = self.awaiting[d]
+        for ereq, generated in list(awaiting.items()):
+            if ereq.generated > generated:
+                if res.steps != 1:
+                    raise RuntimeError(f"request {ereq.id}'s first decode step is in a bulk run of {res.steps} (bug)")
+                del awaiting[ereq]
+                self.records[ereq.id].first_token = ereq.first_token_ms = res.end
 
     # -- metrics ---------------------------------------------------------------------------------
     def result(self) -> dict:
@@ -315,10 +346,15 @@ class TransferRecorder(Recorder):
         self.busy_ms: list = []  # per worker (prefill, then decode): ms in steps
         self.first_arrival: Optional[float] = None
         self.last_finish = 0.0
+        self.ttft_prefill: list = []  # ms: arrival to the first token on the prefill worker
 
     def on_arrival(self, req, t: float) -> None:
         if self.first_arrival is None:
             self.first_arrival = t
+
+    def on_first_token(self, req, t: float) -> None:
+        """A prefill worker computed ``req``'s first token at ``t`` (a P/D fleet's decode workers never call it)."""
+        self.ttft_prefill.append(t - req.arrival_ms)
 
     def on_finish(self, req, t: float) -> None:
         if t > self.last_finish:
@@ -343,13 +379,14 @@ class TransferRecorder(Recorder):
             n = len(pool_engines)
             busy = sum(busy_ms[offset:offset + n])
             return {"workers": n, "utilization": ratio(busy, n * span),
-                    "mean_kv_usage": [ratio(e.used_block_ms(self.last_finish), e.capacity * span)
-                                      for e in pool_engines],
+                    "mean_kv_usage": kv_usage(pool_engines, self.last_finish, span),
+                    "mean_kv_usage_busy": kv_usage_busy(pool_engines),
                     "peak_kv_blocks": [e.peak_used_blocks for e in pool_engines]}
 
         p = self.prefill_workers
         return {
             "link_sharing": LINK_SHARING,
+            "ttft_prefill_ms": stats(self.ttft_prefill),
             "transfers": len(recs),
             "transfer_ms": stats([r.transfer_ms for r in recs]),
             "transfer_bytes": sum(r.nbytes for r in recs),

@@ -23,9 +23,13 @@ def ratio(num: float, den: float, digits: int = 4) -> float:
 
 
 def stats(values: Sequence[float]) -> dict:
-    """``{"p50", "p90", "p99", "mean"}`` rounded to 0.1 (inclusive-method quantiles; empty -> zeros)."""
+    """``{"p50", "p90", "p99", "mean"}`` of ``values`` (ms) rounded to 0.1 (inclusive-method quantiles).
+
+    No samples (a run where every request was rejected, a P/D run with no transfer) give ``None`` for
+    each (JSON ``null``), never 0: a figure nothing measured (issue 24). The result does not depend on
+    the order of ``values`` (the quantiles sort them; the mean is :func:`statistics.fmean`, an exact sum)."""
     if not values:
-        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
     if len(values) == 1:
         v = round(values[0], 1)
         return {"p50": v, "p90": v, "p99": v, "mean": v}
@@ -66,7 +70,9 @@ class Recorder:
       (``None``: every block; count-based runs). Called in count-based and timed runs.
     - ``on_arrival(req, t)``, ``on_reject(req)``, ``on_first_token(req, t)``, ``on_finish(req, t)``,
       ``on_step(worker, result)`` (a :class:`~dynlab.engine.worker.StepResult`; in a P/D fleet decode
-      workers are numbered after the prefill workers): timed runs only.
+      workers are numbered after the prefill workers): timed runs only. ``on_first_token`` is the
+      engine computing the first token: in a P/D fleet the prefill worker's (the user's first token,
+      after the transfer, is ``req.first_token_ms`` by ``on_finish``).
     - ``on_handoff(record)``: a P/D fleet handed a prefilled request to a decode worker
       (a :class:`~dynlab.disagg.fleet.TransferRecord`, filled in as the transfer proceeds).
     - ``on_run(info)``: a :class:`RunInfo`, once before the first request (the run layer calls it:
@@ -144,8 +150,11 @@ class RoutingMetrics:
     ``workers``: fleet size. ``on_route(hashes, w, predicted, actual, cap, prefix)``: the request's
     block names, the chosen worker, the strategy's predicted overlap (``None``: no index), the
     worker's actual overlap (leading blocks held at routing time), ``cap``: most leading blocks
-    that can hit (``None``: all; the timed engine recomputes the last prompt token), ``prefix``: the
-    synthetic workload's prefix id.
+    that can hit (``None``: all; the timed engine recomputes the last prompt token, so ``cap`` is
+    ``(input_length - 1) // block`` and ``actual`` is at most ``cap``), ``prefix``: the synthetic
+    workload's prefix id. ``predicted_blocks`` sums the strategy's overlaps as predicted;
+    ``prediction_error`` sums ``|min(predicted, cap) - actual|``, like with like (issue 24: an exact
+    index has error 0 in timed runs too).
 
     On a trace (``synthetic_prefix_blocks`` is ``None``) a *repeat* is a request whose first block
     was seen before anywhere, and a *hit* a repeat whose worker holds that block. On the labs'
@@ -185,7 +194,8 @@ class RoutingMetrics:
         if predicted is not None:
             self.has_prediction = True
             self.predicted_blocks += predicted
-            self.prediction_error += abs(predicted - actual)
+            # like with like: ``actual`` is capped at ``cap`` (the hit the engine can take), so is the prediction
+            self.prediction_error += abs((predicted if cap is None or predicted <= cap else cap) - actual)
         processed = self._processed
         if processed is not None:
             if prefix in self._prefixes:
@@ -256,10 +266,26 @@ class RoutingMetrics:
 class ServingMetrics(Recorder):
     """The timed engine's figures, from per-request and per-step callbacks (times in ms).
 
+    A request's times are its :class:`~dynlab.engine.worker.EngineRequest`'s, read at its finish:
+    ``ttft_ms`` is ``first_token_ms - arrival_ms``, the user's first token (in a P/D fleet the decode
+    worker's first token after the KV arrived: :mod:`dynlab.disagg.fleet`), ``tpot_ms``
+    ``(finish - first token) / (output_length - 1)`` (vLLM's ``benchmark_serving`` definition, so a
+    P/D transfer, which ends before the user's first token, is not in it), ``e2e_ms`` ``finish -
+    arrival``, ``queue_wait_ms`` ``first_scheduled_ms - arrival_ms``. A distribution with no sample
+    is ``null`` (:func:`stats`).
+
     ``slo_ttft_ms`` / ``slo_tpot_ms``: when either is given, ``goodput`` is the share of ALL
     requests (rejected ones included, as failures) whose TTFT and TPOT meet the SLOs given
     (DistServe's definition); a one-token request has no TPOT and meets any TPOT SLO.
-    ``tpot_ms`` of a request: ``(finish - first token) / (output_length - 1)``.
+    ``prefix_hit_rate``: prompt tokens hit at first admission over the prompt tokens of the requests
+    admitted (a rejected request never reaches the cache: neither its hits nor its prompt count).
+    ``mean_kv_usage`` (per worker): blocks held by requests integrated over the run's span, first
+    arrival to last finish of the whole fleet, idle time counting as what is held then (0 unless a
+    P/D reservation or a CPU-tier load holds blocks), over ``capacity x span``;
+    ``mean_kv_usage_busy``: the same over the worker's time in steps only (``busy_block_ms /
+    (capacity x busy_ms)`` of :class:`~dynlab.engine.worker.EngineWorker`; 0.0 for a worker that never
+    ran a step), what a usage gauge sampled at regular times while the engine runs averages to
+    (vLLM exports only the instantaneous ``kv_cache_usage_perc``).
     """
 
     def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None):
@@ -287,13 +313,13 @@ class ServingMetrics(Recorder):
         self.prompt_tokens += req.input_length
 
     def on_reject(self, req) -> None:
+        """``req`` (counted at its arrival) was refused: a failure for goodput, outside ``prefix_hit_rate``."""
         self.rejected += 1
-
-    def on_first_token(self, req, t: float) -> None:
-        self.ttft.append(t - req.arrival_ms)
+        self.prompt_tokens -= req.input_length
 
     def on_finish(self, req, t: float) -> None:
         ttft = req.first_token_ms - req.arrival_ms
+        self.ttft.append(ttft)
         self.e2e.append(t - req.arrival_ms)
         self.wait.append(req.first_scheduled_ms - req.arrival_ms)
         self.output_tokens += req.output_length
@@ -327,12 +353,24 @@ class ServingMetrics(Recorder):
             "engine_steps": self.steps,
             "prefix_hit_rate": ratio(self.hit_tokens, self.prompt_tokens),
             "peak_kv_blocks": [e.peak_used_blocks for e in engines],
-            "mean_kv_usage": [ratio(e.used_block_ms(self.last_finish), e.capacity * span_ms)
-                              for e in engines],
+            "mean_kv_usage": kv_usage(engines, self.last_finish, span_ms),
+            "mean_kv_usage_busy": kv_usage_busy(engines),
         }
         if self.slo_ttft_ms is not None or self.slo_tpot_ms is not None:
             out["goodput"] = ratio(self.good, self.total)
         return out
+
+
+def kv_usage(engines: Sequence, until: float, span_ms: float) -> list:
+    """Per engine, blocks held by requests integrated up to ``until`` (ms) over ``capacity x span_ms``
+    (blocks x ms): ``mean_kv_usage``, the span mean (idle time included), rounded to 4 digits."""
+    return [ratio(e.used_block_ms(until), e.capacity * span_ms) for e in engines]
+
+
+def kv_usage_busy(engines: Sequence) -> list:
+    """Per engine, blocks held by requests integrated over its steps only over ``capacity x`` its time
+    in steps (``busy_block_ms`` / ``busy_ms``): ``mean_kv_usage_busy``, rounded to 4 digits (0.0: no step)."""
+    return [ratio(e.busy_block_ms, e.capacity * e.busy_ms) for e in engines]
 
 
 class TierRecorder(Recorder):

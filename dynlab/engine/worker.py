@@ -103,7 +103,8 @@ Disaggregated serving (:mod:`dynlab.disagg.fleet`) drives two kinds of worker wi
 
 Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_blocks`, :attr:`capacity`,
 :attr:`peak_used_blocks`, :meth:`used_block_ms` (blocks held by requests x ms; cached free blocks never
-count); per :class:`EngineRequest`: ``hit_tokens`` (first lookup), first scheduled/token and finish times.
+count), :attr:`busy_ms` and :attr:`busy_block_ms` (time in steps and blocks x ms held in them); per
+:class:`EngineRequest`: ``hit_tokens`` (first lookup), first scheduled/token and finish times.
 """
 from __future__ import annotations
 
@@ -169,8 +170,9 @@ class EngineWorker:
         self.write_through = self.kv.write_through
         self.load_ms_per_block = load_ms_per_block
         self.held, self.reserved = self.kv.held, self.kv.reserved
-        self.rejected = 0
-        self.steps = 0
+        self.rejected = self.steps = 0
+        self.busy_ms = self.busy_block_ms = 0.0  # ms in steps, blocks held x ms in them (mean_kv_usage_busy)
+        self._busy_from = 0.0  # used_block_ms at the start of the step in progress
         self.removed: tuple = ()
         # removed as (group, mask) pairs (the runs of its BlockRemoved) when the pool works on runs, else None
         self.removed_runs: Optional[tuple] = None
@@ -199,16 +201,8 @@ class EngineWorker:
     offloaded_blocks = property(lambda self: self.kv.offloaded_blocks, doc="Blocks written GPU -> CPU.")
     gpu_hit_blocks = property(lambda self: self.kv.gpu_hit_blocks, doc="First admissions' GPU hits (blocks).")
     cpu_hit_blocks = property(lambda self: self.kv.cpu_hit_blocks, doc="First admissions' CPU hits (blocks).")
-
-    @property
-    def capacity(self) -> int:
-        """Blocks in the pool."""
-        return self.pool.capacity
-
-    @property
-    def used_blocks(self) -> int:
-        """Blocks held by requests now (never cached free blocks)."""
-        return self.pool.used_blocks
+    capacity = property(lambda self: self.pool.capacity, doc="Blocks in the pool.")
+    used_blocks = property(lambda self: self.pool.used_blocks, doc="Blocks held by requests now (never cached free blocks).")
 
     @property
     def idle(self) -> bool:
@@ -345,6 +339,7 @@ class EngineWorker:
             self.removed, self.removed_runs = (), None
             return None
         kv.begin_step(now)
+        self._busy_from = kv.used_block_ms(now)
         sched, preempted, admitted = sch.schedule(now)
         if self.cpu is not None and self.kv.evicted():
             self._offload(self.kv.evicted())
@@ -384,6 +379,8 @@ class EngineWorker:
         self._step = self.next_boundary = None
         end, k = st.end, st.k
         self.kv.accumulate(end)
+        self.busy_ms += end - st.start
+        self.busy_block_ms += self.kv.used_block_ms() - self._busy_from
         first_tokens, finished, handed = self.scheduler.update_from_step(st.sched, k, end, self.handoff)
         self.steps += k
         res = StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,

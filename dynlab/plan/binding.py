@@ -77,18 +77,23 @@ def replay_text(target: Target, workers: int, result: Mapping, never: float, fle
     else:
         kind = "queueing"
         why = ("too many requests decode together on each worker; " if misses.startswith("TPOT") else "")
-        text = f"queueing: at {at} {misses} ({why}queue wait p99 {wait:,.1f} ms); more workers help"
+        text = f"queueing: at {at} {misses} ({why}queue wait p99 {_ms(wait)}); more workers help"
     if never > 0:
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")
     return kind, text
 
 
+def _ms(value: Optional[float]) -> str:
+    """``1,234.5 ms``, or ``-`` for a distribution with no sample (``null``: every request rejected)."""
+    return "-" if value is None else f"{value:,.1f} ms"
+
+
 def routing_text(target: Target, a: int, b: int, result: Mapping) -> str:
     """Why a shape's search stopped below the cap: the replays at ``a`` and ``b`` workers are the same."""
     misses = "; ".join(target.misses(result))
     wait = measured(result, "queue_wait_ms", "p99")
-    return (f"routing: the replays at {a} and {b} workers are the same ({misses}; queue wait p99 {wait:,.1f} ms; "
+    return (f"routing: the replays at {a} and {b} workers are the same ({misses}; queue wait p99 {_ms(wait)}; "
             f"{idle_text(result, b)}): the strategy leaves the extra workers idle, "
             "so more workers do not help; a strategy that spreads the load does")
 

@@ -9,7 +9,9 @@ Keys, in this order (:data:`KEYS`, then :data:`PD_KEYS` in P/D runs); times in m
 
 - ``id``: the request's 0-based position in the trace (its line, counting request lines only);
 - ``worker``: the worker the strategy routed it to (in a P/D run: its prefill worker);
-- ``arrival_ms``, ``first_scheduled_ms`` (its first engine step), ``first_token_ms``, ``finish_ms``;
+- ``arrival_ms``, ``first_scheduled_ms`` (its first engine step), ``first_token_ms`` (the user's first
+  token: in a P/D run the end of the decode worker's first step for it, after its KV arrived, as the
+  run's ``ttft_ms``), ``finish_ms``;
 - ``input_length``, ``output_length``: the trace's token counts;
 - ``hit_tokens``: prompt tokens found in the prefix cache at its first admission (count-based runs:
   ``min(overlap blocks x block_tokens, input_length)``, the blocks its worker held when it was routed);
@@ -18,7 +20,8 @@ Keys, in this order (:data:`KEYS`, then :data:`PD_KEYS` in P/D runs); times in m
 - P/D runs: ``prefill_worker``, ``decode_worker`` (``null`` when it never went to one: one output
   token, or rejected), ``transfer_start_ms`` (the decode worker reserved its blocks: the transfer
   starts) and ``transfer_end_ms`` (its KV arrived there), so ``transfer_ms`` of the run's JSON is
-  their difference.
+  their difference; ``prefill_token_ms``: its first token on the prefill worker (the run's
+  ``ttft_prefill_ms``; equal to ``first_token_ms`` for a request that never went to a decode worker).
 
 Count-based runs (no ``--timing``) have no clock: every time field is ``null``.
 """
@@ -33,7 +36,7 @@ from dynlab.engine.metrics import Recorder, RunInfo
 KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_ms", "finish_ms", "input_length",
         "output_length", "hit_tokens", "preemptions", "rejected")
 #: the keys P/D runs add, in order
-PD_KEYS = ("prefill_worker", "decode_worker", "transfer_start_ms", "transfer_end_ms")
+PD_KEYS = ("prefill_worker", "decode_worker", "transfer_start_ms", "transfer_end_ms", "prefill_token_ms")
 
 
 class RequestRecorder(Recorder):
@@ -76,7 +79,8 @@ class RequestRecorder(Recorder):
                 tr = self._transfers.get(index)
                 rec.update({"prefill_worker": worker, "decode_worker": None if tr is None else tr.decode,
                             "transfer_start_ms": None if tr is None else tr.reserved,
-                            "transfer_end_ms": None if tr is None else tr.arrived})
+                            "transfer_end_ms": None if tr is None else tr.arrived,
+                            "prefill_token_ms": rec["first_token_ms"] if tr is None else tr.prefill_done})
             yield rec
 
     def jsonl(self) -> str:

@@ -236,8 +236,9 @@ def test_window_blocks_never_exceed_window_plus_a_block():
 
 def test_pd_transfer_of_a_sliding_window_model_through_the_command(tmp_path):
     # gpt-oss-120b, one 8,192-token request (output 10), linear beta0=10 beta1=0.01 beta2=1, 50 GB/s:
-    # TTFT 10 + 0.01 x 8192 = 91.92 ms; bytes (8192 + 128) x 36,864 = 306,708,480 (every token's KV would
-    # be 603,979,776) in 6.1341696 ms; 9 decode steps of 11 ms: E2E 197.0541696 ms. The decode side holds
+    # the prefill 10 + 0.01 x 8192 = 91.92 ms (ttft_prefill_ms); bytes (8192 + 128) x 36,864 = 306,708,480
+    # (every token's KV would be 603,979,776) in 6.1341696 ms; 9 decode steps of 11 ms, the first ending the
+    # user's TTFT at 91.92 + 6.1341696 + 11 = 109.0541696 ms: E2E 197.0541696 ms. The decode side holds
     # 520 blocks on receipt (512 full + 8 window), 522 at its peak (513 full + 9: the window group's table
     # of 513 entries, 504 skipped); the prefill side 1,024 (the prompt in one chunk, before any is freed)
     from helpers import invoke
@@ -250,7 +251,8 @@ def test_pd_transfer_of_a_sliding_window_model_through_the_command(tmp_path):
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["transfer_bytes"] == 306_708_480
-    assert out["ttft_ms"]["p50"] == 91.9 and out["transfer_ms"]["p50"] == 6.1 and out["e2e_ms"]["p50"] == 197.1
+    assert out["ttft_ms"]["p50"] == 109.1 and out["transfer_ms"]["p50"] == 6.1 and out["e2e_ms"]["p50"] == 197.1
+    assert out["ttft_prefill_ms"]["p50"] == 91.9
     assert out["kv_blocks"] == 20_546 and out["peak_kv_blocks"] == [1024, 522]
     assert "shared by 2 KV cache groups of 18 layers" in out["kv_blocks_source"]
 

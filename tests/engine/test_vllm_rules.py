@@ -145,48 +145,81 @@ def test_duplicate_copies_are_findable_under_one_name(tmp_path):
 
 # ---- metric fixes -------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 24: a distribution with no samples must be null, not yet")
 def test_no_samples_give_null_percentiles(tmp_path):
-    # one request of 100 + 1 tokens on 4 blocks (64 tokens): rejected, so no TTFT, TPOT, E2E or wait at all
+    """One request of 100 + 1 tokens on 4 blocks (64 tokens): it can never fit, so it is rejected and
+    no TTFT, TPOT, E2E or queue wait is ever measured: each distribution is ``null`` (JSON), not the
+    ``0.0`` that read as an instant TTFT. The rejected request is a failure for goodput: 0 / 1 = 0.0.
+    No transfer in an aggregated run, no P/D keys; throughput over an empty span is 0.0."""
     out = _timed(_trace(tmp_path, [(0, _ids(1, 100), 1)]), 4, slo_ttft_ms=100)
     assert out["rejected"] == 1
     for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_ms"):
-        value = out[key]
-        assert value is None or all(v is None for v in value.values()), key
-    assert out["goodput"] == 0.0  # the rejected request is a failure, as today
+        assert out[key] == {"p50": None, "p90": None, "p99": None, "mean": None}, key
+    assert out["goodput"] == 0.0  # the rejected request is a failure, as before
+    assert json.loads(json.dumps(out))["ttft_ms"]["p50"] is None  # JSON null
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: rejected requests counted in prefix_hit_rate, not yet fixed")
 def test_rejected_requests_outside_prefix_hit_rate(tmp_path):
-    # capacity 4 (64 tokens). P = 32 tokens + 1 at 0; a 100-token request at 0 (rejected: 100 > 64);
-    # P again at 100, hitting (32 - 1) // 16 = 1 block. prefix_hit_rate = 16 / (32 + 32) = 0.25
-    # (today 16 / (32 + 100 + 32) = 0.0976).
+    """Capacity 4 blocks (64 tokens). P = 32 tokens + 1 output at 0; a 100-token request at 0 (rejected:
+    100 > 64, it never reaches the cache); P again at 100, hitting (32 - 1) // 16 = 1 block = 16 tokens
+    (the last prompt token is always recomputed). prefix_hit_rate = hits / prompt tokens of the
+    requests admitted = 16 / (32 + 32) = 0.25 (counting the rejected prompt: 16 / 164 = 0.0976)."""
     p = _ids(1, 32)
     out = _timed(_trace(tmp_path, [(0, p, 1), (0, _ids(100, 100), 1), (100, p, 1)]), 4)
     assert out["rejected"] == 1
     assert out["prefix_hit_rate"] == 0.25
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: prediction_error compares unlike quantities, not yet fixed")
 def test_prediction_error_compares_like_with_like(tmp_path):
-    # four identical 32-token prompts, one at a time: kv-events' index is exact (every BlockStored arrived),
-    # so the error must be 0. Today the router's overlap (2 full blocks held) is compared with the hit
-    # capped at (32 - 1) // 16 = 1 block: an error of 1 for each of the last three, 3 in all.
+    """Four identical 32-token prompts, one at a time (capacity 64: nothing evicted). kv-events' index is
+    exact (every BlockStored arrived before the next request), so the error must be 0. The router's
+    overlap is 2 full blocks for the last three; the hit the engine can take is capped at
+    (32 - 1) // 16 = 1 block, and ``actual`` is that capped hit, so the prediction is capped the same way:
+    |min(2, 1) - 1| = 0 each (uncapped: 1 each, 3 in all). ``predicted_blocks`` keeps the router's own
+    overlaps: 0 + 2 + 2 + 2 = 6; ``cached_blocks`` the capped hits: 0 + 1 + 1 + 1 = 3."""
     p = _ids(1, 32)
     out = _timed(_trace(tmp_path, [(t, p, 1) for t in (0, 100, 200, 300)]), 64, mode="kv-events")
     assert out["prediction_error"] == 0
+    assert out["predicted_blocks"] == 6 and out["cached_blocks"] == 3
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: P/D TTFT is stamped at the prefill worker, not yet fixed")
+def test_mean_kv_usage_span_and_busy(tmp_path):
+    """One worker, 10 blocks, linear 10/1/2. A = 32 prompt tokens + 3 output at 0: its prefill step
+    [0, 42] (10 + 32) holds 2 blocks; its two decode steps [42, 54], [54, 66] (10 + 2) hold 3 (token 33
+    opens the third block); it finishes at 66. Idle until B = 16 tokens + 1 output at 200: one step
+    [200, 226] (10 + 16) holding 1 block. Blocks x ms held: 2 x 42 + 3 x 24 + 1 x 26 = 182.
+    mean_kv_usage (the span, first arrival 0 to last finish 226, idle counting 0) = 182 / (10 x 226)
+    = 0.0805; mean_kv_usage_busy (the 42 + 24 + 26 = 92 ms in steps only) = 182 / (10 x 92) = 0.1978."""
+    path = _trace(tmp_path, [(0, _ids(1, 32), 3), (200, _ids(100, 16), 1)])
+    out = _timed(path, 10)
+    assert out["mean_kv_usage"] == [0.0805] and out["mean_kv_usage_busy"] == [0.1978]
+    assert list(out).index("mean_kv_usage_busy") == list(out).index("mean_kv_usage") + 1  # next to it
+
+
 def test_pd_ttft_is_the_users(tmp_path):
-    # one request of 1,000 prompt tokens and 10 output at 0; linear beta0=10, beta1=0.01, beta2=1.
-    # prefill step 10 + 0.01 x 1000 = 20 ms; the KV of 1,000 tokens x 131,072 B (llama-3.1-8b) = 131,072,000 B
-    # over 1 GB/s (1e9 B/s) = 131.072 ms, arriving at 151.072; the decode worker's first step 10 + 1 = 11 ms:
-    # the user's first token at 162.072 (TTFT 162.1 rounded). The decode worker's 9 steps end at
-    # 151.072 + 9 x 11 = 250.072 (E2E 250.1, as today). TTFT 162.072 > the 100 ms SLO: goodput 0.0.
+    """One request of 1,000 prompt tokens and 10 output at 0; linear beta0=10, beta1=0.01, beta2=1;
+    ``--prefill-workers 1 --decode-workers 1 --link-gbps 1``, llama-3.1-8b.
+
+    The prefill step: 10 + 0.01 x 1000 = 20 ms, its first token at 20 (``ttft_prefill_ms`` 20.0). The
+    KV of 1,000 tokens x 131,072 B (2 x 32 layers x 8 KV heads x 128 x 2 B) = 131,072,000 B over 1 GB/s
+    (1e9 B/s) takes 131.072 ms, arriving at 151.072; the decode worker's first step, 10 + 1 x 1 = 11 ms,
+    ends at 162.072: the user's first token (TTFT 162.072, 162.1 rounded). Its 9 steps end at 151.072 +
+    9 x 11 = 250.072 (E2E 250.1, as before). TPOT = (250.072 - 162.072) / (10 - 1) = 9.78 -> 9.8 (no
+    transfer in it; from the prefill side's token it was (250.072 - 20) / 9 = 25.6). TTFT 162.072 > the
+    100 ms SLO: goodput 0 / 1 = 0.0 (it was 1.0 with the prefill side's 20 ms). ``--requests-out``'s
+    record agrees: first_token_ms 162.072, prefill_token_ms 20.0."""
+    from dynlab.sim.records import RequestRecorder
+
     path = _trace(tmp_path, [(0, _ids(1, 1000), 10)])
-    out = _timed(path, None, latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "1"}, workers=2,
-                 prefill_workers=1, decode_workers=1, link_gbps=1.0, slo_ttft_ms=100, slo_tpot_ms=50)
+    recorder = RequestRecorder()
+    config = SimConfig(trace=path, timing=True, workers=2, mode="rr", latency_model="linear",
+                       latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "1"}, prefill_workers=1,
+                       decode_workers=1, link_gbps=1.0, slo_ttft_ms=100, slo_tpot_ms=50)
+    out = run(config, recorders=(recorder,))
     assert out["ttft_ms"]["mean"] == 162.1
     assert out["e2e_ms"]["mean"] == 250.1
+    assert out["tpot_ms"]["mean"] == 9.8
+    assert out["ttft_prefill_ms"]["mean"] == 20.0
     assert out["goodput"] == 0.0
+    (rec,) = recorder.records()
+    assert rec["first_token_ms"] == pytest.approx(162.072, abs=1e-9)
+    assert rec["prefill_token_ms"] == 20.0 and rec["transfer_end_ms"] == pytest.approx(151.072, abs=1e-9)

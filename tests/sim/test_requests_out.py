@@ -54,12 +54,15 @@ def test_timed_records_by_hand(tmp_path):
 
 
 def test_pd_records_by_hand(tmp_path):
-    # prefill as above (first token at 42, handed off); the decode worker reserves at once: the transfer of
-    # 32 tokens x 131,072 B (llama-3.1-8b) = 4,194,304 B at 1 GB/s takes 4.194304 ms -> arrives 46.194304;
-    # two decodes of 12 ms there -> finish at 70.194304.
-    _, (rec,) = _sim(tmp_path, TWO[:1], "--split", "1:1", "--link-gbps", "1", "--capacity", "64", *LINEAR)
+    # prefill as above (the prefill worker's first token at 42, handed off); the decode worker reserves at
+    # once: the transfer of 32 tokens x 131,072 B (llama-3.1-8b) = 4,194,304 B at 1 GB/s takes 4.194304 ms
+    # -> arrives 46.194304; two decodes of 12 ms there: the first ends at 58.194304, the user's first token
+    # (first_token_ms, issue 24), the second at 70.194304 (finish).
+    out, (rec,) = _sim(tmp_path, TWO[:1], "--split", "1:1", "--link-gbps", "1", "--capacity", "64", *LINEAR)
     assert list(rec) == list(KEYS) + list(PD_KEYS)
-    assert rec["first_token_ms"] == 42.0 and rec["transfer_start_ms"] == 42.0
+    assert rec["prefill_token_ms"] == 42.0 and rec["transfer_start_ms"] == 42.0
+    assert abs(rec["first_token_ms"] - 58.194304) < 1e-9
+    assert out["ttft_ms"]["mean"] == 58.2 and out["ttft_prefill_ms"]["mean"] == 42.0
     assert abs(rec["transfer_end_ms"] - 46.194304) < 1e-9 and abs(rec["finish_ms"] - 70.194304) < 1e-9
     assert (rec["worker"], rec["prefill_worker"], rec["decode_worker"]) == (0, 0, 0)
 
@@ -67,7 +70,7 @@ def test_pd_records_by_hand(tmp_path):
 def test_pd_one_token_request_never_reaches_a_decode_worker(tmp_path):
     rows = [{"tokens": list(range(32)), "output_length": 1, "timestamp": 0}]
     _, (rec,) = _sim(tmp_path, rows, "--split", "1:1", "--capacity", "64", *LINEAR)
-    assert rec["finish_ms"] == rec["first_token_ms"] == 42.0
+    assert rec["finish_ms"] == rec["first_token_ms"] == rec["prefill_token_ms"] == 42.0
     assert (rec["decode_worker"], rec["transfer_start_ms"], rec["transfer_end_ms"]) == (None, None, None)
 
 
@@ -158,6 +161,16 @@ def test_records_agree_with_the_run_result(rows, split, capacity):
         assert len(moved) == result["transfers"]
         for r in moved:
             assert r["first_scheduled_ms"] <= r["transfer_start_ms"] <= r["transfer_end_ms"] <= r["finish_ms"]
+            # the user's first token: the decode worker's first step, after the KV arrived (issue 24)
+            assert r["prefill_token_ms"] <= r["transfer_end_ms"] < r["first_token_ms"] <= r["finish_ms"]
+        ttft_prefill = [r["prefill_token_ms"] - r["arrival_ms"] for r in recs if not r["rejected"]]
+        if ttft_prefill:
+            assert round(statistics.fmean(ttft_prefill), 1) == result["ttft_prefill_ms"]["mean"]
+    else:
+        # aggregated, no CPU tier: nothing is held between steps, so the busy mean is the span mean's
+        # block-time over less time (issue 24)
+        for span, busy in zip(result["mean_kv_usage"], result["mean_kv_usage_busy"]):
+            assert span <= busy <= 1.0
 
 
 def test_report_gets_the_records_when_both_are_given(tmp_path):
