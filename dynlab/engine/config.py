@@ -99,6 +99,7 @@ class SimConfig(Sectioned):
     pcie_gbps: float = 25.0
     cpu_write: str = "compute"
     admission: str = "full"
+    async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
     split: Optional[str] = None
@@ -223,6 +224,10 @@ class SimConfig(Sectioned):
         if self.workload is not None and self.trace is not None:
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
+        if self.async_scheduling:
+            from dynlab.engine.async_steps import check_config
+
+            check_config(self)
 
 
 #: the section classes (named tuples with SimConfig's defaults; :mod:`dynlab.engine.sections`)
@@ -254,7 +259,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
-                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission")
+                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)

@@ -80,7 +80,7 @@ class TimedSetup:
                              max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
                              load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
                              runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c),
-                             admission=c.admission)
+                             admission=c.admission, async_scheduling=c.async_scheduling)
                 for w in range(c.workers)]
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
