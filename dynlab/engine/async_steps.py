@@ -39,8 +39,9 @@ from __future__ import annotations
 from typing import Optional
 
 from dynlab.engine.bulk import StepPlan, StepResult, plan_step
+from dynlab.engine.worker import EngineWorker
 
-__all__ = ["AsyncSteps", "after_schedule", "apply_output", "check", "check_config"]
+__all__ = ["AsyncEngineWorker", "after_schedule", "apply_output", "check", "check_config"]
 
 
 def check(spec=None, cpu_capacity: int = 0, handoff: bool = False) -> None:
@@ -106,19 +107,25 @@ def apply_output(scheduler, st: StepPlan, end: float) -> tuple:
     return first_tokens, finished
 
 
-class AsyncSteps:
-    """The step driver of an :class:`~dynlab.engine.worker.EngineWorker` under async scheduling (the
-    module docstring): the worker's :meth:`start_step` / :meth:`finish_step` when it has one.
-    ``ahead``: the step scheduled to start when the one in progress ends (``None``: none, or empty)."""
+class AsyncEngineWorker(EngineWorker):
+    """An :class:`~dynlab.engine.worker.EngineWorker` under async scheduling (the module docstring): the
+    same arguments and calls, one step at a time (``bulk`` is off). :attr:`ahead`: the step scheduled
+    to start when the one in progress ends (``None``: none, or it is empty). Raises ``ValueError``
+    (:func:`check`) with ``spec``, a CPU tier or ``handoff``, and as :class:`EngineWorker` does."""
 
-    def __init__(self, worker):
-        self.w = worker
+    def __init__(self, worker_id: int, capacity: int, block: int, latency, **kw):
+        check(kw.get("spec"), kw.get("cpu_capacity", 0), kw.get("handoff", False))
+        kw["bulk"] = False
+        super().__init__(worker_id, capacity, block, latency, **kw)
         self.ahead: Optional[StepPlan] = None
+        self._removed, self._runs = (), ()  # what the schedules at one time evicted (names, runs)
+
+    def receive(self, req, now: float, prefix_cache: bool = False) -> None:
+        raise RuntimeError("async scheduling does not model a decode worker of a P/D fleet")
 
     def _plan(self, now: float, start: float) -> Optional[StepPlan]:
         """Schedule, at ``now`` (ms), the step that starts at ``start``; ``None`` when it is empty."""
-        w = self.w
-        sch, kv = w.scheduler, w.kv
+        sch, kv = self.scheduler, self.kv
         kv.begin_step(now)
         sched, preempted, admitted = sch.schedule(start)
         sched = [p for p in sched if p[1]]  # a request whose last token is in flight is not scheduled
@@ -128,7 +135,7 @@ class AsyncSteps:
             if runs:
                 self._runs += runs
             return None
-        st = plan_step(sched, preempted, admitted, start, w.latency, kv, False, len(sch.running), False)
+        st = plan_step(sched, preempted, admitted, start, self.latency, kv, False, len(sch.running), False)
         st.stored, st.stored_runs, st.removed, runs, st.used = kv.step_events()
         self._removed += st.removed
         if runs:
@@ -139,38 +146,36 @@ class AsyncSteps:
     def start_step(self, now: float) -> Optional[float]:
         """:meth:`EngineWorker.start_step` under async scheduling: the step scheduled ahead starts at
         ``now`` (or, with none, one is scheduled now), and the one after it is scheduled now."""
-        w = self.w
-        if w._step is not None:
+        if self._step is not None:
             raise RuntimeError("a step is already in progress")
-        w.cpu_stored = w.cpu_removed = ()
-        sch = w.scheduler
+        self.cpu_stored = self.cpu_removed = ()
+        sch = self.scheduler
         self._removed, self._runs = (), ()
         cur, self.ahead = self.ahead, None
         if cur is None:
             if not (sch.running or sch.waiting):
-                w.removed, w.removed_runs = (), None
+                self.removed, self.removed_runs = (), None
                 return None
             cur = self._plan(now, now)
             if cur is None:
-                raise RuntimeError(f"worker {w.worker_id}: nothing schedulable although requests wait (bug)")
+                raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         else:  # scheduled when the step before it started, to start at its end: now
             cur.end, cur.start = now + (cur.end - cur.start), now
         self.ahead = self._plan(now, cur.end)
-        w.removed = self._removed
-        w.removed_runs = self._runs if w.runs else None
-        w._step = cur
+        self.removed = self._removed
+        self.removed_runs = self._runs if self.runs else None
+        self._step = cur
         return cur.end
 
     def finish_step(self) -> StepResult:
         """:meth:`EngineWorker.finish_step` under async scheduling: the step's output at its end."""
-        w = self.w
-        st = w._step
+        st = self._step
         if st is None:
             raise RuntimeError("no step in progress")
-        w._step = None
+        self._step = None
         end = st.end
-        w.kv.accumulate(end)
-        first_tokens, finished = apply_output(w.scheduler, st, end)
-        w.steps += 1
+        self.kv.accumulate(end)
+        first_tokens, finished = apply_output(self.scheduler, st, end)
+        self.steps += 1
         return StepResult(st.start, end, 1, st.stored, st.removed, first_tokens, finished, st.preempted,
                           len(st.sched), st.prefill_tokens, st.decodes, st.used, [], stored_runs=st.stored_runs)

@@ -109,7 +109,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from dynlab.engine.async_steps import AsyncSteps, check
 from dynlab.engine.bulk import StepPlan, StepResult, cut_run, plan_step
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest
 from dynlab.engine.scheduler import Scheduler
@@ -139,9 +138,7 @@ class EngineWorker:
     - 1 + K + lookahead`` tokens cannot fit); either one runs one step at a time (no bulk run).
     ``admission``: ``full`` (vLLM 0.33.0: the whole sequence's blocks must be free to admit) or ``chunk``
     (the earlier rule: the chunk's), :meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`.
-    ``async_scheduling``: vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`; one step at a time).
-    Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``,
-    async scheduling with what it does not model (:func:`dynlab.engine.async_steps.check`).
+    Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
     The queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``) are the scheduler's,
     ``pool``, ``cpu``, ``held``, ``reserved`` and the tier counters the KV cache manager's (read-only).
@@ -151,7 +148,7 @@ class EngineWorker:
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
                  handoff: bool = False, runs: bool = False, kv_layout=None, spec=None,
-                 admission: str = "full", async_scheduling: bool = False):
+                 admission: str = "full"):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -170,11 +167,6 @@ class EngineWorker:
         if kv_layout is not None:  # KV cache groups (dynlab.kv.hybrid): one step at a time, no bulk decode runs
             self.bulk = bulk = False
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
-        self._async = None  # async scheduling's step driver (dynlab.engine.async_steps.AsyncSteps) or None
-        if async_scheduling:
-            check(spec, cpu_capacity, handoff)
-            self.bulk = bulk = False
-            self._async = AsyncSteps(self)
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec)
         self.pool = self.kv.pool
         self.cpu = self.kv.cpu
@@ -347,8 +339,6 @@ class EngineWorker:
     def start_step(self, now: float) -> Optional[float]:
         """Schedule the next step (or bulk decode run) starting at ``now`` (ms); returns its end
         (ms), or ``None`` when idle. Blocks evicted for it are in :attr:`removed` (at ``now``)."""
-        if self._async is not None:
-            return self._async.start_step(now)
         if self._step is not None:
             raise RuntimeError("a step is already in progress")
         self.cpu_stored = self.cpu_removed = ()
@@ -390,8 +380,6 @@ class EngineWorker:
     def finish_step(self) -> StepResult:
         """Apply the step (or bulk run) in progress at its end: computed tokens, emitted tokens,
         finishes (their blocks return to the free queue)."""
-        if self._async is not None:
-            return self._async.finish_step()
         st = self._step
         if st is None:
             raise RuntimeError("no step in progress")
