@@ -31,7 +31,7 @@ itself this way) that gives these rules, all times in ms:
   scheduled is named only at the request's next schedule (:attr:`EngineRequest.safe`).
 
 Not modelled (refused by :func:`check`): speculative decoding, a CPU tier, disaggregated
-prefill/decode; bulk decode runs are off (one step at a time), and a trace's ``output_tokens`` are
+prefill/decode, KV cache groups; bulk decode runs are off (one step at a time), and a trace's ``output_tokens`` are
 named when their step is scheduled (vLLM names them when their token ids are known, one step later).
 """
 from __future__ import annotations
@@ -44,11 +44,13 @@ from dynlab.engine.worker import EngineWorker
 __all__ = ["AsyncEngineWorker", "after_schedule", "apply_output", "check", "check_config"]
 
 
-def check(spec=None, cpu_capacity: int = 0, handoff: bool = False) -> None:
+def check(spec=None, cpu_capacity: int = 0, handoff: bool = False, kv_layout=None) -> None:
     """Raise ``ValueError`` (one line) for what async scheduling does not model: speculative decoding
-    (``spec``), a CPU tier (``cpu_capacity`` > 0) or a P/D worker (``handoff``, and decode workers)."""
+    (``spec``), a CPU tier (``cpu_capacity`` > 0), a P/D worker (``handoff``, and decode workers), KV
+    cache groups (``kv_layout``, a model with window, chunked or state layers: not checked against vLLM)."""
     for on, what in ((spec is not None, "speculative decoding"), (cpu_capacity, "a CPU tier"),
-                     (handoff, "disaggregated prefill/decode")):
+                     (handoff, "disaggregated prefill/decode"),
+                     (kv_layout is not None, "KV cache groups (a model with window, chunked or state layers)")):
         if on:
             raise ValueError(f"--async-scheduling is not modelled with {what} (docs/engine.md, Async scheduling)")
 
@@ -111,10 +113,10 @@ class AsyncEngineWorker(EngineWorker):
     """An :class:`~dynlab.engine.worker.EngineWorker` under async scheduling (the module docstring): the
     same arguments and calls, one step at a time (``bulk`` is off). :attr:`ahead`: the step scheduled
     to start when the one in progress ends (``None``: none, or it is empty). Raises ``ValueError``
-    (:func:`check`) with ``spec``, a CPU tier or ``handoff``, and as :class:`EngineWorker` does."""
+    (:func:`check`) with ``spec``, a CPU tier, ``handoff`` or ``kv_layout``, and as :class:`EngineWorker` does."""
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency, **kw):
-        check(kw.get("spec"), kw.get("cpu_capacity", 0), kw.get("handoff", False))
+        check(kw.get("spec"), kw.get("cpu_capacity", 0), kw.get("handoff", False), kw.get("kv_layout"))
         kw["bulk"] = False
         super().__init__(worker_id, capacity, block, latency, **kw)
         self.ahead: Optional[StepPlan] = None

@@ -111,6 +111,11 @@ def test_async_refuses_what_it_does_not_model(kw, what):
         cfg.validate()
 
 
+def test_async_refuses_kv_cache_groups(tmp_path):
+    with pytest.raises(ValueError, match="not modelled with KV cache groups"):
+        _records(tmp_path, [(0, _ids(1, 16), 3)], None, async_scheduling=True, model="gemma-3-1b")
+
+
 def test_async_refused_without_timing():
     with pytest.raises(ValueError, match="--async-scheduling"):
         SimConfig(async_scheduling=True).validate()
