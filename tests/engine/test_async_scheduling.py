@@ -8,12 +8,16 @@ dynlab/engine/async_steps.py. Only the library API is used (``run`` with a ``Req
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dynlab.engine.async_steps import AsyncEngineWorker
 from dynlab.engine.config import SimConfig
+from dynlab.engine.request import EngineRequest
+from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.sim.records import RequestRecorder
 from dynlab.sim.runner import run
 
@@ -140,3 +144,58 @@ def test_async_invariants(tmp_path_factory, reqs, capacity, budget):
         assert r["first_token_ms"] > r["first_scheduled_ms"]
         # each later token costs at least a decode step (10 + 2 ms)
         assert r["finish_ms"] - r["first_token_ms"] >= 12 * (r["output_length"] - 1) - 1e-9
+
+
+# ---- the worker's invariants after every call (EngineWorker.check), with preemptions -------------------
+
+class _Linear(LatencyModel):
+    """10 + prefill tokens + 2 x decodes ms (a test double)."""
+
+    name = "test-linear-async"
+
+    def __init__(self):
+        super().__init__(None, {})
+
+    def step_ms(self, batch: StepBatch) -> float:
+        return 10.0 + sum(batch.prefill_tokens) + 2.0 * batch.decode_requests
+
+
+def _drive(worker, reqs) -> int:
+    """Arrivals, step ends and step starts in time order (the worker module's driving rules), with
+    ``worker.check()`` after each; returns the steps run."""
+    i, steps = 0, 0
+    while True:
+        end, arrival = worker.step_end, (reqs[i].arrival_ms if i < len(reqs) else math.inf)
+        if end is None and arrival == math.inf:
+            return steps
+        if end is not None and end <= arrival:
+            now = end
+            worker.finish_step()
+            steps += 1
+        else:
+            now = arrival
+            assert worker.submit(reqs[i], now)
+            i += 1
+        worker.check()
+        if (i < len(reqs) and reqs[i].arrival_ms == now) or (worker.step_end is not None and worker.step_end <= now):
+            continue
+        if worker.step_end is None and not worker.idle:
+            assert worker.start_step(now) is not None
+            worker.check()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 80), st.integers(1, 50), st.integers(1, 15)), min_size=1, max_size=8),
+       st.integers(5, 10), st.sampled_from([16, 24, 8192]), st.sampled_from(["full", "chunk"]))
+def test_async_worker_invariants(reqs, capacity, budget, admission):
+    rows = sorted(reqs)
+    worker = AsyncEngineWorker(0, capacity, 16, _Linear(), max_num_batched_tokens=budget, admission=admission)
+    ereqs, name = [], 1
+    for k, (t, n, out) in enumerate(rows):
+        ereqs.append(EngineRequest(k, float(t), n, out, list(range(name, name + n // 16))))
+        name += 1000
+    _drive(worker, ereqs)
+    assert worker.idle and worker.used_blocks == 0
+    for r in ereqs:  # every request served whole, its tokens after its first scheduled step
+        assert r.generated == r.output_length and r.pending == 0 and r.inflight == 0
+        assert r.finish_ms >= r.first_token_ms > r.first_scheduled_ms >= r.arrival_ms
