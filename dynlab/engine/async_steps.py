@@ -1,4 +1,4 @@
-"""Async scheduling: vLLM 0.33.0's ``AsyncScheduler`` driven by ``EngineCore.step_with_batch_queue`` (a batch queue of 2).
+"""Async scheduling: vLLM 0.33.0's ``AsyncScheduler`` as ``EngineCore.step_with_batch_queue`` runs it (queue of 2).
 
 With async scheduling (vLLM's default on GPUs, ``SchedulerConfig.async_scheduling``) the engine
 schedules step ``n + 1`` before the output of step ``n`` comes back, so the CPU prepares the next
@@ -10,7 +10,7 @@ itself this way) that gives these rules, all times in ms:
   tokens counted as computed (vLLM's ``_update_after_schedule`` advances ``num_computed_tokens`` at
   schedule time). A request arriving during step ``n - 1`` therefore joins step ``n + 1``, not step
   ``n``: about one step later than the synchronous scheduler (the harness measured +2.3 to 5 ms of
-  mean TTFT at vLLM's default linear step times). Its ``first_scheduled_ms`` is the start of the step
+  mean TTFT with dynlab's default linear coefficients). Its ``first_scheduled_ms`` is the start of the step
   it joins.
 - **Output placeholders.** A request whose step samples a token carries an output placeholder
   (``num_output_placeholders``) until that step's output is applied, so it decodes again in the
@@ -31,8 +31,9 @@ itself this way) that gives these rules, all times in ms:
   scheduled is named only at the request's next schedule (:attr:`EngineRequest.safe`).
 
 Not modelled (refused by :func:`check`): speculative decoding, a CPU tier, disaggregated
-prefill/decode, KV cache groups; bulk decode runs are off (one step at a time), and a trace's ``output_tokens`` are
-named when their step is scheduled (vLLM names them when their token ids are known, one step later).
+prefill/decode, KV cache groups. Bulk decode runs are off (one step at a time). The blocks of a
+trace's ``output_tokens`` are named when their step is scheduled (vLLM names them one step later,
+when their token ids are known).
 """
 from __future__ import annotations
 
