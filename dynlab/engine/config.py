@@ -221,8 +221,7 @@ class SimConfig(Sectioned):
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
         if self.async_scheduling:
-            from dynlab.engine.async_steps import check_config
-
+            from dynlab.engine.async_steps import check_config  # what it does not model is refused
             check_config(self)
 
 
