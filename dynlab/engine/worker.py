@@ -126,29 +126,26 @@ class EngineWorker:
     :class:`~dynlab.kv.cache_manager.KvCacheManager` (its block pool, CPU tier and P/D handoff) and
     the step planner (:mod:`dynlab.engine.bulk`) to a latency model.
 
-    ``capacity``: KV blocks in the pool; ``block``: tokens per block; ``latency``: the step-time
-    model; ``max_num_batched_tokens``: token budget per step; ``max_num_seqs``: running requests
-    at most; ``bulk``: advance runs of decode-only steps at once (same results as ``False``);
-    ``handoff``: a prefill worker of a disaggregated fleet (see the module docstring); ``runs``: the pool
-    works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
+    ``capacity``: KV blocks in the pool; ``block``: tokens per block; ``latency``: the step-time model;
+    ``max_num_batched_tokens``: token budget per step; ``max_num_seqs``: running requests at most; ``bulk``:
+    advance runs of decode-only steps at once (same results as ``False``); ``handoff``: a prefill worker of
+    a disaggregated fleet (see the module docstring); ``runs``: the pool works on the requests' runs (:class:`~dynlab.kv.run_pool.RunBlockPool`, the same behaviour: for
     names with runs longer than one, as :func:`~dynlab.engine.names.engine_block_runs` gives them).
     ``cpu_capacity`` / ``load_ms_per_block`` / ``cpu_write``: the CPU tier (see the module docstring);
     ``kv_layout``: KV cache groups (:mod:`dynlab.kv.hybrid`); ``spec``: speculative decoding
     (:mod:`dynlab.engine.spec`; ``None``: off; a request is rejected when ``input_length + output_length
-    - 1 + K + lookahead`` tokens cannot fit); either one runs one step at a time (no bulk run).
-    ``admission``: ``full`` (vLLM 0.33.0: the whole sequence's blocks must be free to admit) or ``chunk``
-    (the earlier rule: the chunk's), :meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`.
+    - 1 + K + lookahead`` tokens cannot fit); either one runs one step at a time (no bulk run). ``admission``:
+    ``full`` or ``chunk`` (:meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`).
     Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
-    The queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``) are the scheduler's,
-    ``pool``, ``cpu``, ``held``, ``reserved`` and the tier counters the KV cache manager's (read-only).
+    Queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``): the scheduler's; ``pool``, ``cpu``,
+    ``held``, ``reserved``, the tier counters: the KV cache manager's (read-only).
     """
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None,
-                 admission: str = "full"):
+                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None, admission: str = "full"):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -162,8 +159,7 @@ class EngineWorker:
         self.handoff = handoff
         self.runs = runs
         self.kv = kv_cache_manager(capacity, block, kv_layout, runs=runs, cpu_capacity=cpu_capacity,
-                                   load_ms_per_block=load_ms_per_block, cpu_write=cpu_write,
-                                   admission=admission)
+                                   load_ms_per_block=load_ms_per_block, cpu_write=cpu_write, admission=admission)
         if kv_layout is not None:  # KV cache groups (dynlab.kv.hybrid): one step at a time, no bulk decode runs
             self.bulk = bulk = False
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
