@@ -4,7 +4,8 @@ Replays the bundled ``mooncake-conversation`` trace (12,031 requests) through th
 with ``--timing`` defaults (roofline latency, llama-3.1-8b on h100, the hardware-derived pool,
 engine blocks of 16 tokens, trace blocks of 512) routed by ``--mode`` (default ``kv-cost``), for
 each configuration of ``--configs`` (default: 8 workers with and without bulk decode, 128
-workers with bulk decode). The trace is loaded once, outside the timed part. Prints, per
+workers with bulk decode; ``8:async`` runs ``--async-scheduling``, one step at a time). The
+trace is loaded once, outside the timed part. Prints, per
 configuration: CPU seconds (``time.process_time``: this process only, so a loaded machine
 inflates it less than wall time) and wall seconds of the replay, simulated requests per CPU
 second, engine steps (iterations) per CPU second, ``start_step`` calls (a bulk decode run is
@@ -20,6 +21,7 @@ import platform
 import random
 import time
 
+from dynlab.engine.async_steps import AsyncEngineWorker
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
 from dynlab.engine.serving import build_engines
@@ -30,28 +32,31 @@ from dynlab.traces.reader import load_trace
 TRACE = "mooncake-conversation"
 
 
-def replay_once(requests, workers: int, bulk: bool, mode: str) -> tuple[float, float, int, dict]:
-    """``(cpu s, wall s, start_step calls, run JSON)`` of one timed replay, as ``dynlab sim`` seeds it."""
-    config = SimConfig(mode=mode, workers=workers, trace=TRACE, timing=True)
+def replay_once(requests, workers: int, bulk: bool, mode: str,
+                async_scheduling: bool = False) -> tuple[float, float, int, dict]:
+    """``(cpu s, wall s, start_step calls, run JSON)`` of one timed replay, as ``dynlab sim`` seeds it
+    (``async_scheduling``: ``--async-scheduling``, one step at a time)."""
+    config = SimConfig(mode=mode, workers=workers, trace=TRACE, timing=True, async_scheduling=async_scheduling)
     config.validate()
     setup = build_engines(config, requests.own_block_tokens, bulk=bulk)
     rng = random.Random(config.seed)
     strategy = build_strategy(config, rng, block_tokens=config.block)
     calls = [0]
-    start_step = EngineWorker.start_step
+    cls = AsyncEngineWorker if async_scheduling else EngineWorker
+    start_step = cls.start_step
 
     def counting(self, now):
         calls[0] += 1
         return start_step(self, now)
 
-    EngineWorker.start_step = counting
+    cls.start_step = counting
     try:
         c0, w0 = time.process_time(), time.perf_counter()
         out = serve(topology_for(setup), requests, strategy, config,
                     loss_rng=random.Random(f"dynlab-event-loss-{config.seed}"))
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     finally:
-        EngineWorker.start_step = start_step
+        cls.start_step = start_step
     return cpu, wall, calls[0], out
 
 
@@ -60,7 +65,7 @@ def main() -> None:
     ap.add_argument("--mode", default="kv-cost")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--configs", default="8:bulk,8:step,128:bulk",
-                    help="comma-separated WORKERS:bulk|step (default: %(default)s)")
+                    help="comma-separated WORKERS:bulk|step|async (async: --async-scheduling; default: %(default)s)")
     args = ap.parse_args()
     requests = load_trace(TRACE, block=16)
     print(f"# {TRACE}: {len(requests):,} requests, mode {args.mode}, --timing defaults; "
@@ -72,7 +77,7 @@ def main() -> None:
         w, kind = spec.split(":")
         best = None
         for _ in range(args.repeat):
-            res = replay_once(requests, int(w), kind == "bulk", args.mode)
+            res = replay_once(requests, int(w), kind == "bulk", args.mode, kind == "async")
             if best is None or res[0] < best[0]:
                 best = res
         cpu, wall, calls, out = best

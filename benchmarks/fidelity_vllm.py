@@ -28,7 +28,9 @@ are passed to it; until then dynlab runs its one rule (the chunk rule) against b
 Unless ``--no-async``, it also runs vLLM's ``AsyncScheduler`` (a batch queue of 2, as
 ``EngineCore.step_with_batch_queue``) and compares it with the synchronous scheduler: how many
 requests join a different step (their first scheduled step starts at another time) and how many get
-their first token or finish at another time.
+their first token or finish at another time; and, when ``sim`` has ``--async-scheduling``, dynlab's
+async mode (``--admission full --async-scheduling``) against it request by request, as above (the
+synchronous rows then pass ``--no-async-scheduling``).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import vllm_side  # noqa: E402  (sets VLLM_TARGET_DEVICE=cpu, HF_HUB_OFFLINE=1 before vLLM loads)
 import vllm_traces  # noqa: E402
-from vllm_dynlab_side import run_dynlab  # noqa: E402
+from vllm_dynlab_side import run_dynlab, sim_has  # noqa: E402
 
 TOL_MS = 1e-6
 VLLM_VERSION = "0.33.0"
@@ -116,7 +118,7 @@ def run_case(case, tmp: str, with_async: bool = True) -> dict:
            "budget": case.setup.max_num_batched_tokens, "max_num_seqs": case.setup.max_num_seqs}
     sync_runs = {}
     for label, full, as_dynlab, admission in RULES:
-        ours, _, dyn_wall = run_dynlab(case.setup, path, admission=admission)
+        ours, _, dyn_wall = run_dynlab(case.setup, path, admission=admission, async_scheduling=False)
         theirs, steps, vllm_wall = vllm_side.run_vllm(case.setup, case.rows, reserve_full_isl=full,
                                                       as_dynlab=as_dynlab)
         sync_runs[label] = (theirs, steps)
@@ -125,6 +127,9 @@ def run_case(case, tmp: str, with_async: bool = True) -> dict:
         asyn, steps, wall = vllm_side.run_vllm(case.setup, case.rows, async_scheduling=True)
         out["async"] = {**compare_async(*sync_runs["full"][:1], asyn, sync_runs["full"][1], steps),
                         "wall_s": round(wall, 3)}
+        if sim_has("--async-scheduling"):  # dynlab's async mode against vLLM's AsyncScheduler, per request
+            ours, _, dyn_wall = run_dynlab(case.setup, path, admission="full", async_scheduling=True)
+            out["async-dynlab"] = {**compare(ours, asyn), "wall_s": [round(dyn_wall, 3), round(wall, 3)]}
     return out
 
 
@@ -187,6 +192,22 @@ def async_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def async_dynlab_table(results: list[dict]) -> str:
+    """The markdown table of dynlab's ``--async-scheduling`` against vLLM's AsyncScheduler, per request."""
+    lines = ["| trace | requests | identical TTFT | E2E | preemptions | hit tokens | all four | worst TTFT ms "
+             "| worst E2E ms | mean TTFT ms dynlab / vLLM | preemptions dynlab / vLLM | wall s dynlab / vLLM |",
+             "|" + "---|" * 12]
+    for r in results:
+        c = r.get("async-dynlab")
+        if c:
+            i = c["identical"]
+            lines.append(f"| {r['trace']} | {c['requests']} | {i['ttft']} | {i['e2e']} | {i['preemptions']} "
+                         f"| {i['hit_tokens']} | {i['all']} | {c['worst_ms']['ttft']:.6g} | {c['worst_ms']['e2e']:.6g} "
+                         f"| {c['mean_ttft_ms'][0]} / {c['mean_ttft_ms'][1]} | {c['preemptions'][0]} / "
+                         f"{c['preemptions'][1]} | {c['wall_s'][0]} / {c['wall_s'][1]} |")
+    return "\n".join(lines)
+
+
 def all_cases(scale: float = 1.0) -> list:
     return vllm_traces.hand_cases() + vllm_traces.random_cases(scale)
 
@@ -220,6 +241,9 @@ def main() -> None:
     if not args.no_async:
         print()
         print(async_table(results))
+        if any("async-dynlab" in r for r in results):
+            print()
+            print(async_dynlab_table(results))
     if args.ablation:
         print()
         print(ablation_table(results))

@@ -99,15 +99,23 @@ def _records_by_adapter(args: list[str]) -> tuple[list[dict], dict]:
     return records, summary
 
 
-def run_dynlab(setup: EngineSetup, trace: str, admission: Optional[str] = None) -> tuple[list[dict], dict, float]:
+def run_dynlab(setup: EngineSetup, trace: str, admission: Optional[str] = None,
+               async_scheduling: Optional[bool] = None) -> tuple[list[dict], dict, float]:
     """``(records in trace order, sim's JSON, wall seconds of the sim call)`` of ``trace`` on ``setup``.
 
     ``admission`` (``full`` or ``chunk``) is passed as ``--admission`` when ``sim`` has that option, and
-    ignored otherwise (dynlab then runs its one rule, the chunk rule).
+    ignored otherwise (dynlab then runs its one rule, the chunk rule). ``async_scheduling`` (``True`` /
+    ``False``) passes ``--async-scheduling`` / ``--no-async-scheduling`` (``None``: sim's default);
+    ``RuntimeError`` when ``True`` and ``sim`` has no such option.
     """
     args = sim_args(setup, trace)
     if admission is not None and sim_has("--admission"):
         args += ["--admission", admission]
+    if async_scheduling is not None:
+        if sim_has("--async-scheduling"):
+            args.append("--async-scheduling" if async_scheduling else "--no-async-scheduling")
+        elif async_scheduling:
+            raise RuntimeError("this dynlab's sim has no --async-scheduling")
     start = time.perf_counter()
     if sim_has("--requests-out"):
         with tempfile.TemporaryDirectory() as tmp:

@@ -156,6 +156,8 @@ def sim_rows(cmd: list) -> dict:
         # (600 tokens) arrives: full admission waits for its 38 blocks, chunk admits 64-token chunks and preempts
         "--admission": changes(busy + ["--mode", "rr", "--capacity", "70", "--block", "16",
                                        "--max-num-batched-tokens", "64"], ["--admission", "chunk"]),
+        # async scheduling: request 1 (at 50 ms) joins a step one step later, so its TTFT changes
+        "--async-scheduling": changes(busy, ["--async-scheduling"]),
         "--timing": changes(cmd, ["--timing"]),
         "--all-metrics": changes(cmd, ["--all-metrics"]),
         "--opt": changes(cmd + ["--mode", "kv-cost"], ["--opt", "temperature=1"]),
@@ -250,6 +252,7 @@ NO_EFFECT = [
     (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
     (["--timing", "--cpu-write", "compute"], "--cpu-write"),
     (["--admission", "chunk"], "--admission"),  # the count-based replay has no admission
+    (["--async-scheduling"], "--async-scheduling"),  # nor steps to schedule ahead
     (["--timing", "--split", "1:1", "--cpu-capacity", "8"], "--cpu-capacity"),  # a P/D fleet has no CPU tier
     (["--ep", "2"], "--ep"),
     (["--pp", "2"], "--pp"),

@@ -201,6 +201,10 @@ SIM_FLAGS = [
      "without it the transfer starts when the prefill ends."),
     ("--decode-prefix-cache", "decode_prefix_cache",
      "With a P/D fleet: decode workers cache prompt blocks; blocks they hold are not transferred again."),
+    ("--async-scheduling/--no-async-scheduling", "async_scheduling",
+     "With --timing: schedule each step while the one before it runs, as vLLM's AsyncScheduler (its default "
+     "on GPUs): requests join a step later, finished requests free their blocks a step later (see "
+     "docs/engine.md) [default: off]."),
     ("--dp-attention", "dp_attention",
      "With --timing and --ep > 1: attention data-parallel (DeepSeek-style): --ep / --tp attention replicas, "
      "each with its own requests and KV, share the expert-parallel GPUs."),

@@ -17,41 +17,37 @@ DECODE_ROUTERS = ("least-loaded", "round-robin", "kv-usage")
 class SimConfig(Sectioned):
     """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
 
-    Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``,
-    ``plen``, ``tail`` tokens, ``block`` tokens per block, shuffled by ``seed``; block names by the
-    ``hash`` scheme, ``dynlab`` or ``dynamo``); with it, a built-in trace name or a path, read by
-    ``trace_format`` (``None``: detected).
-    Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded without
-    ``timing``, the hardware-derived pool with it) under the eviction ``policy``. Events: ``publish``
-    (``"yes"``/``"no"``), ``event_delay`` (requests; count-based runs), ``event_loss`` (probability).
-    ``opts``: strategy options (name -> text).
+    Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``, ``plen``, ``tail`` tokens,
+    ``block`` tokens per block, shuffled by ``seed``; block names by the ``hash`` scheme, ``dynlab`` or ``dynamo``);
+    with it, a built-in trace name or a path, read by ``trace_format`` (``None``: detected).
+    Fleet: ``workers``; ``capacity`` blocks per worker (``None``: unbounded without ``timing``, the hardware-derived
+    pool with it) under the eviction ``policy``. Events: ``publish`` (``"yes"``/``"no"``), ``event_delay``
+    (requests; count-based runs), ``event_loss`` (probability). ``opts``: strategy options (name -> text).
     ``all_metrics``: on the synthetic workload, add the fleet metrics to the seed's keys.
 
-    Timed runs (``timing=True``, the serving engine of :mod:`dynlab.engine.worker`):
-    ``block`` is the engine's KV block (tokens), ``trace_block`` the trace's (``None``: the
-    format's own, 512 for Mooncake); ``time_scale`` multiplies trace timestamps, ``rate``
-    (requests/s) drives Poisson arrivals for workloads without them (``None``: :data:`POISSON_RATE`)
-    and rescales a timestamped trace to that mean rate (:mod:`dynlab.traces.rates`, as do
-    ``rate_scale`` and ``duration``); ``max_num_batched_tokens`` and ``max_num_seqs`` (vLLM's scheduler limits); ``latency_model`` with ``latency_opts``;
-    ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size when ``capacity`` is
-    ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
-    ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`):
-    ``cpu_capacity`` blocks or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier
-    keys in the result; 0: no tier, with the tier keys), loaded back over ``pcie_gbps`` GB/s, written
-    when it is computed (``cpu_write="compute"``, the default: write-through, as vLLM's
-    OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or when the GPU evicts it
-    (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`). ``admission``: ``full`` (vLLM
-    0.33.0's ``scheduler_reserve_full_isl=True``: the whole sequence's blocks free) or ``chunk`` (the chunk's).
+    Timed runs (``timing=True``, the serving engine of :mod:`dynlab.engine.worker`): ``block`` is the engine's KV
+    block (tokens), ``trace_block`` the trace's (``None``: the format's own, 512 for Mooncake); ``time_scale``
+    multiplies trace timestamps, ``rate`` (requests/s) drives Poisson arrivals for workloads without them (``None``:
+    :data:`POISSON_RATE`) and rescales a timestamped trace to that mean rate (:mod:`dynlab.traces.rates`, as do
+    ``rate_scale`` and ``duration``); ``max_num_batched_tokens`` and ``max_num_seqs`` (vLLM's scheduler limits);
+    ``latency_model`` with ``latency_opts``; ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size
+    when ``capacity`` is ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
+    ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`): ``cpu_capacity`` blocks
+    or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier keys in the result; 0: no tier, with the
+    tier keys), loaded back over ``pcie_gbps`` GB/s, written when it is computed (``cpu_write="compute"``, the
+    default: write-through, as vLLM's OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or
+    when the GPU evicts it (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`). ``admission``:
+    ``full`` (vLLM 0.33.0's ``scheduler_reserve_full_isl=True``: the whole sequence's blocks free) or ``chunk`` (the
+    chunk's). ``async_scheduling``: vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`).
 
-    Routers: ``routers`` independent replicas of the strategy (each its own index and load
-    view), reached by ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's
-    first block name); :mod:`dynlab.routing.replicas`.
+    Routers: ``routers`` independent replicas of the strategy (each its own index and load view), reached by
+    ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's first block name);
+    :mod:`dynlab.routing.replicas`.
 
-    Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and
-    ``decode_workers`` replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU
-    count) sets them at once, ``"P:0"`` meaning ``P`` aggregated workers. ``decode_router``
-    (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill worker; default a
-    400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
+    Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and ``decode_workers``
+    replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU count) sets them at once, ``"P:0"``
+    meaning ``P`` aggregated workers. ``decode_router`` (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill
+    worker; default a 400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
 
     Sections: the fields are grouped in seven read-only views (:data:`SECTIONS`), ``traffic``,
     ``fleet``, ``engine``, ``kv``, ``events``, ``slo`` and ``disagg`` (named tuples built on each access);
@@ -99,6 +95,7 @@ class SimConfig(Sectioned):
     pcie_gbps: float = 25.0
     cpu_write: str = "compute"
     admission: str = "full"
+    async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
     split: Optional[str] = None
@@ -223,6 +220,9 @@ class SimConfig(Sectioned):
         if self.workload is not None and self.trace is not None:
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
+        if self.async_scheduling:
+            from dynlab.engine.async_steps import check_config  # what it does not model is refused
+            check_config(self)
 
 
 #: the section classes (named tuples with SimConfig's defaults; :mod:`dynlab.engine.sections`)
@@ -254,7 +254,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
-                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission")
+                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)

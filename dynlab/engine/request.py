@@ -31,7 +31,8 @@ class EngineRequest:
     which a worker with ``runs=True`` works on; ``None``: one run per name).
 
     Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``; ``spec``: draft
-    tokens it carries into its next step (speculative decoding, :mod:`dynlab.engine.spec`; 0 otherwise).
+    tokens it carries into its next step (speculative decoding, :mod:`dynlab.engine.spec`; 0 otherwise);
+    ``pending``, ``inflight``, ``safe``: async scheduling's state (:mod:`dynlab.engine.async_steps`; 0 otherwise).
     Metrics (``None`` until known): ``hit_tokens``, ``first_scheduled_ms``, ``first_token_ms``,
     ``finish_ms``; ``preemptions`` (int); ``rejected`` (bool).
     """
@@ -39,7 +40,8 @@ class EngineRequest:
     __slots__ = ("id", "arrival_ms", "input_length", "output_length", "_names", "runs", "seq",
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
-                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state")
+                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state",
+                 "pending", "inflight", "safe")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
                  runs: Optional[Sequence[tuple]] = None):
@@ -71,6 +73,9 @@ class EngineRequest:
         self.cpu_hit_blocks: Optional[int] = None  # of its first admission's hit, blocks found in the CPU tier
         self.spec = 0  # speculative decoding: draft tokens it carries into its next step (vLLM's spec_token_ids)
         self.spec_state = None  # the acceptance model's state for it (dynlab.engine.spec.Acceptance)
+        # async scheduling (dynlab.engine.async_steps): tokens sampled in flight, steps in flight holding it,
+        # and the computed tokens whose blocks vLLM has hashed while a step is in flight
+        self.pending = self.inflight = self.safe = 0
 
     @property
     def names(self) -> Sequence[int]:

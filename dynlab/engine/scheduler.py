@@ -193,7 +193,11 @@ class Scheduler:
         return n
 
     def preempt(self, req: EngineRequest) -> None:
-        """Recompute preemption: free ``req``'s blocks, put it at the FRONT of the waiting queue."""
+        """Recompute preemption: free ``req``'s blocks, put it at the FRONT of the waiting queue. With a
+        step of it in flight (async scheduling) only its tokens whose blocks vLLM has hashed count
+        (:func:`dynlab.engine.async_steps.after_schedule`)."""
+        if req.inflight:
+            req.computed = req.safe
         self.kv.free(req)
         req.computed = 0
         req.nreg = 0

@@ -76,11 +76,15 @@ class TimedSetup:
 
     def engines(self) -> list[EngineWorker]:
         c = self.config
-        return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
-                             max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
-                             load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
-                             runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c),
-                             admission=c.admission)
+        if c.async_scheduling:  # vLLM's AsyncScheduler (dynlab.engine.async_steps)
+            from dynlab.engine.async_steps import AsyncEngineWorker as worker
+        else:
+            worker = EngineWorker
+        return [worker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
+                       max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
+                       load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
+                       runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c),
+                       admission=c.admission)
                 for w in range(c.workers)]
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
