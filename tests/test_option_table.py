@@ -438,6 +438,7 @@ TABLE.update({
     ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
     ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
     ("plan", "--admission"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--admission", "chunk")),
+    ("plan", "--async-scheduling"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--async-scheduling")),
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
     ("plan", "--slo-ttft-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:])),
     ("plan", "--slo-tpot-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN, "--slo-tpot-ms", "1")),

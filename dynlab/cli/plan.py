@@ -30,8 +30,8 @@ SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "tr
           "slo_ttft_ms",
           "slo_tpot_ms", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
           "link_latency_ms")
-#: sim's on/off flags plan takes as they are (the P/D fleet's)
-FLAGS = ("overlap_transfer", "decode_prefix_cache")
+#: sim's on/off flags plan takes as they are (the P/D fleet's, the engine's async scheduling)
+FLAGS = ("overlap_transfer", "decode_prefix_cache", "async_scheduling")
 #: sim options plan takes as comma lists of candidates (the shapes are their cross product, with --split's)
 CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens")
 #: values of plan's --split: an aggregated fleet, or a P/D one whose split is searched
