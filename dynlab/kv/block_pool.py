@@ -311,18 +311,30 @@ class BlockPool:
                 used.add(name)
                 self.stored.append(name)
 
-    def release(self, keys: Sequence[int], names: Sequence[int] = ()) -> None:
+    def release(self, keys: Sequence[int], names: Sequence[int] = (), out_at: int = 0, out: int = 0) -> None:
         """A holder frees its blocks (``keys`` in sequence order): they go to the free-queue tail
         in reverse order, except named blocks still held by another request. (``names``: the
-        holder's sequence, which :class:`~dynlab.kv.run_pool.RunBlockPool` reads; not needed here.)"""
+        holder's sequence, which :class:`~dynlab.kv.run_pool.RunBlockPool` reads; not needed here.)
+        ``out`` (> 0): the unnamed ``keys[out_at:out_at + out]`` are a finished request's full blocks of
+        generated tokens (:mod:`dynlab.kv.output_blocks`): they take the tail place a named block would
+        (vLLM hashes them) but, never to be hit, as unnamed blocks, whose eviction publishes nothing."""
         if not keys:
             return
-        n = len(keys)
+        if out:
+            after = len(keys) - out_at - out  # the partial block (and lookahead slots): to the head
+            self._push_unnamed(after)
+            self._queue.append(out)
+            self._nfree += after + out
+            n = out_at
+            if not n:
+                return
+        else:
+            n = len(keys)
         try:
-            p = keys.index(UNNAMED)
+            p = keys.index(UNNAMED, 0, n)
         except ValueError:
             p = n
-        if p == n or keys[p:].count(UNNAMED) == n - p:  # the common case: named blocks, then unnamed ones
+        if p == n or keys[p:n].count(UNNAMED) == n - p:  # the common case: named blocks, then unnamed ones
             if p < n:
                 self._push_unnamed(n - p)
             freed = self._unref(keys[p - 1::-1]) if p else ()  # reversed: the queue's order
@@ -330,7 +342,7 @@ class BlockPool:
                 self._queue.append(freed)
             self._nfree += n - p + len(freed)
             return
-        rev = keys[::-1]  # unnamed blocks between named ones (a duplicate registration)
+        rev = keys[n - 1::-1]  # unnamed blocks between named ones (a duplicate registration)
         freed = set(self._unref([key for key in rev if key >= 0]))
         run: list = []
         for key in rev:
