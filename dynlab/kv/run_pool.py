@@ -250,14 +250,7 @@ class RunBlockPool(BlockPool):
         """A holder frees its blocks (``keys`` in sequence order, named by ``seq``'s names): to the
         free-queue tail in reverse order, except names still held by another request (``out_at``,
         ``out``: as :meth:`BlockPool.release`)."""
-        if out:
-            after = len(keys) - out_at - out
-            self._push_unnamed(after)
-            self._queue.append(out)
-            self._nfree += after + out
-            n = out_at
-        else:
-            n = len(keys)
+        n = self._release_out(keys, out_at, out) if out else len(keys)
         if self._mixed.pop(id(keys), None) is not None:
             self._release_mixed(keys, seq.names, n)
             return
