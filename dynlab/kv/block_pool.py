@@ -2,40 +2,30 @@
 
 Modelled on vLLM v1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` (``vllm/v1/core``):
 
-- Free blocks wait in a **free queue** whose head is the least recently freed. Initially all
-  blocks are free and unnamed.
-- :meth:`allocate` takes blocks from the head. A taken block that holds a cached (named) block
-  evicts it: its name is appended to :attr:`removed` (the payload of a ``BlockRemoved``).
-- :meth:`release` returns a sequence's named blocks to the tail in **reverse** order (the tail of a
-  sequence is evicted first) and its unnamed ones (a partial last block) to the **head** (vLLM
-  0.33.0, PR #42656: :meth:`_push_unnamed`).
-- :meth:`take_hits` takes prefix-cache hits (named blocks) out of the free queue; blocks are
-  reference-counted, so a block shared by several running requests stays in use until the last
-  one releases it. Blocks in use are never evicted.
-- :meth:`register` names full prompt blocks (appending the names to :attr:`stored`, the payload of
-  a ``BlockStored``). A name already cached is not registered twice: the second block stays
-  unnamed (vLLM keeps both copies under one hash; see docs of :meth:`register`).
+- Free blocks wait in a **free queue** whose head is the least recently freed; initially all, unnamed.
+- :meth:`allocate` takes blocks from the head; a taken cached (named) block is evicted, its name
+  appended to :attr:`removed` (the payload of a ``BlockRemoved``).
+- :meth:`release` returns a sequence's named blocks to the tail in **reverse** order (its tail is
+  evicted first), its unnamed ones (a partial last block) to the **head** (vLLM 0.33.0, PR #42656).
+- :meth:`take_hits` takes prefix-cache hits out of the free queue; reference counts keep a block
+  shared by running requests in use until the last one releases it (never evicted while in use).
+- :meth:`register` names full blocks (appended to :attr:`stored`, a ``BlockStored``'s payload). A name
+  already cached is not registered twice: the second block stays unnamed (see :meth:`register`).
 
 Invariant: ``used_blocks + num_free == capacity`` (``num_free`` counts the never-used blocks too).
 
 A request's names reach the pool as its **sequence** (:meth:`sequence`): here the names themselves;
-:class:`~dynlab.kv.run_pool.RunBlockPool`, the same pool keyed by runs of names (trace blocks of
-engine blocks), takes the names with their runs. Methods take the sequence and positions in it
-(:meth:`take_hits` its first ``h`` names, :meth:`register` names ``start:end``), so the engine
-drives both alike.
+:class:`~dynlab.kv.run_pool.RunBlockPool` (keyed by runs of names) takes them with their runs.
+Methods take the sequence and positions in it, so the engine drives both alike.
 
-Representation. Blocks move in runs (a prompt's hundreds of blocks are registered, released and
-mostly evicted together), so every operation works on whole runs in a few C-level passes
-(slices, ``set.update`` / ``difference_update`` / ``isdisjoint``, ``filter`` through a set's
-``__contains__``), with no Python step per block except in rare cases (a block held by several
-requests, a release with unnamed blocks between named ones, a duplicate registration). What is
-left per block is hashing: a named block costs about six set operations in its life, most of
-them cache misses (~20-50 ns each, measured in the 8-worker replay of the bundled trace):
+Representation. Blocks move in runs (a prompt's hundreds of blocks), so every operation works on whole
+runs in a few C-level passes (slices, set operations, ``filter``), with no Python step per block but in
+rare cases (a block held by several requests, a duplicate registration); a named block costs about
+six set operations in its life (~20-50 ns each, measured in the 8-worker replay of the bundled trace):
 
 - A holder (a request) keeps the list of its **keys** in sequence order and hands it back to
-  :meth:`release`: a named block's key is its name (an int >= 0), every unnamed block's key is
-  ``-1`` (:data:`UNNAMED`: unnamed blocks are interchangeable, they need no identity). The pool
-  does not track which holder owns which block.
+  :meth:`release`: a named block's key is its name (an int >= 0), an unnamed block's ``-1``
+  (:data:`UNNAMED`: interchangeable). The pool does not track which holder owns which block.
 - ``_cached``: the set of cached (named) names, in use or free: the prefix cache's content.
   ``_used``: the cached names held by at least one request; ``_shared``: ``name -> reference
   count`` for those held by two or more (a hit on a running request's block). A cached name not
@@ -53,11 +43,9 @@ them cache misses (~20-50 ns each, measured in the 8-worker replay of the bundle
   ``_stale``: :meth:`allocate` skips (drops) it. A segment never holds a name twice (a request's
   names are distinct), so a slice's stale entries are found with one set test each. ``_nfree``
   counts the live entries.
-- ``_fresh``: how many unnamed blocks (never used, or released unnamed: :meth:`_push_unnamed`)
-  wait at the head of the free queue, ahead of ``_queue``. They are unnamed and interchangeable, so they are a count, not entries: the pool's
-  memory grows with the blocks a workload touches, not with ``capacity`` (``--capacity
-  1000000000 --timing`` costs nothing until used). Allocation takes them first, exactly where
-  vLLM's initial free queue puts them.
+- ``_fresh``: the unnamed blocks (never used, or released unnamed: :meth:`_push_unnamed`) at the head of
+  the free queue, ahead of ``_queue``: interchangeable, a count, not entries, so memory grows with the
+  blocks a workload touches, not ``capacity``. Allocation takes them first, as vLLM's free queue does.
 """
 from __future__ import annotations
 
@@ -311,18 +299,21 @@ class BlockPool:
                 used.add(name)
                 self.stored.append(name)
 
-    def release(self, keys: Sequence[int], names: Sequence[int] = ()) -> None:
-        """A holder frees its blocks (``keys`` in sequence order): they go to the free-queue tail
-        in reverse order, except named blocks still held by another request. (``names``: the
-        holder's sequence, which :class:`~dynlab.kv.run_pool.RunBlockPool` reads; not needed here.)"""
+    def release(self, keys: Sequence[int], names: Sequence[int] = (), out_at: int = 0, out: int = 0) -> None:
+        """A holder frees its blocks (``keys`` in sequence order) to the free-queue tail, reversed, but named
+        ones another request holds (``names``: the sequence, read by :class:`~dynlab.kv.run_pool.RunBlockPool`).
+        ``out``: the unnamed ``keys[out_at:out_at + out]``, a finished request's generated-token blocks, take
+        a named block's tail place (vLLM hashes them) as unnamed blocks: never hit, evicted unpublished."""
         if not keys:
             return
-        n = len(keys)
+        n = self._release_out(keys, out_at, out) if out else len(keys)
+        if not n:
+            return
         try:
-            p = keys.index(UNNAMED)
+            p = keys.index(UNNAMED, 0, n)
         except ValueError:
             p = n
-        if p == n or keys[p:].count(UNNAMED) == n - p:  # the common case: named blocks, then unnamed ones
+        if p == n or keys[p:n].count(UNNAMED) == n - p:  # the common case: named blocks, then unnamed ones
             if p < n:
                 self._push_unnamed(n - p)
             freed = self._unref(keys[p - 1::-1]) if p else ()  # reversed: the queue's order
@@ -330,7 +321,7 @@ class BlockPool:
                 self._queue.append(freed)
             self._nfree += n - p + len(freed)
             return
-        rev = keys[::-1]  # unnamed blocks between named ones (a duplicate registration)
+        rev = keys[n - 1::-1]  # unnamed blocks between named ones (a duplicate registration)
         freed = set(self._unref([key for key in rev if key >= 0]))
         run: list = []
         for key in rev:
@@ -345,6 +336,15 @@ class BlockPool:
                 self._nfree += 1
         if run:
             self._queue.append(run)
+
+    def _release_out(self, keys: Sequence[int], out_at: int, out: int) -> int:
+        """:meth:`release`'s ``out`` blocks to the tail, the blocks after them (a partial one) to the head;
+        returns ``out_at``, the keys left to release."""
+        after = len(keys) - out_at - out
+        self._push_unnamed(after)
+        self._queue.append(out)
+        self._nfree += after + out
+        return out_at
 
     def _unref(self, named: list) -> list:
         """Drop one reference to each of the (distinct) ``named`` blocks (a new list, reversed or not);

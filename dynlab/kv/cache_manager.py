@@ -247,8 +247,15 @@ class KvCacheManager:
 
     def free(self, req) -> None:
         """Return ``req``'s blocks to the free queue (named ones stay cached; the full blocks of its
-        generated tokens named first, :meth:`name_output`)."""
-        if req.computed > len(req.names) * self.block:
+        generated tokens named first, :meth:`name_output`, or, at a finish, freed to the tail unnamed: no
+        one can hit them, :meth:`BlockPool.release`)."""
+        have = len(req.names)
+        if req.computed >= (have + 1) * self.block:
+            if req.generated >= req.output_length:  # finished: its generated-token blocks can never be hit
+                out = min(req.computed // self.block, len(req.keys)) - have if req.nreg >= have else 0
+                self.pool.release(req.keys, req.seq, have, out)
+                req.keys = []
+                return
             self.name_output(req)
         self.pool.release(req.keys, req.seq)
         req.keys = []

@@ -7,8 +7,9 @@ that request's own, from :data:`OUTPUT_NAMES` up (one counter per
 :class:`~dynlab.kv.cache_manager.KvCacheManager`, so a run is deterministic). These names are never
 published as KV events (no router could match them): :func:`published` drops them from a step's
 stored and removed names. vLLM names them when the step computing them is scheduled; here they are
-named when the request frees its blocks (a preemption or a finish), which the pool cannot tell
-apart (the blocks are in use until then).
+named when a preemption frees them (they are in use until then). A finish names none: no one can hit
+them again, so :meth:`~dynlab.kv.block_pool.BlockPool.release` puts them at the tail as unnamed blocks
+(``out``), the queue place vLLM's hashed blocks take, with nothing to register or leave out of events.
 
 Requests are duck-typed (``names``, ``runs``, ``seq``, ``keys``, ``nreg``, ``computed``).
 """

@@ -246,12 +246,13 @@ class RunBlockPool(BlockPool):
                     self._stored.append(names[base + o])
             i += c
 
-    def release(self, keys: Sequence[int], seq: Runs) -> None:
+    def release(self, keys: Sequence[int], seq: Runs, out_at: int = 0, out: int = 0) -> None:
         """A holder frees its blocks (``keys`` in sequence order, named by ``seq``'s names): to the
-        free-queue tail in reverse order, except names still held by another request."""
-        n = len(keys)
+        free-queue tail in reverse order, except names still held by another request (``out_at``,
+        ``out``: as :meth:`BlockPool.release`)."""
+        n = self._release_out(keys, out_at, out) if out else len(keys)
         if self._mixed.pop(id(keys), None) is not None:
-            self._release_mixed(keys, seq.names)
+            self._release_mixed(keys, seq.names, n)
             return
         p, hi = 0, n  # the named prefix: a binary search by identity (no name's int object read)
         while p < hi:
@@ -276,11 +277,11 @@ class RunBlockPool(BlockPool):
         if entries:
             self._queue.append(entries)
 
-    def _release_mixed(self, keys: Sequence[int], names: Sequence[int]) -> None:
-        """:meth:`release` of keys with unnamed blocks between named ones (a duplicate registration),
+    def _release_mixed(self, keys: Sequence[int], names: Sequence[int], n: int) -> None:
+        """:meth:`release` of ``keys[:n]`` with unnamed blocks between named ones (a duplicate registration),
         name by name: each run of named keys between unnamed ones is a segment of one-name entries."""
         refs, run = self._refs, []
-        for i in range(len(keys) - 1, -1, -1):
+        for i in range(n - 1, -1, -1):
             key = keys[i]
             if key < 0:
                 if run:

@@ -24,6 +24,7 @@ The mapping (the two models' units differ):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Optional
 
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.labs.scenario import DEFAULT_DOCS, DEFAULT_PASSES, DEFAULT_TOKENS, pass_docs
@@ -69,18 +70,19 @@ def _serve_alone(engine: EngineWorker, req: EngineRequest, now: float) -> float:
 
 def scenario_on_engine(gpu: int, cpu: int = 0, passes: Sequence[str] = DEFAULT_PASSES, docs: int = DEFAULT_DOCS,
                        tokens: int = DEFAULT_TOKENS, block: int = 16, cpu_write: str = "compute",
-                       load_ms_per_block: float = 0.005) -> dict:
+                       load_ms_per_block: float = 0.005, gpu_blocks: Optional[int] = None) -> dict:
     """Read the lab's documents pass after pass on one engine worker; count hits per pass as the lab does.
 
     ``gpu`` and ``cpu`` are the lab's capacities in tokens (mapped by :func:`engine_blocks`);
     ``cpu_write`` the CPU tier's write rule (``compute``: write-through, the lab's rule; ``evict``: a
-    victim tier). Returns ``{"passes": [{"order", "gpu_hits", "cpu_hits", "misses", "hit_docs",
+    victim tier); ``gpu_blocks`` (given) the pool's size in blocks instead of the mapping's. Returns ``{"passes": [{"order", "gpu_hits", "cpu_hits", "misses", "hit_docs",
     "partial"}, ...], "gpu_hit_blocks": int, "cpu_hit_blocks": int}``: per pass,
     :func:`~dynlab.labs.scenario.run_scenario`'s keys plus ``partial``; then the blocks every read's
     lookup found on each tier (the run's ``gpu_hit_blocks`` / ``cpu_hit_blocks``).
     Raises ``ValueError`` for a document that cannot fit the pool (``gpu`` < ``tokens``) or a bad order.
     """
-    gpu_blocks, cpu_blocks = engine_blocks(gpu, cpu, tokens, block)
+    mapped, cpu_blocks = engine_blocks(gpu, cpu, tokens, block)
+    gpu_blocks = mapped if gpu_blocks is None else gpu_blocks
     if gpu_blocks == 0:
         raise ValueError(f"a GPU capacity of {gpu} tokens holds no document of {tokens} tokens")
     engine = EngineWorker(0, gpu_blocks, block, _FixedStep(None, {}), cpu_capacity=cpu_blocks,

@@ -258,20 +258,32 @@ def test_gpu_cliff_whole_document_hits_equal_the_lab(cpu_write):
 LAB_CPU = [0, 5011, 21520, 30000, 40000, 45099, 50110, 60000]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24 rule 2: a read's partial last block now returns to the free "
-                   "queue's head (vLLM 0.33.0), so the next read evicts one block less of the oldest document and "
-                   "the engine keeps partial prefixes the lab's whole-document LRU cannot; to be re-derived")
+def _heads(gpu: int) -> int:
+    """The pool under vLLM 0.33.0's free-queue order (issue 24 rule 2) that holds whole documents as the lab
+    does: ``floor(gpu / 5011)`` documents of 5011 // 16 = 313 full (named) blocks, plus ONE block for the
+    partial last block (3 tokens) of the read in progress. A read frees its partial block to the free
+    queue's head, where the next read takes it again, so with ``k`` documents cached exactly one block is
+    unnamed: a missed read (314 blocks) takes it plus the 313 blocks of the least recently read document
+    (released tail first, so all of them), and a hit (313 blocks hit, (5011 - 1) // 16 = 313) takes just
+    it. No partial block is ever freed behind a named one: the engine evicts whole documents, the lab's rule."""
+    return (gpu // TOKENS) * (TOKENS // 16) + 1
+
+
+def _last_heads(gpu: int, cpu: int, passes, cpu_write: str) -> dict:
+    return scenario_on_engine(gpu, cpu, passes, cpu_write=cpu_write, gpu_blocks=_heads(gpu))["passes"][-1]
+
+
 def test_cpu_cliff_is_reproduced_by_a_write_through_tier():
     """`dynlab cliff --cpu 0,5011,...` (GPU 21520 tokens, passes fwd,fwd,rev), every metric, by one worker whose
-    CPU tier is written when blocks are computed (``cpu_write="compute"``, the lab's inclusive rule).
-    By hand from the lab: the last pass re-reads 9, 8, 7, 6 on the GPU (4 documents), and the CPU tier,
-    which holds the last floor(C / 5011) documents computed (LRU; a GPU hit does not touch it), serves
-    5, 4, ... down to document 10 - floor(C / 5011): 0, 0, 0, 1, 3, 5, 6, 6 CPU hits."""
+    CPU tier is written when blocks are computed (``cpu_write="compute"``, the lab's inclusive rule), on the
+    pool of :func:`_heads`. By hand from the lab: the last pass re-reads 9, 8, 7, 6 on the GPU (4 documents),
+    and the CPU tier, which holds the last floor(C / 5011) documents computed (LRU; a GPU hit does not touch
+    it), serves 5, 4, ... down to document 10 - floor(C / 5011): 0, 0, 0, 1, 3, 5, 6, 6 CPU hits."""
     lab = {m: cliff(LAB_CPU, over="cpu", metric=m) for m in ("hits", "gpu_hits", "cpu_hits", "misses")}
     assert lab["cpu_hits"] == dict(zip(map(str, LAB_CPU), [0, 0, 0, 1, 3, 5, 6, 6]))
     fleet = {m: {} for m in lab}
     for c in LAB_CPU:
-        f = _last(21520, c, ["fwd", "fwd", "rev"], "compute")
+        f = _last_heads(21520, c, ["fwd", "fwd", "rev"], "compute")
         assert f["partial"] == 0
         for m in ("gpu_hits", "cpu_hits", "misses"):
             fleet[m][str(c)] = f[m]
@@ -279,20 +291,28 @@ def test_cpu_cliff_is_reproduced_by_a_write_through_tier():
     assert fleet == lab
 
 
-@pytest.mark.xfail(strict=False, reason="issue 24 rule 2: a read's partial last block now returns to the free "
-                   "queue's head (vLLM 0.33.0), so the next read evicts one block less of the oldest document and "
-                   "the engine keeps partial prefixes the lab's whole-document LRU cannot (sizes that evict); "
-                   "to be re-derived")
+def test_the_per_document_mapping_keeps_partial_prefixes_under_vllms_order():
+    """Why the lab comparisons use :func:`_heads`: the default mapping (315 blocks a document, one spare each)
+    leaves 4 x 315 - 4 x 313 = 8 unnamed blocks at the free queue's head with 4 documents cached (vLLM 0.33
+    returns a read's partial block there), so a missed read (314 blocks) takes those 8 and only 306 of the
+    oldest document: its first 7 blocks survive, a partial hit the lab's whole documents never have. With
+    fwd,fwd,rev at 21520 tokens the rev pass's misses 5, 4, ... each leave the next document so; only the
+    one read again in the pass counts: 1 partial. On :func:`_heads`' pool: none."""
+    assert engine_blocks(21520, 0) == (4 * 315, 0) and _heads(21520) == 4 * 313 + 1
+    assert _last(21520, 0, ["fwd", "fwd", "rev"], "compute")["partial"] == 1
+    assert _last_heads(21520, 0, ["fwd", "fwd", "rev"], "compute")["partial"] == 0
+
+
 @pytest.mark.parametrize("passes", [["fwd", "fwd", "rev"], ["fwd", "rev", "fwd"], ["rev", "rev"]])
-@pytest.mark.parametrize("gpu", [5011, 21520, 45000, 50110])
+@pytest.mark.parametrize("gpu", [5011, 21520, 45000, 50109, 50110])
 def test_write_through_tier_equals_the_lab_pass_by_pass(gpu, passes):
-    """Every pass's numbers and hit documents of ``run_scenario`` (the lab), at GPU sizes holding 1, 4, 8
-    and 10 documents and CPU sizes from none to every document. (One document short of all ten, 50109
-    tokens, the two differ by design: the engine keeps partial prefixes of documents it evicts in part,
-    where the lab evicts whole documents; the whole-document counts still agree there, see above.)"""
+    """Every pass's numbers and hit documents of ``run_scenario`` (the lab), at GPU sizes holding 1, 4, 8,
+    9 and 10 documents and CPU sizes from none to every document, on the pool of :func:`_heads` (whole
+    documents evicted: equal even one document short of all ten, where the per-document mapping keeps
+    partial prefixes, see :func:`test_one_document_short_the_engine_keeps_partial_prefixes`)."""
     for cpu in (0, 5011, 21520, 40000, 50110):
         lab = run_scenario(gpu=gpu, cpu=cpu, passes=passes)["passes"]
-        fleet = scenario_on_engine(gpu, cpu, passes, cpu_write="compute")["passes"]
+        fleet = scenario_on_engine(gpu, cpu, passes, cpu_write="compute", gpu_blocks=_heads(gpu))["passes"]
         assert [p.pop("partial") for p in fleet] == [0] * len(passes)
         assert fleet == lab, (gpu, cpu)
 
@@ -308,24 +328,27 @@ def test_one_document_short_the_engine_keeps_partial_prefixes():
     assert run_scenario(gpu=50109, passes=["fwd", "fwd"])["passes"][1]["misses"] == 10
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24 rule 2: a read's partial last block now returns to the free "
-                   "queue's head (vLLM 0.33.0), so the next read evicts one block less of the oldest document and "
-                   "the engine keeps partial prefixes the lab's whole-document LRU cannot; to be re-derived")
 def test_victim_tier_differs_from_the_lab_where_the_write_rules_differ():
-    """The default victim tier (a block is written when the GPU evicts it), on the CPU curve's workload.
-    Equal to the lab: the GPU's whole-document hits at every CPU size (4); every count without a CPU tier
-    (4 GPU hits, 6 misses) and once the CPU holds every document (4 GPU, 6 CPU, 0 misses). In between the
-    victim tier misses fewer documents (GPU and CPU hold different blocks, so their capacities add): lab
-    6 and 3 misses at 21520 and 40000 tokens, the engine 3 (+1 partial) and 2."""
+    """The default victim tier (a block is written when the GPU evicts it), on the CPU curve's workload and the
+    pool of :func:`_heads` (whole documents move). Equal to the lab: the GPU's whole-document hits at every
+    CPU size (4); every count without a CPU tier (4 GPU hits, 6 misses) and once the CPU holds every
+    document (4 GPU, 6 CPU, 0 misses). In between the victim tier misses fewer documents (GPU and CPU hold
+    different blocks, so their capacities add). By hand at CPU 21520 tokens (4 documents, LRU, written on
+    GPU eviction, touched by a CPU hit): pass 1 evicts 0..5 from the GPU, the tier keeps [2, 3, 4, 5]; pass
+    2 misses every document (6..9 were evicted by 0..3) and the tier ends as [2, 3, 4, 5] again, the GPU
+    holding 6..9. Pass 3 (rev): 9, 8, 7, 6 GPU hits; 5 a CPU hit whose load evicts 9 (the GPU's least
+    recent) into the tier, dropping 2; 4 a CPU hit, evicting 8, dropping 3; then 3, 2, 1, 0 miss: 2 CPU
+    hits and 4 misses (the lab: 0 and 6)."""
     lab = {m: cliff(LAB_CPU, over="cpu", metric=m) for m in ("gpu_hits", "cpu_hits", "misses")}
     for c in LAB_CPU:
-        f = _last(21520, c, ["fwd", "fwd", "rev"], "evict")
+        f = _last_heads(21520, c, ["fwd", "fwd", "rev"], "evict")
         assert f["gpu_hits"] == lab["gpu_hits"][str(c)] == 4
-        assert f["misses"] + f["partial"] <= lab["misses"][str(c)]
+        assert f["partial"] == 0
+        assert f["misses"] <= lab["misses"][str(c)]
         if c == 0 or c >= DOCS * TOKENS:
-            assert (f["cpu_hits"], f["misses"], f["partial"]) == (lab["cpu_hits"][str(c)], lab["misses"][str(c)], 0)
-    assert [tuple(_last(21520, c, ["fwd", "fwd", "rev"], "evict")[k] for k in ("misses", "partial"))
-            for c in (21520, 40000)] == [(3, 1), (2, 0)]
+            assert (f["cpu_hits"], f["misses"]) == (lab["cpu_hits"][str(c)], lab["misses"][str(c)])
+    f = _last_heads(21520, 21520, ["fwd", "fwd", "rev"], "evict")
+    assert (f["cpu_hits"], f["misses"], lab["misses"]["21520"]) == (2, 4, 6)
 
 
 # ---------------------------------------------------------------------------------------------- the router
