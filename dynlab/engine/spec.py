@@ -53,11 +53,11 @@ def lookahead_tokens(method: str, k: int) -> int:
 
 def parse_acceptance(text: str, k: int) -> Tuple[float, ...]:
     """Per-position rates ``(r_1, ..., r_k)`` from ``--spec-acceptance`` text: ``"0.8,0.6,0.4"``
-    (given rates; fewer than ``k`` positions repeat the last one's conditional ratio, more are cut),
+    (given rates; fewer than ``k`` positions repeat the last one's conditional ratio),
     ``"0.7"`` (constant rate ``alpha``: ``alpha ** i``) or ``"file:PATH"`` (acceptance lengths).
 
     Raises ``ValueError`` (one line; ``PATH:LINE`` for a file) for a rate outside [0, 1], rates that
-    increase, or a length outside 1..k+1 in a file.
+    increase, more rates than ``k`` positions, or a length outside 1..k+1 in a file.
     """
     text = text.strip()
     if text.startswith("file:"):
@@ -70,12 +70,15 @@ def parse_acceptance(text: str, k: int) -> Tuple[float, ...]:
         raise ValueError(f"--spec-acceptance: rates must lie in [0, 1], got {text}")
     if any(b > a for a, b in zip(rates, rates[1:])):
         raise ValueError(f"--spec-acceptance: per-position rates cannot increase (a draft is accepted as a prefix), got {text}")
+    if len(rates) > k:
+        raise ValueError(f"--spec-acceptance: {len(rates)} per-position rates for --spec-tokens {k}; "
+                         f"give at most {k} (one rate per draft position)")
     if len(rates) == 1:
         return tuple(rates[0] ** i for i in range(1, k + 1))
     while len(rates) < k:
         ratio = rates[-1] / rates[-2] if rates[-2] > 0 else 0.0
         rates.append(rates[-1] * ratio)
-    return tuple(rates[:k])
+    return tuple(rates)
 
 
 def _from_lengths(path: str, k: int) -> Tuple[float, ...]:

@@ -58,7 +58,9 @@ def test_k4_budget_cuts_a_verify_step():
 
 def test_acceptance_shapes():
     assert parse_acceptance("0.5", 3) == (0.5, 0.25, 0.125)
-    assert parse_acceptance("0.8,0.6,0.4", 2) == (0.8, 0.6)
+    assert parse_acceptance("0.8,0.6", 2) == (0.8, 0.6)
+    with pytest.raises(ValueError, match=r"3 per-position rates for --spec-tokens 2; give at most 2"):
+        parse_acceptance("0.8,0.6,0.4", 2)  # the third rate would be dropped silently
     assert parse_acceptance("0.8,0.4", 3) == pytest.approx((0.8, 0.4, 0.2))
     with pytest.raises(ValueError, match="cannot increase"):
         parse_acceptance("0.4,0.6", 2)
@@ -150,6 +152,7 @@ def test_sim_keys_and_compare(tmp_path):
     ("0.4,0.6", "rates cannot increase"),
     ("file:{tmp}/len.txt", "len.txt:2: 'x' is not an acceptance length"),
     ("file:{tmp}/missing.txt", "cannot read"),
+    ("0.9,0.8,0.7", "3 per-position rates for --spec-tokens 2; give at most 2"),
 ])
 def test_a_bad_acceptance_is_one_line(tmp_path, value, words):
     from click.testing import CliRunner
@@ -162,3 +165,13 @@ def test_a_bad_acceptance_is_one_line(tmp_path, value, words):
     assert out.exit_code == 2
     (line,) = out.output.strip().splitlines()
     assert line.startswith("Error: ") and words in line
+
+
+def test_compare_over_k_gives_each_run_its_first_k_rates(tmp_path):
+    import json
+
+    text = _cli(tmp_path, "compare", "--spec-method", "eagle", "--spec-tokens", "0,2,3",
+                "--spec-acceptance", "0.9,0.8,0.7")
+    runs = json.loads(text)
+    assert runs["2"]["spec_rates"] == [0.9, 0.8] and runs["3"]["spec_rates"] == [0.9, 0.8, 0.7]
+    assert "spec_rates" not in runs["0"]
