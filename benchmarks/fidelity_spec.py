@@ -31,9 +31,9 @@ from fidelity_vllm import all_cases  # noqa: E402
 class _SpecDriver(vllm_side._Driver):
     """vLLM's loop with drafts: every request that sampled gets ``k`` drafts; a verify samples ``1 + a``."""
 
-    def __init__(self, setup, rows, scheduler, k: int, acceptance):
+    def __init__(self, setup, rows, scheduler, k: int, acceptance, gamma: float = 0.0):
         super().__init__(setup, rows, scheduler)
-        self.k, self.acceptance = k, acceptance
+        self.k, self.acceptance, self.gamma = k, acceptance, gamma
         self.state: dict = {}
 
     def schedule(self, start: float):
@@ -55,6 +55,7 @@ class _SpecDriver(vllm_side._Driver):
             else:
                 prefill += n
         ms = s.beta0 + s.beta1 * prefill + s.beta2 * decodes if out.num_scheduled_tokens else 0.0
+        ms += self.gamma * self.k * decodes  # the drafter: linear's spec_gamma term (0 for ngram)
         return out, ms, sampling
 
     def apply(self, out, sampling: list, end: float) -> None:
@@ -122,25 +123,26 @@ def build_spec_scheduler(setup, k: int, method: str = "ngram"):
     return vllm_side.build_scheduler(setup, reserve_full_isl=False, speculative=_speculative(method, k))
 
 
-def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram") -> list:
+def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram", gamma: float = 0.0) -> list:
     """Per-request records of vLLM's scheduler with ``method`` speculation, ``k`` drafts, constant rate ``rate``."""
     from dynlab.engine.spec import Acceptance, parse_acceptance
 
     d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method), k,
-                    Acceptance(parse_acceptance(str(rate), k), "expected"))
+                    Acceptance(parse_acceptance(str(rate), k), "expected"), 0.0 if method == "ngram" else gamma)
     with vllm_side.dynlab_rules():
         vllm_side._run_sync(d)
     return d.records()
 
 
-def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram") -> list:
+def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram", gamma: float = 0.0) -> list:
     import vllm_dynlab_side as side
 
     original = side.sim_args
 
     def spec_args(setup, trace):
         return original(setup, trace) + ["--spec-method", method, "--spec-tokens", str(k),
-                                         "--spec-acceptance", str(rate), "--spec-draws", "expected"]
+                                         "--spec-acceptance", str(rate), "--spec-draws", "expected"] + (
+            [] if method == "ngram" else ["--latency-opt", f"spec_gamma={gamma!r}"])
 
     side.sim_args = spec_args
     try:
@@ -155,21 +157,25 @@ def main() -> None:
     ap.add_argument("--acceptance", type=float, default=0.7, help="constant acceptance rate per draft token")
     ap.add_argument("--method", default="ngram", choices=["ngram", "eagle", "eagle3", "mtp"],
                     help="SpeculativeConfig.method (eagle/eagle3/mtp: see _speculative)")
+    ap.add_argument("--gamma", type=float, default=0.5,
+                    help="linear's spec_gamma (ms per draft token per decode) on both sides, eagle/eagle3/mtp")
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
     cases = all_cases()
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
-    print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws), vLLM 0.33 {args.method} on dynlab's rules")
+    gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"
+    print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws){gamma}, "
+          f"vLLM 0.33 {args.method} on dynlab's rules")
     print(f"{'trace':<22} {'requests':>8} {'identical':>9} {'TTFT':>5} {'E2E':>5} {'preempt':>7} {'hits':>5} "
           f"{'worst E2E ms':>12} {'preemptions d/v':>15}")
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             path = os.path.join(tmp, f"{case.name}.jsonl")
             case.write(path)
-            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method)
-            theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance, args.method)
+            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method, args.gamma)
+            theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance, args.method, args.gamma)
             c = compare(ours, theirs)
             same = c["identical"]
             print(f"{case.name:<22} {c['requests']:>8} {same['all']:>9} {same['ttft']:>5} {same['e2e']:>5} "

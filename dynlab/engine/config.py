@@ -376,6 +376,8 @@ def _spec_rules(config: SimConfig):
             yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
     if config.spec_method is None:
         yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+    if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
+        yield "latency_opts", "as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, --spec-tokens K)"
 
 
 def _workload_rules(config: SimConfig):

@@ -214,13 +214,18 @@ def verify_batch(sched: list):
 
 def drafter_ms(latency, method: str, k: int, decodes: int, context: int) -> float:
     """The drafter's time (ms) in a step with ``decodes`` decoding requests (summed context
-    ``context`` tokens), per method: ``ngram`` 0 (a CPU lookup, overlapped); ``eagle``/``eagle3``/
+    ``context`` tokens), per method: ``ngram`` 0 (a CPU lookup, overlapped); a latency model's own
+    :meth:`~dynlab.latency.base.LatencyModel.drafter_ms` when it has one (``linear`` with
+    ``spec_gamma``); else ``eagle``/``eagle3``/
     ``mtp`` ``k`` forwards of one decoder layer (an EAGLE head or DeepSeek's MTP module: Li et al.
     2024, DeepSeek-V3 report Sec. 2.2), priced as ``k`` decode steps of the target divided by its
     layers; ``draft`` ``k`` decode steps of the target divided by 10 (a draft model ~1/10 of the
     target, project default until ``--spec-model`` prices its own)."""
     if method == "ngram" or decodes == 0:
         return 0.0
+    own = latency.drafter_ms(method, k, decodes, context) if hasattr(latency, "drafter_ms") else None
+    if own is not None:
+        return own  # the model's own drafter term (linear's spec_gamma)
     from dynlab.latency.base import StepBatch
 
     one = latency.step_ms(StepBatch((), (), decodes, context))
