@@ -175,3 +175,29 @@ def test_compare_over_k_gives_each_run_its_first_k_rates(tmp_path):
     runs = json.loads(text)
     assert runs["2"]["spec_rates"] == [0.9, 0.8] and runs["3"]["spec_rates"] == [0.9, 0.8, 0.7]
     assert "spec_rates" not in runs["0"]
+
+
+def test_linear_spec_gamma_prices_the_drafter():
+    from dynlab.engine.spec import drafter_ms
+    from dynlab_builtins.latency import Linear
+
+    opts = {"beta0": 4.0, "beta1": 0.0, "beta2": 1.0, "spec_gamma": 0.5}
+    lin = Linear(None, opts)
+    # 0.5 ms x K = 3 drafts x 4 decoding requests = 6 ms; ngram's lookup is free; no decode, no drafter
+    assert drafter_ms(lin, "eagle", 3, 4, 4096) == 6.0
+    assert drafter_ms(lin, "ngram", 3, 4, 4096) == 0.0 and drafter_ms(lin, "mtp", 3, 0, 0) == 0.0
+    # without spec_gamma: dynlab's rule, K decode steps (4 + 1 x 4 = 8 ms each) over 32 layers
+    plain = Linear(None, {**opts, "spec_gamma": None})
+    assert drafter_ms(plain, "eagle", 2, 4, 4096) == 2 * 8.0 / 32
+
+
+@pytest.mark.parametrize("extra", [[], ["--spec-method", "ngram", "--spec-tokens", "2"]])
+def test_spec_gamma_without_a_drafter_is_refused(extra):
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    out = CliRunner().invoke(main, ["sim", "--timing", "--latency-model", "linear", *extra,
+                                    "--latency-opt", "spec_gamma=0.5", "--quiet"])
+    assert out.exit_code == 2
+    assert "spec_gamma without a drafter to price" in out.output.strip().splitlines()[-1]
