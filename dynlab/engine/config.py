@@ -128,6 +128,8 @@ class SimConfig(Sectioned):
     spec_tokens: int = 0
     spec_acceptance: Optional[str] = None
     spec_draws: str = "seeded"
+    #     spec_model: the draft model of spec_method draft (a bundled name or config.json; None: dynlab's /10 rule)
+    spec_model: Optional[str] = None
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -363,7 +365,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
-SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws")
+SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
 
 
 def _spec_rules(config: SimConfig):
@@ -376,6 +378,8 @@ def _spec_rules(config: SimConfig):
             yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
     if config.spec_method is None:
         yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+    if config.spec_model is not None and config.spec_method != "draft":
+        yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
     if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
         yield "latency_opts", "as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, --spec-tokens K)"
 

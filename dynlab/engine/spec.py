@@ -157,6 +157,7 @@ class SpecDecoding:
         self.draft_tokens = 0
         self.accepted_tokens = 0
         self.accepted_per_pos = [0] * k
+        self.draft_latency = None  # the draft model's LatencyModel (--spec-model), priced in drafter_ms
 
     def verify(self, req, s: int) -> int:
         """Verify ``s`` drafts of ``req``: the accepted count (counted in the stats)."""
@@ -212,15 +213,16 @@ def verify_batch(sched: list):
     return StepBatch(tuple(chunks), tuple(ctxs), decodes, context), decodes, context, drafts
 
 
-def drafter_ms(latency, method: str, k: int, decodes: int, context: int) -> float:
+def drafter_ms(latency, method: str, k: int, decodes: int, context: int, draft=None) -> float:
     """The drafter's time (ms) in a step with ``decodes`` decoding requests (summed context
     ``context`` tokens), per method: ``ngram`` 0 (a CPU lookup, overlapped); a latency model's own
     :meth:`~dynlab.latency.base.LatencyModel.drafter_ms` when it has one (``linear`` with
     ``spec_gamma``); else ``eagle``/``eagle3``/
     ``mtp`` ``k`` forwards of one decoder layer (an EAGLE head or DeepSeek's MTP module: Li et al.
     2024, DeepSeek-V3 report Sec. 2.2), priced as ``k`` decode steps of the target divided by its
-    layers; ``draft`` ``k`` decode steps of the target divided by 10 (a draft model ~1/10 of the
-    target, project default until ``--spec-model`` prices its own)."""
+    layers; ``draft`` ``k`` decode steps of ``draft`` (the ``--spec-model``'s own latency model, the
+    roofline over its config, at the same batch and context) or, without one, ``k`` decode steps of
+    the target divided by 10 (a draft model ~1/10 of the target, project default)."""
     if method == "ngram" or decodes == 0:
         return 0.0
     own = latency.drafter_ms(method, k, decodes, context) if hasattr(latency, "drafter_ms") else None
@@ -228,6 +230,8 @@ def drafter_ms(latency, method: str, k: int, decodes: int, context: int) -> floa
         return own  # the model's own drafter term (linear's spec_gamma)
     from dynlab.latency.base import StepBatch
 
+    if method == "draft" and draft is not None:
+        return k * draft.step_ms(StepBatch((), (), decodes, context))
     one = latency.step_ms(StepBatch((), (), decodes, context))
     if method == "draft":
         return k * one / 10.0

@@ -201,3 +201,34 @@ def test_spec_gamma_without_a_drafter_is_refused(extra):
                                     "--latency-opt", "spec_gamma=0.5", "--quiet"])
     assert out.exit_code == 2
     assert "spec_gamma without a drafter to price" in out.output.strip().splitlines()[-1]
+
+
+def test_spec_model_prices_the_draft_with_its_own_config():
+    from dynlab.engine.spec import drafter_ms
+    from dynlab.latency.base import StepBatch
+    from dynlab.latency.grid import build_latency_model, hardware_for
+
+    target = build_latency_model("roofline", hardware_for("llama-3.1-8b", "h100", 1))
+    draft = build_latency_model("roofline", hardware_for("qwen3-0.6b", "h100", 1))
+    one = draft.step_ms(StepBatch((), (), 8, 8 * 2048))
+    # K = 3 steps of the draft model at the target's batch (8 decodes, 2,048 tokens of context each)
+    assert drafter_ms(target, "draft", 3, 8, 8 * 2048, draft) == 3 * one
+    # without --spec-model: a tenth of the target's decode step, K times
+    t_one = target.step_ms(StepBatch((), (), 8, 8 * 2048))
+    assert drafter_ms(target, "draft", 3, 8, 8 * 2048) == 3 * t_one / 10.0
+    # the draft model is smaller: its step is cheaper than the target's
+    assert one < t_one
+
+
+def test_spec_model_key_and_an_unknown_model_is_one_line(tmp_path):
+    r = _cli(tmp_path, "sim", "--spec-method", "draft", "--spec-tokens", "2", "--spec-model", "qwen3-0.6b")
+    assert r["spec_model"] == "qwen3-0.6b"
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    out = CliRunner().invoke(main, ["sim", "--timing", "--spec-method", "draft", "--spec-tokens", "2",
+                                    "--spec-model", "nope", "--quiet"])
+    assert out.exit_code != 0
+    (line,) = out.output.strip().splitlines()
+    assert line.startswith("Error: unknown model 'nope'")
