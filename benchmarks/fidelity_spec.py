@@ -95,7 +95,7 @@ class _State:
         self.id, self.spec_state = i, None
 
 
-def _speculative(method: str, k: int):
+def _speculative(method: str, k: int, legacy_hashes: bool = False):
     """``(target ModelConfig, ParallelConfig) -> SpeculativeConfig`` for :func:`vllm_side.build_scheduler`.
 
     ``ngram`` is built as vLLM builds it. ``eagle``/``eagle3``/``mtp`` need a draft checkpoint that the
@@ -113,21 +113,24 @@ def _speculative(method: str, k: int):
         if method != "ngram":
             spec.method = method
             spec.prompt_lookup_max = spec.prompt_lookup_min = 0
+            if legacy_hashes:  # vLLM's own switches: no hash lookahead, no trailing-block drop
+                spec.disable_lookahead_block_hashes = spec.disable_eagle_block_drop = True
         return spec
     return build
 
 
-def build_spec_scheduler(setup, k: int, method: str = "ngram"):
+def build_spec_scheduler(setup, k: int, method: str = "ngram", legacy_hashes: bool = False):
     """vLLM's ``Scheduler`` for ``setup`` with ``SpeculativeConfig(method, num_speculative_tokens=k)``
     (:func:`vllm_side.build_scheduler` with dynlab's admission: ``scheduler_reserve_full_isl=False``)."""
-    return vllm_side.build_scheduler(setup, reserve_full_isl=False, speculative=_speculative(method, k))
+    return vllm_side.build_scheduler(setup, reserve_full_isl=False, speculative=_speculative(method, k, legacy_hashes))
 
 
-def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram", gamma: float = 0.0) -> list:
+def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram", gamma: float = 0.0,
+                  legacy_hashes: bool = False) -> list:
     """Per-request records of vLLM's scheduler with ``method`` speculation, ``k`` drafts, constant rate ``rate``."""
     from dynlab.engine.spec import Acceptance, parse_acceptance
 
-    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method), k,
+    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method, legacy_hashes), k,
                     Acceptance(parse_acceptance(str(rate), k), "expected"), 0.0 if method == "ngram" else gamma)
     with vllm_side.dynlab_rules():
         vllm_side._run_sync(d)
@@ -159,6 +162,8 @@ def main() -> None:
                     help="SpeculativeConfig.method (eagle/eagle3/mtp: see _speculative)")
     ap.add_argument("--gamma", type=float, default=0.5,
                     help="linear's spec_gamma (ms per draft token per decode) on both sides, eagle/eagle3/mtp")
+    ap.add_argument("--legacy-hashes", action="store_true",
+                    help="eagle/eagle3/mtp with vLLM's disable_lookahead_block_hashes and disable_eagle_block_drop")
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
@@ -167,7 +172,7 @@ def main() -> None:
         cases = [c for c in cases if c.name in args.only.split(",")]
     gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"
     print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws){gamma}, "
-          f"vLLM 0.33 {args.method} on dynlab's rules")
+          f"vLLM 0.33 {args.method}{' (legacy hashes)' if args.legacy_hashes else ''} on dynlab's rules")
     print(f"{'trace':<22} {'requests':>8} {'identical':>9} {'TTFT':>5} {'E2E':>5} {'preempt':>7} {'hits':>5} "
           f"{'worst E2E ms':>12} {'preemptions d/v':>15}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,7 +180,8 @@ def main() -> None:
             path = os.path.join(tmp, f"{case.name}.jsonl")
             case.write(path)
             ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method, args.gamma)
-            theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance, args.method, args.gamma)
+            theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance, args.method, args.gamma,
+                                   args.legacy_hashes)
             c = compare(ours, theirs)
             same = c["identical"]
             print(f"{case.name:<22} {c['requests']:>8} {same['all']:>9} {same['ttft']:>5} {same['e2e']:>5} "
