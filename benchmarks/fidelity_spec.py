@@ -1,6 +1,9 @@
 """Speculative decoding against vLLM 0.33's own scheduler, per request (issue 26 item 6).
 
-The harness of :mod:`fidelity_vllm` with a ``SpeculativeConfig`` (``method="ngram"``,
+The harness of :mod:`fidelity_vllm` with a ``SpeculativeConfig`` (``--method ngram`` by default;
+``eagle``/``eagle3``/``mtp`` through :func:`_speculative`, with linear's ``spec_gamma`` drafter term on
+both sides and, with ``--legacy-hashes``, vLLM's EAGLE hash lookahead and block drop switched off;
+``method="ngram"``,
 ``num_speculative_tokens=K``: vLLM schedules ``1 + K`` tokens per decoding request, reserves
 ``num_lookahead_tokens`` slots, rolls rejected drafts back in ``update_from_output``). The fake
 model output carries the drafts (``update_draft_token_ids``: ``K`` ids for every request that

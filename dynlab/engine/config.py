@@ -406,28 +406,15 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
     """Configurations that compare splits (``compare --split``, a sweep's ``split`` axis): when at least
     one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
     the others. Returns ``(configuration to check and run, given fields to check it with)`` each."""
-    configs = _align_spec_rates(configs)
+    from dynlab.engine.spec import align_rates
+
+    configs = align_rates(configs)
     if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
         # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
         configs = [c if c.spec_tokens else replace(c, **{f: _DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
         pairs = _align_pd(configs, given)
         return [(c, g if c.spec_tokens else g - set(SPEC_FIELDS) - {"spec_tokens"}) for c, g in pairs]
     return _align_pd(configs, given)
-
-
-def _align_spec_rates(configs: list) -> list:
-    """``compare --spec-tokens 2,4 --spec-acceptance 0.8,0.6,0.5,0.4``: per-position rates are the drafter's,
-    K how many of them a run uses, so a run with fewer positions than rates takes the first K (the rates
-    may not outnumber the largest K compared: a single run refuses more rates than its K)."""
-    ks = {c.spec_tokens for c in configs}
-    texts = {c.spec_acceptance for c in configs}
-    if len(ks) < 2 or len(texts) != 1 or None in texts or next(iter(texts)).strip().startswith("file:"):
-        return configs
-    rates = next(iter(texts)).split(",")
-    if len(rates) > max(ks):
-        return configs  # refused with the largest K's message
-    return [replace(c, spec_acceptance=",".join(rates[:c.spec_tokens])) if 0 < c.spec_tokens < len(rates) else c
-            for c in configs]
 
 
 def _align_pd(configs: list, given: AbstractSet[str]) -> list[tuple[SimConfig, set]]:

@@ -28,6 +28,7 @@ the integer part's increments, so a sweep over rates is smooth).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Optional, Sequence, Tuple
 
@@ -238,3 +239,18 @@ def drafter_ms(latency, method: str, k: int, decodes: int, context: int, draft=N
     model = getattr(getattr(latency, "hardware", None), "model", None)
     layers = (getattr(model, "num_layers", 0) or getattr(model, "layers", 0)) if model is not None else 0
     return k * one / (layers or 32)
+
+
+def align_rates(configs: list) -> list:
+    """``compare --spec-tokens 2,4 --spec-acceptance 0.8,0.6,0.5,0.4``: per-position rates are the drafter's,
+    K how many of them a run uses, so a run with fewer positions than rates takes the first K (the rates
+    may not outnumber the largest K compared: a single run refuses more rates than its K)."""
+    ks = {c.spec_tokens for c in configs}
+    texts = {c.spec_acceptance for c in configs}
+    if len(ks) < 2 or len(texts) != 1 or None in texts or next(iter(texts)).strip().startswith("file:"):
+        return configs
+    rates = next(iter(texts)).split(",")
+    if len(rates) > max(ks):
+        return configs  # each run with fewer positions than rates refuses them (parse_acceptance)
+    return [dataclasses.replace(c, spec_acceptance=",".join(rates[:c.spec_tokens]))
+            if 0 < c.spec_tokens < len(rates) else c for c in configs]
