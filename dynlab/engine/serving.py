@@ -51,9 +51,14 @@ def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
                  "spec_rates": [round(r, 4) for r in spec.acceptance.rates], "spec_draws": c.spec_draws}
     if c.spec_model is not None:
         out["spec_model"] = c.spec_model
+    why = None
     if c.latency_model not in SPEC_PRICED:
         why = (f"speculative decoding: {c.latency_model} has no verify-step or drafter data; its steps are "
                "priced as decodes plus each request's drafts as a chunk, the drafter by dynlab's rule")
+    elif c.spec_model is not None and c.latency_model != "roofline":
+        why = (f"speculative decoding: {c.latency_model} cannot read a draft model's config; the draft's steps "
+               f"(--spec-model {c.spec_model}) are priced by the roofline, the target's by {c.latency_model}")
+    if why is not None:
         prior = latency.describe_hardware().get("latency_domain")
         out["latency_domain"] = f"{prior}; {why}" if prior else why
     return out

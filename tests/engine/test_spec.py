@@ -232,3 +232,20 @@ def test_spec_model_key_and_an_unknown_model_is_one_line(tmp_path):
     assert out.exit_code != 0
     (line,) = out.output.strip().splitlines()
     assert line.startswith("Error: unknown model 'nope'")
+
+
+def test_spec_model_under_another_latency_model_says_the_draft_is_roofline(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    args = ["sim", "--trace", str(tmp_path / "m.jsonl"), "--timing", "--spec-method", "draft", "--spec-tokens", "2",
+            "--spec-model", "qwen3-0.6b"]
+    out = CliRunner().invoke(main, args + ["--latency-model", "linear"])
+    assert out.exit_code == 0, out.output
+    why = "the draft's steps (--spec-model qwen3-0.6b) are priced by the roofline, the target's by linear"
+    assert why in json.loads(out.stdout)["latency_domain"] and why in out.stderr  # the key and a warning
+    assert "latency_domain" not in _cli(tmp_path, *args[:1], *args[4:])  # the roofline prices both
