@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
+from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
@@ -320,7 +321,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
-    yield from (*_workload_rules(config), *_spec_rules(config))  # the workloads' and spec helpers' rows
+    yield from (*_workload_rules(config), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -366,22 +367,6 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
 SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
-
-
-def _spec_rules(config: SimConfig):
-    """The rows of :func:`_no_effect_rules` for speculative decoding (the `spec` helper's)."""
-    if not config.timing:
-        for name in SPEC_FIELDS + ("spec_tokens",):
-            yield name, _WITHOUT_TIMING
-    if config.spec_tokens == 0:
-        for name in SPEC_FIELDS:
-            yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
-    if config.spec_method is None:
-        yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
-    if config.spec_model is not None and config.spec_method != "draft":
-        yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
-    if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
-        yield "latency_opts", "as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, --spec-tokens K)"
 
 
 def _workload_rules(config: SimConfig):

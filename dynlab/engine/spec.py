@@ -254,3 +254,22 @@ def align_rates(configs: list) -> list:
         return configs  # each run with fewer positions than rates refuses them (parse_acceptance)
     return [dataclasses.replace(c, spec_acceptance=",".join(rates[:c.spec_tokens]))
             if 0 < c.spec_tokens < len(rates) else c for c in configs]
+
+
+def no_effect_rules(config, fields: Sequence[str], without_timing: str):
+    """The rows ``(field, why)`` of :func:`dynlab.engine.config._no_effect_rules` for speculative decoding:
+    ``fields`` (the spec options other than ``spec_tokens``) need ``--timing`` and ``--spec-tokens K``,
+    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method, linear's ``spec_gamma`` a drafter."""
+    if not config.timing:
+        for name in tuple(fields) + ("spec_tokens",):
+            yield name, without_timing
+    if config.spec_tokens == 0:
+        for name in fields:
+            yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
+    if config.spec_method is None:
+        yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+    if config.spec_model is not None and config.spec_method != "draft":
+        yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
+    if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
+        yield "latency_opts", ("as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, "
+                               "--spec-tokens K)")
