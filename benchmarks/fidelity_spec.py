@@ -1,6 +1,9 @@
 """Speculative decoding against vLLM 0.33's own scheduler, per request (issue 26 item 6).
 
-The harness of :mod:`fidelity_vllm` with a ``SpeculativeConfig`` (``method="ngram"``,
+The harness of :mod:`fidelity_vllm` with a ``SpeculativeConfig`` (``--method ngram`` by default;
+``eagle``/``eagle3``/``mtp`` through :func:`_speculative`, with linear's ``spec_gamma`` drafter term on
+both sides and, with ``--legacy-hashes``, vLLM's EAGLE hash lookahead and block drop switched off;
+``method="ngram"``,
 ``num_speculative_tokens=K``: vLLM schedules ``1 + K`` tokens per decoding request, reserves
 ``num_lookahead_tokens`` slots, rolls rejected drafts back in ``update_from_output``). The fake
 model output carries the drafts (``update_draft_token_ids``: ``K`` ids for every request that
@@ -11,7 +14,7 @@ expected``; vLLM runs with dynlab's block-pool rules (``as_dynlab``, the rules i
 that speculation is the one thing compared). Step time on both sides: the linear model, a verify
 step's drafts priced as prefill tokens (``beta1`` each, dynlab's rule). Prints one row per trace.
 
-    python benchmarks/fidelity_spec.py [--k 2] [--acceptance 0.7] [--only NAMES]
+    python benchmarks/fidelity_spec.py [--method ngram|eagle|eagle3|mtp] [--k 2] [--acceptance 0.7] [--only NAMES]
 """
 from __future__ import annotations
 
@@ -31,9 +34,9 @@ from fidelity_vllm import all_cases  # noqa: E402
 class _SpecDriver(vllm_side._Driver):
     """vLLM's loop with drafts: every request that sampled gets ``k`` drafts; a verify samples ``1 + a``."""
 
-    def __init__(self, setup, rows, scheduler, k: int, acceptance):
+    def __init__(self, setup, rows, scheduler, k: int, acceptance, gamma: float = 0.0):
         super().__init__(setup, rows, scheduler)
-        self.k, self.acceptance = k, acceptance
+        self.k, self.acceptance, self.gamma = k, acceptance, gamma
         self.state: dict = {}
 
     def schedule(self, start: float):
@@ -55,6 +58,7 @@ class _SpecDriver(vllm_side._Driver):
             else:
                 prefill += n
         ms = s.beta0 + s.beta1 * prefill + s.beta2 * decodes if out.num_scheduled_tokens else 0.0
+        ms += self.gamma * self.k * decodes  # the drafter: linear's spec_gamma term (0 for ngram)
         return out, ms, sampling
 
     def apply(self, out, sampling: list, end: float) -> None:
@@ -94,50 +98,57 @@ class _State:
         self.id, self.spec_state = i, None
 
 
-def build_spec_scheduler(setup, k: int, max_model_len: int = 65536):
-    """vLLM's ``Scheduler`` for ``setup`` with ``SpeculativeConfig(method="ngram", num_speculative_tokens=k)``."""
-    import torch
-    from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
+def _speculative(method: str, k: int, legacy_hashes: bool = False):
+    """``(target ModelConfig, ParallelConfig) -> SpeculativeConfig`` for :func:`vllm_side.build_scheduler`.
 
-    model = ModelConfig(model=vllm_side._model_dir(), skip_tokenizer_init=True, max_model_len=max_model_len,
-                        dtype="float32")
-    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_max=2, prompt_lookup_min=1,
-                             target_model_config=model, target_parallel_config=ParallelConfig())
-    sched = SchedulerConfig(max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
-                            max_model_len=max_model_len, enable_chunked_prefill=True, async_scheduling=False,
-                            scheduler_reserve_full_isl=False, is_encoder_decoder=False)
-    cache = CacheConfig(block_size=setup.block, enable_prefix_caching=True)
-    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, speculative_config=spec)
-    kv = KVCacheConfig(num_blocks=setup.capacity + 1, kv_cache_tensors=[],
-                       kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
-                           block_size=setup.block, num_kv_heads=1, head_size=16, dtype=torch.float32))])
-    cache.num_gpu_blocks = setup.capacity + 1
-    return Scheduler(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
-                     block_size=setup.block, log_stats=False)
+    ``ngram`` is built as vLLM builds it. ``eagle``/``eagle3``/``mtp`` need a draft checkpoint that the
+    offline harness does not have (``SpeculativeConfig.__post_init__`` loads the draft's ``ModelConfig``
+    from ``model``), and the scheduler reads only the method through ``VllmConfig.num_lookahead_tokens``
+    (``K``), ``num_prefill_lookahead_tokens`` (1 for an EAGLE-family head), ``num_hash_lookahead_tokens``
+    (1: a block's hash covers the token after it) and ``use_eagle_block_drop``: so the config is built as
+    ``ngram`` (the draft config is then the target's, what vLLM does for ngram) and its ``method`` set
+    afterwards, a fake draft model config with the method's every scheduler-visible property."""
+    def build(model, parallel):
+        from vllm.config import SpeculativeConfig
+
+        spec = SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_max=2, prompt_lookup_min=1,
+                                 target_model_config=model, target_parallel_config=parallel)
+        if method != "ngram":
+            spec.method = method
+            spec.prompt_lookup_max = spec.prompt_lookup_min = 0
+            if legacy_hashes:  # vLLM's own switches: no hash lookahead, no trailing-block drop
+                spec.disable_lookahead_block_hashes = spec.disable_eagle_block_drop = True
+        return spec
+    return build
 
 
-def run_vllm_spec(setup, rows: list, k: int, rate: float) -> list:
-    """Per-request records of vLLM's scheduler with ngram speculation, ``k`` drafts, constant rate ``rate``."""
+def build_spec_scheduler(setup, k: int, method: str = "ngram", legacy_hashes: bool = False):
+    """vLLM's ``Scheduler`` for ``setup`` with ``SpeculativeConfig(method, num_speculative_tokens=k)``
+    (:func:`vllm_side.build_scheduler` with dynlab's admission: ``scheduler_reserve_full_isl=False``)."""
+    return vllm_side.build_scheduler(setup, reserve_full_isl=False, speculative=_speculative(method, k, legacy_hashes))
+
+
+def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram", gamma: float = 0.0,
+                  legacy_hashes: bool = False) -> list:
+    """Per-request records of vLLM's scheduler with ``method`` speculation, ``k`` drafts, constant rate ``rate``."""
     from dynlab.engine.spec import Acceptance, parse_acceptance
 
-    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k), k,
-                    Acceptance(parse_acceptance(str(rate), k), "expected"))
+    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method, legacy_hashes), k,
+                    Acceptance(parse_acceptance(str(rate), k), "expected"), 0.0 if method == "ngram" else gamma)
     with vllm_side.dynlab_rules():
         vllm_side._run_sync(d)
     return d.records()
 
 
-def run_dynlab_spec(setup, path: str, k: int, rate: float) -> list:
+def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram", gamma: float = 0.0) -> list:
     import vllm_dynlab_side as side
 
     original = side.sim_args
 
     def spec_args(setup, trace):
-        return original(setup, trace) + ["--spec-method", "ngram", "--spec-tokens", str(k),
-                                         "--spec-acceptance", str(rate), "--spec-draws", "expected"]
+        return original(setup, trace) + ["--spec-method", method, "--spec-tokens", str(k),
+                                         "--spec-acceptance", str(rate), "--spec-draws", "expected"] + (
+            [] if method == "ngram" else ["--latency-opt", f"spec_gamma={gamma!r}"])
 
     side.sim_args = spec_args
     try:
@@ -150,21 +161,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=2, help="draft tokens per step")
     ap.add_argument("--acceptance", type=float, default=0.7, help="constant acceptance rate per draft token")
+    ap.add_argument("--method", default="ngram", choices=["ngram", "eagle", "eagle3", "mtp"],
+                    help="SpeculativeConfig.method (eagle/eagle3/mtp: see _speculative)")
+    ap.add_argument("--gamma", type=float, default=0.5,
+                    help="linear's spec_gamma (ms per draft token per decode) on both sides, eagle/eagle3/mtp")
+    ap.add_argument("--legacy-hashes", action="store_true",
+                    help="eagle/eagle3/mtp with vLLM's disable_lookahead_block_hashes and disable_eagle_block_drop")
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
     cases = all_cases()
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
-    print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws), vLLM 0.33 ngram on dynlab's rules")
+    gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"
+    print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws){gamma}, "
+          f"vLLM 0.33 {args.method}{' (legacy hashes)' if args.legacy_hashes else ''} on dynlab's rules")
     print(f"{'trace':<22} {'requests':>8} {'identical':>9} {'TTFT':>5} {'E2E':>5} {'preempt':>7} {'hits':>5} "
           f"{'worst E2E ms':>12} {'preemptions d/v':>15}")
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             path = os.path.join(tmp, f"{case.name}.jsonl")
             case.write(path)
-            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance)
-            theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance)
+            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method, args.gamma)
+            theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance, args.method, args.gamma,
+                                   args.legacy_hashes)
             c = compare(ours, theirs)
             same = c["identical"]
             print(f"{case.name:<22} {c['requests']:>8} {same['all']:>9} {same['ttft']:>5} {same['e2e']:>5} "

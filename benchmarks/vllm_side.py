@@ -55,10 +55,12 @@ def _model_dir() -> str:
 
 
 def build_scheduler(setup, *, reserve_full_isl: bool = True, async_scheduling: bool = False,
-                    max_model_len: int = 65536):
-    """vLLM's scheduler for ``setup`` (:class:`vllm_dynlab_side.EngineSetup`), as ``EngineCore`` builds it."""
+                    max_model_len: int = 65536, speculative=None):
+    """vLLM's scheduler for ``setup`` (:class:`vllm_dynlab_side.EngineSetup`), as ``EngineCore`` builds it.
+    ``speculative``: ``None``, or a callable ``(target ModelConfig, ParallelConfig) -> SpeculativeConfig``
+    (:mod:`fidelity_spec`)."""
     import torch
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -71,7 +73,8 @@ def build_scheduler(setup, *, reserve_full_isl: bool = True, async_scheduling: b
                             async_scheduling=async_scheduling, scheduler_reserve_full_isl=reserve_full_isl,
                             is_encoder_decoder=False)
     cache = CacheConfig(block_size=setup.block, enable_prefix_caching=True)
-    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
+    spec = speculative(model, ParallelConfig()) if speculative is not None else None
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, speculative_config=spec)
     kv = KVCacheConfig(num_blocks=setup.capacity + 1, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
                            block_size=setup.block, num_kv_heads=1, head_size=16, dtype=torch.float32))])
@@ -134,25 +137,25 @@ def _prompt_blocks_only(hasher):
 _BLOCK = [16]
 
 
-def _request(index: int, row: dict, block: int):
+def _request(index: int, row: dict, block: int, hash_lookahead: int = 0):
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.request import Request
 
-    global _HASHER
-    if _HASHER is None:
+    if not _HASHER:
         init_none_hash(sha256)
-        _HASHER = get_request_block_hasher(block, sha256)
+    if hash_lookahead not in _HASHER:  # EngineCore passes vllm_config.num_hash_lookahead_tokens (EAGLE: 1)
+        _HASHER[hash_lookahead] = get_request_block_hasher(block, sha256, hash_lookahead)
     if block != _BLOCK[0]:
         raise ValueError(f"the harness hashes {_BLOCK[0]}-token blocks, not {block}")
     params = SamplingParams(max_tokens=max(int(row.get("output_length") or 1), 1), ignore_eos=True)
-    hasher = _prompt_blocks_only(_HASHER) if _PROMPT_ONLY else _HASHER
+    hasher = _prompt_blocks_only(_HASHER[hash_lookahead]) if _PROMPT_ONLY else _HASHER[hash_lookahead]
     return Request(request_id=str(index), prompt_token_ids=list(row["tokens"]), sampling_params=params,
                    pooling_params=None, arrival_time=float(row["timestamp"]), block_hasher=hasher)
 
 
-_HASHER = None
+_HASHER: dict = {}  # hash lookahead tokens -> vLLM's request block hasher
 
 
 class _Driver:
@@ -173,7 +176,8 @@ class _Driver:
     def arrive(self, now: float) -> None:
         rows = self.rows
         while self.next < len(rows) and rows[self.next]["timestamp"] <= now:
-            req = _request(self.next, rows[self.next], self.setup.block)
+            req = _request(self.next, rows[self.next], self.setup.block,
+                           getattr(self.sched, "num_hash_lookahead_tokens", 0))
             self.reqs[self.next] = req
             self.sched.add_request(req)
             self.next += 1

@@ -181,6 +181,8 @@ def sim_rows(cmd: list) -> dict:
                                timed + ["--spec-method", "ngram", "--spec-tokens", "2"]),
         "--spec-acceptance": changes(timed + ["--spec-method", "eagle", "--spec-tokens", "2"],
                                      ["--spec-acceptance", "0.1"]),
+        "--spec-model": changes(timed + ["--spec-method", "draft", "--spec-tokens", "2"],
+                                ["--spec-model", "qwen3-0.6b"]),
         "--spec-draws": changes(timed + ["--spec-method", "eagle", "--spec-tokens", "3", "--spec-acceptance", "0.5"],
                                 ["--spec-draws", "expected"]),
         **pd_rows(cmd),
@@ -265,6 +267,8 @@ NO_EFFECT = [
     (["--timing", "--spec-tokens", "2"], "--spec-tokens"),
     (["--timing", "--spec-draws", "expected"], "--spec-draws"),
     (["--timing", "--spec-acceptance", "0.5"], "--spec-acceptance"),
+    (["--timing", "--spec-method", "eagle", "--spec-tokens", "2", "--spec-model", "qwen3-0.6b"], "--spec-model"),
+    (["--timing", "--spec-model", "qwen3-0.6b"], "--spec-model"),
     # disaggregated serving: only with --timing, only with a P/D fleet, never with --workers
     (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
     (["--split", "1:1"], "--split"),

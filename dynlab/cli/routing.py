@@ -192,6 +192,9 @@ SIM_OPTIONS = [
     (("--spec-draws",), "spec_draws", click.Choice(["seeded", "expected"]), "seeded",
      "With --spec-tokens: accepted drafts drawn at random (seeded by --seed, per request) or as their "
      "expected value (smooth sweeps)."),
+    (("--spec-model",), "spec_model", click.STRING, None,
+     "With --spec-method draft: the draft model (a bundled model name or a config.json path), its K "
+     "steps priced with its own config through the roofline [default: a tenth of the target's step]."),
 ]
 
 # on/off flags of sim, compare and sweep that are SimConfig fields (compare and sweep apply them to every run)

@@ -153,7 +153,8 @@ def _plan_spec_step(sched: list, preempted: int, now: float, latency: LatencyMod
     st.start, st.k, st.sched, st.decodes, st.context, st.preempted = now, 1, sched, decodes, context, preempted
     st.prefill_tokens = sum(batch.prefill_tokens) - drafts
     st.bound_at, st.bound_reqs = [], []
-    st.end = now + latency.step_ms(batch) + drafter_ms(latency, spec.method, spec.k, decodes, context)
+    st.end = now + latency.step_ms(batch) + drafter_ms(latency, spec.method, spec.k, decodes, context,
+                                                          spec.draft_latency)
     return st
 
 

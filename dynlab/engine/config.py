@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
+from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
@@ -126,6 +127,8 @@ class SimConfig(Sectioned):
     spec_tokens: int = 0
     spec_acceptance: Optional[str] = None
     spec_draws: str = "seeded"
+    #     spec_model: the draft model of spec_method draft (a bundled name or config.json; None: dynlab's /10 rule)
+    spec_model: Optional[str] = None
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -319,7 +322,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
-    yield from (*_workload_rules(config), *_spec_rules(config))  # the workloads' and spec helpers' rows
+    yield from (*_workload_rules(config), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -364,19 +367,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
-SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws")
-
-
-def _spec_rules(config: SimConfig):
-    """The rows of :func:`_no_effect_rules` for speculative decoding (the `spec` helper's)."""
-    if not config.timing:
-        for name in SPEC_FIELDS + ("spec_tokens",):
-            yield name, _WITHOUT_TIMING
-    if config.spec_tokens == 0:
-        for name in SPEC_FIELDS:
-            yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
-    if config.spec_method is None:
-        yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
 
 
 def _workload_rules(config: SimConfig):
@@ -401,6 +392,9 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
     """Configurations that compare splits (``compare --split``, a sweep's ``split`` axis): when at least
     one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
     the others. Returns ``(configuration to check and run, given fields to check it with)`` each."""
+    from dynlab.engine.spec import align_rates
+
+    configs = align_rates(configs)
     if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
         # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
         configs = [c if c.spec_tokens else replace(c, **{f: _DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]

@@ -27,7 +27,13 @@ def spec_decoding(c: SimConfig):
 
     text = c.spec_acceptance if c.spec_acceptance is not None else str(DEFAULT_ALPHA[c.spec_method])
     rates = parse_acceptance(text, c.spec_tokens)
-    return SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
+    spec = SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
+    if c.spec_model is not None and c.spec_method == "draft":
+        from dynlab.latency.grid import build_latency_model, hardware_for
+
+        # the draft model on the target's GPUs, priced by the roofline (the model that reads a config)
+        spec.draft_latency = build_latency_model("roofline", hardware_for(c.spec_model, c.gpu, c.tp))
+    return spec
 
 
 #: the latency models whose verify steps and drafter the spec helper checked (docs/engine.md)
@@ -43,9 +49,16 @@ def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
     out: dict = {"spec_method": c.spec_method, "spec_tokens": c.spec_tokens,
                  "spec_lookahead_tokens": lookahead_tokens(c.spec_method, c.spec_tokens),
                  "spec_rates": [round(r, 4) for r in spec.acceptance.rates], "spec_draws": c.spec_draws}
+    if c.spec_model is not None:
+        out["spec_model"] = c.spec_model
+    why = None
     if c.latency_model not in SPEC_PRICED:
         why = (f"speculative decoding: {c.latency_model} has no verify-step or drafter data; its steps are "
                "priced as decodes plus each request's drafts as a chunk, the drafter by dynlab's rule")
+    elif c.spec_model is not None and c.latency_model != "roofline":
+        why = (f"speculative decoding: {c.latency_model} cannot read a draft model's config; the draft's steps "
+               f"(--spec-model {c.spec_model}) are priced by the roofline, the target's by {c.latency_model}")
+    if why is not None:
         prior = latency.describe_hardware().get("latency_domain")
         out["latency_domain"] = f"{prior}; {why}" if prior else why
     return out

@@ -28,6 +28,7 @@ the integer part's increments, so a sweep over rates is smooth).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Optional, Sequence, Tuple
 
@@ -53,11 +54,11 @@ def lookahead_tokens(method: str, k: int) -> int:
 
 def parse_acceptance(text: str, k: int) -> Tuple[float, ...]:
     """Per-position rates ``(r_1, ..., r_k)`` from ``--spec-acceptance`` text: ``"0.8,0.6,0.4"``
-    (given rates; fewer than ``k`` positions repeat the last one's conditional ratio, more are cut),
+    (given rates; fewer than ``k`` positions repeat the last one's conditional ratio),
     ``"0.7"`` (constant rate ``alpha``: ``alpha ** i``) or ``"file:PATH"`` (acceptance lengths).
 
     Raises ``ValueError`` (one line; ``PATH:LINE`` for a file) for a rate outside [0, 1], rates that
-    increase, or a length outside 1..k+1 in a file.
+    increase, more rates than ``k`` positions, or a length outside 1..k+1 in a file.
     """
     text = text.strip()
     if text.startswith("file:"):
@@ -70,12 +71,15 @@ def parse_acceptance(text: str, k: int) -> Tuple[float, ...]:
         raise ValueError(f"--spec-acceptance: rates must lie in [0, 1], got {text}")
     if any(b > a for a, b in zip(rates, rates[1:])):
         raise ValueError(f"--spec-acceptance: per-position rates cannot increase (a draft is accepted as a prefix), got {text}")
+    if len(rates) > k:
+        raise ValueError(f"--spec-acceptance: {len(rates)} per-position rates for --spec-tokens {k}; "
+                         f"give at most {k} (one rate per draft position)")
     if len(rates) == 1:
         return tuple(rates[0] ** i for i in range(1, k + 1))
     while len(rates) < k:
         ratio = rates[-1] / rates[-2] if rates[-2] > 0 else 0.0
         rates.append(rates[-1] * ratio)
-    return tuple(rates[:k])
+    return tuple(rates)
 
 
 def _from_lengths(path: str, k: int) -> Tuple[float, ...]:
@@ -154,6 +158,7 @@ class SpecDecoding:
         self.draft_tokens = 0
         self.accepted_tokens = 0
         self.accepted_per_pos = [0] * k
+        self.draft_latency = None  # the draft model's LatencyModel (--spec-model), priced in drafter_ms
 
     def verify(self, req, s: int) -> int:
         """Verify ``s`` drafts of ``req``: the accepted count (counted in the stats)."""
@@ -209,20 +214,62 @@ def verify_batch(sched: list):
     return StepBatch(tuple(chunks), tuple(ctxs), decodes, context), decodes, context, drafts
 
 
-def drafter_ms(latency, method: str, k: int, decodes: int, context: int) -> float:
+def drafter_ms(latency, method: str, k: int, decodes: int, context: int, draft=None) -> float:
     """The drafter's time (ms) in a step with ``decodes`` decoding requests (summed context
-    ``context`` tokens), per method: ``ngram`` 0 (a CPU lookup, overlapped); ``eagle``/``eagle3``/
+    ``context`` tokens), per method: ``ngram`` 0 (a CPU lookup, overlapped); a latency model's own
+    :meth:`~dynlab.latency.base.LatencyModel.drafter_ms` when it has one (``linear`` with
+    ``spec_gamma``); else ``eagle``/``eagle3``/
     ``mtp`` ``k`` forwards of one decoder layer (an EAGLE head or DeepSeek's MTP module: Li et al.
     2024, DeepSeek-V3 report Sec. 2.2), priced as ``k`` decode steps of the target divided by its
-    layers; ``draft`` ``k`` decode steps of the target divided by 10 (a draft model ~1/10 of the
-    target, project default until ``--spec-model`` prices its own)."""
+    layers; ``draft`` ``k`` decode steps of ``draft`` (the ``--spec-model``'s own latency model, the
+    roofline over its config, at the same batch and context) or, without one, ``k`` decode steps of
+    the target divided by 10 (a draft model ~1/10 of the target, project default)."""
     if method == "ngram" or decodes == 0:
         return 0.0
+    own = latency.drafter_ms(method, k, decodes, context) if hasattr(latency, "drafter_ms") else None
+    if own is not None:
+        return own  # the model's own drafter term (linear's spec_gamma)
     from dynlab.latency.base import StepBatch
 
+    if method == "draft" and draft is not None:
+        return k * draft.step_ms(StepBatch((), (), decodes, context))
     one = latency.step_ms(StepBatch((), (), decodes, context))
     if method == "draft":
         return k * one / 10.0
     model = getattr(getattr(latency, "hardware", None), "model", None)
     layers = (getattr(model, "num_layers", 0) or getattr(model, "layers", 0)) if model is not None else 0
     return k * one / (layers or 32)
+
+
+def align_rates(configs: list) -> list:
+    """``compare --spec-tokens 2,4 --spec-acceptance 0.8,0.6,0.5,0.4``: per-position rates are the drafter's,
+    K how many of them a run uses, so a run with fewer positions than rates takes the first K (the rates
+    may not outnumber the largest K compared: a single run refuses more rates than its K)."""
+    ks = {c.spec_tokens for c in configs}
+    texts = {c.spec_acceptance for c in configs}
+    if len(ks) < 2 or len(texts) != 1 or None in texts or next(iter(texts)).strip().startswith("file:"):
+        return configs
+    rates = next(iter(texts)).split(",")
+    if len(rates) > max(ks):
+        return configs  # each run with fewer positions than rates refuses them (parse_acceptance)
+    return [dataclasses.replace(c, spec_acceptance=",".join(rates[:c.spec_tokens]))
+            if 0 < c.spec_tokens < len(rates) else c for c in configs]
+
+
+def no_effect_rules(config, fields: Sequence[str], without_timing: str):
+    """The rows ``(field, why)`` of :func:`dynlab.engine.config._no_effect_rules` for speculative decoding:
+    ``fields`` (the spec options other than ``spec_tokens``) need ``--timing`` and ``--spec-tokens K``,
+    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method, linear's ``spec_gamma`` a drafter."""
+    if not config.timing:
+        for name in tuple(fields) + ("spec_tokens",):
+            yield name, without_timing
+    if config.spec_tokens == 0:
+        for name in fields:
+            yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
+    if config.spec_method is None:
+        yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+    if config.spec_model is not None and config.spec_method != "draft":
+        yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
+    if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
+        yield "latency_opts", ("as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, "
+                               "--spec-tokens K)")

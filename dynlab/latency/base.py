@@ -88,6 +88,13 @@ class LatencyModel(ABC):
             total += self.step_ms(StepBatch((), (), requests, context + k * requests))
         return total
 
+    def drafter_ms(self, method: str, k: int, decodes: int, context: int) -> float | None:
+        """The speculative drafter's time (ms) in a step: ``k`` draft tokens (``--spec-tokens``) proposed by
+        ``method`` (``--spec-method``) for each of ``decodes`` decoding requests of summed context
+        ``context`` tokens. ``None`` (the default): the model has no drafter term of its own and the
+        engine prices the drafter by dynlab's rule (:func:`dynlab.engine.spec.drafter_ms`)."""
+        return None
+
     def domain(self) -> str | None:
         """``None`` when this model answers within what it was fitted or measured on for its
         :class:`Hardware`, else one line saying how the hardware lies outside it (shown on stderr and as

@@ -85,7 +85,8 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
     a ``ValueError``. ``ep``, ``pp``, ``dp_attention``, ``kv_cache_dtype``: :func:`hardware_for`; when not
     their defaults they are keys of the result too, and ``"latency_domain": {NAME: why}`` lists each model
     that answers outside what it was fitted or measured on (:meth:`LatencyModel.domain`). Raises
-    ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`.
+    ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`, and for ``spec_gamma`` (no
+    speculative step in the grid).
     """
     if not latency_models:
         raise ValueError("no latency model given")
@@ -93,6 +94,9 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
         raise ValueError(f"a latency model is listed twice in {','.join(latency_models)}")
     hardware = hardware_for(model, gpu, tp, ep=ep, pp=pp, dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype)
     options = dict(options or {})
+    if "spec_gamma" in options:  # the grid has no speculative step for it to price
+        raise ValueError("--latency-opt spec_gamma has no effect here: the grid has no speculative decoding "
+                         "step (it prices the drafter in sim --spec-method ... --spec-tokens K)")
     registry = plugins.latency_models()
     for name in latency_models:
         if name not in registry:

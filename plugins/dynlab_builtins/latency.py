@@ -209,6 +209,9 @@ class Linear(LatencyModel):
                        minimum=0.0),
         StrategyOption("beta2", float, 0.10746, "ms per decode request (fit to roofline, llama-3.1-8b on h100)",
                        minimum=0.0),
+        StrategyOption("spec_gamma", float, None, "ms per draft token per decoding request, the drafter's term "
+                       "with --spec-method eagle|eagle3|mtp|draft (default: dynlab's rule, docs/latency.md)",
+                       minimum=0.0),
     )
 
     def __init__(self, hardware, options):
@@ -219,6 +222,15 @@ class Linear(LatencyModel):
 
     def step_ms(self, batch: StepBatch) -> float:
         return self._b0 + self._b1 * sum(batch.prefill_tokens) + self._b2 * batch.decode_requests
+
+    def drafter_ms(self, method: str, k: int, decodes: int, context: int):
+        """``spec_gamma x k x decodes`` ms (0 for ``ngram``), or ``None`` without ``spec_gamma``: the
+        drafter's first-order term, one more coefficient of the same form (project choice; fit it as the
+        step-time difference between ``K`` and ``0`` at a fixed batch, docs/latency.md)."""
+        gamma = self.opts.get("spec_gamma")
+        if gamma is None:
+            return None
+        return 0.0 if method == "ngram" else gamma * k * decodes
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
         """Closed form: every decode-only step of ``requests`` requests costs the same."""

@@ -58,7 +58,9 @@ def test_k4_budget_cuts_a_verify_step():
 
 def test_acceptance_shapes():
     assert parse_acceptance("0.5", 3) == (0.5, 0.25, 0.125)
-    assert parse_acceptance("0.8,0.6,0.4", 2) == (0.8, 0.6)
+    assert parse_acceptance("0.8,0.6", 2) == (0.8, 0.6)
+    with pytest.raises(ValueError, match=r"3 per-position rates for --spec-tokens 2; give at most 2"):
+        parse_acceptance("0.8,0.6,0.4", 2)  # the third rate would be dropped silently
     assert parse_acceptance("0.8,0.4", 3) == pytest.approx((0.8, 0.4, 0.2))
     with pytest.raises(ValueError, match="cannot increase"):
         parse_acceptance("0.4,0.6", 2)
@@ -150,6 +152,7 @@ def test_sim_keys_and_compare(tmp_path):
     ("0.4,0.6", "rates cannot increase"),
     ("file:{tmp}/len.txt", "len.txt:2: 'x' is not an acceptance length"),
     ("file:{tmp}/missing.txt", "cannot read"),
+    ("0.9,0.8,0.7", "3 per-position rates for --spec-tokens 2; give at most 2"),
 ])
 def test_a_bad_acceptance_is_one_line(tmp_path, value, words):
     from click.testing import CliRunner
@@ -162,3 +165,87 @@ def test_a_bad_acceptance_is_one_line(tmp_path, value, words):
     assert out.exit_code == 2
     (line,) = out.output.strip().splitlines()
     assert line.startswith("Error: ") and words in line
+
+
+def test_compare_over_k_gives_each_run_its_first_k_rates(tmp_path):
+    import json
+
+    text = _cli(tmp_path, "compare", "--spec-method", "eagle", "--spec-tokens", "0,2,3",
+                "--spec-acceptance", "0.9,0.8,0.7")
+    runs = json.loads(text)
+    assert runs["2"]["spec_rates"] == [0.9, 0.8] and runs["3"]["spec_rates"] == [0.9, 0.8, 0.7]
+    assert "spec_rates" not in runs["0"]
+
+
+def test_linear_spec_gamma_prices_the_drafter():
+    from dynlab.engine.spec import drafter_ms
+    from dynlab_builtins.latency import Linear
+
+    opts = {"beta0": 4.0, "beta1": 0.0, "beta2": 1.0, "spec_gamma": 0.5}
+    lin = Linear(None, opts)
+    # 0.5 ms x K = 3 drafts x 4 decoding requests = 6 ms; ngram's lookup is free; no decode, no drafter
+    assert drafter_ms(lin, "eagle", 3, 4, 4096) == 6.0
+    assert drafter_ms(lin, "ngram", 3, 4, 4096) == 0.0 and drafter_ms(lin, "mtp", 3, 0, 0) == 0.0
+    # without spec_gamma: dynlab's rule, K decode steps (4 + 1 x 4 = 8 ms each) over 32 layers
+    plain = Linear(None, {**opts, "spec_gamma": None})
+    assert drafter_ms(plain, "eagle", 2, 4, 4096) == 2 * 8.0 / 32
+
+
+@pytest.mark.parametrize("extra", [[], ["--spec-method", "ngram", "--spec-tokens", "2"]])
+def test_spec_gamma_without_a_drafter_is_refused(extra):
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    out = CliRunner().invoke(main, ["sim", "--timing", "--latency-model", "linear", *extra,
+                                    "--latency-opt", "spec_gamma=0.5", "--quiet"])
+    assert out.exit_code == 2
+    assert "spec_gamma without a drafter to price" in out.output.strip().splitlines()[-1]
+
+
+def test_spec_model_prices_the_draft_with_its_own_config():
+    from dynlab.engine.spec import drafter_ms
+    from dynlab.latency.base import StepBatch
+    from dynlab.latency.grid import build_latency_model, hardware_for
+
+    target = build_latency_model("roofline", hardware_for("llama-3.1-8b", "h100", 1))
+    draft = build_latency_model("roofline", hardware_for("qwen3-0.6b", "h100", 1))
+    one = draft.step_ms(StepBatch((), (), 8, 8 * 2048))
+    # K = 3 steps of the draft model at the target's batch (8 decodes, 2,048 tokens of context each)
+    assert drafter_ms(target, "draft", 3, 8, 8 * 2048, draft) == 3 * one
+    # without --spec-model: a tenth of the target's decode step, K times
+    t_one = target.step_ms(StepBatch((), (), 8, 8 * 2048))
+    assert drafter_ms(target, "draft", 3, 8, 8 * 2048) == 3 * t_one / 10.0
+    # the draft model is smaller: its step is cheaper than the target's
+    assert one < t_one
+
+
+def test_spec_model_key_and_an_unknown_model_is_one_line(tmp_path):
+    r = _cli(tmp_path, "sim", "--spec-method", "draft", "--spec-tokens", "2", "--spec-model", "qwen3-0.6b")
+    assert r["spec_model"] == "qwen3-0.6b"
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    out = CliRunner().invoke(main, ["sim", "--timing", "--spec-method", "draft", "--spec-tokens", "2",
+                                    "--spec-model", "nope", "--quiet"])
+    assert out.exit_code != 0
+    (line,) = out.output.strip().splitlines()
+    assert line.startswith("Error: unknown model 'nope'")
+
+
+def test_spec_model_under_another_latency_model_says_the_draft_is_roofline(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    args = ["sim", "--trace", str(tmp_path / "m.jsonl"), "--timing", "--spec-method", "draft", "--spec-tokens", "2",
+            "--spec-model", "qwen3-0.6b"]
+    out = CliRunner().invoke(main, args + ["--latency-model", "linear"])
+    assert out.exit_code == 0, out.output
+    why = "the draft's steps (--spec-model qwen3-0.6b) are priced by the roofline, the target's by linear"
+    assert why in json.loads(out.stdout)["latency_domain"] and why in out.stderr  # the key and a warning
+    assert "latency_domain" not in _cli(tmp_path, *args[:1], *args[4:])  # the roofline prices both

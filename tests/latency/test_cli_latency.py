@@ -81,3 +81,14 @@ def test_a_bad_plot_suffix_leaves_nothing(tmp_path):
     path = tmp_path / "lat.xyz"
     result = invoke("latency", "--plot", str(path))
     assert result.exit_code != 0 and not path.exists()
+
+
+def test_spec_gamma_is_refused_by_the_grid():
+    # linear's drafter term prices a speculative step; the grid has none, so the option would do nothing
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    out = CliRunner().invoke(main, ["latency", "--latency-model", "linear", "--latency-opt", "spec_gamma=1"])
+    assert out.exit_code == 2
+    assert "spec_gamma has no effect here" in out.output.strip().splitlines()[-1]
