@@ -28,7 +28,10 @@ class EngineRequest:
     blocks at the engine's block size, ``input_length // block`` ints >= 0, from
     :func:`dynlab.engine.names.engine_block_names`; distinct within a request), ``runs`` (optional: the
     same names as runs ``(first name, count)``, from :func:`dynlab.engine.names.engine_block_runs`,
-    which a worker with ``runs=True`` works on; ``None``: one run per name).
+    which a worker with ``runs=True`` works on; ``None``: one run per name). ``out_blocks`` (set after
+    construction, default 0): how many of ``names`` follow the prompt's, the names of its reply's full
+    blocks a trace's ``output_tokens`` give (:mod:`dynlab.traces.replies`), registered as they are
+    computed, like the prompt's, so another request can hit them.
 
     Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``; ``spec``: draft
     tokens it carries into its next step (speculative decoding, :mod:`dynlab.engine.spec`; 0 otherwise).
@@ -39,7 +42,8 @@ class EngineRequest:
     __slots__ = ("id", "arrival_ms", "input_length", "output_length", "_names", "runs", "seq",
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
-                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state")
+                 "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state",
+                 "out_blocks")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
                  runs: Optional[Sequence[tuple]] = None):
@@ -71,6 +75,7 @@ class EngineRequest:
         self.cpu_hit_blocks: Optional[int] = None  # of its first admission's hit, blocks found in the CPU tier
         self.spec = 0  # speculative decoding: draft tokens it carries into its next step (vLLM's spec_token_ids)
         self.spec_state = None  # the acceptance model's state for it (dynlab.engine.spec.Acceptance)
+        self.out_blocks = 0  # names past the prompt's: its reply's blocks, named by the trace (output_tokens)
 
     @property
     def names(self) -> Sequence[int]:

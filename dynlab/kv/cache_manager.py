@@ -59,7 +59,7 @@ from typing import Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.cpu_tier import CpuTier
-from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, published
+from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, name_reply, published
 from dynlab.kv.run_pool import RunBlockPool
 
 __all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES", "ADMISSIONS", "OUTPUT_NAMES"]
@@ -106,6 +106,7 @@ class KvCacheManager:
         self.full_admission = admission == "full"
         self.next_output_name = OUTPUT_NAMES  # the next name for a block of generated tokens (name_output)
         self.stored_outputs = False  # whether the pool's stored names may hold such names (name_blocks)
+        self._late: list = []  # reply blocks named by the trace, registered at a finish (finish_stored)
         self.block = block
         #: the KV cache groups (one today: full attention); each holds ``req.keys`` (one list per group
         #: once there are several)
@@ -247,11 +248,20 @@ class KvCacheManager:
 
     def free(self, req) -> None:
         """Return ``req``'s blocks to the free queue (named ones stay cached; the full blocks of its
-        generated tokens named first, :meth:`name_output`)."""
+        generated tokens named first: by the trace's reply names,
+        :func:`~dynlab.kv.output_blocks.name_reply`, or :meth:`name_output`)."""
+        if req.out_blocks and req.nreg < len(req.names):
+            name_reply(self, req)
         if req.computed > len(req.names) * self.block:
             self.name_output(req)
         self.pool.release(req.keys, req.seq)
         req.keys = []
+
+    def finish_stored(self) -> tuple:
+        """The names :func:`~dynlab.kv.output_blocks.name_reply` registered since :meth:`step_events`:
+        the requests that finished at its end (publish as ``BlockStored`` then); emptied."""
+        late, self._late = tuple(self._late), []
+        return late
 
     def take_boundaries(self, bound_at: list, bound_reqs: list, n: int) -> Tuple[int, int]:
         """The next ``n`` block boundaries of a bulk decode run (popped from the ends of ``bound_at`` /
@@ -294,6 +304,7 @@ class KvCacheManager:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         removed = self.evicted()
+        self._late = []  # preemptions' reply blocks are in this step's events
         if self.stored_outputs:  # a resumed request's generated-token blocks: not published
             self.stored_outputs = False
             published(self, pool.stored, pool.stored_runs if self.runs else None)
