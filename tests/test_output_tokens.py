@@ -110,6 +110,8 @@ def test_count_based_stores_the_reply_at_its_finish(tmp_path, given_ids, cached)
     # (the full blocks of 32 + 32 - 1 tokens: one past the prompt's); turn 2 finds 3 (or 2) cached
     out = run(SimConfig(trace=_write(tmp_path / "t.jsonl", _turns(given_ids)), workers=1))
     assert out["cached_blocks"] == cached and out["prompt_blocks"] == 2 + 5
+    # the ideal bound (one infinite cache of every block seen) sees the reply's block too: never below
+    assert out["ideal_block_hit_rate"] == round(cached / 7, 4) == out["block_hit_rate"]
 
 
 # -- the workload generator -------------------------------------------------------------------------------

@@ -155,6 +155,8 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
                 for hook in route_hooks:
                     hook(req, w, strategy.predicted, actual, None)
             reply = req.output_hashes  # a token trace's reply blocks (output_tokens): stored at its finish
+            if reply:
+                routing.saw_reply(reply)
             stored, removed = worker.serve(hashes + reply if reply else hashes, actual)
             cached_sizes[w] = worker.size
             if stored or removed:

@@ -159,6 +159,8 @@ class TimedFleet:
         actual = engine.overlap_of(ereq, cap)
         predicted = self.strategy.predicted
         self.routing.on_route(routed.hashes, w, predicted, actual, cap, runs=runs)
+        if reply:
+            self.routing.saw_reply(reply)
         for hook in self._h_route:
             hook(routed, w, predicted, actual, cap)
         for hook in self._h_arrival:
