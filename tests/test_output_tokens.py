@@ -57,7 +57,7 @@ def test_bad_output_tokens_are_one_line_file_line_errors(tmp_path, field, messag
     path = tmp_path / "t.jsonl"
     path.write_text('{"tokens": [1, 2, 3]}\n{"tokens": [1, 2], ' + field + '}\n')
     res = CliRunner().invoke(main, ["sim", "--trace", str(path)])
-    assert res.exit_code != 0 and res.exception is None or isinstance(res.exception, SystemExit)
+    assert res.exit_code != 0 and (res.exception is None or isinstance(res.exception, SystemExit))  # no traceback
     (line,) = [ln for ln in res.output.splitlines() if ln.strip()]
     assert f"{path}:2: " in line and message in line
 
