@@ -139,3 +139,19 @@ def test_rows_without_sessions_give_no_ids(tmp_path):
     out = tmp_path / "t.jsonl"
     assert CliRunner().invoke(main, ["workload", str(path), "--out", str(out)]).exit_code == 0
     assert "output_tokens" not in out.read_text()
+
+
+def test_a_looped_copy_names_its_reply_afresh():
+    # --duration loops a trace with fresh names (repeat "new"): a copy's reply names move with its prompt's,
+    # so the copy's next turn hits its own copy of the reply, never the original's
+    from dynlab.routing.strategy import Request
+    from dynlab.traces.rates import shape
+
+    a = Request((5, 6), 32, 32, 0.0, 0, output_hashes=(7,))
+    b = Request((5, 6, 7, 8), 80, 4, 1000.0, 1)
+    looped = shape([a, b], duration_s=3.5)  # period 2,000 ms: copies at 2,000 and 3,000 ms
+    assert [r.timestamp for r in looped] == [0.0, 1000.0, 2000.0, 3000.0]
+    stride = 9  # one more than the largest name, the reply's included
+    assert looped[2].hashes == (5 + stride, 6 + stride) and looped[2].output_hashes == (7 + stride,)
+    assert looped[3].hashes[2] == looped[2].output_hashes[0]
+    assert shape([a, b], duration_s=3.5, repeat="same")[2].output_hashes == (7,)
