@@ -389,7 +389,7 @@ class EngineWorker:
         self.kv.accumulate(end)
         first_tokens, finished, handed = self.scheduler.update_from_step(st.sched, k, end, self.handoff)
         self.steps += k
-        stored = st.stored + self.kv.finish_stored() if finished else st.stored  # + reply blocks named at a finish
+        stored = st.stored + self.kv.finish_stored(st.sched if k > 1 else ()) if finished or k > 1 else st.stored
         res = StepResult(st.start, end, k, stored, st.removed, first_tokens, finished, st.preempted,
                          len(st.sched), st.prefill_tokens, st.decodes, st.used, handed, stored_runs=st.stored_runs)
         if self.write_through and stored and self.cpu is not None:

@@ -247,9 +247,8 @@ class KvCacheManager:
                 req.nreg = full
 
     def free(self, req) -> None:
-        """Return ``req``'s blocks to the free queue (named ones stay cached; the full blocks of its
-        generated tokens named first: by the trace's reply names,
-        :func:`~dynlab.kv.output_blocks.name_reply`, or :meth:`name_output`)."""
+        """Return ``req``'s blocks to the free queue (named ones stay cached; its generated tokens' full blocks
+        named first: by the trace, :func:`~dynlab.kv.output_blocks.name_reply`, else :meth:`name_output`)."""
         if req.out_blocks and req.nreg < len(req.names):
             name_reply(self, req)
         if req.computed > len(req.names) * self.block:
@@ -257,9 +256,12 @@ class KvCacheManager:
         self.pool.release(req.keys, req.seq)
         req.keys = []
 
-    def finish_stored(self) -> tuple:
-        """The names :func:`~dynlab.kv.output_blocks.name_reply` registered since :meth:`step_events`:
-        the requests that finished at its end (publish as ``BlockStored`` then); emptied."""
+    def finish_stored(self, sched: Sequence = ()) -> tuple:
+        """Names :func:`~dynlab.kv.output_blocks.name_reply` registered since :meth:`step_events` (finishes), and
+        now for the reply blocks a bulk run (``sched``: its pairs) completed: ``BlockStored`` at its end."""
+        for req, _ in sched:
+            if req.out_blocks and req.keys and req.nreg < len(req.names):
+                name_reply(self, req)
         late, self._late = tuple(self._late), []
         return late
 

@@ -7,7 +7,7 @@ A token trace that gives a row's reply token ids (``output_tokens``, :mod:`dynla
 names those blocks itself: the engine request's ``names`` run on past the prompt's
 (``req.out_blocks`` more), and they are registered and published (``BlockStored``) as they are
 computed, like prompt blocks, so a conversation's next turn hits its previous reply as in vLLM;
-:func:`name_reply` registers at a finish or preemption those a bulk decode run completed.
+:func:`name_reply` registers those a bulk decode run completed at its end.
 
 A request without them: such a block can only ever be hit by the request that computed it: it gets a name of
 that request's own, from :data:`OUTPUT_NAMES` up (one counter per
@@ -65,9 +65,10 @@ def name_reply(kv, req) -> None:
     """Register on ``kv``, before ``req`` frees them, the computed full blocks of its reply that the trace
     names (``req.out_blocks`` of ``req.names``, :mod:`dynlab.traces.replies`) and no scheduled step
     registered yet: those a bulk decode run completed (vLLM caches each when the step computing it
-    is scheduled; they were in use meanwhile, so no lookup could have hit them). Their names are
-    published as ``BlockStored``: at a finish in the step's result (``kv.finish_stored()``), at a
-    preemption in the step's events. Nothing before the prompt is computed or while a load is pending."""
+    is scheduled; they were in use meanwhile, so no lookup could have hit them): at the run's end
+    (``kv.finish_stored(sched)``), or when the request frees them. Their names are published as
+    ``BlockStored`` in that step's result (a finish, a run's end) or events (a preemption). Nothing before
+    the prompt is computed or while a load is pending."""
     full = kv.nameable(req, req.computed)
     if full <= req.nreg or req.computed < req.input_length or req.load_blocks:
         return
