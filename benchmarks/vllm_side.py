@@ -149,13 +149,21 @@ def _request(index: int, row: dict, block: int, hash_lookahead: int = 0):
         _HASHER[hash_lookahead] = get_request_block_hasher(block, sha256, hash_lookahead)
     if block != _BLOCK[0]:
         raise ValueError(f"the harness hashes {_BLOCK[0]}-token blocks, not {block}")
-    params = SamplingParams(max_tokens=max(int(row.get("output_length") or 1), 1), ignore_eos=True)
+    params = SamplingParams(max_tokens=_out_len(row), ignore_eos=True)
     hasher = _prompt_blocks_only(_HASHER[hash_lookahead]) if _PROMPT_ONLY else _HASHER[hash_lookahead]
     return Request(request_id=str(index), prompt_token_ids=list(row["tokens"]), sampling_params=params,
                    pooling_params=None, arrival_time=float(row["timestamp"]), block_hasher=hasher)
 
 
 _HASHER: dict = {}  # hash lookahead tokens -> vLLM's request block hasher
+
+
+def _out_len(row: dict) -> int:
+    """Tokens ``row`` generates: its ``output_length``, or its ``output_tokens``' count, at least 1."""
+    n = row.get("output_length")
+    if n is None and row.get("output_tokens") is not None:
+        n = len(row["output_tokens"])
+    return max(int(n or 1), 1)
 
 
 class _Driver:
@@ -210,7 +218,7 @@ class _Driver:
         ids = list(out.num_scheduled_tokens)
         sampled = set(sampling)
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
-                                sampled_token_ids=[[self.base + int(rid)] if int(rid) in sampled else []
+                                sampled_token_ids=[[self._token(int(rid))] if int(rid) in sampled else []
                                                    for rid in ids])
         self.sched.update_from_output(out, mro)
         for rid in ids:
@@ -221,6 +229,14 @@ class _Driver:
             if self.finish[i] is None and req.is_finished():
                 self.finish[i] = end
 
+    def _token(self, i: int) -> int:
+        """The id trace line ``i`` samples next: its row's ``output_tokens`` in order when given (so vLLM
+        hashes the reply a later prompt quotes), else ``OUTPUT_BASE + i``."""
+        reply = self.rows[i].get("output_tokens")
+        if reply:
+            return reply[min(self.reqs[i].num_output_tokens, len(reply) - 1)]
+        return self.base + i
+
     def records(self) -> list[dict]:
         out = []
         for i, row in enumerate(self.rows):
@@ -228,7 +244,7 @@ class _Driver:
             out.append({"id": i, "worker": 0, "arrival_ms": float(row["timestamp"]),
                         "first_scheduled_ms": self.first_scheduled[i], "first_token_ms": self.first_token[i],
                         "finish_ms": self.finish[i], "input_length": len(row["tokens"]),
-                        "output_length": max(int(row.get("output_length") or 1), 1), "hit_tokens": self.hits[i],
+                        "output_length": _out_len(row), "hit_tokens": self.hits[i],
                         "preemptions": req.num_preemptions if req is not None else 0, "rejected": False})
         return out
 

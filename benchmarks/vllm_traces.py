@@ -2,12 +2,13 @@
 
 A :class:`Case` is a trace (rows of the README's "Bring your own trace" token format: ``timestamp`` in
 ms, ``tokens``, ``output_length``) with the engine it runs on
-(:class:`vllm_dynlab_side.EngineSetup`). :func:`hand_cases` gives nine hand-sized ones (issue 24's
+(:class:`vllm_dynlab_side.EngineSetup`). :func:`hand_cases` gives ten hand-sized ones (issue 24's
 three rules among them), :func:`random_cases` seven seeded multi-turn conversation traces over shared
 system prompts (200-2,000 requests; ample, tight and overloaded pools; chunked prefill; a
-``max_num_seqs`` limit). Prompt token ids stay below :data:`OUTPUT_BASE`; the fake model of
-:mod:`vllm_side` samples ids from there up, so a generated token never equals a prompt token (dynlab
-names prompt blocks only, and a conversation's next turn carries fresh ids for the reply it quotes).
+``max_num_seqs`` limit) and two of them again with their replies' ids (``output_tokens``). Prompt token
+ids stay below :data:`OUTPUT_BASE`; the fake model of :mod:`vllm_side` samples a row's
+``output_tokens`` when it gives them, else ids from :data:`OUTPUT_BASE` up, so a generated token never
+equals a prompt token unless the trace says so (a next turn quoting the reply whose ids it gives).
 Every request fits its pool: ``input + output - 1 <= capacity * block / 2``, so neither side rejects one.
 """
 from __future__ import annotations
@@ -72,6 +73,7 @@ def hand_cases() -> list[Case]:
     p0, p1, p2 = ids.take(48), ids.take(24), ids.take(16)
     dup, big, tail = ids.take(32), ids.take(64), ids.take(16)
     shared = ids.take(48)
+    ask, said, more = ids.take(32), ids.take(32), ids.take(16)
     cases = [
         Case("rule1-full-isl", _hand(5, 32),
              [_row(0, r1, 40), _row(0, r2, 1)],
@@ -103,12 +105,16 @@ def hand_cases() -> list[Case]:
         Case("overload-cascade", _hand(8, 32),
              [_row(0, ids.take(30), 20) for _ in range(5)],
              "five 30+20 requests at 0 in 8 blocks: chains of preemptions"),
+        Case("reply-next-turn", _hand(16, 8192),
+             [dict(_row(0, ask, 32), output_tokens=said), _row(1000, ask + said + more, 4)],
+             "issue 24 item 2: turn 2 quotes turn 1's 32-token reply (output_tokens): it hits 3 blocks"),
     ]
     return cases
 
 
 def conversations(seed: int, requests: int, rate: float, systems: int = 4, system_len=(200, 1500),
-                  user_len=(20, 300), reply_len=(10, 200), turns=(1, 6), think_ms=(500.0, 5000.0)) -> list:
+                  user_len=(20, 300), reply_len=(10, 200), turns=(1, 6), think_ms=(500.0, 5000.0),
+                  replies: bool = False) -> list:
     """Seeded multi-turn conversations over ``systems`` shared system prompts: token-trace rows in time order.
 
     Conversations start as a Poisson process of ``rate`` per second; each has a uniform number of
@@ -116,7 +122,10 @@ def conversations(seed: int, requests: int, rate: float, systems: int = 4, syste
     (fresh ids standing for the reply's text), then its own user message; its ``output_length`` is
     that reply's length. The next turn arrives ``think_ms`` (uniform) after the previous one was sent
     (not after its reply: an open loop, so a trace is fixed before any engine runs). Lengths in tokens,
-    drawn uniformly from the ranges given; stops at ``requests`` rows.
+    drawn uniformly from the ranges given; stops at ``requests`` rows. ``replies``: each row also gives the
+    reply's ids as ``output_tokens`` (the ids the next turn quotes; vLLM's fake model samples them), so
+    both sides name the reply's blocks by the prompt's chain and the next turn hits them; the rows are
+    otherwise the same.
     """
     rng = random.Random(seed)
     ids = _Ids()
@@ -129,7 +138,10 @@ def conversations(seed: int, requests: int, rate: float, systems: int = 4, syste
             context += ids.take(rng.randint(*user_len))
             reply = rng.randint(*reply_len)
             rows.append(_row(round(at, 3), list(context), reply))
-            context += ids.take(reply)
+            said = ids.take(reply)
+            if replies:
+                rows[-1]["output_tokens"] = said
+            context += said
             at += rng.uniform(*think_ms)
     rows.sort(key=lambda r: r["timestamp"])  # stable: same-time rows keep their order
     return rows[:requests]
@@ -141,7 +153,8 @@ def _fit(rows: list, capacity: int, block: int = 16) -> list:
 
 
 def random_cases(scale: float = 1.0) -> list[Case]:
-    """The seven seeded conversation traces; ``scale`` multiplies their request counts (tests use less)."""
+    """The seven seeded conversation traces, and two of them again with their replies' ids
+    (``output_tokens``); ``scale`` multiplies their request counts (tests use less)."""
     specs = [  # name, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
         ("conv-ample", 1, 200, 0.5, 4096, 8192, 256, "ample pool: nothing is evicted"),
         ("conv-tight", 2, 500, 1.0, 800, 8192, 256, "tight pool: evictions, few preemptions"),
@@ -151,9 +164,13 @@ def random_cases(scale: float = 1.0) -> list[Case]:
         ("conv-tight-2000", 6, 2000, 1.0, 700, 2048, 64, "2,000 requests, tight pool, 2,048-token budget"),
         ("conv-overloaded-chunked", 7, 1000, 3.0, 400, 512, 32, "overloaded, 512-token budget, 32 seqs"),
     ]
+    specs += [  # the same conversations, their replies' ids given (output_tokens): next turns hit the reply
+        ("conv-replies-tight", 2, 500, 1.0, 800, 8192, 256, "conv-tight with output_tokens", True),
+        ("conv-replies-overloaded", 3, 1000, 3.0, 500, 8192, 256, "conv-overloaded with output_tokens", True),
+    ]
     cases = []
-    for name, seed, n, rate, cap, budget, seqs, what in specs:
+    for name, seed, n, rate, cap, budget, seqs, what, *replies in specs:
         n = max(int(n * scale), 1)
-        rows = _fit(conversations(seed, n, rate), cap)
+        rows = _fit(conversations(seed, n, rate, replies=bool(replies)), cap)
         cases.append(Case(name, EngineSetup(cap, budget, seqs), rows, what))
     return cases

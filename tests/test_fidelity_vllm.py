@@ -61,6 +61,12 @@ def test_vllm_hits_what_rules_2_and_duplicates_keep():
     assert _vllm("duplicate-copies")[3]["hit_tokens"] == 32
 
 
+def test_vllm_hits_the_reply_its_output_tokens_name():
+    # issue 24 item 2, derived by hand in tests/engine/test_reply_blocks.py: 32 + 32 - 1 tokens with KV
+    # leave 3 full blocks; the next turn (80 tokens) hits 48 tokens in vLLM too
+    assert _vllm("reply-next-turn")[1]["hit_tokens"] == 48
+
+
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"issue 24 {NOT_YET[n]}: not yet in the engine"))
     if n in NOT_YET else n for n in CASES])

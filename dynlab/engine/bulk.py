@@ -106,6 +106,8 @@ def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: L
     admitted or preempted) ``k`` steps at once, to the earliest finish, or to the first block
     boundary unless ``can_cross`` (the driver crosses boundaries and nothing waits): then across
     those the free queue of ``kv`` can serve. The pool's events and usage are the caller's to fill.
+    A run also ends before the step that completes a block of a reply the trace names (its
+    registration, at that step's schedule, may let a waiting request hit it).
     ``spec``: speculative decoding (:class:`~dynlab.engine.spec.SpecDecoding`): one step (no bulk
     run), a verify step plus the drafter's time (:func:`~dynlab.engine.spec.verify_batch`).
     """
@@ -119,6 +121,9 @@ def plan_step(sched: list, preempted: int, admitted: int, now: float, latency: L
         # the same budget, slots and pool), no finish before the last step, and no new block,
         # except at block boundaries the free queue can serve when nothing waits (boundaries)
         k = min([r.output_length - r.generated for r, _ in sched]) // DECODE_TOKENS
+        for r, _ in sched:  # a trace-named reply block (output_tokens) is named when its step is scheduled
+            if r.out_blocks and r.nreg < len(r.names):
+                k = min(k, max((r.nreg + 1) * kv.block - 1 - r.computed, 1))
         slots = kv.free_slots_of(sched)
         kb = min(slots) // DECODE_TOKENS
         if kb < k:

@@ -223,6 +223,12 @@ class RoutingMetrics:
         self.prompt_blocks += len(hashes)
         self.cached_blocks += actual if cap is None or actual <= cap else cap
 
+    def saw_reply(self, names: Sequence) -> None:
+        """The names of a routed request's reply blocks (a token trace's ``output_tokens``,
+        ``Request.output_hashes``) join the ideal bound's cache, as its prompt's do: a later prompt
+        quoting the reply can hit them."""
+        self._seen.update(names)
+
     def _seen_through(self, runs: Sequence) -> int:
         """How many leading names of ``runs`` were seen (the ideal overlap); then mark them all seen."""
         seen = self._seen_runs

@@ -28,7 +28,10 @@ class EngineRequest:
     blocks at the engine's block size, ``input_length // block`` ints >= 0, from
     :func:`dynlab.engine.names.engine_block_names`; distinct within a request), ``runs`` (optional: the
     same names as runs ``(first name, count)``, from :func:`dynlab.engine.names.engine_block_runs`,
-    which a worker with ``runs=True`` works on; ``None``: one run per name).
+    which a worker with ``runs=True`` works on; ``None``: one run per name). ``out_blocks`` (set after
+    construction, default 0): how many of ``names`` follow the prompt's, the names of its reply's full
+    blocks a trace's ``output_tokens`` give (:mod:`dynlab.traces.replies`), registered as they are
+    computed, like the prompt's, so another request can hit them.
 
     Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``; ``spec``: draft
     tokens it carries into its next step (speculative decoding, :mod:`dynlab.engine.spec`; 0 otherwise);
@@ -41,7 +44,7 @@ class EngineRequest:
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
                  "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state",
-                 "pending", "inflight", "safe")
+                 "pending", "inflight", "safe", "out_blocks")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
                  runs: Optional[Sequence[tuple]] = None):
@@ -76,6 +79,7 @@ class EngineRequest:
         # async scheduling (dynlab.engine.async_steps): tokens sampled in flight, steps in flight holding it,
         # and the computed tokens whose blocks vLLM has hashed while a step is in flight
         self.pending = self.inflight = self.safe = 0
+        self.out_blocks = 0  # names past the prompt's: its reply's blocks, named by the trace (output_tokens)
 
     @property
     def names(self) -> Sequence[int]:

@@ -124,7 +124,8 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
            progress=None, recorders: Sequence = ()) -> dict[str, Any]:
     """Route and serve every request, count-based (no time); return the fleet metrics (without ``mode``).
 
-    Each request is routed, then served at once by its worker, whose net change reaches the
+    Each request is routed, then served at once by its worker (its prompt's blocks, then the blocks of its
+    reply a token trace names, ``Request.output_hashes``: the worker holds them once it has answered), whose net change reaches the
     strategy through a :class:`~dynlab.engine.bus.CountedEventBus` (``event_delay`` requests later,
     each event dropped with probability ``event_loss``). ``synthetic_prefix_blocks``: ``None`` for
     a trace, else the synthetic workload's rule for repeats and hits
@@ -153,7 +154,10 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
             if route_hooks:
                 for hook in route_hooks:
                     hook(req, w, strategy.predicted, actual, None)
-            stored, removed = worker.serve(hashes, actual)
+            reply = req.output_hashes  # a token trace's reply blocks (output_tokens): stored at its finish
+            if reply:
+                routing.saw_reply(reply)
+            stored, removed = worker.serve(hashes + reply if reply else hashes, actual)
             cached_sizes[w] = worker.size
             if stored or removed:
                 change(w, stored, removed)

@@ -150,11 +150,17 @@ class TimedFleet:
         routed = Request(tuple(names), req.input_length, req.output_length, t, req.index, runs=runs)
         w = self._route(routed)
         engine = self.engines[w]
-        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), names, runs)
+        reply = req.output_hashes if runs is None else None  # a token trace's reply names (output_tokens)
+        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1),
+                             names + list(reply) if reply else names, runs)
+        if reply:
+            ereq.out_blocks = len(reply)
         cap = (ereq.input_length - 1) // self.block
         actual = engine.overlap_of(ereq, cap)
         predicted = self.strategy.predicted
         self.routing.on_route(routed.hashes, w, predicted, actual, cap, runs=runs)
+        if reply:
+            self.routing.saw_reply(reply)
         for hook in self._h_route:
             hook(routed, w, predicted, actual, cap)
         for hook in self._h_arrival:

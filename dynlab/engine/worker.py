@@ -295,12 +295,11 @@ class EngineWorker:
         """Queue ``req`` at ``now`` (ms); ``False`` (and counted in :attr:`rejected`) when its
         ``input_length + output_length - 1`` tokens can never fit the pool.
 
-        A bulk decode run in progress is cut at its first step boundary >= ``now``: re-read
-        :attr:`step_end`. Raises ``ValueError`` when ``len(req.names) != input_length // block``.
-        """
-        if len(req.names) != req.input_length // self.block:
-            raise ValueError(f"request {req.id!r}: {len(req.names)} block names for {req.input_length} "
-                             f"tokens at block {self.block} (want {req.input_length // self.block})")
+        A bulk decode run in progress is cut at its first step boundary >= ``now``: re-read :attr:`step_end`.
+        Raises ``ValueError`` when ``len(req.names) != input_length // block + out_blocks``."""
+        if (n := len(req.names) - req.out_blocks) != req.input_length // self.block:
+            raise ValueError(f"request {req.id!r}: {n} block names for {req.input_length} tokens at block {self.block} "
+                             f"(want {req.input_length // self.block})")
         spare = 0 if self.spec is None else self.spec.k + self.spec.lookahead  # a last verify's drafts and lookahead
         if not self.kv.fits(req.input_length + req.output_length - 1 + spare):  # the last token's KV is never computed
             req.rejected = True
@@ -383,9 +382,10 @@ class EngineWorker:
         self.busy_block_ms += self.kv.used_block_ms() - self._busy_from
         first_tokens, finished, handed = self.scheduler.update_from_step(st.sched, k, end, self.handoff)
         self.steps += k
-        res = StepResult(st.start, end, k, st.stored, st.removed, first_tokens, finished, st.preempted,
+        stored = st.stored + self.kv.finish_stored(st.sched if k > 1 else ()) if finished or k > 1 else st.stored
+        res = StepResult(st.start, end, k, stored, st.removed, first_tokens, finished, st.preempted,
                          len(st.sched), st.prefill_tokens, st.decodes, st.used, handed, stored_runs=st.stored_runs)
-        if self.write_through and st.stored and self.cpu is not None:
+        if self.write_through and stored and self.cpu is not None:
             change = self.kv.write_computed(res.stored)
             if change is not None:
                 res.cpu_stored, res.cpu_removed = change

@@ -1,29 +1,25 @@
 """The KV cache manager of one engine: a request's blocks, over its KV cache groups, the CPU tier and the P/D handoff.
 
-Modelled on vLLM v1's ``KVCacheManager`` / ``KVCacheCoordinator`` / ``SingleTypeKVCacheManager``
-(``vllm/v1/core/``): the scheduler never touches blocks, it asks this manager three questions
-about a request, all in tokens:
+Modelled on vLLM v1's ``KVCacheManager`` / ``KVCacheCoordinator`` / ``SingleTypeKVCacheManager`` (``vllm/v1/core/``):
+the scheduler never touches blocks, it asks this manager three questions about a request, all in tokens:
 
-- :meth:`KvCacheManager.find_cached_prefix` (vLLM's ``get_computed_blocks``): the leading full
-  prompt blocks cached (GPU pool, then the CPU tier behind it);
+- :meth:`KvCacheManager.find_cached_prefix` (vLLM's ``get_computed_blocks``): the leading full prompt blocks
+  cached (GPU pool, then the CPU tier behind it);
 - :meth:`KvCacheManager.allocate_slots` / :meth:`KvCacheManager.allocate_new`: blocks for ``n``
   more tokens (``False`` / ``None``, nothing taken, when the free queue cannot give them);
 - :meth:`KvCacheManager.free`: return its blocks (cached ones stay in the prefix cache).
 
-**KV cache groups.** One group today, :class:`FullAttentionGroup` (vLLM's ``FullAttentionManager``:
-every token's KV kept, blocks needed = ``ceil(tokens / block)``: :meth:`FullAttentionGroup.blocks_needed`,
-the one formula, which the manager's ``blocks_needed`` is). A layout with sliding-window,
-chunked-local or state layers adds a group class with its own ``blocks_needed`` (and its own pool)
-to :attr:`KvCacheManager.groups`; a request then holds a block list per group (today ``req.keys``,
-the full-attention group's).
+**KV cache groups.** :class:`FullAttentionGroup` (vLLM's ``FullAttentionManager``: blocks needed =
+``ceil(tokens / block)``, :meth:`FullAttentionGroup.blocks_needed`, the one formula); sliding-window,
+chunked-local and state groups are :mod:`dynlab.kv.groups`, over one pool in :mod:`dynlab.kv.hybrid`.
 
 CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.kv.cpu_tier`):
 
-- Write rule ``cpu_write="evict"`` (the default; a victim tier): the names a step's allocation evicts
+- Write rule ``cpu_write="evict"`` (a victim tier): the names a step's allocation evicts
   from the pool (the engine's ``removed``) are written to the CPU tier (LRU); its net change is
   the engine's ``cpu_stored`` / ``cpu_removed`` (publish as ``BlockStored`` / ``BlockRemoved`` with
   ``medium="CPU"`` at the step's start, after the GPU ``BlockRemoved``).
-- Write rule ``cpu_write="compute"`` (write-through, as vLLM's ``OffloadingConnector`` and LMCache
+- Write rule ``cpu_write="compute"`` (the default; write-through, as vLLM's ``OffloadingConnector`` and LMCache
   store KV on the way in): the full prompt blocks a step computes are written to the CPU tier at the
   step's end, unless it holds them already; a GPU eviction writes nothing (the copy is there, unless
   the tier dropped it). The net change is :attr:`~dynlab.engine.bulk.StepResult.cpu_stored` /
@@ -39,19 +35,17 @@ CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.
   the link, FIFO), and it joins the first step that starts at or after the load's end (scheduled
   before the waiting queue, the loaded blocks named then). Other requests' steps go on meanwhile; a
   bulk decode run is cut at the load's end. Its TTFT thus includes the wait for the load plus its
-  own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission.
-  Writes (GPU -> CPU) use the other direction of the link and take no step time.
+  own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission. Writes
+  (GPU -> CPU) use the other direction of the link and take no step time.
 
 The rules that differ between vLLM releases, each in one place, vLLM 0.33.0's by default: which
 blocks must be free to admit a request (:meth:`KvCacheManager.admission_tokens`: the whole
 sequence; ``admission="chunk"`` the chunk scheduled now), which full blocks are named
-(:meth:`KvCacheManager.nameable` / :meth:`KvCacheManager.name_output`: generated tokens' too), the
-free-queue position of a released sequence's unnamed blocks
-(:meth:`dynlab.kv.block_pool.BlockPool._push_unnamed`: the head).
+(:meth:`KvCacheManager.nameable` / :meth:`KvCacheManager.name_output`: generated tokens' too), the free-queue
+position of a released sequence's unnamed blocks (:meth:`dynlab.kv.block_pool.BlockPool._push_unnamed`: the head).
 
-Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``runs``,
-``seq``, ``keys``, ``nreg``, ``computed``, ``num_tokens``, ``input_length``, ...): this module
-imports nothing from :mod:`dynlab.engine`.
+Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``runs``, ``seq``, ``keys``,
+``nreg``, ``computed``, ``num_tokens``, ...): this module imports nothing from :mod:`dynlab.engine`.
 """
 from __future__ import annotations
 
@@ -59,7 +53,7 @@ from typing import Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.cpu_tier import CpuTier
-from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, published
+from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, name_reply, published
 from dynlab.kv.run_pool import RunBlockPool
 
 __all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES", "ADMISSIONS", "OUTPUT_NAMES"]
@@ -91,9 +85,8 @@ class KvCacheManager:
 
     ``capacity``: blocks in the pool; ``block``: tokens per block; ``runs``: the pool works on runs of
     names (:class:`~dynlab.kv.run_pool.RunBlockPool`); ``cpu_capacity``: CPU-tier blocks (0: none);
-    ``load_ms_per_block``: host-to-device load time per block (ms); ``cpu_write``: one of
-    :data:`CPU_WRITES`; ``admission``: one of :data:`ADMISSIONS` (:meth:`admission_tokens`).
-    Raises ``ValueError`` for a negative load time, an unknown ``cpu_write`` or ``admission``.
+    ``load_ms_per_block``: host-to-device load time per block (ms); ``cpu_write``: one of :data:`CPU_WRITES`;
+    ``admission``: one of :data:`ADMISSIONS`. Raises ``ValueError`` for a negative load time, an unknown value.
 
     Counters: ``loaded_blocks`` / ``offloaded_blocks`` (CPU -> GPU / GPU -> CPU), ``gpu_hit_blocks`` /
     ``cpu_hit_blocks`` (first admissions' hits per tier), ``peak_used_blocks``, :meth:`used_block_ms`.
@@ -106,6 +99,7 @@ class KvCacheManager:
         self.full_admission = admission == "full"
         self.next_output_name = OUTPUT_NAMES  # the next name for a block of generated tokens (name_output)
         self.stored_outputs = False  # whether the pool's stored names may hold such names (name_blocks)
+        self._late: list = []  # reply blocks named by the trace, registered at a finish (finish_stored)
         self.block = block
         #: the KV cache groups (one today: full attention); each holds ``req.keys`` (one list per group
         #: once there are several)
@@ -246,9 +240,11 @@ class KvCacheManager:
                 req.nreg = full
 
     def free(self, req) -> None:
-        """Return ``req``'s blocks to the free queue (named ones stay cached; the full blocks of its
-        generated tokens named first, :meth:`name_output`, or, at a finish, freed to the tail unnamed: no
-        one can hit them, :meth:`BlockPool.release`)."""
+        """Return ``req``'s blocks to the free queue (named ones stay cached; a trace-named reply's blocks named
+        first, :func:`~dynlab.kv.output_blocks.name_reply`; the full blocks of its other generated tokens named,
+        :meth:`name_output`, or, at a finish, freed to the tail unnamed: no one can hit them)."""
+        if req.out_blocks and req.nreg < len(req.names):
+            name_reply(self, req)
         have = len(req.names)
         if req.computed >= (have + 1) * self.block:
             if req.generated >= req.output_length:  # finished: its generated-token blocks can never be hit
@@ -259,6 +255,15 @@ class KvCacheManager:
             self.name_output(req)
         self.pool.release(req.keys, req.seq)
         req.keys = []
+
+    def finish_stored(self, sched: Sequence = ()) -> tuple:
+        """Names :func:`~dynlab.kv.output_blocks.name_reply` registered since :meth:`step_events` (finishes), and
+        now for the reply blocks a bulk run (``sched``: its pairs) completed: ``BlockStored`` at its end."""
+        for req, _ in sched:
+            if req.out_blocks and req.keys and req.nreg < len(req.names):
+                name_reply(self, req)
+        late, self._late = tuple(self._late), []
+        return late
 
     def take_boundaries(self, bound_at: list, bound_reqs: list, n: int) -> Tuple[int, int]:
         """The next ``n`` block boundaries of a bulk decode run (popped from the ends of ``bound_at`` /
@@ -301,6 +306,7 @@ class KvCacheManager:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         removed = self.evicted()
+        self._late = []  # preemptions' reply blocks are in this step's events
         if self.stored_outputs:  # a resumed request's generated-token blocks: not published
             self.stored_outputs = False
             published(self, pool.stored, pool.stored_runs if self.runs else None)

@@ -30,6 +30,10 @@ class Request:
       order (names ``first .. first + count - 1``), when the timed engine names blocks by trace
       block (:func:`dynlab.engine.names.engine_block_runs`); an index keyed by runs reads it
       (:meth:`dynlab.routing.run_index.RunIndex.find_matches`). Not compared, not shown.
+    - ``output_hashes`` (``None``: the trace gives no reply token ids): the names of the full blocks
+      past the prompt's that a finished request has computed, the chain of ``hashes`` continued over the
+      prompt and the reply's first ``output_length - 1`` tokens (the last one's KV is never computed);
+      a token trace's ``output_tokens`` (:class:`dynlab_builtins.trace_formats.TokenTrace`). Not shown.
     """
 
     hashes: tuple
@@ -39,6 +43,7 @@ class Request:
     index: int = 0
     prefix: Optional[Hashable] = None
     runs: Optional[Sequence[tuple]] = field(default=None, compare=False, repr=False)
+    output_hashes: Optional[tuple] = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

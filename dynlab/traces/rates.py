@@ -80,8 +80,8 @@ def shape(requests: Sequence[Request], scale: float = 1.0, duration_s: Optional[
           repeat: str = "new") -> list[Request]:
     """``requests`` (timestamped, in time order) with timestamps times ``scale``, cut or looped to
     ``duration_s`` seconds from the first arrival (``None``: as long as the trace); ``index``
-    renumbered from 0. Block names of loops are renamed (:func:`rename`) unless ``repeat`` is
-    ``"same"``. Raises :class:`RateError` for an empty trace, a ``duration_s`` that is not > 0, or a
+    renumbered from 0. Block names of loops are renamed (:func:`rename`; a reply's too,
+    ``Request.output_hashes``) unless ``repeat`` is ``"same"``. Raises :class:`RateError` for an empty trace, a ``duration_s`` that is not > 0, or a
     loop of a trace whose requests all arrive at once.
     """
     if repeat not in DURATION_REPEATS:
@@ -97,7 +97,8 @@ def shape(requests: Sequence[Request], scale: float = 1.0, duration_s: Optional[
     n = len(requests)
     span = requests[-1].timestamp - t0
     period = span * n / (n - 1) if n > 1 else 0.0
-    stride = 1 + max((h for r in requests for h in r.hashes if isinstance(h, int)), default=0)
+    stride = 1 + max((h for r in requests for h in r.hashes + (r.output_hashes or ()) if isinstance(h, int)),
+                     default=0)
     out: list[Request] = []
     k = 0
     while True:
@@ -105,8 +106,10 @@ def shape(requests: Sequence[Request], scale: float = 1.0, duration_s: Optional[
             t = (r.timestamp + k * period) * scale
             if not t < end:
                 return out
-            hashes = r.hashes if k == 0 or repeat == "same" else rename(r.hashes, k, stride)
-            out.append(replace(r, hashes=hashes, timestamp=t, index=len(out), runs=None))
+            same = k == 0 or repeat == "same"
+            hashes = r.hashes if same else rename(r.hashes, k, stride)
+            reply = r.output_hashes if same or not r.output_hashes else rename(r.output_hashes, k, stride)
+            out.append(replace(r, hashes=hashes, timestamp=t, index=len(out), runs=None, output_hashes=reply))
         if not period > 0:
             raise RateError("--duration cannot loop a trace whose requests all arrive at the same instant")
         k += 1

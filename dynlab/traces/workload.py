@@ -8,7 +8,7 @@ A spec is a JSON object (a ``.yaml``/``.yml`` file is read as YAML when PyYAML i
 ``yaml`` extra). Its ``generator`` key names the registered workload (``synthetic``, the built-in,
 when absent); the other keys are that workload's (docs/workloads.md). A workload yields **token
 rows**, the rows of a ``tokens`` trace: ``{"timestamp": ms, "tokens": [ints], "output_length": n}``
-in time order, so ``sim --workload SPEC`` and ``sim --trace FILE`` of the file it writes replay the
+(plus ``"output_tokens": [n ints]`` when the workload knows its replies' ids) in time order, so ``sim --workload SPEC`` and ``sim --trace FILE`` of the file it writes replay the
 same requests.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Workload(ABC):
     @abstractmethod
     def rows(self) -> Iterator[dict]:
         """Token rows in time order: ``timestamp`` (ms), ``tokens`` (ints, at least one), ``output_length``
-        (tokens >= 0)."""
+        (tokens >= 0) and, optionally, ``output_tokens`` (``output_length`` ints: the reply's ids)."""
 
 
 def load_spec(path: str) -> dict:

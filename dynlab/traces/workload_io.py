@@ -33,14 +33,21 @@ def open_workload(path: str, registry=None) -> Workload:
 def workload_requests(path: str, block: int = 16, scheme: str = "dynlab"):
     """The requests of the spec ``path`` (a :class:`~dynlab.traces.reader.TraceRequests`): each row's
     tokens hashed at ``block`` tokens per block with ``scheme``, as a ``tokens`` trace of the same
-    rows is. Raises what :func:`open_workload` raises."""
+    rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`). Raises what
+    :func:`open_workload` raises."""
     from dynlab.routing.hashing import block_hashes
     from dynlab.routing.strategy import Request
     from dynlab.traces.reader import TraceRequests
+    from dynlab.traces.replies import reply_names
 
     out = TraceRequests()
     for i, row in enumerate(open_workload(path).rows()):
-        toks = row["tokens"]
+        toks, reply = row["tokens"], row.get("output_tokens")
+        if reply:
+            names, replied = reply_names(toks, reply, block, scheme=scheme)
+            out.append(Request(tuple(names), len(toks), row["output_length"], row["timestamp"], i,
+                               output_hashes=replied))
+            continue
         out.append(Request(tuple(block_hashes(toks, block, scheme=scheme)), len(toks), row["output_length"],
                            row["timestamp"], i))
     out.block_tokens, out.own_block_tokens = block, None
@@ -48,7 +55,8 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab"):
 
 
 def mooncake_rows(rows: Iterable[dict], block: int = MOONCAKE_BLOCK) -> Iterator[dict]:
-    """Token rows as Mooncake rows: ``timestamp``, ``input_length``, ``output_length`` and ``hash_ids``,
+    """Token rows as Mooncake rows: ``timestamp``, ``input_length``, ``output_length`` and ``hash_ids``
+    (a row's ``output_tokens`` are dropped: Mooncake rows have no field for them),
     one id per ``block``-token block (the last one partial), chained: two rows share id ``i`` exactly
     when they share every token up to the end of block ``i``. Ids count from 0 in order of first use."""
     ids: dict = {}

@@ -128,6 +128,9 @@ class TokenTrace(TraceFormat):
 
     A row whose ``tokens`` list is empty (a request with no prompt) is refused (``ValueError``, ``FILE:LINE``),
     as is an ``output_length`` that is not an int >= 0 (0 or absent: unknown, as in Mooncake rows).
+    A row may give its reply's token ids, ``output_tokens`` (a list of ints; ``output_length`` may then be
+    left out, and when given must equal its length): the reply's full blocks are then named by the
+    prompt's chain (:func:`dynlab.traces.replies.reply_names`), so a later prompt quoting the reply hits them.
     """
 
     name = "tokens"
@@ -139,6 +142,7 @@ class TokenTrace(TraceFormat):
 
     def parse(self, record, index):
         from dynlab.routing.hashing import block_hashes
+        from dynlab.traces.replies import check_output_tokens, reply_names
 
         tokens = record.get("tokens")
         if "tokens" not in record:
@@ -148,10 +152,16 @@ class TokenTrace(TraceFormat):
         if not tokens:
             raise ValueError("field 'tokens' is empty: a request needs a prompt (at least one token)")
         lora, salt = _extra_keys(record)
+        out_len = _length(record, "output_length", 0)
+        reply, n = check_output_tokens(record, self.hash_scheme) if "output_tokens" in record else (None, None)
+        ts = _number(record, "timestamp", False, None)
+        if reply:
+            hashes, replied = reply_names(tokens, reply, self.block, scheme=self.hash_scheme, lora_name=lora,
+                                          cache_salt=salt)
+            return Request(tuple(hashes), len(tokens), n, ts, index, output_hashes=replied)
         hashes = block_hashes(tokens, self.block, scheme=self.hash_scheme, lora_name=lora, cache_salt=salt)
-        return Request(tuple(hashes), input_length=len(tokens),
-                       output_length=_length(record, "output_length", 0),
-                       timestamp=_number(record, "timestamp", False, None), index=index)
+        return Request(tuple(hashes), input_length=len(tokens), output_length=out_len if n is None else n,
+                       timestamp=ts, index=index)
 
 
 @hookimpl

@@ -19,7 +19,9 @@ Spec keys (docs/workloads.md has the full table; rates in requests/s, lengths in
 - ``sessions``: ``{"turns": N or a distribution, "think_time_s": T}``: each session's turns arrive
   ``T`` s apart on average (exponential; open loop: after the previous turn's arrival, not its
   answer); turn k's prompt is turn k-1's prompt, its answer (``output_length`` new tokens) and
-  ``input`` new tokens, so turns of a session share their leading blocks.
+  ``input`` new tokens, so turns of a session share their leading blocks. Rows of a spec with ``sessions``
+  give their answer's token ids (``output_tokens``), so a turn's next turn hits the answer's blocks
+  (:mod:`dynlab.traces.replies`), as vLLM's prefix cache does.
 
 Each aspect draws from its own RNG (``random.Random(f"{seed}-arrival")``, ``-input``, ``-output``,
 ``-prefix``, ``-sessions``), so changing one key leaves the others' draws as they were.
@@ -275,12 +277,17 @@ class SyntheticWorkload(Workload):
                 if total_tokens > MAX_PROMPT_TOKENS:
                     raise self.fail("requests", f"the workload's prompts add up to over {MAX_PROMPT_TOKENS:,} "
                                     "tokens: fewer requests, shorter inputs or fewer turns")
-                made.append((round(t, 3), len(made), prompt, out))
-                history = prompt + list(range(next_token, next_token + out))  # the answer joins the history
+                answer = list(range(next_token, next_token + out))
+                made.append((round(t, 3), len(made), prompt, out, answer))
+                history = prompt + answer  # the answer joins the history
                 next_token += out
         made.sort(key=lambda m: (m[0], m[1]))
-        for t, _, prompt, out in made:
-            yield {"timestamp": t, "tokens": prompt, "output_length": out}
+        replies = self.turns is not None  # sessions: each row says its answer's ids, which the next turn quotes
+        for t, _, prompt, out, answer in made:
+            if replies:
+                yield {"timestamp": t, "tokens": prompt, "output_length": out, "output_tokens": answer}
+            else:
+                yield {"timestamp": t, "tokens": prompt, "output_length": out}
 
 
 @hookimpl
