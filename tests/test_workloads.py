@@ -79,6 +79,17 @@ def test_sessions_extend_the_last_prompt_by_hand():
     assert [r["timestamp"] for r in out] == [1000.0, 1000.0, 2000.0]
 
 
+def test_think_time_is_in_seconds():
+    # sessions 10,000 s apart, two turns each, think time exponential with a mean of 10 s: the gap between
+    # a session's turns averages 10,000 ms (1,000 draws: within 15 %; it was 10 ms, the mean taken as a rate)
+    spec = {"seed": 2, "requests": 2000, "arrival": {"process": "constant", "rate": 0.0001},
+            "input": {"dist": "constant", "value": 2}, "output": {"dist": "constant", "value": 1},
+            "sessions": {"turns": 2, "think_time_s": 10}}
+    out = rows(spec)
+    gaps = [out[i + 1]["timestamp"] - out[i]["timestamp"] for i in range(0, len(out), 2)]
+    assert statistics.fmean(gaps) == pytest.approx(10_000, rel=0.15)
+
+
 def test_piecewise_rate_curve():
     # 0 requests/s for 10 s, then 50 requests/s: nothing arrives before 10 s, about 50 per second after
     spec = {"seed": 3, "requests": 500, "arrival": {"process": "piecewise", "curve": [[0, 0], [10, 50]]},

@@ -268,7 +268,7 @@ class SyntheticWorkload(Workload):
             history = list(system)
             for k in range(min(turns, self.requests - len(made))):
                 if k:
-                    t += self.rng_sessions.expovariate(1000.0 / self.think_ms) if self.think_ms > 0 else 0.0
+                    t += self.rng_sessions.expovariate(1.0 / self.think_ms) if self.think_ms > 0 else 0.0
                 user = self.input.draw(rin)
                 prompt = history + list(range(next_token, next_token + user))
                 next_token += user
