@@ -89,6 +89,9 @@ def run(command: str) -> str:
     old = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
+        for flag, value in zip(args, args[1:]):  # the folders of the files a command writes (--plot out/x.png)
+            if flag in ("--plot", "--report", "--out", "--timeline") and os.path.dirname(value):
+                os.makedirs(os.path.dirname(value), exist_ok=True)
         try:
             result = CliRunner().invoke(main, args)
         finally:
