@@ -154,6 +154,7 @@ class AsyncEngineWorker(EngineWorker):
         self.cpu_stored = self.cpu_removed = ()
         sch = self.scheduler
         self._removed, self._runs = (), ()
+        self._busy_from = self.kv.used_block_ms(now)  # mean_kv_usage_busy, as EngineWorker.start_step
         cur, self.ahead = self.ahead, None
         if cur is None:
             if not (sch.running or sch.waiting):
@@ -178,6 +179,8 @@ class AsyncEngineWorker(EngineWorker):
         self._step = None
         end = st.end
         self.kv.accumulate(end)
+        self.busy_ms += end - st.start
+        self.busy_block_ms += self.kv.used_block_ms() - self._busy_from
         first_tokens, finished = apply_output(self.scheduler, st, end)
         self.steps += 1
         return StepResult(st.start, end, 1, st.stored, st.removed, first_tokens, finished, st.preempted,

@@ -72,6 +72,15 @@ def test_async_arrival_joins_the_step_after_next(tmp_path):
     assert out["e2e_ms"]["mean"] == 61.5  # (58 + 65) / 2
 
 
+def test_async_busy_usage_counts_its_steps(tmp_path):
+    # the four steps above run back to back, [0, 26], [26, 38], [38, 58], [58, 70]: the worker is in a step
+    # for the whole span from the first arrival (0) to the last finish (70), so the busy-step mean equals
+    # the span mean (it was 0.0: the async step driver did not count its steps)
+    out, _ = _arrival(tmp_path, async_scheduling=True)
+    assert out["mean_kv_usage"][0] > 0
+    assert out["mean_kv_usage_busy"] == out["mean_kv_usage"]
+
+
 # ---- a finished request frees its blocks a step later ---------------------------------------------------
 #
 # capacity 4 blocks; R0 = 16 + 2 at 0, R2 = 8 + 6 at 0, R1 = 40 + 1 at 1 (its prompt needs 3 free blocks).
