@@ -280,7 +280,7 @@ def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
         raise click.UsageError("--report: no shape was replayed, so there is nothing to report")
     configs = [replace(by_label[s["shape"]].config(base), **({"split": s["split"]} if s["split"] else
                                                              {"workers": s["shown_workers"]})) for s in answered]
-    extra = {"target": out["target"], **{f"binding, {s['shape']}": f"{s['binding']}: {s['why']}"
+    extra = {"target": out["target"], **{f"binding, {s['shape']}": s["why"]
                                          for s in out["shapes"]}}
     fig = Figure("pareto", "Pareto plot: the replays against GPUs",
                  "Every replay's latency at the SLO percentile against GPUs ($/h with prices), a line per shape, "

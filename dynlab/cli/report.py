@@ -73,13 +73,25 @@ def run_context(ctx, configs) -> dict:
     def joined(values):
         return ", ".join(dict.fromkeys(str(v) for v in values))
 
+    from dynlab.engine.config import POISSON_RATE
+
+    def source(c):
+        if c.trace:
+            return c.trace
+        return f"the workload spec {c.workload}" if c.workload else "the KV-aware router lab's synthetic workload"
+
+    def arrivals(c):
+        if c.trace or c.workload:
+            shown = "the trace's timestamps" if c.trace else "the spec's arrival process"
+            return shown + (f", rescaled to {c.rate} requests/s" if c.rate else "") + \
+                (f" x {c.rate_scale} in rate" if c.rate_scale else "") + \
+                (f" x {c.time_scale} in time" if c.time_scale != 1.0 else "")
+        return f"Poisson, {c.rate or POISSON_RATE} requests/s"
+
     timed = [c for c in configs if c.timing]
-    context = {"command": command_line(ctx),
-               "trace": joined(c.trace or "the KV-aware router lab's synthetic workload" for c in configs)}
+    context = {"command": command_line(ctx), "trace": joined(source(c) for c in configs)}
     if timed:
-        context["arrivals"] = joined(
-            f"the trace's timestamps x {c.time_scale}" if c.trace else f"Poisson, {c.rate} requests/s"
-            for c in timed)
+        context["arrivals"] = joined(arrivals(c) for c in timed)
     else:
         context["arrivals"] = "none: a count-based replay (no time; add --timing to serve in time)"
     return context
