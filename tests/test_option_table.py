@@ -226,6 +226,8 @@ NO_EFFECT = [
     (["--rate-scale", "2"], "--rate-scale"),
     (["--workload", SPEC, "--prefixes", "3"], "--prefixes"),
     (["--workload", SPEC, "--all-metrics"], "--all-metrics"),
+    (["--workload", SPEC, "--tokenizer", "tok.json"], "--tokenizer"),  # the spec makes token ids: no text
+    (["--workload", SPEC, "--trace-format", "mooncake"], "--trace-format"),  # nor a trace to read
     (["--tokenizer", "tok.json"], "--tokenizer"),
     (["--trace", MOON, "--rate-scale", "2"], "--rate-scale"),  # without --timing
     (["--timing", "--rate-scale", "2"], "--rate-scale"),  # the synthetic workload has no timestamps

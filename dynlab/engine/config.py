@@ -319,6 +319,8 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
         yield "all_metrics", "with --trace: a trace run prints the fleet metrics already"
     elif config.workload is not None:
         yield "all_metrics", "with --workload: a workload run prints the fleet metrics already"
+        yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
+        yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
