@@ -137,3 +137,20 @@ def test_reproduce_into_an_unwritable_folder_names_the_folder_asked_for(tmp_path
     target = parent / "rep"
     r = _refused(invoke("reproduce", target, "--no-plots"), f"{target}: cannot write in {parent}")
     assert ".dynlab-" not in r.stderr  # not the staging folder's name
+
+
+def test_two_outputs_to_one_file_are_refused(tmp_path):
+    # a fresh user's trial: --report same.html --timeline same.html wrote the timeline over the report
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    same = tmp_path / "same.html"
+    same.write_text("kept")
+    out = CliRunner().invoke(main, ["sim", "--timing", "--quiet", "--report", str(same), "--timeline", str(same)])
+    assert out.exit_code == 2
+    assert "is also given to --report: give each output its own file" in out.output
+    assert same.read_text() == "kept"
+    out = CliRunner().invoke(main, ["sim", "--timing", "--quiet", "--requests-out", str(tmp_path / "a.jsonl"),
+                                    "--timeline", str(tmp_path / "b.json")])
+    assert out.exit_code == 0, out.output

@@ -446,7 +446,7 @@ def test_strategy_option_values_are_one_cell_whatever_the_spelling():
 def test_out_csv_and_plot_must_differ(tmp_path):
     out = tmp_path / "r.jsonl"
     r = invoke("sweep", "--grid", "mode=rr,kv", "--out", out, "--csv", out)
-    assert r.exit_code == 2 and "different files" in r.stderr and not out.exists()
+    assert r.exit_code == 2 and "give each output its own file" in r.stderr and not out.exists()
 
 
 def test_a_failing_cell_is_named(tmp_path):

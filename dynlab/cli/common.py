@@ -130,7 +130,23 @@ def output_path(ctx, param, value):
     if value == "-":
         raise click.BadParameter("- (standard output) is not accepted: this output is written as a file; "
                                  "give a file name", ctx, param)
-    return _check_output(value, ctx, param, stream=False)
+    return _claim(_check_output(value, ctx, param, stream=False), ctx, param)
+
+
+def _claim(value, ctx, param):
+    """``value``, refused when another output option of this command already names the same file (one
+    would overwrite the other)."""
+    if value is None or value == "-" or not isinstance(value, str):
+        return value
+    claimed = ctx.meta.setdefault("dynlab_outputs", {})
+    key = os.path.realpath(value)
+    other = claimed.get(key)
+    if other is not None and other != param.name:
+        flag = next((o for o in ctx.command.params if o.name == other), None)
+        raise click.BadParameter(f"{value} is also given to {flag.opts[0] if flag else other}: "
+                                 "give each output its own file", ctx, param)
+    claimed[key] = param.name
+    return value
 
 
 def stream_output_path(ctx, param, value):
@@ -138,7 +154,7 @@ def stream_output_path(ctx, param, value):
     standard output; any other value is checked as :func:`output_path` checks it."""
     if value is None or value == "-":
         return value
-    return _check_output(value, ctx, param, stream=True)
+    return _claim(_check_output(value, ctx, param, stream=True), ctx, param)
 
 
 def check_plot(path: str, flag: str = "--plot") -> None:
