@@ -319,8 +319,6 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
         yield "all_metrics", "with --trace: a trace run prints the fleet metrics already"
     elif config.workload is not None:
         yield "all_metrics", "with --workload: a workload run prints the fleet metrics already"
-        yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
-        yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
@@ -373,7 +371,7 @@ SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
 
 
 def _workload_rules(config: SimConfig):
-    """The rows of :func:`_no_effect_rules` for the rate and duration options (the `workloads` helper's)."""
+    """The rows of :func:`_no_effect_rules` for the rate and duration options and what a workload spec replaces."""
     if config.trace is None and config.workload is None:
         for name in ("rate_scale", "duration"):
             yield name, "without --trace or --workload: the synthetic workload has no timestamps"
@@ -381,6 +379,9 @@ def _workload_rules(config: SimConfig):
         yield "rate_scale", _WITHOUT_TIMING
     if config.duration is None:
         yield "duration_repeat", "without --duration (it says what a looped trace repeats)"
+    if config.workload is not None:
+        yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
+        yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"
 
 
 def _aggregated(config: SimConfig) -> bool:
