@@ -39,27 +39,16 @@ class _SpecDriver(vllm_side._Driver):
         self.k, self.acceptance, self.gamma = k, acceptance, gamma
         self.state: dict = {}
 
-    def schedule(self, start: float):
-        out = self.sched.schedule()
-        s = self.setup
-        prefill = decodes = 0
-        sampling = []
-        for rid, n in out.num_scheduled_tokens.items():
-            req = self.sched.requests[rid]
-            i = int(rid)
-            before = req.num_computed_tokens - n
-            if self.first_scheduled[i] is None:
-                self.first_scheduled[i], self.hits[i] = start, before
-            if not req.is_prefill_chunk:
-                sampling.append(i)
-            if before >= req.num_prompt_tokens and not req.is_prefill_chunk:
-                decodes += 1
-                prefill += n - 1  # the drafts: a chunk over the context (dynlab's pricing)
-            else:
-                prefill += n
-        ms = s.beta0 + s.beta1 * prefill + s.beta2 * decodes if out.num_scheduled_tokens else 0.0
-        ms += self.gamma * self.k * decodes  # the drafter: linear's spec_gamma term (0 for ngram)
-        return out, ms, sampling
+    def cost(self, req, n: int, before: int) -> tuple:
+        """A decoding request verifies ``n - 1`` drafts: priced as a decode plus a chunk of them over the
+        context (dynlab's pricing); anything else as :meth:`vllm_side._Driver.cost`."""
+        if before >= req.num_prompt_tokens and not req.is_prefill_chunk:
+            return n - 1, 1
+        return n, 0
+
+    def extra_ms(self, decodes: int) -> float:
+        """The drafter: linear's ``spec_gamma`` term (0 for ngram), per draft token of each decoding request."""
+        return self.gamma * self.k * decodes
 
     def apply(self, out, sampling: list, end: float) -> None:
         from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput

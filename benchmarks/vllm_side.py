@@ -204,12 +204,22 @@ class _Driver:
                 self.first_scheduled[i], self.hits[i] = start, before
             if not req.is_prefill_chunk:
                 sampling.append(i)
-            if n == 1 and before >= req.num_prompt_tokens and not req.is_prefill_chunk:
-                decodes += 1
-            else:
-                prefill += n
+            p, d = self.cost(req, n, before)
+            prefill += p
+            decodes += d
         ms = s.beta0 + s.beta1 * prefill + s.beta2 * decodes if out.num_scheduled_tokens else 0.0
-        return out, ms, sampling
+        return out, ms + self.extra_ms(decodes), sampling
+
+    def cost(self, req, n: int, before: int) -> tuple:
+        """``(prefill tokens, decode requests)`` that ``req``, scheduled ``n`` tokens with ``before`` computed,
+        adds to the step's linear price: a decode is one token past the prompt, anything else a chunk."""
+        if n == 1 and before >= req.num_prompt_tokens and not req.is_prefill_chunk:
+            return 0, 1
+        return n, 0
+
+    def extra_ms(self, decodes: int) -> float:
+        """Step time beyond the linear model's (ms); none here."""
+        return 0.0
 
     def apply(self, out, sampling: list, end: float) -> None:
         """``update_from_output()`` at ``end`` with one sampled token for each of ``sampling``."""
