@@ -113,8 +113,8 @@ def _speculative(method: str, k: int, legacy_hashes: bool = False):
 
 def build_spec_scheduler(setup, k: int, method: str = "ngram", legacy_hashes: bool = False):
     """vLLM's ``Scheduler`` for ``setup`` with ``SpeculativeConfig(method, num_speculative_tokens=k)``
-    (:func:`vllm_side.build_scheduler` with dynlab's admission: ``scheduler_reserve_full_isl=False``)."""
-    return vllm_side.build_scheduler(setup, reserve_full_isl=False, speculative=_speculative(method, k, legacy_hashes))
+    (:func:`vllm_side.build_scheduler` at vLLM 0.33.0's default admission, ``scheduler_reserve_full_isl=True``)."""
+    return vllm_side.build_scheduler(setup, reserve_full_isl=True, speculative=_speculative(method, k, legacy_hashes))
 
 
 def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram", gamma: float = 0.0,
@@ -124,8 +124,7 @@ def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram",
 
     d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method, legacy_hashes), k,
                     Acceptance(parse_acceptance(str(rate), k), "expected"), 0.0 if method == "ngram" else gamma)
-    with vllm_side.dynlab_rules():
-        vllm_side._run_sync(d)
+    vllm_side._run_sync(d)  # vLLM 0.33's own rules, which dynlab's engine follows by default (issue 24)
     return d.records()
 
 
@@ -141,7 +140,7 @@ def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram"
 
     side.sim_args = spec_args
     try:
-        return run_dynlab(setup, path, admission="chunk")[0]
+        return run_dynlab(setup, path, admission="full")[0]
     finally:
         side.sim_args = original
 
@@ -164,7 +163,7 @@ def main() -> None:
         cases = [c for c in cases if c.name in args.only.split(",")]
     gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"
     print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws){gamma}, "
-          f"vLLM 0.33 {args.method}{' (legacy hashes)' if args.legacy_hashes else ''} on dynlab's rules")
+          f"vLLM 0.33 {args.method}{' (legacy hashes)' if args.legacy_hashes else ''} at its defaults")
     print(f"{'trace':<22} {'requests':>8} {'identical':>9} {'TTFT':>5} {'E2E':>5} {'preempt':>7} {'hits':>5} "
           f"{'worst E2E ms':>12} {'preemptions d/v':>15}")
     with tempfile.TemporaryDirectory() as tmp:
