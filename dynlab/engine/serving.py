@@ -126,11 +126,12 @@ class TimedSetup:
         return lambda tokens, hit: transfer_bytes(groups, tokens, hit)
 
     def describe(self) -> dict[str, Any]:
-        """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency)."""
+        """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency, the
+        scheduler's admission rule and async scheduling)."""
         c = self.config
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
-               "latency_model": c.latency_model}
+               "latency_model": c.latency_model, "admission": c.admission, "async_scheduling": c.async_scheduling}
         out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
         if c.spec_tokens and c.spec_method is not None:
             out.update(spec_describe(c, self.latency))
