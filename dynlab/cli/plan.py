@@ -53,6 +53,10 @@ _HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from t
                      "--gpu-memory-utilization]."}
 
 
+#: plan's own type where sim's admits a value every replay would refuse (an engine needs one block at least)
+_TYPES = {"capacity": click.IntRange(min=1)}
+
+
 def _shared_options(fn):
     from dynlab.cli.routing import SIM_FLAGS
 
@@ -65,6 +69,7 @@ def _shared_options(fn):
     for field in reversed(SHARED):
         flags, ptype, default, help_ = _BY_FIELD[field]
         help_ = _HELP.get(field) or _help(help_)
+        ptype = _TYPES.get(field, ptype)
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
                           help=help_)(fn)
     for field in reversed(CANDIDATES):
