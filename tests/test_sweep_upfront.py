@@ -106,10 +106,11 @@ def test_cpu_memory_of_zero_or_a_block_or_more_runs(tmp_path, gb, blocks):
 def test_trace_block_on_a_workload_is_refused_before_any_cell_runs(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"requests": 3, "arrival": {"process": "constant", "rate": 1},
-                                "input": {"dist": "constant", "value": 40}, "output": {"dist": "constant", "value": 2}}))
+                                "input": {"dist": "constant", "value": 40},
+                                "output": {"dist": "constant", "value": 2}}))
     out = tmp_path / "s.jsonl"
-    result = invoke("sweep", "--workload", spec, "--timing", "--trace-block", "16", "--grid", "workers=1,2", "--out", out,
-                    "--executor", "serial")
+    result = invoke("sweep", "--workload", spec, "--timing", "--trace-block", "16", "--grid", "workers=1,2",
+                    "--out", out, "--executor", "serial")
     assert result.exit_code == 2 and not out.exists()
     (line,) = result.stderr.splitlines()
     assert line.startswith("Error: cell {") and line.endswith(

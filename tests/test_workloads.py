@@ -149,7 +149,8 @@ def test_an_empirical_trace_without_requests_is_one_line(tmp_path):
     spec = {"requests": 3, "arrival": {"process": "constant", "rate": 1},
             "input": {"dist": "empirical", "trace": "empty.jsonl"}, "output": {"dist": "constant", "value": 1}}
     out = CliRunner().invoke(main, ["workload", write(tmp_path, spec), "--out", str(tmp_path / "o.jsonl")])
-    assert out.exit_code == 1 and out.stderr.splitlines() == [f"Error: {tmp_path / 'empty.jsonl'}: the trace holds no request"]
+    assert out.exit_code == 1
+    assert out.stderr.splitlines() == [f"Error: {tmp_path / 'empty.jsonl'}: the trace holds no request"]
     assert not (tmp_path / "o.jsonl").exists()
 
 

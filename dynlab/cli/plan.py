@@ -190,7 +190,7 @@ def _candidate_rules(shapes):
 
     if not any(s.cpu_memory_gb for s in shapes):
         for name in CPU_TIER_FIELDS:
-            yield name, "without a CPU tier candidate (a --cpu-memory-gb value above 0)"
+            yield name, "without a CPU tier candidate (an aggregated one, --split agg, with --cpu-memory-gb above 0)"
     if not any(s.pd for s in shapes):
         for name in PD_FIELDS:
             yield name, "without a P/D candidate (--split auto)"
