@@ -336,3 +336,66 @@ def test_bad_fleets_are_refused_in_one_line(args, words):
 def test_compare_split_refuses_pd_options_when_no_split_is_disaggregated(moon):
     result = invoke("compare", "--trace", moon, "--timing", "--split", "2:0,1:0", "--link-gbps", "25")
     assert result.exit_code == 2 and "--link-gbps has no effect" in result.stderr
+
+
+# -- a reply's blocks on the decode worker (issue 24 leftovers: output_tokens in P/D) ---------------------------
+def conversation():
+    """Turn 1: 32 prompt tokens, a 20-token reply (output_tokens) at 0; turn 2 at 1000 ms: turn 1's prompt and
+    reply plus 12 new tokens (64 tokens, 4 blocks). Names as the token-trace reader gives them."""
+    from dynlab.engine.metrics import Recorder
+    from dynlab.routing.hashing import block_hashes
+    from dynlab.traces.replies import reply_names
+
+    p1, reply = list(range(1, 33)), list(range(100, 120))
+    hashes, replied = reply_names(p1, reply, BLOCK)
+    p2 = p1 + reply + list(range(200, 212))
+    turn2 = tuple(block_hashes(p2, BLOCK))
+
+    class Stored(Recorder):
+        def __init__(self):
+            self.by_worker = {}
+
+        def on_step(self, worker, result):
+            self.by_worker.setdefault(worker, []).extend(result.stored)
+
+    return ([Request(tuple(hashes), 32, 20, 0.0, 0, output_hashes=replied), Request(turn2, 64, 2, 1000.0, 1)],
+            replied, turn2, Stored())
+
+
+def serve_recorded(reqs, recorder, **kw):
+    from dynlab.engine.env import RunEnv
+
+    strategy = build_strategy(SimConfig(mode="rr", workers=1), random.Random(0))
+    env = RunEnv.timed(reqs, strategy, 1, arrival_rng=random.Random(0), recorders=[recorder])
+    return serve_disagg(reqs, strategy, engines(1, 100, True), engines(1, 100, False), names_of=names_of,
+                        kv_bytes_per_token=KVB, env=env, pd=PdSection(**kw))
+
+
+def test_the_decode_worker_names_and_publishes_its_reply_blocks():
+    # turn 1's prompt + reply minus its last token: 32 + 19 = 51 tokens, 3 full blocks: the reply's one named
+    # block (tokens 32..47) is the turn-2 prompt's block 2 (the chain continued over the reply)
+    reqs, replied, turn2, stored = conversation()
+    assert len(replied) == 1 and replied[0] == turn2[2]
+    fleet = serve_recorded(reqs, stored, decode_prefix_cache=True)
+    a, b = fleet.records[0], fleet.records[1]
+    # the decode worker cached turn 1's 2 prompt blocks (received) and its reply block (computed there), and its
+    # step result published that block (BlockStored): turn 2 finds 3 blocks there and is sent 64 - 48 tokens
+    assert (a.hit_tokens, b.hit_tokens) == (0, 48)
+    assert (a.nbytes, b.nbytes) == (32 * KVB, 16 * KVB)
+    assert replied[0] in stored.by_worker[1]  # worker 1: the decode worker (the prefill pool is worker 0)
+    # the prefill worker handed turn 1 off at its first token: it never computed the reply, so turn 2's
+    # prefill there hits turn 1's 2 prompt blocks only (32 tokens) and recomputes the reply (as in Dynamo and
+    # llm-d, whose prefill router scores the prefill workers' KV events)
+    assert (a.request.hit_tokens, b.request.hit_tokens) == (0, 32)
+    # what the prefill worker stored: turn 1's 2 prompt blocks, then turn 2's blocks 2 and 3 (the reply recomputed)
+    assert stored.by_worker[0] == list(turn2)
+
+
+def test_without_reply_tokens_or_a_decode_prefix_cache_the_decode_worker_names_nothing():
+    reqs, replied, turn2, stored = conversation()
+    fleet = serve_recorded(reqs, stored)  # no --decode-prefix-cache: the decode worker models no prefix cache
+    assert [r.hit_tokens for r in fleet.records.values()] == [0, 0] and not stored.by_worker.get(1)
+    reqs[0] = Request(reqs[0].hashes, 32, 20, 0.0, 0)  # no output_tokens: the prompt blocks only, as before
+    reqs2, _, _, stored2 = conversation()
+    fleet = serve_recorded([reqs[0], reqs2[1]], stored2, decode_prefix_cache=True)
+    assert [r.hit_tokens for r in fleet.records.values()] == [0, 32]
