@@ -250,3 +250,12 @@ def test_replies_are_hit_count_based_timed_and_on_a_decode_worker(name, tmp_path
         pd = run(SimConfig(trace=path(name), block=4, timing=True, prefill_workers=1, decode_workers=1,
                            decode_prefix_cache=True))
         assert pd["decode_hit_tokens"] == 12
+
+
+def test_aiperf_sessions_run_under_the_dynamo_hash():
+    # the answers' placeholder ids fit Dynamo's u32 tokens (they were 2**62 up, refused by --hash dynamo)
+    reqs, _ = load("aiperf_replies.jsonl", block=4, scheme="dynamo")
+    turn1, turn2 = reqs[0], reqs[2]
+    assert turn2.hashes[:3] == turn1.hashes + turn1.output_hashes
+    res = CliRunner().invoke(main, ["sim", "--trace", path("aiperf_multi_turn.jsonl"), "--hash", "dynamo"])
+    assert res.exit_code == 0, res.output

@@ -112,7 +112,8 @@ class _TextFormat(TraceFormat):
 
         self.encode = tokenizer_for(self.tokenizer).encode
         self.unused = set()
-        self.fresh = itertools.count(1 << 62)  # answer tokens of unknown text: ids no tokenizer gives
+        # answer tokens of unknown text: ids no tokenizer gives (--hash dynamo's tokens are u32: from its top down)
+        self.fresh = itertools.count(2**32 - 1, -1) if self.hash_scheme == "dynamo" else itertools.count(1 << 62)
 
     def request(self, tokens: list, out: int, t, reply: Optional[list] = None) -> tuple:
         """``(t, Request)`` of the prompt ``tokens`` (ids) generating ``out`` tokens; ``reply``: the reply's
