@@ -422,15 +422,12 @@ class KvCacheManager:
         return h
 
     def receive(self, req, prefix_cache: bool = False) -> None:
-        """Give ``req`` the blocks reserved for it (its KV arrived); with ``prefix_cache`` name its prompt
-        blocks now, and the blocks of a trace-named reply (``req.out_blocks``) as the decode steps compute
-        them (the decode worker's own prefix cache, as vLLM's decode instance caches them). Raises
-        ``KeyError`` without a reservation."""
+        """Give ``req`` the blocks reserved for it (its KV arrived); with ``prefix_cache`` name its prompt blocks now, and
+        a trace-named reply's (``req.out_blocks``) as its decode steps compute them. ``KeyError`` without a reservation."""
         req.keys, req.nreg = self.reserved.pop(req)
-        if prefix_cache:
-            self.name_blocks(req, 0)
-        else:
-            req.nreg = len(req.names)
+        if not prefix_cache:
+            req.nreg = len(req.names)  # no prefix cache modelled here: nothing is named
+        self.name_blocks(req, 0)
 
     def check(self, holders: list) -> None:
         """Assert (tests) the pool is consistent and its used blocks are those of ``holders`` (key lists)
