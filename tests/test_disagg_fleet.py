@@ -399,3 +399,49 @@ def test_without_reply_tokens_or_a_decode_prefix_cache_the_decode_worker_names_n
     reqs2, _, _, stored2 = conversation()
     fleet = serve_recorded([reqs[0], reqs2[1]], stored2, decode_prefix_cache=True)
     assert [r.hit_tokens for r in fleet.records.values()] == [0, 32]
+
+
+conversations = st.lists(st.tuples(st.integers(0, 40),  # inter-arrival ms
+                                   st.integers(1, 40),  # new prompt tokens of the turn
+                                   st.integers(1, 30),  # reply tokens
+                                   st.integers(0, 2)),  # the conversation it continues
+                         min_size=1, max_size=12)
+
+
+def build_conversations(wl):
+    """Turns whose prompt is their conversation's earlier prompts and replies plus new tokens; each names
+    its reply (``output_hashes``), as a token trace's ``output_tokens`` do."""
+    from dynlab.traces.replies import reply_names
+
+    history, reqs, t, fresh = {}, [], 0.0, iter(range(1, 10**6))
+    for i, (gap, new, n_out, conv) in enumerate(wl):
+        t += gap
+        prompt = history.get(conv, []) + [next(fresh) for _ in range(new)]
+        reply = [next(fresh) for _ in range(n_out)]
+        hashes, replied = reply_names(prompt, reply, BLOCK)
+        reqs.append(Request(tuple(hashes), len(prompt), n_out, t, i, output_hashes=replied))
+        history[conv] = prompt + reply
+    return reqs
+
+
+@settings(max_examples=50)
+@given(wl=conversations, d=st.integers(1, 2), dcap=st.integers(9, 30), overlap=st.booleans(),
+       router=st.sampled_from(["least-loaded", "round-robin", "kv-usage"]))
+def test_invariants_with_named_replies(wl, d, dcap, overlap, router):
+    reqs = build_conversations(wl)
+    runs = []
+    for bulk in (True, False):
+        fleet = serve(reqs, engines(1, 30, True, bulk=bulk, budget=64), engines(d, dcap, False, bulk=bulk, budget=64),
+                      link_gbps=0.01, overlap_transfer=overlap, decode_prefix_cache=True, decode_router=router)
+        for rec in fleet.records.values():
+            r = rec.request
+            # a decode-side hit is whole prompt blocks (never reply blocks: it stops at the prompt's)
+            assert 0 <= rec.hit_tokens <= r.input_length and rec.hit_tokens % BLOCK == 0
+            assert rec.nbytes == (r.input_length - rec.hit_tokens) * KVB and r.generated == r.output_length
+        for e in list(fleet.engines) + fleet.decode:
+            e.check()
+            assert e.used_blocks == 0 and e.idle and not e.held and not e.reserved
+        runs.append(fleet)
+    a, b = runs  # bulk decode runs name a reply's blocks as step-by-step does
+    assert {k: r.hit_tokens for k, r in a.records.items()} == {k: r.hit_tokens for k, r in b.records.items()}
+    assert sorted(a.serving.e2e) == pytest.approx(sorted(b.serving.e2e))
