@@ -90,6 +90,15 @@ class Worker:
         """Leading blocks of ``hashes`` held now (contiguous from block 0)."""
         return overlap(hashes, self._members)
 
+    def members(self):
+        """What :meth:`overlap` reads: the held blocks as a container (``in``), live; not to be modified."""
+        return self._members
+
+    def server(self):
+        """:meth:`serve` as the function this worker's cache takes (the LRU's own path when it has one),
+        for a loop that serves many requests: the same results, one dispatch less per call."""
+        return self._serve_lru if self.bounded and self._lru else self.serve
+
     def serve(self, hashes: Sequence[Hashable], cached: int) -> tuple[Sequence, Sequence]:
         """Store the request's blocks; ``cached`` is :meth:`overlap` on arrival.
 
