@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from dynlab import hookimpl
-from dynlab.routing.strategy import Request
+from dynlab.routing.strategy import Request, make_request
 from dynlab.traces.format import TraceFormat
 
 
@@ -126,7 +126,7 @@ class MooncakeTrace(TraceFormat):
             lora, salt = _extra_keys(record)
             if lora is not None or salt is not None:
                 return Request(_keyed_names(hashes, lora, salt), inp, out, ts, index)
-        return Request(tuple(hashes), inp, out, ts, index)  # positional: the replay's hot path
+        return make_request(tuple(hashes), inp, out, ts, index)  # Request(...), faster: the replay's hot path
 
 
 class TokenTrace(TraceFormat):
