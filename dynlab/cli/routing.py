@@ -62,9 +62,9 @@ class RegistryName(click.ParamType):
         self._registry_fn = registry_fn
 
     def convert(self, value, param, ctx):
-        if ctx is not None and param is not None and \
+        if param is not None and ctx is not None and value == param.default and \
                 ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:
-            return value
+            return value  # the option's own default, not given (a grid cell's value is checked: sweep)
         registry = self._registry_fn()
         if value not in registry:
             self.fail(f"unknown {self.name} {value!r}; available: {', '.join(registry.names())}", param, ctx)
