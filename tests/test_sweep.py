@@ -298,6 +298,9 @@ def test_an_existing_results_file_needs_resume(tmp_path):
     (["--grid", "capacity=64,-1"], ["--grid capacity"]),
     (["--grid", "event-loss=0.5,1.5"], ["--grid event-loss"]),
     (["--grid", "mode=kv,nosuch"], ["unknown strategy 'nosuch'"]),
+    # a registry name in the grid is checked though the option's own default is not looked up at parse time
+    (["--grid", "policy=lru,nope"], ["unknown eviction policy 'nope'"]),
+    (["--grid", "latency-model=roofline,nope", "--timing"], ["unknown latency model 'nope'"]),
     (["--grid", "publish=yes,maybe"], ["--grid publish"]),
     (["--grid", "mode=kv-cost,rr", "--grid", "opt.temperature=0.5"], ["strategy 'rr' has no option 'temperature'"]),
     (["--grid", "mode=kv-cost", "--grid", "opt.temperature=0.5,warm"], ["temperature", "float"]),
