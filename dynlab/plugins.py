@@ -9,6 +9,7 @@ do) is seen at once.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -16,7 +17,6 @@ from typing import Callable, Iterator
 import pluggy
 
 from dynlab import hookspecs
-from dynlab.entry_points import entry_points
 from dynlab.errors import DynlabError
 
 
@@ -106,12 +106,11 @@ def get_plugin_manager() -> pluggy.PluginManager:
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    # read without importlib.metadata where it can be (dynlab.entry_points); a distribution's METADATA
-    # is parsed once for all its entry points (start-up)
-    for ep in entry_points(hookspecs.PROJECT):
+    names: dict = {}  # a distribution's entry points share its name: its METADATA is parsed once (start-up)
+    for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
-        dist = ep.dist_name()
+        dist = _dist_name(ep.dist, names)
         try:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
@@ -126,6 +125,17 @@ def get_plugin_manager() -> pluggy.PluginManager:
             pm.unregister(plugin)
             warnings.warn(f"dynlab plugin {ep.name!r} from {dist} is left out: {exc}", PluginWarning, stacklevel=2)
     return pm
+
+
+def _dist_name(dist, names: dict) -> str:
+    """The ``Name`` of an entry point's distribution (``?`` when unknown), memoised in ``names`` by its
+    location: each ``metadata`` access parses the distribution's METADATA file again."""
+    if dist is None:
+        return "?"
+    key = str(getattr(dist, "_path", id(dist)))
+    if key not in names:
+        names[key] = dist.metadata["Name"]
+    return names[key]
 
 
 class PluginWarning(UserWarning):
@@ -167,8 +177,6 @@ def kinds() -> dict[str, Callable[[], Registry]]:
 def distribution_version(source: str) -> str | None:
     """The installed version of the distribution ``source`` (an :attr:`Entry.source`), ``None`` when
     ``source`` is not an installed distribution (a plugin registered at run time)."""
-    import importlib.metadata
-
     try:
         return importlib.metadata.version(source)
     except (importlib.metadata.PackageNotFoundError, ValueError):
