@@ -64,7 +64,7 @@ class _SpecDriver(vllm_side._Driver):
             s = len(out.scheduled_spec_decode_tokens.get(rid, ()))
             st = self.state.setdefault(i, _State(i))
             a = self.acceptance.accepted(st, s) if s else 0
-            tokens.append([self.base + i] * (1 + a))
+            tokens.append(self._tokens(i, 1 + a))
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
                                 sampled_token_ids=tokens)
         self.sched.update_from_output(out, mro)
@@ -78,6 +78,17 @@ class _SpecDriver(vllm_side._Driver):
                 self.first_token[i] = end
             if self.finish[i] is None and req.is_finished():
                 self.finish[i] = end
+
+
+    def _tokens(self, i: int, n: int) -> list:
+        """The ``n`` ids trace line ``i`` samples in this verify: its row's next ``output_tokens`` when given
+        (so vLLM hashes the reply a later prompt quotes, as :meth:`vllm_side._Driver._token`), else
+        ``OUTPUT_BASE + i``."""
+        reply = self.rows[i].get("output_tokens")
+        if not reply:
+            return [self.base + i] * n
+        done = self.reqs[i].num_output_tokens
+        return [reply[min(done + j, len(reply) - 1)] for j in range(n)]
 
 
 class _State:
