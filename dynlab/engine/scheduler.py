@@ -282,6 +282,7 @@ class Scheduler:
             if req.generated >= req.output_length:
                 req.finish_ms = end
                 finished.append((req, end))
+                req.computed = req.num_tokens - 1  # vLLM's stop trims the drafts past output_length
                 kv.free(req)
         self._drop_done(handed, finished)
         return first_tokens, finished, handed
