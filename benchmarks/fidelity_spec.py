@@ -61,7 +61,7 @@ class _SpecDriver(vllm_side._Driver):
             if i not in sampled:
                 tokens.append([])
                 continue
-            s = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+            s = sum(1 for t in out.scheduled_spec_decode_tokens.get(rid, ()) if t >= 0)  # -1: padding, never accepted
             st = self.state.setdefault(i, _State(i))
             a = self.acceptance.accepted(st, s) if s else 0
             tokens.append(self._tokens(i, 1 + a))

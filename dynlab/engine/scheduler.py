@@ -46,6 +46,7 @@ class Scheduler:
         self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
         self.preemptions = 0
+        self._ran = 0  # requests the running loop scheduled in the step being planned
 
     def promote_loaded(self, now: float) -> None:
         """Move the requests whose CPU-tier loads have arrived by ``now`` (ms) to ``ready``."""
@@ -58,6 +59,7 @@ class Scheduler:
         ``(request, tokens)`` pairs in schedule order (running first, then admitted)."""
         sched: list = []
         budget, preempted = self._schedule_running(sched)
+        self._ran = len(sched)  # requests the running loop scheduled (speculation's admission padding)
         admitted = 0
         if (not preempted or not sched) and (self.waiting or self.ready or self.received):
             admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
@@ -87,7 +89,7 @@ class Scheduler:
                 if victim is req:
                     break
             if req.nreg < len(req.names):  # names left to register (a decode has none: no call)
-                kv.name_blocks(req, n)
+                kv.name_blocks(req, min(n, req.num_tokens - req.computed))  # drafts' blocks: not (vLLM caps at num_tokens)
             sched.append((req, n))
             budget -= n
             i += 1
@@ -142,6 +144,10 @@ class Scheduler:
             n = req.num_tokens - computed
             if n > budget:
                 n = budget
+            elif n == 1 and self.spec is not None:
+                n = self._padded(sched, computed)
+                if n > budget:
+                    break  # vLLM: better not scheduled than scheduled unpadded
             keys = kv.allocate_new(req, h, computed + n + self.lookahead,
                                    kv.admission_tokens(req, computed, n) + self.lookahead)
             if keys is None:
@@ -161,6 +167,16 @@ class Scheduler:
             budget -= n
             admitted += 1
         return admitted
+
+    def _padded(self, sched: list, computed: int) -> int:
+        """Tokens a waiting request with one token left (a resume, a full prefix hit) is admitted with under
+        speculation: ``1 + K`` (``K`` placeholder drafts, never accepted: vLLM 0.33 pads a new decode to the
+        uniform spec-decode size for its CUDA graphs) when no running request scheduled in this step is
+        mid-prefill and some was scheduled (or ``computed`` > 0); else 1 (vLLM's ``pad_spec_decode``)."""
+        ran = sched[:self._ran]
+        if (ran or computed) and all(r.spec for r, _ in ran):  # spec == 0: a running request still prefilling
+            return 1 + self.spec.k
+        return 1
 
     def _admit_loading(self, req: EngineRequest, h: int, hc: int, budget: int, now: float) -> bool:
         """Admit the waiting queue's head ``req`` whose lookup found ``h`` GPU then ``hc`` CPU blocks:
@@ -264,7 +280,7 @@ class Scheduler:
             if computed < req.num_tokens:
                 req.computed = computed
                 continue
-            s = computed - req.num_tokens
+            s = min(computed - req.num_tokens, req.spec)  # (an admission's padding: no draft)
             a = spec.verify(req, s) if s > 0 else 0
             req.computed = req.num_tokens + a
             emit = min(1 + a, req.output_length - req.generated)
