@@ -149,7 +149,7 @@ class Scheduler:
                 if n > budget:
                     break  # vLLM: better not scheduled than scheduled unpadded
             keys = kv.allocate_new(req, h, computed + n + self.lookahead,
-                                   kv.admission_tokens(req, computed, n) + self.lookahead)
+                                   kv.admission_tokens(req, computed, n))  # (vLLM's full-sequence check: no lookahead)
             if keys is None:
                 break
             waiting.popleft()
