@@ -32,12 +32,15 @@ class Scheduler:
     decoding, cut by the budget) and every allocation reserves ``spec.lookahead`` slots more (vLLM's
     ``allocate_slots(..., num_lookahead_tokens)``, admissions too); a request admitted in a step
     carries no drafts (its first step is its prefill chunk, its drafts come after its first token).
+    A block is named (cached) only once the tokens its name covers are known: vLLM caches up to
+    ``num_tokens`` (never an unverified draft), less the ``spec.hash_lookahead`` tokens after it.
     """
 
     def __init__(self, kv: KvCacheManager, max_num_batched_tokens: int, max_num_seqs: int, spec=None):
         self.kv = kv
         self.spec = spec
         self.lookahead = spec.lookahead if spec is not None else 0  # KV slots reserved past the scheduled tokens
+        self.hash_lookahead = spec.hash_lookahead if spec is not None else 0  # tokens after a block its name covers
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting: deque = deque()
@@ -89,7 +92,7 @@ class Scheduler:
                 if victim is req:
                     break
             if req.nreg < len(req.names):  # names left to register (a decode has none: no call)
-                kv.name_blocks(req, min(n, req.num_tokens - req.computed))  # drafts' blocks: not (vLLM caps at num_tokens)
+                kv.name_blocks(req, min(n, req.num_tokens - self.hash_lookahead - req.computed))  # no draft's block
             sched.append((req, n))
             budget -= n
             i += 1
@@ -161,7 +164,7 @@ class Scheduler:
                 req.cpu_hit_blocks = 0
                 req.first_scheduled_ms = now
                 kv.gpu_hit_blocks += h
-            kv.name_blocks(req, n)
+            kv.name_blocks(req, min(n, req.num_tokens - self.hash_lookahead - computed))  # (a padding: no block)
             running.append(req)
             sched.append((req, n))
             budget -= n
