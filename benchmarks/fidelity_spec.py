@@ -156,6 +156,28 @@ def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram"
         side.sim_args = original
 
 
+def spec_cases() -> list:
+    """The hand cases of ``tests/engine/test_spec_vllm_rules.py`` as harness traces (16-token blocks, beta0 = 10,
+    beta1 = 1, beta2 = 2 ms; their derivations are there): a cut verify's finish, a full hit padded to
+    ``1 + K`` tokens, the whole-sequence check without the lookahead slots, a prompt of whole blocks."""
+    from vllm_traces import Case, _hand, _Ids, _row
+
+    ids = _Ids(500_000)  # apart from the other cases' ids
+    x, a, b, more, e = ids.take(16), ids.take(30), ids.take(32), ids.take(4), ids.take(33)
+    p, q, whole = ids.take(16), ids.take(32), ids.take(32)
+    return [
+        Case("spec-finish-trim", _hand(4, 8192),
+             [_row(0, x, 1), _row(100, a, 2), _row(200, b, 1), _row(300, x + more, 1)],
+             "a verify accepting past output_length: its last block is freed unhashed, to the head"),
+        Case("spec-full-hit-padding", _hand(16, 8192), [_row(0, e, 1), _row(100, e, 2)],
+             "a full hit with one token left is admitted with 1 + K tokens (placeholder drafts)"),
+        Case("spec-full-seq-check", _hand(4, 16), [_row(0, p, 20), _row(1, q, 1)],
+             "the whole-sequence admission check counts num_tokens, not the lookahead slots"),
+        Case("spec-whole-blocks", _hand(64, 8192), [_row(0, whole, 3), _row(100, whole + ids.take(16), 2)],
+             "EAGLE: a prompt's last whole block is hashed with the first generated token"),
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=2, help="draft tokens per step")
@@ -169,7 +191,7 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
-    cases = all_cases()
+    cases = all_cases() + spec_cases()
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
     gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"

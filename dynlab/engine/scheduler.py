@@ -175,10 +175,12 @@ class Scheduler:
         """Tokens a waiting request with one token left (a resume, a full prefix hit) is admitted with under
         speculation: ``1 + K`` (``K`` placeholder drafts, never accepted: vLLM 0.33 pads a new decode to the
         uniform spec-decode size for its CUDA graphs) when no running request scheduled in this step is
-        mid-prefill and some was scheduled (or ``computed`` > 0); else 1 (vLLM's ``pad_spec_decode``)."""
+        mid-prefill and some was scheduled (or ``computed`` > 0); else 1 (vLLM's ``pad_spec_decode``). A budget
+        under ``1 + K`` never pads (vLLM would never admit the request: it prefers not to schedule it unpadded)."""
         ran = sched[:self._ran]
-        if (ran or computed) and all(r.spec for r, _ in ran):  # spec == 0: a running request still prefilling
-            return 1 + self.spec.k
+        pad = 1 + self.spec.k
+        if (ran or computed) and pad <= self.max_num_batched_tokens and all(r.spec for r, _ in ran):
+            return pad  # (spec == 0: a running request still prefilling)
         return 1
 
     def _admit_loading(self, req: EngineRequest, h: int, hc: int, budget: int, now: float) -> bool:
