@@ -2,17 +2,18 @@
 
 The harness of :mod:`fidelity_vllm` with a ``SpeculativeConfig`` (``--method ngram`` by default;
 ``eagle``/``eagle3``/``mtp`` through :func:`_speculative`, with linear's ``spec_gamma`` drafter term on
-both sides and, with ``--legacy-hashes``, vLLM's EAGLE hash lookahead and block drop switched off;
-``method="ngram"``,
-``num_speculative_tokens=K``: vLLM schedules ``1 + K`` tokens per decoding request, reserves
-``num_lookahead_tokens`` slots, rolls rejected drafts back in ``update_from_output``). The fake
-model output carries the drafts (``update_draft_token_ids``: ``K`` ids for every request that
-sampled) and ``1 + a`` sampled ids, ``a`` drawn by dynlab's own :class:`dynlab.engine.spec.Acceptance`
-in ``expected`` mode (deterministic, the same draws on both sides when both schedule the same
-drafts). dynlab runs ``sim --spec-method ngram --spec-tokens K --spec-acceptance R --spec-draws
-expected``; vLLM runs with dynlab's block-pool rules (``as_dynlab``, the rules issue 24 changes, so
-that speculation is the one thing compared). Step time on both sides: the linear model, a verify
-step's drafts priced as prefill tokens (``beta1`` each, dynlab's rule). Prints one row per trace.
+both sides and, with ``--legacy-hashes``, vLLM's EAGLE hash lookahead and block drop switched off, which
+dynlab does not offer, so that run no longer compares like with like), ``num_speculative_tokens=K``:
+vLLM schedules ``1 + K`` tokens per decoding request, reserves ``num_lookahead_tokens`` slots, rolls
+rejected drafts back in ``update_from_output``. The fake model output carries the drafts
+(``update_draft_token_ids``: ``K`` ids for every request that sampled) and ``1 + a`` sampled ids (a row's
+``output_tokens`` when it gives them), ``a`` drawn by dynlab's own :class:`dynlab.engine.spec.Acceptance`
+in ``expected`` mode over the real drafts (vLLM's ``-1`` padding drafts are never accepted):
+deterministic, the same draws on both sides when both schedule the same drafts. dynlab runs ``sim
+--spec-method M --spec-tokens K --spec-acceptance R --spec-draws expected``; both sides at vLLM 0.33's
+default admission. Step time on both sides: the linear model, a verify step's drafts priced as prefill
+tokens (``beta1`` each, dynlab's rule). The traces: :func:`fidelity_vllm.all_cases` and
+:func:`spec_cases` (the hand cases of ``tests/engine/test_spec_vllm_rules.py``). Prints one row per trace.
 
     python benchmarks/fidelity_spec.py [--method ngram|eagle|eagle3|mtp] [--k 2] [--acceptance 0.7] [--only NAMES]
 """
