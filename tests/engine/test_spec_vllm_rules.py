@@ -146,3 +146,25 @@ def test_a_prompt_of_whole_blocks_caches_its_last_block_only_with_a_token_after_
             {"timestamp": 100, "tokens": p + list(range(40, 56)), "output_length": 2}]
     assert [r["hit_tokens"] for r in _sim(tmp_path, _trace(tmp_path, rows), "eagle")] == [0, 16]
     assert [r["hit_tokens"] for r in _sim(tmp_path, _trace(tmp_path, rows), "ngram")] == [0, 32]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=70), st.lists(st.integers(0, 5), min_size=1, max_size=40),
+       st.integers(0, 2))
+def test_reply_names_with_lookahead_are_the_quoting_prompts_names(prompt, reply, lookahead):
+    # a reply's blocks are named as a later prompt quoting prompt + reply names the same tokens, with the
+    # lookahead too; the prompt keeps (len - lookahead) // 16 of them
+    from dynlab.traces.replies import reply_names
+
+    names, replied = reply_names(prompt, reply, 16, lookahead=lookahead)
+    assert len(names) == max(0, (len(prompt) - lookahead) // 16)
+    quote = prompt + reply + [9]  # the next turn: the whole exchange and more
+    later = lookahead_names(block_hashes(quote, 16), quote, 16, lookahead)
+    full = list(names) + list(replied)
+    assert full == later[:len(full)]
+    # the last generated token's KV is never computed, and a name needs the lookahead tokens after it
+    assert len(full) == (len(prompt) + len(reply) - max(1, lookahead)) // 16
