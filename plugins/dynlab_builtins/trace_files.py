@@ -18,7 +18,7 @@ import math
 from datetime import datetime
 
 from dynlab.errors import InputError
-from dynlab.routing.hashing import block_hashes
+from dynlab.routing.hashing import block_hashes, lookahead_names
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
 
@@ -114,7 +114,9 @@ class _TextFormat(TraceFormat):
     def request(self, tokens: list, out: int, t) -> tuple:
         if not tokens:
             raise ValueError("the prompt is empty: a request needs at least one token")
-        return t, Request(tuple(block_hashes(tokens, self.block, scheme=self.hash_scheme)), len(tokens), out, t, 0)
+        names = lookahead_names(block_hashes(tokens, self.block, scheme=self.hash_scheme), tokens, self.block,
+                                self.hash_lookahead)  # (EAGLE's hash lookahead: a block named with the token after it)
+        return t, Request(tuple(names), len(tokens), out, t, 0)
 
 
 def _text(v, what: str) -> str:
