@@ -70,5 +70,5 @@ def reply_names(tokens: Sequence[int], output_tokens: Sequence[int], block: int,
     names = block_hashes(seq, block, scheme=scheme, lora_name=lora_name, cache_salt=cache_salt)
     if lookahead:  # EAGLE's hash lookahead: a block named with the tokens after it (the prompt's last: the reply's)
         names = lookahead_names(names, seq + list(output_tokens[-1:]), block, lookahead)
-    n = (len(tokens) - lookahead) // block
+    n = max(0, (len(tokens) - lookahead) // block)
     return names[:n], tuple(names[n:])
