@@ -2,17 +2,18 @@
 
 The harness of :mod:`fidelity_vllm` with a ``SpeculativeConfig`` (``--method ngram`` by default;
 ``eagle``/``eagle3``/``mtp`` through :func:`_speculative`, with linear's ``spec_gamma`` drafter term on
-both sides and, with ``--legacy-hashes``, vLLM's EAGLE hash lookahead and block drop switched off;
-``method="ngram"``,
-``num_speculative_tokens=K``: vLLM schedules ``1 + K`` tokens per decoding request, reserves
-``num_lookahead_tokens`` slots, rolls rejected drafts back in ``update_from_output``). The fake
-model output carries the drafts (``update_draft_token_ids``: ``K`` ids for every request that
-sampled) and ``1 + a`` sampled ids, ``a`` drawn by dynlab's own :class:`dynlab.engine.spec.Acceptance`
-in ``expected`` mode (deterministic, the same draws on both sides when both schedule the same
-drafts). dynlab runs ``sim --spec-method ngram --spec-tokens K --spec-acceptance R --spec-draws
-expected``; vLLM runs with dynlab's block-pool rules (``as_dynlab``, the rules issue 24 changes, so
-that speculation is the one thing compared). Step time on both sides: the linear model, a verify
-step's drafts priced as prefill tokens (``beta1`` each, dynlab's rule). Prints one row per trace.
+both sides and, with ``--legacy-hashes``, vLLM's EAGLE hash lookahead and block drop switched off, which
+dynlab does not offer, so that run no longer compares like with like), ``num_speculative_tokens=K``:
+vLLM schedules ``1 + K`` tokens per decoding request, reserves ``num_lookahead_tokens`` slots, rolls
+rejected drafts back in ``update_from_output``. The fake model output carries the drafts
+(``update_draft_token_ids``: ``K`` ids for every request that sampled) and ``1 + a`` sampled ids (a row's
+``output_tokens`` when it gives them), ``a`` drawn by dynlab's own :class:`dynlab.engine.spec.Acceptance`
+in ``expected`` mode over the real drafts (vLLM's ``-1`` padding drafts are never accepted):
+deterministic, the same draws on both sides when both schedule the same drafts. dynlab runs ``sim
+--spec-method M --spec-tokens K --spec-acceptance R --spec-draws expected``; both sides at vLLM 0.33's
+default admission. Step time on both sides: the linear model, a verify step's drafts priced as prefill
+tokens (``beta1`` each, dynlab's rule). The traces: :func:`fidelity_vllm.all_cases` and
+:func:`spec_cases` (the hand cases of ``tests/engine/test_spec_vllm_rules.py``). Prints one row per trace.
 
     python benchmarks/fidelity_spec.py [--method ngram|eagle|eagle3|mtp] [--k 2] [--acceptance 0.7] [--only NAMES]
 """
@@ -61,10 +62,10 @@ class _SpecDriver(vllm_side._Driver):
             if i not in sampled:
                 tokens.append([])
                 continue
-            s = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+            s = sum(1 for t in out.scheduled_spec_decode_tokens.get(rid, ()) if t >= 0)  # -1: padding, never accepted
             st = self.state.setdefault(i, _State(i))
             a = self.acceptance.accepted(st, s) if s else 0
-            tokens.append([self.base + i] * (1 + a))
+            tokens.append(self._tokens(i, 1 + a))
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
                                 sampled_token_ids=tokens)
         self.sched.update_from_output(out, mro)
@@ -78,6 +79,17 @@ class _SpecDriver(vllm_side._Driver):
                 self.first_token[i] = end
             if self.finish[i] is None and req.is_finished():
                 self.finish[i] = end
+
+
+    def _tokens(self, i: int, n: int) -> list:
+        """The ``n`` ids trace line ``i`` samples in this verify: its row's next ``output_tokens`` when given
+        (so vLLM hashes the reply a later prompt quotes, as :meth:`vllm_side._Driver._token`), else
+        ``OUTPUT_BASE + i``."""
+        reply = self.rows[i].get("output_tokens")
+        if not reply:
+            return [self.base + i] * n
+        done = self.reqs[i].num_output_tokens
+        return [reply[min(done + j, len(reply) - 1)] for j in range(n)]
 
 
 class _State:
@@ -145,6 +157,28 @@ def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram"
         side.sim_args = original
 
 
+def spec_cases() -> list:
+    """The hand cases of ``tests/engine/test_spec_vllm_rules.py`` as harness traces (16-token blocks, beta0 = 10,
+    beta1 = 1, beta2 = 2 ms; their derivations are there): a cut verify's finish, a full hit padded to
+    ``1 + K`` tokens, the whole-sequence check without the lookahead slots, a prompt of whole blocks."""
+    from vllm_traces import Case, _hand, _Ids, _row
+
+    ids = _Ids(500_000)  # apart from the other cases' ids
+    x, a, b, more, e = ids.take(16), ids.take(30), ids.take(32), ids.take(4), ids.take(33)
+    p, q, whole = ids.take(16), ids.take(32), ids.take(32)
+    return [
+        Case("spec-finish-trim", _hand(4, 8192),
+             [_row(0, x, 1), _row(100, a, 2), _row(200, b, 1), _row(300, x + more, 1)],
+             "a verify accepting past output_length: its last block is freed unhashed, to the head"),
+        Case("spec-full-hit-padding", _hand(16, 8192), [_row(0, e, 1), _row(100, e, 2)],
+             "a full hit with one token left is admitted with 1 + K tokens (placeholder drafts)"),
+        Case("spec-full-seq-check", _hand(4, 16), [_row(0, p, 20), _row(1, q, 1)],
+             "the whole-sequence admission check counts num_tokens, not the lookahead slots"),
+        Case("spec-whole-blocks", _hand(64, 8192), [_row(0, whole, 3), _row(100, whole + ids.take(16), 2)],
+             "EAGLE: a prompt's last whole block is hashed with the first generated token"),
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=2, help="draft tokens per step")
@@ -158,7 +192,7 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
-    cases = all_cases()
+    cases = all_cases() + spec_cases()
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
     gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"

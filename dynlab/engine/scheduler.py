@@ -32,12 +32,15 @@ class Scheduler:
     decoding, cut by the budget) and every allocation reserves ``spec.lookahead`` slots more (vLLM's
     ``allocate_slots(..., num_lookahead_tokens)``, admissions too); a request admitted in a step
     carries no drafts (its first step is its prefill chunk, its drafts come after its first token).
+    A block is named (cached) only once the tokens its name covers are known: vLLM caches up to
+    ``num_tokens`` (never an unverified draft), less the ``spec.hash_lookahead`` tokens after it.
     """
 
     def __init__(self, kv: KvCacheManager, max_num_batched_tokens: int, max_num_seqs: int, spec=None):
         self.kv = kv
         self.spec = spec
         self.lookahead = spec.lookahead if spec is not None else 0  # KV slots reserved past the scheduled tokens
+        self.hash_lookahead = spec.hash_lookahead if spec is not None else 0  # tokens after a block its name covers
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting: deque = deque()
@@ -46,6 +49,7 @@ class Scheduler:
         self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
         self.preemptions = 0
+        self._ran = 0  # requests the running loop scheduled in the step being planned
 
     def promote_loaded(self, now: float) -> None:
         """Move the requests whose CPU-tier loads have arrived by ``now`` (ms) to ``ready``."""
@@ -58,6 +62,7 @@ class Scheduler:
         ``(request, tokens)`` pairs in schedule order (running first, then admitted)."""
         sched: list = []
         budget, preempted = self._schedule_running(sched)
+        self._ran = len(sched)  # requests the running loop scheduled (speculation's admission padding)
         admitted = 0
         if (not preempted or not sched) and (self.waiting or self.ready or self.received):
             admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
@@ -87,7 +92,7 @@ class Scheduler:
                 if victim is req:
                     break
             if req.nreg < len(req.names):  # names left to register (a decode has none: no call)
-                kv.name_blocks(req, n)
+                kv.name_blocks(req, min(n, req.num_tokens - self.hash_lookahead - req.computed))  # no draft's block
             sched.append((req, n))
             budget -= n
             i += 1
@@ -144,8 +149,12 @@ class Scheduler:
             n = req.num_tokens - computed
             if n > budget:
                 n = budget
+            elif n == 1 and self.spec is not None:
+                n = self._padded(sched, computed)
+                if n > budget:
+                    break  # vLLM: better not scheduled than scheduled unpadded
             keys = kv.allocate_new(req, h, computed + n + self.lookahead,
-                                   kv.admission_tokens(req, computed, n) + self.lookahead)
+                                   kv.admission_tokens(req, computed, n))  # (vLLM's full-sequence check: no lookahead)
             if keys is None:
                 break
             waiting.popleft()
@@ -157,12 +166,24 @@ class Scheduler:
                 req.cpu_hit_blocks = 0
                 req.first_scheduled_ms = now
                 kv.gpu_hit_blocks += h
-            kv.name_blocks(req, n)
+            kv.name_blocks(req, min(n, req.num_tokens - self.hash_lookahead - computed))  # (a padding: no block)
             running.append(req)
             sched.append((req, n))
             budget -= n
             admitted += 1
         return admitted
+
+    def _padded(self, sched: list, computed: int) -> int:
+        """Tokens a waiting request with one token left (a resume, a full prefix hit) is admitted with under
+        speculation: ``1 + K`` (``K`` placeholder drafts, never accepted: vLLM 0.33 pads a new decode to the
+        uniform spec-decode size for its CUDA graphs) when no running request scheduled in this step is
+        mid-prefill and some was scheduled (or ``computed`` > 0); else 1 (vLLM's ``pad_spec_decode``). A budget
+        under ``1 + K`` never pads (vLLM would never admit the request: it prefers not to schedule it unpadded)."""
+        ran = sched[:self._ran]
+        pad = 1 + self.spec.k
+        if (ran or computed) and pad <= self.max_num_batched_tokens and all(r.spec for r, _ in ran):
+            return pad  # (spec == 0: a running request still prefilling)
+        return 1
 
     def _admit_loading(self, req: EngineRequest, h: int, hc: int, budget: int, now: float) -> bool:
         """Admit the waiting queue's head ``req`` whose lookup found ``h`` GPU then ``hc`` CPU blocks:
@@ -266,7 +287,7 @@ class Scheduler:
             if computed < req.num_tokens:
                 req.computed = computed
                 continue
-            s = computed - req.num_tokens
+            s = min(computed - req.num_tokens, req.spec)  # (an admission's padding: no draft)
             a = spec.verify(req, s) if s > 0 else 0
             req.computed = req.num_tokens + a
             emit = min(1 + a, req.output_length - req.generated)
@@ -284,6 +305,7 @@ class Scheduler:
             if req.generated >= req.output_length:
                 req.finish_ms = end
                 finished.append((req, end))
+                req.computed = req.num_tokens - 1  # vLLM's stop trims the drafts past output_length
                 kv.free(req)
         self._drop_done(handed, finished)
         return first_tokens, finished, handed

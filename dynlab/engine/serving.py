@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from dynlab.engine.config import SimConfig
 from dynlab.engine.names import MAX_RATIO, engine_block_names, engine_block_runs
+from dynlab.engine.spec import hash_lookahead_tokens
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
 
@@ -28,6 +29,7 @@ def spec_decoding(c: SimConfig):
     text = c.spec_acceptance if c.spec_acceptance is not None else str(DEFAULT_ALPHA[c.spec_method])
     rates = parse_acceptance(text, c.spec_tokens)
     spec = SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
+    spec.hash_lookahead = hash_lookahead_tokens(c)  # (none in a P/D fleet: vLLM's KV connectors keep plain hashes)
     if c.spec_model is not None and c.spec_method == "draft":
         from dynlab.latency.grid import build_latency_model, hardware_for
 
@@ -162,16 +164,17 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         raise ValueError(f"--block {config.block} is too small for trace blocks of {trace_block} tokens "
                          f"(at most {MAX_RATIO} engine blocks per trace block)")
     block = config.block
+    la = hash_lookahead_tokens(config)  # EAGLE's hash lookahead: a prompt's names end a token earlier
     if trace_block == block:
         def names_of(req) -> list:
-            return list(req.hashes[:req.input_length // block])
+            return list(req.hashes[:(req.input_length - la) // block])
         runs_of = None  # one engine block per trace block: the routing recorder takes the names
     else:
         def names_of(req) -> list:
-            return engine_block_names(req.hashes, req.input_length, trace_block, block)
+            return engine_block_names(req.hashes, req.input_length - la, trace_block, block)
 
         def runs_of(req) -> tuple:
-            return engine_block_runs(req.hashes, req.input_length, trace_block, block)
+            return engine_block_runs(req.hashes, req.input_length - la, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model, layout)
     if layout is not None and (runs_of is not None or config.spec_tokens):
         if config.spec_tokens:

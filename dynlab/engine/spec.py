@@ -32,10 +32,12 @@ import dataclasses
 import random
 from typing import Optional, Sequence, Tuple
 
-__all__ = ["SPEC_METHODS", "SPEC_DRAWS", "lookahead_tokens", "parse_acceptance", "Acceptance", "SpecDecoding"]
+__all__ = ["SPEC_METHODS", "SPEC_DRAWS", "lookahead_tokens", "hash_lookahead_tokens", "parse_acceptance", "Acceptance", "SpecDecoding"]
 
 #: the methods of ``--spec-method`` (vLLM's ``SpeculativeConfig.method``; ``draft`` is ``draft_model``)
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft")
+#: the methods whose block names cover the token after the block (:func:`hash_lookahead_tokens`)
+HASH_LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp")
 #: how accepted lengths are drawn: ``seeded`` (random, per request) or ``expected`` (expected value)
 SPEC_DRAWS = ("seeded", "expected")
 
@@ -50,6 +52,19 @@ def lookahead_tokens(method: str, k: int) -> int:
     """KV slots reserved past a step's scheduled tokens (vLLM's ``num_lookahead_tokens``): ``k`` for a
     drafter with its own forward (``eagle``, ``eagle3``, ``mtp``, ``draft``), ``0`` for ``ngram``."""
     return 0 if method == "ngram" else k
+
+
+def hash_lookahead_tokens(config) -> int:
+    """Tokens after each block that its name covers in a timed run of ``config`` (a ``SimConfig``):
+    1 for ``eagle``, ``eagle3``, ``mtp`` with ``--spec-tokens K`` > 0, else 0. vLLM 0.33's
+    ``VllmConfig.num_hash_lookahead_tokens``: an EAGLE-style drafter's KV at a block's last position
+    depends on the next token, so with prefix caching on a block's hash covers it (its
+    ``num_prefill_lookahead_tokens``, 1 for a one-module head: dynlab's MTP is one module), and a
+    block is cached only once that token exists; ``ngram`` and ``draft`` keep the plain hashes, and so
+    does a P/D fleet (vLLM: an engine with a KV connector keeps them)."""
+    if not getattr(config, "timing", False) or not getattr(config, "spec_tokens", 0) or config.pd() is not None:
+        return 0
+    return 1 if config.spec_method in HASH_LOOKAHEAD_METHODS else 0
 
 
 def parse_acceptance(text: str, k: int) -> Tuple[float, ...]:
@@ -143,7 +158,8 @@ class SpecDecoding:
     """A worker's speculative decoding: ``method``, ``k`` (drafts per step, >= 1), ``acceptance``,
     and the counters vLLM's ``SpecDecodingStats`` keeps: ``num_drafts`` (verify steps),
     ``draft_tokens``, ``accepted_tokens``, ``accepted_per_pos`` (accepted at position ``i``).
-    ``lookahead``: KV slots reserved past the scheduled tokens (:func:`lookahead_tokens`)."""
+    ``lookahead``: KV slots reserved past the scheduled tokens (:func:`lookahead_tokens`);
+    ``hash_lookahead``: tokens after a block that its name covers (:func:`hash_lookahead_tokens`)."""
 
     def __init__(self, method: str, k: int, acceptance: Acceptance):
         if method not in SPEC_METHODS:
@@ -153,6 +169,7 @@ class SpecDecoding:
         self.method = method
         self.k = k
         self.lookahead = lookahead_tokens(method, k)
+        self.hash_lookahead = 1 if method in HASH_LOOKAHEAD_METHODS else 0  # tokens after a block its name covers
         self.acceptance = acceptance
         self.num_drafts = 0
         self.draft_tokens = 0

@@ -121,6 +121,28 @@ def block_hashes(tokens: Sequence[int], block: int = 16, *, scheme: str = "dynla
     return out
 
 
+def lookahead_names(names: Sequence[int], tokens: Sequence[int], block: int, lookahead: int) -> list[int]:
+    """Block names that also cover the ``lookahead`` tokens after each block (vLLM 0.33's
+    ``num_hash_lookahead_tokens``, :func:`vllm.v1.core.kv_cache_utils.get_request_block_hasher`: with an
+    EAGLE-family drafter a block's KV depends on the token after it). ``names``: the chained names of
+    ``tokens``' full blocks (:func:`block_hashes`); block ``i`` keeps a name only when tokens
+    ``(i+1)*block .. (i+1)*block + lookahead - 1`` exist, and its name becomes the first 8 bytes of
+    ``blake2b(name_i || those tokens)``, so two sequences share name ``i`` exactly when their first
+    ``(i+1)*block + lookahead`` tokens (and extra keys) are equal. ``lookahead`` 0 returns ``names``.
+
+    Returns ``min(len(names), (len(tokens) - lookahead) // block)`` ints in ``0..2**64-1``.
+    """
+    if lookahead <= 0:
+        return list(names)
+    n = min(len(names), (len(tokens) - lookahead) // block) if len(tokens) >= lookahead else 0
+    out = []
+    for i in range(n):
+        after = tokens[(i + 1) * block:(i + 1) * block + lookahead]
+        data = names[i].to_bytes(8, "big") + struct.pack(f"<{lookahead}q", *after)
+        out.append(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big"))
+    return out
+
+
 def dynamo_seed(lora_name: Optional[str] = None, cache_salt: Optional[str] = None) -> int:
     """The XXH3 seed of Dynamo's local block hashes for a LoRA adapter and a cache namespace.
 

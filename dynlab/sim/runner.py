@@ -189,7 +189,9 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
     if config.workload is not None and requests is None:
         from dynlab.traces.workload_io import workload_requests
 
-        requests = workload_requests(config.workload, config.block, config.hash)
+        from dynlab.engine.spec import hash_lookahead_tokens
+
+        requests = workload_requests(config.workload, config.block, config.hash, hash_lookahead_tokens(config))
     if config.trace is None and config.workload is None:
         from dynlab.traces.synthetic import seed_requests
 
@@ -199,8 +201,11 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
     if requests is None:
         from dynlab.traces.reader import open_reader
 
+        from dynlab.engine.spec import hash_lookahead_tokens
+
         requests, total, reader = open_reader(config.trace, config.trace_format, config.block, scheme=config.hash,
-                                              trace_block=config.trace_block, tokenizer=config.tokenizer)
+                                              trace_block=config.trace_block, tokenizer=config.tokenizer,
+                                              hash_lookahead=hash_lookahead_tokens(config))
         own = reader.block_tokens
     else:
         total, own = len(requests), getattr(requests, "own_block_tokens", None)

@@ -29,6 +29,9 @@ class TraceFormat(ABC):
     hashes_tokens: ClassVar[bool] = False
     #: the hash scheme (``--hash``) for formats that hash tokens; set by the reader after construction
     hash_scheme: str = "dynlab"
+    #: tokens after each block its name covers (vLLM's EAGLE hash lookahead,
+    #: :func:`dynlab.routing.hashing.lookahead_names`); set by the reader for formats that hash tokens
+    hash_lookahead: int = 0
     #: whether the format reads its file whole (:meth:`read_all`): a file that is not one JSON object
     #: per line (CSV, a JSON array), or whose rows must be assembled (sessions) or sorted first
     whole_file: ClassVar[bool] = False

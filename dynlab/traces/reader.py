@@ -110,7 +110,8 @@ def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
 def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                 registry=None, scheme: str = "dynlab",
                 trace_block: Optional[int] = None,
-                tokenizer: Optional[str] = None) -> tuple[Iterator[Request], Optional[int], TraceFormat]:
+                tokenizer: Optional[str] = None,
+                hash_lookahead: int = 0) -> tuple[Iterator[Request], Optional[int], TraceFormat]:
     """:func:`open_trace`, returning the format's reader (its ``name`` and ``block_tokens``) last.
 
     ``trace_block``: tokens per block of a trace that names its own blocks (``--trace-block``;
@@ -118,6 +119,8 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     ``tokenizer``: a ``tokenizer.json`` for formats whose rows carry text (``--tokenizer``;
     :mod:`dynlab.traces.text`); ``ValueError`` for a format without text. Formats that read their
     file whole (``TraceFormat.whole_file``: CSV, JSON arrays, sessions) read it here, at once.
+    ``hash_lookahead``: tokens after each block its name covers (vLLM's EAGLE hash lookahead,
+    :func:`dynlab.engine.spec.hash_lookahead_tokens`), set on formats that hash tokens.
     """
     from dynlab import plugins
 
@@ -132,6 +135,8 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                 raise ValueError(f"--hash has no effect on {reader.name} traces: they carry their own block names "
                                  f"(--hash {scheme} names blocks of hashed tokens); leave it at dynlab")
             reader.hash_scheme = scheme
+        if hash_lookahead and reader.hashes_tokens:
+            reader.hash_lookahead = hash_lookahead
         if trace_block is not None:
             if reader.block_tokens is None:
                 raise ValueError(f"--trace-block has no effect: {reader.name} traces are hashed at --block; "

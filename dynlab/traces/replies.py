@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from dynlab.routing.hashing import block_hashes
+from dynlab.routing.hashing import block_hashes, lookahead_names
 
 __all__ = ["check_output_tokens", "reply_names"]
 
@@ -54,16 +54,21 @@ def check_output_tokens(record: dict, scheme: str = "dynlab") -> tuple[Optional[
 
 
 def reply_names(tokens: Sequence[int], output_tokens: Sequence[int], block: int, *, scheme: str = "dynlab",
-                lora_name: Optional[str] = None, cache_salt: Optional[str] = None) -> tuple[list, tuple]:
+                lora_name: Optional[str] = None, cache_salt: Optional[str] = None,
+                lookahead: int = 0) -> tuple[list, tuple]:
     """``(prompt names, reply names)``: :func:`~dynlab.routing.hashing.block_hashes` of ``tokens`` (the
     prompt; ``len(tokens) // block`` names) and, continuing the same chain, the names of the full blocks
     past them among the first ``len(tokens) + len(output_tokens) - 1`` tokens of prompt + reply
     (``block`` tokens per block; a block may hold the prompt's last tokens and the reply's first).
 
     So ``prompt names + reply names == block_hashes(tokens + output_tokens[:-1])``: the names the
-    same tokens get as a later request's prompt. Raises what ``block_hashes`` raises.
+    same tokens get as a later request's prompt. ``lookahead`` (vLLM's ``num_hash_lookahead_tokens``,
+    :func:`~dynlab.routing.hashing.lookahead_names`): each name covers that many tokens after its block
+    too, and the prompt keeps ``(len(tokens) - lookahead) // block`` of them. Raises what ``block_hashes`` raises.
     """
     seq = list(tokens) + list(output_tokens[:-1])
     names = block_hashes(seq, block, scheme=scheme, lora_name=lora_name, cache_salt=cache_salt)
-    n = len(tokens) // block
+    if lookahead:  # EAGLE's hash lookahead: a block named with the tokens after it (the prompt's last: the reply's)
+        names = lookahead_names(names, seq + list(output_tokens[-1:]), block, lookahead)
+    n = max(0, (len(tokens) - lookahead) // block)
     return names[:n], tuple(names[n:])

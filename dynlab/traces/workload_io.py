@@ -30,12 +30,13 @@ def open_workload(path: str, registry=None) -> Workload:
     return registry.get(name)(spec, path)
 
 
-def workload_requests(path: str, block: int = 16, scheme: str = "dynlab"):
+def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookahead: int = 0):
     """The requests of the spec ``path`` (a :class:`~dynlab.traces.reader.TraceRequests`): each row's
     tokens hashed at ``block`` tokens per block with ``scheme``, as a ``tokens`` trace of the same
-    rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`). Raises what
+    rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`), each name covering the
+    ``lookahead`` tokens after its block (:func:`dynlab.routing.hashing.lookahead_names`). Raises what
     :func:`open_workload` raises."""
-    from dynlab.routing.hashing import block_hashes
+    from dynlab.routing.hashing import block_hashes, lookahead_names
     from dynlab.routing.strategy import Request
     from dynlab.traces.reader import TraceRequests
     from dynlab.traces.replies import reply_names
@@ -44,12 +45,12 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab"):
     for i, row in enumerate(open_workload(path).rows()):
         toks, reply = row["tokens"], row.get("output_tokens")
         if reply:
-            names, replied = reply_names(toks, reply, block, scheme=scheme)
+            names, replied = reply_names(toks, reply, block, scheme=scheme, lookahead=lookahead)
             out.append(Request(tuple(names), len(toks), row["output_length"], row["timestamp"], i,
                                output_hashes=replied))
             continue
-        out.append(Request(tuple(block_hashes(toks, block, scheme=scheme)), len(toks), row["output_length"],
-                           row["timestamp"], i))
+        names = lookahead_names(block_hashes(toks, block, scheme=scheme), toks, block, lookahead)
+        out.append(Request(tuple(names), len(toks), row["output_length"], row["timestamp"], i))
     out.block_tokens, out.own_block_tokens = block, None
     return out
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Optional
 
 from dynlab.errors import InputError
-from dynlab.routing.hashing import block_hashes
+from dynlab.routing.hashing import block_hashes, lookahead_names
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
 from dynlab.traces.replies import reply_names
@@ -122,9 +122,12 @@ class _TextFormat(TraceFormat):
         if not tokens:
             raise ValueError("the prompt is empty: a request needs at least one token")
         if reply:
-            hashes, replied = reply_names(tokens, reply, self.block, scheme=self.hash_scheme)
+            hashes, replied = reply_names(tokens, reply, self.block, scheme=self.hash_scheme,
+                                          lookahead=self.hash_lookahead)
             return t, Request(tuple(hashes), len(tokens), out, t, 0, output_hashes=replied)
-        return t, Request(tuple(block_hashes(tokens, self.block, scheme=self.hash_scheme)), len(tokens), out, t, 0)
+        names = lookahead_names(block_hashes(tokens, self.block, scheme=self.hash_scheme), tokens, self.block,
+                                self.hash_lookahead)  # (EAGLE's hash lookahead: a block named with the token after it)
+        return t, Request(tuple(names), len(tokens), out, t, 0)
 
 
 def _text(v, what: str) -> str:

@@ -147,7 +147,7 @@ class TokenTrace(TraceFormat):
         return isinstance(record, dict) and "tokens" in record
 
     def parse(self, record, index):
-        from dynlab.routing.hashing import block_hashes
+        from dynlab.routing.hashing import block_hashes, lookahead_names
         from dynlab.traces.replies import check_output_tokens, reply_names
 
         tokens = record.get("tokens")
@@ -163,9 +163,11 @@ class TokenTrace(TraceFormat):
         ts = _number(record, "timestamp", False, None)
         if reply:
             hashes, replied = reply_names(tokens, reply, self.block, scheme=self.hash_scheme, lora_name=lora,
-                                          cache_salt=salt)
+                                          cache_salt=salt, lookahead=self.hash_lookahead)
             return Request(tuple(hashes), len(tokens), n, ts, index, output_hashes=replied)
         hashes = block_hashes(tokens, self.block, scheme=self.hash_scheme, lora_name=lora, cache_salt=salt)
+        if self.hash_lookahead:
+            hashes = lookahead_names(hashes, tokens, self.block, self.hash_lookahead)
         return Request(tuple(hashes), input_length=len(tokens), output_length=out_len if n is None else n,
                        timestamp=ts, index=index)
 
