@@ -134,6 +134,8 @@ def lookahead_names(names: Sequence[int], tokens: Sequence[int], block: int, loo
     """
     if lookahead <= 0:
         return list(names)
+    import hashlib  # here, as in block_hashes (start-up)
+
     n = min(len(names), (len(tokens) - lookahead) // block) if len(tokens) >= lookahead else 0
     out = []
     for i in range(n):
