@@ -34,3 +34,36 @@ def test_dropped_names_read_back_the_same(ids, tokens):
     before = (list(seq.names), list(seq.ends))
     seq.drop_names()
     assert (seq.names, seq.ends) == before
+
+
+def test_read_back_the_request_and_its_pool_sequence_share_one_list():
+    # one expansion for both (and the same int objects the pool registers), whichever is read first
+    names, runs = engine_block_runs([7, 9], 1024, 512, 16)
+    for first in ("req", "seq"):
+        req = EngineRequest(0, 0.0, 1024, 2, list(names), runs)
+        req.seq = RunBlockPool.sequence(req.names, req.runs)
+        req.drop_names()
+        if first == "seq":
+            assert req.seq.names == names
+        assert req.names is req.seq.names and req.names == names
+
+
+def test_a_request_that_starts_at_once_keeps_its_names(tmp_path, monkeypatch):
+    # 1 worker, linear model: request 0 arrives at an idle worker (its step starts at once: nothing to
+    # drop); request 1 arrives at 5 ms, inside request 0's prefill step (10 + 0.01 x 1024 = 20.24 ms), and
+    # waits for it: its own first step ends at 20.24 + 10 + 10.24 + 1 = 41.48 ms (TTFT 36.48)
+    import json
+
+    from dynlab.engine.config import SimConfig
+    from dynlab.sim.runner import run
+
+    dropped = []
+    monkeypatch.setattr(EngineRequest, "drop_names", lambda self: dropped.append(self.id))
+    rows = [{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
+            {"timestamp": 5, "input_length": 1024, "output_length": 4, "hash_ids": [3, 4]}]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = run(SimConfig(trace=str(path), timing=True, workers=1, mode="rr", latency_model="linear",
+                        latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "1"}))
+    assert out["requests"] == 2 and out["ttft_ms"]["mean"] == round((20.24 + 36.48) / 2, 1)
+    assert dropped == [1]
