@@ -45,6 +45,7 @@ class Scheduler:
         self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
         self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
+        self.arrived: list = []  # requests queued since the last schedule (their names dropped if they wait)
         self.preemptions = 0
 
     def promote_loaded(self, now: float) -> None:
@@ -61,7 +62,18 @@ class Scheduler:
         admitted = 0
         if (not preempted or not sched) and (self.waiting or self.ready or self.received):
             admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
+        if self.arrived:
+            self._drop_waiting_names()
         return sched, preempted, admitted
+
+    def _drop_waiting_names(self) -> None:
+        """The requests queued since the last schedule that this one did not admit keep their names only as
+        runs while they wait (:meth:`EngineRequest.drop_names`, issue 28: a waiting request's memory); those
+        admitted at once keep them (no drop and expansion again for a request that never waited a step)."""
+        for req in self.arrived:
+            if req.first_scheduled_ms is None:
+                req.drop_names()
+        self.arrived = []
 
     def _schedule_running(self, sched: list) -> Tuple[int, int]:
         """Schedule the running requests, in running order, into ``sched``, preempting from the back

@@ -307,6 +307,7 @@ class EngineWorker:
             return False
         self.kv.sequence(req)
         self.scheduler.waiting.append(req)
+        self.scheduler.arrived.append(req)
         if self._step is not None and self._step.k > 1:
             self.interrupt(now)
         return True

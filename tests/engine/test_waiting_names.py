@@ -48,22 +48,24 @@ def test_read_back_the_request_and_its_pool_sequence_share_one_list():
         assert req.names is req.seq.names and req.names == names
 
 
-def test_a_request_that_starts_at_once_keeps_its_names(tmp_path, monkeypatch):
-    # 1 worker, linear model: request 0 arrives at an idle worker (its step starts at once: nothing to
-    # drop); request 1 arrives at 5 ms, inside request 0's prefill step (10 + 0.01 x 1024 = 20.24 ms), and
-    # waits for it: its own first step ends at 20.24 + 10 + 10.24 + 1 = 41.48 ms (TTFT 36.48)
+def test_only_a_request_left_waiting_by_a_step_start_drops_its_names(tmp_path, monkeypatch):
+    # 1 worker, linear model, max_num_seqs 2: request 0 arrives at an idle worker and starts at once;
+    # request 1 arrives at 5 ms, inside request 0's prefill step (10 + 0.01 x 1024 = 20.24 ms), and is
+    # admitted at the next step's start (20.24 ms): it never waited a step, so neither drops its names;
+    # request 2 arrives at 6 ms too and finds no sequence slot at 20.24 ms: it waits, names as runs only
     import json
 
     from dynlab.engine.config import SimConfig
     from dynlab.sim.runner import run
 
     dropped = []
-    monkeypatch.setattr(EngineRequest, "drop_names", lambda self: dropped.append(self.id))
-    rows = [{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
-            {"timestamp": 5, "input_length": 1024, "output_length": 4, "hash_ids": [3, 4]}]
+    monkeypatch.setattr(EngineRequest, "drop_names",
+                        lambda self: dropped.append((self.id, self.first_scheduled_ms)))
+    rows = [{"timestamp": t, "input_length": 1024, "output_length": 4, "hash_ids": [2 * i + 1, 2 * i + 2]}
+            for i, t in enumerate([0, 5, 6])]
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = run(SimConfig(trace=str(path), timing=True, workers=1, mode="rr", latency_model="linear",
-                        latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "1"}))
-    assert out["requests"] == 2 and out["ttft_ms"]["mean"] == round((20.24 + 36.48) / 2, 1)
-    assert dropped == [1]
+                        latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "1"}, max_num_seqs=2))
+    assert out["requests"] == 3
+    assert dropped == [(2, None)]
