@@ -224,7 +224,6 @@ class Scheduler:
         completing step), first tokens, finishes (their blocks freed), handoffs (``handoff``: a prefill
         worker's requests leave at their first token, blocks held). Returns ``(first_tokens, finished,
         handed)``, ``[(request, end)]`` each."""
-        kv = self.kv
         first_tokens, finished, handed = [], [], []
         if self.spec is not None:
             return self._update_spec(sched, end, handoff)
@@ -241,18 +240,31 @@ class Scheduler:
                 req.num_tokens += DECODE_TOKENS
                 req.generated += DECODE_TOKENS
                 if req.generated == DECODE_TOKENS:
-                    req.first_token_ms = end
-                    first_tokens.append((req, end))
-                    if handoff and req.generated < req.output_length:
-                        handed.append((req, end))
-                        kv.hold(req)
-                        continue
+                    self._emitted(req, end, True, handoff, first_tokens, finished, handed)
+                    continue
             if req.generated >= req.output_length:
-                req.finish_ms = end
-                finished.append((req, end))
-                kv.free(req)
+                self._emitted(req, end, False, handoff, first_tokens, finished, handed)
         self._drop_done(handed, finished)
         return first_tokens, finished, handed
+
+    def _emitted(self, req: EngineRequest, end: float, first: bool, handoff: bool, first_tokens: list,
+                 finished: list, handed: list) -> None:
+        """The tail of a step's update (plain and speculative) for ``req``, which emitted its ``first``
+        token(s) or reached ``output_length`` at ``end`` (ms): its first token, its handoff (``handoff``: it
+        leaves with its blocks held, unless that token is its last), or its finish (its blocks freed),
+        appended as ``(request, end)`` to ``first_tokens`` / ``handed`` / ``finished``. Called only then
+        (a few times per request), not for every request of every step."""
+        if first:
+            req.first_token_ms = end
+            first_tokens.append((req, end))
+            if handoff and req.generated < req.output_length:
+                handed.append((req, end))
+                self.kv.hold(req)
+                return
+        if req.generated >= req.output_length:
+            req.finish_ms = end
+            finished.append((req, end))
+            self.kv.free(req)
 
     def _drop_done(self, handed: list, finished: list) -> None:
         """After a step's update: the running list without the finished requests and those handed off
@@ -269,7 +281,7 @@ class Scheduler:
         ``a`` (the acceptance model), keeps ``computed = num_tokens + a`` (the rejected drafts' slots
         are overwritten later) and emits ``1 + a`` tokens, never past ``output_length``; then it
         carries ``K`` new drafts."""
-        kv, spec = self.kv, self.spec
+        spec = self.spec
         first_tokens, finished, handed = [], [], []
         for req, n in sched:
             computed = req.computed + n
@@ -284,16 +296,7 @@ class Scheduler:
             req.num_tokens += emit
             req.generated += emit
             req.spec = spec.k
-            if first:
-                req.first_token_ms = end
-                first_tokens.append((req, end))
-                if handoff and req.generated < req.output_length:
-                    handed.append((req, end))
-                    kv.hold(req)
-                    continue
-            if req.generated >= req.output_length:
-                req.finish_ms = end
-                finished.append((req, end))
-                kv.free(req)
+            if first or req.generated >= req.output_length:
+                self._emitted(req, end, first, handoff, first_tokens, finished, handed)
         self._drop_done(handed, finished)
         return first_tokens, finished, handed
