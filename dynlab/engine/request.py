@@ -87,7 +87,11 @@ class EngineRequest:
         :meth:`drop_names` (the same list of ints)."""
         names = self._names
         if names is None:
-            names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
+            seq = self.seq  # its pool sequence (a Runs of the same runs): one expansion, one list for both
+            if seq is not None and getattr(seq, "runs", None) is self.runs:
+                names = self._names = seq.names
+            else:
+                names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
         return names
 
     @names.setter

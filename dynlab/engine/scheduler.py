@@ -48,6 +48,7 @@ class Scheduler:
         self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
         self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
+        self.arrived: list = []  # requests queued since the last schedule (their names dropped if they wait)
         self.preemptions = 0
         self._ran = 0  # requests the running loop scheduled in the step being planned
 
@@ -66,7 +67,18 @@ class Scheduler:
         admitted = 0
         if (not preempted or not sched) and (self.waiting or self.ready or self.received):
             admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
+        if self.arrived:
+            self._drop_waiting_names()
         return sched, preempted, admitted
+
+    def _drop_waiting_names(self) -> None:
+        """The requests queued since the last schedule that this one did not admit keep their names only as
+        runs while they wait (:meth:`EngineRequest.drop_names`, issue 28: a waiting request's memory); those
+        admitted at once keep them (no drop and expansion again for a request that never waited a step)."""
+        for req in self.arrived:
+            if req.first_scheduled_ms is None:
+                req.drop_names()
+        self.arrived = []
 
     def _schedule_running(self, sched: list) -> Tuple[int, int]:
         """Schedule the running requests, in running order, into ``sched``, preempting from the back
@@ -235,7 +247,6 @@ class Scheduler:
         completing step), first tokens, finishes (their blocks freed), handoffs (``handoff``: a prefill
         worker's requests leave at their first token, blocks held). Returns ``(first_tokens, finished,
         handed)``, ``[(request, end)]`` each."""
-        kv = self.kv
         first_tokens, finished, handed = [], [], []
         if self.spec is not None:
             return self._update_spec(sched, end, handoff)
@@ -252,18 +263,32 @@ class Scheduler:
                 req.num_tokens += DECODE_TOKENS
                 req.generated += DECODE_TOKENS
                 if req.generated == DECODE_TOKENS:
-                    req.first_token_ms = end
-                    first_tokens.append((req, end))
-                    if handoff and req.generated < req.output_length:
-                        handed.append((req, end))
-                        kv.hold(req)
-                        continue
+                    self._emitted(req, end, True, handoff, first_tokens, finished, handed)
+                    continue
             if req.generated >= req.output_length:
-                req.finish_ms = end
-                finished.append((req, end))
-                kv.free(req)
+                self._emitted(req, end, False, handoff, first_tokens, finished, handed)
         self._drop_done(handed, finished)
         return first_tokens, finished, handed
+
+    def _emitted(self, req: EngineRequest, end: float, first: bool, handoff: bool, first_tokens: list,
+                 finished: list, handed: list) -> None:
+        """The tail of a step's update (plain and speculative) for ``req``, which emitted its ``first``
+        token(s) or reached ``output_length`` at ``end`` (ms): its first token, its handoff (``handoff``: it
+        leaves with its blocks held, unless that token is its last), or its finish (its blocks freed),
+        appended as ``(request, end)`` to ``first_tokens`` / ``handed`` / ``finished``. Called only then
+        (a few times per request), not for every request of every step."""
+        if first:
+            req.first_token_ms = end
+            first_tokens.append((req, end))
+            if handoff and req.generated < req.output_length:
+                handed.append((req, end))
+                self.kv.hold(req)
+                return
+        if req.generated >= req.output_length:
+            req.finish_ms = end
+            finished.append((req, end))
+            req.computed = req.num_tokens - 1  # (speculation: vLLM's stop trims the drafts past output_length)
+            self.kv.free(req)
 
     def _drop_done(self, handed: list, finished: list) -> None:
         """After a step's update: the running list without the finished requests and those handed off
@@ -280,7 +305,7 @@ class Scheduler:
         ``a`` (the acceptance model), keeps ``computed = num_tokens + a`` (the rejected drafts' slots
         are overwritten later) and emits ``1 + a`` tokens, never past ``output_length``; then it
         carries ``K`` new drafts."""
-        kv, spec = self.kv, self.spec
+        spec = self.spec
         first_tokens, finished, handed = [], [], []
         for req, n in sched:
             computed = req.computed + n
@@ -295,17 +320,7 @@ class Scheduler:
             req.num_tokens += emit
             req.generated += emit
             req.spec = spec.k
-            if first:
-                req.first_token_ms = end
-                first_tokens.append((req, end))
-                if handoff and req.generated < req.output_length:
-                    handed.append((req, end))
-                    kv.hold(req)
-                    continue
-            if req.generated >= req.output_length:
-                req.finish_ms = end
-                finished.append((req, end))
-                req.computed = req.num_tokens - 1  # vLLM's stop trims the drafts past output_length
-                kv.free(req)
+            if first or req.generated >= req.output_length:
+                self._emitted(req, end, first, handoff, first_tokens, finished, handed)
         self._drop_done(handed, finished)
         return first_tokens, finished, handed

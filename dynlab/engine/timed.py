@@ -172,7 +172,6 @@ class TimedFleet:
                 hook(ereq)
             self._untrack(ereq)
         else:
-            ereq.drop_names()  # waiting: its names as runs only, expanded again when it is scheduled
             if before is None:
                 self.loop.at(t, STEP_START, self._on_start, w)
             elif engine.step_end != before:

@@ -309,6 +309,7 @@ class EngineWorker:
             return False
         self.kv.sequence(req)
         self.scheduler.waiting.append(req)
+        self.scheduler.arrived.append(req)
         if self._step is not None and self._step.k > 1:
             self.interrupt(now)
         return True
@@ -340,7 +341,7 @@ class EngineWorker:
             self.removed, self.removed_runs = (), None
             return None
         kv.begin_step(now)
-        self._busy_from = kv.used_block_ms(now)
+        self._busy_from = kv.used_ms  # used_block_ms(now): begin_step advanced the integral to now
         sched, preempted, admitted = sch.schedule(now)
         if self.cpu is not None and self.kv.evicted():
             self._offload(self.kv.evicted())
@@ -381,7 +382,7 @@ class EngineWorker:
         end, k = st.end, st.k
         self.kv.accumulate(end)
         self.busy_ms += end - st.start
-        self.busy_block_ms += self.kv.used_block_ms() - self._busy_from
+        self.busy_block_ms += self.kv.used_ms - self._busy_from  # used_block_ms() after accumulate(end)
         first_tokens, finished, handed = self.scheduler.update_from_step(st.sched, k, end, self.handoff)
         self.steps += k
         stored = st.stored + self.kv.finish_stored(st.sched if k > 1 else ()) if finished or k > 1 else st.stored

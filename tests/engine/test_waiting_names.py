@@ -34,3 +34,38 @@ def test_dropped_names_read_back_the_same(ids, tokens):
     before = (list(seq.names), list(seq.ends))
     seq.drop_names()
     assert (seq.names, seq.ends) == before
+
+
+def test_read_back_the_request_and_its_pool_sequence_share_one_list():
+    # one expansion for both (and the same int objects the pool registers), whichever is read first
+    names, runs = engine_block_runs([7, 9], 1024, 512, 16)
+    for first in ("req", "seq"):
+        req = EngineRequest(0, 0.0, 1024, 2, list(names), runs)
+        req.seq = RunBlockPool.sequence(req.names, req.runs)
+        req.drop_names()
+        if first == "seq":
+            assert req.seq.names == names
+        assert req.names is req.seq.names and req.names == names
+
+
+def test_only_a_request_left_waiting_by_a_step_start_drops_its_names(tmp_path, monkeypatch):
+    # 1 worker, linear model, max_num_seqs 2: request 0 arrives at an idle worker and starts at once;
+    # request 1 arrives at 5 ms, inside request 0's prefill step (10 + 0.01 x 1024 = 20.24 ms), and is
+    # admitted at the next step's start (20.24 ms): it never waited a step, so neither drops its names;
+    # request 2 arrives at 6 ms too and finds no sequence slot at 20.24 ms: it waits, names as runs only
+    import json
+
+    from dynlab.engine.config import SimConfig
+    from dynlab.sim.runner import run
+
+    dropped = []
+    monkeypatch.setattr(EngineRequest, "drop_names",
+                        lambda self: dropped.append((self.id, self.first_scheduled_ms)))
+    rows = [{"timestamp": t, "input_length": 1024, "output_length": 4, "hash_ids": [2 * i + 1, 2 * i + 2]}
+            for i, t in enumerate([0, 5, 6])]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = run(SimConfig(trace=str(path), timing=True, workers=1, mode="rr", latency_model="linear",
+                        latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "1"}, max_num_seqs=2))
+    assert out["requests"] == 3
+    assert dropped == [(2, None)]
