@@ -212,8 +212,7 @@ class KvCacheManager:
         check = self.blocks_needed(reserve) - h if reserve > tokens else need
         if check + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
-        pool.take_hits(req.seq, h)
-        keys = list(req.names[:h])
+        keys = pool.take_hits(req.seq, h)
         if need > 0:
             keys += pool.allocate(need)
         return keys
@@ -320,10 +319,14 @@ class KvCacheManager:
         return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
 
     def evicted(self) -> list:
-        """The pool's evicted names since :meth:`begin_step`, those of generated tokens' blocks dropped
+        """The pool's evicted names since :meth:`begin_step`, a copy's alias as its name
+        (:meth:`dynlab.kv.copies.Copies.translate`), those of generated tokens' blocks dropped
         (:func:`dynlab.kv.output_blocks.published`): what is published as ``BlockRemoved``, offloaded, counted."""
         pool = self.pool
-        return published(self, pool.removed, pool.removed_runs if self.runs else None)
+        runs = pool.removed_runs if self.runs else None
+        if pool.copies.name:
+            pool.copies.translate(pool.removed, runs)
+        return published(self, pool.removed, runs)
 
     def note_used(self) -> int:
         """Blocks used now, recorded in :attr:`peak_used_blocks`."""
@@ -416,8 +419,9 @@ class KvCacheManager:
         if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
         self.accumulate(now)
-        pool.take_hits(req.seq, h)
-        self.reserved[req] = (list(names[:h]) + pool.allocate(need), h)  # req.keys may still be its prefill worker's
+        keys = pool.take_hits(req.seq, h)
+        keys += pool.allocate(need)
+        self.reserved[req] = (keys, h)  # req.keys may still be its prefill worker's
         self.note_used()
         return h
 

@@ -58,6 +58,7 @@ from typing import Optional, Sequence
 from dynlab.groups import GROUP_LOW, GROUP_SHIFT
 from dynlab.groups import set_bits as _bits
 from dynlab.kv.block_pool import UNNAMED, BlockPool
+from dynlab.kv.copies import key_runs
 from dynlab.kv.levels import _count, _count_in, _count_out, _once, _top
 
 __all__ = ["RunBlockPool", "Runs"]
@@ -161,6 +162,11 @@ class RunBlockPool(BlockPool):
         return Runs(names, runs)
 
     def cached(self) -> set:
+        alias = self.copies.name
+        return {alias.get(k, k) for k in self._keys()}
+
+    def _keys(self) -> set:
+        """The cached keys (aliases as themselves)."""
         return {(g << _SHIFT) + o for g, m in self._cached.items() for o in _bits(m)}
 
     def __contains__(self, name: int) -> bool:
@@ -172,7 +178,18 @@ class RunBlockPool(BlockPool):
         return _count(self._refs, name)
 
     def lookup(self, seq: Runs, max_blocks: int) -> int:
-        """How many leading names of ``seq`` (at most ``max_blocks``) are cached: a prefix hit, in blocks."""
+        """How many leading names of ``seq`` (at most ``max_blocks``) are cached: a prefix hit, in blocks
+        (a name cached only under an alias, :mod:`dynlab.kv.copies`, counts too)."""
+        h = self._lookup(seq, max_blocks)
+        if self.copies.of and h < max_blocks:
+            names, contains, first = seq.names, self.__contains__, self.copies.first
+            n = min(max_blocks, len(names))
+            while h < n and (contains(names[h]) or first(names[h], contains) is not None):
+                h += 1
+        return h
+
+    def _lookup(self, seq: Runs, max_blocks: int) -> int:
+        """:meth:`lookup` under the names' own keys only."""
         ends = seq.ends
         n = min(max_blocks, ends[-1] if ends else 0)
         if n <= 0:
@@ -189,7 +206,12 @@ class RunBlockPool(BlockPool):
         return n
 
     def evictable_hits(self, seq: Runs, h: int) -> int:
-        """How many of the (cached) first ``h`` names of ``seq`` sit in the free queue."""
+        """How many of the (cached) first ``h`` names of ``seq`` sit in the free queue (of a name's copies,
+        the oldest: the one a hit takes)."""
+        if self.copies.of and h > 0:
+            keys = list(seq.names[:h])
+            if self.copies.pick(keys, self.__contains__):
+                seq = Runs(keys, key_runs(keys))
         refs, free = self._refs, 0
         for first, c in seq.span(0, h):
             bits = ((1 << c) - 1) << (first & _LOW)
@@ -197,9 +219,17 @@ class RunBlockPool(BlockPool):
         return free
 
     # -- changing -------------------------------------------------------------------------
-    def take_hits(self, seq: Runs, h: int) -> None:
+    def take_hits(self, seq: Runs, h: int) -> list:
         """Take the (cached) first ``h`` names of ``seq`` for a request (one more reference each;
-        out of the free queue if free: their queue entries become stale)."""
+        out of the free queue if free: their queue entries become stale); returns their keys (a new
+        list: :meth:`BlockPool.take_hits`; one holding an alias is released name by name, ``_mixed``, so the
+        holder must keep this list object, growing it in place)."""
+        if h <= 0:
+            return []
+        keys = list(seq.names[:h])
+        if self.copies.of and self.copies.pick(keys, self.__contains__):
+            seq = Runs(keys, key_runs(keys))
+            self._mixed[id(keys)] = keys
         refs, stale = self._refs, self._stale
         for first, c in seq.span(0, h):
             g = first >> _SHIFT
@@ -209,42 +239,58 @@ class RunBlockPool(BlockPool):
             if free:
                 self._nfree -= free.bit_count()
                 _count_in(stale, g, free)
+        return keys
 
     def register(self, keys: list, seq: Runs, start: int, end: int) -> None:
         """Name the blocks ``keys[start:end]`` with the names ``seq.names[start:end]`` (as
-        :meth:`BlockPool.register`: a name already cached leaves its block unnamed)."""
+        :meth:`BlockPool.register`: a name already cached is cached again, a copy under an alias)."""
+        of = self.copies.of
+        if of and not of.keys().isdisjoint(seq.names[start:end]):  # rare: names with copies
+            self._register_copies(keys, seq.names, range(start, end))
+            return
         cached, refs = self._cached, self._refs
-        dups = {}  # a run's first name -> its names not cached before, when not all
+        dups = []  # positions of names already cached (another block holds them)
+        i = start
         for first, c in seq.span(start, end):
             g = first >> _SHIFT
             bits = ((1 << c) - 1) << (first & _LOW)
             m = cached.get(g, 0)
             new = bits & ~m
-            if new != bits:  # rare: some names of the run are already cached (another block holds them)
-                dups[first] = new
-                if not new:
-                    continue
+            if new != bits:  # rare: some names of the run are already cached
+                dups += [i - (first & _LOW) + o for o in _bits(bits & m)]
+            i += c
+            if not new:
+                continue
             cached[g] = m | new
             _count_in(refs, g, new)
             self.stored_runs.append((g, new))
         names = seq.names
+        keys[start:end] = names[start:end]
         if not dups:
-            keys[start:end] = names[start:end]
             self._stored.extend(names[start:end])
             return
-        self._mixed[id(keys)] = keys
-        i = start
-        for first, c in seq.span(start, end):
-            new = dups.get(first)
-            if new is None:
-                keys[i:i + c] = names[i:i + c]
-                self._stored.extend(names[i:i + c])
+        dup, stored = set(dups), self._stored
+        for i in range(start, end):  # in order, as BlockPool stores them
+            if i in dup:
+                self._register_copies(keys, names, (i,))
             else:
-                base = i - (first & _LOW)  # names[base + o]: the name of offset o
-                for o in _bits(new):
-                    keys[base + o] = names[base + o]
-                    self._stored.append(names[base + o])
-            i += c
+                stored.append(names[i])
+
+    def _register_copies(self, keys: list, names: Sequence[int], where) -> None:
+        """Register ``names[i]`` into ``keys[i]`` for each position ``i`` of ``where``, name by name: a name
+        with a cached copy as one more copy (:meth:`Copies.add <dynlab.kv.copies.Copies.add>`)."""
+        copies, contains, cached, refs = self.copies, self.__contains__, self._cached, self._refs
+        for i in where:
+            name = names[i]
+            key = name if copies.first(name, contains) is None else copies.add(name, contains)
+            if key != name:
+                self._mixed[id(keys)] = keys
+            keys[i] = key
+            g, bit = key >> _SHIFT, 1 << (key & _LOW)
+            cached[g] = cached.get(g, 0) | bit
+            _count_in(refs, g, bit)
+            self._stored.append(name)
+            self.stored_runs.append((name >> _SHIFT, 1 << (name & _LOW)))
 
     def release(self, keys: Sequence[int], seq: Runs, out_at: int = 0, out: int = 0) -> None:
         """A holder frees its blocks (``keys`` in sequence order, named by ``seq``'s names): to the
@@ -278,9 +324,10 @@ class RunBlockPool(BlockPool):
             self._queue.append(entries)
 
     def _release_mixed(self, keys: Sequence[int], names: Sequence[int], n: int) -> None:
-        """:meth:`release` of ``keys[:n]`` with unnamed blocks between named ones (a duplicate registration),
-        name by name: each run of named keys between unnamed ones is a segment of one-name entries."""
-        refs, run = self._refs, []
+        """:meth:`release` of ``keys[:n]`` holding aliases (a copy's key, :mod:`dynlab.kv.copies`) or unnamed
+        blocks between named ones, name by name: each run of named keys between unnamed ones is a segment of
+        one-name entries."""
+        refs, run, keys = self._refs, [], list(keys)  # an entry names its keys (aliases too): a copy of them
         for i in range(n - 1, -1, -1):
             key = keys[i]
             if key < 0:
@@ -292,7 +339,7 @@ class RunBlockPool(BlockPool):
                 continue
             g, o = key >> _SHIFT, key & _LOW
             if _count_out(refs, g, 1 << o):
-                run.append((g, 1 << o, names, i - o))
+                run.append((g, 1 << o, keys, i - o))
                 self._nfree += 1
         if run:
             self._queue.append(run)
@@ -398,7 +445,7 @@ class RunBlockPool(BlockPool):
         assert all(m for m in self._cached.values()), "an empty cached mask"
         used = {(g << _SHIFT) + o for g, lv in self._refs.items() for o in _bits(_once(lv))}
         stale = {(g << _SHIFT) + o for g, lv in self._stale.items() for o in _bits(_once(lv))}
-        cached = self.cached()
+        cached = self._keys()
         free = self._live_keys()
         named = [k for k in free if k >= 0]
         assert len(free) == self._nfree, "live queue entries != num_free"
@@ -416,4 +463,5 @@ class RunBlockPool(BlockPool):
             assert c == _count(self._stale, name) + (name not in used), name
         assert stale <= entries.keys(), "a stale name with no entry"
         assert self.used_blocks + self._fresh + len(free) == self.capacity
+        self.copies.check(self.__contains__)
 
