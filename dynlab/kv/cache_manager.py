@@ -355,14 +355,14 @@ class KvCacheManager:
         if self.write_through:
             return None
         cpu = self.cpu
-        self.offloaded_blocks += sum(1 for name in removed if name not in cpu)
+        self.offloaded_blocks += len({name for name in removed if name not in cpu})  # two copies: one write
         return cpu.offload(removed)
 
     def write_computed(self, stored: tuple) -> Optional[Tuple[tuple, tuple]]:
         """Write the names a step computed to the CPU tier except those it holds: its net change, or
         ``None`` when all were there."""
         cpu = self.cpu
-        new = [name for name in stored if name not in cpu]
+        new = list(dict.fromkeys(name for name in stored if name not in cpu))  # two copies of a name: one write
         if not new:
             return None
         self.offloaded_blocks += len(new)
