@@ -319,14 +319,10 @@ class KvCacheManager:
         return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
 
     def evicted(self) -> list:
-        """The pool's evicted names since :meth:`begin_step`, a copy's alias as its name
-        (:meth:`dynlab.kv.copies.Copies.translate`), those of generated tokens' blocks dropped
-        (:func:`dynlab.kv.output_blocks.published`): what is published as ``BlockRemoved``, offloaded, counted."""
-        pool = self.pool
-        runs = pool.removed_runs if self.runs else None
-        if pool.copies.name:
-            pool.copies.translate(pool.removed, runs)
-        return published(self, pool.removed, runs)
+        """The pool's evicted names since :meth:`begin_step`, a copy's alias as its name (:mod:`dynlab.kv.copies`),
+        generated tokens' dropped (:func:`~dynlab.kv.output_blocks.published`): the ``BlockRemoved`` names, offloaded."""
+        pool, runs = self.pool, (self.pool.removed_runs if self.runs else None)
+        return published(self, pool.copies.translate(pool.removed, runs) if pool.copies.name else pool.removed, runs)
 
     def note_used(self) -> int:
         """Blocks used now, recorded in :attr:`peak_used_blocks`."""
@@ -413,8 +409,7 @@ class KvCacheManager:
         (nothing taken) when they are not free."""
         pool = self.pool
         self.sequence(req)
-        names = req.names
-        h = pool.lookup(req.seq, len(names)) if prefix_cache else 0
+        h = pool.lookup(req.seq, len(req.names)) if prefix_cache else 0
         need = self.blocks_needed(tokens) - h
         if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None

@@ -60,6 +60,7 @@ from dynlab.groups import set_bits as _bits
 from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.copies import key_runs
 from dynlab.kv.levels import _count, _count_in, _count_out, _once, _top
+from dynlab.kv.pool_checks import RunPoolChecks
 
 __all__ = ["RunBlockPool", "Runs"]
 
@@ -117,7 +118,7 @@ class Runs:
         return out
 
 
-class RunBlockPool(BlockPool):
+class RunBlockPool(RunPoolChecks, BlockPool):
     """:class:`BlockPool` keyed by runs (module docstring); takes :class:`Runs` where it takes names.
 
     Reuses :class:`BlockPool`'s never-used blocks, counts and allocation; ``_cached`` and ``_stale``
@@ -417,51 +418,3 @@ class RunBlockPool(BlockPool):
             self._removed.extend(reversed(names[base + lo:base + hi]))
         else:
             self._removed.extend([names[base + o] for o in reversed(_bits(bits))])
-
-    # -- tests ----------------------------------------------------------------------------
-    def _live_keys(self) -> list:
-        stale = {}
-        for g, lv in self._stale.items():
-            for o in _bits(_once(lv)):
-                stale[(g << _SHIFT) + o] = _count(self._stale, (g << _SHIFT) + o)
-        return self._queue_keys(stale)
-
-    @staticmethod
-    def _entry_names(entry) -> list:
-        """The names of a queue entry ``(group, mask, names, base)``, highest first (queue order)."""
-        g, mask, _, _ = entry
-        return [(g << _SHIFT) + o for o in reversed(_bits(mask))]
-
-    def check(self) -> None:
-        """Assert the pool's invariants (tests; O(blocks ever used))."""
-        self._check_queue()
-        for counts in (self._refs, self._stale):
-            for lv in counts.values():
-                if lv.__class__ is int:
-                    assert lv, "an empty count"
-                    continue
-                assert len(lv) >= 2 and lv[-1], "a list of levels with fewer than two, or an empty last one"
-                assert all(lv[k] & ~lv[k - 1] == 0 for k in range(1, len(lv))), "levels not nested"
-        assert all(m for m in self._cached.values()), "an empty cached mask"
-        used = {(g << _SHIFT) + o for g, lv in self._refs.items() for o in _bits(_once(lv))}
-        stale = {(g << _SHIFT) + o for g, lv in self._stale.items() for o in _bits(_once(lv))}
-        cached = self._keys()
-        free = self._live_keys()
-        named = [k for k in free if k >= 0]
-        assert len(free) == self._nfree, "live queue entries != num_free"
-        assert len(set(named)) == len(named), "a block is twice in the free queue"
-        assert set(named) == cached - used, "free cached blocks != named blocks in the free queue"
-        assert used <= cached and stale <= cached, "a reference or a stale entry of an uncached block"
-        entries: dict = {}
-        for entry in self._named_entries():
-            g, mask, names, base = entry
-            assert mask, "an empty entry"
-            assert all(names[base + o] == (g << _SHIFT) + o for o in _bits(mask)), "an entry's names"
-            for name in self._entry_names(entry):
-                entries[name] = entries.get(name, 0) + 1
-        for name, c in entries.items():  # stale entries + the live one, if free
-            assert c == _count(self._stale, name) + (name not in used), name
-        assert stale <= entries.keys(), "a stale name with no entry"
-        assert self.used_blocks + self._fresh + len(free) == self.capacity
-        self.copies.check(self.__contains__)
-
