@@ -322,7 +322,8 @@ class KvCacheManager:
         """The pool's evicted names since :meth:`begin_step`, a copy's alias as its name (:mod:`dynlab.kv.copies`),
         generated tokens' dropped (:func:`~dynlab.kv.output_blocks.published`): the ``BlockRemoved`` names, offloaded."""
         pool, runs = self.pool, (self.pool.removed_runs if self.runs else None)
-        return published(self, pool.copies.translate(pool.removed, runs) if pool.copies.name else pool.removed, runs)
+        copies, removed = pool.copies, pool.removed
+        return published(self, copies.translate(removed, runs, pool.__contains__) if copies.name else removed, runs)
 
     def note_used(self) -> int:
         """Blocks used now, recorded in :attr:`peak_used_blocks`."""

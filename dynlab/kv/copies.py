@@ -95,13 +95,19 @@ class Copies:
                     changed = True
         return changed
 
-    def translate(self, names: list, runs: Optional[list] = None) -> list:
+    def translate(self, names: list, runs: Optional[list] = None,
+                  contains: Optional[Callable[[int], bool]] = None) -> list:
         """``names`` (a pool's removed keys, changed in place) with each alias replaced by its name (and
         forgotten: an evicted alias is never met again); ``runs`` (their ``(group, mask)`` pairs, or
-        ``None``) likewise, an alias's pair becoming its name's. Returns ``names``."""
+        ``None``) likewise, an alias's pair becoming its name's. With ``contains`` (the pool's), a name
+        whose aliases are all gone leaves :attr:`of` (so that it stays small). Returns ``names``."""
         alias = self.name
         if not alias or not names:
             return names
+        if contains is not None:
+            for n in names:
+                if n in alias:
+                    self._forget(alias[n], contains)
         if runs is not None:
             out = []
             for g, mask in runs:
@@ -115,6 +121,14 @@ class Copies:
         pop = alias.pop
         names[:] = [pop(n) if n in alias else n for n in names]
         return names
+
+    def _forget(self, name: int, contains: Callable[[int], bool]) -> None:
+        """Drop ``name``'s dead keys; its entry too when no alias of it is cached."""
+        keys = self.of.get(name)
+        if keys is not None:
+            keys[:] = [k for k in keys if contains(k)]
+            if not keys or keys == [name]:
+                del self.of[name]
 
     def check(self, cached: Callable[[int], bool]) -> None:
         """Assert (tests) that every cached alias is recorded under its name."""
