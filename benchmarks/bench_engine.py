@@ -4,7 +4,8 @@ Replays the bundled ``mooncake-conversation`` trace (12,031 requests) through th
 with ``--timing`` defaults (roofline latency, llama-3.1-8b on h100, the hardware-derived pool,
 engine blocks of 16 tokens, trace blocks of 512) routed by ``--mode`` (default ``kv-cost``), for
 each configuration of ``--configs`` (default: 8 workers with and without bulk decode, 128
-workers with bulk decode; ``8:async`` runs ``--async-scheduling``, one step at a time). The
+workers with bulk decode; ``8:async`` runs ``--async-scheduling`` with its bulk decode runs,
+``8:async-step`` the same one step at a time). The
 trace is loaded once, outside the timed part. Prints, per
 configuration: CPU seconds (``time.process_time``: this process only, so a loaded machine
 inflates it less than wall time) and wall seconds of the replay, simulated requests per CPU
@@ -35,7 +36,7 @@ TRACE = "mooncake-conversation"
 def replay_once(requests, workers: int, bulk: bool, mode: str,
                 async_scheduling: bool = False) -> tuple[float, float, int, dict]:
     """``(cpu s, wall s, start_step calls, run JSON)`` of one timed replay, as ``dynlab sim`` seeds it
-    (``async_scheduling``: ``--async-scheduling``, one step at a time)."""
+    (``async_scheduling``: ``--async-scheduling``; ``bulk``: with its bulk decode runs)."""
     config = SimConfig(mode=mode, workers=workers, trace=TRACE, timing=True, async_scheduling=async_scheduling)
     config.validate()
     setup = build_engines(config, requests.own_block_tokens, bulk=bulk)
@@ -65,7 +66,8 @@ def main() -> None:
     ap.add_argument("--mode", default="kv-cost")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--configs", default="8:bulk,8:step,128:bulk",
-                    help="comma-separated WORKERS:bulk|step|async (async: --async-scheduling; default: %(default)s)")
+                    help="comma-separated WORKERS:bulk|step|async|async-step (async: --async-scheduling, "
+                         "async-step: one step at a time; default: %(default)s)")
     args = ap.parse_args()
     requests = load_trace(TRACE, block=16)
     print(f"# {TRACE}: {len(requests):,} requests, mode {args.mode}, --timing defaults; "
@@ -77,7 +79,7 @@ def main() -> None:
         w, kind = spec.split(":")
         best = None
         for _ in range(args.repeat):
-            res = replay_once(requests, int(w), kind == "bulk", args.mode, kind == "async")
+            res = replay_once(requests, int(w), kind in ("bulk", "async"), args.mode, kind.startswith("async"))
             if best is None or res[0] < best[0]:
                 best = res
         cpu, wall, calls, out = best

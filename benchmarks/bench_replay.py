@@ -7,7 +7,7 @@ OrderedDict per worker as an LRU cache, one set per worker as the router's index
 KV events applied at once), with the ratio from the same run.
 
     python benchmarks/bench_replay.py [--repeat 3] [--capacity 4096]
-    python benchmarks/bench_replay.py --bare-once   # the bare loop once, dynlab not imported
+    python benchmarks/bench_replay.py --bare-once [--cpu]   # the bare loop once, dynlab not imported
 
 Best of ``--repeat`` runs; one core; not a test. ``--bare-once`` is the yardstick of the whole-process
 comparison (docs/performance.md): ``farm-bench --vs "python benchmarks/bench_replay.py --bare-once" --
@@ -19,6 +19,7 @@ import argparse
 import gzip
 import io
 import json
+import sys
 import time
 from collections import OrderedDict
 from importlib import resources
@@ -110,10 +111,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--capacity", type=int, default=4096)
     ap.add_argument("--bare-once", action="store_true", help="run the bare loop once (8 workers), print its result")
+    ap.add_argument("--cpu", action="store_true",
+                    help="with --bare-once: also print the loop's own CPU seconds (time.process_time) on stderr")
     args = ap.parse_args()
     cap = args.capacity
     if args.bare_once:
-        print(json.dumps(bare_loop(8, cap)))
+        t0 = time.process_time()
+        out = bare_loop(8, cap)
+        cpu = time.process_time() - t0
+        print(json.dumps(out))
+        if args.cpu:
+            print(f"bare loop in-process cpu s {cpu:.4f}", file=sys.stderr)
         return
     from dynlab.engine.config import SimConfig
     from dynlab.sim.runner import run

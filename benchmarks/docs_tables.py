@@ -32,11 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Block:
-    """One command shown in ``path`` (relative to the repository) and whether it runs in about a second."""
+    """One command shown in ``path`` (relative to the repository) and whether it runs in about a second.
+
+    ``image``: where in the repository the figure the command writes (its ``--plot`` file) is kept, so
+    that the picture beside a table comes from the same run as the table.
+    """
 
     path: str
     command: str
     cheap: bool = False
+    image: str | None = None
 
 
 BLOCKS = (
@@ -49,6 +54,8 @@ BLOCKS = (
     Block("docs/commands.md", "dynlab sweep --grid mode=kv-cost,rr --grid opt.temperature=0,0.5", cheap=True),
     Block("docs/limits.md", "dynlab sim --workers 1000000000", cheap=True),
     Block("docs/limits.md", "dynlab scenario --docs 100000000", cheap=True),
+    Block("docs/limits.md", "dynlab sim --timing --model gpt-oss-20b --trace mooncake-conversation", cheap=True),
+    Block("docs/limits.md", "dynlab sim --timing --model gpt-oss-120b --tp 2 --ep 2", cheap=True),
     Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
           "--cpu-capacity 0,60000 --modes kv-cost --format table"),
     Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
@@ -60,7 +67,7 @@ BLOCKS = (
     Block("docs/report.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
           "--modes rr,kv-events,kv-cost --report main.html"),
     Block("docs/engine.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
-          "--modes rr,kv,kv-events,kv-cost,cache-aware --plot ttft.png"),
+          "--modes rr,kv,kv-events,kv-cost,cache-aware --plot ttft.png", image="docs/images/ttft.png"),
     Block("docs/engine.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --time-scale 0.5 "
           "--modes rr,least-loaded,kv-events,kv-cost,cache-aware --slo-ttft-ms 2000 --slo-tpot-ms 50"),
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "
@@ -70,12 +77,16 @@ BLOCKS = (
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
           "--modes kv-cost,weighted"),
     Block("docs/disagg.md", "dynlab compare --trace mooncake-conversation --timing --split 8:0,6:2,4:4 "
-          "--slo-ttft-ms 2000 --slo-tpot-ms 50 --format table --quiet --plot out/disagg_split.png"),
+          "--slo-ttft-ms 2000 --slo-tpot-ms 50 --format table --quiet --plot out/disagg_split.png",
+          image="docs/images/disagg_split.png"),
 )
 
 
-def run(command: str) -> str:
-    """What ``command`` (``dynlab ...``) prints, stdout then stderr, each line ending in a newline."""
+def run(command: str, image: str | None = None) -> str:
+    """What ``command`` (``dynlab ...``) prints, stdout then stderr, each line ending in a newline.
+
+    With ``image`` (a path in the repository), the file the command's ``--plot`` wrote replaces it.
+    """
     from click.testing import CliRunner
 
     from dynlab.cli import main
@@ -96,10 +107,20 @@ def run(command: str) -> str:
             result = CliRunner().invoke(main, args)
         finally:
             os.chdir(old)
+        if image is not None and result.exception is None:
+            _keep(Path(tmp) / args[args.index("--plot") + 1], ROOT / image)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise RuntimeError(f"{command}: {result.exception!r}")
     text = result.stdout + result.stderr
     return text if text.endswith("\n") or not text else text + "\n"
+
+
+def _keep(made: Path, kept: Path) -> None:
+    """Replace ``kept`` by the figure ``made`` (atomically: a failed copy leaves the old figure)."""
+    from dynlab.atomic import replace_file
+
+    data = made.read_bytes()
+    replace_file(str(kept), lambda name: Path(name).write_bytes(data))
 
 
 def _span(lines: list[str], command: str, path: str) -> tuple[int, int]:
@@ -120,7 +141,7 @@ def update(block: Block, root: Path = ROOT, check: bool = False) -> list[str]:
     path = root / block.path
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     first, end = _span(lines, block.command, block.path)
-    new = run(block.command).splitlines(keepends=True)
+    new = run(block.command, None if check else block.image).splitlines(keepends=True)
     old = lines[first:end]
     diff = list(difflib.unified_diff(old, new, f"{block.path} (shown)", f"{block.path} (the command now)"))
     if diff and not check:

@@ -53,3 +53,25 @@ def test_help_imports_no_command_module_and_a_command_only_its_own():
 def test_an_unknown_command_is_one_line():
     out = CliRunner().invoke(main, ["nosuch"])
     assert out.exit_code == 2 and "No such command 'nosuch'" in out.output
+
+
+def test_a_count_based_sim_imports_no_latency_model_nor_hashlib(tmp_path):
+    # --latency-model's default is not looked up at parse time (RegistryName), so a run without --timing
+    # never builds the latency-model registry: aiconfigurator's and blis's modules stay unimported; a
+    # Mooncake trace names its own blocks, so hashlib (block hashing) is not imported either
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"input_length": 512, "hash_ids": [1]}\n{"input_length": 1024, "hash_ids": [1, 2]}\n')
+    run = ("from dynlab.cli import main",
+           "import contextlib, io; f = io.StringIO(); c = contextlib.redirect_stdout(f); c.__enter__()",
+           f"main.main(['sim', '--trace', {str(trace)!r}, '--mode', 'kv-events', '--quiet'], standalone_mode=False)",
+           "c.__exit__(None, None, None)")
+    modules = _modules_after(*run)
+    assert "dynlab.cli.routing" in modules and "dynlab_builtins.strategies" in modules  # the run ran
+    assert not modules & {"dynlab_builtins.latency_aic", "dynlab_builtins.latency_blis", "hashlib"}
+
+
+def test_a_latency_model_given_is_still_checked_when_parsed():
+    # only the default skips the lookup: a name given is checked at once, listing the known ones
+    out = CliRunner().invoke(main, ["sim", "--latency-model", "nosuch"])
+    assert out.exit_code == 2
+    assert "unknown latency model 'nosuch'; available: " in out.output and "roofline" in out.output

@@ -336,3 +336,112 @@ def test_bad_fleets_are_refused_in_one_line(args, words):
 def test_compare_split_refuses_pd_options_when_no_split_is_disaggregated(moon):
     result = invoke("compare", "--trace", moon, "--timing", "--split", "2:0,1:0", "--link-gbps", "25")
     assert result.exit_code == 2 and "--link-gbps has no effect" in result.stderr
+
+
+# -- a reply's blocks on the decode worker (issue 24 leftovers: output_tokens in P/D) ---------------------------
+def conversation():
+    """Turn 1: 32 prompt tokens, a 20-token reply (output_tokens) at 0; turn 2 at 1000 ms: turn 1's prompt and
+    reply plus 12 new tokens (64 tokens, 4 blocks). Names as the token-trace reader gives them."""
+    from dynlab.engine.metrics import Recorder
+    from dynlab.routing.hashing import block_hashes
+    from dynlab.traces.replies import reply_names
+
+    p1, reply = list(range(1, 33)), list(range(100, 120))
+    hashes, replied = reply_names(p1, reply, BLOCK)
+    p2 = p1 + reply + list(range(200, 212))
+    turn2 = tuple(block_hashes(p2, BLOCK))
+
+    class Stored(Recorder):
+        def __init__(self):
+            self.by_worker = {}
+
+        def on_step(self, worker, result):
+            self.by_worker.setdefault(worker, []).extend(result.stored)
+
+    return ([Request(tuple(hashes), 32, 20, 0.0, 0, output_hashes=replied), Request(turn2, 64, 2, 1000.0, 1)],
+            replied, turn2, Stored())
+
+
+def serve_recorded(reqs, recorder, **kw):
+    from dynlab.engine.env import RunEnv
+
+    strategy = build_strategy(SimConfig(mode="rr", workers=1), random.Random(0))
+    env = RunEnv.timed(reqs, strategy, 1, arrival_rng=random.Random(0), recorders=[recorder])
+    return serve_disagg(reqs, strategy, engines(1, 100, True), engines(1, 100, False), names_of=names_of,
+                        kv_bytes_per_token=KVB, env=env, pd=PdSection(**kw))
+
+
+def test_the_decode_worker_names_and_publishes_its_reply_blocks():
+    # turn 1's prompt + reply minus its last token: 32 + 19 = 51 tokens, 3 full blocks: the reply's one named
+    # block (tokens 32..47) is the turn-2 prompt's block 2 (the chain continued over the reply)
+    reqs, replied, turn2, stored = conversation()
+    assert len(replied) == 1 and replied[0] == turn2[2]
+    fleet = serve_recorded(reqs, stored, decode_prefix_cache=True)
+    a, b = fleet.records[0], fleet.records[1]
+    # the decode worker cached turn 1's 2 prompt blocks (received) and its reply block (computed there), and its
+    # step result published that block (BlockStored): turn 2 finds 3 blocks there and is sent 64 - 48 tokens
+    assert (a.hit_tokens, b.hit_tokens) == (0, 48)
+    assert (a.nbytes, b.nbytes) == (32 * KVB, 16 * KVB)
+    assert replied[0] in stored.by_worker[1]  # worker 1: the decode worker (the prefill pool is worker 0)
+    # the prefill worker handed turn 1 off at its first token: it never computed the reply, so turn 2's
+    # prefill there hits turn 1's 2 prompt blocks only (32 tokens) and recomputes the reply (as in Dynamo and
+    # llm-d, whose prefill router scores the prefill workers' KV events)
+    assert (a.request.hit_tokens, b.request.hit_tokens) == (0, 32)
+    # what the prefill worker stored: turn 1's 2 prompt blocks, then turn 2's blocks 2 and 3 (the reply recomputed)
+    assert stored.by_worker[0] == list(turn2)
+
+
+def test_without_reply_tokens_or_a_decode_prefix_cache_the_decode_worker_names_nothing():
+    reqs, replied, turn2, stored = conversation()
+    fleet = serve_recorded(reqs, stored)  # no --decode-prefix-cache: the decode worker models no prefix cache
+    assert [r.hit_tokens for r in fleet.records.values()] == [0, 0] and not stored.by_worker.get(1)
+    reqs[0] = Request(reqs[0].hashes, 32, 20, 0.0, 0)  # no output_tokens: the prompt blocks only, as before
+    reqs2, _, _, stored2 = conversation()
+    fleet = serve_recorded([reqs[0], reqs2[1]], stored2, decode_prefix_cache=True)
+    assert [r.hit_tokens for r in fleet.records.values()] == [0, 32]
+
+
+conversations = st.lists(st.tuples(st.integers(0, 40),  # inter-arrival ms
+                                   st.integers(1, 40),  # new prompt tokens of the turn
+                                   st.integers(1, 30),  # reply tokens
+                                   st.integers(0, 2)),  # the conversation it continues
+                         min_size=1, max_size=12)
+
+
+def build_conversations(wl):
+    """Turns whose prompt is their conversation's earlier prompts and replies plus new tokens; each names
+    its reply (``output_hashes``), as a token trace's ``output_tokens`` do."""
+    from dynlab.traces.replies import reply_names
+
+    history, reqs, t, fresh = {}, [], 0.0, iter(range(1, 10**6))
+    for i, (gap, new, n_out, conv) in enumerate(wl):
+        t += gap
+        prompt = history.get(conv, []) + [next(fresh) for _ in range(new)]
+        reply = [next(fresh) for _ in range(n_out)]
+        hashes, replied = reply_names(prompt, reply, BLOCK)
+        reqs.append(Request(tuple(hashes), len(prompt), n_out, t, i, output_hashes=replied))
+        history[conv] = prompt + reply
+    return reqs
+
+
+@settings(max_examples=50)
+@given(wl=conversations, d=st.integers(1, 2), dcap=st.integers(9, 30), overlap=st.booleans(),
+       router=st.sampled_from(["least-loaded", "round-robin", "kv-usage"]))
+def test_invariants_with_named_replies(wl, d, dcap, overlap, router):
+    reqs = build_conversations(wl)
+    runs = []
+    for bulk in (True, False):
+        fleet = serve(reqs, engines(1, 30, True, bulk=bulk, budget=64), engines(d, dcap, False, bulk=bulk, budget=64),
+                      link_gbps=0.01, overlap_transfer=overlap, decode_prefix_cache=True, decode_router=router)
+        for rec in fleet.records.values():
+            r = rec.request
+            # a decode-side hit is whole prompt blocks (never reply blocks: it stops at the prompt's)
+            assert 0 <= rec.hit_tokens <= r.input_length and rec.hit_tokens % BLOCK == 0
+            assert rec.nbytes == (r.input_length - rec.hit_tokens) * KVB and r.generated == r.output_length
+        for e in list(fleet.engines) + fleet.decode:
+            e.check()
+            assert e.used_blocks == 0 and e.idle and not e.held and not e.reserved
+        runs.append(fleet)
+    a, b = runs  # bulk decode runs name a reply's blocks as step-by-step does
+    assert {k: r.hit_tokens for k, r in a.records.items()} == {k: r.hit_tokens for k, r in b.records.items()}
+    assert sorted(a.serving.e2e) == pytest.approx(sorted(b.serving.e2e))

@@ -18,7 +18,7 @@ from dynlab.engine.counted import Worker
 from dynlab.engine.run import build_strategy, make_workers, replay
 from dynlab.sim.runner import run
 from dynlab.routing.events import BlockRemoved, BlockStored
-from dynlab.routing.hashing import block_hashes
+from dynlab.routing.hashing import block_hashes, overlap
 from dynlab.routing.index import KvIndex
 from dynlab.routing.strategy import Request, RunContext, Strategy
 from dynlab.traces.reader import load_trace
@@ -379,3 +379,22 @@ def test_a_served_request_holds_its_leading_blocks_and_evictions_count_blocks_th
         if policy == "lru" and len(r.hashes) > capacity:
             left = wk.evicted_blocks
         assert wk.evicted_blocks == left
+
+
+@given(st.lists(st.lists(st.integers(0, 12), min_size=1, max_size=8, unique=True), max_size=25),
+       st.sampled_from(["lru", "fifo", None]), st.integers(0, 6))
+def test_a_workers_server_serves_as_serve(prompts, policy, capacity):
+    # Worker.server() (the replay's per-worker function) and members() give what serve() and overlap() give
+    def make():
+        if policy is None:
+            return Worker(0)
+        return Worker(0, plugins.eviction_policies().get(policy)(capacity))
+
+    a, b = make(), make()
+    serve_b = b.server()
+    for p in prompts:
+        names = tuple(p)
+        k = a.overlap(names)
+        assert overlap(names, b.members()) == k
+        assert [list(x) for x in a.serve(names, k)] == [list(x) for x in serve_b(names, k)]
+        assert list(a.cache) == list(b.cache) and a.size == b.size and a.evicted_blocks == b.evicted_blocks

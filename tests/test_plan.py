@@ -258,6 +258,7 @@ def test_a_log_with_records_needs_resume(queue_trace, tmp_path):
     (["--slo-ttft-ms", "50", "--goodput", "0.9", "--slo-percentile", "p90"], "--slo-percentile has no effect"),
     (["--slo-ttft-ms", "50", "--slo-percentile", "p95"], "--slo-percentile"),
     (["--slo-ttft-ms", "50", "--pcie-gbps", "5"], "--pcie-gbps has no effect"),
+    (["--slo-ttft-ms", "50", "--capacity", "0"], "'--capacity': 0 is not in the range x>=1"),  # was the replay's
     (["--slo-ttft-ms", "50", "--resume"], "--resume needs --log"),
     (["--slo-ttft-ms", "50", "--modes", "nope"], "unknown strategy 'nope'"),
     (["--slo-ttft-ms", "50", "--model", "qwen3-8b", "--tp", "3"], "--tp 3 cannot split"),

@@ -172,8 +172,47 @@ def test_ep_candidates(steady, tmp_path):
 
 
 def test_ep_on_a_dense_model_is_refused(steady):
-    out = _plan("--trace", steady, "--slo-ttft-ms", 30, *LINEAR, "--tp", 2, "--ep", 2)
-    assert out.exit_code == 2 and "has no experts to divide" in out.stderr
+    # the first reason is the model's: it has no experts (not that --ep differs from --tp)
+    for tp in (1, 2):
+        out = _plan("--trace", steady, "--slo-ttft-ms", 30, *LINEAR, "--tp", tp, "--ep", 2)
+        assert out.exit_code == 2 and out.stderr.splitlines() == [
+            f"Error: no candidate shape is possible: h100x{tp} ep2 rr (--ep 2: llama-3.1-8b is a dense model "
+            "(no experts to divide))"]
+    out = _plan("--trace", steady, "--slo-ttft-ms", 30, *LINEAR, "--model", "nope", "--ep", 2)
+    assert out.exit_code == 2 and "unknown model 'nope'" in out.stderr  # not judged dense or not
+
+
+#: plan's refusal of the CPU tier's options when no candidate has a tier
+NO_TIER = "has no effect without a CPU tier candidate (an aggregated one, --split agg, with --cpu-memory-gb above 0)"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--pcie-gbps", "5"], f"--pcie-gbps {NO_TIER}"),
+    (["--cpu-memory-gb", "0", "--cpu-write", "evict"], f"--cpu-write {NO_TIER}"),
+    (["--split", "auto", "--cpu-memory-gb", "0,1", "--pcie-gbps", "5"], f"--pcie-gbps {NO_TIER}"),  # +cpu1 P/D left out
+    (["--link-gbps", "5"], "--link-gbps has no effect without a P/D candidate (--split auto)"),
+    (["--split", "agg", "--decode-prefix-cache"],
+     "--decode-prefix-cache has no effect without a P/D candidate (--split auto)"),
+])
+def test_candidate_option_refusals_name_plans_options(steady, args, line):
+    # plan has no --cpu-capacity, --prefill-workers or --split P:D: its refusals name its own options
+    out = _plan("--trace", steady, "--slo-ttft-ms", 30, *LINEAR, *args)
+    assert out.exit_code == 2 and out.stderr.splitlines()[-1:] == [f"Error: {line}"]
+    assert len(out.stderr.splitlines()) == 1 + ("auto" in args)  # the left-out candidate's line first
+
+
+def test_cpu_tier_options_apply_to_the_tiered_candidates(steady, tmp_path):
+    # --cpu-memory-gb 0,1 --pcie-gbps 5: the tiered candidate replays at 5 GB/s, the other without a tier
+    log = tmp_path / "log.jsonl"
+    plan = _json("--trace", steady, "--slo-ttft-ms", 30, *LINEAR, "--cpu-memory-gb", "0,1", "--pcie-gbps", 5,
+                 "--cpu-write", "evict", "--log", log)
+    assert sorted(s["shape"] for s in plan["shapes"]) == ["h100x1 rr", "h100x1 rr +cpu1"]
+    cells = _cells(log)
+    tiered = [c for c in cells if c.get("cpu_memory_gb")]
+    plain = [c for c in cells if not c.get("cpu_memory_gb")]
+    assert tiered and plain
+    assert all((c["pcie_gbps"], c["cpu_write"]) == (5.0, "evict") for c in tiered)
+    assert all("pcie_gbps" not in c and "cpu_write" not in c for c in plain)
 
 
 def test_shape_labels():
@@ -211,6 +250,23 @@ def test_workload_and_trace_are_one_or_the_other(steady, tmp_path):
     spec.write_text(json.dumps({**SPEC, "requests": -1}))
     out = _plan("--workload", spec, "--slo-ttft-ms", 30, *LINEAR)
     assert out.exit_code != 0 and len(out.stderr.splitlines()) == 1 and str(spec) in out.stderr
+
+
+def test_trace_block_refused_up_front(tmp_path):
+    # sim --workload SPEC --trace-block 16 is a usage error before anything runs; so is plan's (it was refused
+    # by the first replay, exit 1); and a block ratio beyond what engine names carry
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    log = tmp_path / "log.jsonl"
+    out = _plan("--workload", spec, "--slo-ttft-ms", 30, *LINEAR, "--trace-block", 16, "--log", log)
+    assert out.exit_code == 2 and out.stderr.splitlines() == [
+        "Error: --trace-block has no effect: the workload's blocks are hashed at --block (16 tokens); it applies "
+        "to traces that name their own blocks (mooncake)"]
+    assert not log.exists() or log.read_text() == ""
+    one_block = _trace(tmp_path / "t.jsonl", [(0, 500, 1), (5, 500, 1)])  # one 512-token id per request
+    out = _plan("--trace", one_block, "--slo-ttft-ms", 30, *LINEAR, "--block", 1, "--trace-block", 2000)
+    assert out.exit_code == 2 and out.stderr.splitlines() == [
+        "Error: --block 1 is too small for trace blocks of 2000 tokens (at most 1022 engine blocks per trace block)"]
 
 
 # --------------------------------------------------------------------------- one Ray session per plan

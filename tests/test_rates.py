@@ -123,6 +123,17 @@ def test_run_reports_the_rates(tmp_path):
     assert "trace_rate" not in plain
 
 
+def test_time_scale_reports_the_rates_as_rate_scale_does(tmp_path):
+    # --time-scale 0.25 is --rate-scale 4: the same replay, and the same three keys (2 requests/s x 4 = 8)
+    path = tmp_path / "m.jsonl"
+    path.write_text(MOON)
+    by_time = run(SimConfig(trace=str(path), timing=True, time_scale=0.25, mode="rr"))
+    by_rate = run(SimConfig(trace=str(path), timing=True, rate_scale=4.0, mode="rr"))
+    assert (by_time["trace_rate"], by_time["time_scale_applied"], by_time["arrival_rate"]) == (2.0, 0.25, 8.0)
+    assert by_time == by_rate
+    assert list(by_time)[-3:] == ["trace_rate", "time_scale_applied", "arrival_rate"]
+
+
 @pytest.mark.parametrize("cmd", [["sim"], ["compare", "--format", "json", "--modes", "rr,kv"],
                                  ["sweep", "--executor", "serial", "--quiet", "--grid", "workers=1,2"]])
 @pytest.mark.parametrize("args, words", [

@@ -164,6 +164,23 @@ def test_the_configuration_shows_the_pool_and_its_derivation():
         assert text in page
 
 
+def test_timed_results_and_the_configuration_say_the_scheduler_rules():
+    # the result JSON records admission and async scheduling; the report's configuration table shows them
+    from dynlab.engine.config import SimConfig
+    from dynlab.report.html import config_rows
+    from dynlab.sim.runner import run
+
+    plain = run(SimConfig(timing=True, workers=1, prefixes=2, reps=2))
+    chunk = run(SimConfig(timing=True, workers=1, prefixes=2, reps=2, admission="chunk", async_scheduling=True))
+    assert (plain["admission"], plain["async_scheduling"]) == ("full", False)
+    assert (chunk["admission"], chunk["async_scheduling"]) == ("chunk", True)
+    keys = list(plain)
+    assert keys.index("latency_model") + 1 == keys.index("admission") == keys.index("async_scheduling") - 1
+    assert "admission" not in run(SimConfig(workers=1, prefixes=2, reps=2))  # count-based: no scheduler
+    rows = config_rows([Run("a", plain), Run("b", chunk)], {})
+    assert ["admission", "a: full; b: chunk"] in rows and ["async scheduling", "a: off; b: on"] in rows
+
+
 def test_records_give_the_cdf_table_and_the_arrival_rate():
     page = _page([Run("kv-cost", TIMED)], {"kv-cost": RECORDS})
     # TTFT 11, 12, 20: p50 12.0, p90 18.4 (position 1.8), p99 19.8 (1.98), p99.9 20.0 (rounded to 0.1)

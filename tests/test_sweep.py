@@ -82,7 +82,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     """Names, types and validation come from sim's options: each one is accepted under its flag name."""
     flags, field, ptype, default, _ = entry
     name = flags[0].lstrip("-")
-    value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake", "trace_block": "256",
+    value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake", "trace_block": "512",
              "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0", "cpu_capacity": "100", "cpu_memory_gb": "1.5",
              "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
@@ -99,6 +99,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
                "cpu_write": ["--cpu-capacity", "8"],
                "prefill_workers": ["--decode-workers", "1"], "decode_workers": ["--prefill-workers", "1"],
                "rate_scale": ["--trace", TRACE], "duration": ["--trace", TRACE], "tokenizer": ["--trace", SHAREGPT],
+               "trace_block": ["--trace", TRACE],  # a trace that names its own blocks (a workload has none)
                "duration_repeat": ["--trace", TRACE, "--duration", "60"],
                **{f: ["--split", "1:1"] for f in pd}, **spec}.get(field, [])
     timing = field not in ("policy", "event_delay")
@@ -110,7 +111,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
              "pcie_gbps": {"cpu-capacity": 8}, "cpu_write": {"cpu-capacity": 8},
              "prefill_workers": {"decode-workers": 1},
              "decode_workers": {"prefill-workers": 1}, "rate_scale": {"trace": TRACE}, "duration": {"trace": TRACE},
-             "tokenizer": {"trace": SHAREGPT},
+             "tokenizer": {"trace": SHAREGPT}, "trace_block": {"trace": TRACE},
              "duration_repeat": {"trace": TRACE, "duration": 60.0},
              **{f: {"split": "1:1"} for f in pd},
              **{f: {a.lstrip("-"): (int(b) if b.isdigit() else b) for a, b in zip(v[::2], v[1::2])}
@@ -297,6 +298,9 @@ def test_an_existing_results_file_needs_resume(tmp_path):
     (["--grid", "capacity=64,-1"], ["--grid capacity"]),
     (["--grid", "event-loss=0.5,1.5"], ["--grid event-loss"]),
     (["--grid", "mode=kv,nosuch"], ["unknown strategy 'nosuch'"]),
+    # a registry name in the grid is checked though the option's own default is not looked up at parse time
+    (["--grid", "policy=lru,nope"], ["unknown eviction policy 'nope'"]),
+    (["--grid", "latency-model=roofline,nope", "--timing"], ["unknown latency model 'nope'"]),
     (["--grid", "publish=yes,maybe"], ["--grid publish"]),
     (["--grid", "mode=kv-cost,rr", "--grid", "opt.temperature=0.5"], ["strategy 'rr' has no option 'temperature'"]),
     (["--grid", "mode=kv-cost", "--grid", "opt.temperature=0.5,warm"], ["temperature", "float"]),

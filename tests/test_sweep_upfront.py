@@ -34,6 +34,12 @@ CASES = [
     (["--capacity", "120"], "time-scale=1,1e308", '{"time-scale": 1e+308,',
      "request 1's arrival (timestamp 1000 ms x --time-scale 1e+308) would reach inf ms, past the simulated "
      "clock's horizon (1e+12 ms, 31.7 years); use a smaller --time-scale"),
+    # a model with KV cache groups on 512-token trace blocks replayed at --block 16 (the engine's setup
+    # refuses it; sweep ran the cell and failed it, exit 1)
+    ([], "model=llama-3.1-8b,gpt-oss-20b", '{"model": "gpt-oss-20b",',
+     "gpt-oss-20b has 2 KV cache groups of 12 layers (12 full, 12 sliding_window; 0 padding); dynlab models "
+     "them only when a trace block is one engine block, and this trace's blocks hold 512 tokens against "
+     "--block 16 (replay it with --block 512)"),
 ]
 
 
@@ -95,3 +101,18 @@ def test_cpu_memory_of_zero_or_a_block_or_more_runs(tmp_path, gb, blocks):
     result = invoke("sim", "--trace", trace, *BASE, "--capacity", "120", "--cpu-memory-gb", gb)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["cpu_kv_blocks"] == blocks
+
+
+def test_trace_block_on_a_workload_is_refused_before_any_cell_runs(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"requests": 3, "arrival": {"process": "constant", "rate": 1},
+                                "input": {"dist": "constant", "value": 40},
+                                "output": {"dist": "constant", "value": 2}}))
+    out = tmp_path / "s.jsonl"
+    result = invoke("sweep", "--workload", spec, "--timing", "--trace-block", "16", "--grid", "workers=1,2",
+                    "--out", out, "--executor", "serial")
+    assert result.exit_code == 2 and not out.exists()
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("Error: cell {") and line.endswith(
+        ": --trace-block has no effect: the workload's blocks are hashed at --block (16 tokens); it applies to "
+        "traces that name their own blocks (mooncake)")

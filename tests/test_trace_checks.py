@@ -158,3 +158,30 @@ def test_output_length_zero_or_absent_means_unknown_and_runs_as_one_token(tmp_pa
         outs.append(json.loads(result.stdout))
     assert outs[0]["engine_steps"] == 1
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_a_truncated_gzip_trace_is_one_line(tmp_path):
+    # 3,000 rows compressed, the last 20 bytes cut (the gzip trailer and some data): the reader (behind its
+    # 64 KiB line buffer) says it cannot read the file, in one line, and the run fails
+    data = "".join(_row(i, 512, [i]) + "\n" for i in range(3000)).encode()
+    path = _write(tmp_path, gzip.compress(data)[:-20], "t.jsonl.gz")
+    result = invoke("sim", "--trace", path)
+    assert result.exit_code == 1
+    (message,) = result.stderr.splitlines()
+    assert message.startswith(f"Error: {path}: cannot read: ")
+
+
+@pytest.mark.parametrize("hash_ids, words", [
+    ('[1, "2"]', "hash_ids[1] must be an int, got '2'"),
+    ('[1, 2.0]', "hash_ids[1] must be an int, got 2.0"),
+    ('"12"', "field 'hash_ids' must be a list of ints"),
+    ('null', "field 'hash_ids' must be a list of ints"),
+])
+def test_bad_hash_ids_on_a_later_row_are_refused_with_its_line(tmp_path, hash_ids, words):
+    # the Mooncake parser checks a list of ints inline and falls back to the full check: the same messages
+    path = _write(tmp_path, _row(0, 512, [1]) + "\n" + f'{{"hash_ids": {hash_ids}}}\n')
+    result = invoke("sim", "--trace", path)
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {path}:2: {words}\n"
+    path = _write(tmp_path, _row(0, 512, [1]) + '\n{"input_length": 512}\n', "missing.jsonl")
+    assert invoke("sim", "--trace", path).stderr == f"Error: {path}:2: missing field 'hash_ids'\n"

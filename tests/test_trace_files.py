@@ -4,6 +4,7 @@ Sample files: tests/data/traces/ (written for these tests; see its README.md).
 """
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -200,3 +201,61 @@ def test_a_csv_format_forced_onto_json_lines_is_one_line(tmp_path, fmt):
     assert out.exit_code == 1
     assert f"{path}:1: a JSON line, not the CSV header of a {fmt} trace" in out.output
     assert not isinstance(out.exception, Exception) or isinstance(out.exception, SystemExit)
+
+
+# -- replies: the next turn hits its previous reply (issue 24 leftovers) ----------------------------------------
+# Both files at --block 4, by hand: turn 1 is 8 prompt tokens (2 blocks) and a 6-token reply; its computed
+# tokens are 8 + 6 - 1 = 13 (the last token's KV is never computed): 3 full blocks, one past the prompt's
+# (the reply's first 4 tokens). Turn 2 is turn 1's prompt, the reply and 4 new tokens: 18 tokens, 4 blocks;
+# its first 3 are turn 1's 2 prompt blocks and that reply block. Without the reply's names it would hit 2.
+@pytest.mark.parametrize("name", ["sharegpt_replies.json", "aiperf_replies.jsonl"])
+def test_a_turn_names_its_reply_and_the_next_turn_quotes_it(name):
+    reqs, _ = load(name, block=4)
+    turn1, turn2 = [r for r in reqs if r.input_length in (8, 18)]
+    assert (turn1.input_length, turn1.output_length, len(turn1.hashes)) == (8, 6, 2)
+    assert len(turn1.output_hashes) == 1 and turn2.input_length == 18
+    assert turn2.hashes[:3] == turn1.hashes + turn1.output_hashes
+
+
+def test_sharegpt_reply_tokens_are_the_conversation_text_past_the_prompt():
+    enc = ApproxTokenizer().encode
+    reqs, _ = load("sharegpt_replies.json", block=4)
+    # "yes sir" answers turn 2 (2 tokens, "\nyes", " sir"): 18 + 2 - 1 = 19 tokens, no full block past the prompt's 4
+    assert [(r.input_length, r.output_length) for r in reqs] == [(8, 6), (18, 2)]
+    assert reqs[1].output_hashes == ()
+    assert len(enc("nine ten red blue green pink")) == 6
+
+
+def test_aiperf_single_turn_rows_name_no_reply():
+    # the single_turn row (at 500 ms, between the session's turns) has no history to quote its answer
+    reqs, _ = load("aiperf_replies.jsonl", block=4)
+    assert [(r.timestamp, r.input_length, r.output_length) for r in reqs] == [(0, 8, 6), (500, 4, 8), (1000, 18, 2)]
+    assert reqs[1].output_hashes is None and reqs[2].output_hashes == ()
+
+
+@pytest.mark.parametrize("name", ["sharegpt_replies.json", "aiperf_replies.jsonl"])
+def test_replies_are_hit_count_based_timed_and_on_a_decode_worker(name, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        counted = run(SimConfig(trace=path(name), block=4, workers=1))
+        # count-based: turn 2 finds turn 1's 3 blocks on the one worker; prompt blocks 2 + 4 (+ 1 aiperf's row)
+        assert counted["cached_blocks"] == 3
+        out = tmp_path / "r.jsonl"
+        res = CliRunner().invoke(main, ["sim", "--trace", path(name), "--block", "4", "--workers", "1", "--timing",
+                                        "--requests-out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert [json.loads(line)["hit_tokens"] for line in out.read_text().splitlines()][-1] == 12
+        # P/D: the prefill worker never computed the reply (turn 2 hits its 8 prompt tokens there); the decode
+        # worker, with its prefix cache, holds turn 1's prompt and reply blocks: 12 tokens it need not be sent
+        pd = run(SimConfig(trace=path(name), block=4, timing=True, prefill_workers=1, decode_workers=1,
+                           decode_prefix_cache=True))
+        assert pd["decode_hit_tokens"] == 12
+
+
+def test_aiperf_sessions_run_under_the_dynamo_hash():
+    # the answers' placeholder ids fit Dynamo's u32 tokens (they were 2**62 up, refused by --hash dynamo)
+    reqs, _ = load("aiperf_replies.jsonl", block=4, scheme="dynamo")
+    turn1, turn2 = reqs[0], reqs[2]
+    assert turn2.hashes[:3] == turn1.hashes + turn1.output_hashes
+    res = CliRunner().invoke(main, ["sim", "--trace", path("aiperf_multi_turn.jsonl"), "--hash", "dynamo"])
+    assert res.exit_code == 0, res.output

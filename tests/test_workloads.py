@@ -119,6 +119,41 @@ def test_empirical_from_values_and_from_a_trace(tmp_path):
     assert {len(r["tokens"]) for r in out} == {600} and {r["output_length"] for r in out} <= {3, 4}
 
 
+def test_an_empirical_trace_is_read_from_the_specs_folder(tmp_path, monkeypatch):
+    # "trace": "t.jsonl" next to the spec is found from any working directory; an absolute path is as given
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "t.jsonl").write_text('{"input_length": 600, "output_length": 9, "hash_ids": [1, 2]}\n')
+    (tmp_path / "t.jsonl").write_text('{"input_length": 700, "output_length": 9, "hash_ids": [1, 2]}\n')
+    spec = {"requests": 3, "arrival": {"process": "constant", "rate": 1},
+            "input": {"dist": "empirical", "trace": "t.jsonl"}, "output": {"dist": "constant", "value": 1}}
+    path = write(folder, spec)
+    monkeypatch.chdir(tmp_path)  # a t.jsonl here too: the spec's own must win
+    out = CliRunner().invoke(main, ["workload", path, "--out", str(tmp_path / "out.jsonl")])
+    assert out.exit_code == 0, out.stderr
+    lengths = {len(json.loads(line)["tokens"]) for line in (tmp_path / "out.jsonl").read_text().splitlines()}
+    assert lengths == {600}
+    absolute = write(folder, {**spec, "input": {"dist": "empirical", "trace": str(tmp_path / "t.jsonl")}}, "abs.json")
+    assert {len(r["tokens"]) for r in plugins.workloads().get("synthetic")(json.loads(open(absolute).read()),
+                                                                          absolute).rows()} == {700}
+    bundled = {**spec, "input": {"dist": "empirical", "trace": "mooncake-conversation"}}
+    assert len(list(plugins.workloads().get("synthetic")(bundled, write(folder, bundled, "b.json")).rows())) == 3
+    missing = write(folder, {**spec, "input": {"dist": "empirical", "trace": "nope.jsonl"}}, "missing.json")
+    out = CliRunner().invoke(main, ["workload", missing, "--out", str(tmp_path / "out2.jsonl")])
+    (line,) = out.stderr.splitlines()
+    assert out.exit_code != 0 and line.startswith(f"Error: {folder / 'nope.jsonl'}: no such file"), line
+
+
+def test_an_empirical_trace_without_requests_is_one_line(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    spec = {"requests": 3, "arrival": {"process": "constant", "rate": 1},
+            "input": {"dist": "empirical", "trace": "empty.jsonl"}, "output": {"dist": "constant", "value": 1}}
+    out = CliRunner().invoke(main, ["workload", write(tmp_path, spec), "--out", str(tmp_path / "o.jsonl")])
+    assert out.exit_code == 1
+    assert out.stderr.splitlines() == [f"Error: {tmp_path / 'empty.jsonl'}: the trace holds no request"]
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_mooncake_rows_chain_their_ids():
     toks = list(range(1, 1201))
     out = list(mooncake_rows([{"timestamp": 0.0, "tokens": toks, "output_length": 1},

@@ -53,6 +53,10 @@ _HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from t
                      "--gpu-memory-utilization]."}
 
 
+#: plan's own type where sim's admits a value every replay would refuse (an engine needs one block at least)
+_TYPES = {"capacity": click.IntRange(min=1)}
+
+
 def _shared_options(fn):
     from dynlab.cli.routing import SIM_FLAGS
 
@@ -65,6 +69,7 @@ def _shared_options(fn):
     for field in reversed(SHARED):
         flags, ptype, default, help_ = _BY_FIELD[field]
         help_ = _HELP.get(field) or _help(help_)
+        ptype = _TYPES.get(field, ptype)
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
                           help=help_)(fn)
     for field in reversed(CANDIDATES):
@@ -152,22 +157,52 @@ def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
     from dynlab.engine.serving import check_timed
     from dynlab.plan.planner import latency_for
 
-    any_pd, any_spec = any(s.pd for s in shapes), any(s.spec_tokens for s in shapes)
+    from dynlab.engine.serving import build_engines
+    from dynlab.plan.search import CPU_TIER_FIELDS
+
+    _check_candidate_options(shapes, base, given)
+    own_block = getattr(requests, "own_block_tokens", None)
     for shape in shapes:
         config = shape.config(base)
         own = given | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set())
-        if any_pd and not shape.pd:  # its P/D options are the P/D candidates' (as compare --split aligns them)
+        if not shape.pd:  # its P/D options are the P/D candidates' (as compare --split aligns them)
             own -= set(PD_FIELDS)
-        if any_spec and not shape.spec_tokens:  # the K = 0 baseline: the spec options are the others'
+        if not shape.spec_tokens and any(s.spec_tokens for s in shapes):  # the K = 0 baseline: the others'
             own -= set(SPEC_FIELDS)
+        if not shape.cpu_memory_gb:  # the CPU tier's options are the tiered candidates'
+            own -= set(CPU_TIER_FIELDS)
         try:
             config.validate()
-            check_effective(config, own, getattr(requests, "own_block_tokens", None))
+            check_effective(config, own, own_block)
             check_timed(config, requests)
+            build_engines(config, own_block)  # --trace-block on a workload, block ratios, KV cache groups
             build_strategy(config, random.Random(0))
             latency_for(config)
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"{shape.label}: {exc}" if len(shapes) > 1 else str(exc)) from None
+
+
+def _candidate_rules(shapes):
+    """``(field, why it has no effect)`` for the options that apply to some kinds of candidate only, in plan's
+    own words (sim's rules name sim's options: --cpu-capacity, --prefill-workers)."""
+    from dynlab.engine.config import PD_FIELDS
+    from dynlab.plan.search import CPU_TIER_FIELDS
+
+    if not any(s.cpu_memory_gb for s in shapes):
+        for name in CPU_TIER_FIELDS:
+            yield name, "without a CPU tier candidate (an aggregated one, --split agg, with --cpu-memory-gb above 0)"
+    if not any(s.pd for s in shapes):
+        for name in PD_FIELDS:
+            yield name, "without a P/D candidate (--split auto)"
+
+
+def _check_candidate_options(shapes, base: SimConfig, given: set) -> None:
+    """Usage error for the first option given (or set off its default) that no candidate shape uses."""
+    from dynlab.engine.config import _DEFAULTS
+
+    for name, why in _candidate_rules(shapes):
+        if name in given or getattr(base, name) != _DEFAULTS[name]:
+            raise click.UsageError(f"--{name.replace('_', '-')} has no effect {why}")
 
 
 @main.command()

@@ -50,13 +50,21 @@ class FiniteFloat(click.FloatRange):
 
 
 class RegistryName(click.ParamType):
-    """A name from a plugin registry; unknown names are usage errors that list the known ones."""
+    """A name from a plugin registry; unknown names are usage errors that list the known ones.
+
+    A default (a built-in's name) is not looked up here: the run looks it up where it needs it, so
+    a command that never uses the registry (``--latency-model`` in a count-based run) does not
+    import its plugins' modules at start-up.
+    """
 
     def __init__(self, kind: str, registry_fn):
         self.name = kind
         self._registry_fn = registry_fn
 
     def convert(self, value, param, ctx):
+        if param is not None and ctx is not None and value == param.default and \
+                ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:
+            return value  # the option's own default, not given (a grid cell's value is checked: sweep)
         registry = self._registry_fn()
         if value not in registry:
             self.fail(f"unknown {self.name} {value!r}; available: {', '.join(registry.names())}", param, ctx)

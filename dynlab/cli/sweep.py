@@ -166,7 +166,7 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     values (:func:`dynlab.engine.serving.check_timed`, with the cell's trace loaded), before any cell
     runs or any output is opened, with --dry-run too (usage errors name the cell)."""
     from dynlab.engine.config import check_effective
-    from dynlab.engine.serving import check_timed
+    from dynlab.engine.serving import build_engines, check_timed
     from dynlab.traces.reader import own_block_tokens
 
     from dynlab.engine.config import align_split
@@ -183,7 +183,10 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
                 own[key] = own_block_tokens(config.trace, config.trace_format, config.block)
             check_effective(config, given, own.get(key))
             if config.timing:  # what a timed run refuses of its values (compare refuses them up front too)
-                check_timed(config.resolved(), _trace(config))
+                trace = _trace(config)
+                check_timed(config.resolved(), trace)
+                # --trace-block on a workload, block ratios, KV cache groups with trace blocks
+                build_engines(config.resolved(), getattr(trace, "own_block_tokens", None))
         except (ValueError, plugins.UnknownNameError) as exc:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
         configs.append(config)

@@ -19,7 +19,11 @@ The model, built on the timed engine (:mod:`dynlab.engine.timed`, :mod:`dynlab.e
 - The **transfer** moves ``(input_length - decode-side hit tokens) * kv_bytes_per_token`` bytes
   (:attr:`ModelSpec.kv_bytes_per_token <dynlab.latency.hardware.ModelSpec>`, the whole model's
   KV, from :func:`dynlab.disagg.cost.kv_bytes_per_token_from_config`); the hit is 0 unless
-  ``decode_prefix_cache``. Each prefill worker has one link of ``link_gbps`` GB/s (10**9 B/s;
+  ``decode_prefix_cache``, the decode worker's own prefix cache: it names the prompt blocks it receives
+  and, when the trace names the reply (``Request.output_hashes``), the reply's full blocks as its steps
+  compute them (published in those steps' results as ``BlockStored``; no router reads the decode pool's
+  events, as Dynamo's decode stage does not score overlap). The prefill worker never computes a reply,
+  so a conversation's next turn hits only its previous prompt there (docs/disagg.md). Each prefill worker has one link of ``link_gbps`` GB/s (10**9 B/s;
   time per transfer :func:`dynlab.disagg.cost.transfer_ms`) shared **first come first served**
   (FIFO): a transfer occupies the whole link from ``max(its start, the link's previous transfer
   end)`` for ``bytes / bandwidth``, then arrives ``link_latency_ms`` later (propagation, not

@@ -30,19 +30,47 @@ itself this way) that gives these rules, all times in ms:
   vLLM has hashed by then: a block completed by a token that was a placeholder when its step was
   scheduled is named only at the request's next schedule (:attr:`EngineRequest.safe`).
 
+**Bulk decode under async scheduling** (``bulk=True`` and a driver that crosses block boundaries,
+:attr:`~dynlab.engine.worker.EngineWorker.cross_boundaries`; the same results as one step at a time,
+up to float rounding as the synchronous bulk run). When the step scheduled ahead, ``S(n+1)``,
+decodes every running request (no admission, no preemption), the steps after it repeat it until
+something changes, so it becomes a run of ``k`` steps ``S(n+1) .. S(n+k)`` (:func:`plan_run`):
+
+- ``k`` is at most one more than the tokens each request still has to sample, so that no request's
+  last token is sampled before ``S(n+k)`` (a request whose last token is in flight leaves the batch of
+  the step scheduled next) and no output applied inside the run finishes one;
+- the steps inside the run are scheduled (virtually) at the starts of their predecessors, ``S(n+1+i)``
+  at ``t(n+i)``: the block a request needs for ``S(n+1+i)`` is taken at ``t(n+i)``, one step earlier
+  than under the synchronous scheduler. Those are the run's block boundaries, crossed by the driver
+  as the synchronous run's (:func:`~dynlab.engine.bulk.boundaries` with the slots shifted by one
+  step); with a request waiting, the run ends before its first boundary, and a boundary the free
+  queue cannot serve ends the run (its step is then really scheduled, and may preempt);
+- the step after the run, ``S(n+k+1)``, is really scheduled at the start of the run's last step,
+  ``t(n+k)``: a last, request-less "boundary" of the run (the look-ahead), where the requests' state is
+  advanced in closed form (:func:`advance`) to what the ``k - 1`` virtual schedules and outputs leave;
+- an arrival at ``t`` in ``(t(n+i-1), t(n+i)]`` is seen by the schedule at ``t(n+i)``: the run is cut
+  to ``S(n+1) .. S(n+i)`` (:func:`cut_async_run`), its look-ahead moved to ``t(n+i)``; an arrival before
+  the run starts cuts it to its first step. A run never names a block (it ends before a step that
+  would register a name).
+
 Not modelled (refused by :func:`check`): speculative decoding, a CPU tier, disaggregated
-prefill/decode, KV cache groups. Bulk decode runs are off (one step at a time). The blocks of a
-trace's ``output_tokens`` are named when their step is scheduled (vLLM names them one step later,
-when their token ids are known).
+prefill/decode, KV cache groups. The blocks of a trace's ``output_tokens`` are named when their step
+is scheduled (vLLM names them one step later, when their token ids are known).
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from dynlab.engine.bulk import StepPlan, StepResult, plan_step
+from dynlab.engine.bulk import StepPlan, StepResult, boundaries, plan_step
+from dynlab.engine.request import DECODE_TOKENS
 from dynlab.engine.worker import EngineWorker
+from dynlab.latency.base import StepBatch
 
-__all__ = ["AsyncEngineWorker", "after_schedule", "apply_output", "check", "check_config"]
+__all__ = ["AsyncEngineWorker", "advance", "after_schedule", "apply_output", "check", "check_config",
+           "cut_async_run", "plan_run"]
+
+#: the ``bound_reqs`` entry of a run's look-ahead (the real schedule of the step after it)
+LOOK_AHEAD = None
 
 
 def check(spec=None, cpu_capacity: int = 0, handoff: bool = False, kv_layout=None) -> None:
@@ -110,15 +138,91 @@ def apply_output(scheduler, st: StepPlan, end: float) -> tuple:
     return first_tokens, finished
 
 
+def plan_run(st: StepPlan, running: int, waiting: bool, kv, latency) -> None:
+    """Make the step ``st`` just scheduled ahead (after :func:`after_schedule`) a run of ``k`` decode steps
+    when it decodes every one of the ``running`` requests (no admission, no preemption): the module
+    docstring's **Bulk decode under async scheduling**. ``waiting``: a request waits (the run then ends
+    before its first block boundary, as nothing in the pool may change); ``kv``: the pool (free slots,
+    free queue, block size); ``latency``: the step-time model. Sets ``k``, ``end`` (ms), ``bound_at`` /
+    ``bound_reqs`` (LAST first, the look-ahead at ``t(n+k)`` first, :data:`LOOK_AHEAD`); ``k == 1``: no change."""
+    sched = st.sched
+    if st.prefill_tokens or st.preempted or st.decodes != len(sched) or len(sched) != running:
+        return
+    B = kv.block
+    k = min(r.output_length - r.generated - r.pending for r, _ in sched) // DECODE_TOKENS + 1
+    for r, _ in sched:  # no schedule inside the run registers a name (a trace-named reply, a resumed output)
+        if r.nreg < len(r.names):
+            k = min(k, (r.nreg + 1) * B - r.computed)
+    if k < 2:
+        return
+    # S(n+1+i) needs computed + i tokens, its block taken at t(n+i): boundaries' step j = i
+    slots = [len(r.keys) * B - r.computed + DECODE_TOKENS for r, _ in sched]
+    steps, reqs = [], []
+    if waiting:
+        k = min(k, min(slots) // DECODE_TOKENS)
+    else:
+        k, steps, reqs = boundaries(sched, slots, k, kv.num_free, B)
+    if k < 2:
+        return
+    start = st.start
+    at = latency.decode_ms_at(st.decodes, st.context, [k - 1] + [j - 1 for j in steps] + [k])
+    st.k, st.end = k, start + at.pop()
+    st.bound_at = [start + ms for ms in at]
+    st.bound_reqs = [LOOK_AHEAD] + reqs
+
+
+def advance(st: StepPlan) -> None:
+    """The requests of the run ``st`` (``k`` steps) at its look-ahead ``t(n+k)``: the ``k - 1`` schedules
+    (``S(n+2) .. S(n+k)``) and outputs (``S(n+1) .. S(n+k-1)``) that :func:`after_schedule` and
+    :func:`apply_output` would have made one step at a time, in closed form: ``computed`` and ``generated``
+    up by ``k - 1``, ``pending`` and ``inflight`` unchanged, the placeholder and ``safe`` of ``S(n+k)``."""
+    n = (st.k - 1) * DECODE_TOKENS
+    for r, _ in st.sched:
+        r.computed += n
+        r.generated += n
+        after = r.computed
+        known = r.input_length + r.generated - DECODE_TOKENS  # token ids known when S(n+k) was scheduled
+        before = after - DECODE_TOKENS
+        r.safe = after if after <= known else (known if known > before else before)
+        r.num_tokens = after + (DECODE_TOKENS if r.generated + r.pending < r.output_length else 0)
+
+
+def cut_async_run(st: StepPlan, t: float, latency, started: bool) -> bool:
+    """Cut the run ``st`` for an arrival at ``t`` (ms), seen by the first schedule at or after ``t``: before
+    the run starts (``started`` false) it becomes its first step; in progress, with ``t`` in
+    ``(t(n+i-1), t(n+i)]``, the run ``S(n+1) .. S(n+i)``, its look-ahead at ``t(n+i)`` (the boundaries after
+    ``t`` dropped: the caller crossed those before it). Returns whether it was cut."""
+    k, start = st.k, st.start
+    if not started:
+        st.k, st.bound_at, st.bound_reqs = 1, [], []
+        st.end = start + latency.step_ms(StepBatch((), (), st.decodes, st.context))
+        return True
+    decode_ms, r, ctx = latency.decode_ms, st.decodes, st.context
+    lo, hi = 1, k  # smallest m with start + decode_ms(m) >= t, i.e. t(n+1+m) >= t
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if start + decode_ms(r, ctx, mid) >= t:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo + 1 >= k:
+        return False
+    at = latency.decode_ms_at(r, ctx, [lo, lo + 1])
+    st.k, st.end = lo + 1, start + at[1]
+    st.bound_at, st.bound_reqs = [start + at[0]], [LOOK_AHEAD]
+    return True
+
+
 class AsyncEngineWorker(EngineWorker):
     """An :class:`~dynlab.engine.worker.EngineWorker` under async scheduling (the module docstring): the
-    same arguments and calls, one step at a time (``bulk`` is off). :attr:`ahead`: the step scheduled
-    to start when the one in progress ends (``None``: none, or it is empty). Raises ``ValueError``
+    same arguments and calls; ``bulk`` (default on) makes runs of decode steps when the driver crosses
+    block boundaries (:attr:`cross_boundaries`; a run's look-ahead is its last boundary, request-less).
+    :attr:`ahead`: the step (or run) scheduled to start when the one in progress ends (``None``: none, it
+    is empty, or the run in progress has not reached its look-ahead). Raises ``ValueError``
     (:func:`check`) with ``spec``, a CPU tier, ``handoff`` or ``kv_layout``, and as :class:`EngineWorker` does."""
 
     def __init__(self, worker_id: int, capacity: int, block: int, latency, **kw):
         check(kw.get("spec"), kw.get("cpu_capacity", 0), kw.get("handoff", False), kw.get("kv_layout"))
-        kw["bulk"] = False
         super().__init__(worker_id, capacity, block, latency, **kw)
         self.ahead: Optional[StepPlan] = None
         self._removed, self._runs = (), ()  # what the schedules at one time evicted (names, runs)
@@ -126,8 +230,9 @@ class AsyncEngineWorker(EngineWorker):
     def receive(self, req, now: float, prefix_cache: bool = False) -> None:
         raise RuntimeError("async scheduling does not model a decode worker of a P/D fleet")
 
-    def _plan(self, now: float, start: float) -> Optional[StepPlan]:
-        """Schedule, at ``now`` (ms), the step that starts at ``start``; ``None`` when it is empty."""
+    def _plan(self, now: float, start: float, run: bool = True) -> Optional[StepPlan]:
+        """Schedule, at ``now`` (ms), the step that starts at ``start`` (``run``: or a run, :func:`plan_run`);
+        ``None`` when it is empty."""
         sch, kv = self.scheduler, self.kv
         kv.begin_step(now)
         sched, preempted, admitted = sch.schedule(start)
@@ -144,6 +249,8 @@ class AsyncEngineWorker(EngineWorker):
         if runs:
             self._runs += runs
         st.sampling = after_schedule(sched)
+        if run and self.bulk and self.cross_boundaries:
+            plan_run(st, len(sch.running), bool(sch.waiting), kv, self.latency)
         return st
 
     def start_step(self, now: float) -> Optional[float]:
@@ -160,28 +267,77 @@ class AsyncEngineWorker(EngineWorker):
             if not (sch.running or sch.waiting):
                 self.removed, self.removed_runs = (), None
                 return None
-            cur = self._plan(now, now)
+            cur = self._plan(now, now, False)
             if cur is None:
                 raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
-        else:  # scheduled when the step before it started, to start at its end: now
+        elif cur.k == 1:  # scheduled when the step before it started, to start at its end: now
             cur.end, cur.start = now + (cur.end - cur.start), now
-        self.ahead = self._plan(now, cur.end)
+        if cur.k == 1:
+            self.ahead = self._plan(now, cur.end)
         self.removed = self._removed
         self.removed_runs = self._runs if self.runs else None
         self._step = cur
+        self.next_boundary = cur.bound_at[-1] if cur.bound_at else None  # a run: its look-ahead last
         return cur.end
+
+    # -- a run's boundaries, look-ahead and cuts ------------------------------------------------
+    def _cross_next(self, st: StepPlan, n: int) -> int:
+        """:meth:`EngineWorker._cross_next`, the run's look-ahead (its last boundary, :data:`LOOK_AHEAD`)
+        included: there the requests are advanced (:func:`advance`) and the step after the run is
+        scheduled (:attr:`ahead`); what that evicts follows the boundaries' names in :attr:`removed`."""
+        look = n == len(st.bound_at) and st.bound_reqs[0] is LOOK_AHEAD
+        if not look:
+            return super()._cross_next(st, n)
+        evicting = super()._cross_next(st, n - 1) if n > 1 else 0
+        removed, runs = (self.removed, self.removed_runs or ()) if n > 1 else ((), ())
+        t = st.bound_at.pop()
+        st.bound_reqs.pop()
+        self.next_boundary = None
+        advance(st)
+        self._removed, self._runs = (), ()
+        self.ahead = self._plan(t, st.end)
+        self.removed = removed + self._removed
+        self.removed_runs = runs + self._runs if self.runs else None
+        return evicting + (1 if self._removed else 0)
+
+    def submit(self, req, now: float) -> bool:
+        """:meth:`EngineWorker.submit` under async scheduling: the boundaries and look-ahead of the run in
+        progress before ``now`` crossed first (without ``req``), then the run in progress, or the one
+        scheduled ahead, cut (:func:`cut_async_run`): re-read :attr:`step_end` and :attr:`next_boundary`."""
+        st = self._step
+        if st is not None and st.bound_at and st.bound_at[-1] < now:
+            self._catch_up(st, now)
+        if not super().submit(req, now):  # (a run in progress: interrupt)
+            return False
+        ahead = self.ahead
+        if ahead is not None and ahead.k > 1:
+            cut_async_run(ahead, now, self.latency, False)
+        return True
+
+    def interrupt(self, t: float) -> float:
+        """Cut the run in progress for an arrival at ``t`` (ms) (:func:`cut_async_run`); returns the step end (ms)."""
+        st = self._step
+        if st is None:
+            raise RuntimeError("no step in progress")
+        if st.k > 1 and t < st.end:
+            self._catch_up(st, t)
+            if cut_async_run(st, t, self.latency, True):
+                self.next_boundary = st.bound_at[-1]
+        return st.end
 
     def finish_step(self) -> StepResult:
         """:meth:`EngineWorker.finish_step` under async scheduling: the step's output at its end."""
         st = self._step
         if st is None:
             raise RuntimeError("no step in progress")
-        self._step = None
+        if st.bound_at:  # a run: its boundaries and look-ahead, if the driver has not crossed them
+            self._catch_up(st, st.end)
+        self._step = self.next_boundary = None
         end = st.end
         self.kv.accumulate(end)
         self.busy_ms += end - st.start
         self.busy_block_ms += self.kv.used_block_ms() - self._busy_from
         first_tokens, finished = apply_output(self.scheduler, st, end)
-        self.steps += 1
-        return StepResult(st.start, end, 1, st.stored, st.removed, first_tokens, finished, st.preempted,
+        self.steps += st.k
+        return StepResult(st.start, end, st.k, st.stored, st.removed, first_tokens, finished, st.preempted,
                           len(st.sched), st.prefill_tokens, st.decodes, st.used, [], stored_runs=st.stored_runs)

@@ -30,8 +30,9 @@ class StepPlan:
     requests per step), ``context`` (their summed contexts, tokens), ``preempted``,
     ``prefill_tokens``, ``stored`` / ``stored_runs`` / ``removed`` (the pool's events), ``used``
     (blocks used), ``bound_at`` / ``bound_reqs``: a bulk run's pending block boundaries, LAST first:
-    start (ms) and the requests taking a block there; ``sampling``: under async scheduling, the requests
-    that sample a token (:mod:`dynlab.engine.async_steps`).
+    start (ms) and the requests taking a block there (under async scheduling the first, latest, entry of a
+    run is its look-ahead, requests ``None``); ``sampling``: under async scheduling, the requests that
+    sample a token (:mod:`dynlab.engine.async_steps`).
     """
 
     __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",

@@ -17,7 +17,7 @@ from collections import deque
 from typing import Callable, Sequence
 
 from dynlab.engine.loop import DELIVER, EventLoop
-from dynlab.routing.events import BlockRemoved, BlockStored
+from dynlab.routing.events import removed_event, stored_event
 
 
 class _Bus:
@@ -136,16 +136,16 @@ class CountedEventBus(_Bus):
             deliver = self.deliver
             if removed:
                 self.published += 1
-                deliver(BlockRemoved(worker, tuple(removed)))
+                deliver(removed_event(worker, tuple(removed)))
             if stored:
                 self.published += 1
-                deliver(BlockStored(worker, tuple(stored)))
+                deliver(stored_event(worker, tuple(stored)))
             return
         events = []
         if removed:
-            events.append(BlockRemoved(worker, tuple(removed)))
+            events.append(removed_event(worker, tuple(removed)))
         if stored:
-            events.append(BlockStored(worker, tuple(stored)))
+            events.append(stored_event(worker, tuple(stored)))
         events = self._keep(events)
         if self.delay:
             due = self._now + 1 + self.delay

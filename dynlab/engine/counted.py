@@ -90,6 +90,15 @@ class Worker:
         """Leading blocks of ``hashes`` held now (contiguous from block 0)."""
         return overlap(hashes, self._members)
 
+    def members(self):
+        """What :meth:`overlap` reads: the held blocks as a container (``in``), live; not to be modified."""
+        return self._members
+
+    def server(self):
+        """:meth:`serve` as the function this worker's cache takes (the LRU's own path when it has one),
+        for a loop that serves many requests: the same results, one dispatch less per call."""
+        return self._serve_lru if self.bounded and self._lru else self.serve
+
     def serve(self, hashes: Sequence[Hashable], cached: int) -> tuple[Sequence, Sequence]:
         """Store the request's blocks; ``cached`` is :meth:`overlap` on arrival.
 
@@ -174,8 +183,7 @@ class Worker:
         if new_count:
             room = cap - len(od)
             if cached and new_count > room:
-                for i in range(cached):
-                    mte(hashes[i])
+                _consume(map(mte, hashes[:cached]))
             if new_count <= cap:
                 # evict the oldest first, then store the new blocks tail-first in one call
                 if new_count > room:
@@ -189,14 +197,18 @@ class Worker:
                             break
                         evicted.append(popitem(False)[0])
                     od[hashes[i]] = 1
-        for i in range(cached - 1, -1, -1):
-            h = hashes[i]
-            if h in od:
-                mte(h)
-            elif cap:  # evicted by this request's own new blocks (request longer than the cache)
-                if len(od) >= cap:
-                    evicted.append(popitem(False)[0])
-                od[h] = 1
+        if n <= cap:  # the cached head is still held (touched before any eviction): touch it, tail first
+            if cached:
+                _consume(map(mte, hashes[cached - 1::-1]))
+        else:
+            for i in range(cached - 1, -1, -1):
+                h = hashes[i]
+                if h in od:
+                    mte(h)
+                elif cap:  # evicted by this request's own new blocks (request longer than the cache)
+                    if len(od) >= cap:
+                        evicted.append(popitem(False)[0])
+                    od[h] = 1
         cache._used = self.size = len(od)
         if new_count <= cap and (n <= cap or not evicted):
             # every new block went in; evictions (if any) took only blocks outside this request, once each

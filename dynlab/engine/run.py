@@ -24,6 +24,7 @@ from dynlab.engine.counted import Worker
 from dynlab.engine.bus import CountedEventBus
 from dynlab.engine.metrics import RoutingMetrics, fleet_result, hooks
 from dynlab.errors import DynlabError
+from dynlab.routing.hashing import overlap
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy, StrategyOption
 
 class StrategyError(DynlabError):
@@ -138,18 +139,21 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     cached_sizes = [0] * n
     fleet = FleetView(routing.counts, [0] * n, [0] * n, [0] * n, cached_sizes)
     bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish)
-    route, on_route, tick, change = strategy.route, routing.on_route, bus.tick, bus.change
+    route, on_route, change = strategy.route, routing.on_route, bus.change
+    tick = bus.tick if event_delay else None  # without a delay nothing is ever pending: no call per request
+    # each worker's serve and held blocks, looked up once (Worker.server / Worker.members)
+    serves, held = [wk.server() for wk in workers], [wk.members() for wk in workers]
     i = -1
     try:
         for i, req in enumerate(requests):
-            tick(i)
+            if tick is not None:
+                tick(i)
             strategy.predicted = None
             w = route(req, fleet)
             if type(w) is not int or not 0 <= w < n:
                 raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
-            worker = workers[w]
             hashes = req.hashes
-            actual = worker.overlap(hashes)
+            actual = overlap(hashes, held[w])
             on_route(hashes, w, strategy.predicted, actual, None, req.prefix)
             if route_hooks:
                 for hook in route_hooks:
@@ -157,8 +161,8 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
             reply = req.output_hashes  # a token trace's reply blocks (output_tokens): stored at its finish
             if reply:
                 routing.saw_reply(reply)
-            stored, removed = worker.serve(hashes + reply if reply else hashes, actual)
-            cached_sizes[w] = worker.size
+            stored, removed = serves[w](hashes + reply if reply else hashes, actual)
+            cached_sizes[w] = workers[w].size
             if stored or removed:
                 change(w, stored, removed)
             if progress is not None:

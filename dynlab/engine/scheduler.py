@@ -108,6 +108,8 @@ class Scheduler:
             if not kv.allocate_slots(req, req.computed + n + self.lookahead):
                 break
             received.popleft()
+            if req.nreg < len(req.names):  # a trace-named reply, on a decode worker with its prefix cache
+                kv.name_blocks(req, n)
             running.append(req)
             sched.append((req, n))
             budget -= n

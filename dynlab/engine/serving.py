@@ -126,11 +126,12 @@ class TimedSetup:
         return lambda tokens, hit: transfer_bytes(groups, tokens, hit)
 
     def describe(self) -> dict[str, Any]:
-        """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency)."""
+        """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency, the
+        scheduler's admission rule and async scheduling)."""
         c = self.config
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
-               "latency_model": c.latency_model}
+               "latency_model": c.latency_model, "admission": c.admission, "async_scheduling": c.async_scheduling}
         out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
         if c.spec_tokens and c.spec_method is not None:
             out.update(spec_describe(c, self.latency))
@@ -173,9 +174,12 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
             return engine_block_runs(req.hashes, req.input_length, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model, layout)
     if layout is not None and (runs_of is not None or config.spec_tokens):
-        raise ValueError(f"{hardware.model.name} has KV cache groups ({layout.describe()}), which dynlab does not "
-                         "model with " + ("speculative decoding (--spec-tokens)" if config.spec_tokens else
-                                          f"trace blocks of {trace_block} tokens other than --block {block}"))
+        if config.spec_tokens:
+            raise ValueError(f"{hardware.model.name} has {layout.describe()}; dynlab does not model them with "
+                             "speculative decoding (--spec-tokens)")
+        raise ValueError(f"{hardware.model.name} has {layout.describe()}; dynlab models them only when a trace "
+                         f"block is one engine block, and this trace's blocks hold {trace_block} tokens against "
+                         f"--block {block} (replay it with --block {trace_block})")
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout)
 

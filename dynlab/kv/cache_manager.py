@@ -410,7 +410,7 @@ class KvCacheManager:
         (nothing taken) when they are not free."""
         pool = self.pool
         self.sequence(req)
-        h = pool.lookup(req.seq, len(req.names)) if prefix_cache else 0
+        h = pool.lookup(req.seq, len(req.names) - req.out_blocks) if prefix_cache else 0  # prompt blocks only
         need = self.blocks_needed(tokens) - h
         if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
@@ -422,12 +422,12 @@ class KvCacheManager:
         return h
 
     def receive(self, req, prefix_cache: bool = False) -> None:
-        """Give ``req`` the blocks reserved for it (its KV arrived); name its prompt blocks with
-        ``prefix_cache``. Raises ``KeyError`` without a reservation."""
+        """Give ``req`` the blocks reserved for it (its KV arrived); with ``prefix_cache`` name its prompt blocks now, and
+        a trace-named reply's (``req.out_blocks``) as its decode steps compute them. ``KeyError`` without a reservation."""
         req.keys, req.nreg = self.reserved.pop(req)
-        if prefix_cache:
-            self.name_blocks(req, 0)
-        req.nreg = len(req.names)
+        if not prefix_cache:
+            req.nreg = len(req.names)  # no prefix cache modelled here: nothing is named
+        self.name_blocks(req, 0)
 
     def check(self, holders: list) -> None:
         """Assert (tests) the pool is consistent and its used blocks are those of ``holders`` (key lists)

@@ -11,6 +11,8 @@ from typing import Mapping, Optional
 from dynlab.engine.config import SimConfig
 from dynlab.plan.target import Target, measured
 
+#: the CPU tier's options: a candidate without a tier (``--cpu-memory-gb 0``) runs without them
+CPU_TIER_FIELDS = ("pcie_gbps", "cpu_write")
 #: each gallop step multiplies the worker count by this much (at least one more worker)
 GALLOP = 1.5
 
@@ -43,22 +45,39 @@ class Shape:
     def config(self, base: SimConfig) -> SimConfig:
         """``base`` with this shape's fields. Without speculation (``spec_tokens`` 0) the other spec options
         are dropped (as ``compare --spec-tokens 0,2`` drops them for its baseline); an aggregated shape
-        drops the P/D options, a P/D one gets the split ``1:1`` until its search sets one."""
+        drops the P/D options, a P/D one gets the split ``1:1`` until its search sets one; a shape without
+        a CPU tier drops the tier's options (:data:`CPU_TIER_FIELDS`)."""
         from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, _DEFAULTS
 
-        drop = (SPEC_FIELDS if not self.spec_tokens else ()) + (PD_FIELDS if not self.pd else ())
+        drop = ((SPEC_FIELDS if not self.spec_tokens else ()) + (PD_FIELDS if not self.pd else ())
+                + (CPU_TIER_FIELDS if not self.cpu_memory_gb else ()))
         return replace(base, model=self.model, gpu=self.gpu, tp=self.tp, mode=self.mode,
                        cpu_memory_gb=self.cpu_memory_gb, ep=self.ep, spec_tokens=self.spec_tokens,
                        split="1:1" if self.pd else None, **{f: _DEFAULTS[f] for f in drop})
 
     def impossible(self) -> str:
-        """Why no worker can have this shape, in words (empty when it can): plan takes no
-        ``--dp-attention``, so ``ep`` > 1 must equal ``tp``; a P/D fleet's workers have no CPU tier."""
-        if self.ep > 1 and self.ep != self.tp:
+        """Why no worker can have this shape, in words (empty when it can): ``ep`` > 1 on a dense model (no
+        experts to divide); plan takes no ``--dp-attention``, so ``ep`` > 1 must equal ``tp``; a P/D fleet's
+        workers have no CPU tier. An unknown model is not judged here (the options' check names it)."""
+        dense = _dense(self.model) if self.ep > 1 else False
+        if dense:
+            return f"--ep {self.ep}: {self.model} is a dense model (no experts to divide)"
+        if self.ep > 1 and self.ep != self.tp and dense is not None:
             return f"--ep {self.ep} must equal --tp {self.tp}"
         if self.pd and self.cpu_memory_gb:
             return "a P/D fleet's workers have no CPU tier"
         return ""
+
+
+def _dense(model: str) -> Optional[bool]:
+    """Whether ``model`` (a catalogue name or config.json path) has no experts; ``None`` when it cannot be read."""
+    from dynlab.errors import DynlabError
+    from dynlab.models.spec import model_spec
+
+    try:
+        return not model_spec(model).experts
+    except (ValueError, DynlabError):  # unknown or bad: the options' check reports it, in one line
+        return None
 
 
 @dataclass

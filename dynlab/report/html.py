@@ -30,6 +30,7 @@ HEADLINE = [("requests", "requests"), ("hit_rate", "hit_rate"), ("block_hit_rate
 CONFIG = [("strategy", "mode"), ("workers", "workers"), ("prefill workers", "prefill_workers"),
           ("decode workers", "decode_workers"), ("decode router", "decode_router"), ("model", "model"),
           ("GPU", "gpu"), ("TP (GPUs per worker)", "tp"), ("latency model", "latency_model"),
+          ("admission", "admission"), ("async scheduling", "async_scheduling"),
           ("latency model's domain", "latency_domain"),
           ("KV pool (blocks per worker)", "kv_blocks"), ("pool derivation", "kv_blocks_source"),
           ("CPU tier (blocks per worker)", "cpu_kv_blocks"), ("CPU tier derivation", "cpu_kv_blocks_source"),
@@ -74,10 +75,13 @@ IN_DOMAIN = "inside it (the model reported nothing outside what it was fitted or
 
 
 def _setting(result: Mapping, key: str):
-    """A configuration value of a result; ``latency_domain`` is :data:`IN_DOMAIN` for a timed run without it."""
+    """A configuration value of a result; ``latency_domain`` is :data:`IN_DOMAIN` for a timed run without it; a
+    flag (``async_scheduling``) is ``on`` or ``off``."""
     value = result.get(key)
     if value is None and key == "latency_domain" and result.get("latency_model") is not None:
         return IN_DOMAIN
+    if isinstance(value, bool):  # async_scheduling
+        return "on" if value else "off"
     return value
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from dynlab.slots import quick_maker
+
 #: the storage tiers events name (vLLM's ``medium``): a worker's GPU pool and its CPU tier (``--cpu-capacity``)
 MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"
@@ -88,3 +90,9 @@ class KvEventBatch:
     events: tuple
     seq: int = 0
     dp_rank: Optional[int] = None
+
+
+#: ``BlockStored(worker, hashes)`` and ``BlockRemoved(worker, hashes)``, about twice as fast
+#: (:func:`dynlab.slots.quick_maker`): the count-based bus makes one or two per request served
+stored_event = quick_maker(BlockStored, ("worker", "hashes"))
+removed_event = quick_maker(BlockRemoved, ("worker", "hashes"))

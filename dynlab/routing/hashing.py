@@ -13,7 +13,6 @@ both test them for truth).
 """
 from __future__ import annotations
 
-import hashlib
 import struct
 from itertools import compress, count, repeat
 from operator import contains, not_
@@ -104,6 +103,8 @@ def block_hashes(tokens: Sequence[int], block: int = 16, *, scheme: str = "dynla
     out = []
     parent = _ROOT
     step = 8 * block
+    import hashlib  # here, not at import: a run of a trace's own names never hashes (start-up)
+
     blake2b = hashlib.blake2b
     lora, salt = _key("lora_name", lora_name), _key("cache_salt", cache_salt)
     if lora is None and salt is None:  # the labs' names: no extra bytes at all

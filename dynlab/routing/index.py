@@ -95,13 +95,23 @@ class KvIndex:
         bad worker id and ``TypeError`` for anything that is not a KV event.
         """
         kind = type(event)
-        if kind is not AllBlocksCleared and event.medium != MEDIUM_GPU:
-            return self._apply_tier(event)
         if kind is BlockStored:
-            return self._apply_stored(event)
+            if event.medium != MEDIUM_GPU:
+                return self._apply_tier(event)
+            # _sized inlined (a replay's hot path: one event per request served)
+            self.stored_events += 1
+            bs = event.block_size
+            if bs is not None and self.block_size is not None and bs != self.block_size:
+                self.refused_block_size += 1
+                return False
+            return self._store_names(event)
         if kind is BlockRemoved:
+            if event.medium != MEDIUM_GPU:
+                return self._apply_tier(event)
             self._apply_removed(event)
             return True
+        if kind is not AllBlocksCleared and event.medium != MEDIUM_GPU:
+            return self._apply_tier(event)
         if kind is AllBlocksCleared:
             self.clear(event.worker)
             return True
@@ -117,13 +127,13 @@ class KvIndex:
             return False
         return True
 
-    def _apply_stored(self, event: BlockStored) -> bool:
-        """:meth:`apply_event` of a GPU ``BlockStored``: its checks, then the names (copies counted)."""
-        return self._sized(event) and self._store_names(event)
-
     def _store_names(self, event: BlockStored) -> bool:
-        """:meth:`_apply_stored` after the block-size check: the parent check, then the names."""
-        bit = self._bit(event.worker)
+        """:meth:`apply_event` of a GPU ``BlockStored`` after the block-size check (:meth:`_sized`): the
+        parent check, then the names (copies counted)."""
+        w = event.worker
+        if type(w) is not int or w < 0:
+            self._bit(w)  # raises ValueError
+        bit = 1 << w
         holders = self._holders
         parent = event.parent_block_hash
         if parent is not None and not holders.get(parent, 0) & bit:
@@ -171,13 +181,15 @@ class KvIndex:
                 else:
                     del copies[(w, h)]
             self.apply_removed(w, left)
-        elif type(hashes) is tuple and len(hashes) == 1 and type(w) is int and w >= 0:
-            # a decode's block boundary (one name): apply_removed inlined
-            h = hashes[0]
-            holders = self._holders
-            m = holders.pop(h, 0) & ~(1 << w)
-            if m:
-                holders[h] = m
+        elif type(w) is int and w >= 0:  # apply_removed inlined
+            if type(hashes) is tuple and len(hashes) == 1:  # a decode's block boundary (one name)
+                h = hashes[0]
+                holders = self._holders
+                m = holders.pop(h, 0) & ~(1 << w)
+                if m:
+                    holders[h] = m
+            else:
+                _remove(self._holders, ~(1 << w), hashes)
         else:
             self.apply_removed(w, hashes)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Hashable, Mapping, Optional, Sequence
 
 from dynlab.routing.events import KvEvent
+from dynlab.slots import quick_maker
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,11 @@ class Request:
     prefix: Optional[Hashable] = None
     runs: Optional[Sequence[tuple]] = field(default=None, compare=False, repr=False)
     output_hashes: Optional[tuple] = field(default=None, repr=False)
+
+
+#: ``Request(hashes, input_length, output_length, timestamp, index)`` (every other field its default),
+#: about twice as fast as the constructor (:func:`dynlab.slots.quick_maker`): a trace reader makes one a row
+make_request = quick_maker(Request, ("hashes", "input_length", "output_length", "timestamp", "index"))
 
 
 @dataclass(frozen=True)

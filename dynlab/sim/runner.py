@@ -131,7 +131,8 @@ def _shaped(config: SimConfig, requests, first, total) -> tuple:
     """``(config, requests, total, keys)``: the arrival options checked
     (:func:`dynlab.engine.config.check_arrival_options`) and, when ``--rate`` (on timestamps),
     ``--rate-scale`` or ``--duration`` is given, the requests rescaled, cut or looped
-    (:mod:`dynlab.traces.rates`), ``config.time_scale`` folded into them, and the keys that say so."""
+    (:mod:`dynlab.traces.rates`), ``config.time_scale`` folded into them, and the keys that say so;
+    ``--time-scale`` alone leaves the scaling to the engine and adds the same keys."""
     from dynlab.engine.config import POISSON_RATE, check_arrival_options
 
     stamped = first is not None and first.timestamp is not None
@@ -141,22 +142,34 @@ def _shaped(config: SimConfig, requests, first, total) -> tuple:
         check_arrival_options(False, 1.0, None, None, config.duration)
     if not stamped:
         return (replace(config, rate=POISSON_RATE) if config.rate is None else config), requests, total, {}
-    if config.rate is None and config.rate_scale is None and config.duration is None:
-        return config, requests, total, {}
     from dynlab.traces import rates
 
+    if config.rate is None and config.rate_scale is None and config.duration is None:
+        if config.time_scale == 1.0:
+            return config, requests, total, {}
+        # --time-scale alone: the engine scales the arrivals (as before); the keys say so, as --rate-scale's do
+        requests = requests if isinstance(requests, list) else list(requests)
+        keys = rates.describe(_trace_rate(requests, None), config.time_scale, rates.shape(requests, config.time_scale))
+        return config, requests, total, keys
     requests = list(requests)
-    stamps = [r.timestamp for r in requests]
-    try:
-        trace_rate = rates.mean_rate(stamps)
-    except rates.RateError:
-        if config.rate is not None:
-            raise
-        trace_rate = None
+    trace_rate = _trace_rate(requests, config.rate)
     scale = rates.time_scale_for(trace_rate, config.rate, config.rate_scale) * config.time_scale
     out = rates.shape(requests, scale, config.duration, config.duration_repeat)
     out = _like(out, requests)
     return replace(config, time_scale=1.0, rate=None), out, len(out), rates.describe(trace_rate, scale, out)
+
+
+def _trace_rate(requests: list, rate) -> Optional[float]:
+    """The trace's mean rate (requests/s, :func:`dynlab.traces.rates.mean_rate`); ``None`` when it has none
+    (one arrival, or all at once), which is an error only for a target ``rate``."""
+    from dynlab.traces import rates
+
+    try:
+        return rates.mean_rate([r.timestamp for r in requests])
+    except rates.RateError:
+        if rate is not None:
+            raise
+        return None
 
 
 def _like(out: list, like) -> list:

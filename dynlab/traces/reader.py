@@ -46,16 +46,23 @@ def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int
     if path_or_name in BUILTIN_TRACES:
         resource, total = BUILTIN_TRACES[path_or_name]
         raw = resources.files("dynlab").joinpath("data", resource).open("rb")
-        return gzip.GzipFile(fileobj=raw), path_or_name, total
+        return _buffered(gzip.GzipFile(fileobj=raw)), path_or_name, total
     if not os.path.exists(path_or_name):
         known = ", ".join(BUILTIN_TRACES)
         raise InputFileError(path_or_name, f"no such file, and not a built-in trace ({known})")
     try:
         if path_or_name.endswith(".gz"):
-            return gzip.open(path_or_name, "rb"), path_or_name, None
+            return _buffered(gzip.open(path_or_name, "rb")), path_or_name, None
         return open(path_or_name, "rb"), path_or_name, None
     except OSError as exc:  # a directory, no permission
         raise InputFileError(path_or_name, exc.strerror or str(exc)) from None
+
+
+def _buffered(stream: gzip.GzipFile) -> io.BufferedReader:
+    """A gzip stream behind a C-level line buffer: its lines are read without a Python call each
+    (``GzipFile.readline`` is Python code); the decompression errors are the same, raised a chunk
+    (64 KiB) ahead."""
+    return io.BufferedReader(stream, 1 << 16)
 
 
 def _decoded(lines, name: str):
@@ -119,7 +126,7 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
         registry.get(fmt)  # unknown names fail before any reading
     stream, name, total = open_source(path_or_name)
     try:
-        lines, (lineno, record), reader = _first(stream, name, fmt, block, registry)
+        lines, (lineno, record), reader, numbered = _first(stream, name, fmt, block, registry)
         if scheme != "dynlab":
             if not reader.hashes_tokens:
                 raise ValueError(f"--hash has no effect on {reader.name} traces: they carry their own block names "
@@ -141,7 +148,7 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     except BaseException:
         stream.close()
         raise
-    return _requests(stream, lines, name, reader, lineno, record), total, reader
+    return _requests(stream, numbered, name, reader, lineno, record), total, reader
 
 
 class TraceWarning(UserWarning):
@@ -181,8 +188,10 @@ def _whole(reader: TraceFormat, first: tuple, lines, name: str) -> list:
 
 
 def _first(stream, name, fmt, block, registry):
-    """Read up to the first non-blank line: ``(remaining lines, (its number, its record), reader)``."""
-    lines = _decoded(enumerate(stream, 1), name)
+    """Read up to the first non-blank line: ``(remaining lines, (its number, its record), reader, numbered)``;
+    ``numbered``: the ``(line number, bytes)`` iterator under the remaining (decoded) lines, at the same place."""
+    numbered = enumerate(stream, 1)
+    lines = _decoded(numbered, name)
     with _read_errors(name):
         for lineno, line in lines:
             if line.strip():
@@ -191,14 +200,14 @@ def _first(stream, name, fmt, block, registry):
             raise DynlabError(f"{name}: the trace holds no request")
     text_format = _text_format(line, fmt, registry)
     if text_format is not None:  # a whole-file format whose first line is not a JSON record (CSV, a JSON array)
-        return lines, (lineno, line), text_format(block)
+        return lines, (lineno, line), text_format(block), numbered
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
     except RecursionError:
         raise InputError(name, lineno, NESTED) from None
-    return lines, (lineno, record), _reader(record, name, lineno, fmt, block, registry)
+    return lines, (lineno, record), _reader(record, name, lineno, fmt, block, registry), numbered
 
 
 class _read_errors:
@@ -216,8 +225,10 @@ class _read_errors:
         return False
 
 
-def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
-    """Parse the first record, then read, decode and parse line by line (the replay's hot path)."""
+def _requests(stream, numbered, name, reader, lineno, record) -> Iterator[Request]:
+    """Parse the first record, then read, decode and parse line by line (the replay's hot path);
+    ``numbered``: the ``(line number, bytes)`` lines after the first record's (decoded here, as
+    :func:`_decoded` does, without a generator between)."""
     parse = reader.parse
     raw_decode = _DECODER.raw_decode  # json.loads minus two wrapper layers; the line's end is checked below
     index = 0
@@ -254,8 +265,9 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
                 last = ts
             yield req
             index += 1
-            for lineno, line in lines:
+            for lineno, line in numbered:
                 try:
+                    line = line.decode("utf-8")
                     record, end = raw_decode(line)
                     if end == len(line) - 1 or end == len(line) or line[end:].isspace():
                         break
@@ -273,6 +285,8 @@ def _requests(stream, lines, name, reader, lineno, record) -> Iterator[Request]:
                         raise InputError(name, lineno, NESTED) from None
                 except RecursionError:
                     raise InputError(name, lineno, NESTED) from None
+                except UnicodeDecodeError:
+                    raise InputError(name, lineno, "not UTF-8 text") from None
             else:
                 return
 
@@ -344,5 +358,5 @@ def own_block_tokens(path_or_name: str, fmt: Optional[str] = None, block: int = 
         return None
     stream, name, _ = open_source(path_or_name)
     with stream:
-        _, _, reader = _first(stream, name, fmt, block, registry)
+        _, _, reader, _ = _first(stream, name, fmt, block, registry)
     return reader.block_tokens

@@ -44,6 +44,19 @@ class Workload(ABC):
         """The :class:`SpecError` for ``key`` (a dotted path such as ``arrival.rate``)."""
         return SpecError(self.source, key, message)
 
+    def resolve(self, path: str) -> str:
+        """A file the spec names (a trace of lengths, say), as the spec's author meant it: a relative path is
+        relative to the spec file's folder, not to the working directory; an absolute path, ``-`` and a
+        bundled trace name (:data:`dynlab.traces.reader.BUILTIN_TRACES`) are returned as they are, and so is
+        every path when the spec has no file (``source`` is not a path)."""
+        import os
+
+        from dynlab.traces.reader import BUILTIN_TRACES
+
+        if path == "-" or path in BUILTIN_TRACES or os.path.isabs(path) or not os.path.isfile(self.source):
+            return path
+        return os.path.join(os.path.dirname(self.source), path)
+
     @abstractmethod
     def rows(self) -> Iterator[dict]:
         """Token rows in time order: ``timestamp`` (ms), ``tokens`` (ints, at least one), ``output_length``

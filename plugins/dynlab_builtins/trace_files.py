@@ -16,11 +16,13 @@ import itertools
 import json
 import math
 from datetime import datetime
+from typing import Optional
 
 from dynlab.errors import InputError
 from dynlab.routing.hashing import block_hashes
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
+from dynlab.traces.replies import reply_names
 
 #: fresh block names start here (above any hash of a small trace's own ids)
 _FRESH = 1 << 48
@@ -81,7 +83,8 @@ def _sorted(rows: list) -> list:
     """``(time or None, Request)`` -> requests in time order (stable), ``index`` renumbered."""
     if rows and rows[0][0] is not None:
         rows = sorted(rows, key=lambda r: r[0])
-    return [Request(r.hashes, r.input_length, r.output_length, t, i) for i, (t, r) in enumerate(rows)]
+    return [Request(r.hashes, r.input_length, r.output_length, t, i, output_hashes=r.output_hashes)
+            for i, (t, r) in enumerate(rows)]
 
 
 class _Fresh:
@@ -109,11 +112,18 @@ class _TextFormat(TraceFormat):
 
         self.encode = tokenizer_for(self.tokenizer).encode
         self.unused = set()
-        self.fresh = itertools.count(1 << 62)  # answer tokens of unknown text: ids no tokenizer gives
+        # answer tokens of unknown text: ids no tokenizer gives (--hash dynamo's tokens are u32: from its top down)
+        self.fresh = itertools.count(2**32 - 1, -1) if self.hash_scheme == "dynamo" else itertools.count(1 << 62)
 
-    def request(self, tokens: list, out: int, t) -> tuple:
+    def request(self, tokens: list, out: int, t, reply: Optional[list] = None) -> tuple:
+        """``(t, Request)`` of the prompt ``tokens`` (ids) generating ``out`` tokens; ``reply``: the reply's
+        token ids when known (``len(reply) == out``), its full blocks named by the prompt's chain
+        (:func:`dynlab.traces.replies.reply_names`), so a later turn quoting them hits them."""
         if not tokens:
             raise ValueError("the prompt is empty: a request needs at least one token")
+        if reply:
+            hashes, replied = reply_names(tokens, reply, self.block, scheme=self.hash_scheme)
+            return t, Request(tuple(hashes), len(tokens), out, t, 0, output_hashes=replied)
         return t, Request(tuple(block_hashes(tokens, self.block, scheme=self.hash_scheme)), len(tokens), out, t, 0)
 
 
@@ -166,12 +176,19 @@ class ShareGPTTrace(_TextFormat):
             text = _text(turn["value"], f"conversations[{i}].value")
             history = history + ("\n" if history else "") + text
             if role == "user":
-                reply = turns[i + 1] if i + 1 < len(turns) and isinstance(turns[i + 1], dict) else None
-                answer = 0
-                if reply is not None and self._ROLES.get(str(reply.get("from", "")).lower()) == "assistant":
-                    answer = len(self.encode(_text(reply.get("value", ""), f"conversations[{i + 1}].value")))
-                rows.append(self.request(self.encode(history), answer, None))
+                rows.append(self._turn(history, turns[i + 1] if i + 1 < len(turns) else None, i + 1))
         return rows
+
+    def _turn(self, history: str, reply, at: int) -> tuple:
+        """The request of a human turn whose conversation so far is ``history``, answered by ``reply`` (the
+        next turn, ``conversations[at]``, when it is the assistant's): the reply's tokens are those the text
+        ``history + "\\n" + reply`` holds past the prompt's, as the next turn's prompt holds them."""
+        prompt = self.encode(history)
+        if not isinstance(reply, dict) or self._ROLES.get(str(reply.get("from", "")).lower()) != "assistant":
+            return self.request(prompt, 0, None)
+        text = _text(reply.get("value", ""), f"conversations[{at}].value")
+        answer = self.encode(history + "\n" + text)[len(prompt):] if text else []
+        return self.request(prompt, len(answer), None, answer)
 
 
 class AiperfTrace(_TextFormat):
@@ -196,7 +213,7 @@ class AiperfTrace(_TextFormat):
                 if not isinstance(turns, list) or not turns:
                     raise ValueError("'turns' must be a non-empty list of turns")
                 self.unused.update(k for k in row if k not in self._TURN_KEYS + ("session_id", "turns"))
-                made, clock, stamped = self._session(turns, clock)
+                made, clock, stamped = self._session(turns, clock, "turns" in row)
                 timed = timed or stamped
                 out.extend(made)
             except ValueError as exc:
@@ -205,10 +222,14 @@ class AiperfTrace(_TextFormat):
             out = [(None, r) for _, r in out]
         return _sorted(out)
 
-    def _session(self, turns: list, clock: float) -> tuple:
+    def _session(self, turns: list, clock: float, session: bool = True) -> tuple:
         """A session's requests ``(time, Request)``: turn k's prompt is the earlier turns and answers and its
         text. A turn arrives at its ``timestamp``, else ``delay`` ms after the previous turn (the previous
-        row's, for a session's first turn; open loop: after its arrival, not its answer)."""
+        row's, for a session's first turn; open loop: after its arrival, not its answer).
+
+        aiperf's file holds no answer text (aiperf sends each turn with the answers the server gave): an answer
+        is ``output_length`` placeholder ids no tokenizer gives, in the history and, for the turns of a
+        ``session`` (a ``turns`` row), as the turn's reply tokens, so the next turn hits its blocks."""
         system, rows, history, stamped = [], [], [], False
         for i, turn in enumerate(turns):
             if not isinstance(turn, dict):
@@ -225,8 +246,9 @@ class AiperfTrace(_TextFormat):
                 clock, stamped = clock + _ms(turn["delay"], "delay"), True
             out = _count(turn.get("output_length", 0), "output_length")
             prompt = history + self.encode(text)
-            rows.append(self.request(prompt, out, clock))
-            history = prompt + [next(self.fresh) for _ in range(out)]  # the answer joins the history
+            answer = [next(self.fresh) for _ in range(out)]
+            rows.append(self.request(prompt, out, clock, answer if session else None))
+            history = prompt + answer  # the answer joins the history
         return rows, clock, stamped
 
 

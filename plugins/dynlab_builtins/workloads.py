@@ -11,7 +11,7 @@ Spec keys (docs/workloads.md has the full table; rates in requests/s, lengths in
   (``mean`` is the distribution's MEAN, not its median: ``mu = ln(M) - S^2/2``, median
   ``M * exp(-S^2/2)``), ``{"dist": "uniform", "min": A, "max": B}`` (integers, both included),
   ``{"dist": "constant", "value": N}``, ``{"dist": "empirical", "trace": T}`` (the input or output
-  lengths of a trace, drawn uniformly; or ``"values": [...]``); lognormal draws are rounded, clamped to
+  lengths of a trace, drawn uniformly, a relative path read from the spec's folder; or ``"values": [...]``); lognormal draws are rounded, clamped to
   ``min`` (default 1) and ``max`` (optional);
 - ``prefix``: shared system prompts: ``{"groups": G, "length": L, "popularity": "zipf"|"uniform"|[weights],
   "zipf_s": 1.0, "share": 1.0}``: a session gets one of G prompts of L tokens (group g weighs
@@ -116,8 +116,7 @@ def _empirical(workload: Workload, r: _Reader, path: str, minimum: int) -> list:
     if not isinstance(trace, str):
         raise workload.fail(f"{path}.trace", f"must be a trace name or path, got {trace!r}")
     field = "output_length" if path == "output" else "input_length"
-    vals = [max(minimum, getattr(q, field)) for q in load_trace(trace)]
-    return vals
+    return [max(minimum, getattr(q, field)) for q in load_trace(workload.resolve(trace))]  # refuses an empty one
 
 
 def _gaps(workload: Workload, table, rng: random.Random):

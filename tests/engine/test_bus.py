@@ -30,3 +30,15 @@ def _drive(one: bool, delay: float, loss: float, publish: bool, batches: list) -
 def test_send_one_is_send_of_a_list_of_one(delay, loss, publish, times):
     times.sort()
     assert _drive(True, delay, loss, publish, times) == _drive(False, delay, loss, publish, times)
+
+
+@given(st.integers(0, 2**70), st.lists(st.integers(), max_size=6).map(tuple))
+def test_the_quick_event_makers_make_the_dataclasses_events(worker, hashes):
+    # routing.events.stored_event / removed_event set the slots directly: the same object as the constructor's
+    from dynlab.routing.events import BlockStored, removed_event, stored_event
+
+    for quick, cls in ((stored_event, BlockStored), (removed_event, BlockRemoved)):
+        ev, ref = quick(worker, hashes), cls(worker, hashes)
+        assert type(ev) is cls
+        assert ev == ref and hash(ev) == hash(ref) and repr(ev) == repr(ref)
+        assert ev.runs is None and ev.medium == "GPU" and ev.block_hashes is hashes

@@ -1,0 +1,43 @@
+"""Quick makers of frozen slotted dataclasses, for the objects a replay makes once per request.
+
+A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (its own
+``__setattr__`` refuses); :func:`quick_maker` builds a function that sets the slots through their
+descriptors instead, about half the cost (measured 2026-12-02 on ``BlockStored``: 0.37 against 0.65
+us). It makes the same object: the same type, fields, ``==``, ``hash`` and ``repr``.
+"""
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from typing import Callable, Sequence
+
+
+def quick_maker(cls: type, positional: Sequence[str]) -> Callable:
+    """``make(*values)`` returning ``cls(*values)``: ``positional`` names the leading fields the values
+    fill, in order; every other field takes its default.
+
+    ``cls`` must be a ``slots=True`` dataclass without ``__post_init__``. Raises ``ValueError`` when
+    ``positional`` is not a prefix of the fields or a field left out has no plain default (a
+    ``default_factory``), ``TypeError`` when ``cls`` is not such a dataclass.
+    """
+    fs = fields(cls)
+    names = [f.name for f in fs]
+    if list(positional) != names[:len(positional)]:
+        raise ValueError(f"{cls.__name__}: {list(positional)} is not a prefix of its fields {names}")
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass without __post_init__")
+    ns: dict = {"new": object.__new__, "cls": cls}
+    lines = []
+    for i, f in enumerate(fs):
+        ns[f"set{i}"] = getattr(cls, f.name).__set__
+        if i < len(positional):
+            lines.append(f"    set{i}(ob, {f.name})")
+            continue
+        if f.default is MISSING:
+            raise ValueError(f"{cls.__name__}.{f.name} has no plain default")
+        ns[f"d{i}"] = f.default
+        lines.append(f"    set{i}(ob, d{i})")
+    src = f"def make({', '.join(positional)}):\n    ob = new(cls)\n" + "\n".join(lines) + "\n    return ob\n"
+    exec(src, ns)  # as dataclasses builds its own __init__
+    make = ns["make"]
+    make.__doc__ = f"``{cls.__name__}({', '.join(positional)})``, built by :func:`dynlab.slots.quick_maker`."
+    return make
