@@ -3,7 +3,7 @@
     pip install -e ".[vllm-oracle]"          # vLLM 0.33.0 and its torch (~9 GB), in a venv of its own
     python benchmarks/fidelity_vllm.py [--only NAME,..] [--scale 0.1] [--json OUT.json] [--no-async]
 
-For each trace (:mod:`vllm_traces`: ten hand-sized cases and nine seeded multi-turn conversation
+For each trace (:mod:`vllm_traces`: eleven hand-sized cases and nine seeded multi-turn conversation
 traces over shared system prompts) it runs
 
 - dynlab: ``dynlab sim --timing --latency-model linear --latency-opt beta0=.. --capacity C --block 16
@@ -214,7 +214,7 @@ def all_cases(scale: float = 1.0) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=None, help="comma list of trace names (default: all 19)")
+    ap.add_argument("--only", default=None, help="comma list of trace names (default: all 20)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the random traces' request counts")
     ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
     ap.add_argument("--no-async", action="store_true", help="skip vLLM's AsyncScheduler")

@@ -2,7 +2,7 @@
 
 A :class:`Case` is a trace (rows of the README's "Bring your own trace" token format: ``timestamp`` in
 ms, ``tokens``, ``output_length``) with the engine it runs on
-(:class:`vllm_dynlab_side.EngineSetup`). :func:`hand_cases` gives ten hand-sized ones (issue 24's
+(:class:`vllm_dynlab_side.EngineSetup`). :func:`hand_cases` gives eleven hand-sized ones (issue 24's
 three rules among them), :func:`random_cases` seven seeded multi-turn conversation traces over shared
 system prompts (200-2,000 requests; ample, tight and overloaded pools; chunked prefill; a
 ``max_num_seqs`` limit) and two of them again with their replies' ids (``output_tokens``). Prompt token
@@ -66,7 +66,7 @@ def _hand(capacity: int, budget: int, max_num_seqs: int = 256) -> EngineSetup:
 
 
 def hand_cases() -> list[Case]:
-    """The nine hand-sized cases (linear model beta0=10, beta1=1, beta2=2 ms; 16-token blocks)."""
+    """The eleven hand-sized cases (linear model beta0=10, beta1=1, beta2=2 ms; 16-token blocks)."""
     ids = _Ids()
     r1, r2 = ids.take(32), ids.take(64)
     a, b = ids.take(16), ids.take(16)
@@ -109,6 +109,11 @@ def hand_cases() -> list[Case]:
              [dict(_row(0, ask, 32), output_tokens=said), _row(1000, ask + said + more, 4)],
              "issue 24 item 2: turn 2 quotes turn 1's 32-token reply (output_tokens): it hits 3 blocks"),
     ]
+    p = ids.take(32)  # taken last: the cases above keep their ids
+    cases.append(Case("duplicate-outlives", _hand(6, 64),
+                      [_row(0, p, 1), _row(0, p, 4), _row(0, ids.take(16), 2), _row(200, ids.take(64), 1),
+                       _row(300, p + ids.take(16), 1)],
+                      "issue 24 item 3: the original copy is evicted first, the duplicate keeps the name"))
     return cases
 
 

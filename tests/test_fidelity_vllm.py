@@ -3,8 +3,8 @@
 Marked ``vllm``: it needs ``pip install -e ".[vllm-oracle]"`` (vLLM 0.33.0) and is skipped when vLLM is
 not importable (CI does not install it; ``python -m pytest -m vllm`` runs only these). The hand cases'
 values are issue 24's, derived by hand in tests/engine/test_vllm_rules.py; here they are read from
-vLLM's own scheduler, and dynlab is compared with it request by request. Cases whose differences are
-issue 24's rules not yet in the engine are strict xfails, as there.
+vLLM's own scheduler, and dynlab is compared with it request by request: every hand case agrees, now that
+issue 24's rules and duplicate copies are all in the engine.
 """
 from __future__ import annotations
 
@@ -26,13 +26,6 @@ import vllm_traces  # noqa: E402
 pytestmark = pytest.mark.vllm
 
 CASES = {c.name: c for c in vllm_traces.hand_cases()}
-NOT_YET = {  # case -> the rule of issue 24 that makes dynlab differ, at vLLM's default (full) admission
-    "rule1-full-isl": "rule 1",
-    "rule3-resume": "rule 1",  # at the chunk admission rule: rule 3
-    "rule2-free-order": "rule 2",
-    "duplicate-copies": "duplicate copies",
-    "overload-cascade": "rule 2",
-}
 
 
 def _vllm(name: str, **kw) -> list:
@@ -59,6 +52,9 @@ def test_vllm_gives_issue_24s_rule3_numbers():
 def test_vllm_hits_what_rules_2_and_duplicates_keep():
     assert _vllm("rule2-free-order")[3]["hit_tokens"] == 48
     assert _vllm("duplicate-copies")[3]["hit_tokens"] == 32
+    # the original copy evicted first, the duplicate keeps the name: Q hits a and the copy of b (32 tokens)
+    out = _vllm("duplicate-outlives")
+    assert out[4]["hit_tokens"] == 32 and sum(r["first_token_ms"] - r["arrival_ms"] for r in out) / 5 == 64.4
 
 
 def test_vllm_hits_the_reply_its_output_tokens_name():
@@ -67,12 +63,11 @@ def test_vllm_hits_the_reply_its_output_tokens_name():
     assert _vllm("reply-next-turn")[1]["hit_tokens"] == 48
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"issue 24 {NOT_YET[n]}: not yet in the engine"))
-    if n in NOT_YET else n for n in CASES])
+@pytest.mark.parametrize("name", list(CASES))
 def test_every_request_identical_at_vllm_defaults(tmp_path, name):
     out = fidelity_vllm.run_case(CASES[name], str(tmp_path), with_async=False)
     assert out["full"]["identical"]["all"] == out["requests"], out["full"]["differing"]
+    assert out["chunk"]["identical"]["all"] == out["requests"], out["chunk"]["differing"]
 
 
 def test_chunk_rule_identical_on_rule1_case(tmp_path):

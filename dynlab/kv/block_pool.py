@@ -10,7 +10,8 @@ Modelled on vLLM v1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` (``vllm/v1/core`
 - :meth:`take_hits` takes prefix-cache hits out of the free queue; reference counts keep a block
   shared by running requests in use until the last one releases it (never evicted while in use).
 - :meth:`register` names full blocks (appended to :attr:`stored`, a ``BlockStored``'s payload). A name
-  already cached is not registered twice: the second block stays unnamed (see :meth:`register`).
+  already cached is cached again, a second copy under an alias key (:mod:`dynlab.kv.copies`, vLLM 0.33.0):
+  the name stays findable while any copy is cached, and a hit takes the oldest copy.
 
 Invariant: ``used_blocks + num_free == capacity`` (``num_free`` counts the never-used blocks too).
 
@@ -54,13 +55,16 @@ from itertools import compress, count, filterfalse, islice, repeat
 from operator import add, not_
 from typing import List, Optional, Sequence
 
+from dynlab.kv.copies import Copies
+from dynlab.kv.pool_checks import PoolChecks
+
 __all__ = ["BlockPool", "UNNAMED"]
 
 #: the key of every unnamed block in a holder's key list (names are ints >= 0)
 UNNAMED = -1
 
 
-class BlockPool:
+class BlockPool(PoolChecks):
     """``capacity`` KV blocks: a free queue (LRU of freed blocks) and a prefix cache of named blocks.
 
     Attributes read by the engine and metrics:
@@ -72,7 +76,7 @@ class BlockPool:
     """
 
     __slots__ = ("capacity", "_fresh", "_queue", "_head", "_nfree", "_cached", "_used", "_shared",
-                 "_stale", "_stale_more", "stored", "removed")
+                 "_stale", "_stale_more", "stored", "removed", "copies")
 
     def __init__(self, capacity: int):
         if capacity < 1:
@@ -89,6 +93,7 @@ class BlockPool:
         self._stale_more: dict = {}  # name -> stale entries beyond the first
         self.stored: List[int] = []
         self.removed: List[int] = []
+        self.copies = Copies()  # names with a second cached copy (dynlab.kv.copies)
 
     # -- reading --------------------------------------------------------------------------
     @staticmethod
@@ -107,8 +112,9 @@ class BlockPool:
         return self.capacity - self._fresh - self._nfree
 
     def cached(self) -> set:
-        """The names the pool holds (in use or free): what a prefix lookup can find."""
-        return set(self._cached)
+        """The names the pool holds (in use or free; a copy's alias as its name): what a prefix lookup can find."""
+        alias = self.copies.name
+        return {alias.get(k, k) for k in self._cached} if alias else set(self._cached)
 
     def __contains__(self, name: int) -> bool:
         return name in self._cached
@@ -124,26 +130,40 @@ class BlockPool:
         if max_blocks <= 0:
             return 0
         misses = compress(count(), map(not_, map(self._cached.__contains__, islice(names, max_blocks))))
-        return min(next(misses, max_blocks), len(names))
+        h = min(next(misses, max_blocks), len(names))
+        if h < max_blocks and h < len(names) and self.copies.of:  # a name cached only under an alias
+            if self.copies.first(names[h], self._cached.__contains__) is not None:
+                return h + 1 + self.lookup(names[h + 1:], max_blocks - h - 1)
+        return h
 
     def evictable_hits(self, names: Sequence[int], h: int) -> int:
-        """How many of the (cached) first ``h`` ``names`` sit in the free queue (taking them costs free blocks)."""
-        return list(map(self._used.__contains__, names[:h])).count(False)
+        """How many of the (cached) first ``h`` ``names`` sit in the free queue (taking them costs free blocks;
+        a name's oldest copy is the one taken, :mod:`dynlab.kv.copies`)."""
+        keys = names[:h]
+        if self.copies.of:
+            keys = list(keys)
+            self.copies.pick(keys, self._cached.__contains__)
+        return list(map(self._used.__contains__, keys)).count(False)
 
     # -- changing -------------------------------------------------------------------------
-    def take_hits(self, names: Sequence[int], h: int) -> None:
+    def take_hits(self, names: Sequence[int], h: int) -> List[int]:
         """Take the (cached) first ``h`` ``names`` for a request (reference count + 1; out of the free
-        queue if free)."""
+        queue if free); returns their keys (a new list, the holder's first ``h``): the names, but a name
+        with copies gives its oldest cached copy's (:mod:`dynlab.kv.copies`)."""
         if h <= 0:
-            return
-        names = names[:h]
+            return []
+        names = keys = names[:h]
+        if keys.__class__ is not list:
+            names = keys = list(keys)
+        if self.copies.of:
+            self.copies.pick(keys, self._cached.__contains__)
         used = self._used
         held = used.intersection(names)
         if held:  # blocks other requests hold: one more reference each
             shared = self._shared
             shared.update(zip(held, map(add, map(shared.get, held, repeat(1)), repeat(1))))
             if len(held) == len(names):
-                return
+                return keys
             names = list(filterfalse(held.__contains__, names))
         stale = self._stale  # free blocks leave the queue: their entries become stale (module docstring)
         if stale and not stale.isdisjoint(names):
@@ -153,6 +173,7 @@ class BlockPool:
         stale.update(names)
         used.update(names)
         self._nfree -= len(names)
+        return keys
 
     def allocate(self, n: int) -> List[int]:
         """Take ``n`` blocks from the free-queue head; returns their keys (``n`` times :data:`UNNAMED`).
@@ -276,28 +297,29 @@ class BlockPool:
         """Name the blocks ``keys[start:end]`` with ``names[start:end]`` (full prompt blocks just computed).
 
         ``keys`` is the holder's key list (updated in place: a registered block's key becomes
-        its name). Registered names are appended to :attr:`stored`. A name already cached (held
-        by another block) is not registered again: that block stays unnamed. (vLLM v1 keeps
-        both blocks under the hash; here a name maps to one block, so the cached set always
-        equals the set built from stored/removed events.) Names within one request are
-        assumed distinct (true for prefix-chained names).
+        its name). Registered names are appended to :attr:`stored`. A name already cached (another
+        block holds it) is cached again, as vLLM 0.33.0's ``cache_full_blocks`` does: that block is
+        one more copy, keyed by an alias (:meth:`Copies.add <dynlab.kv.copies.Copies.add>`), its name
+        stored again (a second ``BlockStored``). Names within one request are assumed distinct (true
+        for prefix-chained names).
         """
         if end <= start:
             return
         names = names[start:end]
-        cached, used = self._cached, self._used
-        if cached.isdisjoint(names):
+        cached, used, copies = self._cached, self._used, self.copies
+        if cached.isdisjoint(names) and (not copies.of or copies.of.keys().isdisjoint(names)):
             keys[start:start + len(names)] = names
             cached.update(names)
             used.update(names)
             self.stored.extend(names)
             return
-        for i, name in enumerate(names, start):  # rare: some names are already cached
-            if name not in cached:
-                keys[i] = name
-                cached.add(name)
-                used.add(name)
-                self.stored.append(name)
+        contains = cached.__contains__
+        for i, name in enumerate(names, start):  # rare: some names have a cached copy already
+            key = name if copies.first(name, contains) is None else copies.add(name, contains)
+            keys[i] = key
+            cached.add(key)
+            used.add(key)
+            self.stored.append(name)
 
     def release(self, keys: Sequence[int], names: Sequence[int] = (), out_at: int = 0, out: int = 0) -> None:
         """A holder frees its blocks (``keys`` in sequence order) to the free-queue tail, reversed, but named
@@ -368,75 +390,6 @@ class BlockPool:
         appended them to the tail). Interchangeable, they join the head's count :attr:`_fresh`."""
         self._fresh += n
         self._nfree -= n
-
-    def free_keys(self) -> list:
-        """The free queue's keys, head first (live entries only; O(queue), for tests); the
-        unnamed blocks at its head (never used or released unnamed) are ``None``, the other unnamed
-        ones :data:`UNNAMED`."""
-        return [None] * self._fresh + self._live_keys()
-
-    def _live_keys(self) -> list:
-        """The keys of the queue after the never-used blocks, head first, stale entries skipped."""
-        return self._queue_keys({name: 1 + self._stale_more.get(name, 0) for name in self._stale})
-
-    def _queue_keys(self, stale: dict) -> list:
-        """The keys of the queue after the never-used blocks, head first: :data:`UNNAMED` for unnamed
-        blocks, the names of each named entry (:meth:`_entry_names`) but those counted in ``stale`` (name
-        -> stale entries left; each one met is consumed). Tests only, O(queue)."""
-        out: list = []
-        for i, seg in enumerate(self._queue):
-            if seg.__class__ is int:
-                out += [UNNAMED] * seg
-                continue
-            for entry in seg[self._head:] if i == 0 else seg:
-                for name in self._entry_names(entry):
-                    c = stale.get(name)
-                    if c:
-                        stale[name] = c - 1
-                    else:
-                        out.append(name)
-        return out
-
-    def _named_entries(self):
-        """The entries of the queue's named segments after the never-used blocks, head first (tests)."""
-        for i, seg in enumerate(self._queue):
-            if seg.__class__ is list:
-                yield from (seg[self._head:] if i == 0 else seg)
-
-    @staticmethod
-    def _entry_names(entry) -> tuple:
-        """The names of one named queue entry, in queue order (here an entry is a name)."""
-        return (entry,)
-
-    def _check_queue(self) -> None:
-        """Assert the free queue's shape: no empty segment, a head offset inside a named first segment."""
-        queue, head = self._queue, self._head
-        assert self._fresh >= 0
-        assert all(seg > 0 if seg.__class__ is int else len(seg) > 0 for seg in queue), "an empty segment"
-        assert head == 0 or (queue and queue[0].__class__ is list and head < len(queue[0])), "bad head offset"
-
-    def check(self) -> None:
-        """Assert the pool's invariants (tests; O(blocks ever used))."""
-        self._check_queue()
-        queue = self._queue
-        assert all(len(set(seg)) == len(seg) for seg in queue if seg.__class__ is list), "a name twice in a segment"
-        free = self._live_keys()
-        named = [k for k in free if k >= 0]
-        assert len(free) == self._nfree, "live queue entries != num_free"
-        assert len(set(named)) == len(named), "a block is twice in the free queue"
-        assert set(named) == self._cached - self._used, "free cached blocks != named blocks in the free queue"
-        assert self._used <= self._cached and self._shared.keys() <= self._used, "a reference to an uncached block"
-        assert all(c >= 2 for c in self._shared.values()), "a shared count below 2"
-        assert self._stale <= self._cached and self._stale_more.keys() <= self._stale, "a stale name not cached"
-        assert all(c >= 1 for c in self._stale_more.values()), "a stale count is not positive"
-        entries: dict = {}
-        for name in self._named_entries():
-            entries[name] = entries.get(name, 0) + 1
-        for name, c in entries.items():  # stale entries + the live one, if free
-            stale = (1 + self._stale_more.get(name, 0)) if name in self._stale else 0
-            assert c == stale + (name not in self._used), f"entries of {name} in the queue"
-        assert self._stale <= entries.keys(), "a stale name with no entry"
-        assert self.used_blocks + self._fresh + len(free) == self.capacity
 
 
 def _count_down(counts: dict, names, last: int) -> None:

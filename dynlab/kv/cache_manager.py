@@ -212,8 +212,7 @@ class KvCacheManager:
         check = self.blocks_needed(reserve) - h if reserve > tokens else need
         if check + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
-        pool.take_hits(req.seq, h)
-        keys = list(req.names[:h])
+        keys = pool.take_hits(req.seq, h)
         if need > 0:
             keys += pool.allocate(need)
         return keys
@@ -320,10 +319,11 @@ class KvCacheManager:
         return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
 
     def evicted(self) -> list:
-        """The pool's evicted names since :meth:`begin_step`, those of generated tokens' blocks dropped
-        (:func:`dynlab.kv.output_blocks.published`): what is published as ``BlockRemoved``, offloaded, counted."""
-        pool = self.pool
-        return published(self, pool.removed, pool.removed_runs if self.runs else None)
+        """The pool's evicted names since :meth:`begin_step`, a copy's alias as its name (:mod:`dynlab.kv.copies`),
+        generated tokens' dropped (:func:`~dynlab.kv.output_blocks.published`): the ``BlockRemoved`` names, offloaded."""
+        pool, runs = self.pool, (self.pool.removed_runs if self.runs else None)
+        copies, removed = pool.copies, pool.removed
+        return published(self, copies.translate(removed, runs, pool.__contains__) if copies.name else removed, runs)
 
     def note_used(self) -> int:
         """Blocks used now, recorded in :attr:`peak_used_blocks`."""
@@ -352,14 +352,14 @@ class KvCacheManager:
         if self.write_through:
             return None
         cpu = self.cpu
-        self.offloaded_blocks += sum(1 for name in removed if name not in cpu)
+        self.offloaded_blocks += len({name for name in removed if name not in cpu})  # two copies: one write
         return cpu.offload(removed)
 
     def write_computed(self, stored: tuple) -> Optional[Tuple[tuple, tuple]]:
         """Write the names a step computed to the CPU tier except those it holds: its net change, or
         ``None`` when all were there."""
         cpu = self.cpu
-        new = [name for name in stored if name not in cpu]
+        new = list(dict.fromkeys(name for name in stored if name not in cpu))  # two copies of a name: one write
         if not new:
             return None
         self.offloaded_blocks += len(new)
@@ -410,14 +410,14 @@ class KvCacheManager:
         (nothing taken) when they are not free."""
         pool = self.pool
         self.sequence(req)
-        names = req.names
-        h = pool.lookup(req.seq, len(names) - req.out_blocks) if prefix_cache else 0  # prompt blocks only
+        h = pool.lookup(req.seq, len(req.names) - req.out_blocks) if prefix_cache else 0  # prompt blocks only
         need = self.blocks_needed(tokens) - h
         if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
         self.accumulate(now)
-        pool.take_hits(req.seq, h)
-        self.reserved[req] = (list(names[:h]) + pool.allocate(need), h)  # req.keys may still be its prefill worker's
+        keys = pool.take_hits(req.seq, h)
+        keys += pool.allocate(need)
+        self.reserved[req] = (keys, h)  # req.keys may still be its prefill worker's
         self.note_used()
         return h
 

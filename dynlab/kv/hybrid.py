@@ -178,13 +178,11 @@ class HybridKvCacheManager(KvCacheManager):
             evict += pool.evictable_hits(hits, len(hits)) if hits else 0
         if need + evict > pool.num_free:
             return None
-        pool.take_hits(req.seq, hf)  # every group's hits first: an allocation must not evict a hit
-        for _, hits, _ in plan:
-            pool.take_hits(hits, len(hits))
-        keys = list(req.names[:hf])
+        keys = pool.take_hits(req.seq, hf)  # every group's hits first: an allocation must not evict a hit
+        taken = [pool.take_hits(hits, len(hits)) for _, hits, _ in plan]  # (a copy's key where a name has copies)
         if self.blocks_needed(tokens) > hf:
             keys += pool.allocate(self.blocks_needed(tokens) - hf)
-        tables = [[s, list(hits) + (pool.allocate(new) if new > 0 else [])] for s, hits, new in plan]
+        tables = [[s, hit + (pool.allocate(new) if new > 0 else [])] for (s, _, new), hit in zip(plan, taken)]
         return keys, tables
 
     def allocate_new(self, req, h: int, tokens: int, reserve: int = 0) -> Optional[list]:
@@ -314,7 +312,7 @@ class HybridKvCacheManager(KvCacheManager):
 
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
         """``(names, None)`` the pool evicted since the step began, the extra groups' names left out."""
-        return _own(tuple(self.pool.removed)), None
+        return _own(tuple(self.evicted())), None
 
     # -- the P/D handoff ----------------------------------------------------------------------
     def hold(self, req) -> None:

@@ -58,7 +58,9 @@ from typing import Optional, Sequence
 from dynlab.groups import GROUP_LOW, GROUP_SHIFT
 from dynlab.groups import set_bits as _bits
 from dynlab.kv.block_pool import UNNAMED, BlockPool
+from dynlab.kv.copies import key_runs
 from dynlab.kv.levels import _count, _count_in, _count_out, _once, _top
+from dynlab.kv.pool_checks import RunPoolChecks
 
 __all__ = ["RunBlockPool", "Runs"]
 
@@ -116,7 +118,7 @@ class Runs:
         return out
 
 
-class RunBlockPool(BlockPool):
+class RunBlockPool(RunPoolChecks, BlockPool):
     """:class:`BlockPool` keyed by runs (module docstring); takes :class:`Runs` where it takes names.
 
     Reuses :class:`BlockPool`'s never-used blocks, counts and allocation; ``_cached`` and ``_stale``
@@ -161,6 +163,11 @@ class RunBlockPool(BlockPool):
         return Runs(names, runs)
 
     def cached(self) -> set:
+        alias = self.copies.name
+        return {alias.get(k, k) for k in self._keys()}
+
+    def _keys(self) -> set:
+        """The cached keys (aliases as themselves)."""
         return {(g << _SHIFT) + o for g, m in self._cached.items() for o in _bits(m)}
 
     def __contains__(self, name: int) -> bool:
@@ -172,7 +179,18 @@ class RunBlockPool(BlockPool):
         return _count(self._refs, name)
 
     def lookup(self, seq: Runs, max_blocks: int) -> int:
-        """How many leading names of ``seq`` (at most ``max_blocks``) are cached: a prefix hit, in blocks."""
+        """How many leading names of ``seq`` (at most ``max_blocks``) are cached: a prefix hit, in blocks
+        (a name cached only under an alias, :mod:`dynlab.kv.copies`, counts too)."""
+        h = self._lookup(seq, max_blocks)
+        if self.copies.of and h < max_blocks:
+            names, contains, first = seq.names, self.__contains__, self.copies.first
+            n = min(max_blocks, len(names))
+            while h < n and (contains(names[h]) or first(names[h], contains) is not None):
+                h += 1
+        return h
+
+    def _lookup(self, seq: Runs, max_blocks: int) -> int:
+        """:meth:`lookup` under the names' own keys only."""
         ends = seq.ends
         n = min(max_blocks, ends[-1] if ends else 0)
         if n <= 0:
@@ -189,7 +207,12 @@ class RunBlockPool(BlockPool):
         return n
 
     def evictable_hits(self, seq: Runs, h: int) -> int:
-        """How many of the (cached) first ``h`` names of ``seq`` sit in the free queue."""
+        """How many of the (cached) first ``h`` names of ``seq`` sit in the free queue (of a name's copies,
+        the oldest: the one a hit takes)."""
+        if self.copies.of and h > 0:
+            keys = list(seq.names[:h])
+            if self.copies.pick(keys, self.__contains__):
+                seq = Runs(keys, key_runs(keys))
         refs, free = self._refs, 0
         for first, c in seq.span(0, h):
             bits = ((1 << c) - 1) << (first & _LOW)
@@ -197,9 +220,17 @@ class RunBlockPool(BlockPool):
         return free
 
     # -- changing -------------------------------------------------------------------------
-    def take_hits(self, seq: Runs, h: int) -> None:
+    def take_hits(self, seq: Runs, h: int) -> list:
         """Take the (cached) first ``h`` names of ``seq`` for a request (one more reference each;
-        out of the free queue if free: their queue entries become stale)."""
+        out of the free queue if free: their queue entries become stale); returns their keys (a new
+        list: :meth:`BlockPool.take_hits`; one holding an alias is released name by name, ``_mixed``, so the
+        holder must keep this list object, growing it in place)."""
+        if h <= 0:
+            return []
+        keys = list(seq.names[:h])
+        if self.copies.of and self.copies.pick(keys, self.__contains__):
+            seq = Runs(keys, key_runs(keys))
+            self._mixed[id(keys)] = keys
         refs, stale = self._refs, self._stale
         for first, c in seq.span(0, h):
             g = first >> _SHIFT
@@ -209,42 +240,58 @@ class RunBlockPool(BlockPool):
             if free:
                 self._nfree -= free.bit_count()
                 _count_in(stale, g, free)
+        return keys
 
     def register(self, keys: list, seq: Runs, start: int, end: int) -> None:
         """Name the blocks ``keys[start:end]`` with the names ``seq.names[start:end]`` (as
-        :meth:`BlockPool.register`: a name already cached leaves its block unnamed)."""
+        :meth:`BlockPool.register`: a name already cached is cached again, a copy under an alias)."""
+        of = self.copies.of
+        if of and not of.keys().isdisjoint(seq.names[start:end]):  # rare: names with copies
+            self._register_copies(keys, seq.names, range(start, end))
+            return
         cached, refs = self._cached, self._refs
-        dups = {}  # a run's first name -> its names not cached before, when not all
+        dups = []  # positions of names already cached (another block holds them)
+        i = start
         for first, c in seq.span(start, end):
             g = first >> _SHIFT
             bits = ((1 << c) - 1) << (first & _LOW)
             m = cached.get(g, 0)
             new = bits & ~m
-            if new != bits:  # rare: some names of the run are already cached (another block holds them)
-                dups[first] = new
-                if not new:
-                    continue
+            if new != bits:  # rare: some names of the run are already cached
+                dups += [i - (first & _LOW) + o for o in _bits(bits & m)]
+            i += c
+            if not new:
+                continue
             cached[g] = m | new
             _count_in(refs, g, new)
             self.stored_runs.append((g, new))
         names = seq.names
+        keys[start:end] = names[start:end]
         if not dups:
-            keys[start:end] = names[start:end]
             self._stored.extend(names[start:end])
             return
-        self._mixed[id(keys)] = keys
-        i = start
-        for first, c in seq.span(start, end):
-            new = dups.get(first)
-            if new is None:
-                keys[i:i + c] = names[i:i + c]
-                self._stored.extend(names[i:i + c])
+        dup, stored = set(dups), self._stored
+        for i in range(start, end):  # in order, as BlockPool stores them
+            if i in dup:
+                self._register_copies(keys, names, (i,))
             else:
-                base = i - (first & _LOW)  # names[base + o]: the name of offset o
-                for o in _bits(new):
-                    keys[base + o] = names[base + o]
-                    self._stored.append(names[base + o])
-            i += c
+                stored.append(names[i])
+
+    def _register_copies(self, keys: list, names: Sequence[int], where) -> None:
+        """Register ``names[i]`` into ``keys[i]`` for each position ``i`` of ``where``, name by name: a name
+        with a cached copy as one more copy (:meth:`Copies.add <dynlab.kv.copies.Copies.add>`)."""
+        copies, contains, cached, refs = self.copies, self.__contains__, self._cached, self._refs
+        for i in where:
+            name = names[i]
+            key = name if copies.first(name, contains) is None else copies.add(name, contains)
+            if key != name:
+                self._mixed[id(keys)] = keys
+            keys[i] = key
+            g, bit = key >> _SHIFT, 1 << (key & _LOW)
+            cached[g] = cached.get(g, 0) | bit
+            _count_in(refs, g, bit)
+            self._stored.append(name)
+            self.stored_runs.append((name >> _SHIFT, 1 << (name & _LOW)))
 
     def release(self, keys: Sequence[int], seq: Runs, out_at: int = 0, out: int = 0) -> None:
         """A holder frees its blocks (``keys`` in sequence order, named by ``seq``'s names): to the
@@ -278,9 +325,10 @@ class RunBlockPool(BlockPool):
             self._queue.append(entries)
 
     def _release_mixed(self, keys: Sequence[int], names: Sequence[int], n: int) -> None:
-        """:meth:`release` of ``keys[:n]`` with unnamed blocks between named ones (a duplicate registration),
-        name by name: each run of named keys between unnamed ones is a segment of one-name entries."""
-        refs, run = self._refs, []
+        """:meth:`release` of ``keys[:n]`` holding aliases (a copy's key, :mod:`dynlab.kv.copies`) or unnamed
+        blocks between named ones, name by name: each run of named keys between unnamed ones is a segment of
+        one-name entries."""
+        refs, run, keys = self._refs, [], list(keys)  # an entry names its keys (aliases too): a copy of them
         for i in range(n - 1, -1, -1):
             key = keys[i]
             if key < 0:
@@ -292,7 +340,7 @@ class RunBlockPool(BlockPool):
                 continue
             g, o = key >> _SHIFT, key & _LOW
             if _count_out(refs, g, 1 << o):
-                run.append((g, 1 << o, names, i - o))
+                run.append((g, 1 << o, keys, i - o))
                 self._nfree += 1
         if run:
             self._queue.append(run)
@@ -370,50 +418,3 @@ class RunBlockPool(BlockPool):
             self._removed.extend(reversed(names[base + lo:base + hi]))
         else:
             self._removed.extend([names[base + o] for o in reversed(_bits(bits))])
-
-    # -- tests ----------------------------------------------------------------------------
-    def _live_keys(self) -> list:
-        stale = {}
-        for g, lv in self._stale.items():
-            for o in _bits(_once(lv)):
-                stale[(g << _SHIFT) + o] = _count(self._stale, (g << _SHIFT) + o)
-        return self._queue_keys(stale)
-
-    @staticmethod
-    def _entry_names(entry) -> list:
-        """The names of a queue entry ``(group, mask, names, base)``, highest first (queue order)."""
-        g, mask, _, _ = entry
-        return [(g << _SHIFT) + o for o in reversed(_bits(mask))]
-
-    def check(self) -> None:
-        """Assert the pool's invariants (tests; O(blocks ever used))."""
-        self._check_queue()
-        for counts in (self._refs, self._stale):
-            for lv in counts.values():
-                if lv.__class__ is int:
-                    assert lv, "an empty count"
-                    continue
-                assert len(lv) >= 2 and lv[-1], "a list of levels with fewer than two, or an empty last one"
-                assert all(lv[k] & ~lv[k - 1] == 0 for k in range(1, len(lv))), "levels not nested"
-        assert all(m for m in self._cached.values()), "an empty cached mask"
-        used = {(g << _SHIFT) + o for g, lv in self._refs.items() for o in _bits(_once(lv))}
-        stale = {(g << _SHIFT) + o for g, lv in self._stale.items() for o in _bits(_once(lv))}
-        cached = self.cached()
-        free = self._live_keys()
-        named = [k for k in free if k >= 0]
-        assert len(free) == self._nfree, "live queue entries != num_free"
-        assert len(set(named)) == len(named), "a block is twice in the free queue"
-        assert set(named) == cached - used, "free cached blocks != named blocks in the free queue"
-        assert used <= cached and stale <= cached, "a reference or a stale entry of an uncached block"
-        entries: dict = {}
-        for entry in self._named_entries():
-            g, mask, names, base = entry
-            assert mask, "an empty entry"
-            assert all(names[base + o] == (g << _SHIFT) + o for o in _bits(mask)), "an entry's names"
-            for name in self._entry_names(entry):
-                entries[name] = entries.get(name, 0) + 1
-        for name, c in entries.items():  # stale entries + the live one, if free
-            assert c == _count(self._stale, name) + (name not in used), name
-        assert stale <= entries.keys(), "a stale name with no entry"
-        assert self.used_blocks + self._fresh + len(free) == self.capacity
-

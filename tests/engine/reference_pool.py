@@ -16,7 +16,7 @@ from itertools import compress, count, islice, repeat, starmap
 from operator import add, not_, sub
 from typing import List, Sequence
 
-__all__ = ["ReferencePool"]
+__all__ = ["ReferencePool", "CopyingReferencePool", "COPY_KEYS"]
 
 
 class ReferencePool:
@@ -226,3 +226,76 @@ class ReferencePool:
         assert zero == sum(1 for k in free if k >= 0), "cached blocks at 0 refs are not all free"
         assert self.used_blocks + self._fresh + len(free) == self.capacity
         assert self._fresh + len(free) <= self.capacity
+
+
+#: the first key of a second copy in :class:`CopyingReferencePool` (test names stay far below it)
+COPY_KEYS = 10 ** 12
+
+
+class CopyingReferencePool(ReferencePool):
+    """:class:`ReferencePool` with vLLM 0.33.0's duplicate copies (issue 24 item 3), added the plain way
+    around its unchanged queue: registering a cached name caches the block as one more copy under a fresh
+    key (:data:`COPY_KEYS` up; an ordinary named block to the pool), a lookup finds a name while any copy
+    is cached, a hit takes the oldest cached copy, :attr:`stored` / :attr:`removed` carry names (one per
+    copy). ``_order``: name -> its copies' keys in caching order (dead ones dropped when met)."""
+
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self._order: dict = {}
+        self._name: dict = {}  # copy key -> name
+        self._next = COPY_KEYS
+
+    def _live(self, name):
+        keys = [k for k in self._order.get(name, ()) if k in self._ref]
+        self._order[name] = keys
+        return keys
+
+    def _oldest(self, names):
+        return [(self._live(n) or [n])[0] for n in names]
+
+    def cached(self) -> set:
+        return {self._name.get(k, k) for k in self._ref}
+
+    def lookup(self, names: Sequence[int], max_blocks: int) -> int:
+        h = 0
+        for name in list(names)[:max(max_blocks, 0)]:
+            if not self._live(name):
+                break
+            h += 1
+        return h
+
+    def evictable_hits(self, names: Sequence[int]) -> int:
+        return super().evictable_hits(self._oldest(names))
+
+    def take_hits(self, names: Sequence[int]) -> list:
+        """Take the oldest cached copy of each name; returns their keys."""
+        keys = self._oldest(names)
+        super().take_hits(keys)
+        return keys
+
+    def allocate(self, n: int) -> List[int]:
+        out = super().allocate(n)
+        self.removed[:] = [self._name.get(k, k) for k in self.removed]
+        return out
+
+    def register(self, keys: list, start: int, names: Sequence[int]) -> None:
+        mapped = []
+        for name in names:
+            live = self._live(name)
+            key = name
+            if name in self._ref:
+                key = self._next
+                self._next += 1
+                self._name[key] = name
+            self._order[name] = live + [key]
+            mapped.append(key)
+        before = len(self.stored)
+        super().register(keys, start, mapped)
+        self.stored[before:] = list(names)
+
+    def free_keys(self) -> list:
+        return [k if k is None or k < 0 else self._name.get(k, k) for k in super().free_keys()]
+
+    def refs(self, name) -> list:
+        """The reference counts of ``name``'s cached copies, oldest first."""
+        return [self._ref[k] for k in self._live(name)]

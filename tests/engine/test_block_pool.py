@@ -1,6 +1,8 @@
 """BlockPool against a per-block reference model (vLLM v1's BlockPool, written the slow, obvious way)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -14,7 +16,9 @@ POOLS = [BlockPool, RunBlockPool]
 
 
 class ModelPool:
-    """Physical blocks 0..capacity-1, a free list (head first), a name -> block map, ref counts."""
+    """Physical blocks 0..capacity-1, a free list (head first), ref counts, and a name -> blocks map: every
+    cached copy of a name in caching order (vLLM 0.33.0's ``cached_block_hash_to_block``; a hit takes the
+    first, an eviction drops its block from the name's list)."""
 
     def __init__(self, capacity):
         self.name = [None] * capacity
@@ -33,7 +37,7 @@ class ModelPool:
 
     def admit(self, names, h, extra):
         """Hit names[:h], allocate the rest + extra, register names[h:]; None if it does not fit."""
-        hits = [self.where[n] for n in names[:h]]
+        hits = [self.where[n][0] for n in names[:h]]
         need = len(names) - h + extra
         if need + sum(1 for b in hits if self.ref[b] == 0) > len(self.free):
             return None
@@ -45,16 +49,18 @@ class ModelPool:
         for _ in range(need):
             b = self.free.pop(0)
             if self.name[b] is not None:
-                del self.where[self.name[b]]
+                copies = self.where[self.name[b]]
+                copies.remove(b)
+                if not copies:
+                    del self.where[self.name[b]]
                 self.removed.append(self.name[b])
                 self.name[b] = None
             self.ref[b] = 1
             new.append(b)
-        for b, n in zip(new, names[h:]):
-            if n not in self.where:
-                self.where[n] = b
-                self.name[b] = n
-                self.stored.append(n)
+        for b, n in zip(new, names[h:]):  # a name already cached: one more copy (vLLM 0.33.0)
+            self.where.setdefault(n, []).append(b)
+            self.name[b] = n
+            self.stored.append(n)
         return hits + new
 
     def release(self, blocks):
@@ -70,14 +76,14 @@ class ModelPool:
         return [self.name[b] for b in self.free]
 
 
-def pool_admit(pool, names, extra):
+def pool_admit(pool, names, extra, cap=None):
     seq = pool.sequence(names, runs_of(names))
-    h = pool.lookup(seq, len(names))
+    h = pool.lookup(seq, len(names) if cap is None else cap)
     need = len(names) - h + extra
     if need + pool.evictable_hits(seq, h) > pool.num_free:
         return h, None
-    pool.take_hits(seq, h)
-    keys = list(names[:h]) + pool.allocate(need)
+    keys = pool.take_hits(seq, h)
+    keys += pool.allocate(need)  # in place: the list take_hits returned is the holder's (RunBlockPool tracks it)
     pool.register(keys, seq, h, len(names))
     return h, (keys, seq)
 
@@ -91,11 +97,11 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool = self.make(self.cap)
         self.model = ModelPool(self.cap)
         self.holders = []  # (pool keys, model blocks)
-        self.from_events = set()
+        self.from_events = Counter()  # name -> copies, as a subscriber counting BlockStored/BlockRemoved sees them
 
     def apply_events(self):
         # an admission evicts (allocate) before it registers: removed first, then stored
-        self.from_events.difference_update(self.pool.removed)
+        self.from_events.subtract(self.pool.removed)
         self.from_events.update(self.pool.stored)
         del self.pool.removed[:], self.pool.stored[:], self.model.removed[:], self.model.stored[:]
 
@@ -109,6 +115,25 @@ class PoolMachine(RuleBasedStateMachine):
         assert (keys is None) == (blocks is None)
         if keys is not None:
             self.holders.append((keys, blocks))
+        self.pool.copies.translate(self.pool.removed, getattr(self.pool, "removed_runs", None))
+        assert self.pool.stored == self.model.stored and self.pool.removed == self.model.removed
+        self.apply_events()
+
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data(), cap=st.integers(0, 5), extra=st.integers(0, 2))
+    def admit_again(self, data, cap, extra):
+        # a running request's names again, its lookup capped at ``cap`` blocks (the last prompt token is
+        # recomputed; two requests admitted in one step): the blocks after the cap are computed again,
+        # second copies of cached names
+        keys, _ = data.draw(st.sampled_from(self.holders))[0]
+        names = [self.pool.copies.name.get(k, k) for k in keys if k >= 0]
+        h, got = pool_admit(self.pool, names, extra, cap)
+        assert h == self.model.lookup(names, cap)
+        blocks = self.model.admit(names, h, extra)
+        assert (got is None) == (blocks is None)
+        if got is not None:
+            self.holders.append((got, blocks))
+        self.pool.copies.translate(self.pool.removed, getattr(self.pool, "removed_runs", None))
         assert self.pool.stored == self.model.stored and self.pool.removed == self.model.removed
         self.apply_events()
 
@@ -128,8 +153,15 @@ class PoolMachine(RuleBasedStateMachine):
         assert pool.used_blocks + pool.num_free == self.cap
         assert pool.cached() == set(model.where)
         # the never-used blocks are a count at the queue's head (None: no key yet), then the queue's entries
-        assert [k if k is not None and k >= 0 else None for k in pool.free_keys()] == model.free_names()
-        assert pool.cached() == self.from_events  # the cache as a subscriber to its events sees it
+        alias = pool.copies.name
+        assert [alias.get(k, k) if k is not None and k >= 0 else None for k in pool.free_keys()] == model.free_names()
+        # the cache as a subscriber counting its events' copies sees it: a name is findable (a lookup hits it)
+        # exactly while some copy is cached, and the events count the copies
+        assert {n for n, c in self.from_events.items() if c > 0} == pool.cached()
+        assert all(c >= 0 for c in self.from_events.values())
+        assert +self.from_events == Counter({n: len(b) for n, b in model.where.items()})
+        for name in pool.cached():
+            assert pool.lookup(pool.sequence([name], [(name, 1)]), 1) == 1
 
 
 TestPoolMachine = PoolMachine.TestCase
@@ -185,13 +217,33 @@ def test_shared_block_stays_in_use_until_last_release(Pool):
 
 
 @pytest.mark.parametrize("Pool", POOLS)
-def test_duplicate_name_stays_unnamed(Pool):
+def test_a_duplicate_is_a_second_copy_under_the_name(Pool):
+    # vLLM 0.33.0's BlockPool (cached_block_hash_to_block), by hand. Capacity 4: a computes 5; b computes 5
+    # again (a second copy, cached: its key is an alias, a BlockStored of 5 again) and 6.
     pool = Pool(4)
+    s5, s56 = seq(pool, [5]), seq(pool, [5, 6])
     a = pool.allocate(1)
-    pool.register(a, seq(pool, [5]), 0, 1)
+    pool.register(a, s5, 0, 1)
     b = pool.allocate(2)
-    pool.register(b, seq(pool, [5, 6]), 0, 2)  # 5 is already cached: b's first block stays unnamed
-    assert b[0] < 0 and b[1] == 6 and pool.stored == [5, 6]
+    pool.register(b, s56, 0, 2)
+    alias = b[0]
+    assert a == [5] and alias not in (5, 6) and alias >= 0 and b[1] == 6 and pool.stored == [5, 5, 6]
+    assert pool.cached() == {5, 6} and pool.used_blocks == 3
+    # a hit takes the oldest copy (a's block, in use: shared), not the free-or-not younger one
+    hit = pool.take_hits(s5, 1)
+    assert hit == [5] and pool.references(5) == 2 and pool.references(alias) == 1
+    pool.release(a, s5)
+    pool.release(hit, s5)
+    pool.release(b, s56)  # the queue: 1 never used, then 5 (a's copy), 6, the alias (b's copy of 5)
+    assert pool.num_free == 4 and pool.used_blocks == 0
+    pool.removed = []
+    pool.allocate(2)  # the never-used block and a's copy: one BlockRemoved of 5
+    pool.copies.translate(pool.removed, getattr(pool, "removed_runs", None))
+    assert pool.removed == [5]
+    # the name stays findable while b's copy is cached: a lookup hits it, a hit takes that copy
+    assert pool.cached() == {5, 6} and pool.lookup(s56, 2) == 2 and pool.evictable_hits(s56, 2) == 2
+    assert pool.take_hits(s56, 2) == [alias, 6] and pool.num_free == 0
+    pool.check()
 
 
 @pytest.mark.parametrize("Pool", POOLS)
@@ -210,23 +262,25 @@ def test_a_huge_pool_costs_nothing_until_used(Pool):
 
 @pytest.mark.parametrize("Pool", POOLS)
 def test_a_duplicate_between_named_blocks_keeps_its_place_in_the_free_queue(Pool):
-    # By hand: A names 3 blocks; B hits A's first (shared) and computes 11 again (already cached:
-    # its block stays unnamed), 21, 22. A's release frees 12, 11 (reversed; 10 is still B's); B's
-    # frees 22, 21, 10 to the tail and its unnamed duplicate to the head (vLLM 0.33.0), beside the two
-    # never-used blocks (8 - 3 - 3).
+    # By hand: A names 3 blocks; B hits A's first (shared) and computes 11 again (already cached: a
+    # second copy, keyed by an alias, vLLM 0.33.0), 21, 22. A's release frees 12, 11 (reversed; 10 is
+    # still B's); B's frees 22, 21, its copy of 11, 10 to the tail, after the two never-used blocks.
     pool = Pool(8)
     a = pool.allocate(3)
     sa, sb = seq(pool, [10, 11, 12]), seq(pool, [10, 11, 21, 22])
     pool.register(a, sa, 0, 3)
-    pool.take_hits(sb, 1)
-    b = [10] + pool.allocate(3)
+    b = pool.take_hits(sb, 1)
+    b += pool.allocate(3)
     pool.register(b, sb, 1, 4)
-    assert b == [10, -1, 21, 22] and pool.stored == [10, 11, 12, 21, 22]
+    alias = b[1]
+    assert b == [10, alias, 21, 22] and alias >= 0 and pool.stored == [10, 11, 12, 11, 21, 22]
     pool.release(a, sa)
     pool.release(b, sb)
-    assert pool.free_keys() == [None, None, None, 12, 11, 22, 21, 10]
-    pool.allocate(5)  # the three unnamed blocks at the head, then 12, 11
-    assert pool.removed == [12, 11] and pool.num_free == 3
+    assert pool.free_keys() == [None, None, 12, 11, 22, 21, alias, 10]
+    pool.allocate(5)  # the two never-used blocks, then 12, 11 (A's copy), 22
+    pool.copies.translate(pool.removed, getattr(pool, "removed_runs", None))
+    assert pool.removed == [12, 11, 22] and pool.num_free == 3
+    assert pool.cached() == {10, 11, 21} and pool.lookup(sb, 4) == 3  # 11: B's copy
     pool.check()
 
 

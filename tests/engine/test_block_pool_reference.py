@@ -4,12 +4,13 @@ representation, their oracle).
 Both pools get the same random operation sequences, the way the engine drives a pool: admissions
 (lookup, evictable_hits, take_hits, allocate, register, some of them over requests sharing a
 prefix with running ones: shared hits), chunked registration (so two running requests can compute
-the same block: duplicate registrations leave unnamed blocks between named ones), growth by a few
+the same block: a duplicate registration caches a second copy under the name), growth by a few
 blocks (a decode's boundary), several such growths in one call (a bulk run's boundaries crossed in one
 go: :meth:`~dynlab.kv.block_pool.BlockPool.allocate_each`), releases in any order, bare allocations that run the pool dry.
 After every operation every observable must agree: return values, ``stored`` and ``removed`` in
-order, ``num_free``, ``used_blocks``, ``cached()``, the free queue head to tail. Keys may differ
-only where the block is unnamed (fresh negative ints there, ``UNNAMED`` here). The oracle takes
+order, ``num_free``, ``used_blocks``, ``cached()``, the free queue head to tail, each name's copies'
+reference counts. Keys may differ only where the block is unnamed (fresh negative ints there, ``UNNAMED``
+here) or a second copy (compared by name). The oracle (with copies: ``CopyingReferencePool``) takes
 names; the pool under test takes its ``sequence`` of the same names and their runs (consecutive
 names within a group of 1024, cut every 1-3 names in some requests: runs need not be maximal).
 """
@@ -23,12 +24,21 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from dynlab.kv.block_pool import UNNAMED, BlockPool
 from dynlab.kv.run_pool import RunBlockPool
 from pool_runs import runs_of
-from reference_pool import ReferencePool
+from reference_pool import COPY_KEYS, CopyingReferencePool
 
 
-def same_keys(old, new):
-    """The reference's keys as this pool's: an unnamed block's key is UNNAMED."""
-    return [k if k >= 0 else UNNAMED for k in old] == new
+def same_keys(old, new, machine):
+    """The reference's keys as this pool's, each block by its name: an unnamed block's key is UNNAMED, a
+    copy's key (the reference's :data:`COPY_KEYS` up, the pool's aliases) its name."""
+    ref, alias = machine.old._name, machine.new.copies.name
+    return [ref.get(k, k) if k >= 0 else UNNAMED for k in old] == [alias.get(k, k) for k in new]
+
+
+def copy_refs(pool, name):
+    """The reference counts of ``name``'s cached copies in the pool under test, oldest first."""
+    contains = pool.__contains__ if isinstance(pool, RunBlockPool) else pool._cached.__contains__
+    keys = pool.copies.of.get(name, [name])
+    return [pool.references(k) for k in keys if contains(k)]
 
 
 class Holder:
@@ -45,7 +55,7 @@ class BothPools(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.cap = 16
-        self.old, self.new = ReferencePool(self.cap), self.make(self.cap)
+        self.old, self.new = CopyingReferencePool(self.cap), self.make(self.cap)
         self.holders: list = []
         self.released: list = []  # names of released requests (their blocks may still be cached)
 
@@ -75,11 +85,10 @@ class BothPools(RuleBasedStateMachine):
         need = length - h + extra
         if need + ev > self.old.num_free:
             return
-        self.old.take_hits(hit)
-        self.new.take_hits(seq, h)
-        old, new = list(hit), list(hit)
+        old, new = self.old.take_hits(hit), self.new.take_hits(seq, h)
+        assert same_keys(old, new, self)
         a, b = self.both("allocate", need)
-        assert same_keys(a, b)
+        assert same_keys(a, b, self)
         old += a
         new += b
         holder = Holder(names, old, new, h, seq)
@@ -122,10 +131,9 @@ class BothPools(RuleBasedStateMachine):
             h = self.new.lookup(seq, len(names))
             if self.new.evictable_hits(seq, h) > self.new.num_free:
                 return
-            self.old.take_hits(names[:h])
-            self.new.take_hits(seq, h)
-            self.old.release(names[:h])
-            self.new.release(names[:h], seq)
+            old, new = self.old.take_hits(names[:h]), self.new.take_hits(seq, h)
+            self.old.release(old)
+            self.new.release(new, seq)
 
     def register(self, holder, m):
         m = min(m, len(holder.names) - holder.nreg)
@@ -134,7 +142,7 @@ class BothPools(RuleBasedStateMachine):
             self.old.register(holder.old, holder.nreg, part)
             self.new.register(holder.new, holder.seq, holder.nreg, holder.nreg + m)
             holder.nreg += m
-        assert same_keys(holder.old, holder.new)
+        assert same_keys(holder.old, holder.new, self)
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data(), m=st.integers(1, 8))
@@ -147,7 +155,7 @@ class BothPools(RuleBasedStateMachine):
         holder = data.draw(st.sampled_from(self.holders))
         if n <= self.old.num_free:
             a, b = self.both("allocate", n)
-            assert same_keys(a, b)
+            assert same_keys(a, b, self)
             holder.old += a
             holder.new += b
 
@@ -172,7 +180,7 @@ class BothPools(RuleBasedStateMachine):
         # a holder without names (output blocks only); all_free: the pool runs dry
         n = self.old.num_free if all_free else min(n, self.old.num_free)
         a, b = self.both("allocate", n)
-        assert same_keys(a, b)
+        assert same_keys(a, b, self)
         if n:
             self.holders.append(Holder([], a, b, 0, self.seq([])))
 
@@ -203,13 +211,16 @@ class BothPools(RuleBasedStateMachine):
         old, new = self.old, self.new
         new.check()
         old.check()
+        new.copies.translate(new.removed, getattr(new, "removed_runs", None))
         assert new.stored == old.stored and new.removed == old.removed
         del old.stored[:], old.removed[:], new.stored[:], new.removed[:]
         assert new.num_free == old.num_free and new.used_blocks == old.used_blocks
         assert new.cached() == old.cached()
-        assert [k if k is None or k >= 0 else UNNAMED for k in old.free_keys()] == new.free_keys()
+        alias = new.copies.name
+        assert [k if k is None or k >= 0 else UNNAMED for k in old.free_keys()] == \
+            [k if k is None or k < 0 else alias.get(k, k) for k in new.free_keys()]
         for name in new.cached():
-            assert new.references(name) == old._ref[name]
+            assert copy_refs(new, name) == old.refs(name)
 
 
 BothPools.TestCase.settings = settings(max_examples=300, stateful_step_count=60)
@@ -223,6 +234,7 @@ class RunPoolAndReference(BothPools):
     def same_observables(self):
         # the (group, mask) pairs name exactly stored and removed (as multisets: what KV events carry)
         new = self.new
+        new.copies.translate(new.removed, new.removed_runs)
         for names, pairs in ((new.stored, new.stored_runs), (new.removed, new.removed_runs)):
             assert sorted(names) == sorted((g << 10) + o for g, m in pairs for o in range(1024) if m >> o & 1)
             del pairs[:]

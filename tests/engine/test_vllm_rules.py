@@ -158,8 +158,6 @@ def test_duplicate_copies_are_findable_under_one_name(tmp_path):
 # prompt tokens 32 + 32 + 16 + 64 + 48 = 192, hits 16 (R2) + 32 (Q): 48 / 192 = 0.25 (dynlab today
 # 32 / 192 = 0.1667). vLLM 0.33.0's Scheduler, driven by benchmarks/fidelity_vllm.py's run_case on this trace,
 # gives the same: TTFT mean 64.4 (dynlab 67.6), request Q 16 ms apart.
-@pytest.mark.xfail(strict=True, reason="issue 24 item 3: duplicate copies under one name are not modelled yet "
-                   "(the second copy stays unnamed and is freed to the head)")
 def test_duplicate_copy_keeps_the_name_after_the_original_is_evicted(tmp_path):
     p = _ids(1, 32)
     path = _trace(tmp_path, [(0, p, 1), (0, p, 4), (0, _ids(100, 16), 2), (200, _ids(200, 64), 1),
