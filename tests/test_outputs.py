@@ -154,3 +154,25 @@ def test_two_outputs_to_one_file_are_refused(tmp_path):
     out = CliRunner().invoke(main, ["sim", "--timing", "--quiet", "--requests-out", str(tmp_path / "a.jsonl"),
                                     "--timeline", str(tmp_path / "b.json")])
     assert out.exit_code == 0, out.output
+
+
+def test_an_output_naming_the_input_trace_is_refused(tmp_path):
+    # a fresh user's trial: sim --trace two.jsonl --requests-out two.jsonl replaced the trace by the records
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    trace = tmp_path / "two.jsonl"
+    text = '{"timestamp": 0, "input_length": 32, "output_length": 4, "hash_ids": [1, 2]}\n'
+    trace.write_text(text)
+    for args in (["--trace", str(trace), "--requests-out", str(trace)],   # either order on the line
+                 ["--requests-out", str(trace), "--trace", str(trace)],
+                 ["--trace", str(trace), "--timeline", str(trace)]):
+        out = CliRunner().invoke(main, ["sim", "--timing", "--quiet", "--workers", "1", "--trace-block", "16", *args])
+        assert out.exit_code == 2, out.output
+        assert "an output would overwrite the input it reads" in out.output
+        assert trace.read_text() == text
+    out = CliRunner().invoke(main, ["plan", "--trace", str(trace), "--trace-block", "16", "--slo-ttft-ms", "1000",
+                                    "--slo-tpot-ms", "100", "--log", str(trace)])
+    assert out.exit_code == 2, out.output
+    assert trace.read_text() == text

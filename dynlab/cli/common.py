@@ -140,12 +140,37 @@ def _claim(value, ctx, param):
         return value
     claimed = ctx.meta.setdefault("dynlab_outputs", {})
     key = os.path.realpath(value)
+    source = ctx.meta.get("dynlab_inputs", {}).get(key)
+    if source is not None:
+        raise click.BadParameter(f"{value} is also given to {_flag(ctx, source)}: an output would overwrite "
+                                 "the input it reads", ctx, param)
     other = claimed.get(key)
     if other is not None and other != param.name:
         flag = next((o for o in ctx.command.params if o.name == other), None)
         raise click.BadParameter(f"{value} is also given to {flag.opts[0] if flag else other}: "
                                  "give each output its own file", ctx, param)
     claimed[key] = param.name
+    return value
+
+
+def _flag(ctx, name: str) -> str:
+    """The first flag of ``ctx``'s parameter ``name`` (``name`` itself when there is none)."""
+    flag = next((o for o in ctx.command.params if o.name == name), None)
+    return flag.opts[0] if flag is not None else name
+
+
+def input_path(ctx, param, value):
+    """click callback for an input that may be a file (``--trace``, ``--workload``): refused when an
+    output option of the command names the same file (the run would overwrite what it reads); a bundled
+    name or ``-`` passes."""
+    if value is None or value == "-" or not isinstance(value, str) or not os.path.isfile(value):
+        return value
+    key = os.path.realpath(value)
+    ctx.meta.setdefault("dynlab_inputs", {})[key] = param.name
+    other = ctx.meta.get("dynlab_outputs", {}).get(key)
+    if other is not None:
+        raise click.BadParameter(f"{value} is also given to {_flag(ctx, other)}: an output would overwrite "
+                                 "the input it reads", ctx, param)
     return value
 
 

@@ -11,8 +11,8 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import (echo_table_or_json, json_text, output_path, parse_opts, progress_bar, refuse_repeats,
-                               split_list, stream_output_path, write_atomic)
+from dynlab.cli.common import (echo_table_or_json, input_path, json_text, output_path, parse_opts, progress_bar,
+                               refuse_repeats, split_list, stream_output_path, write_atomic)
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
@@ -267,7 +267,7 @@ def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
 def sim_options(fn):
     for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
-                          help=help_)(fn)
+                          help=help_, callback=input_path if field in ("trace", "workload") else None)(fn)
     return fn
 
 
