@@ -287,6 +287,8 @@ def no_effect_rules(config, fields: Sequence[str], without_timing: str):
         yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
     if config.spec_model is not None and config.spec_method != "draft":
         yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
+    if config.spec_model is not None and "spec_gamma" in config.latency_opts:
+        yield "spec_model", "with --latency-opt spec_gamma (spec_gamma prices the drafter, not the draft model)"
     if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
         yield "latency_opts", ("as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, "
                                "--spec-tokens K)")
