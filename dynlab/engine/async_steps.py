@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dynlab.engine.bulk import StepPlan, StepResult, boundaries, plan_step
+from dynlab.engine.bulk import StepPlan, StepResult, boundaries, first_step_reaching, plan_step
 from dynlab.engine.request import DECODE_TOKENS
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import StepBatch
@@ -197,14 +197,8 @@ def cut_async_run(st: StepPlan, t: float, latency, started: bool) -> bool:
         st.k, st.bound_at, st.bound_reqs = 1, [], []
         st.end = start + latency.step_ms(StepBatch((), (), st.decodes, st.context))
         return True
-    decode_ms, r, ctx = latency.decode_ms, st.decodes, st.context
-    lo, hi = 1, k  # smallest m with start + decode_ms(m) >= t, i.e. t(n+1+m) >= t
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if start + decode_ms(r, ctx, mid) >= t:
-            hi = mid
-        else:
-            lo = mid + 1
+    r, ctx = st.decodes, st.context
+    lo = first_step_reaching(st, t, latency, k)  # smallest m with t(n+1+m) >= t
     if lo + 1 >= k:
         return False
     at = latency.decode_ms_at(r, ctx, [lo, lo + 1])

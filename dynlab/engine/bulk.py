@@ -199,18 +199,26 @@ def boundaries(sched: list, slots: list, k: int, free: int, block: int) -> Tuple
     return k, steps, [by_step[j] for j in steps]
 
 
-def cut_run(st: StepPlan, t: float, latency: LatencyModel) -> bool:
-    """Cut the bulk run ``st`` (``k > 1``, ``t < end``) at its first step boundary >= ``t`` (ms): the
-    step in progress at ``t`` finishes. Returns whether it was cut (its pending block boundaries are
-    then dropped: those left are at steps the next step takes blocks for)."""
+def first_step_reaching(st: StepPlan, t: float, latency: LatencyModel, k: int) -> int:
+    """The smallest ``j`` in ``1..k`` with ``st.start + decode_ms(j) >= t`` (ms), by bisection (``k`` when
+    none before it): the step of the run ``st`` in progress at ``t``, whose end is the first boundary >= ``t``."""
     decode_ms, start, r, ctx = latency.decode_ms, st.start, st.decodes, st.context
-    lo, hi = 1, st.k  # smallest j with start + decode_ms(j) >= t; decode_ms(k) >= t holds
+    lo, hi = 1, k
     while lo < hi:
         mid = (lo + hi) // 2
         if start + decode_ms(r, ctx, mid) >= t:
             hi = mid
         else:
             lo = mid + 1
+    return lo
+
+
+def cut_run(st: StepPlan, t: float, latency: LatencyModel) -> bool:
+    """Cut the bulk run ``st`` (``k > 1``, ``t < end``) at its first step boundary >= ``t`` (ms): the
+    step in progress at ``t`` finishes. Returns whether it was cut (its pending block boundaries are
+    then dropped: those left are at steps the next step takes blocks for)."""
+    decode_ms, start, r, ctx = latency.decode_ms, st.start, st.decodes, st.context
+    lo = first_step_reaching(st, t, latency, st.k)
     if lo < st.k:
         st.k = lo
         st.end = start + decode_ms(r, ctx, lo)
