@@ -20,13 +20,9 @@ from typing import Iterator, Optional
 from dynlab.limits import HORIZON_MS, MAX_OUTPUT_TOKENS, output_too_long
 from dynlab.errors import DynlabError, InputError, InputFileError
 from dynlab.routing.strategy import Request
+from dynlab.traces.bundled import BUILTIN_TRACES
 from dynlab.traces.format import TraceFormat
 
-#: name -> (package resource under dynlab/data, number of requests). The Mooncake
-#: conversation trace: kvcache-ai/Mooncake FAST25-release/traces, Apache-2.0.
-BUILTIN_TRACES = {
-    "mooncake-conversation": ("traces/mooncake_conversation.jsonl.gz", 12031),
-}
 
 
 _DECODER = json.JSONDecoder()

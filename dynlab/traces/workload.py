@@ -47,11 +47,11 @@ class Workload(ABC):
     def resolve(self, path: str) -> str:
         """A file the spec names (a trace of lengths, say), as the spec's author meant it: a relative path is
         relative to the spec file's folder, not to the working directory; an absolute path, ``-`` and a
-        bundled trace name (:data:`dynlab.traces.reader.BUILTIN_TRACES`) are returned as they are, and so is
+        bundled trace name (:data:`dynlab.traces.bundled.BUILTIN_TRACES`) are returned as they are, and so is
         every path when the spec has no file (``source`` is not a path)."""
         import os
 
-        from dynlab.traces.reader import BUILTIN_TRACES
+        from dynlab.traces.bundled import BUILTIN_TRACES
 
         if path == "-" or path in BUILTIN_TRACES or os.path.isabs(path) or not os.path.isfile(self.source):
             return path
