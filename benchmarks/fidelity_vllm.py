@@ -162,6 +162,14 @@ def ablation_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _identity_cells(c: dict) -> str:
+    """The cells a per-request comparison ``c`` fills in both tables: requests, identical TTFT / E2E /
+    preemptions / hit tokens / all four, worst TTFT and E2E difference (ms)."""
+    i = c["identical"]
+    return (f"{c['requests']} | {i['ttft']} | {i['e2e']} | {i['preemptions']} | {i['hit_tokens']} | {i['all']} "
+            f"| {c['worst_ms']['ttft']:.6g} | {c['worst_ms']['e2e']:.6g}")
+
+
 def table(results: list[dict]) -> str:
     """The markdown table of :func:`run_case` results (one row per trace and admission rule)."""
     head = ("| trace | rule | requests | identical TTFT | E2E | preemptions | hit tokens | all four "
@@ -170,9 +178,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         for label, *_ in RULES:
             c = r[label]
-            i = c["identical"]
-            lines.append(f"| {r['trace']} | {label} | {c['requests']} | {i['ttft']} | {i['e2e']} | {i['preemptions']} "
-                         f"| {i['hit_tokens']} | {i['all']} | {c['worst_ms']['ttft']:.6g} | {c['worst_ms']['e2e']:.6g} "
+            lines.append(f"| {r['trace']} | {label} | {_identity_cells(c)} "
                          f"| {c['preemptions'][0]} / {c['preemptions'][1]} | {c['wall_s'][0]} / {c['wall_s'][1]} |")
     return "\n".join(lines)
 
@@ -200,9 +206,7 @@ def async_dynlab_table(results: list[dict]) -> str:
     for r in results:
         c = r.get("async-dynlab")
         if c:
-            i = c["identical"]
-            lines.append(f"| {r['trace']} | {c['requests']} | {i['ttft']} | {i['e2e']} | {i['preemptions']} "
-                         f"| {i['hit_tokens']} | {i['all']} | {c['worst_ms']['ttft']:.6g} | {c['worst_ms']['e2e']:.6g} "
+            lines.append(f"| {r['trace']} | {_identity_cells(c)} "
                          f"| {c['mean_ttft_ms'][0]} / {c['mean_ttft_ms'][1]} | {c['preemptions'][0]} / "
                          f"{c['preemptions'][1]} | {c['wall_s'][0]} / {c['wall_s'][1]} |")
     return "\n".join(lines)
