@@ -129,11 +129,13 @@ class BlockPool(PoolChecks):
         """How many leading ``names`` (at most ``max_blocks``) are cached: a prefix hit, in blocks."""
         if max_blocks <= 0:
             return 0
-        misses = compress(count(), map(not_, map(self._cached.__contains__, islice(names, max_blocks))))
-        h = min(next(misses, max_blocks), len(names))
-        if h < max_blocks and h < len(names) and self.copies.of:  # a name cached only under an alias
-            if self.copies.first(names[h], self._cached.__contains__) is not None:
-                return h + 1 + self.lookup(names[h + 1:], max_blocks - h - 1)
+        contains = self._cached.__contains__
+        misses = compress(count(), map(not_, map(contains, islice(names, max_blocks))))
+        n = min(max_blocks, len(names))
+        h = min(next(misses, max_blocks), n)
+        if self.copies.of:  # names cached only under an alias continue the hit (as RunBlockPool.lookup)
+            while h < n and (contains(names[h]) or self.copies.first(names[h], contains) is not None):
+                h += 1
         return h
 
     def evictable_hits(self, names: Sequence[int], h: int) -> int:
