@@ -343,8 +343,8 @@ class EngineWorker:
         kv.begin_step(now)
         self._busy_from = kv.used_ms  # used_block_ms(now): begin_step advanced the integral to now
         sched, preempted, admitted = sch.schedule(now)
-        if self.cpu is not None and self.kv.evicted():
-            self._offload(self.kv.evicted())
+        if self.cpu is not None and (evicted := kv.evicted()):
+            self._offload(evicted)
         if not sched:
             if sch.loading or sch.ready or kv.held or kv.reserved:
                 # blocks are held by loads or for transfers: resume when a load arrives, or at release / receive
