@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
-from dynlab.engine.spec import no_effect_rules as _spec_rules
+from dynlab.engine.spec import SPEC_METHODS, no_effect_rules as _spec_rules
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
@@ -186,7 +186,7 @@ class SimConfig(Sectioned):
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
         if self.spec_tokens < 0:
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
-        for name, allowed in (("spec_method", (None, "ngram", "eagle", "eagle3", "mtp", "draft")),
+        for name, allowed in (("spec_method", (None, *SPEC_METHODS)),
                               ("admission", ("full", "chunk")), ("cpu_write", ("evict", "compute"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
