@@ -146,9 +146,8 @@ def _claim(value, ctx, param):
                                  "the input it reads", ctx, param)
     other = claimed.get(key)
     if other is not None and other != param.name:
-        flag = next((o for o in ctx.command.params if o.name == other), None)
-        raise click.BadParameter(f"{value} is also given to {flag.opts[0] if flag else other}: "
-                                 "give each output its own file", ctx, param)
+        raise click.BadParameter(f"{value} is also given to {_flag(ctx, other)}: give each output its own file",
+                                 ctx, param)
     claimed[key] = param.name
     return value
 
