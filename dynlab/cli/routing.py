@@ -439,14 +439,21 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
 
         check_plot(plot_path)  # before the runs: a bad suffix or missing matplotlib fails now
     requests = None
-    if base.trace is not None and field not in ("trace", "trace_format", "block", "hash", "trace_block", "tokenizer"):
+    from dynlab.engine.spec import hash_lookahead_tokens
+
+    lookahead = {hash_lookahead_tokens(c) for c in configs.values()}  # EAGLE's names differ with speculation on
+    if base.trace is not None and len(lookahead) == 1 and field not in (
+            "trace", "trace_format", "block", "hash", "trace_block", "tokenizer"):
         from dynlab.traces.reader import load_trace  # read once for every run (and stdin can only be read once)
 
         try:
             requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block,
-                                  base.tokenizer)
+                                  base.tokenizer, lookahead.pop())
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+    elif base.trace == "-" and len(lookahead) > 1:
+        raise click.UsageError(f"{flag}: the runs name blocks differently (EAGLE's hash lookahead with "
+                               "speculation on only), so each reads the trace: give a file, not - (stdin)")
     _check_timed_runs(configs, requests)
     results = {}
     usage = {}

@@ -27,7 +27,10 @@ _TRACES: "OrderedDict[tuple, Any]" = OrderedDict()
 
 
 def _trace_key(config: SimConfig) -> tuple:
-    return (config.trace, config.trace_format, config.block, config.hash, config.trace_block, config.tokenizer)
+    from dynlab.engine.spec import hash_lookahead_tokens
+
+    return (config.trace, config.trace_format, config.block, config.hash, config.trace_block, config.tokenizer,
+            hash_lookahead_tokens(config))
 
 
 def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
@@ -45,8 +48,7 @@ def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
     if loader is None:
         from dynlab.traces.reader import load_trace
 
-        requests = load_trace(config.trace, config.trace_format, config.block, config.hash, config.trace_block,
-                              config.tokenizer)
+        requests = load_trace(*key)  # (EAGLE's hash lookahead too: the names sim gives the same trace)
     else:
         requests = loader()
     _TRACES[key] = requests

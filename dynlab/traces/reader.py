@@ -329,14 +329,14 @@ def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
 
 def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                scheme: str = "dynlab", trace_block: Optional[int] = None,
-               tokenizer: Optional[str] = None) -> TraceRequests:
+               tokenizer: Optional[str] = None, hash_lookahead: int = 0) -> TraceRequests:
     """The whole trace as a list of requests (for runs that replay it many times), with ``block_tokens``.
 
-    Same arguments (``scheme``: the hash scheme; ``tokenizer``: a tokenizer.json for text) and errors
-    as :func:`open_reader`.
+    Same arguments (``scheme``: the hash scheme; ``tokenizer``: a tokenizer.json for text;
+    ``hash_lookahead``: EAGLE's hash lookahead) and errors as :func:`open_reader`.
     """
     requests, _, reader = open_reader(path_or_name, fmt, block, scheme=scheme, trace_block=trace_block,
-                                      tokenizer=tokenizer)
+                                      tokenizer=tokenizer, hash_lookahead=hash_lookahead)
     out = TraceRequests(requests)
     out.block_tokens = reader.block_tokens or block
     out.own_block_tokens = reader.block_tokens

@@ -168,3 +168,38 @@ def test_reply_names_with_lookahead_are_the_quoting_prompts_names(prompt, reply,
     assert full == later[:len(full)]
     # the last generated token's KV is never computed, and a name needs the lookahead tokens after it
     assert len(full) == (len(prompt) + len(reply) - max(1, lookahead)) // 16
+
+
+def test_compare_and_sweep_name_blocks_as_sim_does(tmp_path):
+    # compare loads a trace once for all its runs, and sweep/plan through cached_trace: both must give a run
+    # with eagle the names sim gives it (a review found them plain); a --spec-tokens 0 run keeps plain names
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+    from dynlab.engine.config import SimConfig
+    from dynlab.sweep.executors import cached_trace, clear_trace_cache
+
+    shared = list(range(1, 49))
+    rows = [{"timestamp": 0, "tokens": shared + list(range(100, 110)), "output_length": 8},
+            {"timestamp": 30, "tokens": shared + list(range(200, 220)), "output_length": 5}]
+    trace = _trace(tmp_path, rows)
+    r = CliRunner().invoke(main, ["compare", "--timing", "--workers", "1", "--mode", "rr", "--trace", trace,
+                                  "--trace-format", "tokens", "--block", "16", "--capacity", "64",
+                                  "--spec-method", "eagle", "--spec-tokens", "0,2", "--quiet", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["0"]["prefix_hit_rate"] == round(48 / 126, 4)  # (58 + 68 prompt tokens) the second prompt's 3 shared blocks
+    assert out["2"]["prefix_hit_rate"] == round(32 / 126, 4)  # eagle: block 2 is named with token 48
+    r = CliRunner().invoke(main, ["compare", "--timing", "--workers", "1", "--mode", "rr", "--trace", "-",
+                                  "--trace-format", "tokens", "--spec-method", "eagle", "--spec-tokens", "0,2"],
+                           input=open(trace).read())
+    assert r.exit_code == 2 and "give a file, not -" in r.output
+    clear_trace_cache()
+    base = dict(timing=True, trace=trace, trace_format="tokens", block=16, spec_method="eagle")
+    plain, eagle = (cached_trace(SimConfig(**base, spec_tokens=k)) for k in (0, 2))
+    from dynlab.traces.reader import load_trace
+
+    assert [r.hashes for r in plain] == [r.hashes for r in load_trace(trace, "tokens", 16)]
+    assert [r.hashes for r in eagle] == [r.hashes for r in load_trace(trace, "tokens", 16, hash_lookahead=1)]
+    assert plain[1].hashes != eagle[1].hashes
+    clear_trace_cache()
