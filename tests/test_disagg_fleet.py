@@ -10,8 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynlab.disagg.fleet import replay_disagg, serve_disagg
-from dynlab.engine.config import SimConfig
-from dynlab.engine.config import PdSection
+from dynlab.engine.config import PdSection, SimConfig, SloSection
+from dynlab.engine.env import RunEnv
+from dynlab.engine.metrics import Recorder
+from dynlab.engine.request import EngineRequest
+from dynlab.engine.spec import Acceptance, SpecDecoding, parse_acceptance
 from dynlab.engine.run import build_strategy
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.grid import build_latency_model, hardware_for
@@ -27,10 +30,16 @@ def linear(b0=10.0, b1=0.01, b2=1.0):
     return build_latency_model("linear", hardware_for("llama-3.1-8b"), {"beta0": b0, "beta1": b1, "beta2": b2})
 
 
-def engines(n, capacity, handoff, latency=None, bulk=True, max_num_seqs=256, budget=8192):
+def eagle(k):
+    """EAGLE with ``k`` drafts per step (``k`` lookahead slots: a spare of ``2k``), acceptance 0.7; ``None`` for 0."""
+    return SpecDecoding("eagle", k, Acceptance(parse_acceptance("0.7", k), "seeded", seed=0)) if k else None
+
+
+def engines(n, capacity, handoff, latency=None, bulk=True, max_num_seqs=256, budget=8192, spec=0):
+    """``spec``: EAGLE's drafts per step (:func:`eagle`), as the CLI speculates: on the decode pool only."""
     latency = latency or linear()
     return [EngineWorker(w, capacity, BLOCK, latency, handoff=handoff, bulk=bulk, max_num_seqs=max_num_seqs,
-                         max_num_batched_tokens=budget) for w in range(n)]
+                         max_num_batched_tokens=budget, spec=None if handoff else eagle(spec)) for w in range(n)]
 
 
 def names_of(req):
@@ -179,10 +188,101 @@ def test_one_token_requests_finish_on_the_prefill_worker():
     assert fleet.records == {} and fleet.serving.e2e == [pytest.approx(11.0)]
 
 
+# ------------------------------------------------------------------- a request the decode pool can never hold
+class Rejects(Recorder):
+    """The engine requests rejected, in order."""
+
+    def __init__(self):
+        self.rejected = []
+
+    def on_reject(self, req):
+        self.rejected.append(req)
+
+
+def serve_slo(requests, prefill, decode, slo_ttft_ms):
+    """:func:`serve` with a TTFT SLO (goodput) and a :class:`Rejects`; the trace's timestamps are the arrivals."""
+    strategy = build_strategy(SimConfig(mode="rr", workers=len(prefill)), random.Random(0))
+    env = RunEnv.timed(requests, strategy, len(prefill), slo=SloSection(slo_ttft_ms=slo_ttft_ms),
+                       recorders=(Rejects(),))
+    return serve_disagg(requests, strategy, prefill, decode, names_of=names_of, kv_bytes_per_token=KVB, env=env,
+                        pd=PdSection(link_gbps=50))
+
+
+def test_a_request_the_decode_pool_cannot_hold_is_rejected_at_arrival():
+    # prefill pool 100 blocks (1,600 tokens), decode pool 10 blocks (160 tokens), block 16, linear beta0=10,
+    # beta1=0.01, beta2=1, 50 GB/s (5e7 B/ms). A (0 ms, 100 in, 10 out: 109 tokens) fits both pools:
+    # prefill 10 + 1 = 11 ms, transfer 100 x 131,072 B / 5e7 = 0.262144 ms, first decode step 11 ms:
+    # TTFT 22.262144, E2E 11.262144 + 9 x 11 = 110.262144. B (1 ms, 200 in, 10 out: 209 tokens) fits the
+    # prefill pool only: rejected at its arrival, no step. C (300 ms, 50 in, 2 out): prefill 10.5 ms,
+    # transfer 0.131072 ms, one decode step 11 ms: TTFT = E2E = 21.631072. D (400 ms, 400 in, 1 out)
+    # never needs the decode pool: it finishes on the prefill worker at 10 + 4 = 14 ms.
+    reqs = [request(0, 0.0, 100, 10), request(1, 1.0, 200, 10), request(2, 300.0, 50, 2),
+            request(3, 400.0, 400, 1)]
+    fleet = serve_slo(reqs, engines(1, 100, True), engines(1, 10, False), slo_ttft_ms=30)
+    ttft, e2e = [14.0, 21.631072, 22.262144], [14.0, 21.631072, 110.262144]
+    assert sorted(fleet.serving.ttft) == pytest.approx(ttft, abs=1e-9)
+    assert sorted(fleet.serving.e2e) == pytest.approx(e2e, abs=1e-9)
+    assert fleet.serving.rejected == fleet.decode_rejected == 1 and fleet.engines[0].rejected == 0
+    assert sorted(fleet.records) == [0, 2]  # B is never handed off, never transferred
+    assert fleet.prefill_fleet.routing.counts == [4]  # routed (and counted) as an aggregated rejection is
+    assert fleet.engines[0].steps == 3  # A's, C's and D's prefills only: no work spent on B
+    out = fleet.result()
+    assert out["transfers"] == 2 and out["transfer_bytes"] == (100 + 50) * KVB
+    result = fleet.serving.result(fleet.all_engines)
+    # the others' figures are those of a run without B; B counts as a goodput miss (3 of 4 meet 30 ms)
+    alone = serve_slo([r for r in reqs if r.index != 1], engines(1, 100, True), engines(1, 10, False), 30)
+    assert fleet.serving.ttft == alone.serving.ttft and fleet.serving.e2e == alone.serving.e2e
+    assert result["goodput"] == 0.75 and alone.serving.result(alone.all_engines)["goodput"] == 1.0
+    assert result["rejected"] == 1 and result["prefix_hit_rate"] == 0.0
+    (rejects,) = [r for r in fleet.env.recorders if isinstance(r, Rejects)]
+    assert [r.id for r in rejects.rejected] == [1] and rejects.rejected[0].rejected  # (--requests-out's flag)
+
+
+def test_every_decode_worker_must_hold_it():
+    # decode workers of 10 and 6 blocks (160 and 96 tokens): the decode router may pick either, so a
+    # request of 100 + 10 - 1 = 109 tokens is rejected; one of 80 + 10 - 1 = 89 is served
+    reqs = [request(0, 0.0, 100, 10), request(1, 1.0, 80, 10)]
+    decode = engines(1, 10, False) + [EngineWorker(1, 6, BLOCK, linear())]
+    fleet = serve(reqs, engines(1, 100, True), decode, decode_router="round-robin")
+    assert fleet.decode_rejected == fleet.serving.rejected == 1 and sorted(fleet.records) == [1]
+
+
+def test_the_decode_side_speculative_spare_counts():
+    # both pools 4 blocks (64 tokens); the decode pool speculates, EAGLE K=2 (2 lookahead slots): a spare
+    # of 4. 40 in + 25 out - 1 = 64 tokens fit the prefill pool, 64 + 4 = 68 not the decode pool: rejected;
+    # 40 + 21 - 1 + 4 = 64 fit both: served. An aggregated engine that speculates rejects the first too.
+    reqs = [request(0, 0.0, 40, 25), request(1, 1.0, 40, 21)]
+    fleet = serve(reqs, engines(1, 4, True), engines(1, 4, False, spec=2))
+    assert fleet.decode_rejected == fleet.serving.rejected == 1 and sorted(fleet.records) == [1]
+    assert len(fleet.serving.e2e) == 1 and fleet.records[1].request.generated == 21
+    agg = engines(1, 4, False, spec=2)[0]
+    assert not agg.submit(EngineRequest(0, 0.0, 40, 25, names_of(reqs[0])), 0.0)
+    assert agg.submit(EngineRequest(1, 0.0, 40, 21, names_of(reqs[1])), 0.0)
+
+
+def test_the_decode_side_speculative_spare_through_the_command(tmp_path):
+    # the CLI gives both pools one size but speculates on the decode pool only: the case above, which
+    # ended in "RuntimeError: worker 0: nothing schedulable although requests wait (bug)" before
+    trace = tmp_path / "two.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "tokens": list(range(40)), "output_length": 25}) + "\n" +
+                     json.dumps({"timestamp": 1, "tokens": list(range(1000, 1040)), "output_length": 21}) + "\n")
+    args = ["sim", "--trace", str(trace), "--timing", "--prefill-workers", "1", "--decode-workers", "1",
+            "--capacity", "4", "--block", "16", "--latency-model", "linear", "--spec-method", "eagle",
+            "--spec-tokens", "2", "--slo-ttft-ms", "1000"]
+    result = invoke(*args, "--requests-out", str(tmp_path / "reqs.jsonl"))
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["rejected"] == 1 and out["transfers"] == 1 and out["goodput"] == 0.5
+    assert out["transfer_bytes"] == 40 * KVB
+    recs = [json.loads(line) for line in (tmp_path / "reqs.jsonl").read_text().splitlines()]
+    assert [(r["rejected"], r["decode_worker"], r["first_scheduled_ms"]) for r in recs] == [(True, None, None),
+                                                                                          (False, 0, 1.0)]
+
+
 # ------------------------------------------------------------------------------------------ invariants
 workloads = st.lists(
     st.tuples(st.integers(0, 40),  # inter-arrival ms
-              st.integers(1, 120),  # prompt tokens
+              st.integers(1, 300),  # prompt tokens (some never fit a pool of 9 to 30 blocks)
               st.integers(1, 6),  # output tokens
               st.integers(0, 3)),  # shared prefix id
     min_size=1, max_size=14)
@@ -201,19 +301,22 @@ def build(wl):
 @settings(max_examples=60)
 @given(wl=workloads, p=st.integers(1, 3), d=st.integers(1, 3), pcap=st.integers(9, 30), dcap=st.integers(9, 30),
        overlap=st.booleans(), cache=st.booleans(), router=st.sampled_from(["least-loaded", "round-robin", "kv-usage"]),
-       latency=st.sampled_from([0.0, 3.0]), seqs=st.integers(1, 4))
-def test_invariants(wl, p, d, pcap, dcap, overlap, cache, router, latency, seqs):
+       latency=st.sampled_from([0.0, 3.0]), seqs=st.integers(1, 4), spec=st.sampled_from([0, 0, 1, 2]))
+def test_invariants(wl, p, d, pcap, dcap, overlap, cache, router, latency, seqs, spec):
+    # dcap may be smaller than pcap, and the decode pool may speculate (a spare of 2 x spec slots)
     reqs = build(wl)
     prefill = engines(p, pcap, True, max_num_seqs=seqs, budget=64)
-    decode = engines(d, dcap, False, max_num_seqs=seqs, budget=64)
+    decode = engines(d, dcap, False, max_num_seqs=seqs, budget=64, spec=spec)
     fleet = serve(reqs, prefill, decode, link_gbps=0.001, link_latency_ms=latency, overlap_transfer=overlap,
                   decode_prefix_cache=cache, decode_router=router)
-    cap = min(pcap, dcap) * BLOCK
-    fits = [r for r in reqs if r.input_length + r.output_length - 1 <= cap]
+    undecodable = {r.index for r in reqs if r.output_length > 1 and
+                   r.input_length + r.output_length - 1 + 2 * spec > dcap * BLOCK}
+    fits = [r for r in reqs if r.input_length + r.output_length - 1 <= pcap * BLOCK and r.index not in undecodable]
     served = {r.index for r in fits}
-    # every request that fits is prefilled once (one first token), finishes once; the others are rejected
+    # every request that fits is prefilled once (one first token), finishes once; the others are rejected,
+    # those the decode pool could never hold at their arrival; served + rejected = all
     assert len(fleet.serving.ttft) == len(served) == len(fleet.serving.e2e)
-    assert fleet.serving.rejected == len(reqs) - len(served)
+    assert fleet.serving.rejected == len(reqs) - len(served) and fleet.decode_rejected == len(undecodable)
     # every request with something to decode is transferred once, to one decode worker, and decoded there
     decoding = {r.index for r in fits if r.output_length > 1}
     assert set(fleet.records) == decoding
@@ -425,16 +528,20 @@ def build_conversations(wl):
 
 
 @settings(max_examples=50)
-# dcap >= the prefill pool (30): a request that fits the prefill pool but not a smaller decode pool waits
-# there forever (a RuntimeError; pre-existing, left open: the fleet should reject it up front)
-@given(wl=conversations, d=st.integers(1, 2), dcap=st.integers(30, 40), overlap=st.booleans(),
+# dcap below the prefill pool's 30 blocks too: a request that fits the prefill pool only is rejected at arrival
+@given(wl=conversations, d=st.integers(1, 2), dcap=st.integers(4, 40), overlap=st.booleans(),
        router=st.sampled_from(["least-loaded", "round-robin", "kv-usage"]))
 def test_invariants_with_named_replies(wl, d, dcap, overlap, router):
     reqs = build_conversations(wl)
+    # the prefill pool (30 blocks) must hold each request, the decode pool each with something to decode
+    served = [r for r in reqs if r.input_length + r.output_length - 1 <= BLOCK * (30 if r.output_length == 1
+                                                                                  else min(30, dcap))]
     runs = []
     for bulk in (True, False):
         fleet = serve(reqs, engines(1, 30, True, bulk=bulk, budget=64), engines(d, dcap, False, bulk=bulk, budget=64),
                       link_gbps=0.01, overlap_transfer=overlap, decode_prefix_cache=True, decode_router=router)
+        # no exception; served + rejected = all, each served request once
+        assert len(fleet.serving.e2e) == len(served) and fleet.serving.rejected == len(reqs) - len(served)
         for rec in fleet.records.values():
             r = rec.request
             # a decode-side hit is whole prompt blocks (never reply blocks: it stops at the prompt's)

@@ -8,6 +8,10 @@ The model, built on the timed engine (:mod:`dynlab.engine.timed`, :mod:`dynlab.e
   chunking, batching, its prefix cache and its block pool as an aggregated worker does, and
   computes its first token there (``ttft_prefill_ms``, the prefill side's time to first token). A
   request of one output token finishes there (nothing to decode, nothing sent: its TTFT is that).
+- A request with something to decode whose whole KV (:func:`~dynlab.engine.request.peak_tokens`, with
+  the decode workers' speculative spare) some decode worker's pool can never hold (the decode router may
+  pick any) is **rejected at arrival** (routed, then neither prefilled nor sent), as an aggregated engine
+  rejects one its pool can never hold: it counts in ``rejected``, a failure for ``goodput``.
 - A **decode worker** is then chosen by the decode router (a :class:`~dynlab.routing.strategy.Strategy`,
   :mod:`dynlab.disagg.decode_router`; by name :data:`DECODE_ROUTERS`):
   ``least-loaded`` (fewest requests assigned and not finished, then lowest id), ``round-robin``,
@@ -68,6 +72,7 @@ from dynlab.engine.config import DECODE_ROUTERS, PdSection
 from dynlab.engine.env import RunEnv
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
 from dynlab.engine.metrics import Recorder, fleet_result, hooks, kv_usage, kv_usage_busy, ratio, stats
+from dynlab.engine.request import peak_tokens
 from dynlab.engine.timed import TimedFleet, step_past_horizon
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
@@ -159,7 +164,7 @@ class DisaggFleet:
         # the prefill pool: a timed fleet; a transfer's release touches its pools between arrivals (lazy=False)
         self.prefill_fleet = TimedFleet(strategy, prefill, env, names_of, lazy=False,
                                         on_step_started=self._on_pstart if pd.overlap_transfer else None,
-                                        on_handed_off=self._on_handed_off)
+                                        on_handed_off=self._on_handed_off, admits=self._decodable)
         self.engines = self.prefill_fleet.engines
         self.decode = list(decode)
         self.kv_bytes_per_token = kv_bytes_per_token
@@ -181,6 +186,7 @@ class DisaggFleet:
         self.awaiting = [{} for _ in decode]
         self.link_free = [0.0] * len(prefill)
         self.records: dict = {}  # request id -> TransferRecord
+        self.decode_rejected = 0  # requests rejected at arrival: some decode worker could never hold them
         recorders = env.recorders
         self._h_step, self._h_finish = hooks(recorders, "on_step"), hooks(recorders, "on_finish")
         self._h_handoff = hooks(recorders, "on_handoff")
@@ -200,6 +206,13 @@ class DisaggFleet:
         self.prefill_fleet.run(arrivals)
 
     # -- prefill side: the prefill fleet's public hooks ---------------------------------------
+    def _decodable(self, ereq: EngineRequest) -> bool:
+        """The prefill fleet's ``admits``: ``False`` when some decode worker could never hold ``ereq`` (above)."""
+        if ereq.output_length <= 1 or all(e.kv.fits(peak_tokens(ereq, e.spec)) for e in self.decode):
+            return True
+        self.decode_rejected += 1
+        return False
+
     def _on_pstart(self, w: int, engine: EngineWorker, now: float) -> None:
         # layer-pipelined (overlap): a request's transfer is requested when its prefill is first scheduled
         for ereq in engine.step_requests:

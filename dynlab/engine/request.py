@@ -12,12 +12,23 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-__all__ = ["EngineRequest", "DECODE_TOKENS"]
+__all__ = ["EngineRequest", "DECODE_TOKENS", "peak_tokens"]
 
 #: tokens a decode step computes (its KV) and emits per request: 1. Everything that counts decode
 #: tokens (the batch's decodes, a bulk run's length and block boundaries, a finish's emitted
 #: token, a P/D reservation's next token) reads it here (speculative decoding: ``1 + K``).
 DECODE_TOKENS = 1
+
+
+def peak_tokens(req, spec=None) -> int:
+    """Tokens of KV ``req`` (an :class:`EngineRequest`) holds at most on one engine: ``input_length +
+    output_length - 1`` (the last token's KV is never computed), plus, with speculative decoding
+    (``spec``, a :class:`~dynlab.engine.spec.SpecDecoding`), a last verify's ``K`` drafts and
+    ``lookahead`` slots. A pool whose blocks cannot hold them can never serve it: the engine's
+    :meth:`~dynlab.engine.worker.EngineWorker.submit` rejects it, and a P/D fleet rejects a request
+    its decode pool can never hold (:mod:`dynlab.disagg.fleet`)."""
+    spare = 0 if spec is None else spec.k + spec.lookahead
+    return req.input_length + req.output_length - 1 + spare
 
 
 class EngineRequest:

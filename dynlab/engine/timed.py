@@ -60,7 +60,10 @@ class TimedFleet:
     ``on_step_started(w, engine, now)`` after worker ``w`` started a step (or bulk run);
     ``on_step_ended(w, result)`` right after its :meth:`~dynlab.engine.worker.EngineWorker.finish_step`,
     before anything is published or recorded; ``on_handed_off(w, ereq, now)`` for each request an engine
-    built with ``handoff=True`` handed off at its first token (the router's view has let it go).
+    built with ``handoff=True`` handed off at its first token (the router's view has let it go);
+    ``admits(ereq)``, asked for each routed request before its engine's
+    :meth:`~dynlab.engine.worker.EngineWorker.submit`: ``False`` rejects it as an engine that can never
+    hold it does (``ereq.rejected``, ``on_reject``; nothing is submitted, the engine's ``rejected`` is not counted).
     :meth:`wake` starts an idle worker's next step at the current time. ``lazy``: cross bulk runs' block
     boundaries lazily (default: when the bus neither delays nor loses events; see below); a topology
     that touches a worker's pool between arrivals passes ``False``.
@@ -69,7 +72,7 @@ class TimedFleet:
     def __init__(self, strategy: Strategy, engines: Sequence[EngineWorker], env, names_of: Callable[[Request], list],
                  runs_of: Optional[Callable] = None, *, lazy: Optional[bool] = None,
                  on_step_started: Optional[Callable] = None, on_step_ended: Optional[Callable] = None,
-                 on_handed_off: Optional[Callable] = None):
+                 on_handed_off: Optional[Callable] = None, admits: Optional[Callable] = None):
         n = len(engines)
         self.env = env
         self.runs_of = runs_of
@@ -80,6 +83,7 @@ class TimedFleet:
         self._h_reject, self._h_first = hooks(recorders, "on_reject"), hooks(recorders, "on_first_token")
         self._h_finish, self._h_step = hooks(recorders, "on_finish"), hooks(recorders, "on_step")
         self.on_step_started, self.on_step_ended, self.on_handed_off = on_step_started, on_step_ended, on_handed_off
+        self.admits = admits
         routing = env.routing
         self.block = engines[0].block if n else 1
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
@@ -167,7 +171,8 @@ class TimedFleet:
             hook(ereq, t)
         self._track(ereq, w, predicted)
         before = engine.step_end
-        if not engine.submit(ereq, t):
+        if not (self.admits is None or self.admits(ereq)) or not engine.submit(ereq, t):
+            ereq.rejected = True
             for hook in self._h_reject:
                 hook(ereq)
             self._untrack(ereq)

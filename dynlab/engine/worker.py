@@ -111,7 +111,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from dynlab.engine.bulk import StepPlan, StepResult, cut_run, plan_step
-from dynlab.engine.request import DECODE_TOKENS, EngineRequest
+from dynlab.engine.request import DECODE_TOKENS, EngineRequest, peak_tokens
 from dynlab.engine.scheduler import Scheduler
 from dynlab.kv.cache_manager import CPU_WRITES
 from dynlab.kv.hybrid import kv_cache_manager
@@ -302,8 +302,7 @@ class EngineWorker:
         if (n := len(req.names) - req.out_blocks) not in {req.input_length // self.block, (req.input_length - la) // self.block}:
             raise ValueError(f"request {req.id!r}: {n} block names for {req.input_length} tokens at block {self.block} "
                              f"(want {req.input_length // self.block})")
-        spare = 0 if self.spec is None else self.spec.k + self.spec.lookahead  # a last verify's drafts and lookahead
-        if not self.kv.fits(req.input_length + req.output_length - 1 + spare):  # the last token's KV is never computed
+        if not self.kv.fits(peak_tokens(req, self.spec)):  # its whole KV, a last verify's drafts included
             req.rejected = True
             self.rejected += 1
             return False
