@@ -284,7 +284,9 @@ class ServingMetrics(Recorder):
     requests (rejected ones included, as failures) whose TTFT and TPOT meet the SLOs given
     (DistServe's definition); a one-token request has no TPOT and meets any TPOT SLO.
     ``prefix_hit_rate``: prompt tokens hit at first admission over the prompt tokens of the requests
-    admitted (a rejected request never reaches the cache: neither its hits nor its prompt count).
+    admitted (a rejected request never reaches the cache: neither its hits nor its prompt count);
+    ``None`` (JSON ``null``) when no request was admitted (every one rejected): no denominator, like a
+    distribution with no sample (:func:`stats`), never 0.
     ``mean_kv_usage`` (per worker): blocks held by requests integrated over the run's span, first
     arrival to last finish of the whole fleet, idle time counting as what is held then (0 unless a
     P/D reservation or a CPU-tier load holds blocks), over ``capacity x span``;
@@ -357,7 +359,7 @@ class ServingMetrics(Recorder):
             "preemptions": sum(e.preemptions for e in engines),
             "rejected": self.rejected,
             "engine_steps": self.steps,
-            "prefix_hit_rate": ratio(self.hit_tokens, self.prompt_tokens),
+            "prefix_hit_rate": ratio(self.hit_tokens, self.prompt_tokens) if self.prompt_tokens else None,
             "peak_kv_blocks": [e.peak_used_blocks for e in engines],
             "mean_kv_usage": kv_usage(engines, self.last_finish, span_ms),
             "mean_kv_usage_busy": kv_usage_busy(engines),
