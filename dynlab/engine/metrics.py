@@ -152,9 +152,10 @@ class RoutingMetrics:
     worker's actual overlap (leading blocks held at routing time), ``cap``: most leading blocks
     that can hit (``None``: all; the timed engine recomputes the last prompt token, so ``cap`` is
     ``(input_length - 1) // block`` and ``actual`` is at most ``cap``), ``prefix``: the synthetic
-    workload's prefix id. ``predicted_blocks`` sums the strategy's overlaps as predicted;
-    ``prediction_error`` sums ``|min(predicted, cap) - actual|``, like with like (issue 24: an exact
-    index has error 0 in timed runs too).
+    workload's prefix id. ``predicted_blocks`` sums ``min(predicted, cap)`` and ``prediction_error``
+    ``|min(predicted, cap) - actual|``: like with like with ``cached_blocks`` (the capped ``actual``s;
+    issue 24: an exact index has error 0 and ``predicted_blocks == cached_blocks`` in timed runs too,
+    where a router's overlap can count the prompt's last block, which the engine recomputes).
 
     On a trace (``synthetic_prefix_blocks`` is ``None``) a *repeat* is a request whose first block
     was seen before anywhere, and a *hit* a repeat whose worker holds that block. On the labs'
@@ -193,9 +194,12 @@ class RoutingMetrics:
         seen = self._seen
         if predicted is not None:
             self.has_prediction = True
+            # like with like: ``actual`` is capped at ``cap`` (the hit the engine can take), so is the prediction,
+            # in the sum as in the error (an exact index: predicted_blocks == cached_blocks, timed runs too)
+            if cap is not None and predicted > cap:
+                predicted = cap
             self.predicted_blocks += predicted
-            # like with like: ``actual`` is capped at ``cap`` (the hit the engine can take), so is the prediction
-            self.prediction_error += abs((predicted if cap is None or predicted <= cap else cap) - actual)
+            self.prediction_error += abs(predicted - actual)
         processed = self._processed
         if processed is not None:
             if prefix in self._prefixes:
