@@ -193,7 +193,8 @@ SIM_OPTIONS = [
      "draft = a draft model) [default: off]."),
     (("--spec-tokens",), "spec_tokens", click.IntRange(min=0), 0,
      "With --timing and --spec-method: draft tokens K per decode step (vLLM's num_speculative_tokens; "
-     "0: off; compare --spec-tokens 0,2,4 compares against no speculation)."),
+     "0: off; compare --spec-tokens 0,2,4 compares against no speculation; below --max-num-batched-tokens, "
+     "as vLLM requires, and at most 10,000,000, see docs/limits.md)."),
     (("--spec-acceptance",), "spec_acceptance", click.STRING, None,
      "With --spec-tokens: per-position acceptance rates 0.8,0.6,0.4 (as vLLM reports them), one rate "
      "per token (0.7), or file:PATH of measured acceptance lengths [default: the method's, see docs/engine.md]."),
