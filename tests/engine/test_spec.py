@@ -249,3 +249,23 @@ def test_spec_model_under_another_latency_model_says_the_draft_is_roofline(tmp_p
     why = "the draft's steps (--spec-model qwen3-0.6b) are priced by the roofline, the target's by linear"
     assert why in json.loads(out.stdout)["latency_domain"] and why in out.stderr  # the key and a warning
     assert "latency_domain" not in _cli(tmp_path, *args[:1], *args[4:])  # the roofline prices both
+
+
+@pytest.mark.parametrize("draft, warned", [("llama-3.1-70b", True), ("llama-3.1-8b", True), ("qwen3-0.6b", False)])
+def test_a_draft_model_not_smaller_than_the_target_warns_once(tmp_path, draft, warned):
+    """llama-3.1-8b serves; a draft of 70B (141.1 GB of weights) or of the target itself (16.1 GB) reads at least
+    the target's weights per draft step, so it is warned about in one line; Qwen3-0.6B is not (the run goes on)."""
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    out = CliRunner().invoke(main, ["sim", "--trace", str(tmp_path / "m.jsonl"), "--timing", "--spec-method", "draft",
+                                    "--spec-tokens", "2", "--spec-model", draft, "--mode", "rr", "--quiet"])
+    assert out.exit_code == 0, out.output
+    lines = [x for x in out.stderr.splitlines() if "--spec-model" in x]
+    if warned:
+        (line,) = lines
+        assert line.startswith(f"Warning: --spec-model {draft} (") and "is not smaller than --model llama-3.1-8b (16.1 GB)" in line
+    else:
+        assert lines == []
