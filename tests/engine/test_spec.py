@@ -229,7 +229,7 @@ def test_spec_model_key_and_an_unknown_model_is_one_line(tmp_path):
 
     out = CliRunner().invoke(main, ["sim", "--timing", "--spec-method", "draft", "--spec-tokens", "2",
                                     "--spec-model", "nope", "--quiet"])
-    assert out.exit_code != 0
+    assert out.exit_code == 2  # a usage error, as --model nope
     (line,) = out.output.strip().splitlines()
     assert line.startswith("Error: unknown model 'nope'")
 
@@ -269,3 +269,32 @@ def test_a_draft_model_not_smaller_than_the_target_warns_once(tmp_path, draft, w
         assert line.startswith(f"Warning: --spec-model {draft} (") and "is not smaller than --model llama-3.1-8b (16.1 GB)" in line
     else:
         assert lines == []
+
+
+@pytest.mark.parametrize("make, code", [
+    (lambda d: "nope", 2),                                   # unknown name: a usage error
+    (lambda d: str(d / "missing.json"), 2),                  # a file that cannot be opened (InputFileError)
+    (lambda d: str(d), 2),                                   # a directory without config.json
+    (lambda d: _write(d / "bad.json", "{bad"), 1),           # a file that opens but holds a bad config,
+    (lambda d: _write(d / "odd.json", '{"a": 1}'), 1),       # as every command that reads one (commands.md)
+])
+def test_spec_model_errors_exit_as_model_errors_do(tmp_path, make, code):
+    """--spec-model reads a model as --model does, so each error is the same one line and exit code: 2 for
+    a usage error (a name, a path that cannot be opened), 1 for a config.json whose content is bad."""
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    value = make(tmp_path)
+    base = ["sim", "--trace", str(tmp_path / "m.jsonl"), "--timing", "--quiet"]
+    spec = CliRunner().invoke(main, base + ["--spec-method", "draft", "--spec-tokens", "2", "--spec-model", value])
+    model = CliRunner().invoke(main, base + ["--model", value])
+    assert spec.exit_code == model.exit_code == code, (spec.output, model.output)
+    (line,) = spec.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and line == model.stderr.strip()
+
+
+def _write(path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
