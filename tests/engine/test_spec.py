@@ -298,3 +298,27 @@ def test_spec_model_errors_exit_as_model_errors_do(tmp_path, make, code):
 def _write(path, text: str) -> str:
     path.write_text(text)
     return str(path)
+
+
+def test_compare_caps_a_file_of_acceptance_lengths_per_k(tmp_path):
+    """Lengths 1 2 3 5 5 4 1 (measured at K = 4): at K = 4, r_i = the share longer than i = 5/7, 4/7, 3/7, 2/7.
+    compare --spec-tokens 2,4 gives the K = 2 run the first two, which is the file capped at K + 1 = 3
+    (1 2 3 3 3 3 1: 5/7, 4/7); alone, a K = 2 run refuses the file (a length of 5 cannot happen at K = 2)."""
+    import dataclasses
+
+    from dynlab.engine.config import SimConfig
+    from dynlab.engine.spec import align_rates
+
+    path = tmp_path / "lengths.txt"
+    path.write_text("1 2 3 5 5\n4 1\n")
+    text = f"file:{path}"
+    base = SimConfig(timing=True, spec_method="eagle", spec_acceptance=text)
+    k2, k4 = align_rates([dataclasses.replace(base, spec_tokens=k) for k in (2, 4)])
+    assert k4.spec_acceptance == text
+    assert parse_acceptance(k2.spec_acceptance, 2) == (5 / 7, 4 / 7)
+    (path.parent / "capped.txt").write_text("1 2 3 3 3\n3 1\n")
+    assert parse_acceptance(f"file:{path.parent / 'capped.txt'}", 2) == (5 / 7, 4 / 7)
+    with pytest.raises(ValueError, match=r"lengths.txt:1: acceptance length 5 outside 1..3 \(K = 2\)"):
+        parse_acceptance(text, 2)
+    # a file that does not fit the largest K is left to each run to refuse, as before
+    assert align_rates([dataclasses.replace(base, spec_tokens=k) for k in (2, 3)])[0].spec_acceptance == text
