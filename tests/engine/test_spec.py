@@ -322,3 +322,22 @@ def test_compare_caps_a_file_of_acceptance_lengths_per_k(tmp_path):
         parse_acceptance(text, 2)
     # a file that does not fit the largest K is left to each run to refuse, as before
     assert align_rates([dataclasses.replace(base, spec_tokens=k) for k in (2, 3)])[0].spec_acceptance == text
+
+
+def test_compare_table_of_k_values_has_tpot_p99_and_acceptance_length():
+    """compare --spec-tokens 0,2: the K = 0 run has no acceptance length ("-"); TPOT p99 and the acceptance
+    length appear only when some run speculates (the other timed tables keep their columns)."""
+    from dynlab.cli.routing import _format_table
+
+    def run(tpot, ttft, **spec):
+        return {"requests": 3, "ttft_ms": {"p50": ttft, "p99": 2 * ttft}, "tpot_ms": {"p50": tpot, "p99": 3 * tpot},
+                "goodput": 0.5, **spec}
+
+    header, k0, k2 = _format_table({"0": run(8.0, 100.0), "2": run(4.0, 90.0, mean_acceptance_length=2.44)}).splitlines()
+    cols = header.split()
+    assert cols[cols.index("tpot_p50_ms"):] == ["tpot_p50_ms", "tpot_p99_ms", "accept_len", "goodput"]
+    assert dict(zip(cols, k0.split())) == {"run": "0", "requests": "3", "ttft_p50_ms": "100.0", "ttft_p99_ms": "200.0",
+                                           "tpot_p50_ms": "8.0", "tpot_p99_ms": "24.0", "accept_len": "-",
+                                           "goodput": "0.5"}
+    assert dict(zip(cols, k2.split()))["accept_len"] == "2.44"
+    assert "tpot_p99_ms" not in _format_table({"0": run(8.0, 100.0)}).split()
