@@ -443,3 +443,28 @@ def test_ctrl_c_keeps_the_log_and_resume_finishes(queue_trace, tmp_path):
     resumed = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--log", log, "--resume")
     assert resumed == _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
     assert len(log.read_text().splitlines()) == 3
+
+
+def test_binding_is_prefill_when_the_ttft_tail_is_not_the_queue_wait():
+    """docs/plan.md's H200 x 2 shape at 15 workers: TTFT p99 2,003.1 ms > 2,000 with a queue wait p99 of 3.7 ms
+    (under half of 2,003.1: the tail is spent after scheduling): prefill, not queueing. With a queue wait p99
+    of 1,500 ms (over half) it is queueing; a TPOT-only miss stays queueing; a preemption is memory first."""
+    from dynlab.plan.binding import KINDS, replay_text
+    from dynlab.plan.target import Target
+
+    target = Target(slo_ttft_ms=2000, slo_tpot_ms=50)
+
+    def result(ttft, wait, tpot=7.0, pre=0):
+        return {"ttft_ms": {"p99": ttft}, "tpot_ms": {"p99": tpot}, "queue_wait_ms": {"p99": wait},
+                "preemptions": pre, "rejected": 0, "kv_blocks": 100}
+
+    kind, text = replay_text(target, 15, result(2003.1, 3.7), 0.0)
+    assert kind == "prefill" and kind in KINDS
+    assert text.startswith("prefill: at 15 workers TTFT p99 2003.1 ms > 2000 ms, but the queue wait p99 is only 3.7 ms: "
+                           "the TTFT tail is the prompts' own prefill")
+    assert replay_text(target, 15, result(2003.1, 1001.6), 0.0)[0] == "queueing"   # 2 x 1001.6 > 2003.1
+    assert replay_text(target, 15, result(2003.1, 1001.5), 0.0)[0] == "prefill"    # 2 x 1001.5 < 2003.1
+    assert replay_text(target, 15, result(1900.0, 3.7, tpot=60.0), 0.0)[0] == "queueing"  # TPOT only
+    assert replay_text(target, 15, result(2003.1, 3.7, pre=1), 0.0)[0] == "memory"
+    assert replay_text(Target(slo_ttft_ms=2000, goodput=0.99), 15, {**result(2003.1, 3.7), "goodput": 0.9},
+                       0.0)[0] == "queueing"  # a goodput miss does not say which SLO
