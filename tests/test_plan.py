@@ -447,8 +447,9 @@ def test_ctrl_c_keeps_the_log_and_resume_finishes(queue_trace, tmp_path):
 
 def test_binding_is_prefill_when_the_ttft_tail_is_not_the_queue_wait():
     """docs/plan.md's H200 x 2 shape at 15 workers: TTFT p99 2,003.1 ms > 2,000 with a queue wait p99 of 3.7 ms
-    (under half of 2,003.1: the tail is spent after scheduling): prefill, not queueing. With a queue wait p99
-    of 1,500 ms (over half) it is queueing; a TPOT-only miss stays queueing; a preemption is memory first."""
+    (under half the 2,000 ms SLO: the other 1,999.4 ms, after scheduling, are the tail): prefill, not queueing.
+    A queue wait p99 of 1,000 ms (half the SLO) or more is queueing; a TPOT-only miss stays queueing; a
+    preemption is memory first."""
     from dynlab.plan.binding import KINDS, replay_text
     from dynlab.plan.target import Target
 
@@ -462,8 +463,8 @@ def test_binding_is_prefill_when_the_ttft_tail_is_not_the_queue_wait():
     assert kind == "prefill" and kind in KINDS
     assert text.startswith("prefill: at 15 workers TTFT p99 2003.1 ms > 2000 ms, but the queue wait p99 is only 3.7 ms: "
                            "the TTFT tail is the prompts' own prefill")
-    assert replay_text(target, 15, result(2003.1, 1001.6), 0.0)[0] == "queueing"   # 2 x 1001.6 > 2003.1
-    assert replay_text(target, 15, result(2003.1, 1001.5), 0.0)[0] == "prefill"    # 2 x 1001.5 < 2003.1
+    assert replay_text(target, 15, result(2003.1, 1000.0), 0.0)[0] == "queueing"   # 2 x 1000 = the SLO
+    assert replay_text(target, 15, result(2003.1, 999.9), 0.0)[0] == "prefill"     # 2 x 999.9 < 2000
     assert replay_text(target, 15, result(1900.0, 3.7, tpot=60.0), 0.0)[0] == "queueing"  # TPOT only
     assert replay_text(target, 15, result(2003.1, 3.7, pre=1), 0.0)[0] == "memory"
     assert replay_text(Target(slo_ttft_ms=2000, goodput=0.99), 15, {**result(2003.1, 3.7), "goodput": 0.9},
