@@ -469,3 +469,15 @@ def test_binding_is_prefill_when_the_ttft_tail_is_not_the_queue_wait():
     assert replay_text(target, 15, result(2003.1, 3.7, pre=1), 0.0)[0] == "memory"
     assert replay_text(Target(slo_ttft_ms=2000, goodput=0.99), 15, {**result(2003.1, 3.7), "goodput": 0.9},
                        0.0)[0] == "queueing"  # a goodput miss does not say which SLO
+
+
+def test_a_trace_block_the_trace_does_not_fit_is_the_same_line_and_exit_in_plan_and_sim():
+    """--trace-block 16 on the bundled Mooncake trace: its first row holds 14 ids for 6,758 tokens, and
+    16-token blocks need ceil(6758 / 16) = 423. A bad line of the input (FILE:LINE: why), exit 1, in both."""
+    line = ("Error: mooncake-conversation:1: hash_ids holds 14 ids, but input_length 6758 needs ceil(6758/16) = 423 "
+            "(one per 16-token block)")
+    common = ["--trace", "mooncake-conversation", "--trace-block", "16", "--quiet"]
+    plan = CliRunner().invoke(main, ["plan", *common, "--slo-ttft-ms", "2000", "--executor", "serial"])
+    sim = CliRunner().invoke(main, ["sim", *common, "--timing"])
+    assert plan.exit_code == sim.exit_code == 1
+    assert plan.stderr.strip() == sim.stderr.strip() == line
