@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 __all__ = ["HORIZON_MS", "past_horizon", "MACHINE_BYTES", "BUDGET_BYTES", "WORKER_BYTES", "SEED_REQUEST_BYTES", "SEED_BLOCK_BYTES",
            "PROMPT_TOKEN_BYTES", "DOC_READ_BYTES", "GRID_CELL_BYTES", "MAX_WORKERS", "MAX_SEED_REQUESTS",
            "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "OUTPUT_TOKEN_BYTES",
-           "MAX_OUTPUT_TOKENS", "check_sim", "check_doc_reads", "check_grid_cells", "output_too_long"]
+           "MAX_OUTPUT_TOKENS", "SPEC_TOKEN_BYTES", "MAX_SPEC_TOKENS", "check_sim", "check_doc_reads", "check_grid_cells", "output_too_long"]
 
 GIB = 2**30
 #: memory of the machine dynlab is sized for
@@ -89,6 +89,17 @@ MAX_GRID_CELLS = _one_digit(BUDGET_BYTES // GRID_CELL_BYTES)
 MAX_OUTPUT_TOKENS = min(10_000_000, _one_digit(BUDGET_BYTES // OUTPUT_TOKEN_BYTES))
 
 
+#: one draft position of ``--spec-tokens K``: its per-position rate, running sum and counter per worker
+#: (measured about 180 bytes per position: K = 4,000,000 on 2 workers, 748 MB peak RSS against 27 MB at K = 0)
+SPEC_TOKEN_BYTES = 256
+#: ``--spec-tokens`` at most (10,000,000 draft tokens per step). The memory rule would allow 30,000,000
+#: (8 GiB / 256 B), but a draft position past a request's longest output is never verified, and no request
+#: outputs more than :data:`MAX_OUTPUT_TOKENS`; a timed run also spends about 4 us per position
+#: (10,000,000: about 40 s before the first step). The other bound, K below ``--max-num-batched-tokens``,
+#: is vLLM's (:func:`check_sim`).
+MAX_SPEC_TOKENS = min(MAX_OUTPUT_TOKENS, _one_digit(BUDGET_BYTES // SPEC_TOKEN_BYTES))
+
+
 def _over(what: str, asked: int, limit: int, unit: str, per: int) -> ValueError:
     return ValueError(f"{what} asks for {asked:,} {unit}, more than dynlab allows: at most {limit:,} "
                       f"(about {per:,} bytes each within {BUDGET_BYTES // GIB} GiB; see docs/limits.md)")
@@ -102,6 +113,7 @@ def check_sim(config) -> None:
     """
     if config.workers > MAX_WORKERS:
         raise _over(f"--workers {config.workers}", config.workers, MAX_WORKERS, "workers", WORKER_BYTES)
+    _check_spec_tokens(config)
     if config.trace is not None:
         return
     tokens = config.plen + config.tail
@@ -116,6 +128,24 @@ def check_sim(config) -> None:
     if blocks > MAX_SEED_BLOCKS:
         raise _over(f"--prefixes {config.prefixes} x --reps {config.reps} x {tokens // config.block} blocks "
                     "per request", blocks, MAX_SEED_BLOCKS, "block names", SEED_BLOCK_BYTES)
+
+
+def _check_spec_tokens(config) -> None:
+    """``--spec-tokens K``: at most :data:`MAX_SPEC_TOKENS`, and (with ``--timing`` and a method) below
+    ``--max-num-batched-tokens``: vLLM 0.33 refuses ``max_num_batched_tokens <= num_lookahead_tokens``
+    (``VllmConfig._set_max_num_scheduled_tokens``; the lookahead is K for eagle, eagle3, mtp and draft),
+    and a decode schedules ``1 + K`` tokens in one step, so drafts past the budget are never verified
+    (ngram too)."""
+    k = getattr(config, "spec_tokens", 0)
+    if k > MAX_SPEC_TOKENS:
+        raise ValueError(f"--spec-tokens {k:,} is more than dynlab allows: at most {MAX_SPEC_TOKENS:,} draft tokens "
+                         "per step (no request outputs more; see docs/limits.md)")
+    budget = getattr(config, "max_num_batched_tokens", None)
+    if k and budget is not None and k >= budget and config.timing and config.spec_method is not None:
+        why = ("drafts past the budget are never verified" if config.spec_method == "ngram"
+               else f"vLLM refuses a budget <= the {k:,} lookahead slots")
+        raise ValueError(f"--spec-tokens {k:,} needs --max-num-batched-tokens above it (got {budget:,}): a decode "
+                         f"schedules 1 + K tokens in one step, and {why}")
 
 
 def output_too_long(n: int) -> str:

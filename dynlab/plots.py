@@ -75,14 +75,15 @@ def plot_compare(results: Mapping[str, Mapping], path: str, title: str = "") -> 
     ax = axes[0][0]
     values = [results[k][metric] for k in labels]
     if timing and all("prefix_hit_rate" in r for r in results.values()):
-        engine = [results[k]["prefix_hit_rate"] for k in labels]
+        engine = [results[k]["prefix_hit_rate"] for k in labels]  # None: no request admitted (a "-" bar)
         xs = range(len(labels))
         bars = ax.bar([x - 0.2 for x in xs], values, 0.4, color="#4878a8", label="block hit rate (router, GPU)")
         ax.bar_label(bars, fmt="%.3f", fontsize=7)
-        bars = ax.bar([x + 0.2 for x in xs], engine, 0.4, color="#dd8452", label="prefix hit rate (engines, GPU+CPU)")
-        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+        bars = ax.bar([x + 0.2 for x in xs], [0.0 if v is None else v for v in engine], 0.4, color="#dd8452",
+                      label="prefix hit rate (engines, GPU+CPU)")
+        ax.bar_label(bars, labels=["-" if v is None else f"{v:.3f}" for v in engine], fontsize=7)
         ax.set_xticks(xs, labels)
-        values = values + engine
+        values = values + [v for v in engine if v is not None]
         metric = "hit rate"
     else:
         bars = ax.bar(labels, values, color="#4878a8")

@@ -205,3 +205,28 @@ def test_an_output_length_at_the_limit_is_read(tmp_path):
 
     requests = load_trace(_trace_with_output(tmp_path, 10_000_000))
     assert [r.output_length for r in requests] == [4, 10_000_000]
+
+
+# -- --spec-tokens: dynlab's limit and vLLM's budget rule ---------------------------------------------
+
+def test_spec_tokens_limit_is_the_output_limit_below_the_memory_rule():
+    # 8 GiB / 256 B = 33,554,432 -> 30,000,000 by memory; no request outputs more than 10,000,000
+    assert limits.SPEC_TOKEN_BYTES == 256 and limits.MAX_SPEC_TOKENS == 10_000_000 == limits.MAX_OUTPUT_TOKENS
+    with pytest.raises(ValueError, match=r"--spec-tokens 10,000,001 is more than dynlab allows: at most 10,000,000"):
+        SimConfig(timing=True, spec_method="eagle", spec_tokens=10_000_001, max_num_batched_tokens=10**9).validate()
+
+
+@pytest.mark.parametrize("method, why", [("eagle", "vLLM refuses a budget <= the 8 lookahead slots"),
+                                         ("ngram", "drafts past the budget are never verified")])
+def test_spec_tokens_below_the_step_budget(method, why):
+    # a decode schedules 1 + K tokens: K = 8 needs a budget of at least 9 (vLLM 0.33: budget > lookahead)
+    SimConfig(timing=True, spec_method=method, spec_tokens=8, max_num_batched_tokens=9).validate()
+    with pytest.raises(ValueError, match=why):
+        SimConfig(timing=True, spec_method=method, spec_tokens=8, max_num_batched_tokens=8).validate()
+
+
+@pytest.mark.parametrize("cmd", [["sim"], ["compare", "--spec-tokens", "0,100000000"]])
+def test_spec_tokens_over_the_limit_is_a_usage_error(cmd):
+    k = [] if cmd[0] == "compare" else ["--spec-tokens", "100000000"]
+    one_line_usage_error(invoke(*cmd, "--trace", "mooncake-conversation", "--timing", "--spec-method", "eagle", *k),
+                         "--spec-tokens 100,000,000", "at most 10,000,000")

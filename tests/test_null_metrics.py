@@ -31,17 +31,21 @@ def test_compare_table_shows_a_dash_for_a_run_with_no_sample(tmp_path):
     row2, row4 = dict(zip(cols, every.split())), dict(zip(cols, one.split()))
     # capacity 2: both rejected, no TTFT at all; capacity 4: the 40-token request served
     assert row2["ttft_p50_ms"] == row2["ttft_p99_ms"] == row2["tpot_p50_ms"] == "-"
-    assert row4["ttft_p50_ms"] != "-"
+    assert row2["prefix_hit_rate"] == "-"  # no request admitted: no denominator, not 0.0
+    assert row4["ttft_p50_ms"] != "-" and row4["prefix_hit_rate"] == "0.0"
     assert (tmp_path / "c.png").stat().st_size > 0 and (tmp_path / "c.html").stat().st_size > 0
     out = json.loads(CliRunner().invoke(main, args[:-4] + ["--format", "json"]).stdout)
     assert out["2"]["ttft_ms"] == {"p50": None, "p90": None, "p99": None, "mean": None}
+    assert out["2"]["prefix_hit_rate"] is None and out["4"]["prefix_hit_rate"] == 0.0
 
 
 def test_sim_report_of_an_all_rejected_run(tmp_path):
     res = CliRunner().invoke(main, ["sim", "--trace", _trace(tmp_path), "--timing", "--workers", "1",
                                     "--capacity", "2", "--quiet", "--report", str(tmp_path / "r.html")])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["e2e_ms"]["mean"] is None
+    out = json.loads(res.stdout)
+    assert out["e2e_ms"]["mean"] is None and out["rejected"] == 2
+    assert out["prefix_hit_rate"] is None  # every request rejected: nothing admitted to hit over
     assert (tmp_path / "r.html").stat().st_size > 0
 
 

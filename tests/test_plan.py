@@ -443,3 +443,41 @@ def test_ctrl_c_keeps_the_log_and_resume_finishes(queue_trace, tmp_path):
     resumed = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR, "--log", log, "--resume")
     assert resumed == _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
     assert len(log.read_text().splitlines()) == 3
+
+
+def test_binding_is_prefill_when_the_ttft_tail_is_not_the_queue_wait():
+    """docs/plan.md's H200 x 2 shape at 15 workers: TTFT p99 2,003.1 ms > 2,000 with a queue wait p99 of 3.7 ms
+    (under half the 2,000 ms SLO: the other 1,999.4 ms, after scheduling, are the tail): prefill, not queueing.
+    A queue wait p99 of 1,000 ms (half the SLO) or more is queueing; a TPOT-only miss stays queueing; a
+    preemption is memory first."""
+    from dynlab.plan.binding import KINDS, replay_text
+    from dynlab.plan.target import Target
+
+    target = Target(slo_ttft_ms=2000, slo_tpot_ms=50)
+
+    def result(ttft, wait, tpot=7.0, pre=0):
+        return {"ttft_ms": {"p99": ttft}, "tpot_ms": {"p99": tpot}, "queue_wait_ms": {"p99": wait},
+                "preemptions": pre, "rejected": 0, "kv_blocks": 100}
+
+    kind, text = replay_text(target, 15, result(2003.1, 3.7), 0.0)
+    assert kind == "prefill" and kind in KINDS
+    assert text.startswith("prefill: at 15 workers TTFT p99 2003.1 ms > 2000 ms, but the queue wait p99 is only 3.7 ms: "
+                           "the TTFT tail is the prompts' own prefill")
+    assert replay_text(target, 15, result(2003.1, 1000.0), 0.0)[0] == "queueing"   # 2 x 1000 = the SLO
+    assert replay_text(target, 15, result(2003.1, 999.9), 0.0)[0] == "prefill"     # 2 x 999.9 < 2000
+    assert replay_text(target, 15, result(1900.0, 3.7, tpot=60.0), 0.0)[0] == "queueing"  # TPOT only
+    assert replay_text(target, 15, result(2003.1, 3.7, pre=1), 0.0)[0] == "memory"
+    assert replay_text(Target(slo_ttft_ms=2000, goodput=0.99), 15, {**result(2003.1, 3.7), "goodput": 0.9},
+                       0.0)[0] == "queueing"  # a goodput miss does not say which SLO
+
+
+def test_a_trace_block_the_trace_does_not_fit_is_the_same_line_and_exit_in_plan_and_sim():
+    """--trace-block 16 on the bundled Mooncake trace: its first row holds 14 ids for 6,758 tokens, and
+    16-token blocks need ceil(6758 / 16) = 423. A bad line of the input (FILE:LINE: why), exit 1, in both."""
+    line = ("Error: mooncake-conversation:1: hash_ids holds 14 ids, but input_length 6758 needs ceil(6758/16) = 423 "
+            "(one per 16-token block)")
+    common = ["--trace", "mooncake-conversation", "--trace-block", "16", "--quiet"]
+    plan = CliRunner().invoke(main, ["plan", *common, "--slo-ttft-ms", "2000", "--executor", "serial"])
+    sim = CliRunner().invoke(main, ["sim", *common, "--timing"])
+    assert plan.exit_code == sim.exit_code == 1
+    assert plan.stderr.strip() == sim.stderr.strip() == line

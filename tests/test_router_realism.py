@@ -85,13 +85,14 @@ TTL_TRACE = "".join(json.dumps({"timestamp": t, "input_length": 1024, "output_le
 @pytest.mark.parametrize("ttl, predicted, error", [
     # no expiry: request 2 and 3 predict all 64 blocks; the engine hits at most 63 (it recomputes the
     # last prompt token: cap = (1024 - 1) // 16), and the prediction is capped the same way (issue 24:
-    # like with like), so each is exact: |min(64, 63) - 63| = 0
-    (None, 128, 0),
+    # like with like, in predicted_blocks as in the error), so each is exact: |min(64, 63) - 63| = 0 and
+    # predicted_blocks = 63 + 63 = cached_blocks
+    (None, 126, 0),
     # ttl 2 s: request 2 (1 s after request 1) predicts 64 (capped 63: error 0); request 3 comes 4 s after
     # the blocks were last routed: the router forgot them, predicts 0, and the engine still hits 63
-    ("2", 64, 63),
+    ("2", 63, 63),
     # ttl 5 s: 5000 - 1000 < 5000, still held
-    ("5", 128, 0),
+    ("5", 126, 0),
 ])
 def test_ttl_on_a_timed_trace_by_hand(tmp_path, ttl, predicted, error):
     path = tmp_path / "t.jsonl"

@@ -185,3 +185,37 @@ def test_bad_hash_ids_on_a_later_row_are_refused_with_its_line(tmp_path, hash_id
     assert result.stderr == f"Error: {path}:2: {words}\n"
     path = _write(tmp_path, _row(0, 512, [1]) + '\n{"input_length": 512}\n', "missing.jsonl")
     assert invoke("sim", "--trace", path).stderr == f"Error: {path}:2: missing field 'hash_ids'\n"
+
+
+# -- fields a streamed format does not read: one warning naming the field and the line ----------------
+
+@pytest.mark.parametrize("rows, fmt, extra", [
+    # a typo: output_lenght for output_length (the run goes on with output_length 0, unknown)
+    ([{"timestamp": 0, "input_length": 100, "output_lenght": 5, "hash_ids": [1]}], "mooncake", "output_lenght"),
+    # a field Mooncake rows do not carry: the tokens format's reply ids
+    ([{"input_length": 100, "hash_ids": [1], "output_tokens": [4, 5]}], "mooncake", "output_tokens"),
+    ([{"tokens": [1, 2, 3], "output_tokns": [4]}], "tokens", "output_tokns"),
+])
+def test_a_field_the_format_does_not_read_is_warned_once_with_its_line(tmp_path, rows, fmt, extra):
+    path = _write(tmp_path, "\n" + "".join(json.dumps(r) + "\n" for r in rows * 3))  # first record on line 2
+    res = invoke("sim", "--trace", path, "--quiet")
+    assert res.exit_code == 0, res.stderr
+    (line,) = [x for x in res.stderr.splitlines() if "not used by dynlab" in x]
+    assert line.startswith(f"Warning: {path}:2: {fmt} fields not used by dynlab: {extra} (the format reads ")
+    assert json.loads(res.stdout)["requests"] == 3
+
+
+def test_known_fields_warn_nothing(tmp_path):
+    from dynlab.traces.reader import TraceWarning
+    import warnings
+
+    rows = [{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": [1], "lora_name": "a",
+             "cache_salt": "s"}, {"tokens": [1, 2], "timestamp": 1, "output_length": 1, "output_tokens": [3],
+                                  "lora_name": "a", "cache_salt": "s"}]
+    for i, row in enumerate(rows):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TraceWarning)
+            load_trace(_write(tmp_path, json.dumps(row) + "\n", f"{i}.jsonl"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TraceWarning)
+        load_trace("mooncake-conversation")

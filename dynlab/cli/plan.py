@@ -245,8 +245,8 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     Each shape (--model x --gpu x --tp x --ep x --modes x --cpu-memory-gb x --spec-tokens x --split) gets
     an analytic lower bound from the latency model, then replays bracket and bisect the worker count (and,
     with --split auto, the prefill:decode split); the answer N meets the target and N - 1 misses it. Each
-    shape's binding constraint is said in words (queueing, memory, routing, compute). Exit 3: no shape
-    meets the target (the outputs are written). Example:
+    shape's binding constraint is said in words (queueing, prefill, memory, routing, compute). Exit 3: no
+    shape meets the target (the outputs are written). Example:
 
     \b
       dynlab plan --trace mooncake-conversation --rate-scale 2 --slo-ttft-ms 2000 \\

@@ -193,7 +193,8 @@ SIM_OPTIONS = [
      "draft = a draft model) [default: off]."),
     (("--spec-tokens",), "spec_tokens", click.IntRange(min=0), 0,
      "With --timing and --spec-method: draft tokens K per decode step (vLLM's num_speculative_tokens; "
-     "0: off; compare --spec-tokens 0,2,4 compares against no speculation)."),
+     "0: off; compare --spec-tokens 0,2,4 compares against no speculation; below --max-num-batched-tokens, "
+     "as vLLM requires, and at most 10,000,000, see docs/limits.md)."),
     (("--spec-acceptance",), "spec_acceptance", click.STRING, None,
      "With --spec-tokens: per-position acceptance rates 0.8,0.6,0.4 (as vLLM reports them), one rate "
      "per token (0.7), or file:PATH of measured acceptance lengths [default: the method's, see docs/engine.md]."),
@@ -374,7 +375,9 @@ def _compare_options(fn):
 def _format_table(results: dict) -> str:
     """An aligned text table of the main metrics, one row per run (``-`` where a run lacks a value); a
     column appears when some run has its key (``prefix_hit_rate``: timed runs, the engines' own hit rate,
-    GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``)."""
+    GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``). When some run speculates
+    (``compare --spec-tokens 0,2,4``) the table also has ``tpot_p99_ms`` and ``accept_len`` (the mean
+    acceptance length), the figures that tell K values apart; ``goodput`` shows with an SLO."""
     cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
             ("block_hit_rate", "block_hit_rate"), ("prefix_hit_rate", "prefix_hit_rate"),
             ("ideal", "ideal_block_hit_rate"),
@@ -384,6 +387,10 @@ def _format_table(results: dict) -> str:
             ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("xfer_p50_ms", "transfer_ms.p50"),
             ("xfer_p99_ms", "transfer_ms.p99"), ("dwait_p99_ms", "decode_wait_ms.p99"), ("preempted", "preemptions"),
             ("gpu_hit_blocks", "gpu_hit_blocks"), ("cpu_hit_blocks", "cpu_hit_blocks"), ("pcie_gb", "pcie_gb")]
+
+    if any("mean_acceptance_length" in r for r in results.values()):
+        at = cols.index(("tpot_p50_ms", "tpot_ms.p50")) + 1
+        cols[at:at] = [("tpot_p99_ms", "tpot_ms.p99"), ("accept_len", "mean_acceptance_length")]
 
     def get(r, path):
         if path == "pcie_gb":

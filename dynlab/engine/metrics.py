@@ -152,9 +152,10 @@ class RoutingMetrics:
     worker's actual overlap (leading blocks held at routing time), ``cap``: most leading blocks
     that can hit (``None``: all; the timed engine recomputes the last prompt token, so ``cap`` is
     ``(input_length - 1) // block`` and ``actual`` is at most ``cap``), ``prefix``: the synthetic
-    workload's prefix id. ``predicted_blocks`` sums the strategy's overlaps as predicted;
-    ``prediction_error`` sums ``|min(predicted, cap) - actual|``, like with like (issue 24: an exact
-    index has error 0 in timed runs too).
+    workload's prefix id. ``predicted_blocks`` sums ``min(predicted, cap)`` and ``prediction_error``
+    ``|min(predicted, cap) - actual|``: like with like with ``cached_blocks`` (the capped ``actual``s;
+    issue 24: an exact index has error 0 and ``predicted_blocks == cached_blocks`` in timed runs too,
+    where a router's overlap can count the prompt's last block, which the engine recomputes).
 
     On a trace (``synthetic_prefix_blocks`` is ``None``) a *repeat* is a request whose first block
     was seen before anywhere, and a *hit* a repeat whose worker holds that block. On the labs'
@@ -193,9 +194,12 @@ class RoutingMetrics:
         seen = self._seen
         if predicted is not None:
             self.has_prediction = True
+            # like with like: ``actual`` is capped at ``cap`` (the hit the engine can take), so is the prediction,
+            # in the sum as in the error (an exact index: predicted_blocks == cached_blocks, timed runs too)
+            if cap is not None and predicted > cap:
+                predicted = cap
             self.predicted_blocks += predicted
-            # like with like: ``actual`` is capped at ``cap`` (the hit the engine can take), so is the prediction
-            self.prediction_error += abs((predicted if cap is None or predicted <= cap else cap) - actual)
+            self.prediction_error += abs(predicted - actual)
         processed = self._processed
         if processed is not None:
             if prefix in self._prefixes:
@@ -284,7 +288,9 @@ class ServingMetrics(Recorder):
     requests (rejected ones included, as failures) whose TTFT and TPOT meet the SLOs given
     (DistServe's definition); a one-token request has no TPOT and meets any TPOT SLO.
     ``prefix_hit_rate``: prompt tokens hit at first admission over the prompt tokens of the requests
-    admitted (a rejected request never reaches the cache: neither its hits nor its prompt count).
+    admitted (a rejected request never reaches the cache: neither its hits nor its prompt count);
+    ``None`` (JSON ``null``) when no request was admitted (every one rejected): no denominator, like a
+    distribution with no sample (:func:`stats`), never 0.
     ``mean_kv_usage`` (per worker): blocks held by requests integrated over the run's span, first
     arrival to last finish of the whole fleet, idle time counting as what is held then (0 unless a
     P/D reservation or a CPU-tier load holds blocks), over ``capacity x span``;
@@ -357,7 +363,7 @@ class ServingMetrics(Recorder):
             "preemptions": sum(e.preemptions for e in engines),
             "rejected": self.rejected,
             "engine_steps": self.steps,
-            "prefix_hit_rate": ratio(self.hit_tokens, self.prompt_tokens),
+            "prefix_hit_rate": ratio(self.hit_tokens, self.prompt_tokens) if self.prompt_tokens else None,
             "peak_kv_blocks": [e.peak_used_blocks for e in engines],
             "mean_kv_usage": kv_usage(engines, self.last_finish, span_ms),
             "mean_kv_usage_busy": kv_usage_busy(engines),

@@ -154,6 +154,7 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     exceeds what engine block names can carry.
     """
     hardware, latency, capacity, source, layout = _hardware_pool(config)
+    _warn_draft_size(config, hardware.model)
     trace_block = own_block_tokens or config.block
     if config.trace_block is not None:
         if own_block_tokens is None:
@@ -185,6 +186,29 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
                          f"--block {block} (replay it with --block {trace_block})")
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout)
+
+
+def _warn_draft_size(config: SimConfig, target) -> None:
+    """Warn (one line) when the draft model of ``--spec-method draft --spec-model M`` holds at least as
+    many weight bytes as the target ``target`` (a ``ModelSpec``): each of its K steps then costs at
+    least the target's weights (a decode step is memory-bound: the roofline reads the weights once per
+    step), so a verify emitting at most ``1 + K`` tokens takes about ``1 + K`` target steps or more:
+    speculation can hardly speed decoding up (a draft model is a small one of the target's family). A warning, not a refusal: vLLM accepts
+    any draft model and the run is well defined; ``--model`` and ``--spec-model`` swapped is the
+    likely mistake."""
+    if not (config.spec_tokens and config.spec_method == "draft" and config.spec_model is not None):
+        return
+    from dynlab.latency.hardware import model_spec
+
+    draft = model_spec(config.spec_model, config.kv_cache_dtype)
+    if draft.weight_bytes >= target.weight_bytes:
+        import warnings
+
+        warnings.warn(f"--spec-model {config.spec_model} ({draft.weight_bytes / 1e9:,.1f} GB of weights) is not "
+                      f"smaller than --model {config.model} ({target.weight_bytes / 1e9:,.1f} GB): each of its "
+                      f"{config.spec_tokens} draft steps reads at least the target's weights, so speculation can "
+                      "hardly speed decoding up (a draft model is a small one of the target's family; are the two swapped?)",
+                      stacklevel=2)
 
 
 def _hardware_pool(config: SimConfig) -> tuple:

@@ -261,12 +261,24 @@ def drafter_ms(latency, method: str, k: int, decodes: int, context: int, draft=N
 def align_rates(configs: list) -> list:
     """``compare --spec-tokens 2,4 --spec-acceptance 0.8,0.6,0.5,0.4``: per-position rates are the drafter's,
     K how many of them a run uses, so a run with fewer positions than rates takes the first K (the rates
-    may not outnumber the largest K compared: a single run refuses more rates than its K)."""
+    may not outnumber the largest K compared: a single run refuses more rates than its K).
+
+    ``file:PATH`` (acceptance lengths ``1 + a``, measured with some K): the same, read at the largest K
+    compared: a run of a smaller K takes the first K of those rates, which is the file with each length
+    capped at ``K + 1`` (a measured length past it means every one of the K drafts was accepted). A file
+    that does not fit the largest K is left to each run to refuse (``PATH:LINE``)."""
     ks = {c.spec_tokens for c in configs}
     texts = {c.spec_acceptance for c in configs}
-    if len(ks) < 2 or len(texts) != 1 or None in texts or next(iter(texts)).strip().startswith("file:"):
+    if len(ks) < 2 or len(texts) != 1 or None in texts:
         return configs
-    rates = next(iter(texts)).split(",")
+    text = next(iter(texts)).strip()
+    if text.startswith("file:"):
+        try:
+            rates = [repr(r) for r in parse_acceptance(text, max(ks))]
+        except ValueError:
+            return configs
+    else:
+        rates = text.split(",")
     if len(rates) > max(ks):
         return configs  # each run with fewer positions than rates refuses them (parse_acceptance)
     return [dataclasses.replace(c, spec_acceptance=",".join(rates[:c.spec_tokens]))

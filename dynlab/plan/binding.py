@@ -1,4 +1,5 @@
-"""The binding constraint of a shape, in words: queueing (more workers help), memory (the pool runs dry:
+"""The binding constraint of a shape, in words: queueing (more workers help: requests wait), prefill (more
+workers help, but the TTFT tail is the prompts' prefill, not the wait), memory (the pool runs dry:
 preemptions), routing (more workers stop changing anything: the strategy leaves them idle) or compute
 (the slowest prompts' own prefill misses the target: no worker count helps)."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Mapping, Optional
 from dynlab.plan.target import Target, measured
 
 #: the kinds of binding constraint, in the order the report explains them
-KINDS = ("none", "queueing", "memory", "routing", "compute")
+KINDS = ("none", "queueing", "prefill", "memory", "routing", "compute")
 
 
 def _workers(n: int) -> str:
@@ -62,9 +63,10 @@ def helps_text(helps: Mapping[str, float], never: float, allowed: float) -> str:
 
 
 def replay_text(target: Target, workers: int, result: Mapping, never: float, fleet: str = "") -> tuple[str, str]:
-    """``(kind, words)`` for the replay at ``workers`` that misses ``target`` (N - 1, or the cap):
-    memory when it preempted or rejected, else queueing. ``fleet``: a P/D shape's split at that count
-    (``3:2``, the closest to the target of the splits tried)."""
+    """``(kind, words)`` for the replay at ``workers`` that misses ``target`` (N - 1, or the cap): memory when it
+    preempted or rejected; else prefill when TTFT misses and the queue wait at the target's percentile is
+    under half the TTFT SLO (:func:`prefill_bound`: most of the tail is spent after scheduling); else
+    queueing. ``fleet``: a P/D shape's split at that count (``3:2``, the closest to the target of the splits tried)."""
     misses = "; ".join(target.misses(result))
     at = _workers(workers) + (f" (split {fleet} P:D, the closest of the splits tried)" if fleet else "")
     wait = measured(result, "queue_wait_ms", "p99")
@@ -74,6 +76,12 @@ def replay_text(target: Target, workers: int, result: Mapping, never: float, fle
         text = (f"memory: at {at} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
                 f"(the pool of {pool:,} blocks per worker runs dry) and {misses}; fewer requests per worker "
                 "(more workers), a larger pool (higher TP) or a CPU tier helps")
+    elif prefill_bound(target, result):
+        kind, q = "prefill", target.percentile
+        text = (f"prefill: at {at} {misses}, but the queue wait {q} is only {_ms(measured(result, 'queue_wait_ms', q))}: "
+                "the TTFT tail is the prompts' own prefill, slowed by the other requests sharing its steps"
+                f"{' (then the KV transfer and the first decode step)' if fleet else ''}; more workers help "
+                "(fewer requests per step), and so would a faster prefill (higher TP)")
     else:
         kind = "queueing"
         why = ("too many requests decode together on each worker; " if misses.startswith("TPOT") else "")
@@ -82,6 +90,20 @@ def replay_text(target: Target, workers: int, result: Mapping, never: float, fle
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")
     return kind, text
+
+
+def prefill_bound(target: Target, result: Mapping) -> bool:
+    """Whether a replay that misses ``target`` without preempting misses it in the prefill rather than the
+    queue: TTFT at the target's percentile is over its SLO, and the queue wait (arrival to first scheduled)
+    at that percentile is under half the SLO. Then the time after scheduling (its prefill chunks, sharing
+    steps with other requests) is over half the SLO and more than the wait: most of the tail, and what
+    misses it. A wait of half the SLO or more is queueing (docs/plan.md's one-worker rows: 139 ms of a
+    150 ms SLO). Percentile targets only (a goodput miss does not say which SLO it misses)."""
+    q = target.percentile
+    ttft, wait, slo = measured(result, "ttft_ms", q), measured(result, "queue_wait_ms", q), target.slo_ttft_ms
+    if target.goodput is not None or slo is None or ttft is None or ttft <= slo:
+        return False
+    return wait is not None and 2 * wait < slo
 
 
 def _ms(value: Optional[float]) -> str:

@@ -39,6 +39,9 @@ class TraceFormat(ABC):
     reads_text: ClassVar[bool] = False
     #: the ``--tokenizer`` path (``None``: the approximation); set by the reader after construction
     tokenizer: Optional[str] = None
+    #: the fields a streamed (JSON lines) format reads; the reader warns once, naming the line, when the
+    #: first record holds others (a typo, or a field this format ignores); ``None``: not checked
+    fields: ClassVar[Optional[frozenset]] = None
 
     def __init__(self, block: int = 16):
         self.block = block

@@ -146,6 +146,7 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
             with stream:
                 requests = _whole(reader, (lineno, record), lines, name)
             return iter(requests), len(requests), reader
+        _unknown_fields(reader, record, name, lineno)
     except BaseException:
         stream.close()
         raise
@@ -154,6 +155,21 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
 
 class TraceWarning(UserWarning):
     """A trace held fields its format does not use (one warning per trace, naming them)."""
+
+
+def _unknown_fields(reader: TraceFormat, record, name: str, lineno: int) -> None:
+    """One :class:`TraceWarning` ``FILE:LINE: FORMAT fields not used by dynlab: ...`` when the first record
+    of a streamed format holds fields outside its ``fields`` (a typo'd name, or a field the format ignores,
+    such as ``output_tokens`` on a Mooncake row), as :func:`_whole` warns for the formats read whole. Only
+    the first record is checked: the rows of a trace share their fields, and the replay's loop stays as it is."""
+    known = reader.fields
+    if known is None or type(record) is not dict or record.keys() <= known:
+        return
+    import warnings
+
+    extra = ", ".join(sorted(set(record) - known))
+    warnings.warn(TraceWarning(f"{name}:{lineno}: {reader.name} fields not used by dynlab: {extra} (the format "
+                               f"reads {', '.join(sorted(known))})"), stacklevel=4)
 
 
 def _whole(reader: TraceFormat, first: tuple, lines, name: str) -> list:

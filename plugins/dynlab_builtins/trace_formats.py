@@ -88,6 +88,7 @@ class MooncakeTrace(TraceFormat):
 
     name = "mooncake"
     block_tokens = 512
+    fields = frozenset(("timestamp", "input_length", "output_length", "hash_ids", "lora_name", "cache_salt"))
 
     @classmethod
     def detect(cls, record):
@@ -141,6 +142,7 @@ class TokenTrace(TraceFormat):
 
     name = "tokens"
     hashes_tokens = True
+    fields = frozenset(("tokens", "timestamp", "output_length", "output_tokens", "lora_name", "cache_salt"))
 
     @classmethod
     def detect(cls, record):

@@ -229,7 +229,7 @@ def test_spec_model_key_and_an_unknown_model_is_one_line(tmp_path):
 
     out = CliRunner().invoke(main, ["sim", "--timing", "--spec-method", "draft", "--spec-tokens", "2",
                                     "--spec-model", "nope", "--quiet"])
-    assert out.exit_code != 0
+    assert out.exit_code == 2  # a usage error, as --model nope
     (line,) = out.output.strip().splitlines()
     assert line.startswith("Error: unknown model 'nope'")
 
@@ -249,3 +249,95 @@ def test_spec_model_under_another_latency_model_says_the_draft_is_roofline(tmp_p
     why = "the draft's steps (--spec-model qwen3-0.6b) are priced by the roofline, the target's by linear"
     assert why in json.loads(out.stdout)["latency_domain"] and why in out.stderr  # the key and a warning
     assert "latency_domain" not in _cli(tmp_path, *args[:1], *args[4:])  # the roofline prices both
+
+
+@pytest.mark.parametrize("draft, warned", [("llama-3.1-70b", True), ("llama-3.1-8b", True), ("qwen3-0.6b", False)])
+def test_a_draft_model_not_smaller_than_the_target_warns_once(tmp_path, draft, warned):
+    """llama-3.1-8b serves; a draft of 70B (141.1 GB of weights) or of the target itself (16.1 GB) reads at least
+    the target's weights per draft step, so it is warned about in one line; Qwen3-0.6B is not (the run goes on)."""
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    out = CliRunner().invoke(main, ["sim", "--trace", str(tmp_path / "m.jsonl"), "--timing", "--spec-method", "draft",
+                                    "--spec-tokens", "2", "--spec-model", draft, "--mode", "rr", "--quiet"])
+    assert out.exit_code == 0, out.output
+    lines = [x for x in out.stderr.splitlines() if "--spec-model" in x]
+    if warned:
+        (line,) = lines
+        assert line.startswith(f"Warning: --spec-model {draft} (") and "is not smaller than --model llama-3.1-8b (16.1 GB)" in line
+    else:
+        assert lines == []
+
+
+@pytest.mark.parametrize("make, code", [
+    (lambda d: "nope", 2),                                   # unknown name: a usage error
+    (lambda d: str(d / "missing.json"), 2),                  # a file that cannot be opened (InputFileError)
+    (lambda d: str(d), 2),                                   # a directory without config.json
+    (lambda d: _write(d / "bad.json", "{bad"), 1),           # a file that opens but holds a bad config,
+    (lambda d: _write(d / "odd.json", '{"a": 1}'), 1),       # as every command that reads one (commands.md)
+])
+def test_spec_model_errors_exit_as_model_errors_do(tmp_path, make, code):
+    """--spec-model reads a model as --model does, so each error is the same one line and exit code: 2 for
+    a usage error (a name, a path that cannot be opened), 1 for a config.json whose content is bad."""
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "m.jsonl").write_text(MOON)
+    value = make(tmp_path)
+    base = ["sim", "--trace", str(tmp_path / "m.jsonl"), "--timing", "--quiet"]
+    spec = CliRunner().invoke(main, base + ["--spec-method", "draft", "--spec-tokens", "2", "--spec-model", value])
+    model = CliRunner().invoke(main, base + ["--model", value])
+    assert spec.exit_code == model.exit_code == code, (spec.output, model.output)
+    (line,) = spec.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and line == model.stderr.strip()
+
+
+def _write(path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_compare_caps_a_file_of_acceptance_lengths_per_k(tmp_path):
+    """Lengths 1 2 3 5 5 4 1 (measured at K = 4): at K = 4, r_i = the share longer than i = 5/7, 4/7, 3/7, 2/7.
+    compare --spec-tokens 2,4 gives the K = 2 run the first two, which is the file capped at K + 1 = 3
+    (1 2 3 3 3 3 1: 5/7, 4/7); alone, a K = 2 run refuses the file (a length of 5 cannot happen at K = 2)."""
+    import dataclasses
+
+    from dynlab.engine.config import SimConfig
+    from dynlab.engine.spec import align_rates
+
+    path = tmp_path / "lengths.txt"
+    path.write_text("1 2 3 5 5\n4 1\n")
+    text = f"file:{path}"
+    base = SimConfig(timing=True, spec_method="eagle", spec_acceptance=text)
+    k2, k4 = align_rates([dataclasses.replace(base, spec_tokens=k) for k in (2, 4)])
+    assert k4.spec_acceptance == text
+    assert parse_acceptance(k2.spec_acceptance, 2) == (5 / 7, 4 / 7)
+    (path.parent / "capped.txt").write_text("1 2 3 3 3\n3 1\n")
+    assert parse_acceptance(f"file:{path.parent / 'capped.txt'}", 2) == (5 / 7, 4 / 7)
+    with pytest.raises(ValueError, match=r"lengths.txt:1: acceptance length 5 outside 1..3 \(K = 2\)"):
+        parse_acceptance(text, 2)
+    # a file that does not fit the largest K is left to each run to refuse, as before
+    assert align_rates([dataclasses.replace(base, spec_tokens=k) for k in (2, 3)])[0].spec_acceptance == text
+
+
+def test_compare_table_of_k_values_has_tpot_p99_and_acceptance_length():
+    """compare --spec-tokens 0,2: the K = 0 run has no acceptance length ("-"); TPOT p99 and the acceptance
+    length appear only when some run speculates (the other timed tables keep their columns)."""
+    from dynlab.cli.routing import _format_table
+
+    def run(tpot, ttft, **spec):
+        return {"requests": 3, "ttft_ms": {"p50": ttft, "p99": 2 * ttft}, "tpot_ms": {"p50": tpot, "p99": 3 * tpot},
+                "goodput": 0.5, **spec}
+
+    header, k0, k2 = _format_table({"0": run(8.0, 100.0), "2": run(4.0, 90.0, mean_acceptance_length=2.44)}).splitlines()
+    cols = header.split()
+    assert cols[cols.index("tpot_p50_ms"):] == ["tpot_p50_ms", "tpot_p99_ms", "accept_len", "goodput"]
+    assert dict(zip(cols, k0.split())) == {"run": "0", "requests": "3", "ttft_p50_ms": "100.0", "ttft_p99_ms": "200.0",
+                                           "tpot_p50_ms": "8.0", "tpot_p99_ms": "24.0", "accept_len": "-",
+                                           "goodput": "0.5"}
+    assert dict(zip(cols, k2.split()))["accept_len"] == "2.44"
+    assert "tpot_p99_ms" not in _format_table({"0": run(8.0, 100.0)}).split()

@@ -198,12 +198,13 @@ def test_prediction_error_compares_like_with_like(tmp_path):
     exact (every BlockStored arrived before the next request), so the error must be 0. The router's
     overlap is 2 full blocks for the last three; the hit the engine can take is capped at
     (32 - 1) // 16 = 1 block, and ``actual`` is that capped hit, so the prediction is capped the same way:
-    |min(2, 1) - 1| = 0 each (uncapped: 1 each, 3 in all). ``predicted_blocks`` keeps the router's own
-    overlaps: 0 + 2 + 2 + 2 = 6; ``cached_blocks`` the capped hits: 0 + 1 + 1 + 1 = 3."""
+    |min(2, 1) - 1| = 0 each (uncapped: 1 each, 3 in all). ``predicted_blocks`` sums the capped
+    overlaps as well, 0 + 1 + 1 + 1 = 3 (uncapped 0 + 2 + 2 + 2 = 6), as ``cached_blocks`` the capped
+    hits: 0 + 1 + 1 + 1 = 3: an exact index predicts exactly what is cached."""
     p = _ids(1, 32)
     out = _timed(_trace(tmp_path, [(t, p, 1) for t in (0, 100, 200, 300)]), 64, mode="kv-events")
     assert out["prediction_error"] == 0
-    assert out["predicted_blocks"] == 6 and out["cached_blocks"] == 3
+    assert out["predicted_blocks"] == 3 and out["cached_blocks"] == 3
 
 
 def test_mean_kv_usage_span_and_busy(tmp_path):
