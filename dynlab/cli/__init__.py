@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 
 # Start-up: importing click and the command line makes ~20,000 long-lived objects (modules, classes,
-# functions) and no garbage; the cyclic collector's passes over them were ~4 % of a short run's
+# functions) and no garbage; the cyclic collector's passes over them were ~9 % of a 2-request run's
 # instructions (docs/performance.md), so it pauses while they are imported (and while a command's
 # module is: dynlab.cli.lazy), and is back on before any command runs.
 _COLLECTING = gc.isenabled()
