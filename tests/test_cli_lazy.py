@@ -75,3 +75,23 @@ def test_a_latency_model_given_is_still_checked_when_parsed():
     out = CliRunner().invoke(main, ["sim", "--latency-model", "nosuch"])
     assert out.exit_code == 2
     assert "unknown latency model 'nosuch'; available: " in out.output and "roofline" in out.output
+
+
+def _gc_state(setup: str) -> str:
+    script = setup + (
+        "import gc\n"
+        "from dynlab.cli import main\n"
+        "state = [gc.isenabled(), gc.get_freeze_count() > 0]\n"
+        "main.get_command(None, 'models')  # a command's module imported: the pause ends there too\n"
+        "print(*state, gc.isenabled())\n")
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_start_up_pauses_the_collector_only_while_importing():
+    # dynlab.cli pauses the cyclic GC while it imports, freezes what the imports made, and turns it back on
+    assert _gc_state("") == ["True", "True", "True"]
+
+
+def test_start_up_leaves_a_collector_turned_off_off():
+    # a caller that had turned the GC off finds it off: the pause restores the state it found
+    assert _gc_state("import gc; gc.disable()\n") == ["False", "True", "False"]

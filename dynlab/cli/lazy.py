@@ -6,6 +6,7 @@ checks that each short help is the first line of its command's docstring, so the
 """
 from __future__ import annotations
 
+import gc
 import importlib
 
 import click
@@ -78,11 +79,17 @@ class LazyGroup(DynlabGroup):
         entry = self._lazy.pop(name, None)
         if entry is not None and name not in self._registered:
             module = f"{self._package}.{entry[0]}"
+            collecting = gc.isenabled()
+            gc.disable()  # imports make long-lived objects only (start-up: dynlab.cli)
             try:
                 importlib.import_module(module)
             except ModuleNotFoundError as exc:  # a module left out of this install: its commands are absent
                 if exc.name != module:
                     raise
+            finally:
+                gc.freeze()  # what the imports made is never traversed again
+                if collecting:
+                    gc.enable()
             for other, (module, _) in list(self._lazy.items()):  # the module registered its siblings too
                 if module == entry[0] and other in self._registered:
                     del self._lazy[other]
