@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from dynlab.engine.config import SimConfig
 from dynlab.latency.grid import build_latency_model, hardware_for
-from dynlab.plan.analysis import floors, prefill_share
+from dynlab.plan.analysis import floors, prefill_share, work_ms
 from dynlab.plan.search import PdSearch, Shape
 from dynlab.plan.target import Target
 from dynlab.routing.strategy import Request
@@ -122,7 +122,9 @@ def test_prefill_share_by_hand():
     config = SimConfig(max_num_batched_tokens=1000, timing=True)
     per_token = (1.0 + 0.001 * 256) / 256
     decode = per_token * 20
-    assert prefill_share(reqs, lat, config, floors(reqs, lat, config, 16)) == pytest.approx(22.0 / (22.0 + decode))
+    work = work_ms(reqs, lat, config, floors(reqs, lat, config, 16))
+    assert work == pytest.approx((22.0, decode))
+    assert prefill_share(work) == pytest.approx(22.0 / (22.0 + decode))
 
 
 # --------------------------------------------------------------------------- --spec-tokens
