@@ -19,7 +19,7 @@ from hypothesis import given, strategies as st
 from dynlab.cli import main
 from dynlab.engine.config import POISSON_RATE, SimConfig
 from dynlab.latency.grid import build_latency_model, hardware_for
-from dynlab.plan.analysis import Floors, ideal_hit_tokens, prefill_alone_ms, workers_lower_bound
+from dynlab.plan.analysis import Floors, ideal_hit_tokens, prefill_alone_ms, work_ms, workers_lower_bound
 from dynlab.plan.rate import arrival_settings, mean_rate
 from dynlab.plan.search import Search
 from dynlab.plan.target import Target
@@ -305,8 +305,10 @@ def test_lower_bound_by_hand():
     reqs = [Request((i,), 1000, 1, timestamp=10 * i) for i in range(12)]
     config = SimConfig(max_num_batched_tokens=1000, timing=True)
     fl = Floors(tuple([11.0] * 12), tuple([None] * 12))
-    assert workers_lower_bound(reqs, _linear(), config, fl) == 2
-    assert workers_lower_bound(reqs, _linear(), SimConfig(time_scale=0.5), fl) == 3  # 132 / 55
+    assert work_ms(reqs, _linear(), config, fl) == (132.0, 0.0)  # one output token each: no decode
+    assert workers_lower_bound(reqs, config, work_ms(reqs, _linear(), config, fl)) == 2
+    half = SimConfig(time_scale=0.5)
+    assert workers_lower_bound(reqs, half, work_ms(reqs, _linear(), half, fl)) == 3  # 132 / 55
 
 
 def test_floor_shares_by_hand():

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from dynlab.engine.config import SimConfig
 from dynlab.latency.grid import build_latency_model, hardware_for
-from dynlab.plan.analysis import floors, prefill_share
+from dynlab.plan.analysis import floors, prefill_share, work_ms
 from dynlab.plan.search import PdSearch, Shape
 from dynlab.plan.target import Target
 from dynlab.routing.strategy import Request
@@ -122,7 +122,9 @@ def test_prefill_share_by_hand():
     config = SimConfig(max_num_batched_tokens=1000, timing=True)
     per_token = (1.0 + 0.001 * 256) / 256
     decode = per_token * 20
-    assert prefill_share(reqs, lat, config, floors(reqs, lat, config, 16)) == pytest.approx(22.0 / (22.0 + decode))
+    work = work_ms(reqs, lat, config, floors(reqs, lat, config, 16))
+    assert work == pytest.approx((22.0, decode))
+    assert prefill_share(work) == pytest.approx(22.0 / (22.0 + decode))
 
 
 # --------------------------------------------------------------------------- --spec-tokens
@@ -336,3 +338,29 @@ def test_split_auto_resumes_from_its_log(steady, tmp_path):
     again = _plan(*args, "--resume")
     assert again.exit_code == 0 and again.stdout == first.stdout and f"; {n} from {log}" in again.stderr
     assert len(log.read_text().splitlines()) == n
+
+
+def test_workload_generated_once_and_named_as_sim_names_it(tmp_path, monkeypatch):
+    # plan --workload: the analysis and every replay read one generated copy (cached like a trace, keyed by
+    # what makes it), and with eagle its blocks carry EAGLE's hash lookahead, as sim's runner names them
+    # (the analysis load generated plain names, and each replay generated the workload again)
+    from dataclasses import replace
+
+    from dynlab.cli.plan import _load
+    from dynlab.sweep.executors import cached_trace, clear_trace_cache
+    from dynlab.traces import workload_io
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    real, calls = workload_io.workload_requests, []
+    monkeypatch.setattr(workload_io, "workload_requests", lambda *a: calls.append(a) or real(*a))
+    clear_trace_cache()
+    base = SimConfig(timing=True, workload=str(spec), spec_method="eagle", spec_tokens=2)
+    requests, _ = _load(base, None, None)
+    assert calls == [(str(spec), 16, "dynlab", 1)]  # sim: workload_requests(..., hash_lookahead_tokens(config))
+    assert [r.hashes for r in requests] == [r.hashes for r in real(str(spec), 16, "dynlab", 1)]
+    assert [r.hashes for r in requests] != [r.hashes for r in real(str(spec), 16, "dynlab", 0)]
+    assert cached_trace(replace(base, workers=3)) is requests and len(calls) == 1  # a replay: no new generation
+    plain = cached_trace(replace(base, spec_tokens=0))
+    assert plain is not requests and calls[-1] == (str(spec), 16, "dynlab", 0)
+    clear_trace_cache()

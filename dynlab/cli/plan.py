@@ -336,12 +336,7 @@ def _load(base: SimConfig, rate, rate_scale) -> tuple:
     from dynlab.sweep.executors import cached_trace
 
     try:
-        if base.workload is not None:
-            from dynlab.traces.workload_io import workload_requests
-
-            requests = workload_requests(base.workload, base.block, base.hash)
-        else:
-            requests = cached_trace(base)
+        requests = cached_trace(base)  # a workload's too: generated once, named as sim names it (EAGLE's lookahead)
         if not requests:
             raise ValueError(f"{base.trace or base.workload}: the {'trace' if base.trace else 'workload'} has no request")
         time_scale, poisson = arrival_settings(requests, rate, rate_scale)

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dynlab.engine.bulk import StepPlan, StepResult, boundaries, first_step_reaching, plan_step
+from dynlab.engine.bulk import StepPlan, StepResult, add_busy, boundaries, first_step_reaching, plan_step
 from dynlab.engine.request import DECODE_TOKENS
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import StepBatch
@@ -327,10 +327,7 @@ class AsyncEngineWorker(EngineWorker):
         if st.bound_at:  # a run: its boundaries and look-ahead, if the driver has not crossed them
             self._catch_up(st, st.end)
         self._step = self.next_boundary = None
-        end = st.end
-        self.kv.accumulate(end)
-        self.busy_ms += end - st.start
-        self.busy_block_ms += self.kv.used_block_ms() - self._busy_from
+        end = add_busy(self, st)
         first_tokens, finished = apply_output(self.scheduler, st, end)
         self.steps += st.k
         return StepResult(st.start, end, st.k, st.stored, st.removed, first_tokens, finished, st.preempted,

@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest
 from dynlab.latency.base import LatencyModel, StepBatch
 
-__all__ = ["StepPlan", "StepResult", "batch_of", "plan_step", "boundaries", "cut_run"]
+__all__ = ["StepPlan", "StepResult", "add_busy", "batch_of", "plan_step", "boundaries", "cut_run"]
 
 
 class StepPlan:
@@ -37,6 +37,17 @@ class StepPlan:
 
     __slots__ = ("start", "end", "k", "sched", "decodes", "context", "preempted", "stored", "removed",
                  "stored_runs", "prefill_tokens", "used", "bound_at", "bound_reqs", "sampling")
+
+
+def add_busy(worker, st: StepPlan) -> float:
+    """``st.end`` (ms), after advancing ``worker.kv``'s usage integral to it and adding ``st``'s time (ms) and
+    blocks x ms to ``worker.busy_ms`` / ``worker.busy_block_ms`` (``mean_kv_usage_busy``): the step-end sums
+    of :meth:`~dynlab.engine.worker.EngineWorker.finish_step`, the async worker's too."""
+    kv, end = worker.kv, st.end
+    kv.accumulate(end)
+    worker.busy_ms += end - st.start
+    worker.busy_block_ms += kv.used_ms - worker._busy_from  # used_block_ms() after accumulate(end)
+    return end
 
 
 

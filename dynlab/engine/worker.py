@@ -110,7 +110,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from dynlab.engine.bulk import StepPlan, StepResult, cut_run, plan_step
+from dynlab.engine.bulk import StepPlan, StepResult, add_busy, cut_run, plan_step
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest, peak_tokens
 from dynlab.engine.scheduler import Scheduler
 from dynlab.kv.cache_manager import CPU_WRITES
@@ -378,10 +378,7 @@ class EngineWorker:
         if st.bound_at:
             self._catch_up(st, st.end)
         self._step = self.next_boundary = None
-        end, k = st.end, st.k
-        self.kv.accumulate(end)
-        self.busy_ms += end - st.start
-        self.busy_block_ms += self.kv.used_ms - self._busy_from  # used_block_ms() after accumulate(end)
+        end, k = add_busy(self, st), st.k
         first_tokens, finished, handed = self.scheduler.update_from_step(st.sched, k, end, self.handoff)
         self.steps += k
         stored = st.stored + self.kv.finish_stored(st.sched if k > 1 else ()) if finished or k > 1 else st.stored

@@ -343,7 +343,7 @@ class BlockPool(PoolChecks):
             freed = self._unref(keys[p - 1::-1]) if p else ()  # reversed: the queue's order
             if freed:
                 self._queue.append(freed)
-            self._nfree += n - p + len(freed)
+                self._nfree += len(freed)
             return
         rev = keys[n - 1::-1]  # unnamed blocks between named ones (a duplicate registration)
         freed = set(self._unref([key for key in rev if key >= 0]))
@@ -354,7 +354,6 @@ class BlockPool(PoolChecks):
                     self._queue.append(run)
                     run = []
                 self._push_unnamed(1)
-                self._nfree += 1
             elif key in freed:
                 run.append(key)
                 self._nfree += 1
@@ -367,7 +366,7 @@ class BlockPool(PoolChecks):
         after = len(keys) - out_at - out
         self._push_unnamed(after)
         self._queue.append(out)
-        self._nfree += after + out
+        self._nfree += out
         return out_at
 
     def _unref(self, named: list) -> list:
@@ -387,11 +386,10 @@ class BlockPool(PoolChecks):
         return named
 
     def _push_unnamed(self, n: int) -> None:
-        """Return ``n`` released unnamed blocks to the free-queue HEAD (the caller counts them in ``_nfree``):
+        """Return ``n`` released unnamed blocks to the free-queue HEAD (counted here, not in ``_nfree``):
         THE rule for unnamed blocks, both pools (vLLM 0.33.0's ``free_blocks``, PR #42656; earlier vLLM
         appended them to the tail). Interchangeable, they join the head's count :attr:`_fresh`."""
         self._fresh += n
-        self._nfree -= n
 
 
 def _count_down(counts: dict, names, last: int) -> None:

@@ -52,7 +52,7 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import UNNAMED, BlockPool
-from dynlab.kv.cpu_tier import CpuTier
+from dynlab.kv.cpu_tier import CpuTier, queue_load
 from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, name_reply, published
 from dynlab.kv.run_pool import RunBlockPool
 
@@ -379,9 +379,7 @@ class KvCacheManager:
         req.computed = h * B
         req.nreg = h
         req.load_blocks = hc
-        start = self.link_free if self.link_free > now else now
-        req.ready_ms = self.link_free = start + hc * self.load_ms_per_block
-        self.loaded_blocks += hc
+        queue_load(self, req, hc, now)
         return True
 
     def load_arrived(self, req) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional, Sequence
 
-from dynlab.groups import GROUP_LOW, GROUP_SHIFT
+from dynlab.groups import GROUP_LOW, GROUP_SHIFT, set_bits
 
 __all__ = ["ALIAS_NAMES", "Copies", "key_runs"]
 
@@ -112,7 +112,7 @@ class Copies:
             out = []
             for g, mask in runs:
                 if _ALIAS_GROUP <= g < _ALIAS_END:
-                    for o in _offsets(mask):
+                    for o in reversed(set_bits(mask)):  # highest first: a run pool's eviction order in a group
                         n = alias[(g << GROUP_SHIFT) + o]
                         out.append((n >> GROUP_SHIFT, 1 << (n & GROUP_LOW)))
                 else:
@@ -135,16 +135,6 @@ class Copies:
         for key, name in self.name.items():
             if cached(key):
                 assert key in self.of.get(name, ()), f"alias {key} of {name} not among its copies"
-
-
-def _offsets(mask: int) -> list:
-    """Set bits of ``mask``, highest first (a run pool's eviction order within a group)."""
-    out = []
-    while mask:
-        o = mask.bit_length() - 1
-        out.append(o)
-        mask ^= 1 << o
-    return out
 
 
 def key_runs(keys: Sequence[int]) -> list:

@@ -30,7 +30,7 @@ from itertools import compress, count, islice
 from operator import not_
 from typing import Sequence
 
-__all__ = ["CpuTier", "cpu_blocks", "DEFAULT_PCIE_GBPS"]
+__all__ = ["CpuTier", "cpu_blocks", "queue_load", "DEFAULT_PCIE_GBPS"]
 
 #: GB/s per direction between host and GPU memory. PCIe Gen4 x16 signals 16 GT/s on 16 lanes with
 #: 128b/130b coding: 16 * 16 * 128 / 130 / 8 = 31.5 GB/s raw per direction (PCI-SIG, PCI Express Base
@@ -53,6 +53,15 @@ def cpu_blocks(memory_gb: float, kv_bytes_per_block: float) -> int:
     if not math.isfinite(blocks):
         raise ValueError(f"--cpu-memory-gb {memory_gb:g} is too large: its bytes overflow a float")
     return int(blocks)
+
+
+def queue_load(kv, req, blocks: int, now: float) -> None:
+    """Queue the load of ``blocks`` blocks of ``req`` from the CPU tier on ``kv``'s host-to-device link (a KV
+    cache manager's ``link_free``, ms: loads queue FIFO from ``max(now, link free)``, ``load_ms_per_block`` ms
+    each): ``req.ready_ms`` (ms) is its end; counted in ``kv.loaded_blocks``. Every KV cache manager's rule."""
+    start = kv.link_free if kv.link_free > now else now
+    req.ready_ms = kv.link_free = start + blocks * kv.load_ms_per_block
+    kv.loaded_blocks += blocks
 
 
 class CpuTier:

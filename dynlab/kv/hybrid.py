@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from dynlab.kv.cache_manager import FullAttentionGroup, KvCacheManager
+from dynlab.kv.cpu_tier import queue_load
 from dynlab.kv.groups import HybridPool, SlidingWindowGroup
 
 __all__ = ["HybridKvCacheManager", "GROUP_NAME_STRIDE"]
@@ -292,9 +293,7 @@ class HybridKvCacheManager(KvCacheManager):
         self.cpu.touch(names)
         req.computed, req.nreg, req.load_blocks = hf * B, hf, H - hf
         self._loads[req] = loads
-        start = self.link_free if self.link_free > now else now
-        req.ready_ms = self.link_free = start + len(names) * self.load_ms_per_block
-        self.loaded_blocks += len(names)
+        queue_load(self, req, len(names), now)
         return True
 
     def load_arrived(self, req) -> None:

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from typing import Optional
 
+from dynlab.groups import GROUP_LOW, GROUP_SHIFT, GROUP_SIZE
+
 __all__ = ["OUTPUT_NAMES", "name_output", "name_reply", "published"]
 
 #: the first name of a block of generated tokens: above any trace-derived name (64-bit trace ids x 1024
 #: + offset < 2**74), so the two never meet
 OUTPUT_NAMES = 1 << 80
-_OUTPUT_GROUP = OUTPUT_NAMES >> 10  # the run pool's group (name >> 10) of the first output name
+_OUTPUT_GROUP = OUTPUT_NAMES >> GROUP_SHIFT  # the run pool's group (dynlab.groups) of the first output name
 
 
 def name_output(kv, req) -> None:
@@ -46,7 +48,7 @@ def name_output(kv, req) -> None:
     kv.next_output_name += full - have
     new = list(range(first, first + full - have))
     req.names = list(req.names) + new
-    if req.runs is not None:  # consecutive names: one run per group of 1024 they fall in
+    if req.runs is not None:  # consecutive names: one run per group (GROUP_SIZE names) they fall in
         req.runs = list(req.runs) + _runs(first, full - have)
     req.seq = None
     seq = kv.sequence(req)
@@ -81,10 +83,11 @@ def name_reply(kv, req) -> None:
 
 
 def _runs(first: int, n: int) -> list:
-    """The names ``first .. first + n - 1`` as ``(first, count)`` runs, none crossing a group of 1024 names."""
+    """The names ``first .. first + n - 1`` as ``(first, count)`` runs, none crossing a group of
+    ``GROUP_SIZE`` names (:mod:`dynlab.groups`)."""
     out = []
     while n:
-        c = min(n, 1024 - (first & 1023))
+        c = min(n, GROUP_SIZE - (first & GROUP_LOW))
         out.append((first, c))
         first += c
         n -= c

@@ -310,7 +310,6 @@ class RunBlockPool(RunPoolChecks, BlockPool):
                 p = mid + 1
         if p < n:
             self._push_unnamed(n - p)
-        self._nfree += n - p
         if not p:
             return
         refs, entries, names, i = self._refs, [], seq.names, p
@@ -336,7 +335,6 @@ class RunBlockPool(RunPoolChecks, BlockPool):
                     self._queue.append(run)
                     run = []
                 self._push_unnamed(1)
-                self._nfree += 1
                 continue
             g, o = key >> _SHIFT, key & _LOW
             if _count_out(refs, g, 1 << o):

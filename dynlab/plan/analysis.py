@@ -115,29 +115,35 @@ def _decode_ms_per_token(requests: Sequence, latency: LatencyModel, config: SimC
     return latency.step_ms(StepBatch((), (), seqs, int(seqs * mean_ctx))) / seqs
 
 
-def prefill_share(requests: Sequence, latency: LatencyModel, config: SimConfig, fl: Floors) -> float:
-    """The prefill's share (0..1) of the trace's work, as :func:`workers_lower_bound` counts it (the
-    prompts' TTFT floors against the output tokens in full decode batches): where a P/D shape's split
-    search starts (prefill workers = share x total). 0.5 for an empty trace."""
+def work_ms(requests: Sequence, latency: LatencyModel, config: SimConfig, fl: Floors) -> tuple[float, float]:
+    """The trace's work in ms of one worker, ``(prefill, decode)``: every prompt's prefill floor (``fl.ttft``)
+    and every output token past the first at the cost of one token in a full decode batch (``max_num_seqs``
+    requests at the trace's mean context). ``(0.0, 0.0)`` for an empty trace. Computed once per shape,
+    read by :func:`workers_lower_bound` and :func:`prefill_share`."""
     if not requests:
-        return 0.5
-    prefill = sum(fl.ttft)
+        return 0.0, 0.0
     decode = _decode_ms_per_token(requests, latency, config) * sum(max(r.output_length, 1) - 1 for r in requests)
+    return sum(fl.ttft), decode
+
+
+def prefill_share(work: tuple[float, float]) -> float:
+    """The prefill's share (0..1) of the trace's ``work`` (:func:`work_ms`: the prompts' TTFT floors against
+    the output tokens in full decode batches): where a P/D shape's split search starts (prefill workers =
+    share x total). 0.5 for no work (an empty trace)."""
+    prefill, decode = work
     return prefill / (prefill + decode) if prefill + decode > 0 else 0.5
 
 
-def workers_lower_bound(requests: Sequence, latency: LatencyModel, config: SimConfig, fl: Floors) -> int:
-    """The bracket's lower end: ``ceil(work / span)``, at least 1, where work (ms of one worker) is every
-    prompt's prefill floor plus every output token at the cost of one token in a full decode batch
-    (``max_num_seqs`` requests at the trace's mean context); a fleet of fewer workers would have to be
-    busy more than all of the time. Not a guarantee (batching prefill chunks with decodes can beat the
-    sum), so the search replays it."""
+def workers_lower_bound(requests: Sequence, config: SimConfig, work: tuple[float, float]) -> int:
+    """The bracket's lower end: ``ceil(work / span)``, at least 1, where work (ms of one worker) is the sum
+    of :func:`work_ms`'s ``work`` and span the arrivals' (:func:`span_ms`); a fleet of fewer workers would
+    have to be busy more than all of the time. Not a guarantee (batching prefill chunks with decodes can
+    beat the sum), so the search replays it."""
     if not requests:
         return 1
-    per_token = _decode_ms_per_token(requests, latency, config)
-    work = sum(fl.ttft) + per_token * sum(max(r.output_length, 1) - 1 for r in requests)
+    prefill, decode = work
     span = span_ms(requests, config)
-    return max(1, math.ceil(work / span)) if span > 0 else 1
+    return max(1, math.ceil((prefill + decode) / span)) if span > 0 else 1
 
 
 def help_shares(requests: Sequence, config: SimConfig, trace_block: int, slo_ttft_ms: Optional[float],

@@ -100,8 +100,9 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         lat = latency_for(config)
         fl = analysis.floors(requests, lat, config, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
-        lower = min(cap, analysis.workers_lower_bound(requests, lat, config, fl))
-        share = analysis.prefill_share(requests, lat, config, fl) if shape.pd else 0.5
+        work = analysis.work_ms(requests, lat, config, fl)
+        lower = min(cap, analysis.workers_lower_bound(requests, config, work))
+        share = analysis.prefill_share(work) if shape.pd else 0.5
         o = Outcome(shape, _search(shape, config, target, lower, cap, share), lower, never)
         if never > target.allowed_miss:
             o.kind = "compute"

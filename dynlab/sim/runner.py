@@ -149,14 +149,16 @@ def _shaped(config: SimConfig, requests, first, total) -> tuple:
             return config, requests, total, {}
         # --time-scale alone: the engine scales the arrivals (as before); the keys say so, as --rate-scale's do
         requests = requests if isinstance(requests, list) else list(requests)
-        keys = rates.describe(_trace_rate(requests, None), config.time_scale, rates.shape(requests, config.time_scale))
+        scale = config.time_scale  # the arrivals' rate from their scaled times: no copy of the requests
+        keys = rates.describe(_trace_rate(requests, None), scale, [r.timestamp * scale for r in requests])
         return config, requests, total, keys
     requests = list(requests)
     trace_rate = _trace_rate(requests, config.rate)
     scale = rates.time_scale_for(trace_rate, config.rate, config.rate_scale) * config.time_scale
     out = rates.shape(requests, scale, config.duration, config.duration_repeat)
     out = _like(out, requests)
-    return replace(config, time_scale=1.0, rate=None), out, len(out), rates.describe(trace_rate, scale, out)
+    keys = rates.describe(trace_rate, scale, [r.timestamp for r in out])
+    return replace(config, time_scale=1.0, rate=None), out, len(out), keys
 
 
 def _trace_rate(requests: list, rate) -> Optional[float]:

@@ -27,25 +27,36 @@ _TRACES: "OrderedDict[tuple, Any]" = OrderedDict()
 
 
 def _trace_key(config: SimConfig) -> tuple:
+    """What makes ``config``'s requests: a trace's reading options, or a workload spec's path, block and hash
+    (``workload_requests``' arguments after the tag), with EAGLE's hash lookahead either way."""
     from dynlab.engine.spec import hash_lookahead_tokens
 
+    if config.trace is None:
+        return ("workload", config.workload, config.block, config.hash, hash_lookahead_tokens(config))
     return (config.trace, config.trace_format, config.block, config.hash, config.trace_block, config.tokenizer,
             hash_lookahead_tokens(config))
 
 
 def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):
-    """This process's copy of ``config``'s trace (``None`` without a trace), loaded on first use.
+    """This process's copy of ``config``'s trace, or the requests of its workload spec (``--workload``,
+    generated once: :func:`dynlab.traces.workload_io.workload_requests`), loaded on first use; ``None``
+    for neither (the synthetic workload).
 
-    Keyed by (trace, trace format, block); at most :data:`TRACE_CACHE_SIZE` traces are kept.
-    ``loader`` replaces :func:`dynlab.traces.reader.load_trace` (Ray fetches from its object store).
+    Keyed by everything that makes them (:func:`_trace_key`: the reading options, EAGLE's hash lookahead);
+    at most :data:`TRACE_CACHE_SIZE` traces and workloads are kept. ``loader`` replaces the loading (Ray
+    fetches from its object store).
     """
-    if config.trace is None:
+    if config.trace is None and config.workload is None:
         return None
     key = _trace_key(config)
     if key in _TRACES:
         _TRACES.move_to_end(key)
         return _TRACES[key]
-    if loader is None:
+    if loader is None and config.trace is None:
+        from dynlab.traces.workload_io import workload_requests
+
+        requests = workload_requests(*key[1:])
+    elif loader is None:
         from dynlab.traces.reader import load_trace
 
         requests = load_trace(*key)  # (EAGLE's hash lookahead too: the names sim gives the same trace)

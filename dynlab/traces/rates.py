@@ -115,12 +115,12 @@ def shape(requests: Sequence[Request], scale: float = 1.0, duration_s: Optional[
         k += 1
 
 
-def describe(trace_rate: Optional[float], scale: float, shaped: Sequence[Request]) -> dict:
+def describe(trace_rate: Optional[float], scale: float, arrivals_ms: Sequence[float]) -> dict:
     """The keys a run adds when its arrivals were shaped: ``trace_rate`` (requests/s of the trace as
     read, 4 decimals; ``None`` for one arrival), ``time_scale_applied`` (the factor on timestamps) and
-    ``arrival_rate`` (requests/s of what was replayed, 4 decimals)."""
+    ``arrival_rate`` (requests/s of what was replayed, its arrival times ``arrivals_ms`` in ms, 4 decimals)."""
     try:
-        arrival = round(mean_rate([r.timestamp for r in shaped]), 4)
+        arrival = round(mean_rate(arrivals_ms), 4)
     except RateError:
         arrival = None
     return {"trace_rate": None if trace_rate is None else round(trace_rate, 4), "time_scale_applied": scale,

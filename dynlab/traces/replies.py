@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from dynlab.routing.hashing import block_hashes, lookahead_names
 
-__all__ = ["check_output_tokens", "reply_names"]
+__all__ = ["check_output_tokens", "reply_names", "request_names"]
 
 #: the token id range of each hash scheme (``--hash``): dynlab's signed 64-bit, Dynamo's u32
 _RANGE = {"dynlab": (-(2**63), 2**63 - 1), "dynamo": (0, 2**32 - 1)}
@@ -72,3 +72,25 @@ def reply_names(tokens: Sequence[int], output_tokens: Sequence[int], block: int,
         names = lookahead_names(names, seq + list(output_tokens[-1:]), block, lookahead)
     n = max(0, (len(tokens) - lookahead) // block)
     return names[:n], tuple(names[n:])
+
+
+def request_names(tokens: Sequence[int], output_tokens: Optional[Sequence[int]], block: int, *,
+                  scheme: str = "dynlab", lora_name: Optional[str] = None, cache_salt: Optional[str] = None,
+                  lookahead: int = 0) -> tuple[tuple, Optional[tuple]]:
+    """``(prompt names, reply names or None)`` of a request whose prompt is ``tokens`` and whose reply's
+    token ids are ``output_tokens`` (``None`` or empty: not known), as every token-reading trace names them.
+
+    With a reply: :func:`reply_names` (the prompt's chain continued over it). Without: ``None`` for the
+    reply and :func:`~dynlab.routing.hashing.block_hashes` of ``tokens`` (``len(tokens) // block``
+    names), each covering the ``lookahead`` tokens after its block when ``lookahead`` > 0
+    (:func:`~dynlab.routing.hashing.lookahead_names`, EAGLE's hash lookahead). Raises what
+    ``block_hashes`` raises.
+    """
+    if output_tokens:
+        names, replied = reply_names(tokens, output_tokens, block, scheme=scheme, lora_name=lora_name,
+                                     cache_salt=cache_salt, lookahead=lookahead)
+        return tuple(names), replied
+    names = block_hashes(tokens, block, scheme=scheme, lora_name=lora_name, cache_salt=cache_salt)
+    if lookahead:  # EAGLE's hash lookahead: a block named with the tokens after it
+        names = lookahead_names(names, tokens, block, lookahead)
+    return tuple(names), None

@@ -36,21 +36,15 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
     rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`), each name covering the
     ``lookahead`` tokens after its block (:func:`dynlab.routing.hashing.lookahead_names`). Raises what
     :func:`open_workload` raises."""
-    from dynlab.routing.hashing import block_hashes, lookahead_names
     from dynlab.routing.strategy import Request
     from dynlab.traces.reader import TraceRequests
-    from dynlab.traces.replies import reply_names
+    from dynlab.traces.replies import request_names
 
     out = TraceRequests()
     for i, row in enumerate(open_workload(path).rows()):
-        toks, reply = row["tokens"], row.get("output_tokens")
-        if reply:
-            names, replied = reply_names(toks, reply, block, scheme=scheme, lookahead=lookahead)
-            out.append(Request(tuple(names), len(toks), row["output_length"], row["timestamp"], i,
-                               output_hashes=replied))
-            continue
-        names = lookahead_names(block_hashes(toks, block, scheme=scheme), toks, block, lookahead)
-        out.append(Request(tuple(names), len(toks), row["output_length"], row["timestamp"], i))
+        toks = row["tokens"]
+        names, replied = request_names(toks, row.get("output_tokens"), block, scheme=scheme, lookahead=lookahead)
+        out.append(Request(names, len(toks), row["output_length"], row["timestamp"], i, output_hashes=replied))
     out.block_tokens, out.own_block_tokens = block, None
     return out
 

@@ -19,10 +19,9 @@ from datetime import datetime
 from typing import Optional
 
 from dynlab.errors import InputError
-from dynlab.routing.hashing import block_hashes, lookahead_names
 from dynlab.routing.strategy import Request
 from dynlab.traces.format import TraceFormat
-from dynlab.traces.replies import reply_names
+from dynlab.traces.replies import request_names
 
 #: fresh block names start here (above any hash of a small trace's own ids)
 _FRESH = 1 << 48
@@ -121,13 +120,9 @@ class _TextFormat(TraceFormat):
         (:func:`dynlab.traces.replies.reply_names`), so a later turn quoting them hits them."""
         if not tokens:
             raise ValueError("the prompt is empty: a request needs at least one token")
-        if reply:
-            hashes, replied = reply_names(tokens, reply, self.block, scheme=self.hash_scheme,
-                                          lookahead=self.hash_lookahead)
-            return t, Request(tuple(hashes), len(tokens), out, t, 0, output_hashes=replied)
-        names = lookahead_names(block_hashes(tokens, self.block, scheme=self.hash_scheme), tokens, self.block,
-                                self.hash_lookahead)  # (EAGLE's hash lookahead: a block named with the token after it)
-        return t, Request(tuple(names), len(tokens), out, t, 0)
+        names, replied = request_names(tokens, reply, self.block, scheme=self.hash_scheme,
+                                       lookahead=self.hash_lookahead)
+        return t, Request(names, len(tokens), out, t, 0, output_hashes=replied)
 
 
 def _text(v, what: str) -> str:

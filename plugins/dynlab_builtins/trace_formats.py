@@ -149,8 +149,7 @@ class TokenTrace(TraceFormat):
         return isinstance(record, dict) and "tokens" in record
 
     def parse(self, record, index):
-        from dynlab.routing.hashing import block_hashes, lookahead_names
-        from dynlab.traces.replies import check_output_tokens, reply_names
+        from dynlab.traces.replies import check_output_tokens, request_names
 
         tokens = record.get("tokens")
         if "tokens" not in record:
@@ -163,15 +162,10 @@ class TokenTrace(TraceFormat):
         out_len = _length(record, "output_length", 0)
         reply, n = check_output_tokens(record, self.hash_scheme) if "output_tokens" in record else (None, None)
         ts = _number(record, "timestamp", False, None)
-        if reply:
-            hashes, replied = reply_names(tokens, reply, self.block, scheme=self.hash_scheme, lora_name=lora,
-                                          cache_salt=salt, lookahead=self.hash_lookahead)
-            return Request(tuple(hashes), len(tokens), n, ts, index, output_hashes=replied)
-        hashes = block_hashes(tokens, self.block, scheme=self.hash_scheme, lora_name=lora, cache_salt=salt)
-        if self.hash_lookahead:
-            hashes = lookahead_names(hashes, tokens, self.block, self.hash_lookahead)
-        return Request(tuple(hashes), input_length=len(tokens), output_length=out_len if n is None else n,
-                       timestamp=ts, index=index)
+        hashes, replied = request_names(tokens, reply, self.block, scheme=self.hash_scheme, lora_name=lora,
+                                        cache_salt=salt, lookahead=self.hash_lookahead)
+        return Request(hashes, input_length=len(tokens), output_length=out_len if n is None else n,
+                       timestamp=ts, index=index, output_hashes=replied)
 
 
 @hookimpl
