@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from dynlab.kv.run_pool import expand
+
 __all__ = ["EngineRequest", "DECODE_TOKENS"]
 
 #: tokens a decode step computes (its KV) and emits per request: 1. Everything that counts decode
@@ -91,7 +93,7 @@ class EngineRequest:
             if seq is not None and getattr(seq, "runs", None) is self.runs:
                 names = self._names = seq.names
             else:
-                names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
+                names = self._names = expand(self.runs)
         return names
 
     @names.setter

@@ -62,7 +62,17 @@ from dynlab.kv.copies import key_runs
 from dynlab.kv.levels import _count, _count_in, _count_out, _once, _top
 from dynlab.kv.pool_checks import RunPoolChecks
 
-__all__ = ["RunBlockPool", "Runs"]
+__all__ = ["RunBlockPool", "Runs", "expand"]
+
+
+def expand(runs: Sequence[tuple]) -> list:
+    """The names of ``runs`` (``(first name, count)`` pairs), in order: a new list of ints (one
+    ``extend`` of a range per run, not a step per name)."""
+    names: list = []
+    extend = names.extend
+    for first, c in runs:
+        extend(range(first, first + c))
+    return names
 
 _SHIFT, _LOW = GROUP_SHIFT, GROUP_LOW  # a group holds the names (group << 10) + 0 .. 1023
 
@@ -94,7 +104,7 @@ class Runs:
         """The names in sequence order (expanded from :attr:`runs` again after :meth:`drop_names`)."""
         names = self._names
         if names is None:
-            names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
+            names = self._names = expand(self.runs)
         return names
 
     def drop_names(self) -> None:
