@@ -35,6 +35,9 @@ class EngineRequest:
     blocks a trace's ``output_tokens`` give (:mod:`dynlab.traces.replies`), registered as they are
     computed, like the prompt's, so another request can hit them.
 
+    ``n_names``: ``len(names)`` (read-only; the same while the names are dropped), what the scheduler
+    reads each step to know whether a request has names left to register.
+
     Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``; ``spec``: draft
     tokens it carries into its next step (speculative decoding, :mod:`dynlab.engine.spec`; 0 otherwise);
     ``pending``, ``inflight``, ``safe``: async scheduling's state (:mod:`dynlab.engine.async_steps`; 0 otherwise).
@@ -46,7 +49,7 @@ class EngineRequest:
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
                  "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state",
-                 "pending", "inflight", "safe", "out_blocks")
+                 "pending", "inflight", "safe", "out_blocks", "n_names")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
                  runs: Optional[Sequence[tuple]] = None):
@@ -60,6 +63,7 @@ class EngineRequest:
         self.input_length = input_length
         self.output_length = output_length
         self._names = names
+        self.n_names = len(names)  # len(names), kept while the names are dropped (read on every step)
         self.runs = runs
         self.seq = None  # names as the pool takes them (BlockPool.sequence), set by the worker
         self.num_tokens = input_length
@@ -99,6 +103,7 @@ class EngineRequest:
     @names.setter
     def names(self, value: Sequence[int]) -> None:
         self._names = value
+        self.n_names = len(value)
 
     def drop_names(self) -> None:
         """Keep the names only as :attr:`runs` (and its pool sequence's runs) until next read: a waiting

@@ -44,8 +44,8 @@ sequence; ``admission="chunk"`` the chunk scheduled now), which full blocks are 
 (:meth:`KvCacheManager.nameable` / :meth:`KvCacheManager.name_output`: generated tokens' too), the free-queue
 position of a released sequence's unnamed blocks (:meth:`dynlab.kv.block_pool.BlockPool._push_unnamed`: the head).
 
-Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``runs``, ``seq``, ``keys``,
-``nreg``, ``computed``, ``num_tokens``, ...): this module imports nothing from :mod:`dynlab.engine`.
+Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``n_names``, ``runs``, ``seq``,
+``keys``, ``nreg``, ``computed``, ``num_tokens``, ...): this module imports nothing from :mod:`dynlab.engine`.
 """
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ class KvCacheManager:
         the blocks of generated tokens named by :meth:`name_output` before a preemption (vLLM
         hashes every full block of a request, output tokens included)."""
         n = tokens // self.block
-        return n if n < len(req.names) else len(req.names)
+        return n if n < req.n_names else req.n_names
 
     def name_output(self, req) -> None:
         """Name the full blocks of ``req``'s generated tokens before it frees them
@@ -230,7 +230,7 @@ class KvCacheManager:
     def name_blocks(self, req, n: int) -> None:
         """Name the full blocks the chunk of ``n`` tokens scheduled now completes (:meth:`nameable`);
         nothing once every name ``req`` has is registered (its prompt's: a decode's fast path)."""
-        if req.nreg < len(req.names):
+        if req.nreg < req.n_names:
             full = self.nameable(req, req.computed + n)
             if full > req.nreg:
                 self.pool.register(req.keys, req.seq, req.nreg, full)
