@@ -148,20 +148,9 @@ class KvCacheManager:
         name_output(self, req)
 
     # -- reading ------------------------------------------------------------------------------
-    @property
-    def capacity(self) -> int:
-        """Blocks in the pool."""
-        return self.pool.capacity
-
-    @property
-    def num_free(self) -> int:
-        """Blocks the free queue can give now."""
-        return self.pool.num_free
-
-    @property
-    def used_blocks(self) -> int:
-        """Blocks held by requests now."""
-        return self.pool.used_blocks
+    capacity = property(lambda self: self.pool.capacity, doc="Blocks in the pool.")
+    num_free = property(lambda self: self.pool.num_free, doc="Blocks the free queue can give now.")
+    used_blocks = property(lambda self: self.pool.used_blocks, doc="Blocks held by requests now.")
 
     def fits(self, tokens: int) -> bool:
         """Whether ``tokens`` tokens of one request can ever be held at once (their blocks <= capacity)."""
@@ -292,8 +281,10 @@ class KvCacheManager:
     def begin_step(self, now: float) -> None:
         """A step starts at ``now`` (ms): the usage integral advanced to it, the pool's stored /
         removed names cleared (a step's events start empty)."""
-        self.accumulate(now)
         pool = self.pool
+        if self.used_t is not None:  # accumulate(now), written out: once per step
+            self.used_ms += pool.used_blocks * (now - self.used_t)
+        self.used_t = now
         pool.stored, pool.removed = [], []
 
     def step_events(self) -> tuple:
@@ -304,7 +295,9 @@ class KvCacheManager:
         used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
-        removed = self.evicted()
+        removed = pool.removed
+        if removed:  # (none: nothing to translate or filter)
+            removed = self.evicted()
         self._late = []  # preemptions' reply blocks are in this step's events
         if self.stored_outputs:  # a resumed request's generated-token blocks: not published
             self.stored_outputs = False
@@ -316,7 +309,7 @@ class KvCacheManager:
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
         """``(names, runs or None)`` the pool evicted since :meth:`begin_step` (:meth:`evicted`)."""
         pool = self.pool
-        return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
+        return tuple(self.evicted() if pool.removed else ()), (tuple(pool.removed_runs) if self.runs else None)
 
     def evicted(self) -> list:
         """The pool's evicted names since :meth:`begin_step`, a copy's alias as its name (:mod:`dynlab.kv.copies`),
