@@ -177,7 +177,7 @@ class KvCacheManager:
 
     def overlap_of(self, req, cap: Optional[int] = None) -> int:
         """:meth:`overlap` of ``req``'s names (and runs)."""
-        return self.pool.lookup(self.sequence(req), len(req.names) if cap is None else cap)
+        return self.pool.lookup(self.sequence(req), req.n_names if cap is None else cap)
 
     def find_cached_prefix(self, req) -> Tuple[int, int]:
         """``(h, hc)``: the leading full prompt blocks of ``req`` cached in the pool (``h``), then in
@@ -231,9 +231,9 @@ class KvCacheManager:
         """Return ``req``'s blocks to the free queue (named ones stay cached; a trace-named reply's blocks named
         first, :func:`~dynlab.kv.output_blocks.name_reply`; the full blocks of its other generated tokens named,
         :meth:`name_output`, or, at a finish, freed to the tail unnamed: no one can hit them)."""
-        if req.out_blocks and req.nreg < len(req.names):
+        if req.out_blocks and req.nreg < req.n_names:
             name_reply(self, req)
-        have = len(req.names)
+        have = req.n_names
         if req.computed >= (have + 1) * self.block:
             if req.generated >= req.output_length:  # finished: its generated-token blocks can never be hit
                 out = min(req.computed // self.block, len(req.keys)) - have if req.nreg >= have else 0
@@ -248,7 +248,7 @@ class KvCacheManager:
         """Names :func:`~dynlab.kv.output_blocks.name_reply` registered since :meth:`step_events` (finishes), and
         now for the reply blocks a bulk run (``sched``: its pairs) completed: ``BlockStored`` at its end."""
         for req, _ in sched:
-            if req.out_blocks and req.keys and req.nreg < len(req.names):
+            if req.out_blocks and req.keys and req.nreg < req.n_names:
                 name_reply(self, req)
         late, self._late = tuple(self._late), []
         return late
@@ -403,7 +403,7 @@ class KvCacheManager:
         (nothing taken) when they are not free."""
         pool = self.pool
         self.sequence(req)
-        h = pool.lookup(req.seq, len(req.names) - req.out_blocks) if prefix_cache else 0  # prompt blocks only
+        h = pool.lookup(req.seq, req.n_names - req.out_blocks) if prefix_cache else 0  # prompt blocks only
         need = self.blocks_needed(tokens) - h
         if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
@@ -419,7 +419,7 @@ class KvCacheManager:
         a trace-named reply's (``req.out_blocks``) as its decode steps compute them. ``KeyError`` without a reservation."""
         req.keys, req.nreg = self.reserved.pop(req)
         if not prefix_cache:
-            req.nreg = len(req.names)  # no prefix cache modelled here: nothing is named
+            req.nreg = req.n_names  # no prefix cache modelled here: nothing is named
         self.name_blocks(req, 0)
 
     def check(self, holders: list) -> None:
