@@ -271,7 +271,7 @@ class KvCacheManager:
             used += len(reqs)
             counts.append(len(reqs))
         self.used_ms, self.used_t = used_ms, used_t
-        pool.removed = []
+        pool.clear_events(stored=False)
         evicting = pool.allocate_each(counts, OUTPUT_NAMES if self.next_output_name != OUTPUT_NAMES else None)
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
@@ -285,7 +285,7 @@ class KvCacheManager:
         if self.used_t is not None:  # accumulate(now), written out: once per step
             self.used_ms += pool.used_blocks * (now - self.used_t)
         self.used_t = now
-        pool.stored, pool.removed = [], []
+        pool.clear_events()
 
     def step_events(self) -> tuple:
         """``(stored, stored_runs, removed, removed_runs, used)`` since :meth:`begin_step`: the names
