@@ -151,7 +151,7 @@ def plan_run(st: StepPlan, running: int, waiting: bool, kv, latency) -> None:
     B = kv.block
     k = min(r.output_length - r.generated - r.pending for r, _ in sched) // DECODE_TOKENS + 1
     for r, _ in sched:  # no schedule inside the run registers a name (a trace-named reply, a resumed output)
-        if r.nreg < len(r.names):
+        if r.nreg < r.n_names:
             k = min(k, (r.nreg + 1) * B - r.computed)
     if k < 2:
         return

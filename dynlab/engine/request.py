@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from dynlab.kv.run_pool import expand
+
 __all__ = ["EngineRequest", "DECODE_TOKENS", "peak_tokens"]
 
 #: tokens a decode step computes (its KV) and emits per request: 1. Everything that counts decode
@@ -44,6 +46,9 @@ class EngineRequest:
     blocks a trace's ``output_tokens`` give (:mod:`dynlab.traces.replies`), registered as they are
     computed, like the prompt's, so another request can hit them.
 
+    ``n_names``: ``len(names)`` (read-only; the same while the names are dropped), what the scheduler
+    reads each step to know whether a request has names left to register.
+
     Progress (read-only for callers): ``num_tokens``, ``computed``, ``generated``; ``spec``: draft
     tokens it carries into its next step (speculative decoding, :mod:`dynlab.engine.spec`; 0 otherwise);
     ``pending``, ``inflight``, ``safe``: async scheduling's state (:mod:`dynlab.engine.async_steps`; 0 otherwise).
@@ -55,7 +60,7 @@ class EngineRequest:
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
                  "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state",
-                 "pending", "inflight", "safe", "out_blocks")
+                 "pending", "inflight", "safe", "out_blocks", "n_names")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
                  runs: Optional[Sequence[tuple]] = None):
@@ -69,6 +74,7 @@ class EngineRequest:
         self.input_length = input_length
         self.output_length = output_length
         self._names = names
+        self.n_names = len(names)  # len(names), kept while the names are dropped (read on every step)
         self.runs = runs
         self.seq = None  # names as the pool takes them (BlockPool.sequence), set by the worker
         self.num_tokens = input_length
@@ -102,12 +108,13 @@ class EngineRequest:
             if seq is not None and getattr(seq, "runs", None) is self.runs:
                 names = self._names = seq.names
             else:
-                names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
+                names = self._names = expand(self.runs)
         return names
 
     @names.setter
     def names(self, value: Sequence[int]) -> None:
         self._names = value
+        self.n_names = len(value)
 
     def drop_names(self) -> None:
         """Keep the names only as :attr:`runs` (and its pool sequence's runs) until next read: a waiting

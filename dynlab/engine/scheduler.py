@@ -60,29 +60,12 @@ class Scheduler:
 
     def schedule(self, now: float) -> Tuple[list, int, int]:
         """The step starting at ``now`` (ms): ``(sched, preempted, admitted)``, ``sched`` the
-        ``(request, tokens)`` pairs in schedule order (running first, then admitted)."""
+        ``(request, tokens)`` pairs in schedule order (running first, then admitted).
+
+        The running requests first, in running order, preempting from the back when the KV cache
+        cannot give a request its slots; then admission (:meth:`_admit`). One call per step: the
+        running loop is written here, not in a helper of its own."""
         sched: list = []
-        budget, preempted = self._schedule_running(sched)
-        self._ran = len(sched)  # requests the running loop scheduled (speculation's admission padding)
-        admitted = 0
-        if (not preempted or not sched) and (self.waiting or self.ready or self.received):
-            admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
-        if self.arrived:
-            self._drop_waiting_names()
-        return sched, preempted, admitted
-
-    def _drop_waiting_names(self) -> None:
-        """The requests queued since the last schedule that this one did not admit keep their names only as
-        runs while they wait (:meth:`EngineRequest.drop_names`, issue 28: a waiting request's memory); those
-        admitted at once keep them (no drop and expansion again for a request that never waited a step)."""
-        for req in self.arrived:
-            if req.first_scheduled_ms is None:
-                req.drop_names()
-        self.arrived = []
-
-    def _schedule_running(self, sched: list) -> Tuple[int, int]:
-        """Schedule the running requests, in running order, into ``sched``, preempting from the back
-        when the KV cache cannot give a request its slots; returns ``(token budget left, preempted)``."""
         running, kv = self.running, self.kv
         allocate_slots = kv.allocate_slots
         budget = self.max_num_batched_tokens
@@ -103,12 +86,27 @@ class Scheduler:
                         break
                 if victim is req:
                     break
-            if req.nreg < len(req.names):  # names left to register (a decode has none: no call)
+            if req.nreg < req.n_names:  # names left to register (a decode has none: no call)
                 kv.name_blocks(req, min(n, req.num_tokens - self.hash_lookahead - req.computed))  # no draft's block
             sched.append((req, n))
             budget -= n
             i += 1
-        return budget, preempted
+        self._ran = i  # requests the running loop scheduled (speculation's admission padding)
+        admitted = 0
+        if (not preempted or not sched) and (self.waiting or self.ready or self.received):
+            admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
+        if self.arrived:
+            self._drop_waiting_names()
+        return sched, preempted, admitted
+
+    def _drop_waiting_names(self) -> None:
+        """The requests queued since the last schedule that this one did not admit keep their names only as
+        runs while they wait (:meth:`EngineRequest.drop_names`, issue 28: a waiting request's memory); those
+        admitted at once keep them (no drop and expansion again for a request that never waited a step)."""
+        for req in self.arrived:
+            if req.first_scheduled_ms is None:
+                req.drop_names()
+        self.arrived = []
 
     def _admit(self, sched: list, budget: int, now: float) -> int:
         """Admit, while ``budget`` tokens and sequence slots remain: received requests (their KV came by
@@ -125,7 +123,7 @@ class Scheduler:
             if not kv.allocate_slots(req, req.computed + n + self.lookahead):
                 break
             received.popleft()
-            if req.nreg < len(req.names):  # a trace-named reply, on a decode worker with its prefix cache
+            if req.nreg < req.n_names:  # a trace-named reply, on a decode worker with its prefix cache
                 kv.name_blocks(req, n)
             running.append(req)
             sched.append((req, n))
@@ -247,9 +245,9 @@ class Scheduler:
         completing step), first tokens, finishes (their blocks freed), handoffs (``handoff``: a prefill
         worker's requests leave at their first token, blocks held). Returns ``(first_tokens, finished,
         handed)``, ``[(request, end)]`` each."""
-        first_tokens, finished, handed = [], [], []
         if self.spec is not None:
             return self._update_spec(sched, end, handoff)
+        first_tokens, finished, handed = [], [], []
         for req, n in sched:
             if k > 1:
                 t = k * DECODE_TOKENS
@@ -267,7 +265,8 @@ class Scheduler:
                     continue
             if req.generated >= req.output_length:
                 self._emitted(req, end, False, handoff, first_tokens, finished, handed)
-        self._drop_done(handed, finished)
+        if finished or handed:
+            self._drop_done(handed, finished)
         return first_tokens, finished, handed
 
     def _emitted(self, req: EngineRequest, end: float, first: bool, handoff: bool, first_tokens: list,

@@ -299,7 +299,7 @@ class EngineWorker:
         Raises ``ValueError`` when ``len(req.names) - out_blocks`` is neither ``input_length // block`` nor, with
         EAGLE's hash lookahead (:func:`dynlab.engine.spec.hash_lookahead_tokens`), ``(input_length - 1) // block``."""
         la = self.spec.hash_lookahead if self.spec is not None else 0  # names covering the token after them
-        if (n := len(req.names) - req.out_blocks) not in {req.input_length // self.block, (req.input_length - la) // self.block}:
+        if (n := req.n_names - req.out_blocks) not in {req.input_length // self.block, (req.input_length - la) // self.block}:
             raise ValueError(f"request {req.id!r}: {n} block names for {req.input_length} tokens at block {self.block} "
                              f"(want {req.input_length // self.block})")
         if not self.kv.fits(peak_tokens(req, self.spec)):  # its whole KV, a last verify's drafts included

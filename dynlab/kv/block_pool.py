@@ -72,7 +72,7 @@ class BlockPool(PoolChecks):
     - ``capacity``: blocks in the pool; ``num_free``: blocks in the free queue (unnamed or
       cached-evictable); ``used_blocks``: blocks held by requests (``capacity - num_free``).
     - ``stored`` / ``removed``: names registered / evicted since the caller last cleared them
-      (the engine clears them per step).
+      (the engine clears them per step, :meth:`clear_events`; read as plain lists, no property).
     """
 
     __slots__ = ("capacity", "_fresh", "_queue", "_head", "_nfree", "_cached", "_used", "_shared",
@@ -176,6 +176,13 @@ class BlockPool(PoolChecks):
         used.update(names)
         self._nfree -= len(names)
         return keys
+
+    def clear_events(self, stored: bool = True) -> None:
+        """Empty :attr:`removed` (and :attr:`stored`, unless ``stored`` is false): new lists, the old ones
+        stay with whoever holds them. The one way to clear them (a pool keyed by runs clears their runs too)."""
+        if stored:
+            self.stored = []
+        self.removed = []
 
     def allocate(self, n: int) -> List[int]:
         """Take ``n`` blocks from the free-queue head; returns their keys (``n`` times :data:`UNNAMED`).

@@ -44,8 +44,8 @@ sequence; ``admission="chunk"`` the chunk scheduled now), which full blocks are 
 (:meth:`KvCacheManager.nameable` / :meth:`KvCacheManager.name_output`: generated tokens' too), the free-queue
 position of a released sequence's unnamed blocks (:meth:`dynlab.kv.block_pool.BlockPool._push_unnamed`: the head).
 
-Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``runs``, ``seq``, ``keys``,
-``nreg``, ``computed``, ``num_tokens``, ...): this module imports nothing from :mod:`dynlab.engine`.
+Requests are duck-typed (:class:`dynlab.engine.request.EngineRequest`: ``names``, ``n_names``, ``runs``, ``seq``,
+``keys``, ``nreg``, ``computed``, ``num_tokens``, ...): this module imports nothing from :mod:`dynlab.engine`.
 """
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ class KvCacheManager:
         the blocks of generated tokens named by :meth:`name_output` before a preemption (vLLM
         hashes every full block of a request, output tokens included)."""
         n = tokens // self.block
-        return n if n < len(req.names) else len(req.names)
+        return n if n < req.n_names else req.n_names
 
     def name_output(self, req) -> None:
         """Name the full blocks of ``req``'s generated tokens before it frees them
@@ -148,20 +148,9 @@ class KvCacheManager:
         name_output(self, req)
 
     # -- reading ------------------------------------------------------------------------------
-    @property
-    def capacity(self) -> int:
-        """Blocks in the pool."""
-        return self.pool.capacity
-
-    @property
-    def num_free(self) -> int:
-        """Blocks the free queue can give now."""
-        return self.pool.num_free
-
-    @property
-    def used_blocks(self) -> int:
-        """Blocks held by requests now."""
-        return self.pool.used_blocks
+    capacity = property(lambda self: self.pool.capacity, doc="Blocks in the pool.")
+    num_free = property(lambda self: self.pool.num_free, doc="Blocks the free queue can give now.")
+    used_blocks = property(lambda self: self.pool.used_blocks, doc="Blocks held by requests now.")
 
     def fits(self, tokens: int) -> bool:
         """Whether ``tokens`` tokens of one request can ever be held at once (their blocks <= capacity)."""
@@ -188,7 +177,7 @@ class KvCacheManager:
 
     def overlap_of(self, req, cap: Optional[int] = None) -> int:
         """:meth:`overlap` of ``req``'s names (and runs)."""
-        return self.pool.lookup(self.sequence(req), len(req.names) if cap is None else cap)
+        return self.pool.lookup(self.sequence(req), req.n_names if cap is None else cap)
 
     def find_cached_prefix(self, req) -> Tuple[int, int]:
         """``(h, hc)``: the leading full prompt blocks of ``req`` cached in the pool (``h``), then in
@@ -230,7 +219,7 @@ class KvCacheManager:
     def name_blocks(self, req, n: int) -> None:
         """Name the full blocks the chunk of ``n`` tokens scheduled now completes (:meth:`nameable`);
         nothing once every name ``req`` has is registered (its prompt's: a decode's fast path)."""
-        if req.nreg < len(req.names):
+        if req.nreg < req.n_names:
             full = self.nameable(req, req.computed + n)
             if full > req.nreg:
                 self.pool.register(req.keys, req.seq, req.nreg, full)
@@ -242,9 +231,9 @@ class KvCacheManager:
         """Return ``req``'s blocks to the free queue (named ones stay cached; a trace-named reply's blocks named
         first, :func:`~dynlab.kv.output_blocks.name_reply`; the full blocks of its other generated tokens named,
         :meth:`name_output`, or, at a finish, freed to the tail unnamed: no one can hit them)."""
-        if req.out_blocks and req.nreg < len(req.names):
+        if req.out_blocks and req.nreg < req.n_names:
             name_reply(self, req)
-        have = len(req.names)
+        have = req.n_names
         if req.computed >= (have + 1) * self.block:
             if req.generated >= req.output_length:  # finished: its generated-token blocks can never be hit
                 out = min(req.computed // self.block, len(req.keys)) - have if req.nreg >= have else 0
@@ -259,7 +248,7 @@ class KvCacheManager:
         """Names :func:`~dynlab.kv.output_blocks.name_reply` registered since :meth:`step_events` (finishes), and
         now for the reply blocks a bulk run (``sched``: its pairs) completed: ``BlockStored`` at its end."""
         for req, _ in sched:
-            if req.out_blocks and req.keys and req.nreg < len(req.names):
+            if req.out_blocks and req.keys and req.nreg < req.n_names:
                 name_reply(self, req)
         late, self._late = tuple(self._late), []
         return late
@@ -282,7 +271,7 @@ class KvCacheManager:
             used += len(reqs)
             counts.append(len(reqs))
         self.used_ms, self.used_t = used_ms, used_t
-        pool.removed = []
+        pool.clear_events(stored=False)
         evicting = pool.allocate_each(counts, OUTPUT_NAMES if self.next_output_name != OUTPUT_NAMES else None)
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
@@ -292,9 +281,11 @@ class KvCacheManager:
     def begin_step(self, now: float) -> None:
         """A step starts at ``now`` (ms): the usage integral advanced to it, the pool's stored /
         removed names cleared (a step's events start empty)."""
-        self.accumulate(now)
         pool = self.pool
-        pool.stored, pool.removed = [], []
+        if self.used_t is not None:  # accumulate(now), written out: once per step
+            self.used_ms += pool.used_blocks * (now - self.used_t)
+        self.used_t = now
+        pool.clear_events()
 
     def step_events(self) -> tuple:
         """``(stored, stored_runs, removed, removed_runs, used)`` since :meth:`begin_step`: the names
@@ -304,7 +295,9 @@ class KvCacheManager:
         used = pool.used_blocks
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
-        removed = self.evicted()
+        removed = pool.removed
+        if removed:  # (none: nothing to translate or filter)
+            removed = self.evicted()
         self._late = []  # preemptions' reply blocks are in this step's events
         if self.stored_outputs:  # a resumed request's generated-token blocks: not published
             self.stored_outputs = False
@@ -316,7 +309,7 @@ class KvCacheManager:
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
         """``(names, runs or None)`` the pool evicted since :meth:`begin_step` (:meth:`evicted`)."""
         pool = self.pool
-        return tuple(self.evicted()), (tuple(pool.removed_runs) if self.runs else None)
+        return tuple(self.evicted() if pool.removed else ()), (tuple(pool.removed_runs) if self.runs else None)
 
     def evicted(self) -> list:
         """The pool's evicted names since :meth:`begin_step`, a copy's alias as its name (:mod:`dynlab.kv.copies`),
@@ -408,7 +401,7 @@ class KvCacheManager:
         (nothing taken) when they are not free."""
         pool = self.pool
         self.sequence(req)
-        h = pool.lookup(req.seq, len(req.names) - req.out_blocks) if prefix_cache else 0  # prompt blocks only
+        h = pool.lookup(req.seq, req.n_names - req.out_blocks) if prefix_cache else 0  # prompt blocks only
         need = self.blocks_needed(tokens) - h
         if need + (pool.evictable_hits(req.seq, h) if h else 0) > pool.num_free:
             return None
@@ -424,7 +417,7 @@ class KvCacheManager:
         a trace-named reply's (``req.out_blocks``) as its decode steps compute them. ``KeyError`` without a reservation."""
         req.keys, req.nreg = self.reserved.pop(req)
         if not prefix_cache:
-            req.nreg = len(req.names)  # no prefix cache modelled here: nothing is named
+            req.nreg = req.n_names  # no prefix cache modelled here: nothing is named
         self.name_blocks(req, 0)
 
     def check(self, holders: list) -> None:

@@ -62,7 +62,17 @@ from dynlab.kv.copies import key_runs
 from dynlab.kv.levels import _count, _count_in, _count_out, _once, _top
 from dynlab.kv.pool_checks import RunPoolChecks
 
-__all__ = ["RunBlockPool", "Runs"]
+__all__ = ["RunBlockPool", "Runs", "expand"]
+
+
+def expand(runs: Sequence[tuple]) -> list:
+    """The names of ``runs`` (``(first name, count)`` pairs), in order: a new list of ints (one
+    ``extend`` of a range per run, not a step per name)."""
+    names: list = []
+    extend = names.extend
+    for first, c in runs:
+        extend(range(first, first + c))
+    return names
 
 _SHIFT, _LOW = GROUP_SHIFT, GROUP_LOW  # a group holds the names (group << 10) + 0 .. 1023
 
@@ -94,7 +104,7 @@ class Runs:
         """The names in sequence order (expanded from :attr:`runs` again after :meth:`drop_names`)."""
         names = self._names
         if names is None:
-            names = self._names = [n for first, c in self.runs for n in range(first, first + c)]
+            names = self._names = expand(self.runs)
         return names
 
     def drop_names(self) -> None:
@@ -125,7 +135,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
     hold group masks here, ``_refs`` replaces ``_used``/``_shared``/``_stale_more``.
     """
 
-    __slots__ = ("_refs", "_mixed", "_stored", "_removed", "stored_runs", "removed_runs")
+    __slots__ = ("_refs", "_mixed", "stored_runs", "removed_runs")
 
     def __init__(self, capacity: int):
         self.stored_runs: list = []  # (group, mask) pairs of the names of stored, in order
@@ -136,25 +146,12 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         self._refs: dict = {}  # group -> levels of holders
         self._mixed: dict = {}  # id(keys) -> keys: key lists with a block left unnamed by register
 
-    @property
-    def stored(self) -> list:
-        """:attr:`BlockPool.stored` (names registered); assigning it empties :attr:`stored_runs`."""
-        return self._stored
-
-    @stored.setter
-    def stored(self, names: list) -> None:
-        self._stored = names
-        self.stored_runs = []
-
-    @property
-    def removed(self) -> list:
-        """:attr:`BlockPool.removed` (names evicted); assigning it empties :attr:`removed_runs`."""
-        return self._removed
-
-    @removed.setter
-    def removed(self, names: list) -> None:
-        self._removed = names
-        self.removed_runs = []
+    def clear_events(self, stored: bool = True) -> None:
+        """:meth:`BlockPool.clear_events`, and the runs of the names emptied with them (:attr:`removed_runs`,
+        :attr:`stored_runs`)."""
+        if stored:
+            self.stored, self.stored_runs = [], []
+        self.removed, self.removed_runs = [], []
 
     # -- reading --------------------------------------------------------------------------
     @staticmethod
@@ -268,9 +265,9 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         names = seq.names
         keys[start:end] = names[start:end]
         if not dups:
-            self._stored.extend(names[start:end])
+            self.stored.extend(names[start:end])
             return
-        dup, stored = set(dups), self._stored
+        dup, stored = set(dups), self.stored
         for i in range(start, end):  # in order, as BlockPool stores them
             if i in dup:
                 self._register_copies(keys, names, (i,))
@@ -290,7 +287,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
             g, bit = key >> _SHIFT, 1 << (key & _LOW)
             cached[g] = cached.get(g, 0) | bit
             _count_in(refs, g, bit)
-            self._stored.append(name)
+            self.stored.append(name)
             self.stored_runs.append((name >> _SHIFT, 1 << (name & _LOW)))
 
     def release(self, keys: Sequence[int], seq: Runs, out_at: int = 0, out: int = 0) -> None:
@@ -371,7 +368,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
                     seg[i] = (g, mask ^ (1 << o), names, base)
                     self._head = i
                     self._cached[g] ^= 1 << o  # its other names stay cached
-                    self._removed.append(names[base + o])
+                    self.removed.append(names[base + o])
                     self.removed_runs.append((g, 1 << o))
                     if spans is not None:
                         spans.append((1, 1))
@@ -411,8 +408,8 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         lo = (bits & -bits).bit_length() - 1
         hi = bits.bit_length()
         if hi - lo == 1:  # one name (a decode's block boundary)
-            self._removed.append(names[base + lo])
+            self.removed.append(names[base + lo])
         elif bits >> lo == (1 << (hi - lo)) - 1:  # contiguous: one slice
-            self._removed.extend(reversed(names[base + lo:base + hi]))
+            self.removed.extend(reversed(names[base + lo:base + hi]))
         else:
-            self._removed.extend([names[base + o] for o in reversed(_bits(bits))])
+            self.removed.extend([names[base + o] for o in reversed(_bits(bits))])

@@ -236,7 +236,7 @@ def test_a_duplicate_is_a_second_copy_under_the_name(Pool):
     pool.release(hit, s5)
     pool.release(b, s56)  # the queue: 1 never used, then 5 (a's copy), 6, the alias (b's copy of 5)
     assert pool.num_free == 4 and pool.used_blocks == 0
-    pool.removed = []
+    pool.clear_events(stored=False)
     pool.allocate(2)  # the never-used block and a's copy: one BlockRemoved of 5
     pool.copies.translate(pool.removed, getattr(pool, "removed_runs", None))
     assert pool.removed == [5]

@@ -262,7 +262,7 @@ def test_allocate_each_counts_the_allocations_that_evict(make, counts, evicting)
     bare = pool.allocate(2)
     pool.release(keys, seq)
     pool.release(bare, pool.sequence([], []))
-    pool.removed = []
+    pool.clear_events(stored=False)
     assert pool.allocate_each(counts) == evicting
     assert pool.removed == [11, 10][:max(0, sum(counts) - 2)]
     assert pool.num_free == 4 - sum(counts)
