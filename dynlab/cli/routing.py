@@ -525,7 +525,10 @@ def _check_compared(configs: dict, given: set, flag: str) -> dict:
     its cells. Returns item -> aligned config; raises ``click.UsageError``."""
     from dynlab.engine.config import align_split
 
-    aligned = align_split(list(configs.values()), given)
+    try:
+        aligned = align_split(list(configs.values()), given)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     configs = {item: c for item, (c, _) in zip(configs, aligned)}
     for (item, config), (_, run_given) in zip(configs.items(), aligned):
         check_options(config, run_given)

@@ -394,7 +394,8 @@ def _aggregated(config: SimConfig) -> bool:
 def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tuple[SimConfig, set]]:
     """Configurations that compare splits (``compare --split``, a sweep's ``split`` axis): when at least
     one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
-    the others. Returns ``(configuration to check and run, given fields to check it with)`` each."""
+    the others. Returns ``(configuration to check and run, given fields to check it with)`` each.
+    Raises ``ValueError`` for a file of acceptance lengths that does not fit the largest K compared."""
     from dynlab.engine.spec import align_rates
 
     configs = align_rates(configs)
