@@ -89,7 +89,7 @@ SIM_OPTIONS = [
     (("--hash",), "hash", click.Choice(["dynlab", "dynamo"]), "dynlab",
      "Block names of hashed tokens: dynlab's, or NVIDIA Dynamo's (xxh3, see docs/events.md)."),
     (("--publish",), "publish", click.Choice(["yes", "no"]), "yes", "Workers publish KV events."),
-    (("--capacity",), "capacity", CapacityType(), None, "KV blocks per worker (0: a cache that holds nothing; with --timing at least 1) [default: unbounded]."),
+    (("--capacity",), "capacity", CapacityType(), None, "KV blocks per worker (0: a cache that holds nothing; with --timing at least 1, not unbounded) [default: unbounded; with --timing derived from the GPU memory]."),
     (("--policy",), "policy", RegistryName("eviction policy", plugins.eviction_policies), "lru",
      "Eviction policy of bounded caches (see `dynlab policies`)."),
     (("--event-delay",), "event_delay", click.IntRange(min=0), 0,
