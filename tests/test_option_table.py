@@ -238,6 +238,8 @@ NO_EFFECT = [
     (["--latency-opt", "beta0=3"], "--latency-opt"),
     (["--timing", "--policy", "fifo"], "--policy"),
     (["--timing", "--event-delay", "2"], "--event-delay"),
+    # a fresh user's trial: the timed engine sized the pool from the GPU as if --capacity were not given
+    (["--timing", "--capacity", "unbounded"], "--capacity"),
     (["--trace", MOON, "--hash", "dynamo"], "--hash"),
     (["--mode", "rr", "--opt", "temperature=1"], "temperature"),
     (["--router-assign", "hash"], "--router-assign"),  # one router: no replica to choose
@@ -553,6 +555,14 @@ def test_the_option_does_something_or_is_refused(run, name, flag):
 @pytest.mark.parametrize("args, flag", NO_EFFECT, ids=[" ".join(a) for a, _ in NO_EFFECT])
 def test_an_option_without_effect_is_refused_alike(run, command, args, flag):
     refused(run(*COMMANDS[command], *args), flag)
+
+
+def test_unbounded_capacity_is_refused_with_timing_in_a_pd_fleet_and_a_compared_list(run):
+    # P/D alike (not in NO_EFFECT: sweep's workers axis clashes with --split first), and one run of a list
+    why = "--capacity has no effect as unbounded with --timing"
+    for cmd in (["sim"], COMMANDS["compare"]):
+        refused(run(*cmd, "--timing", "--split", "1:1", "--capacity", "unbounded"), why)
+    refused(run(*COMMANDS["compare"], "--timing", "--capacity", "8,unbounded"), why)
 
 
 def test_a_refusal_names_the_flag_as_typed():

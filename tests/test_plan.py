@@ -205,6 +205,8 @@ def test_the_parentheses_footnote_only_when_a_shape_misses(queue_trace):
 def test_help_has_no_sim_wording():
     text = CliRunner().invoke(main, ["plan", "--help"]).stdout
     assert "--timing" not in text and "With a CPU tier: GB/s" in " ".join(text.split())
+    # a fresh user's trial: --spec-tokens spoke of compare; plan's says what plan does with a list of K
+    assert "compare" not in text and "plan --spec-tokens 0,2,4 sizes the fleet for each K" in " ".join(text.split())
 
 
 # --------------------------------------------------------------------------- the log: audit and resume

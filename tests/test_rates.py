@@ -157,3 +157,14 @@ def test_sweep_grid_takes_rate_scale(tmp_path):
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in open(tmp_path / "r.jsonl")]
     assert sorted(r["result"]["arrival_rate"] for r in rows) == [2.0, 8.0]
+
+
+def test_time_scale_applied_is_rounded_like_the_rates(tmp_path):
+    """A fresh user's trial printed 0.49999829598253226: the factor is shown at 4 decimals as trace_rate and
+    arrival_rate are (2 requests/s at --rate 6.8024: 2 / 6.8024 = 0.29401..., shown 0.294); the run itself
+    uses the exact factor, so the arrivals still meet the rate asked for."""
+    path = tmp_path / "m.jsonl"
+    path.write_text(MOON)
+    out = run(SimConfig(trace=str(path), timing=True, rate=6.8024, mode="rr"))
+    assert (out["trace_rate"], out["time_scale_applied"], out["arrival_rate"]) == (2.0, 0.294, 6.8024)
+    assert rates.describe(2.0, 0.49999829598253226, [0.0, 500.0])["time_scale_applied"] == 0.5

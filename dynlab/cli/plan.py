@@ -50,7 +50,11 @@ def _help(text: str, own_default: bool = False) -> str:
 
 #: plan's own wording where sim's would mislead (every replay is timed)
 _HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory and "
-                     "--gpu-memory-utilization]."}
+                     "--gpu-memory-utilization].",
+         "spec_tokens": "With --spec-method: draft tokens K per decode step (vLLM's num_speculative_tokens; 0: off; "
+                        "plan --spec-tokens 0,2,4 sizes the fleet for each K, 0 without speculation, the baseline; "
+                        "below --max-num-batched-tokens, as vLLM requires, and at most 10,000,000, see "
+                        "docs/limits.md)."}
 
 
 #: plan's own type where sim's admits a value every replay would refuse (an engine needs one block at least)
@@ -77,7 +81,8 @@ def _shared_options(fn):
         default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)  # ep 1, spec-tokens 0: sim's
         fn = click.option(*flags, field, type=click.STRING, default=str(default),
                           show_default=True, metavar="V[,V...]",
-                          help=_help(help_, own_default=True) + " A comma list: one candidate each.")(fn)
+                          help=(_HELP.get(field) or _help(help_, own_default=True))
+                          + " A comma list: one candidate each.")(fn)
     return fn
 
 

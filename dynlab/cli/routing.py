@@ -89,7 +89,7 @@ SIM_OPTIONS = [
     (("--hash",), "hash", click.Choice(["dynlab", "dynamo"]), "dynlab",
      "Block names of hashed tokens: dynlab's, or NVIDIA Dynamo's (xxh3, see docs/events.md)."),
     (("--publish",), "publish", click.Choice(["yes", "no"]), "yes", "Workers publish KV events."),
-    (("--capacity",), "capacity", CapacityType(), None, "KV blocks per worker (0: a cache that holds nothing; with --timing at least 1) [default: unbounded]."),
+    (("--capacity",), "capacity", CapacityType(), None, "KV blocks per worker (0: a cache that holds nothing; with --timing at least 1, not unbounded) [default: unbounded; with --timing derived from the GPU memory]."),
     (("--policy",), "policy", RegistryName("eviction policy", plugins.eviction_policies), "lru",
      "Eviction policy of bounded caches (see `dynlab policies`)."),
     (("--event-delay",), "event_delay", click.IntRange(min=0), 0,
@@ -525,7 +525,10 @@ def _check_compared(configs: dict, given: set, flag: str) -> dict:
     its cells. Returns item -> aligned config; raises ``click.UsageError``."""
     from dynlab.engine.config import align_split
 
-    aligned = align_split(list(configs.values()), given)
+    try:
+        aligned = align_split(list(configs.values()), given)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     configs = {item: c for item, (c, _) in zip(configs, aligned)}
     for (item, config), (_, run_given) in zip(configs.items(), aligned):
         check_options(config, run_given)

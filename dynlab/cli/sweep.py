@@ -172,7 +172,10 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     from dynlab.engine.config import align_split
 
     # a split axis: its aggregated cells (P:0) drop the P/D options the disaggregated ones use
-    aligned = align_split([grid.config(cell) for cell in cells], set(grid.fields.values()))
+    try:
+        aligned = align_split([grid.config(cell) for cell in cells], set(grid.fields.values()))
+    except ValueError as exc:  # a file of acceptance lengths that does not fit the largest K
+        raise click.UsageError(str(exc)) from None
     own: dict = {}  # (trace, format) -> the block size its format names its blocks at
     configs = []
     for cell, (config, given) in zip(cells, aligned):

@@ -329,6 +329,9 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     if config.timing:
         yield "policy", "with --timing: the engine evicts from vLLM's free-block queue"
         yield "event_delay", "with --timing: it counts requests; use --event-delay-ms"
+        if config.capacity is None:  # --capacity unbounded: the same run as without it
+            yield "capacity", ("as unbounded with --timing: the timed engine's KV pool is finite (give a number of "
+                               "blocks, or leave --capacity out: the GPU's memory sizes it)")
     elif config.capacity is None:
         yield "policy", "without --capacity: an unbounded cache never evicts"
     if config.publish == "no":
@@ -342,7 +345,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
         yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
         yield "cpu_write", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
     if not config.timing:
-        for name in TIME_MODEL_FIELDS:
+        for name in TIME_MODEL_FIELDS + PARALLEL_FIELDS:  # the parallel ones: the models helper's (issue 25)
             yield name, _WITHOUT_TIMING
     if not _aggregated(config):
         for name in ("cpu_capacity", "cpu_memory_gb"):
@@ -356,10 +359,6 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
-    # --- models helper (issue 25) ---
-    if not config.timing:
-        for name in PARALLEL_FIELDS:
-            yield name, _WITHOUT_TIMING
     if config.ep == 1:
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
@@ -394,7 +393,8 @@ def _aggregated(config: SimConfig) -> bool:
 def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tuple[SimConfig, set]]:
     """Configurations that compare splits (``compare --split``, a sweep's ``split`` axis): when at least
     one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
-    the others. Returns ``(configuration to check and run, given fields to check it with)`` each."""
+    the others. Returns ``(configuration to check and run, given fields to check it with)`` each.
+    Raises ``ValueError`` for a file of acceptance lengths that does not fit the largest K compared."""
     from dynlab.engine.spec import align_rates
 
     configs = align_rates(configs)

@@ -265,18 +265,17 @@ def align_rates(configs: list) -> list:
 
     ``file:PATH`` (acceptance lengths ``1 + a``, measured with some K): the same, read at the largest K
     compared: a run of a smaller K takes the first K of those rates, which is the file with each length
-    capped at ``K + 1`` (a measured length past it means every one of the K drafts was accepted). A file
-    that does not fit the largest K is left to each run to refuse (``PATH:LINE``)."""
+    capped at ``K + 1`` (a measured length past it means every one of the K drafts was accepted).
+
+    Raises ``ValueError`` (``PATH:LINE``, the limit of the largest K) for a file that does not fit the
+    largest K: each run of a smaller K would refuse it with its own, smaller limit."""
     ks = {c.spec_tokens for c in configs}
     texts = {c.spec_acceptance for c in configs}
     if len(ks) < 2 or len(texts) != 1 or None in texts:
         return configs
     text = next(iter(texts)).strip()
     if text.startswith("file:"):
-        try:
-            rates = [repr(r) for r in parse_acceptance(text, max(ks))]
-        except ValueError:
-            return configs
+        rates = [repr(r) for r in parse_acceptance(text, max(ks))]
     else:
         rates = text.split(",")
     if len(rates) > max(ks):

@@ -117,11 +117,12 @@ def shape(requests: Sequence[Request], scale: float = 1.0, duration_s: Optional[
 
 def describe(trace_rate: Optional[float], scale: float, arrivals_ms: Sequence[float]) -> dict:
     """The keys a run adds when its arrivals were shaped: ``trace_rate`` (requests/s of the trace as
-    read, 4 decimals; ``None`` for one arrival), ``time_scale_applied`` (the factor on timestamps) and
+    read, 4 decimals; ``None`` for one arrival), ``time_scale_applied`` (the factor on timestamps, 4
+    decimals: shown only, the run scaled by ``scale`` unrounded) and
     ``arrival_rate`` (requests/s of what was replayed, its arrival times ``arrivals_ms`` in ms, 4 decimals)."""
     try:
         arrival = round(mean_rate(arrivals_ms), 4)
     except RateError:
         arrival = None
-    return {"trace_rate": None if trace_rate is None else round(trace_rate, 4), "time_scale_applied": scale,
+    return {"trace_rate": None if trace_rate is None else round(trace_rate, 4), "time_scale_applied": round(scale, 4),
             "arrival_rate": arrival}

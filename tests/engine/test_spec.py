@@ -320,8 +320,27 @@ def test_compare_caps_a_file_of_acceptance_lengths_per_k(tmp_path):
     assert parse_acceptance(f"file:{path.parent / 'capped.txt'}", 2) == (5 / 7, 4 / 7)
     with pytest.raises(ValueError, match=r"lengths.txt:1: acceptance length 5 outside 1..3 \(K = 2\)"):
         parse_acceptance(text, 2)
-    # a file that does not fit the largest K is left to each run to refuse, as before
-    assert align_rates([dataclasses.replace(base, spec_tokens=k) for k in (2, 3)])[0].spec_acceptance == text
+    # a file that does not fit the largest K is refused at that K, whatever the order of the runs
+    for ks in ((2, 3), (3, 2), (0, 2, 3)):
+        with pytest.raises(ValueError, match=r"lengths.txt:1: acceptance length 5 outside 1..4 \(K = 3\)"):
+            align_rates([dataclasses.replace(base, spec_tokens=k) for k in ks])
+
+
+def test_compare_refuses_a_file_of_lengths_at_the_largest_k(tmp_path):
+    """A fresh user's trial: compare --spec-tokens 0,2,4 on a file holding a length 6 named K = 2's limit
+    (1..3), the first run to read it; the limit is the largest K's, 1..5 (K = 4); sweep's grid alike."""
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "acc6.txt").write_text("2\n6\n")
+    spec = ["--timing", "--spec-method", "eagle", "--spec-acceptance", f"file:{tmp_path / 'acc6.txt'}"]
+    want = f"Error: {tmp_path / 'acc6.txt'}:2: acceptance length 6 outside 1..5 (K = 4)"
+    for ks in ("0,2,4", "4,2"):
+        r = CliRunner().invoke(main, ["compare", "--spec-tokens", ks] + spec)
+        assert (r.exit_code, r.stderr.strip().splitlines()[-1]) == (2, want)
+    r = CliRunner().invoke(main, ["sweep", "--executor", "serial", "--quiet", "--grid", "spec_tokens=2,4"] + spec)
+    assert (r.exit_code, r.stderr.strip().splitlines()[-1]) == (2, want)
 
 
 def test_compare_table_of_k_values_has_tpot_p99_and_acceptance_length():
