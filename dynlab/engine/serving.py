@@ -227,8 +227,19 @@ def _hardware_pool(config: SimConfig) -> tuple:
     if layout is not None:
         return hardware, latency, layout[0], layout[1], layout[2]
     capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization,
-                                 parallel=hardware.parallel)
+                                 parallel=hardware.parallel, draft=_draft_model(config))
     return hardware, latency, capacity, source, None
+
+
+def _draft_model(config: SimConfig):
+    """The ``ModelSpec`` of ``--spec-method draft --spec-model M`` (loaded beside the target, so it shrinks
+    the pool: :func:`dynlab.models.capacity.kv_blocks`), ``None`` otherwise (EAGLE/MTP heads: dynlab has
+    no figure for their weights)."""
+    if not (config.spec_tokens and config.spec_method == "draft" and config.spec_model is not None):
+        return None
+    from dynlab.latency.hardware import model_spec
+
+    return model_spec(config.spec_model, config.kv_cache_dtype)
 
 
 def _kv_layout(config: SimConfig, hardware) -> tuple:

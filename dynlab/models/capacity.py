@@ -11,6 +11,16 @@ replicated), while an MLA latent is replicated on every GPU (vLLM). A block span
 so the per-GPU count is the worker's count. When ``tp`` divides the KV heads this is exactly
 ``floor((memory * tp * utilization - weight_bytes) / (kv_bytes_per_token * block))``. Activations,
 CUDA graphs and the allocator's slack are not subtracted (vLLM profiles them), so this is an upper bound.
+
+A draft model (``--spec-method draft --spec-model``, ``draft`` below) is loaded on the same GPUs before the
+pool is sized (vLLM: ``GPUModelRunner.load_model`` loads the drafter, then ``Worker.determine_available_memory``
+profiles what is left), sharded by the same ``tp``; its layers get KV in the same block table, so a block
+holds the target's and the draft's KV::
+
+    blocks = floor((memory * utilization - (weight_bytes + draft_weight_bytes) / tp)
+                   / ((kv_bytes_per_token_per_gpu + draft_kv_bytes_per_token_per_gpu) * block))
+
+(EAGLE/MTP heads: dynlab has no figure for their weights, so they subtract nothing.)
 """
 from __future__ import annotations
 
@@ -22,14 +32,18 @@ from dynlab.models.spec import DEFAULT_MODEL, ModelSpec, model_spec
 
 
 def kv_blocks(model: ModelSpec | str = DEFAULT_MODEL, gpu: GpuSpec | str = DEFAULT_GPU, block: int = 16,
-              tp: int = 1, gpu_memory_utilization: float = 0.9, parallel: Parallelism | None = None) -> tuple[int, str]:
+              tp: int = 1, gpu_memory_utilization: float = 0.9, parallel: Parallelism | None = None,
+              draft: ModelSpec | None = None) -> tuple[int, str]:
     """KV-cache blocks of ``block`` tokens a worker of ``tp`` GPUs holds, and a one-line derivation.
 
     ``floor((memory_per_gpu * utilization - weight_bytes / tp) / (kv_bytes_per_token_per_gpu * block))``
     (the rule in the module docstring). With a ``parallel`` layout other than tensor parallelism alone
     (``ep``, ``pp``, ``dp_attention``; its ``tp`` replaces ``tp``), :func:`kv_blocks_parallel`. Raises
-    ``ValueError`` when the weights do not fit or an argument is out of range.
+    ``ValueError`` when the weights do not fit or an argument is out of range. ``draft``: a draft model's
+    ``ModelSpec`` on the same GPUs (module docstring: its weights and KV per token are added; plain ``tp`` only).
     """
+    if draft is not None and parallel is not None and not parallel.plain:
+        raise ValueError(f"--spec-model: dynlab sizes a draft model beside the target with --tp only (not {parallel.describe()})")
     if parallel is not None and not parallel.plain:
         return kv_blocks_parallel(model, gpu, block, parallel, gpu_memory_utilization)
     if parallel is not None:
@@ -43,20 +57,40 @@ def kv_blocks(model: ModelSpec | str = DEFAULT_MODEL, gpu: GpuSpec | str = DEFAU
     if not (0 < gpu_memory_utilization <= 1):
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
     usable = gpu.memory_bytes * gpu_memory_utilization
-    weights = model.weight_bytes / tp
+    total = model.weight_bytes + (draft.weight_bytes if draft is not None else 0)
+    weights = total / tp
     free = usable - weights
+    name = model.name if draft is None else f"{model.name} with draft {draft.name}"
     if free <= 0:
         raise ValueError(
-            f"{model.name} does not fit on {tp} x {gpu.name}: {weights / GIB:.1f} GiB of weights per GPU, "
+            f"{name} does not fit on {tp} x {gpu.name}: {weights / GIB:.1f} GiB of weights per GPU, "
             f"{usable / GIB:.1f} GiB usable")
     per_token = model.kv_bytes_per_token_per_gpu(tp)
+    if draft is not None:
+        per_token += draft.kv_bytes_per_token_per_gpu(tp)
     blocks = math.floor(free / (per_token * block))
     # the weights in bytes, exactly, so that the line can be worked by hand (in GiB only for reading)
-    why = (f"floor(({gpu.memory_gb} GiB x {gpu_memory_utilization} - {model.weight_bytes:,.0f} B "
-           f"({model.weight_bytes / GIB:.2f} GiB) weights / {tp}) / ({per_token:g} B/token/GPU x {block})) "
+    why = (f"floor(({gpu.memory_gb} GiB x {gpu_memory_utilization} - {_weights_text(model, draft)} / {tp}) "
+           f"/ ({_kv_text(model, draft, tp)} B/token/GPU x {block})) "
            f"= {blocks} blocks of {block} tokens "
            f"({blocks * block:,} tokens) per worker of {tp} x {gpu.name}")
     return blocks, why
+
+
+def _weights_text(model: ModelSpec, draft: ModelSpec | None) -> str:
+    """The weights term of :func:`kv_blocks`'s derivation (exact bytes; GiB for reading)."""
+    if draft is None:
+        return f"{model.weight_bytes:,.0f} B ({model.weight_bytes / GIB:.2f} GiB) weights"
+    total = model.weight_bytes + draft.weight_bytes
+    return (f"({model.weight_bytes:,.0f} B weights + {draft.weight_bytes:,.0f} B draft {draft.name} weights "
+            f"= {total / GIB:.2f} GiB)")
+
+
+def _kv_text(model: ModelSpec, draft: ModelSpec | None, tp: int) -> str:
+    """The KV bytes per token per GPU of :func:`kv_blocks`'s derivation: the target's, or ``(target + draft)``."""
+    if draft is None:
+        return f"{model.kv_bytes_per_token_per_gpu(tp):g}"
+    return f"({model.kv_bytes_per_token_per_gpu(tp):g} + {draft.kv_bytes_per_token_per_gpu(tp):g} draft)"
 
 
 def kv_blocks_parallel(model: ModelSpec | str, gpu: GpuSpec | str, block: int, parallel: Parallelism,

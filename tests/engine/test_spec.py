@@ -253,15 +253,16 @@ def test_spec_model_under_another_latency_model_says_the_draft_is_roofline(tmp_p
 
 @pytest.mark.parametrize("draft, warned", [("llama-3.1-70b", True), ("llama-3.1-8b", True), ("qwen3-0.6b", False)])
 def test_a_draft_model_not_smaller_than_the_target_warns_once(tmp_path, draft, warned):
-    """llama-3.1-8b serves; a draft of 70B (141.1 GB of weights) or of the target itself (16.1 GB) reads at least
-    the target's weights per draft step, so it is warned about in one line; Qwen3-0.6B is not (the run goes on)."""
+    """llama-3.1-8b serves on 4 GPUs (a 70B draft beside it does not fit one H100); a draft of 70B (141.1 GB of
+    weights) or of the target itself (16.1 GB) reads at least the target's weights per draft step, so it is
+    warned about in one line; Qwen3-0.6B is not (the run goes on)."""
     from click.testing import CliRunner
 
     from dynlab.cli import main
 
     (tmp_path / "m.jsonl").write_text(MOON)
     out = CliRunner().invoke(main, ["sim", "--trace", str(tmp_path / "m.jsonl"), "--timing", "--spec-method", "draft",
-                                    "--spec-tokens", "2", "--spec-model", draft, "--mode", "rr", "--quiet"])
+                                    "--spec-tokens", "2", "--spec-model", draft, "--mode", "rr", "--tp", "4", "--quiet"])
     assert out.exit_code == 0, out.output
     lines = [x for x in out.stderr.splitlines() if "--spec-model" in x]
     if warned:

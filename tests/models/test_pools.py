@@ -124,3 +124,43 @@ def test_sim_timing_runs_and_says_its_domain(name):
     result = json.loads(out.stdout)
     assert result["kv_blocks"] > 0 and result["latency_domain"].startswith("outside its fit")
     assert out.stderr.startswith(f"Warning: latency model roofline: outside its fit") and out.stderr.count("\n") == 1
+
+
+# qwen3-8b target: 16,381,470,720 B of weights, KV 2 x 36 layers x 8 heads x 128 x 2 = 147,456 B per token;
+# qwen3-0.6b draft: 1,192,099,840 B, KV 2 x 28 x 8 x 128 x 2 = 114,688 B per token; both split over tp (<= 8 heads)
+@pytest.mark.parametrize("tp, blocks", [
+    (1, 14242),  # (77,309,411,328 - 17,573,570,560) / ((147,456 + 114,688) x 16) = 59,735,840,768 / 4,194,304 = 14,242.1
+    (2, 32674),  # (77,309,411,328 - 8,786,785,280) / ((73,728 + 57,344) x 16) = 68,522,626,048 / 2,097,152 = 32,674.1
+])
+def test_a_draft_model_takes_weights_and_kv_from_the_pool(tp, blocks):
+    """vLLM loads the draft model before it profiles the KV memory, and gives the draft's layers KV in the same
+    block table: the draft's weights (split over tp) leave the pool, and each block holds both models' KV."""
+    got, why = kv_blocks("qwen3-8b", "h100", 16, tp, draft=model_spec("qwen3-0.6b"))
+    assert got == blocks
+    assert "1,192,099,840 B draft qwen3-0.6b weights" in why and f"= {blocks} blocks" in why
+    assert kv_blocks("qwen3-8b", "h100", 16, tp)[0] > blocks  # without the draft: 25,824 at tp 1
+
+
+def test_a_draft_model_that_does_not_fit_is_one_line(tmp_path):
+    """llama-3.1-8b (16,060,522,496 B) + a llama-3.1-70b draft (141,107,412,992 B): 146.4 GiB of weights against 72.0 GiB usable on one H100."""
+    r = CliRunner().invoke(main, ["sim", "--timing", "--spec-method", "draft", "--spec-tokens", "2",
+                                  "--spec-model", "llama-3.1-70b", "--quiet"])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("Error: llama-3.1-8b with draft llama-3.1-70b does not fit on 1 x h100: ")
+    assert line.endswith("GiB of weights per GPU, 72.0 GiB usable")
+
+
+def test_a_draft_run_reports_the_smaller_pool():
+    """sim --timing with a draft: kv_blocks is the pool of the test above, and its source names the draft."""
+    args = ["sim", "--timing", "--model", "qwen3-8b", "--spec-method", "draft", "--spec-tokens", "2"]
+    r = json.loads(CliRunner().invoke(main, args + ["--spec-model", "qwen3-0.6b"]).stdout.splitlines()[0])
+    assert r["kv_blocks"] == 14242 and "draft qwen3-0.6b" in r["kv_blocks_source"]
+    plain = json.loads(CliRunner().invoke(main, args).stdout.splitlines()[0])  # the /10 rule: no draft model
+    assert plain["kv_blocks"] == 25824
+
+
+def test_a_draft_model_with_pipeline_parallelism_is_refused():
+    """The draft is sized with --tp only: a layout dynlab does not size it in is refused, not silently ignored."""
+    with pytest.raises(ValueError, match=r"^--spec-model: dynlab sizes a draft model beside the target with --tp only"):
+        kv_blocks("qwen3-8b", "h100", 16, draft=model_spec("qwen3-0.6b"), parallel=Parallelism(tp=2, pp=2))
