@@ -7,7 +7,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
 from dynlab.plan import analysis
-from dynlab.plan.binding import compute_text, idle_text, replay_text, routing_text
+from dynlab.plan.binding import compute_text, idle, idle_text, replay_text, routing_text
 from dynlab.plan.search import PdSearch, Search, Shape
 from dynlab.plan.target import Target
 
@@ -171,7 +171,11 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
             o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share, s.fleet(best - 1))
         elif s.plateau() is not None:
             a, b = s.plateau()
-            o.kind, o.why = "routing", routing_text(target, a, b, s.tested[b][1])
+            r = s.tested[b][1]
+            if idle(r) and not (r.get("preemptions") or r.get("rejected")):
+                o.kind, o.why = "routing", routing_text(target, a, b, r)
+            else:
+                o.kind, o.why = replay_text(target, b, r, o.never_share, s.fleet(b), (a, b))
         else:
             top = max(s.tested)
             kind, text = replay_text(target, top, s.tested[top][1], o.never_share, s.fleet(top))
