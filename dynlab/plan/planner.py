@@ -94,9 +94,9 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
             trace_block: int) -> list[Outcome]:
     """Each shape's analysis (floors, lower bound) and its :class:`Search`; a compute-bound shape gets the
     floor search instead (the fewest workers meeting the SLOs on every request that can meet them)."""
-    out = []
+    out, top_k = [], max(s.spec_tokens for s in shapes)
     for shape in shapes:
-        config = shape.config(base)
+        config = shape.config(base, top_k)
         lat = latency_for(config)
         fl = analysis.floors(requests, lat, config, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
