@@ -130,7 +130,8 @@ class Search:
     def plateau(self) -> Optional[tuple[int, int]]:
         """``(a, b)``: the two largest counts tried, both missing the target with the same latencies,
         goodput, preemptions and rejections (:func:`signature`): more workers stopped changing anything
-        (the routing leaves the extra workers idle), so the gallop stops there. ``None`` otherwise."""
+        (the routing leaves the extra workers idle, or the misses are requests that never fit one pool),
+        so the gallop stops there; :func:`dynlab.plan.planner.explain` says which. ``None`` otherwise."""
         if self.best() is not None or len(self.tested) < 2:
             return None
         a, b = sorted(self.tested)[-2:]
