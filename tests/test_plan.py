@@ -485,3 +485,39 @@ def test_a_trace_block_the_trace_does_not_fit_is_the_same_line_and_exit_in_plan_
     sim = CliRunner().invoke(main, ["sim", *common, "--timing"])
     assert plan.exit_code == sim.exit_code == 1
     assert plan.stderr.strip() == sim.stderr.strip() == line
+
+
+def test_requests_that_never_fit_the_pool_are_memory_not_routing(tmp_path):
+    """A 2,000-token prompt needs ceil(2000 / 16) = 125 blocks, over a pool of 80: every such request is
+    rejected at 1 and at 2 workers alike, so the replays are the same (the search stops at 2) but no worker
+    is idle (rr gives each one): memory, and more workers are not said to help."""
+    path = _trace(tmp_path / "r.jsonl", [(0, 2000, 10)] * 4)
+    shape = _json("--trace", path, "--slo-ttft-ms", 10000, "--capacity", 80, *LINEAR, code=3)["shapes"][0]
+    assert (shape["meets"], shape["binding"]) == (False, "memory")
+    assert [r["workers"] for r in shape["replays"]] == [1, 2]
+    assert shape["why"] == ("memory: at 2 workers 4 request(s) rejected (they never fit one worker's pool of 80 "
+                            "blocks); more workers and a CPU tier do not help the rejected requests; a larger pool "
+                            "per worker (higher TP, less --gpu-memory-utilization lost, a smaller model) does")
+
+
+def test_memory_and_routing_sentences_by_hand():
+    """memory_text: rejections (with or without preemptions, with a goodput miss) never say more workers
+    help; preemptions alone do, unless the replays were the same. idle: a 0 in requests_per_worker."""
+    from dynlab.plan.binding import idle, memory_text, replay_text
+    from dynlab.plan.target import Target
+
+    r = {"preemptions": 15, "rejected": 59, "kv_blocks": 80, "goodput": 0.06}
+    text = memory_text("8 workers", r, ["goodput 0.0600 < 0.5"])
+    assert text.startswith("memory: at 8 workers 15 preemptions and 59 request(s) rejected (they never fit one "
+                           "worker's pool of 80 blocks) and goodput 0.0600 < 0.5; more workers and a CPU tier do not")
+    assert "more workers help" not in text and "(more workers)" not in text
+    pre = {"preemptions": 2, "rejected": 0, "kv_blocks": 80}
+    assert memory_text("3 workers", pre, ["TTFT p99 20 ms > 10 ms"]).endswith(
+        "fewer requests per worker (more workers), a larger pool (higher TP) or a CPU tier helps")
+    assert "more workers do not help (the replays at 2 and 3 workers are the same)" in \
+        memory_text("3 workers", pre, ["TTFT p99 20 ms > 10 ms"], (2, 3))
+    q = {"ttft_ms": {"p99": 300.0}, "tpot_ms": {"p99": 5.0}, "queue_wait_ms": {"p99": 200.0},
+         "preemptions": 0, "rejected": 0}
+    kind, text = replay_text(Target(slo_ttft_ms=150), 3, q, 0.0, same=(2, 3))
+    assert kind == "queueing" and text.endswith("more workers do not help (the replays at 2 and 3 workers are the same)")
+    assert idle({"requests_per_worker": [5, 0, 0]}) and not idle({"requests_per_worker": [1, 1, 1]})

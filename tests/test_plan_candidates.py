@@ -143,6 +143,26 @@ def test_spec_tokens_candidates(steady, tmp_path):
         assert s["meets"] and not [r for r in s["replays"] if r["workers"] == s["workers"] - 1][0]["meets"]
 
 
+def test_spec_acceptance_at_the_largest_k_as_compare_reads_it(steady, tmp_path):
+    """--spec-tokens 2,4 with a file of lengths measured at K = 4 (1 2 3 4 5 3 5 2 1: rates 7/9, 5/9, 2/9,
+    2/9): the K = 2 shape takes the first 2 rates (7/9, 5/9), which is the file capped at K + 1 = 3 (1 2 3 3
+    3 3 3 2 1) read at K = 2: its replays are those of a plan of K = 2 alone on the capped file. A rate
+    list 0.8,0.6,0.5,0.4 gives the K = 2 shape 0.8,0.6 the same way. Before, plan refused the file
+    (acceptance length 4 outside 1..3 (K = 2)) and the list (more rates than K)."""
+    full, capped = tmp_path / "acc4.txt", tmp_path / "acc2.txt"
+    full.write_text("1 2 3\n4 5 3\n5 2 1\n")
+    capped.write_text("1 2 3\n3 3 3\n3 2 1\n")
+    args = ["--trace", steady, "--slo-ttft-ms", 30, "--slo-tpot-ms", 3, *DECODE, "--spec-method", "ngram",
+            "--spec-draws", "expected"]
+
+    def spec2(tokens, acceptance):
+        plan = _json(*args, "--spec-tokens", tokens, "--spec-acceptance", acceptance)
+        return [{k: v for k, v in s.items() if k != "rank"} for s in plan["shapes"] if s["spec_tokens"] == 2]
+
+    assert spec2("2,4", f"file:{full}") == spec2("2", f"file:{capped}") != []
+    assert spec2("0,2,4", "0.8,0.6,0.5,0.4") == spec2("2", "0.8,0.6") != []
+
+
 def test_spec_shapes_have_no_tpot_floor():
     lat = build_latency_model("linear", hardware_for(), {"beta0": 1.0, "beta1": 0.01, "beta2": 0.001})
     reqs = [Request((1,), 100, 10, timestamp=0)]

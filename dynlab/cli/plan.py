@@ -167,8 +167,9 @@ def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
 
     _check_candidate_options(shapes, base, given)
     own_block = getattr(requests, "own_block_tokens", None)
+    top_k = max(s.spec_tokens for s in shapes)
     for shape in shapes:
-        config = shape.config(base)
+        config = shape.config(base, top_k)
         own = given | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set())
         if not shape.pd:  # its P/D options are the P/D candidates' (as compare --split aligns them)
             own -= set(PD_FIELDS)
@@ -318,7 +319,8 @@ def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
                 out["_results"][s["shape"]][s["shown_workers"]]) for s in answered]
     if not runs:
         raise click.UsageError("--report: no shape was replayed, so there is nothing to report")
-    configs = [replace(by_label[s["shape"]].config(base), **({"split": s["split"]} if s["split"] else
+    top_k = max(s.spec_tokens for s in shapes)
+    configs = [replace(by_label[s["shape"]].config(base, top_k), **({"split": s["split"]} if s["split"] else
                                                              {"workers": s["shown_workers"]})) for s in answered]
     extra = {"target": out["target"], **{f"binding, {s['shape']}": s["why"]
                                          for s in out["shapes"]}}

@@ -4,7 +4,7 @@ preemptions), routing (more workers stop changing anything: the strategy leaves 
 (the slowest prompts' own prefill misses the target: no worker count helps)."""
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from dynlab.plan.target import Target, measured
 
@@ -62,34 +62,59 @@ def helps_text(helps: Mapping[str, float], never: float, allowed: float) -> str:
     return "Measured the same way: " + "; ".join(parts) + "."
 
 
-def replay_text(target: Target, workers: int, result: Mapping, never: float, fleet: str = "") -> tuple[str, str]:
+def replay_text(target: Target, workers: int, result: Mapping, never: float, fleet: str = "",
+                same: Optional[tuple[int, int]] = None) -> tuple[str, str]:
     """``(kind, words)`` for the replay at ``workers`` that misses ``target`` (N - 1, or the cap): memory when it
-    preempted or rejected; else prefill when TTFT misses and the queue wait at the target's percentile is
-    under half the TTFT SLO (:func:`prefill_bound`: most of the tail is spent after scheduling); else
-    queueing. ``fleet``: a P/D shape's split at that count (``3:2``, the closest to the target of the splits tried)."""
+    preempted or rejected (:func:`memory_text`); else prefill when TTFT misses and the queue wait at the target's
+    percentile is under half the TTFT SLO (:func:`prefill_bound`: most of the tail is spent after scheduling);
+    else queueing. ``fleet``: a P/D shape's split at that count (``3:2``, the closest to the target of the splits
+    tried). ``same``: ``(a, b)`` when the replays at ``a`` and ``b`` workers were the same (the search stopped
+    there, ``workers`` is ``b``): then more workers are not said to help."""
     misses = "; ".join(target.misses(result))
     at = _workers(workers) + (f" (split {fleet} P:D, the closest of the splits tried)" if fleet else "")
     wait = measured(result, "queue_wait_ms", "p99")
-    pre, rej, pool = result.get("preemptions", 0), result.get("rejected", 0), result.get("kv_blocks")
-    if pre or rej:
-        kind = "memory"
-        text = (f"memory: at {at} {pre:,} preemption{'' if pre == 1 else 's'}{f' and {rej:,} rejected' if rej else ''} "
-                f"(the pool of {pool:,} blocks per worker runs dry) and {misses}; fewer requests per worker "
-                "(more workers), a larger pool (higher TP) or a CPU tier helps")
+    more = (f"more workers do not help (the replays at {same[0]} and {same[1]} workers are the same)" if same
+            else "more workers help")
+    if result.get("preemptions", 0) or result.get("rejected", 0):
+        kind, text = "memory", memory_text(at, result, target.misses(result), same)
     elif prefill_bound(target, result):
         kind, q = "prefill", target.percentile
         text = (f"prefill: at {at} {misses}, but the queue wait {q} is only {_ms(measured(result, 'queue_wait_ms', q))}: "
                 "the TTFT tail is the prompts' own prefill, slowed by the other requests sharing its steps"
-                f"{' (then the KV transfer and the first decode step)' if fleet else ''}; more workers help "
-                "(fewer requests per step), and so would a faster prefill (higher TP)")
+                f"{' (then the KV transfer and the first decode step)' if fleet else ''}; {more}"
+                f"{'' if same else ' (fewer requests per step)'}, and so would a faster prefill (higher TP)")
     else:
         kind = "queueing"
         why = ("too many requests decode together on each worker; " if misses.startswith("TPOT") else "")
-        text = f"queueing: at {at} {misses} ({why}queue wait p99 {_ms(wait)}); more workers help"
+        text = f"queueing: at {at} {misses} ({why}queue wait p99 {_ms(wait)}); {more}"
     if never > 0:
         text += (f"; {_pct(never)} of requests can never meet the SLOs (their own prefill/decode alone), "
                  f"within the {_pct(target.allowed_miss)} allowed")
     return kind, text
+
+
+def memory_text(at: str, result: Mapping, misses: Sequence[str], same: Optional[tuple[int, int]] = None) -> str:
+    """The memory sentence for a replay (``at``: its worker count, in words; ``misses``: what of the target it
+    misses, :meth:`Target.misses`) that preempted or rejected. A
+    rejected request needs more blocks than one worker's whole pool (``input + output - 1`` tokens and the
+    speculation's slots, :class:`dynlab.engine.worker.Worker`): more workers and a CPU tier do not help it, a
+    larger pool per worker does. Preemptions alone: fewer requests per worker (more workers, unless ``same``
+    says the replays at ``same`` workers were the same) helps too."""
+    pre, rej, pool = result.get("preemptions", 0), result.get("rejected", 0), result.get("kv_blocks")
+    said = f"{pre:,} preemption{'' if pre == 1 else 's'}" if pre else ""
+    if not rej:
+        text = f"memory: at {at} {said} (the pool of {pool:,} blocks per worker runs dry) and {'; '.join(misses)}; "
+    else:
+        rest = "; ".join(m for m in misses if "rejected" not in m)
+        text = (f"memory: at {at} {said + ' and ' if said else ''}{rej:,} request(s) rejected (they never fit one "
+                f"worker's pool of {pool:,} blocks){' and ' + rest if rest else ''}; ")
+    if rej:
+        return text + ("more workers and a CPU tier do not help the rejected requests; a larger pool per worker "
+                       "(higher TP, less --gpu-memory-utilization lost, a smaller model) does")
+    if same:
+        return text + (f"more workers do not help (the replays at {same[0]} and {same[1]} workers are the same); "
+                       "a larger pool (higher TP) or a CPU tier might")
+    return text + "fewer requests per worker (more workers), a larger pool (higher TP) or a CPU tier helps"
 
 
 def prefill_bound(target: Target, result: Mapping) -> bool:
@@ -118,6 +143,15 @@ def routing_text(target: Target, a: int, b: int, result: Mapping) -> str:
     return (f"routing: the replays at {a} and {b} workers are the same ({misses}; queue wait p99 {_ms(wait)}; "
             f"{idle_text(result, b)}): the strategy leaves the extra workers idle, "
             "so more workers do not help; a strategy that spreads the load does")
+
+
+def idle(result: Mapping) -> bool:
+    """Whether a replay left a worker without a request (``requests_per_worker`` has a 0), or, without that
+    list, its load imbalance is over 1 (the busiest worker has more than its share)."""
+    per = result.get("requests_per_worker")
+    if isinstance(per, list) and per:
+        return any(n == 0 for n in per)
+    return (result.get("load_imbalance") or 0) > 1
 
 
 def idle_text(result: Mapping, workers: int) -> str:

@@ -7,7 +7,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
 from dynlab.plan import analysis
-from dynlab.plan.binding import compute_text, idle_text, replay_text, routing_text
+from dynlab.plan.binding import compute_text, idle, idle_text, replay_text, routing_text
 from dynlab.plan.search import PdSearch, Search, Shape
 from dynlab.plan.target import Target
 
@@ -94,9 +94,9 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
             trace_block: int) -> list[Outcome]:
     """Each shape's analysis (floors, lower bound) and its :class:`Search`; a compute-bound shape gets the
     floor search instead (the fewest workers meeting the SLOs on every request that can meet them)."""
-    out = []
+    out, top_k = [], max(s.spec_tokens for s in shapes)
     for shape in shapes:
-        config = shape.config(base)
+        config = shape.config(base, top_k)
         lat = latency_for(config)
         fl = analysis.floors(requests, lat, config, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
@@ -171,7 +171,11 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
             o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share, s.fleet(best - 1))
         elif s.plateau() is not None:
             a, b = s.plateau()
-            o.kind, o.why = "routing", routing_text(target, a, b, s.tested[b][1])
+            r = s.tested[b][1]
+            if idle(r) and not (r.get("preemptions") or r.get("rejected")):
+                o.kind, o.why = "routing", routing_text(target, a, b, r)
+            else:
+                o.kind, o.why = replay_text(target, b, r, o.never_share, s.fleet(b), (a, b))
         else:
             top = max(s.tested)
             kind, text = replay_text(target, top, s.tested[top][1], o.never_share, s.fleet(top))

@@ -42,18 +42,25 @@ class Shape:
         spec = f" spec{self.spec_tokens}" if self.spec_tokens else ""
         return f"{self.gpu}x{self.tp}{ep} {self.mode}{cpu}{spec}{' P/D' if self.pd else ''}"
 
-    def config(self, base: SimConfig) -> SimConfig:
+    def config(self, base: SimConfig, top_k: int = 0) -> SimConfig:
         """``base`` with this shape's fields. Without speculation (``spec_tokens`` 0) the other spec options
         are dropped (as ``compare --spec-tokens 0,2`` drops them for its baseline); an aggregated shape
         drops the P/D options, a P/D one gets the split ``1:1`` until its search sets one; a shape without
-        a CPU tier drops the tier's options (:data:`CPU_TIER_FIELDS`)."""
+        a CPU tier drops the tier's options (:data:`CPU_TIER_FIELDS`). ``top_k``: the largest
+        ``--spec-tokens`` candidate: a shape of fewer draft tokens takes the first K of the acceptance rates
+        read at ``top_k`` (a rate list or ``file:PATH``), as ``compare --spec-tokens 2,4`` does
+        (:func:`dynlab.engine.spec.align_rates`)."""
         from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, _DEFAULTS
+        from dynlab.engine.spec import align_rates
 
         drop = ((SPEC_FIELDS if not self.spec_tokens else ()) + (PD_FIELDS if not self.pd else ())
                 + (CPU_TIER_FIELDS if not self.cpu_memory_gb else ()))
-        return replace(base, model=self.model, gpu=self.gpu, tp=self.tp, mode=self.mode,
-                       cpu_memory_gb=self.cpu_memory_gb, ep=self.ep, spec_tokens=self.spec_tokens,
-                       split="1:1" if self.pd else None, **{f: _DEFAULTS[f] for f in drop})
+        config = replace(base, model=self.model, gpu=self.gpu, tp=self.tp, mode=self.mode,
+                         cpu_memory_gb=self.cpu_memory_gb, ep=self.ep, spec_tokens=self.spec_tokens,
+                         split="1:1" if self.pd else None, **{f: _DEFAULTS[f] for f in drop})
+        if 0 < self.spec_tokens < top_k:
+            config = align_rates([config, replace(config, spec_tokens=top_k)])[0]
+        return config
 
     def impossible(self) -> str:
         """Why no worker can have this shape, in words (empty when it can): ``ep`` > 1 on a dense model (no
@@ -123,7 +130,8 @@ class Search:
     def plateau(self) -> Optional[tuple[int, int]]:
         """``(a, b)``: the two largest counts tried, both missing the target with the same latencies,
         goodput, preemptions and rejections (:func:`signature`): more workers stopped changing anything
-        (the routing leaves the extra workers idle), so the gallop stops there. ``None`` otherwise."""
+        (the routing leaves the extra workers idle, or the misses are requests that never fit one pool),
+        so the gallop stops there; :func:`dynlab.plan.planner.explain` says which. ``None`` otherwise."""
         if self.best() is not None or len(self.tested) < 2:
             return None
         a, b = sorted(self.tested)[-2:]
