@@ -279,6 +279,20 @@ def test_the_decode_side_speculative_spare_through_the_command(tmp_path):
                                                                                           (False, 0, 1.0)]
 
 
+def test_a_decode_reservation_holds_the_speculative_lookahead():
+    # decode pool 4 blocks (64 tokens), EAGLE K = 1 (1 lookahead slot); two prompts of 31 tokens, 2 out, at 0 ms on
+    # two prefill engines. Each fits alone (31 + 2 - 1 + 2 = 34 tokens). A reservation of prompt + 1 = 32 tokens
+    # (2 blocks) each let both transfers in and filled the pool; admitting either then needed 32 + 1 = 33 tokens
+    # (3 blocks): none free, nothing running: "nothing schedulable although requests wait (bug)". Reserving the
+    # lookahead too (33 tokens, 3 blocks, as vLLM allocates a remote prefill's blocks with its lookahead slots), the
+    # second transfer waits for the first request's blocks and both are served.
+    reqs = [request(0, 0.0, 31, 2), request(1, 0.0, 31, 2)]
+    fleet = serve(reqs, engines(2, 100, True), engines(1, 4, False, spec=1))
+    assert fleet.serving.rejected == 0 and sorted(fleet.records) == [0, 1]
+    assert all(fleet.records[i].request.generated == 2 for i in (0, 1))
+    assert fleet.records[1].decode_wait_ms > 0  # its reservation waited for request 0's blocks
+
+
 # ------------------------------------------------------------------------------------------ invariants
 workloads = st.lists(
     st.tuples(st.integers(0, 40),  # inter-arrival ms

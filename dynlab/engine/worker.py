@@ -403,8 +403,11 @@ class EngineWorker:
         With ``prefix_cache`` the leading full prompt blocks this worker caches are taken as hits
         (no need to transfer them). Returns the tokens hit (0 without ``prefix_cache``), or ``None``
         (nothing taken) when the free blocks do not suffice. Call :meth:`receive` when the KV arrived.
+        With speculative decoding the ``lookahead`` slots its first step allocates are reserved too
+        (vLLM allocates a remote prefill's blocks with ``num_lookahead_tokens``): without them a pool
+        full of received requests could admit none of them.
         """
-        h = self.kv.reserve(req, now, req.input_length + DECODE_TOKENS, prefix_cache)
+        h = self.kv.reserve(req, now, req.input_length + DECODE_TOKENS + self.scheduler.lookahead, prefix_cache)
         return None if h is None else h * self.block
 
     def receive(self, req: EngineRequest, now: float, prefix_cache: bool = False) -> None:
