@@ -82,7 +82,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
     """Names, types and validation come from sim's options: each one is accepted under its flag name."""
     flags, field, ptype, default, _ = entry
     name = flags[0].lstrip("-")
-    value = {"capacity": "unbounded", "trace": TRACE, "trace_format": "mooncake", "trace_block": "512",
+    value = {"capacity": "64", "trace": TRACE, "trace_format": "mooncake", "trace_block": "512",
              "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0", "cpu_capacity": "100", "cpu_memory_gb": "1.5",
              "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
@@ -154,7 +154,7 @@ def test_sweep_records_match_dynlab_sim_output_byte_for_byte(tmp_path):
     """A few cells both ways: each line's `result` is byte for byte the line `dynlab sim` prints."""
     out = tmp_path / "r.jsonl"
     result = ok(invoke("sweep", "--trace", TRACE, "--workers", "3", "--timing", "--grid", "mode=kv-cost,power-of-two",
-                       "--grid", "capacity=512,unbounded", "--grid", "time-scale=0.5", "--event-loss", "0.2",
+                       "--grid", "capacity=512,2048", "--grid", "time-scale=0.5", "--event-loss", "0.2",
                        "--seed", "5", "--executor", "local", "--out", out, "--quiet"))
     assert result.stdout == ""
     raw = lines_of(out.read_text())
@@ -380,7 +380,7 @@ def test_csv_flattens_the_main_metrics(tmp_path):
 
     path = tmp_path / "r.csv"
     result = ok(invoke("sweep", "--trace", TRACE, "--timing", "--grid", "mode=rr,kv-cost",
-                       "--grid", "capacity=512,unbounded",
+                       "--grid", "capacity=512,2048",
                        "--csv", path, "--quiet", "--executor", "serial"))
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 4
@@ -405,7 +405,7 @@ def test_plot_a_line_per_strategy_and_a_heatmap_per_strategy(tmp_path):
     ok(invoke("sweep", "--trace", TRACE, "--grid", "mode=rr,kv", "--grid", "capacity=256,1024,unbounded",
               "--plot", line, "--metric", "load_imbalance", "--quiet"))
     ok(invoke("sweep", "--trace", TRACE, "--timing", "--grid", "mode=rr,kv,least-loaded",
-              "--grid", "capacity=256,unbounded",
+              "--grid", "capacity=256,2048",
               "--grid", "workers=2,4", "--plot", heat, "--metric", "ttft_ms.p99", "--quiet"))
     for png in (line, heat):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
