@@ -134,8 +134,7 @@ class BlockPool(PoolChecks):
         n = min(max_blocks, len(names))
         h = min(next(misses, max_blocks), n)
         if self.copies.of:  # names cached only under an alias continue the hit (as RunBlockPool.lookup)
-            while h < n and (contains(names[h]) or self.copies.first(names[h], contains) is not None):
-                h += 1
+            h = self.copies.extend_hit(names, h, n, contains)
         return h
 
     def evictable_hits(self, names: Sequence[int], h: int) -> int:

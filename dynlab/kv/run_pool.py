@@ -180,10 +180,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         (a name cached only under an alias, :mod:`dynlab.kv.copies`, counts too)."""
         h = self._lookup(seq, max_blocks)
         if self.copies.of and h < max_blocks:
-            names, contains, first = seq.names, self.__contains__, self.copies.first
-            n = min(max_blocks, len(names))
-            while h < n and (contains(names[h]) or first(names[h], contains) is not None):
-                h += 1
+            h = self.copies.extend_hit(seq.names, h, max_blocks, self.__contains__)
         return h
 
     def _lookup(self, seq: Runs, max_blocks: int) -> int:
