@@ -323,7 +323,7 @@ class BlockPool(PoolChecks):
             return
         contains = cached.__contains__
         for i, name in enumerate(names, start):  # rare: some names have a cached copy already
-            key = name if copies.first(name, contains) is None else copies.add(name, contains)
+            key = copies.key_for(name, contains)
             keys[i] = key
             cached.add(key)
             used.add(key)

@@ -74,6 +74,11 @@ class Copies:
             h += 1
         return h
 
+    def key_for(self, name: int, contains: Callable[[int], bool]) -> int:
+        """The key a block newly registered as ``name`` gets: ``name`` when no copy of it is cached, else
+        :meth:`add`'s (one more copy); ``contains`` as :meth:`first`."""
+        return name if self.first(name, contains) is None else self.add(name, contains)
+
     def add(self, name: int, contains: Callable[[int], bool]) -> int:
         """The key for one more copy of ``name`` (some copy is cached): ``name`` itself when it holds no
         copy now, else a new alias; recorded after the copies cached before it."""

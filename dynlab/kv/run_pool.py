@@ -277,7 +277,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         copies, contains, cached, refs = self.copies, self.__contains__, self._cached, self._refs
         for i in where:
             name = names[i]
-            key = name if copies.first(name, contains) is None else copies.add(name, contains)
+            key = copies.key_for(name, contains)
             if key != name:
                 self._mixed[id(keys)] = keys
             keys[i] = key
