@@ -140,11 +140,17 @@ class BlockPool(PoolChecks):
     def evictable_hits(self, names: Sequence[int], h: int) -> int:
         """How many of the (cached) first ``h`` ``names`` sit in the free queue (taking them costs free blocks;
         a name's oldest copy is the one taken, :mod:`dynlab.kv.copies`)."""
+        return list(map(self._used.__contains__, self._hit_keys(names, h))).count(False)
+
+    def _hit_keys(self, names: Sequence[int], h: int) -> List[int]:
+        """The keys a hit on the (cached) first ``h`` ``names`` takes, a new list: the names, but a name with
+        copies gives its oldest cached copy's (:meth:`Copies.pick <dynlab.kv.copies.Copies.pick>`)."""
         keys = names[:h]
-        if self.copies.of:
+        if keys.__class__ is not list:
             keys = list(keys)
+        if self.copies.of:
             self.copies.pick(keys, self._cached.__contains__)
-        return list(map(self._used.__contains__, keys)).count(False)
+        return keys
 
     # -- changing -------------------------------------------------------------------------
     def take_hits(self, names: Sequence[int], h: int) -> List[int]:
@@ -153,11 +159,7 @@ class BlockPool(PoolChecks):
         with copies gives its oldest cached copy's (:mod:`dynlab.kv.copies`)."""
         if h <= 0:
             return []
-        names = keys = names[:h]
-        if keys.__class__ is not list:
-            names = keys = list(keys)
-        if self.copies.of:
-            self.copies.pick(keys, self._cached.__contains__)
+        names = keys = self._hit_keys(names, h)
         used = self._used
         held = used.intersection(names)
         if held:  # blocks other requests hold: one more reference each

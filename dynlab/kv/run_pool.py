@@ -204,14 +204,20 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         """How many of the (cached) first ``h`` names of ``seq`` sit in the free queue (of a name's copies,
         the oldest: the one a hit takes)."""
         if self.copies.of and h > 0:
-            keys = list(seq.names[:h])
-            if self.copies.pick(keys, self.__contains__):
-                seq = Runs(keys, key_runs(keys))
+            seq = self._hit_keys(seq, h)[1]
         refs, free = self._refs, 0
         for first, c in seq.span(0, h):
             bits = ((1 << c) - 1) << (first & _LOW)
             free += (bits & ~_once(refs.get(first >> _SHIFT, 0))).bit_count()
         return free
+
+    def _hit_keys(self, seq: Runs, h: int) -> tuple:
+        """``(keys, runs)`` of a hit on the (cached) first ``h`` names of ``seq``: the keys as
+        :meth:`BlockPool._hit_keys`, and their :class:`Runs`: ``seq`` itself unless a key is a copy's."""
+        keys = list(seq.names[:h])
+        if self.copies.of and self.copies.pick(keys, self.__contains__):
+            return keys, Runs(keys, key_runs(keys))
+        return keys, seq
 
     # -- changing -------------------------------------------------------------------------
     def take_hits(self, seq: Runs, h: int) -> list:
@@ -221,10 +227,10 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         holder must keep this list object, growing it in place)."""
         if h <= 0:
             return []
-        keys = list(seq.names[:h])
-        if self.copies.of and self.copies.pick(keys, self.__contains__):
-            seq = Runs(keys, key_runs(keys))
+        keys, runs = self._hit_keys(seq, h)
+        if runs is not seq:
             self._mixed[id(keys)] = keys
+            seq = runs
         refs, stale = self._refs, self._stale
         for first, c in seq.span(0, h):
             g = first >> _SHIFT
