@@ -112,9 +112,15 @@ class BlockPool(PoolChecks):
         return self.capacity - self._fresh - self._nfree
 
     def cached(self) -> set:
-        """The names the pool holds (in use or free; a copy's alias as its name): what a prefix lookup can find."""
+        """The names the pool holds (in use or free; a copy's alias as its name): what a prefix lookup can find
+        (a new set; both pools, from :meth:`_keys`)."""
         alias = self.copies.name
-        return {alias.get(k, k) for k in self._cached} if alias else set(self._cached)
+        keys = self._keys()
+        return {alias.get(k, k) for k in keys} if alias else keys
+
+    def _keys(self) -> set:
+        """The cached keys (aliases as themselves): a new set."""
+        return set(self._cached)
 
     def __contains__(self, name: int) -> bool:
         return name in self._cached

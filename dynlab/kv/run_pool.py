@@ -159,10 +159,6 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         """What this pool takes for a request's names: its :class:`Runs`."""
         return Runs(names, runs)
 
-    def cached(self) -> set:
-        alias = self.copies.name
-        return {alias.get(k, k) for k in self._keys()}
-
     def _keys(self) -> set:
         """The cached keys (aliases as themselves)."""
         return {(g << _SHIFT) + o for g, m in self._cached.items() for o in _bits(m)}
