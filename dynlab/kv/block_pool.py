@@ -112,9 +112,15 @@ class BlockPool(PoolChecks):
         return self.capacity - self._fresh - self._nfree
 
     def cached(self) -> set:
-        """The names the pool holds (in use or free; a copy's alias as its name): what a prefix lookup can find."""
+        """The names the pool holds (in use or free; a copy's alias as its name): what a prefix lookup can find
+        (a new set; both pools, from :meth:`_keys`)."""
         alias = self.copies.name
-        return {alias.get(k, k) for k in self._cached} if alias else set(self._cached)
+        keys = self._keys()
+        return {alias.get(k, k) for k in keys} if alias else keys
+
+    def _keys(self) -> set:
+        """The cached keys (aliases as themselves): a new set."""
+        return set(self._cached)
 
     def __contains__(self, name: int) -> bool:
         return name in self._cached
@@ -134,18 +140,23 @@ class BlockPool(PoolChecks):
         n = min(max_blocks, len(names))
         h = min(next(misses, max_blocks), n)
         if self.copies.of:  # names cached only under an alias continue the hit (as RunBlockPool.lookup)
-            while h < n and (contains(names[h]) or self.copies.first(names[h], contains) is not None):
-                h += 1
+            h = self.copies.extend_hit(names, h, n, contains)
         return h
 
     def evictable_hits(self, names: Sequence[int], h: int) -> int:
         """How many of the (cached) first ``h`` ``names`` sit in the free queue (taking them costs free blocks;
         a name's oldest copy is the one taken, :mod:`dynlab.kv.copies`)."""
+        return list(map(self._used.__contains__, self._hit_keys(names, h))).count(False)
+
+    def _hit_keys(self, names: Sequence[int], h: int) -> List[int]:
+        """The keys a hit on the (cached) first ``h`` ``names`` takes, a new list: the names, but a name with
+        copies gives its oldest cached copy's (:meth:`Copies.pick <dynlab.kv.copies.Copies.pick>`)."""
         keys = names[:h]
-        if self.copies.of:
+        if keys.__class__ is not list:
             keys = list(keys)
+        if self.copies.of:
             self.copies.pick(keys, self._cached.__contains__)
-        return list(map(self._used.__contains__, keys)).count(False)
+        return keys
 
     # -- changing -------------------------------------------------------------------------
     def take_hits(self, names: Sequence[int], h: int) -> List[int]:
@@ -154,11 +165,7 @@ class BlockPool(PoolChecks):
         with copies gives its oldest cached copy's (:mod:`dynlab.kv.copies`)."""
         if h <= 0:
             return []
-        names = keys = names[:h]
-        if keys.__class__ is not list:
-            names = keys = list(keys)
-        if self.copies.of:
-            self.copies.pick(keys, self._cached.__contains__)
+        names = keys = self._hit_keys(names, h)
         used = self._used
         held = used.intersection(names)
         if held:  # blocks other requests hold: one more reference each
@@ -324,7 +331,7 @@ class BlockPool(PoolChecks):
             return
         contains = cached.__contains__
         for i, name in enumerate(names, start):  # rare: some names have a cached copy already
-            key = name if copies.first(name, contains) is None else copies.add(name, contains)
+            key = copies.key_for(name, contains)
             keys[i] = key
             cached.add(key)
             used.add(key)

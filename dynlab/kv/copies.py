@@ -65,6 +65,20 @@ class Copies:
                     return keys[0] if keys else None
         return keys[0]
 
+    def extend_hit(self, names: Sequence[int], h: int, max_blocks: int, contains: Callable[[int], bool]) -> int:
+        """A prefix hit of ``h`` leading ``names`` (in blocks) continued over the names cached only under an
+        alias, up to ``max_blocks`` (and ``len(names)``); ``contains(key)``: whether the pool caches ``key``."""
+        n = min(max_blocks, len(names))
+        first = self.first
+        while h < n and (contains(names[h]) or first(names[h], contains) is not None):
+            h += 1
+        return h
+
+    def key_for(self, name: int, contains: Callable[[int], bool]) -> int:
+        """The key a block newly registered as ``name`` gets: ``name`` when no copy of it is cached, else
+        :meth:`add`'s (one more copy); ``contains`` as :meth:`first`."""
+        return name if self.first(name, contains) is None else self.add(name, contains)
+
     def add(self, name: int, contains: Callable[[int], bool]) -> int:
         """The key for one more copy of ``name`` (some copy is cached): ``name`` itself when it holds no
         copy now, else a new alias; recorded after the copies cached before it."""

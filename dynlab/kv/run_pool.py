@@ -159,10 +159,6 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         """What this pool takes for a request's names: its :class:`Runs`."""
         return Runs(names, runs)
 
-    def cached(self) -> set:
-        alias = self.copies.name
-        return {alias.get(k, k) for k in self._keys()}
-
     def _keys(self) -> set:
         """The cached keys (aliases as themselves)."""
         return {(g << _SHIFT) + o for g, m in self._cached.items() for o in _bits(m)}
@@ -180,10 +176,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         (a name cached only under an alias, :mod:`dynlab.kv.copies`, counts too)."""
         h = self._lookup(seq, max_blocks)
         if self.copies.of and h < max_blocks:
-            names, contains, first = seq.names, self.__contains__, self.copies.first
-            n = min(max_blocks, len(names))
-            while h < n and (contains(names[h]) or first(names[h], contains) is not None):
-                h += 1
+            h = self.copies.extend_hit(seq.names, h, max_blocks, self.__contains__)
         return h
 
     def _lookup(self, seq: Runs, max_blocks: int) -> int:
@@ -207,14 +200,20 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         """How many of the (cached) first ``h`` names of ``seq`` sit in the free queue (of a name's copies,
         the oldest: the one a hit takes)."""
         if self.copies.of and h > 0:
-            keys = list(seq.names[:h])
-            if self.copies.pick(keys, self.__contains__):
-                seq = Runs(keys, key_runs(keys))
+            seq = self._hit_keys(seq, h)[1]
         refs, free = self._refs, 0
         for first, c in seq.span(0, h):
             bits = ((1 << c) - 1) << (first & _LOW)
             free += (bits & ~_once(refs.get(first >> _SHIFT, 0))).bit_count()
         return free
+
+    def _hit_keys(self, seq: Runs, h: int) -> tuple:
+        """``(keys, runs)`` of a hit on the (cached) first ``h`` names of ``seq``: the keys as
+        :meth:`BlockPool._hit_keys`, and their :class:`Runs`: ``seq`` itself unless a key is a copy's."""
+        keys = list(seq.names[:h])
+        if self.copies.of and self.copies.pick(keys, self.__contains__):
+            return keys, Runs(keys, key_runs(keys))
+        return keys, seq
 
     # -- changing -------------------------------------------------------------------------
     def take_hits(self, seq: Runs, h: int) -> list:
@@ -224,10 +223,10 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         holder must keep this list object, growing it in place)."""
         if h <= 0:
             return []
-        keys = list(seq.names[:h])
-        if self.copies.of and self.copies.pick(keys, self.__contains__):
-            seq = Runs(keys, key_runs(keys))
+        keys, runs = self._hit_keys(seq, h)
+        if runs is not seq:
             self._mixed[id(keys)] = keys
+            seq = runs
         refs, stale = self._refs, self._stale
         for first, c in seq.span(0, h):
             g = first >> _SHIFT
@@ -280,7 +279,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
         copies, contains, cached, refs = self.copies, self.__contains__, self._cached, self._refs
         for i in where:
             name = names[i]
-            key = name if copies.first(name, contains) is None else copies.add(name, contains)
+            key = copies.key_for(name, contains)
             if key != name:
                 self._mixed[id(keys)] = keys
             keys[i] = key
