@@ -291,6 +291,12 @@ class KvIndex:
         active = get(hashes[0], 0)
         if not active:
             return {}
+        if not active & (active - 1):
+            # one worker holds the first block (the common case): its match ends at its first miss
+            depth, n = 1, len(hashes)
+            while depth < n and get(hashes[depth], 0) & active:
+                depth += 1
+            return {active.bit_length() - 1: depth}
         scores: dict = {}
         depth = 1
         for depth in range(1, len(hashes)):

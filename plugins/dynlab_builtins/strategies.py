@@ -118,8 +118,9 @@ class KvEvents(KvAware):
     The overlap counts GPU blocks (events with ``medium`` GPU). ``tiers=all``: a worker's overlap is
     its GPU overlap plus the blocks that follow it in its CPU tier (``--cpu-capacity``), as the
     engine's lookup continues there; ``predicted_blocks`` stays the GPU part either way. Its index
-    is a :class:`~dynlab.routing.run_index.RunIndex`, as kv-cost's (per run when the events and
-    requests carry runs, the same answers as a KvIndex).
+    is a :class:`~dynlab.routing.run_index.RunIndex` in a timed run, as kv-cost's (per run when the
+    events and requests carry runs, the same answers as a KvIndex), and a
+    :class:`~dynlab.routing.index.KvIndex` in a count-based one, whose events and requests carry no runs.
     """
 
     name = "kv-events"
@@ -131,8 +132,10 @@ class KvEvents(KvAware):
 
     def __init__(self, ctx):
         Strategy.__init__(self, ctx)
-        # a RunIndex: per run when the events and requests carry runs (as kv-cost's), the same answers
-        self.router = KvRouter(ctx.workers, ctx.block, use_events=True, index=RunIndex(ctx.block))
+        # timed: a RunIndex, per run when the events and requests carry runs (as kv-cost's), the same answers;
+        # count-based: no event or request carries runs, and a RunIndex would only add a call to each
+        index = RunIndex(ctx.block) if ctx.timed else KvIndex(ctx.block)
+        self.router = KvRouter(ctx.workers, ctx.block, use_events=True, index=index)
         self.on_event = self.router.index.apply_event  # the hot path: no wrapper per event
         tiers = self.option("tiers")
         if tiers not in ("gpu", "all"):
