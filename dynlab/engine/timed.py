@@ -179,8 +179,8 @@ class TimedFleet:
         else:
             if before is None:
                 self.loop.at(t, STEP_START, self._on_start, w)
-            elif engine.step_end != before:
-                self._schedule_end(w)
+            elif (end := engine.step_end) != before:
+                self._schedule_end(w, end)
         if self.progress is not None:
             self.progress.update(1)
 
@@ -231,15 +231,14 @@ class TimedFleet:
         if engine.step_end is not None or engine.idle:
             return
         now = self.loop.now
-        engine.start_step(now)
+        end = engine.start_step(now)  # its step_end (None: nothing started)
         if engine.removed or engine.cpu_removed or engine.cpu_stored:  # (KV cache groups: a CPU change alone)
             self._publish_removed(w, engine)
-        t = engine.next_ready
-        if engine.step_end is None and t is not None:  # nothing to run until a load in transit arrives
+        if end is None and (t := engine.next_ready) is not None:  # nothing to run until a load in transit arrives
             if not t <= HORIZON_MS:
                 raise past_horizon(t, f"worker {w}'s load from its CPU tier", "use a larger --pcie-gbps")
             self.loop.at(t if t > now else now, STEP_START, self._on_start, w)
-        self._schedule_end(w)
+        self._schedule_end(w, end)
         if self.on_step_started is not None:
             self.on_step_started(w, engine, now)
 
@@ -262,10 +261,13 @@ class TimedFleet:
             events.append(BlockStored(w, cpu_stored, medium=MEDIUM_CPU))
         self.bus.send(events)
 
-    def _schedule_end(self, w: int) -> None:
+    def _schedule_end(self, w: int, end: Optional[float] = None) -> None:
+        """Schedule worker ``w``'s step end (``end``: its :attr:`~EngineWorker.step_end` when the caller has
+        it, else read) and its bulk run's next block boundary, superseding those scheduled before."""
         self.generation[w] += 1
         engine = self.engines[w]
-        end = engine.step_end
+        if end is None:
+            end = engine.step_end
         if end is not None:
             if not end <= HORIZON_MS:
                 raise step_past_horizon(engine, f"worker {w}", self.loop.now, end)

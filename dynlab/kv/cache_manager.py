@@ -100,6 +100,7 @@ class KvCacheManager:
         self.next_output_name = OUTPUT_NAMES  # the next name for a block of generated tokens (name_output)
         self.stored_outputs = False  # whether the pool's stored names may hold such names (name_blocks)
         self._late: list = []  # reply blocks named by the trace, registered at a finish (finish_stored)
+        self.replies = False  # whether a request with reply names (out_blocks) was sequenced here
         self.block = block
         #: the KV cache groups (one today: full attention); each holds ``req.keys`` (one list per group
         #: once there are several)
@@ -169,6 +170,8 @@ class KvCacheManager:
         """``req``'s names as the pool takes them (:attr:`seq`, computed once)."""
         if req.seq is None:
             req.seq = self.pool.sequence(req.names, req.runs)
+        if req.out_blocks:  # (a request handed over by a P/D transfer has its seq from its prefill worker)
+            self.replies = True
         return req.seq
 
     def overlap(self, names: Sequence[int], cap: Optional[int] = None) -> int:
@@ -246,7 +249,10 @@ class KvCacheManager:
 
     def finish_stored(self, sched: Sequence = ()) -> tuple:
         """Names :func:`~dynlab.kv.output_blocks.name_reply` registered since :meth:`step_events` (finishes), and
-        now for the reply blocks a bulk run (``sched``: its pairs) completed: ``BlockStored`` at its end."""
+        now for the reply blocks a bulk run (``sched``: its pairs) completed: ``BlockStored`` at its end.
+        Nothing to do (``()``) until a request with reply names was sequenced here."""
+        if not self.replies:
+            return ()
         for req, _ in sched:
             if req.out_blocks and req.keys and req.nreg < req.n_names:
                 name_reply(self, req)
@@ -296,8 +302,8 @@ class KvCacheManager:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         removed = pool.removed
-        if removed:  # (none: nothing to translate or filter)
-            removed = self.evicted()
+        if removed and (pool.copies.name or self.next_output_name != OUTPUT_NAMES):
+            removed = self.evicted()  # (else evicted() is removed itself: no alias to translate, no output name)
         self._late = []  # preemptions' reply blocks are in this step's events
         if self.stored_outputs:  # a resumed request's generated-token blocks: not published
             self.stored_outputs = False
