@@ -159,7 +159,8 @@ class SpecDecoding:
     and the counters vLLM's ``SpecDecodingStats`` keeps: ``num_drafts`` (verify steps),
     ``draft_tokens``, ``accepted_tokens``, ``accepted_per_pos`` (accepted at position ``i``).
     ``lookahead``: KV slots reserved past the scheduled tokens (:func:`lookahead_tokens`);
-    ``hash_lookahead``: tokens after a block that its name covers (:func:`hash_lookahead_tokens`)."""
+    ``hash_lookahead``: tokens after a block that its name covers, 0 here; a timed run's
+    :func:`dynlab.engine.serving.spec_decoding` sets it by the one rule, :func:`hash_lookahead_tokens`."""
 
     def __init__(self, method: str, k: int, acceptance: Acceptance):
         if method not in SPEC_METHODS:
@@ -169,7 +170,7 @@ class SpecDecoding:
         self.method = method
         self.k = k
         self.lookahead = lookahead_tokens(method, k)
-        self.hash_lookahead = 1 if method in HASH_LOOKAHEAD_METHODS else 0  # tokens after a block its name covers
+        self.hash_lookahead = 0  # tokens after a block its name covers: a run's rule, hash_lookahead_tokens(config)
         self.acceptance = acceptance
         self.num_drafts = 0
         self.draft_tokens = 0

@@ -203,3 +203,17 @@ def test_compare_and_sweep_name_blocks_as_sim_does(tmp_path):
     assert [r.hashes for r in eagle] == [r.hashes for r in load_trace(trace, "tokens", 16, hash_lookahead=1)]
     assert plain[1].hashes != eagle[1].hashes
     clear_trace_cache()
+
+
+def test_the_hash_lookahead_has_one_rule():
+    # SpecDecoding itself sets none; a timed run's spec_decoding applies hash_lookahead_tokens(config)
+    from dynlab.engine.config import SimConfig
+    from dynlab.engine.serving import spec_decoding
+    from dynlab.engine.spec import hash_lookahead_tokens
+
+    assert all(_spec(m).hash_lookahead == 0 for m in ("ngram", "eagle", "eagle3", "mtp", "draft"))
+    for method in ("ngram", "eagle", "eagle3", "mtp", "draft"):
+        for split in (None, "1:1"):
+            c = SimConfig(timing=True, spec_method=method, spec_tokens=2, split=split)
+            assert spec_decoding(c).hash_lookahead == hash_lookahead_tokens(c)
+            assert hash_lookahead_tokens(c) == (method in ("eagle", "eagle3", "mtp") and split is None)
