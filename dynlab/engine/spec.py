@@ -288,7 +288,8 @@ def align_rates(configs: list) -> list:
 def no_effect_rules(config, fields: Sequence[str], without_timing: str):
     """The rows ``(field, why)`` of :func:`dynlab.engine.config._no_effect_rules` for speculative decoding:
     ``fields`` (the spec options other than ``spec_tokens``) need ``--timing`` and ``--spec-tokens K``,
-    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method, linear's ``spec_gamma`` a drafter."""
+    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method, linear's ``spec_gamma`` a drafter (with
+    ``--spec-model`` too: spec_gamma prices the drafter's steps, the draft model still sizes the pool)."""
     if not config.timing:
         for name in tuple(fields) + ("spec_tokens",):
             yield name, without_timing
@@ -299,8 +300,6 @@ def no_effect_rules(config, fields: Sequence[str], without_timing: str):
         yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
     if config.spec_model is not None and config.spec_method != "draft":
         yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
-    if config.spec_model is not None and "spec_gamma" in config.latency_opts:
-        yield "spec_model", "with --latency-opt spec_gamma (spec_gamma prices the drafter, not the draft model)"
     if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
         yield "latency_opts", ("as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, "
                                "--spec-tokens K)")
