@@ -350,8 +350,6 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     if not _aggregated(config):
         for name in ("cpu_capacity", "cpu_memory_gb"):
             yield name, "with a P/D split: the disaggregated fleet's workers have no CPU tier"
-        yield "spec_model", ("with a P/D split: a draft model in a disaggregated fleet is not modelled (its prefill "
-                             "workers would not load it, its decode workers would need the draft's KV of the prompt)")
     if _aggregated(config):
         for name in PD_FIELDS:
             yield name, ("without a P/D split (--prefill-workers and --decode-workers, or --split P:D "

@@ -288,7 +288,7 @@ def align_rates(configs: list) -> list:
 def no_effect_rules(config, fields: Sequence[str], without_timing: str):
     """The rows ``(field, why)`` of :func:`dynlab.engine.config._no_effect_rules` for speculative decoding:
     ``fields`` (the spec options other than ``spec_tokens``) need ``--timing`` and ``--spec-tokens K``,
-    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method, linear's ``spec_gamma`` a drafter (with
+    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method and no P/D split, linear's ``spec_gamma`` a drafter (with
     ``--spec-model`` too: spec_gamma prices the drafter's steps, the draft model still sizes the pool)."""
     if not config.timing:
         for name in tuple(fields) + ("spec_tokens",):
@@ -298,8 +298,19 @@ def no_effect_rules(config, fields: Sequence[str], without_timing: str):
             yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
     if config.spec_method is None:
         yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+    if config.spec_model is not None and _disaggregated(config):
+        yield "spec_model", ("with a P/D split: a draft model in a disaggregated fleet is not modelled (its prefill "
+                             "workers would not load it, its decode workers would need the draft's KV of the prompt)")
     if config.spec_model is not None and config.spec_method != "draft":
         yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
     if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
         yield "latency_opts", ("as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, "
                                "--spec-tokens K)")
+
+
+def _disaggregated(config) -> bool:
+    """Whether ``config`` serves on a P/D fleet (``False`` for a bad split, which validation reports)."""
+    try:
+        return config.pd() is not None
+    except ValueError:
+        return False
