@@ -273,9 +273,9 @@ NO_EFFECT = [
     (["--timing", "--spec-acceptance", "0.5"], "--spec-acceptance"),
     (["--timing", "--spec-method", "eagle", "--spec-tokens", "2", "--spec-model", "qwen3-0.6b"], "--spec-model"),
     (["--timing", "--spec-model", "qwen3-0.6b"], "--spec-model"),
-    # (a fresh user's trial: linear's spec_gamma priced the drafter and the draft model was ignored)
-    (["--timing", "--latency-model", "linear", "--latency-opt", "spec_gamma=0.5", "--spec-method", "draft",
-      "--spec-tokens", "2", "--spec-model", "qwen3-0.6b"], "--spec-model"),
+    # a draft model in a P/D fleet: not modelled (one pool size for prefill and decode workers alike)
+    (["--timing", "--split", "1:1", "--spec-method", "draft", "--spec-tokens", "2", "--spec-model", "qwen3-0.6b"],
+     "--spec-model"),
     # disaggregated serving: only with --timing, only with a P/D fleet, never with --workers
     (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
     (["--split", "1:1"], "--split"),

@@ -186,7 +186,6 @@ class DisaggFleet:
         self.awaiting = [{} for _ in decode]
         self.link_free = [0.0] * len(prefill)
         self.records: dict = {}  # request id -> TransferRecord
-        self.decode_rejected = 0  # requests rejected at arrival: some decode worker could never hold them
         recorders = env.recorders
         self._h_step, self._h_finish = hooks(recorders, "on_step"), hooks(recorders, "on_finish")
         self._h_handoff = hooks(recorders, "on_handoff")
@@ -210,8 +209,7 @@ class DisaggFleet:
         """The prefill fleet's ``admits``: ``False`` when some decode worker could never hold ``ereq`` (above)."""
         if ereq.output_length <= 1 or all(e.kv.fits(peak_tokens(ereq, e.spec)) for e in self.decode):
             return True
-        self.decode_rejected += 1
-        return False
+        return False  # rejected at arrival, counted in the result's ``rejected`` (TimedFleet's reject)
 
     def _on_pstart(self, w: int, engine: EngineWorker, now: float) -> None:
         # layer-pipelined (overlap): a request's transfer is requested when its prefill is first scheduled

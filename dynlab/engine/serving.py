@@ -30,10 +30,11 @@ def spec_decoding(c: SimConfig):
     rates = parse_acceptance(text, c.spec_tokens)
     spec = SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
     spec.hash_lookahead = hash_lookahead_tokens(c)  # (none in a P/D fleet: vLLM's KV connectors keep plain hashes)
-    if c.spec_model is not None and c.spec_method == "draft":
+    if c.spec_model is not None and c.spec_method == "draft" and "spec_gamma" not in c.latency_opts:
         from dynlab.latency.grid import build_latency_model, hardware_for
 
-        # the draft model on the target's GPUs, priced by the roofline (the model that reads a config)
+        # the draft model on the target's GPUs, priced by the roofline (the model that reads a config);
+        # with linear's spec_gamma that term prices the drafter instead (the draft model sizes the pool only)
         spec.draft_latency = build_latency_model("roofline", hardware_for(c.spec_model, c.gpu, c.tp))
     return spec
 
@@ -57,7 +58,7 @@ def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
     if c.latency_model not in SPEC_PRICED:
         why = (f"speculative decoding: {c.latency_model} has no verify-step or drafter data; its steps are "
                "priced as decodes plus each request's drafts as a chunk, the drafter by dynlab's rule")
-    elif c.spec_model is not None and c.latency_model != "roofline":
+    elif c.spec_model is not None and c.latency_model != "roofline" and "spec_gamma" not in c.latency_opts:
         why = (f"speculative decoding: {c.latency_model} cannot read a draft model's config; the draft's steps "
                f"(--spec-model {c.spec_model}) are priced by the roofline, the target's by {c.latency_model}")
     if why is not None:

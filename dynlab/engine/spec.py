@@ -159,7 +159,8 @@ class SpecDecoding:
     and the counters vLLM's ``SpecDecodingStats`` keeps: ``num_drafts`` (verify steps),
     ``draft_tokens``, ``accepted_tokens``, ``accepted_per_pos`` (accepted at position ``i``).
     ``lookahead``: KV slots reserved past the scheduled tokens (:func:`lookahead_tokens`);
-    ``hash_lookahead``: tokens after a block that its name covers (:func:`hash_lookahead_tokens`)."""
+    ``hash_lookahead``: tokens after a block that its name covers, 0 here; a timed run's
+    :func:`dynlab.engine.serving.spec_decoding` sets it by the one rule, :func:`hash_lookahead_tokens`."""
 
     def __init__(self, method: str, k: int, acceptance: Acceptance):
         if method not in SPEC_METHODS:
@@ -169,7 +170,7 @@ class SpecDecoding:
         self.method = method
         self.k = k
         self.lookahead = lookahead_tokens(method, k)
-        self.hash_lookahead = 1 if method in HASH_LOOKAHEAD_METHODS else 0  # tokens after a block its name covers
+        self.hash_lookahead = 0  # tokens after a block its name covers: a run's rule, hash_lookahead_tokens(config)
         self.acceptance = acceptance
         self.num_drafts = 0
         self.draft_tokens = 0
@@ -287,7 +288,8 @@ def align_rates(configs: list) -> list:
 def no_effect_rules(config, fields: Sequence[str], without_timing: str):
     """The rows ``(field, why)`` of :func:`dynlab.engine.config._no_effect_rules` for speculative decoding:
     ``fields`` (the spec options other than ``spec_tokens``) need ``--timing`` and ``--spec-tokens K``,
-    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method, linear's ``spec_gamma`` a drafter."""
+    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method and no P/D split, linear's ``spec_gamma`` a drafter (with
+    ``--spec-model`` too: spec_gamma prices the drafter's steps, the draft model still sizes the pool)."""
     if not config.timing:
         for name in tuple(fields) + ("spec_tokens",):
             yield name, without_timing
@@ -296,10 +298,19 @@ def no_effect_rules(config, fields: Sequence[str], without_timing: str):
             yield name, "with --spec-tokens 0 (no draft token: speculation is off)"
     if config.spec_method is None:
         yield "spec_tokens", "without --spec-method (ngram, eagle, eagle3, mtp or draft)"
+    if config.spec_model is not None and _disaggregated(config):
+        yield "spec_model", ("with a P/D split: a draft model in a disaggregated fleet is not modelled (its prefill "
+                             "workers would not load it, its decode workers would need the draft's KV of the prompt)")
     if config.spec_model is not None and config.spec_method != "draft":
         yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
-    if config.spec_model is not None and "spec_gamma" in config.latency_opts:
-        yield "spec_model", "with --latency-opt spec_gamma (spec_gamma prices the drafter, not the draft model)"
     if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
         yield "latency_opts", ("as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, "
                                "--spec-tokens K)")
+
+
+def _disaggregated(config) -> bool:
+    """Whether ``config`` serves on a P/D fleet (``False`` for a bad split, which validation reports)."""
+    try:
+        return config.pd() is not None
+    except ValueError:
+        return False

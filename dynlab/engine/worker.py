@@ -296,12 +296,13 @@ class EngineWorker:
         ``input_length + output_length - 1`` tokens can never fit the pool.
 
         A bulk decode run in progress is cut at its first step boundary >= ``now``: re-read :attr:`step_end`.
-        Raises ``ValueError`` when ``len(req.names) - out_blocks`` is neither ``input_length // block`` nor, with
-        EAGLE's hash lookahead (:func:`dynlab.engine.spec.hash_lookahead_tokens`), ``(input_length - 1) // block``."""
+        Raises ``ValueError`` when ``len(req.names) - out_blocks`` is not ``(input_length - lookahead) // block``
+        (``lookahead``: the tokens after a block its name covers, ``spec.hash_lookahead``, 1 with EAGLE's hash
+        lookahead, :func:`dynlab.engine.spec.hash_lookahead_tokens`; else 0)."""
         la = self.spec.hash_lookahead if self.spec is not None else 0  # names covering the token after them
-        if (n := req.n_names - req.out_blocks) not in {req.input_length // self.block, (req.input_length - la) // self.block}:
+        if (n := req.n_names - req.out_blocks) != (want := (req.input_length - la) // self.block):
             raise ValueError(f"request {req.id!r}: {n} block names for {req.input_length} tokens at block {self.block} "
-                             f"(want {req.input_length // self.block})")
+                             f"(want {want})")
         if not self.kv.fits(peak_tokens(req, self.spec)):  # its whole KV, a last verify's drafts included
             req.rejected = True
             self.rejected += 1

@@ -191,6 +191,25 @@ def test_linear_spec_gamma_prices_the_drafter():
     assert drafter_ms(plain, "eagle", 2, 4, 4096) == 2 * 8.0 / 32
 
 
+def test_spec_gamma_prices_the_drafter_and_the_draft_model_sizes_the_pool():
+    # llama-3.1-8b on one h100: 29,205 blocks without a draft, 15,273 with qwen3-0.6b's weights and KV
+    # (docs/engine.md); spec_gamma prices the drafter, so no line says the roofline priced the draft
+    import json
+
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    base = ["sim", "--timing", "--latency-model", "linear", "--latency-opt", "spec_gamma=0.5", "--spec-method",
+            "draft", "--spec-tokens", "2"]
+    runs = [CliRunner().invoke(main, base + extra) for extra in ([], ["--spec-model", "qwen3-0.6b"])]
+    assert [r.exit_code for r in runs] == [0, 0]
+    (plain, draft) = [json.loads(r.stdout) for r in runs]
+    assert (plain["kv_blocks"], draft["kv_blocks"]) == (29205, 15273)
+    assert draft["spec_model"] == "qwen3-0.6b" and draft.get("latency_domain") is None
+    assert "qwen3-0.6b" in draft["kv_blocks_source"]
+
+
 @pytest.mark.parametrize("extra", [[], ["--spec-method", "ngram", "--spec-tokens", "2"]])
 def test_spec_gamma_without_a_drafter_is_refused(extra):
     from click.testing import CliRunner

@@ -203,3 +203,34 @@ def test_compare_and_sweep_name_blocks_as_sim_does(tmp_path):
     assert [r.hashes for r in eagle] == [r.hashes for r in load_trace(trace, "tokens", 16, hash_lookahead=1)]
     assert plain[1].hashes != eagle[1].hashes
     clear_trace_cache()
+
+
+def test_submit_wants_exactly_the_names_of_its_lookahead():
+    # block 16, 32 tokens: 2 names plainly; with EAGLE's hash lookahead (a name covers the token after
+    # its block) (32 - 1) // 16 = 1. Each count is accepted only where it is right, and a wrong one
+    # names the count wanted.
+    eagle = _spec("eagle")
+    eagle.hash_lookahead = 1
+    w = EngineWorker(0, 16, 16, Linear(10, 1, 2), spec=eagle)
+    assert w.submit(_req("r", 0.0, 32, 4, [1]), 0.0)
+    for names in ([1, 2], []):
+        with pytest.raises(ValueError, match=rf"{len(names)} block names for 32 tokens at block 16 \(want 1\)"):
+            w.submit(_req("s", 0.0, 32, 4, names), 0.0)
+    plain = EngineWorker(0, 16, 16, Linear(10, 1, 2), spec=_spec("eagle"))  # hash_lookahead 0: a P/D decode's
+    assert plain.submit(_req("r", 0.0, 32, 4, [1, 2]), 0.0)
+    with pytest.raises(ValueError, match=r"want 2"):
+        plain.submit(_req("s", 0.0, 32, 4, [1]), 0.0)
+
+
+def test_the_hash_lookahead_has_one_rule():
+    # SpecDecoding itself sets none; a timed run's spec_decoding applies hash_lookahead_tokens(config)
+    from dynlab.engine.config import SimConfig
+    from dynlab.engine.serving import spec_decoding
+    from dynlab.engine.spec import hash_lookahead_tokens
+
+    assert all(_spec(m).hash_lookahead == 0 for m in ("ngram", "eagle", "eagle3", "mtp", "draft"))
+    for method in ("ngram", "eagle", "eagle3", "mtp", "draft"):
+        for split in (None, "1:1"):
+            c = SimConfig(timing=True, spec_method=method, spec_tokens=2, split=split)
+            assert spec_decoding(c).hash_lookahead == hash_lookahead_tokens(c)
+            assert hash_lookahead_tokens(c) == (method in ("eagle", "eagle3", "mtp") and split is None)
