@@ -1,5 +1,5 @@
 """``python -m dynlab``: the ``dynlab`` command."""
-from dynlab.cli import main
+from dynlab._entry import command_line
 
 if __name__ == "__main__":
-    main(prog_name="dynlab")
+    command_line()(prog_name="dynlab")

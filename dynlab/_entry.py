@@ -9,16 +9,39 @@ exit status 130 (128 + SIGINT, what shells report for an interrupted command), n
 Only a Ctrl-C before Python itself has set up its signal handling (the interpreter's first
 milliseconds, before any code of dynlab runs) still ends the process by the signal itself, which
 shells report as 130 too.
+
+Start-up: importing click and the command line makes ~20,000 long-lived objects (modules, classes,
+functions) and no garbage; the cyclic collector's passes over them were ~9 % of a 2-request run's
+instructions (docs/performance.md). So the script (here, not ``import dynlab.cli``, which must leave an
+importer's collector and pending garbage alone) pauses the collector while they are imported, and while a
+command's module is (:data:`dynlab.cli.lazy.FREEZE_IMPORTS`), freezes what they made (``gc.freeze``: never
+traversed again) and turns it back on before any command runs.
 """
+import gc
 import signal
 import sys
+
+
+def command_line():
+    """The ``dynlab`` click group (:data:`dynlab.cli.main`), imported with the collector paused and what
+    the imports made frozen, and set to import a command's module the same way."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        from dynlab.cli import lazy, main as cli
+
+        lazy.FREEZE_IMPORTS = True
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+    return cli
 
 
 def main():
     """Run the ``dynlab`` click group (:data:`dynlab.cli.main`); ``KeyboardInterrupt`` -> exit 130."""
     try:
-        from dynlab.cli import main as cli
-
+        cli = command_line()
         return cli()
     except KeyboardInterrupt:
         # Raised before the click group's own handler was entered (during the imports above).

@@ -77,21 +77,32 @@ def test_a_latency_model_given_is_still_checked_when_parsed():
     assert "unknown latency model 'nosuch'; available: " in out.output and "roofline" in out.output
 
 
-def _gc_state(setup: str) -> str:
+def _gc_state(setup: str, load: str = "from dynlab._entry import command_line; main = command_line()") -> str:
     script = setup + (
         "import gc\n"
-        "from dynlab.cli import main\n"
+        "class Cycle:\n"
+        "    pass\n"
+        "import weakref\n"
+        "c = Cycle(); c.me = c; ref = weakref.ref(c); del c  # garbage pending before the import\n"
+        f"{load}\n"
         "state = [gc.isenabled(), gc.get_freeze_count() > 0]\n"
         "main.get_command(None, 'models')  # a command's module imported: the pause ends there too\n"
-        "print(*state, gc.isenabled())\n")
+        "print(*state, gc.isenabled(), gc.get_freeze_count() > 0, (gc.collect(), ref())[1] is None)\n")
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
 
 
 def test_start_up_pauses_the_collector_only_while_importing():
-    # dynlab.cli pauses the cyclic GC while it imports, freezes what the imports made, and turns it back on
-    assert _gc_state("") == ["True", "True", "True"]
+    # the console script pauses the cyclic GC while it imports, freezes what the imports made (its own
+    # process), and turns it back on
+    assert _gc_state("")[:4] == ["True", "True", "True", "True"]
 
 
 def test_start_up_leaves_a_collector_turned_off_off():
     # a caller that had turned the GC off finds it off: the pause restores the state it found
-    assert _gc_state("import gc; gc.disable()\n") == ["False", "True", "False"]
+    assert _gc_state("import gc; gc.disable()\n")[:4] == ["False", "True", "False", "True"]
+
+
+def test_importing_the_command_line_leaves_the_collector_alone():
+    # a library or test user importing dynlab.cli (and running a command through it): nothing is frozen,
+    # so the garbage it had pending is still collected
+    assert _gc_state("", "from dynlab.cli import main") == ["True", "False", "True", "False", "True"]

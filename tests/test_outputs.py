@@ -176,3 +176,38 @@ def test_an_output_naming_the_input_trace_is_refused(tmp_path):
                                     "--slo-tpot-ms", "100", "--log", str(trace)])
     assert out.exit_code == 2, out.output
     assert trace.read_text() == text
+
+
+@pytest.mark.parametrize("args", [
+    ["sweep", "--grid", "trace={in},{other}", "--csv", "{in}", "--quiet"],
+    ["sweep", "--grid", "workers=1,2", "--grid", "trace={other},{in}", "--out", "{in}", "--quiet"],
+    ["sweep", "--grid-file", "{grid}", "--out", "{in}", "--quiet"],  # a value the grid file gives every cell
+    ["sweep", "--grid", "workload={in}", "--csv", "{in}", "--quiet"],
+    ["sim", "--trace", "{other}", "--timing", "--quiet", "--spec-method", "eagle", "--spec-tokens", "2",
+     "--spec-acceptance", "file:{in}", "--requests-out", "{in}"],
+    ["sim", "--trace", "{other}", "--timing", "--quiet", "--requests-out", "{in}", "--spec-method", "eagle",
+     "--spec-tokens", "2", "--spec-acceptance", "file:{in}"],
+    ["sweep", "--trace", "{other}", "--timing", "--quiet", "--spec-method", "eagle", "--grid", "spec_tokens=2",
+     "--grid", "spec-acceptance=0.7,file:{in}", "--out", "{in}"],
+    ["plan", "--trace", "{other}", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "100", "--spec-method", "eagle",
+     "--spec-tokens", "2", "--spec-acceptance", "file:{in}", "--log", "{in}"],
+])
+def test_an_output_naming_a_file_a_grid_value_or_the_acceptance_reads_is_refused(tmp_path, args):
+    # the guard covered --trace and --workload only: sweep --grid trace=t3.jsonl,... --csv t3.jsonl and
+    # sim --spec-acceptance file:acc.txt --requests-out acc.txt replaced the input
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"timestamp": 0, "input_length": 32, "output_length": 4, "hash_ids": [1, 2]}\n')
+    inp = tmp_path / "in.txt"
+    text = "2\n1\n3\n" if any("file:{in}" in a for a in args) else other.read_text()  # acceptance lengths
+    inp.write_text(text)
+    grid = tmp_path / "grid.toml"
+    grid.write_text(f'trace = "{inp}"\nworkers = [1, 2]\n')
+    args = [a.format(**{"in": inp, "other": other, "grid": grid}) for a in args]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 2, out.output
+    assert "an output would overwrite the input it reads" in out.output and out.output.count("\n") == 1, out.output
+    assert inp.read_text() == text

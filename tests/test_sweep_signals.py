@@ -179,6 +179,19 @@ def test_closing_a_run_before_reading_it_stops_the_pool():
     running.close()  # idempotent
 
 
+def test_closing_a_run_early_leaves_no_pool_thread():
+    """Closing an unfinished run waits for the pool's manager thread too: left running, it closed the
+    pool's pipes while the exit's wake-up (concurrent.futures' _python_exit) wrote to one, and a sweep ended
+    by a signal printed "Exception ignored in: <module 'threading'> ... Bad file descriptor" (flaky)."""
+    import threading
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    configs = [SimConfig(trace=TRACE, workers=w) for w in (2, 3, 4, 5)]
+    with lib.execute(configs, "local", jobs=2) as running:
+        next(iter(running))
+    assert [t for t in threading.enumerate() if isinstance(t, _ExecutorManagerThread) and t.is_alive()] == []
+
+
 def test_a_finished_run_leaves_no_pool_worker(tmp_path):
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]}\n')

@@ -6,23 +6,10 @@ module defines which command, with the short help ``dynlab --help`` lists.
 """
 from __future__ import annotations
 
-import gc
+import click
 
-# Start-up: importing click and the command line makes ~20,000 long-lived objects (modules, classes,
-# functions) and no garbage; the cyclic collector's passes over them were ~9 % of a 2-request run's
-# instructions (docs/performance.md), so it pauses while they are imported (and while a command's
-# module is: dynlab.cli.lazy), and is back on before any command runs.
-_COLLECTING = gc.isenabled()
-gc.disable()
-try:
-    import click
-
-    from dynlab import __version__
-    from dynlab.cli.lazy import COMMANDS, LazyGroup
-finally:
-    gc.freeze()  # what the imports made is never traversed again
-    if _COLLECTING:
-        gc.enable()
+from dynlab import __version__
+from dynlab.cli.lazy import COMMANDS, LazyGroup
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, package="dynlab.cli", context_settings={"max_content_width": 120})

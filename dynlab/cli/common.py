@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from typing import Optional
 
 import click
 
@@ -159,18 +160,29 @@ def _flag(ctx, name: str) -> str:
 
 
 def input_path(ctx, param, value):
-    """click callback for an input that may be a file (``--trace``, ``--workload``): refused when an
-    output option of the command names the same file (the run would overwrite what it reads); a bundled
-    name or ``-`` passes."""
-    if value is None or value == "-" or not isinstance(value, str) or not os.path.isfile(value):
+    """click callback for an input that may be a file (``--trace``, ``--workload``, ``--spec-acceptance
+    file:PATH``): refused when an output option of the command names the same file (the run would overwrite
+    what it reads); a bundled name, ``-`` or an acceptance given as rates passes."""
+    path = value[len("file:"):] if param.name == "spec_acceptance" and isinstance(value, str) and \
+        value.startswith("file:") else value
+    if param.name == "spec_acceptance" and path is value:
         return value
-    key = os.path.realpath(value)
-    ctx.meta.setdefault("dynlab_inputs", {})[key] = param.name
-    other = ctx.meta.get("dynlab_outputs", {}).get(key)
+    other = claim_input(ctx, path, param.name)
     if other is not None:
-        raise click.BadParameter(f"{value} is also given to {_flag(ctx, other)}: an output would overwrite "
+        raise click.BadParameter(f"{path} is also given to {_flag(ctx, other)}: an output would overwrite "
                                  "the input it reads", ctx, param)
     return value
+
+
+def claim_input(ctx, value, source: str) -> Optional[str]:
+    """Record the file ``value`` (if it is one) as an input of ``ctx``'s command, given to ``source``
+    (a parameter name, or the text the error names, such as ``--grid trace``); the output parameter
+    already naming the same file, else ``None``."""
+    if value is None or value == "-" or not isinstance(value, str) or not os.path.isfile(value):
+        return None
+    key = os.path.realpath(value)
+    ctx.meta.setdefault("dynlab_inputs", {})[key] = source
+    return ctx.meta.get("dynlab_outputs", {}).get(key)
 
 
 def stream_output_path(ctx, param, value):

@@ -13,6 +13,10 @@ import click
 
 from dynlab.cli.common import DynlabGroup
 
+#: Whether a command's module is imported with the cyclic collector paused and what it made frozen
+#: (``gc.freeze``): the console script's choice (:func:`dynlab._entry.main`), never an importer's, whose
+#: pending garbage a freeze would keep for good.
+FREEZE_IMPORTS = False
 #: command name -> (the module of dynlab.cli that registers it on ``main``, its short help:
 #: the first line of the command's docstring)
 COMMANDS = {
@@ -80,16 +84,18 @@ class LazyGroup(DynlabGroup):
         if entry is not None and name not in self._registered:
             module = f"{self._package}.{entry[0]}"
             collecting = gc.isenabled()
-            gc.disable()  # imports make long-lived objects only (start-up: dynlab.cli)
+            if FREEZE_IMPORTS:
+                gc.disable()  # imports make long-lived objects only (start-up: dynlab._entry)
             try:
                 importlib.import_module(module)
             except ModuleNotFoundError as exc:  # a module left out of this install: its commands are absent
                 if exc.name != module:
                     raise
             finally:
-                gc.freeze()  # what the imports made is never traversed again
-                if collecting:
-                    gc.enable()
+                if FREEZE_IMPORTS:
+                    gc.freeze()  # what the imports made is never traversed again
+                    if collecting:
+                        gc.enable()
             for other, (module, _) in list(self._lazy.items()):  # the module registered its siblings too
                 if module == entry[0] and other in self._registered:
                     del self._lazy[other]

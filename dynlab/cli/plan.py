@@ -75,7 +75,7 @@ def _shared_options(fn):
         help_ = _HELP.get(field) or _help(help_)
         ptype = _TYPES.get(field, ptype)
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
-                          help=help_, callback=input_path if field in ("trace", "workload") else None)(fn)
+                          help=help_, callback=input_path if field in ("trace", "workload", "spec_acceptance") else None)(fn)
     for field in reversed(CANDIDATES):
         flags, ptype, default, help_ = _BY_FIELD[field]
         default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)  # ep 1, spec-tokens 0: sim's

@@ -268,7 +268,7 @@ def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
 def sim_options(fn):
     for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
-                          help=help_, callback=input_path if field in ("trace", "workload") else None)(fn)
+                          help=help_, callback=input_path if field in ("trace", "workload", "spec_acceptance") else None)(fn)
     return fn
 
 
@@ -458,9 +458,10 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
                                   base.tokenizer, lookahead.pop())
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    elif base.trace == "-" and len(lookahead) > 1:
-        raise click.UsageError(f"{flag}: the runs name blocks differently (EAGLE's hash lookahead with "
-                               "speculation on only), so each reads the trace: give a file, not - (stdin)")
+    elif base.trace == "-":  # each run reads the trace (names its blocks its own way): from one copy of stdin
+        from dynlab.traces.reader import keep_stdin
+
+        keep_stdin()
     _check_timed_runs(configs, requests)
     results = {}
     usage = {}

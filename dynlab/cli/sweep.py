@@ -18,7 +18,7 @@ from click.core import ParameterSource
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import output_path, stream_output_path, write_atomic
-from dynlab.cli.common import parse_opts
+from dynlab.cli.common import claim_input, parse_opts
 from dynlab.cli.routing import common_flags, sim_options
 from dynlab.cli.report import report_option
 from dynlab.engine.config import SimConfig
@@ -161,6 +161,28 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
     return Grid(tuple(axes), fixed, fields, dict(base, opts={}))
 
 
+#: the options whose values may name a file the sweep reads (``spec_acceptance`` as ``file:PATH``)
+_INPUTS = ("trace", "workload", "spec_acceptance")
+
+
+def _claim_grid_inputs(ctx, grid: Grid) -> None:
+    """A usage error when a file a grid value reads (``trace=``, ``workload=``, ``spec-acceptance=file:``)
+    is also an output of the sweep (``--out``, ``--csv``, ...), which would overwrite it."""
+    given = [(a.name, v) for a in grid.axes for v in a.values] + list(grid.fixed.items())
+    for name, value in given:
+        field = grid.fields.get(name)
+        if field not in _INPUTS or not isinstance(value, str):
+            continue
+        path = value[len("file:"):] if field == "spec_acceptance" and value.startswith("file:") else value
+        if field == "spec_acceptance" and path is value:
+            continue
+        other = claim_input(ctx, path, f"--grid {name}")
+        if other is not None:
+            other = next((o.opts[0] for o in ctx.command.params if o.name == other), other)
+            raise click.UsageError(f"--grid {name}: {path} is also given to {other}: an output would "
+                                   "overwrite the input it reads")
+
+
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     """Every cell's configuration, checked as `sim` checks its options and as a timed run checks its
     values (:func:`dynlab.engine.serving.check_timed`, with the cell's trace loaded), before any cell
@@ -261,6 +283,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         raise click.UsageError("--report has no effect with --dry-run (no cell runs)")
     out = None if out == "-" else out  # the results lines on stdout, as without --out
     grid = _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt)
+    _claim_grid_inputs(ctx, grid)
     try:
         cells = grid.cells()  # refuses a grid over the cell limit before building any cell
     except ValueError as exc:

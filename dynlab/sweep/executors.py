@@ -267,6 +267,7 @@ def _drain_pool(futures: dict, state: dict) -> Iterator[tuple[int, dict]]:
 def _stop_pool(pool, state: dict) -> None:
     """Shut the pool down: at once (its workers terminated and reaped) unless every cell finished."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     if not state["finished"]:
         # Interrupted, failed or closed early: stop the workers now rather than wait for a clean
         # hand-over that an interrupt in this process can leave stuck forever.
@@ -275,6 +276,12 @@ def _stop_pool(pool, state: dict) -> None:
     pool.shutdown(wait=state["finished"], cancel_futures=True)
     for proc in procs:
         proc.join()
+    if manager is not None:
+        # The pool's thread sees its workers gone and closes its pipes: wait for that here. Left running,
+        # it closed them while the exit's own wake-up call (concurrent.futures' _python_exit, unlocked in
+        # Python 3.11) wrote to one: "Exception ignored in: <module 'threading'> ... OSError: [Errno 9]
+        # Bad file descriptor" on the stderr of a sweep ended by a signal.
+        manager.join()
 
 
 def _ray_cell(config: SimConfig, box: list) -> tuple[bool, Any]:

@@ -38,7 +38,8 @@ def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int
     Raises :class:`~dynlab.errors.InputFileError` when it is neither a built-in name nor a file that opens.
     """
     if path_or_name == "-":
-        return sys.stdin.buffer, "<stdin>", None
+        kept = _kept_stdin()
+        return (sys.stdin.buffer if kept is None else io.BytesIO(kept)), "<stdin>", None
     if path_or_name in BUILTIN_TRACES:
         resource, total = BUILTIN_TRACES[path_or_name]
         raw = resources.files("dynlab").joinpath("data", resource).open("rb")
@@ -52,6 +53,31 @@ def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int
         return open(path_or_name, "rb"), path_or_name, None
     except OSError as exc:  # a directory, no permission
         raise InputFileError(path_or_name, exc.strerror or str(exc)) from None
+
+
+#: ``(the standard input stream, the process that read it, its bytes)`` once :func:`keep_stdin` has read it
+_STDIN: Optional[tuple] = None
+
+
+def keep_stdin() -> None:
+    """Read standard input to its end (once per stream) and keep its bytes, so ``-`` opens again: every
+    later :func:`open_source` of ``-`` reads that copy. For runs that read one piped trace several times
+    (compare, sweep and plan configurations naming its blocks differently); a single streamed run
+    does not call it, so its memory stays one request at a time."""
+    global _STDIN
+    if _kept_stdin() is None:
+        stream = sys.stdin.buffer
+        _STDIN = (stream, os.getpid(), stream.read())
+
+
+def _kept_stdin() -> Optional[bytes]:
+    """The bytes :func:`keep_stdin` kept of the current standard input, else ``None``. A forked child
+    (a sweep's pool worker, whose stdin multiprocessing replaces with /dev/null) uses its parent's copy:
+    ``-`` is the stdin the command was given."""
+    if _STDIN is None:
+        return None
+    stream, pid, data = _STDIN
+    return data if stream is sys.stdin.buffer or pid != os.getpid() else None
 
 
 def _buffered(stream: gzip.GzipFile) -> io.BufferedReader:
@@ -351,6 +377,8 @@ def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     Same arguments (``scheme``: the hash scheme; ``tokenizer``: a tokenizer.json for text;
     ``hash_lookahead``: EAGLE's hash lookahead) and errors as :func:`open_reader`.
     """
+    if path_or_name == "-":
+        keep_stdin()  # loaded whole anyway; a second configuration (another block, hash or lookahead) reads it again
     requests, _, reader = open_reader(path_or_name, fmt, block, scheme=scheme, trace_block=trace_block,
                                       tokenizer=tokenizer, hash_lookahead=hash_lookahead)
     out = TraceRequests(requests)
