@@ -138,7 +138,8 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     routing = RoutingMetrics(n, synthetic_prefix_blocks)
     cached_sizes = [0] * n
     fleet = FleetView(routing.counts, [0] * n, [0] * n, [0] * n, cached_sizes)
-    bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish)
+    bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish,
+                          direct=getattr(strategy, "on_change", None))
     route, on_route, change = strategy.route, routing.on_route, bus.change
     tick = bus.tick if event_delay else None  # without a delay nothing is ever pending: no call per request
     # each worker's serve and held blocks, looked up once (Worker.server / Worker.members)
