@@ -188,7 +188,8 @@ class Strategy(ABC):
     #: instead of :meth:`on_event` with a served request's net change when its events reach the strategy at
     #: once (no ``event_delay``, no ``event_loss``): it must do what ``on_event(BlockRemoved(worker,
     #: tuple(removed)))`` (when ``removed``) then ``on_event(BlockStored(worker, tuple(stored)))`` (when
-    #: ``stored``) would; ``stored`` and ``removed`` are block names in prefix order, read and not kept
+    #: ``stored``) would; ``stored`` and ``removed`` are block names in prefix order, read and not kept. It is
+    #: used only while it and ``on_event`` are methods of one object (replacing ``on_event`` turns it off)
     on_change: Optional[Callable] = None
 
     def __init__(self, ctx: RunContext):
