@@ -8,7 +8,7 @@ import random
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynlab import plugins
@@ -398,3 +398,21 @@ def test_a_workers_server_serves_as_serve(prompts, policy, capacity):
         assert overlap(names, b.members()) == k
         assert [list(x) for x in a.serve(names, k)] == [list(x) for x in serve_b(names, k)]
         assert list(a.cache) == list(b.cache) and a.size == b.size and a.evicted_blocks == b.evicted_blocks
+
+
+@given(st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=8, unique=True), max_size=40),
+       st.integers(1, 4), st.integers(1, 12))
+@settings(max_examples=100, deadline=None)
+def test_kv_events_on_change_is_the_events(prompts, n, cap):
+    """Property: count-based kv-events gives the same result when its bus hands each change to the index
+    (``Strategy.on_change``) as when it makes and delivers the BlockRemoved and BlockStored events."""
+    cfg = SimConfig(workers=n, capacity=cap, mode="kv-events")
+    requests = [Request(tuple(p), index=i) for i, p in enumerate(prompts)]
+    outs = []
+    for direct in (True, False):
+        strategy = build_strategy(cfg, random.Random(5))
+        assert strategy.on_change is not None
+        if not direct:
+            strategy.on_change = None
+        outs.append(replay(requests, strategy, make_workers(cfg)))
+    assert outs[0] == outs[1]

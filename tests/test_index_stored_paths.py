@@ -35,3 +35,25 @@ def test_stored_paths_match_one_name_at_a_time(evs):
             single.apply_event(kind(w, (h,)))
         assert whole._holders == single._holders
         assert whole._copies == single._copies
+
+
+changes = st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 6), max_size=5),
+                             st.lists(st.integers(0, 6), max_size=5), st.booleans()), max_size=30)
+
+
+@given(changes)
+@settings(max_examples=300)
+def test_apply_change_is_the_two_events(chs):
+    """Property: apply_change(w, stored, removed) leaves the index and its counters as BlockRemoved then
+    BlockStored do (lists or tuples; an empty side makes no event)."""
+    direct, evented = KvIndex(), KvIndex()
+    for w, stored, removed, as_list in chs:
+        s, r = (stored, removed) if as_list else (tuple(stored), tuple(removed))
+        direct.apply_change(w, s, r)
+        if removed:
+            evented.apply_event(BlockRemoved(w, tuple(removed)))
+        if stored:
+            evented.apply_event(BlockStored(w, tuple(stored)))
+        assert direct._holders == evented._holders
+        assert direct._copies == evented._copies
+        assert direct.refusals() == evented.refusals()

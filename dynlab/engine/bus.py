@@ -110,14 +110,18 @@ class CountedEventBus(_Bus):
     ``i + 1 + delay`` is routed (:meth:`tick` with the index of the request about to be routed
     delivers what is due); each is dropped with probability ``loss`` (its own ``rng``).
     :meth:`flush` delivers what is still pending at the end. Counts as :class:`EventBus`.
+    ``direct``: the strategy's ``on_change``, called with the net change instead of making and
+    delivering the two events when there is neither delay nor loss (the events still count as published).
     """
 
-    __slots__ = ("delay", "_pending", "_now")
+    __slots__ = ("delay", "_pending", "_now", "direct")
 
     def __init__(self, deliver: Callable, *, delay: int = 0, loss: float = 0.0,
-                 rng: random.Random | None = None, publish: bool = True):
+                 rng: random.Random | None = None, publish: bool = True, direct: Callable | None = None):
         super().__init__(deliver, loss, rng, publish)
         self.delay = delay
+        #: the strategy's ``on_change`` (:attr:`dynlab.routing.strategy.Strategy.on_change`), or ``None``
+        self.direct = direct
         self._pending: deque = deque()  # (due request index, event)
         self._now = 0
 
@@ -133,6 +137,11 @@ class CountedEventBus(_Bus):
         if not self.publish:
             return
         if not (self.loss or self.delay):  # the common case, delivered at once: no list, no bookkeeping
+            direct = self.direct
+            if direct is not None:  # the strategy takes the net change itself: no event objects
+                self.published += (1 if removed else 0) + (1 if stored else 0)
+                direct(worker, stored, removed)
+                return
             deliver = self.deliver
             if removed:
                 self.published += 1

@@ -119,6 +119,14 @@ def _needs_future(config: SimConfig) -> bool:
     return bool(getattr(cls, "needs_future", False))
 
 
+def _on_change(strategy: Strategy):
+    """The strategy's ``on_change``, while it and ``on_event`` are methods of one object (an ``on_event``
+    replaced afterwards, e.g. by a wrapper, turns it off: the events go through that ``on_event``)."""
+    direct = getattr(strategy, "on_change", None)
+    owner = getattr(direct, "__self__", None)
+    return direct if owner is not None and getattr(strategy.on_event, "__self__", None) is owner else None
+
+
 def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker], *,
            publish: bool = True, event_delay: int = 0, event_loss: float = 0.0,
            loss_rng: Optional[random.Random] = None, synthetic_prefix_blocks: Optional[bool] = None,
@@ -138,7 +146,8 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     routing = RoutingMetrics(n, synthetic_prefix_blocks)
     cached_sizes = [0] * n
     fleet = FleetView(routing.counts, [0] * n, [0] * n, [0] * n, cached_sizes)
-    bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish)
+    bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish,
+                          direct=_on_change(strategy))
     route, on_route, change = strategy.route, routing.on_route, bus.change
     tick = bus.tick if event_delay else None  # without a delay nothing is ever pending: no call per request
     # each worker's serve and held blocks, looked up once (Worker.server / Worker.members)

@@ -104,11 +104,11 @@ class KvIndex:
             if bs is not None and self.block_size is not None and bs != self.block_size:
                 self.refused_block_size += 1
                 return False
-            return self._store_names(event)
+            return self._store_names(event.worker, event.hashes, event.parent_block_hash)
         if kind is BlockRemoved:
             if event.medium != MEDIUM_GPU:
                 return self._apply_tier(event)
-            self._apply_removed(event)
+            self._apply_removed(event.worker, event.hashes)
             return True
         if kind is not AllBlocksCleared and event.medium != MEDIUM_GPU:
             return self._apply_tier(event)
@@ -127,19 +127,28 @@ class KvIndex:
             return False
         return True
 
-    def _store_names(self, event: BlockStored) -> bool:
-        """:meth:`apply_event` of a GPU ``BlockStored`` after the block-size check (:meth:`_sized`): the
-        parent check, then the names (copies counted)."""
-        w = event.worker
+    def apply_change(self, worker: int, stored: Sequence[Hashable], removed: Sequence[Hashable]) -> None:
+        """A worker's net change for one served request, as :meth:`apply_event` of
+        ``BlockRemoved(worker, tuple(removed))`` (when ``removed``), then of ``BlockStored(worker, tuple(stored))``
+        (when ``stored``): the same index and counters, without making either event. ``stored`` and
+        ``removed`` (block names, prefix order; lists or tuples) are read, not kept. The count-based
+        replay's bus calls it (:attr:`dynlab.routing.strategy.Strategy.on_change`)."""
+        if removed:
+            self._apply_removed(worker, removed)
+        if stored:
+            self.stored_events += 1  # a BlockStored without block_size or parent: no refusal
+            self._store_names(worker, stored, None)
+
+    def _store_names(self, w, hashes: Sequence[Hashable], parent) -> bool:
+        """:meth:`apply_event` of a GPU ``BlockStored`` (worker ``w``, names ``hashes``, parent name ``parent``)
+        after the block-size check (:meth:`_sized`): the parent check, then the names (copies counted)."""
         if type(w) is not int or w < 0:
             self._bit(w)  # raises ValueError
         bit = 1 << w
         holders = self._holders
-        parent = event.parent_block_hash
         if parent is not None and not holders.get(parent, 0) & bit:
             self.refused_parent += 1
             return False
-        hashes = event.hashes
         get = holders.get
         if len(hashes) > 1:
             if holders.keys().isdisjoint(hashes):
@@ -160,15 +169,15 @@ class KvIndex:
         for h in hashes:
             m = get(h, 0)
             if m & bit:
-                key = (event.worker, h)
+                key = (w, h)
                 self._copies[key] = self._copies.get(key, 0) + 1
             else:
                 holders[h] = m | bit
         return True
 
-    def _apply_removed(self, event: BlockRemoved) -> None:
-        """:meth:`apply_event` of a GPU ``BlockRemoved``: a copy goes first, the block with its last one."""
-        hashes, w = event.hashes, event.worker
+    def _apply_removed(self, w, hashes: Sequence[Hashable]) -> None:
+        """:meth:`apply_event` of a GPU ``BlockRemoved`` (worker ``w``, names ``hashes``): a copy goes first,
+        the block with its last one."""
         copies = self._copies
         if copies:
             left = []

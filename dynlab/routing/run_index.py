@@ -115,7 +115,7 @@ class RunIndex(KvIndex):
         if runs is None:
             if not all(isinstance(h, int) for h in event.hashes):
                 self._to_names()
-                return KvIndex._store_names(self, event)  # (the parent check again: the same holdings)
+                return KvIndex._store_names(self, event.worker, event.hashes, parent)  # (the parent check again: the same holdings)
             runs = [(h >> _SHIFT, 1 << (h & _LOW)) for h in event.hashes]
         self._store(event.worker, runs, True)
         return True

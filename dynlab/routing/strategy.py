@@ -10,7 +10,7 @@ import math
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Hashable, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Hashable, Mapping, Optional, Sequence
 
 from dynlab.routing.events import KvEvent
 from dynlab.slots import quick_maker
@@ -184,6 +184,13 @@ class Strategy(ABC):
     options: ClassVar[Sequence[StrategyOption]] = ()
     uses_events: ClassVar[bool] = False
     predicted: Optional[int] = None
+    #: ``None`` (default), or a callable ``on_change(worker, stored, removed)`` the count-based replay calls
+    #: instead of :meth:`on_event` with a served request's net change when its events reach the strategy at
+    #: once (no ``event_delay``, no ``event_loss``): it must do what ``on_event(BlockRemoved(worker,
+    #: tuple(removed)))`` (when ``removed``) then ``on_event(BlockStored(worker, tuple(stored)))`` (when
+    #: ``stored``) would; ``stored`` and ``removed`` are block names in prefix order, read and not kept. It is
+    #: used only while it and ``on_event`` are methods of one object (replacing ``on_event`` turns it off)
+    on_change: Optional[Callable] = None
 
     def __init__(self, ctx: RunContext):
         self.ctx = ctx

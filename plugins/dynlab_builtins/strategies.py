@@ -137,6 +137,8 @@ class KvEvents(KvAware):
         index = RunIndex(ctx.block) if ctx.timed else KvIndex(ctx.block)
         self.router = KvRouter(ctx.workers, ctx.block, use_events=True, index=index)
         self.on_event = self.router.index.apply_event  # the hot path: no wrapper per event
+        if not ctx.timed:  # count-based: the bus hands each request's change to the KvIndex, no events made
+            self.on_change = index.apply_change
         tiers = self.option("tiers")
         if tiers not in ("gpu", "all"):
             raise ValueError(f"option 'tiers' must be gpu or all, got {tiers!r}")
