@@ -246,16 +246,15 @@ class RunBlockPool(RunPoolChecks, BlockPool):
             self._register_copies(keys, seq.names, range(start, end))
             return
         cached, refs = self._cached, self._refs
-        dups = []  # positions of names already cached (another block holds them)
-        i = start
+        dups = []  # names already cached (another block holds them; a request's names are distinct)
         for first, c in seq.span(start, end):
             g = first >> _SHIFT
             bits = ((1 << c) - 1) << (first & _LOW)
             m = cached.get(g, 0)
             new = bits & ~m
             if new != bits:  # rare: some names of the run are already cached
-                dups += [i - (first & _LOW) + o for o in _bits(bits & m)]
-            i += c
+                base = g << _SHIFT
+                dups += [base + o for o in _bits(bits & m)]
             if not new:
                 continue
             cached[g] = m | new
@@ -268,7 +267,7 @@ class RunBlockPool(RunPoolChecks, BlockPool):
             return
         dup, stored = set(dups), self.stored
         for i in range(start, end):  # in order, as BlockPool stores them
-            if i in dup:
+            if names[i] in dup:
                 self._register_copies(keys, names, (i,))
             else:
                 stored.append(names[i])
