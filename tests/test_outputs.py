@@ -191,6 +191,11 @@ def test_an_output_naming_the_input_trace_is_refused(tmp_path):
      "--grid", "spec-acceptance=0.7,file:{in}", "--out", "{in}"],
     ["plan", "--trace", "{other}", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "100", "--spec-method", "eagle",
      "--spec-tokens", "2", "--spec-acceptance", "file:{in}", "--log", "{in}"],
+    # compare's options are comma lists, checked after click parsed its outputs (a user's report replaced the trace)
+    ["compare", "--trace", "{in}", "--modes", "rr,kv", "--report", "{in}", "--quiet"],
+    ["compare", "--trace", "{other},{in}", "--plot", "{in}", "--quiet"],
+    ["compare", "--trace", "{other}", "--timing", "--quiet", "--spec-method", "eagle", "--spec-tokens", "0,2",
+     "--spec-acceptance", "file:{in}", "--report", "{in}"],
 ])
 def test_an_output_naming_a_file_a_grid_value_or_the_acceptance_reads_is_refused(tmp_path, args):
     # the guard covered --trace and --workload only: sweep --grid trace=t3.jsonl,... --csv t3.jsonl and
@@ -201,13 +206,36 @@ def test_an_output_naming_a_file_a_grid_value_or_the_acceptance_reads_is_refused
 
     other = tmp_path / "other.jsonl"
     other.write_text('{"timestamp": 0, "input_length": 32, "output_length": 4, "hash_ids": [1, 2]}\n')
-    inp = tmp_path / "in.txt"
+    inp = tmp_path / "in.html"  # --report writes only a .html name
     text = "2\n1\n3\n" if any("file:{in}" in a for a in args) else other.read_text()  # acceptance lengths
     inp.write_text(text)
     grid = tmp_path / "grid.toml"
     grid.write_text(f'trace = "{inp}"\nworkers = [1, 2]\n')
     args = [a.format(**{"in": inp, "other": other, "grid": grid}) for a in args]
     out = CliRunner().invoke(main, args)
+    assert out.exit_code == 2, out.output
+    assert "an output would overwrite the input it reads" in out.output and out.output.count("\n") == 1, out.output
+    assert inp.read_text() == text
+
+
+@pytest.mark.parametrize("args", [
+    ["sweep", "--grid-file", "{in}", "--trace", "{other}", "--csv", "{in}", "--quiet"],
+    ["sweep", "--csv", "{in}", "--trace", "{other}", "--grid-file", "{in}", "--quiet"],
+    ["workload", "{in}", "--out", "{in}"],
+    ["workload", "--out", "{in}", "{in}"],
+])
+def test_an_output_naming_the_grid_file_or_the_workload_spec_is_refused(tmp_path, args):
+    # sweep --grid-file g.toml --csv g.toml and workload w.json --out w.json replaced what they read
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"timestamp": 0, "input_length": 32, "output_length": 4, "hash_ids": [1, 2]}\n')
+    inp = tmp_path / "in.toml"
+    text = "workers = [1, 2]\n" if args[0] == "sweep" else '{"requests": 3}\n'
+    inp.write_text(text)
+    out = CliRunner().invoke(main, [a.format(**{"in": inp, "other": other}) for a in args])
     assert out.exit_code == 2, out.output
     assert "an output would overwrite the input it reads" in out.output and out.output.count("\n") == 1, out.output
     assert inp.read_text() == text

@@ -185,6 +185,27 @@ def claim_input(ctx, value, source: str) -> Optional[str]:
     return ctx.meta.get("dynlab_outputs", {}).get(key)
 
 
+#: the fields whose value is a file a run reads (``--spec-acceptance`` only as ``file:PATH``)
+INPUT_FIELDS = ("trace", "workload", "spec_acceptance")
+
+
+def claim_inputs(ctx, given) -> None:
+    """For values given after click parsed the outputs (a sweep's grid, compare's comma lists): a usage error
+    when a file one of them reads is also an output of the command, which would overwrite it. ``given``:
+    ``(label, field, value)`` triples; ``label`` is what the error names (``--grid trace``, ``--trace``);
+    fields outside :data:`INPUT_FIELDS`, non-strings, ``-`` and acceptance rates pass."""
+    for label, field, value in given:
+        if field not in INPUT_FIELDS or not isinstance(value, str):
+            continue
+        path = value[len("file:"):] if field == "spec_acceptance" and value.startswith("file:") else value
+        if field == "spec_acceptance" and path is value:
+            continue
+        other = claim_input(ctx, path, label)
+        if other is not None:
+            raise click.UsageError(f"{label}: {path} is also given to {_flag(ctx, other)}: an output would "
+                                   "overwrite the input it reads")
+
+
 def stream_output_path(ctx, param, value):
     """click callback for an output that is a stream of text (JSON lines, CSV, a summary): ``-`` is
     standard output; any other value is checked as :func:`output_path` checks it."""

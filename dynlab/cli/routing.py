@@ -11,8 +11,8 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
-from dynlab.cli.common import (echo_table_or_json, input_path, json_text, output_path, parse_opts, progress_bar,
-                               refuse_repeats, split_list, stream_output_path, write_atomic)
+from dynlab.cli.common import (INPUT_FIELDS, claim_inputs, echo_table_or_json, input_path, json_text, output_path,
+                               parse_opts, progress_bar, refuse_repeats, split_list, stream_output_path, write_atomic)
 from dynlab.engine.config import POISSON_RATE
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
@@ -429,6 +429,8 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
     Example: `dynlab compare --modes rr,random,kv` (the KV-aware router lab's modes.json) or
     `dynlab compare --mode kv-events --publish yes,no` (its events.json).
     """
+    claim_inputs(ctx, [("--" + f.replace("_", "-"), f, v) for f in INPUT_FIELDS if options.get(f) is not None
+                       for v in options[f].split(",")])  # --trace a.jsonl,b.jsonl: each a file it reads
     fixed, varied = _split_compared(ctx, options)
     base = SimConfig(**fixed, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
                      all_metrics=all_metrics, timing=timing)

@@ -18,7 +18,7 @@ from click.core import ParameterSource
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.common import output_path, stream_output_path, write_atomic
-from dynlab.cli.common import claim_input, parse_opts
+from dynlab.cli.common import claim_inputs, input_path, parse_opts
 from dynlab.cli.routing import common_flags, sim_options
 from dynlab.cli.report import report_option
 from dynlab.engine.config import SimConfig
@@ -162,25 +162,11 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
 
 
 #: the options whose values may name a file the sweep reads (``spec_acceptance`` as ``file:PATH``)
-_INPUTS = ("trace", "workload", "spec_acceptance")
-
-
 def _claim_grid_inputs(ctx, grid: Grid) -> None:
     """A usage error when a file a grid value reads (``trace=``, ``workload=``, ``spec-acceptance=file:``)
     is also an output of the sweep (``--out``, ``--csv``, ...), which would overwrite it."""
     given = [(a.name, v) for a in grid.axes for v in a.values] + list(grid.fixed.items())
-    for name, value in given:
-        field = grid.fields.get(name)
-        if field not in _INPUTS or not isinstance(value, str):
-            continue
-        path = value[len("file:"):] if field == "spec_acceptance" and value.startswith("file:") else value
-        if field == "spec_acceptance" and path is value:
-            continue
-        other = claim_input(ctx, path, f"--grid {name}")
-        if other is not None:
-            other = next((o.opts[0] for o in ctx.command.params if o.name == other), other)
-            raise click.UsageError(f"--grid {name}: {path} is also given to {other}: an output would "
-                                   "overwrite the input it reads")
+    claim_inputs(ctx, [(f"--grid {name}", grid.fields.get(name), value) for name, value in given])
 
 
 def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
@@ -244,7 +230,7 @@ TIMED_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_ms", "makespan_s", 
               help="An option to vary and its values; repeatable. NAME: a sim option without dashes "
                    "(workers, capacity, event-loss, ...) or opt.NAME for a strategy option. "
                    f"At most {MAX_GRID_CELLS:,} cells (see docs/limits.md).")
-@click.option("--grid-file", type=click.Path(dir_okay=False), default=None,
+@click.option("--grid-file", type=click.Path(dir_okay=False), default=None, callback=input_path,
               help="A TOML file of NAME = [values] (a single value applies to every cell; [opt] for strategy options).")
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="serial (this process), local (a process pool) or ray (dynlab[ray]).")

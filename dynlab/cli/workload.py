@@ -4,11 +4,11 @@ from __future__ import annotations
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import output_path
+from dynlab.cli.common import input_path, output_path
 
 
 @main.command()
-@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("spec", type=click.Path(dir_okay=False), callback=input_path)
 @click.option("--out", "out", type=click.Path(dir_okay=False), required=True, callback=output_path,
               help="The trace file to write (JSON lines; replaced atomically).")
 @click.option("--format", "fmt", type=click.Choice(["token", "mooncake"]), default="token", show_default=True,
