@@ -1,5 +1,5 @@
 """``python -m dynlab``: the ``dynlab`` command."""
-from dynlab._entry import command_line
+from dynlab._entry import main
 
 if __name__ == "__main__":
-    command_line()(prog_name="dynlab")
+    main(prog_name="dynlab")

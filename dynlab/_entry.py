@@ -38,11 +38,12 @@ def command_line():
     return cli
 
 
-def main():
-    """Run the ``dynlab`` click group (:data:`dynlab.cli.main`); ``KeyboardInterrupt`` -> exit 130."""
+def main(prog_name=None):
+    """Run the ``dynlab`` click group (:data:`dynlab.cli.main`) as ``prog_name`` (click's default: the
+    script's name); ``KeyboardInterrupt`` -> exit 130. The console script and ``python -m dynlab`` both."""
     try:
         cli = command_line()
-        return cli()
+        return cli(prog_name=prog_name)
     except KeyboardInterrupt:
         # Raised before the click group's own handler was entered (during the imports above).
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the exit

@@ -91,3 +91,26 @@ def test_ctrl_c_during_a_run_exits_130(tmp_path):
     out, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 130, (proc.returncode, err)
     assert err.decode().strip() == "Aborted!" and out == b""
+
+
+def test_python_m_dynlab_ends_a_ctrl_c_at_start_up_as_the_script_does(monkeypatch, capsys):
+    """``python -m dynlab`` goes through the script's entry point: a Ctrl-C while the command line is
+    imported prints ``Aborted!`` and exits 130 (it printed a traceback: __main__ called the click group
+    itself)."""
+    import runpy
+    import signal
+
+    import dynlab._entry as entry
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(entry, "command_line", interrupted)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            runpy.run_module("dynlab", run_name="__main__")
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == "\nAborted!\n"
