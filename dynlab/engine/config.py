@@ -395,14 +395,15 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
     one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
     the others. Returns ``(configuration to check and run, given fields to check it with)`` each.
     Raises ``ValueError`` for a file of acceptance lengths that does not fit the largest K compared."""
-    from dynlab.engine.spec import align_rates
+    from dynlab.engine.spec import align_rates, spec_baseline
 
     configs = align_rates(configs)
     if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
         # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
-        configs = [c if c.spec_tokens else replace(c, **{f: _DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
-        pairs = _align_pd(configs, given)
-        return [(c, g if c.spec_tokens else g - set(SPEC_FIELDS) - {"spec_tokens"}) for c, g in pairs]
+        configs = [c if c.spec_tokens else spec_baseline(c, {f: _DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
+        off = set(SPEC_FIELDS) | {"spec_tokens"} | {"latency_opts"}  # given back below while some remain
+        return [(c, g if c.spec_tokens else g - off | ({"latency_opts"} & g if c.latency_opts else set()))
+                for c, g in _align_pd(configs, given)]
     return _align_pd(configs, given)
 
 

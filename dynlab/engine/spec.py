@@ -259,6 +259,13 @@ def drafter_ms(latency, method: str, k: int, decodes: int, context: int, draft=N
     return k * one / (layers or 32)
 
 
+def spec_baseline(config, defaults: dict):
+    """``config`` as the K = 0 baseline of a comparison over ``spec_tokens``: ``defaults`` (the spec options'
+    defaults) and no ``spec_gamma`` latency option (linear's drafter price: nothing to price at K = 0)."""
+    opts = {k: v for k, v in config.latency_opts.items() if k != "spec_gamma"}
+    return dataclasses.replace(config, **defaults, latency_opts=opts)
+
+
 def align_rates(configs: list) -> list:
     """``compare --spec-tokens 2,4 --spec-acceptance 0.8,0.6,0.5,0.4``: per-position rates are the drafter's,
     K how many of them a run uses, so a run with fewer positions than rates takes the first K (the rates

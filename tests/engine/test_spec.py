@@ -210,6 +210,33 @@ def test_spec_gamma_prices_the_drafter_and_the_draft_model_sizes_the_pool():
     assert "qwen3-0.6b" in draft["kv_blocks_source"]
 
 
+def test_a_comparison_over_k_runs_its_k0_baseline_without_spec_gamma(tmp_path):
+    # compare --spec-tokens 0,2 / sweep --grid spec-tokens=0,2 with linear's spec_gamma: the K = 0 run is the
+    # baseline without the spec options, spec_gamma (a drafter's price) among them; it was refused
+    import json
+
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(f'{{"timestamp": {5 * i}, "input_length": 40, "output_length": 4, "hash_ids": [1]}}\n'
+                             for i in range(2)))
+    base = ["--trace", str(trace), "--timing", "--latency-model", "linear", "--latency-opt", "spec_gamma=0.5",
+            "--spec-method", "eagle", "--quiet"]
+    r = CliRunner().invoke(main, ["compare", *base, "--spec-tokens", "0,2", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert "spec_method" not in out["0"] and out["2"]["spec_tokens"] == 2
+    alone = CliRunner().invoke(main, ["sim", *base[:5], "--quiet"])  # the baseline as its own run
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.stdout) == out["0"]
+    r = CliRunner().invoke(main, ["sweep", *base, "--grid", "spec-tokens=0,2"])
+    assert r.exit_code == 0, r.output
+    cells = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [c["result"] for c in cells] == [out["0"], out["2"]]
+
+
 @pytest.mark.parametrize("extra", [[], ["--spec-method", "ngram", "--spec-tokens", "2"]])
 def test_spec_gamma_without_a_drafter_is_refused(extra):
     from click.testing import CliRunner
