@@ -163,9 +163,8 @@ def input_path(ctx, param, value):
     """click callback for an input that may be a file (``--trace``, ``--workload``, ``--spec-acceptance
     file:PATH``): refused when an output option of the command names the same file (the run would overwrite
     what it reads); a bundled name, ``-`` or an acceptance given as rates passes."""
-    path = value[len("file:"):] if param.name == "spec_acceptance" and isinstance(value, str) and \
-        value.startswith("file:") else value
-    if param.name == "spec_acceptance" and path is value:
+    path = _input_file(param.name, value)
+    if path is None:
         return value
     other = claim_input(ctx, path, param.name)
     if other is not None:
@@ -189,16 +188,24 @@ def claim_input(ctx, value, source: str) -> Optional[str]:
 INPUT_FIELDS = ("trace", "workload", "spec_acceptance")
 
 
+def _input_file(field: Optional[str], value) -> Optional[str]:
+    """The path an input's ``value`` may name (``--spec-acceptance``'s only as ``file:PATH``), else ``None``
+    (a non-string, acceptance rates)."""
+    if not isinstance(value, str):
+        return None
+    if field == "spec_acceptance":
+        return value[len("file:"):] if value.startswith("file:") else None
+    return value
+
+
 def claim_inputs(ctx, given) -> None:
     """For values given after click parsed the outputs (a sweep's grid, compare's comma lists): a usage error
     when a file one of them reads is also an output of the command, which would overwrite it. ``given``:
     ``(label, field, value)`` triples; ``label`` is what the error names (``--grid trace``, ``--trace``);
     fields outside :data:`INPUT_FIELDS`, non-strings, ``-`` and acceptance rates pass."""
     for label, field, value in given:
-        if field not in INPUT_FIELDS or not isinstance(value, str):
-            continue
-        path = value[len("file:"):] if field == "spec_acceptance" and value.startswith("file:") else value
-        if field == "spec_acceptance" and path is value:
+        path = _input_file(field, value) if field in INPUT_FIELDS else None
+        if path is None:
             continue
         other = claim_input(ctx, path, label)
         if other is not None:

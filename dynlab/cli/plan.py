@@ -13,8 +13,8 @@ import click
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.report import report_option
-from dynlab.cli.common import (check_plot, echo_json, input_path, output_format, output_path, parse_opts, progress_bar,
-                               refuse_repeats, split_list)
+from dynlab.cli.common import (INPUT_FIELDS, check_plot, echo_json, input_path, output_format, output_path,
+                               parse_opts, progress_bar, refuse_repeats, split_list)
 from dynlab.cli.routing import SIM_OPTIONS, FiniteFloat, given_fields
 from dynlab.engine.config import SimConfig
 from dynlab.plan import DEFAULT_CAP, PERCENTILES, Shape, Target
@@ -75,7 +75,7 @@ def _shared_options(fn):
         help_ = _HELP.get(field) or _help(help_)
         ptype = _TYPES.get(field, ptype)
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
-                          help=help_, callback=input_path if field in ("trace", "workload", "spec_acceptance") else None)(fn)
+                          help=help_, callback=input_path if field in INPUT_FIELDS else None)(fn)
     for field in reversed(CANDIDATES):
         flags, ptype, default, help_ = _BY_FIELD[field]
         default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)  # ep 1, spec-tokens 0: sim's

@@ -268,7 +268,7 @@ def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
 def sim_options(fn):
     for flags, field, ptype, default, help_ in reversed(SIM_OPTIONS):
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
-                          help=help_, callback=input_path if field in ("trace", "workload", "spec_acceptance") else None)(fn)
+                          help=help_, callback=input_path if field in INPUT_FIELDS else None)(fn)
     return fn
 
 

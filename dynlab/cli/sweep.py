@@ -161,7 +161,6 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
     return Grid(tuple(axes), fixed, fields, dict(base, opts={}))
 
 
-#: the options whose values may name a file the sweep reads (``spec_acceptance`` as ``file:PATH``)
 def _claim_grid_inputs(ctx, grid: Grid) -> None:
     """A usage error when a file a grid value reads (``trace=``, ``workload=``, ``spec-acceptance=file:``)
     is also an output of the sweep (``--out``, ``--csv``, ...), which would overwrite it."""
