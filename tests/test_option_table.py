@@ -130,6 +130,12 @@ def sim_rows(cmd: list) -> dict:
         "--rate-scale": changes(timed, ["--rate-scale", "2"]),
         "--duration": changes(cmd + t, ["--duration", "0.06"]),
         "--duration-repeat": changes(cmd + t + ["--duration", "1"], ["--duration-repeat", "same"]),
+        # closed loop (issue 38): one user serves the three requests one after another; the think time
+        # spaces them; --requests serves the first two; --warmup leaves the first out of the figures
+        "--concurrency": changes(timed, ["--concurrency", "1"]),
+        "--think-time-ms": changes(timed + ["--concurrency", "1"], ["--think-time-ms", "500"]),
+        "--requests": changes(timed, ["--requests", "2"]),
+        "--warmup": changes(timed, ["--warmup", "1"]),
         "--workload": changes(cmd, ["--workload", SPEC]),
         "--tokenizer": changes(cmd + ["--trace", SHAREGPT], ["--tokenizer", TOKENIZER]),
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
@@ -232,6 +238,13 @@ NO_EFFECT = [
     (["--trace", MOON, "--rate-scale", "2"], "--rate-scale"),  # without --timing
     (["--timing", "--rate-scale", "2"], "--rate-scale"),  # the synthetic workload has no timestamps
     (["--duration", "5"], "--duration"),
+    (["--concurrency", "4"], "--concurrency"),  # without --timing
+    (["--requests", "2"], "--requests"),
+    (["--warmup", "1"], "--warmup"),
+    (["--timing", "--think-time-ms", "5"], "--think-time-ms"),  # open loop: no user waits
+    (["--timing", "--trace", MOON, "--concurrency", "2", "--rate-scale", "2"], "--rate-scale"),
+    (["--timing", "--concurrency", "2", "--rate", "3"], "--rate"),
+    (["--timing", "--trace", MOON, "--concurrency", "2", "--time-scale", "2"], "--time-scale"),
     (["--duration-repeat", "same"], "--duration-repeat"),
     (["--trace", MOON, "--duration-repeat", "same"], "--duration-repeat"),
     (["--max-num-seqs", "3"], "--max-num-seqs"),

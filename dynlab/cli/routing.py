@@ -122,6 +122,17 @@ SIM_OPTIONS = [
     (("--duration-repeat",), "duration_repeat", click.Choice(["new", "same"]), "new",
      "With --duration: a looped trace's repeats get new block names (new traffic) or keep them (the same "
      "prompts again)."),
+    (("--concurrency",), "concurrency", click.IntRange(min=1), None,
+     "With --timing: closed loop, as benchmark clients drive a server (vllm bench serve --max-concurrency): "
+     "C users each send the workload's next request when their previous one finished (timestamps ignored; "
+     "see docs/workloads.md) [default: open loop, at the trace's times or --rate]."),
+    (("--think-time-ms",), "think_time_ms", FiniteFloat(min=0), 0.0,
+     "With --concurrency: a user's pause between its answer's last token and its next request (ms)."),
+    (("--requests",), "num_requests", click.IntRange(min=1), None,
+     "With --timing: serve the workload's first N requests [default: all]."),
+    (("--warmup",), "warmup", click.IntRange(min=0), 0,
+     "With --timing: leave the first N requests out of the serving metrics, as benchmark clients' "
+     "warm-up requests (they still load the caches)."),
     (("--workload",), "workload", click.STRING, None,
      "A workload spec file (JSON, or YAML with PyYAML) generated instead of a trace (see docs/workloads.md)."),
     (("--tokenizer",), "tokenizer", click.STRING, None,

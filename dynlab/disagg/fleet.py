@@ -200,6 +200,10 @@ class DisaggFleet:
         """The prefill engines, then the decode engines (the order of the result's lists)."""
         return list(self.engines) + self.decode
 
+    def arrive(self, req) -> None:
+        """Route and submit the workload's request ``req`` now to the prefill pool (closed-loop users)."""
+        self.prefill_fleet.arrive(req)
+
     def run(self, arrivals=None) -> None:
         """Replay the arrivals (default: the environment's) until the last request finishes."""
         self.prefill_fleet.run(arrivals)

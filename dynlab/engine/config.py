@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
+from dynlab.engine.arrival_options import check_closed_loop
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 from dynlab.engine.spec import SPEC_METHODS, no_effect_rules as _spec_rules
 
@@ -129,6 +130,13 @@ class SimConfig(Sectioned):
     spec_draws: str = "seeded"
     #     spec_model: the draft model of spec_method draft (a bundled name or config.json; None: dynlab's /10 rule)
     spec_model: Optional[str] = None
+    # --- closed-loop arrivals (issue 38): concurrency virtual users, each sending its next request
+    #     think_time_ms after its previous one finished (dynlab.engine.closed); num_requests (--requests):
+    #     the workload's first N requests; warmup: the first N left out of the serving metrics
+    concurrency: Optional[int] = None
+    think_time_ms: float = 0.0
+    num_requests: Optional[int] = None
+    warmup: int = 0
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -184,6 +192,7 @@ class SimConfig(Sectioned):
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.cpu_capacity is not None and self.cpu_capacity < 0:
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
+        check_closed_loop(self.concurrency, self.num_requests, self.warmup)
         if self.spec_tokens < 0:
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
         for name, allowed in (("spec_method", (None, *SPEC_METHODS)),
@@ -192,7 +201,7 @@ class SimConfig(Sectioned):
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
             raise ValueError(f"pcie_gbps must be a finite number > 0, got {self.pcie_gbps}")
-        for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb"):
+        for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb", "think_time_ms"):
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
@@ -257,7 +266,8 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
-                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling")
+                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling",
+                     "concurrency", "think_time_ms", "num_requests", "warmup")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
@@ -273,31 +283,7 @@ WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 
 
 #: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
-_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt"}
-
-
-def check_arrival_options(timestamps: bool, time_scale: float, rate: Optional[float],
-                          rate_scale: Optional[float] = None, duration: Optional[float] = None) -> None:
-    """Raise ``ValueError`` (``--NAME has no effect ...``, or a conflict) for the arrival options a
-    workload ignores or that contradict each other. With ``timestamps``, ``rate`` (a target mean rate),
-    ``rate_scale`` and ``time_scale`` other than 1 all set the trace's speed: at most one may be given.
-    Without them (the requests arrive as a Poisson process of ``rate`` requests/s), ``time_scale``
-    other than 1, ``rate_scale`` and ``duration`` have nothing to act on. A trace's timestamps are all
-    there or none (the readers refuse a mix)."""
-    if timestamps:
-        speed = [flag for flag, on in (("--rate", rate is not None), ("--rate-scale", rate_scale is not None),
-                                       ("--time-scale", time_scale != 1.0)) if on]
-        if len(speed) > 1:
-            why = " (--rate-scale X is --time-scale 1/X)" if "--rate" not in speed else ""
-            raise ValueError(f"{' and '.join(speed)} both set the trace's speed{why}: give one")
-        return
-    if time_scale != 1.0:
-        raise ValueError("--time-scale has no effect: the workload has no timestamps (its requests arrive as a "
-                         "Poisson process of --rate requests/s)")
-    for flag, v in (("--rate-scale", rate_scale), ("--duration", duration)):
-        if v is not None:
-            raise ValueError(f"{flag} has no effect: the workload has no timestamps (its requests arrive as a "
-                             "Poisson process of --rate requests/s)")
+_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests"}
 
 
 def _flag(name: str) -> str:
@@ -378,6 +364,13 @@ def _workload_rules(config: SimConfig):
         yield "rate_scale", _WITHOUT_TIMING
     if config.duration is None:
         yield "duration_repeat", "without --duration (it says what a looped trace repeats)"
+    if config.concurrency is None:
+        yield "think_time_ms", "without --concurrency (a user's pause between an answer and its next request)"
+    else:
+        why = "with --concurrency: closed-loop requests are sent as earlier ones finish, not at a rate"
+        for name in ("rate", "rate_scale", "time_scale"):
+            yield name, why
+        yield "duration_repeat", "with --concurrency: --duration stops the users sending, it loops no trace"
     if config.workload is not None:
         yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
         yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"

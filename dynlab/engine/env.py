@@ -74,6 +74,12 @@ class RunEnv:
     routing: RoutingMetrics
     recorders: list = field(default_factory=list)
     progress: Any = None
+    closed_loop: Any = None  # a ClosedLoop (dynlab.engine.closed) when the users send as requests finish
+
+    def attach(self, fleet) -> None:
+        """Give the closed-loop users (if any) the ``fleet``'s ``arrive``; call it before ``fleet.run()``."""
+        if self.closed_loop is not None:
+            self.closed_loop.attach(fleet.arrive)
 
     @property
     def serving(self) -> ServingMetrics:
@@ -87,16 +93,26 @@ class RunEnv:
               recorders: Sequence[Recorder] = (), progress=None) -> "RunEnv":
         """The environment of a timed run of ``requests`` routed by ``strategy`` to ``workers`` workers.
 
-        Arrivals: trace timestamps times ``traffic.time_scale``, or Poisson at ``traffic.rate``
+        Arrivals: with ``traffic.concurrency``, closed loop (:class:`~dynlab.engine.closed.ClosedLoop`:
+        that many users, ``traffic.think_time_ms``, none sent after ``traffic.duration`` s; call
+        :meth:`attach` with the fleet); else trace timestamps times ``traffic.time_scale``, or Poisson at ``traffic.rate``
         (``None``: :data:`~dynlab.engine.config.POISSON_RATE`) requests/s from ``arrival_rng`` (default: seeded ``dynlab-arrivals-<seed>``, the run's own);
         KV events: ``events.publish``, ``events.event_delay_ms``, ``events.event_loss`` (draws from
-        ``loss_rng``); goodput SLOs from ``slo``. ``recorders`` follow the serving recorder.
+        ``loss_rng``); goodput SLOs from ``slo``; the serving metrics leave out requests whose id is below
+        ``traffic.warmup``. ``recorders`` follow the serving recorder.
         """
         loop = EventLoop()
         bus = EventBus(loop, strategy.on_event, delay_ms=events.event_delay_ms, loss=events.event_loss,
                        rng=loss_rng, publish=events.publish == "yes")
         rng = arrival_rng or random.Random(f"dynlab-arrivals-{traffic.seed}")
-        serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms)
+        serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms, warmup=traffic.warmup)
+        if traffic.concurrency is not None:  # closed loop: the users' recorder sends requests as others finish
+            from dynlab.engine.closed import ClosedLoop
+
+            stop = None if traffic.duration is None else traffic.duration * 1000.0
+            users = ClosedLoop(requests, traffic.concurrency, loop, traffic.think_time_ms, stop)
+            return cls(loop, bus, users.initial(), RoutingMetrics(workers), [serving, *recorders, users], progress,
+                       users)
         rate = POISSON_RATE if traffic.rate is None else traffic.rate
         return cls(loop, bus, arrival_times(requests, traffic.time_scale, rate, rng),
                    RoutingMetrics(workers), [serving, *recorders], progress)

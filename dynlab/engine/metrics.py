@@ -298,9 +298,13 @@ class ServingMetrics(Recorder):
     (capacity x busy_ms)`` of :class:`~dynlab.engine.worker.EngineWorker`; 0.0 for a worker that never
     ran a step), what a usage gauge sampled at regular times while the engine runs averages to
     (vLLM exports only the instantaneous ``kv_cache_usage_perc``).
+
+    ``warmup``: requests whose id is below it are left out of every figure (``--warmup``, as the
+    benchmark clients' warm-up requests are); the span starts at the first measured arrival.
     """
 
-    def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None):
+    def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, warmup: int = 0):
+        self.warmup = warmup
         self.slo_ttft_ms = slo_ttft_ms
         self.slo_tpot_ms = slo_tpot_ms
         self.ttft: list = []
@@ -319,6 +323,8 @@ class ServingMetrics(Recorder):
 
     def on_arrival(self, req, t: float) -> None:
         """A request (an :class:`~dynlab.engine.worker.EngineRequest`) arrived at ``t``."""
+        if self.warmup and req.id < self.warmup:
+            return
         if self.first_arrival is None:
             self.first_arrival = t
         self.total += 1
@@ -326,10 +332,14 @@ class ServingMetrics(Recorder):
 
     def on_reject(self, req) -> None:
         """``req`` (counted at its arrival) was refused: a failure for goodput, outside ``prefix_hit_rate``."""
+        if self.warmup and req.id < self.warmup:
+            return
         self.rejected += 1
         self.prompt_tokens -= req.input_length
 
     def on_finish(self, req, t: float) -> None:
+        if self.warmup and req.id < self.warmup:
+            return
         ttft = req.first_token_ms - req.arrival_ms
         self.ttft.append(ttft)
         self.e2e.append(t - req.arrival_ms)

@@ -12,7 +12,8 @@ from dataclasses import MISSING, fields
 #: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/sim/test_run_layer.py``)
 SECTIONS: dict[str, tuple[str, ...]] = {
     "traffic": ("trace", "trace_format", "workload", "tokenizer", "prefixes", "reps", "plen", "tail", "seed", "hash",
-                "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat"),
+                "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat",
+                "concurrency", "think_time_ms", "num_requests", "warmup"),
     "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split"),
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "model", "gpu",
                "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "admission", "async_scheduling",

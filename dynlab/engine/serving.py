@@ -260,13 +260,13 @@ def check_timed(config: SimConfig, requests=None) -> None:
     fit the GPUs, a CPU tier the options cannot size (:func:`cpu_tier_size`) and, given the loaded
     trace ``requests``, an arrival past the clock's horizon (:func:`dynlab.engine.env.check_arrivals`),
     and ``--time-scale`` or ``--rate`` where the workload ignores it
-    (:func:`dynlab.engine.config.check_arrival_options`; ``requests`` ``None`` with a trace: not checked here,
+    (:func:`dynlab.engine.arrival_options.check_arrival_options`; ``requests`` ``None`` with a trace: not checked here,
     the run checks it at its first request). A ``--model`` config.json that opens but holds a bad config
     raises :class:`dynlab.disagg.cost.ModelConfigError` instead (a bad input file, not a bad option), one
     that cannot be opened :class:`dynlab.errors.InputFileError`. ``compare`` and ``sweep`` call it for
     every run before the first, so a bad value writes nothing.
     """
-    from dynlab.engine.config import check_arrival_options
+    from dynlab.engine.arrival_options import check_arrival_options
     from dynlab.engine.env import check_arrivals
 
     hardware, *_, layout = _hardware_pool(config)

@@ -56,7 +56,11 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     block_tokens = own or config.block
     topology = None
     shaped = {}
-    if config.timing or config.duration is not None:
+    if config.num_requests is not None:
+        requests, total = _first(requests, config.num_requests, total)
+    if config.concurrency is not None:  # closed loop (timed only): the users ignore timestamps
+        shaped = _closed_keys(config)
+    elif config.timing or config.duration is not None:
         requests, first = _peek(requests)
         config, requests, total, shaped = _shaped(config, requests, first, total)
     if config.timing:  # the timed engine's modules, imported only for timed runs (count-based start-up)
@@ -67,6 +71,10 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         block_tokens = config.block
     strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
                               block_tokens=block_tokens, pool_blocks=topology.setup.capacity if topology is not None else None)
+    if _benchmark(config):
+        from dynlab.sim.benchmark import BenchmarkRecorder
+
+        recorders = (*recorders, BenchmarkRecorder(_run_gpus(config), config.warmup))
     info = RunInfo(timed=config.timing, pd=pd is not None, block_tokens=block_tokens)
     for recorder in recorders:
         recorder.on_run(info)
@@ -109,13 +117,46 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own:
             if key not in out:
                 out[key] = value
                 if key == "output_tokens_per_s":
-                    gpus = config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
-                    out["output_tokens_per_s_per_gpu"] = round(value / (out["workers"] * gpus), 1)
+                    out["output_tokens_per_s_per_gpu"] = round(value / _run_gpus(config), 1)
     if config.routers > 1:
         out["routers"] = config.routers
         out["router_assign"] = config.router_assign
         out["requests_per_router"] = list(strategy.routed)
     return out
+
+
+def _run_gpus(config: SimConfig) -> int:
+    """The GPUs of a timed run: workers (both P/D pools) x GPUs per worker (tp x pp, x the attention
+    replicas with ``dp_attention``)."""
+    pd = config.pd()
+    workers = config.workers if pd is None else sum(pd)
+    return workers * config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
+
+
+def _benchmark(config: SimConfig) -> bool:
+    """Whether the run is driven as a benchmark client drives a server (``--concurrency``, ``--requests``,
+    ``--warmup``): it then adds the clients' figures (:mod:`dynlab.sim.benchmark`)."""
+    return config.timing and (config.concurrency is not None or config.num_requests is not None
+                              or config.warmup > 0)
+
+
+def _closed_keys(config: SimConfig) -> dict:
+    """The keys that say how closed-loop users drove the run."""
+    keys = {"concurrency": config.concurrency, "think_time_ms": config.think_time_ms}
+    if config.duration is not None:
+        keys["duration_s"] = config.duration
+    if config.warmup:
+        keys["warmup"] = config.warmup
+    return keys
+
+
+def _first(requests, n: int, total) -> tuple:
+    """``(requests, total)``: the workload's first ``n`` requests (``--requests``); a loaded trace stays a
+    trace (its block sizes kept). Raises ``ValueError`` when the workload has fewer."""
+    out = _like(list(itertools.islice(requests, n)), requests)
+    if len(out) < n:
+        raise ValueError(f"--requests {n}: the workload has only {len(out)} requests")
+    return out, n
 
 
 def _peek(requests) -> tuple:
@@ -129,11 +170,12 @@ def _peek(requests) -> tuple:
 
 def _shaped(config: SimConfig, requests, first, total) -> tuple:
     """``(config, requests, total, keys)``: the arrival options checked
-    (:func:`dynlab.engine.config.check_arrival_options`) and, when ``--rate`` (on timestamps),
+    (:func:`dynlab.engine.arrival_options.check_arrival_options`) and, when ``--rate`` (on timestamps),
     ``--rate-scale`` or ``--duration`` is given, the requests rescaled, cut or looped
     (:mod:`dynlab.traces.rates`), ``config.time_scale`` folded into them, and the keys that say so;
     ``--time-scale`` alone leaves the scaling to the engine and adds the same keys."""
-    from dynlab.engine.config import POISSON_RATE, check_arrival_options
+    from dynlab.engine.arrival_options import check_arrival_options
+    from dynlab.engine.config import POISSON_RATE
 
     stamped = first is not None and first.timestamp is not None
     if config.timing:

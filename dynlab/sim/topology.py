@@ -99,5 +99,6 @@ def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: Si
                        events=config.events, slo=config.slo, loss_rng=loss_rng, recorders=recorders,
                        progress=progress)
     fleet = topology.build(strategy, env)
+    env.attach(fleet)
     fleet.run()
     return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, fleet.all_engines)

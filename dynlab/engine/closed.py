@@ -1,0 +1,70 @@
+"""Closed-loop arrivals: ``C`` virtual users, each sending its next request when its previous one finished.
+
+This is how the benchmark clients drive a server: ``vllm bench serve --max-concurrency C`` (a semaphore
+of ``C`` around requests issued at once), aiperf's and guidellm's ``concurrency`` modes,
+inference-perf's concurrent load. The users take the workload's requests in its order (their
+timestamps, if any, are ignored): the first ``C`` are sent at time 0, and each finished or rejected
+request's user sends the next one ``think_time_ms`` later (0: at the very time its last token came,
+so it joins the engine's next step). ``stop_ms``: no request is sent after that time (``--duration``);
+the requests in flight then finish (the drain).
+
+:class:`ClosedLoop` is a :class:`~dynlab.engine.metrics.Recorder` (its ``on_finish`` and
+``on_reject`` hooks are the users' cue) and the environment's arrivals (:meth:`initial`); the run layer
+attaches the fleet's ``arrive`` (:meth:`attach`) once the fleet is built. It adds no result key.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Optional
+
+from dynlab.engine.loop import ARRIVAL
+from dynlab.engine.metrics import Recorder
+
+
+class ClosedLoop(Recorder):
+    """``concurrency`` users sending ``requests`` (in order) through ``loop`` (module docstring).
+
+    Raises ``ValueError`` for ``concurrency`` < 1 or a negative ``think_time_ms``."""
+
+    def __init__(self, requests: Iterable, concurrency: int, loop, think_time_ms: float = 0.0,
+                 stop_ms: Optional[float] = None):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if not think_time_ms >= 0:
+            raise ValueError(f"think_time_ms must be >= 0, got {think_time_ms}")
+        self._requests = iter(requests)
+        self.concurrency, self.think_ms, self.stop_ms, self.loop = concurrency, think_time_ms, stop_ms, loop
+        self._arrive: Optional[Callable] = None
+        self.sent = 0
+
+    def initial(self) -> Iterator[tuple]:
+        """The first ``concurrency`` requests, all at time 0: ``(request, 0.0)`` (a fleet's arrivals)."""
+        for _ in range(self.concurrency):
+            req = next(self._requests, None)
+            if req is None:
+                return
+            self.sent += 1
+            yield req, 0.0
+
+    def attach(self, arrive: Callable) -> None:
+        """The fleet's ``arrive(request)`` (it routes and submits a request at the loop's time)."""
+        self._arrive = arrive
+
+    def on_finish(self, req, t: float) -> None:
+        self._next(t + self.think_ms)
+
+    def on_reject(self, req) -> None:
+        self._next(self.loop.now + self.think_ms)
+
+    def _next(self, t: float) -> None:
+        if self.stop_ms is not None and t > self.stop_ms:
+            return
+        req = next(self._requests, None)
+        if req is None:
+            return
+        if self._arrive is None:
+            raise RuntimeError("ClosedLoop.attach(fleet.arrive) was not called before the run")
+        self.sent += 1
+        self.loop.at(t, ARRIVAL, self._arrive, req)
+
+
+__all__ = ["ClosedLoop"]

@@ -1,0 +1,143 @@
+"""Closed-loop arrivals (issue 38): --concurrency users, --think-time-ms, --requests, --warmup, and the
+benchmark clients' figures (itl_ms, interactivity, tokens_per_s_per_gpu)."""
+from __future__ import annotations
+
+import json
+import statistics
+
+from click.testing import CliRunner
+from hypothesis import given, strategies as st
+
+from dynlab.cli import main
+from dynlab.engine.config import SimConfig
+from dynlab.engine.metrics import stats
+from dynlab.sim import run
+from dynlab.sim.benchmark import weighted_stats
+from dynlab.sim.records import RequestRecorder
+
+# linear steps: 10 ms + 1 ms per prefill token + 2 ms per decode (the issues' hand-case model)
+LINEAR = {"beta0": "10", "beta1": "1", "beta2": "2"}
+
+
+def spec(tmp_path, requests=80, rate=5):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"seed": 3, "requests": requests, "arrival": {"process": "poisson", "rate": rate},
+                                "input": {"dist": "uniform", "min": 100, "max": 300},
+                                "output": {"dist": "uniform", "min": 5, "max": 40}}))
+    return str(path)
+
+
+def records_of(config: SimConfig) -> tuple[dict, list]:
+    rec = RequestRecorder()
+    out = run(config, recorders=[rec])
+    return out, list(rec.records())
+
+
+def in_flight(records: list, t: float) -> int:
+    """Requests sent at or before ``t`` and not finished by then (one finishing at ``t`` is gone)."""
+    return sum(1 for r in records if r["arrival_ms"] <= t < r["finish_ms"])
+
+
+def test_sixty_four_in_flight_until_the_drain(tmp_path):
+    """The issue's done-when line, through the CLI and --requests-out."""
+    w = spec(tmp_path, requests=700)
+    out_file = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(main, ["sim", "--timing", "--workload", w, "--concurrency", "64", "--requests", "640",
+                                    "--warmup", "128", "--requests-out", str(out_file), "--mode", "rr", "--quiet"])
+    assert res.exit_code == 0, res.output
+    result = json.loads(res.stdout)
+    records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert len(records) == 640 and result["requests"] == 640
+    assert sorted(r["arrival_ms"] for r in records)[:64] == [0.0] * 64
+    last_sent = max(r["arrival_ms"] for r in records)
+    for r in records:  # at every send, 64 requests are in flight: the one sent replaced one that finished
+        if r["arrival_ms"] < last_sent:  # (at the last send, two users may finish and only one request is left)
+            assert in_flight(records, r["arrival_ms"]) == 64
+    # the drain: after the last send nothing new comes, and the requests in flight finish
+    finishes = sorted({r["finish_ms"] for r in records if r["finish_ms"] > last_sent})
+    drain = [in_flight(records, t) for t in finishes]
+    assert drain == sorted(drain, reverse=True) and drain[-1] == 0 and in_flight(records, last_sent) <= 64
+    assert result["concurrency"] == 64 and result["warmup"] == 128
+
+
+def test_one_user_sends_after_each_answer_plus_the_think_time(tmp_path):
+    config = SimConfig(timing=True, workload=spec(tmp_path, requests=6), concurrency=1, think_time_ms=25.0,
+                       latency_model="linear", latency_opts=LINEAR, mode="rr", workers=2)
+    out, records = records_of(config)
+    records.sort(key=lambda r: r["id"])
+    assert records[0]["arrival_ms"] == 0.0
+    for prev, nxt in zip(records, records[1:]):
+        assert nxt["arrival_ms"] == prev["finish_ms"] + 25.0
+    # one request alone on a worker, no cache hit: prefill step 10 + n ms, then one 12 ms step per token
+    first = records[0]
+    assert first["first_token_ms"] == 10.0 + first["input_length"]
+    assert first["finish_ms"] == first["first_token_ms"] + 12.0 * (first["output_length"] - 1)
+
+
+def test_warmup_leaves_the_first_requests_out_of_the_figures(tmp_path):
+    config = SimConfig(timing=True, workload=spec(tmp_path), concurrency=4, warmup=10,
+                       latency_model="linear", latency_opts=LINEAR, mode="rr")
+    out, records = records_of(config)
+    measured = [r for r in records if r["id"] >= 10]
+    assert len(records) == 80
+    assert out["ttft_ms"] == stats([r["first_token_ms"] - r["arrival_ms"] for r in measured])
+    tpots = [(r["finish_ms"] - r["first_token_ms"]) / (r["output_length"] - 1) for r in measured
+             if r["output_length"] > 1]
+    assert out["tpot_ms"] == stats(tpots)
+    assert out["interactivity"] == stats([1000.0 / t for t in tpots])
+    # mean ITL: every gap of every measured request (vLLM's mean_itl_ms)
+    gaps = sum(r["finish_ms"] - r["first_token_ms"] for r in measured)
+    assert out["itl_ms"]["mean"] == round(gaps / sum(r["output_length"] - 1 for r in measured), 1)
+    span_s = (max(r["finish_ms"] for r in measured) - min(r["arrival_ms"] for r in measured)) / 1000.0
+    tokens = sum(r["input_length"] + r["output_length"] for r in measured)
+    assert out["total_tokens_per_s"] == round(tokens / span_s, 1)
+    assert out["tokens_per_s_per_gpu"] == round(tokens / span_s / 2, 1)  # two workers of one GPU
+
+
+def test_duration_stops_the_users_sending(tmp_path):
+    config = SimConfig(timing=True, workload=spec(tmp_path, requests=200), concurrency=3, duration=0.5,
+                       latency_model="linear", latency_opts=LINEAR, mode="rr")
+    out, records = records_of(config)
+    assert 3 < len(records) < 200
+    assert max(r["arrival_ms"] for r in records) <= 500.0
+    assert max(r["finish_ms"] for r in records) > 500.0  # the drain finishes what was sent
+    assert out["duration_s"] == 0.5
+
+
+def test_a_trace_in_closed_loop_ignores_its_timestamps(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 1000 * i, "input_length": 600, "output_length": 4,
+                                         "hash_ids": [i, i + 100]}) + "\n" for i in range(5)))
+    config = SimConfig(timing=True, trace=str(trace), concurrency=5, latency_model="linear", latency_opts=LINEAR,
+                       mode="rr")
+    _, records = records_of(config)
+    assert [r["arrival_ms"] for r in records] == [0.0] * 5
+
+
+def test_requests_beyond_the_workload_is_one_line_error(tmp_path):
+    res = CliRunner().invoke(main, ["sim", "--timing", "--workload", spec(tmp_path, requests=5), "--requests", "9"])
+    assert res.exit_code == 2
+    (line,) = res.stderr.splitlines()
+    assert "--requests 9" in line and "only 5" in line
+
+
+def test_warmup_must_leave_requests_to_measure(tmp_path):
+    res = CliRunner().invoke(main, ["sim", "--timing", "--workload", spec(tmp_path), "--requests", "4",
+                                    "--warmup", "4"])
+    assert res.exit_code == 2 and "--warmup 4" in res.stderr
+
+
+def test_without_the_new_options_a_run_has_no_new_keys(tmp_path):
+    out = run(SimConfig(timing=True, workload=spec(tmp_path), mode="rr"))
+    assert not {"itl_ms", "interactivity", "tokens_per_s_per_gpu", "concurrency"} & set(out)
+
+
+@given(st.lists(st.tuples(st.floats(0, 1000, allow_nan=False), st.integers(0, 6)), min_size=1, max_size=30))
+def test_weighted_stats_are_the_stats_of_the_repeated_values(pairs):
+    values = [v for v, w in pairs for _ in range(w)]
+    got = weighted_stats([v for v, _ in pairs], [w for _, w in pairs])
+    want = stats(values)
+    for key in ("p50", "p90", "p99"):
+        assert got[key] == want[key] or abs(got[key] - want[key]) <= 0.1 + 1e-9  # float rounding at .x5
+    if values:
+        assert abs(got["mean"] - round(statistics.fmean(values), 1)) <= 0.1 + 1e-9
