@@ -595,7 +595,7 @@ POINT_COLUMNS = ("model", "gpu", "tp", "ep", "max_concurrency", "request_rate", 
 
 def _detect_points(path, head: str) -> bool:
     stripped = head.lstrip()
-    if stripped.startswith("["):
+    if stripped.startswith("[") or str(path).lower().endswith(".csv"):
         return True
     if stripped.startswith("{"):
         return False
