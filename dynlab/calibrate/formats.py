@@ -444,8 +444,27 @@ def _read_aiperf_jsonl(path, text: str) -> list:
     if all(s is not None for s in starts) and all(e is not None for e in ends):
         duration = (max(ends) - min(starts)) / 1e9
     point = MeasuredPoint(source=str(path), num_prompts=total, input_lens=tuple(ins),
-                          output_lens=tuple(outs), ttfts_ms=tuple(ttfts), itls_ms=tuple(itls))
+                          output_lens=tuple(outs), ttfts_ms=tuple(ttfts), itls_ms=tuple(itls),
+                          **_aiperf_sibling_settings(path))
     return [_fill_summary(point, summarize(ins, outs, ttfts, itls, e2e, duration))]
+
+
+#: the summary aiperf writes beside its per-request export, in the same artifact directory
+AIPERF_SUMMARY_NAME = "profile_export_aiperf.json"
+
+
+def _aiperf_sibling_settings(path) -> dict:
+    """The model, concurrency and request rate of the summary beside an aiperf per-request export
+    (:data:`AIPERF_SUMMARY_NAME`; the export itself names none), ``{}`` when there is none."""
+    sibling = Path(path).with_name(AIPERF_SUMMARY_NAME)
+    if not sibling.is_file():
+        return {}
+    text = _read_text(sibling)
+    data = _load_json(sibling, text)
+    cfg = data.get("input_config") if isinstance(data, dict) else None
+    settings = _aiperf_summary_settings(cfg or {})
+    line = _key_line(text, "input_config")
+    return {k: _checked(sibling, line, k, settings[k]) for k in ("model", "max_concurrency", "request_rate")}
 
 
 def _aiperf_stat(path, text, metrics: dict, names, stat: str, time: bool = False):

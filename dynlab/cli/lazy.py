@@ -20,6 +20,8 @@ FREEZE_IMPORTS = False
 #: command name -> (the module of dynlab.cli that registers it on ``main``, its short help:
 #: the first line of the command's docstring)
 COMMANDS = {
+    "calibrate": ("calibrate", "Fit a latency model to measured benchmark runs; print the error per point before "
+                               "and after."),
     "cliff": ("cache", 'Sweep the GPU or CPU capacity; print {"capacity as written": value of the last pass}.'),
     "compare": ("routing", "Run `sim` once per value of ONE option given as a comma list; print the runs keyed "
                            "by value."),

@@ -1,0 +1,178 @@
+"""Fit a latency model's coefficients to measured benchmark runs, with a cross-validated error.
+
+:func:`calibrate` replays every measured point (:func:`dynlab.calibrate.replay.replay`) and moves the
+named options of the latency model (:data:`DEFAULT_FIT`: ``linear``'s ``beta0, beta1, beta2``,
+``roofline``'s ``mfu, mbu, overhead_ms``) to minimise the squared log ratios predicted / measured of
+:data:`FIT_METRICS`, with scipy's ``least_squares`` (trust-region reflective, finite differences,
+each option within its declared bounds). The error it quotes is k-fold cross-validated: the points are
+dealt into ``folds`` folds (point ``i`` to fold ``i mod k``), each fold is predicted by a fit on the
+others started from the same defaults, and the error of a metric is the median over all held-out
+predictions of ``|predicted / measured - 1|``, in percent. With fewer than 3 points there is no
+cross-validation (``cv_error_pct`` is empty and the calibration says so).
+
+scipy is an optional dependency (``pip install 'dynlab[calibrate]'``); without it :func:`calibrate`
+raises :class:`CalibrationError` naming the extra.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Optional, Sequence
+
+from dynlab.calibrate.formats import MeasuredPoint
+from dynlab.calibrate.replay import METRICS, ReplayError, lengths, measured, replay
+from dynlab.engine.config import SimConfig
+
+#: the options fitted by default, per latency model
+DEFAULT_FIT = {"linear": ("beta0", "beta1", "beta2"), "roofline": ("mfu", "mbu", "overhead_ms")}
+#: the figures the fit minimises (the others of METRICS are reported, not fitted: p99s are noisy)
+FIT_METRICS = ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms", "total_token_throughput_per_gpu")
+#: a replay that yields no figure for a measured metric counts as this log ratio
+_MISSING = 5.0
+
+
+class CalibrationError(ValueError):
+    """The calibration cannot be made (no points, no scipy, an option that cannot be fitted)."""
+
+
+@dataclass
+class Calibration:
+    """A fit: ``latency_model`` with ``opts`` (every fitted option's value); ``before`` and ``after``:
+    per point ``{"source", "measured", "predicted", "error_pct"}`` (error_pct: predicted / measured - 1,
+    in percent) at the starting and at the fitted options; ``cv_error_pct``: per metric the median
+    absolute held-out error in percent (empty without cross-validation); ``folds``: k (0: none)."""
+
+    latency_model: str
+    opts: dict
+    before: list
+    after: list
+    cv_error_pct: dict = field(default_factory=dict)
+    folds: int = 0
+    cv_points: list = field(default_factory=list)
+
+
+def _fit_options(config: SimConfig, names: Sequence[str]) -> list:
+    """The ``StrategyOption`` of each name, checked: a float option of the latency model."""
+    from dynlab.plugins import latency_models
+
+    cls = latency_models().get(config.latency_model)
+    options = {o.name: o for o in cls.options}
+    out = []
+    for name in names:
+        option = options.get(name)
+        if option is None or option.type is not float:
+            known = ", ".join(o.name for o in cls.options if o.type is float)
+            raise CalibrationError(f"--fit {name}: not a number option of latency model {config.latency_model} "
+                                   f"(it has {known})")
+        out.append(option)
+    return out
+
+
+def _start(config: SimConfig, option) -> float:
+    value = config.latency_opts.get(option.name, option.default)
+    value = float(value) if value is not None else 0.0
+    return value if value > 0 else 1e-3
+
+
+def _with(config: SimConfig, names, values) -> SimConfig:
+    opts = dict(config.latency_opts)
+    opts.update({n: repr(float(v)) for n, v in zip(names, values)})
+    return replace(config, latency_opts=opts)
+
+
+def _row(point: MeasuredPoint, config: SimConfig, pairs) -> dict:
+    want = measured(point)
+    got = replay(point, config, pairs)
+    return {"source": point.source, "measured": want,
+            "predicted": {m: got[m] for m in want if m in got},
+            "error_pct": {m: 100.0 * (got[m] / want[m] - 1.0) for m in want if m in got and math.isfinite(got[m])}}
+
+
+def _residuals(points, configs, pairs) -> list:
+    out = []
+    for point, config, p in zip(points, configs, pairs):
+        want, got = measured(point), replay(point, config, p)
+        for m in FIT_METRICS:
+            if m in want:
+                value = got.get(m)
+                ok = value is not None and math.isfinite(value) and value > 0
+                out.append(math.log(value / want[m]) if ok else _MISSING)
+    return out
+
+
+def _least_squares(points, configs, pairs, options, max_nfev: int) -> list[float]:
+    """The fitted values of ``options`` (scaled by their starting values, so each moves by ratios)."""
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise CalibrationError("dynlab calibrate needs scipy: pip install 'dynlab[calibrate]'") from None
+    names = [o.name for o in options]
+    x0 = [_start(configs[0], o) for o in options]
+    lo = [(o.minimum or 0.0) / x for o, x in zip(options, x0)]
+    hi = [(o.maximum / x if o.maximum is not None else math.inf) for o, x in zip(options, x0)]
+    lo = [max(v, 1e-6) for v in lo]
+
+    def fun(u):
+        values = [ui * xi for ui, xi in zip(u, x0)]
+        return _residuals(points, [_with(c, names, values) for c in configs], pairs)
+
+    start = [min(max(1.0, a), b) for a, b in zip(lo, hi)]
+    fit = least_squares(fun, start, bounds=(lo, hi), method="trf", diff_step=1e-2, x_scale=1.0,
+                        xtol=1e-6, ftol=1e-8, max_nfev=max_nfev)
+    return [ui * xi for ui, xi in zip(fit.x, x0)]
+
+
+def calibrate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig], fit: Optional[Sequence[str]] = None,
+              folds: int = 5, max_nfev: int = 60) -> Calibration:
+    """Fit ``configs[0].latency_model``'s options ``fit`` (default :data:`DEFAULT_FIT`) to ``points``
+    (``configs[i]`` replays ``points[i]``: its model, GPU, tp; module docstring). Raises
+    :class:`CalibrationError` (nothing to fit, no scipy, a bad ``--fit`` name) or
+    :class:`~dynlab.calibrate.replay.ReplayError` (a point that cannot be replayed)."""
+    if not points:
+        raise CalibrationError("no measured points to calibrate on")
+    model = configs[0].latency_model
+    names = tuple(fit) if fit else DEFAULT_FIT.get(model)
+    if not names:
+        raise CalibrationError(f"latency model {model} has no default options to fit: name them with --fit")
+    options = _fit_options(configs[0], names)
+    for point in points:
+        if not any(m in measured(point) for m in FIT_METRICS):
+            raise ReplayError(f"{point.source}: none of {', '.join(FIT_METRICS)} is measured")
+    pairs = [lengths(p) for p in points]
+    before = [_row(p, c, q) for p, c, q in zip(points, configs, pairs)]
+    values = _least_squares(points, configs, pairs, options, max_nfev)
+    fitted = [_with(c, names, values) for c in configs]
+    after = [_row(p, c, q) for p, c, q in zip(points, fitted, pairs)]
+    out = Calibration(model, dict(zip(names, values)), before, after)
+    k = min(folds, len(points))
+    if k >= 2 and len(points) >= 3:
+        out.folds, out.cv_points = k, _cross_validate(points, configs, pairs, options, k, max_nfev)
+        out.cv_error_pct = cv_errors(out.cv_points)
+    return out
+
+
+def _cross_validate(points, configs, pairs, options, k: int, max_nfev: int) -> list:
+    names = [o.name for o in options]
+    rows = [None] * len(points)
+    for fold in range(k):
+        train = [i for i in range(len(points)) if i % k != fold]
+        values = _least_squares([points[i] for i in train], [configs[i] for i in train],
+                                [pairs[i] for i in train], options, max_nfev)
+        for i in range(fold, len(points), k):
+            rows[i] = _row(points[i], _with(configs[i], names, values), pairs[i])
+    return rows
+
+
+def cv_errors(rows: Sequence[dict]) -> dict:
+    """Per metric (in :data:`METRICS` order) the median of ``|error_pct|`` over ``rows``, rounded to 0.1."""
+    from statistics import median
+
+    out = {}
+    for m in METRICS:
+        errs = [abs(r["error_pct"][m]) for r in rows if m in r["error_pct"]]
+        if errs:
+            out[m] = round(median(errs), 1)
+    return out
+
+
+__all__ = ["Calibration", "CalibrationError", "DEFAULT_FIT", "FIT_METRICS", "calibrate", "cv_errors"]

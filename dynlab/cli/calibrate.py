@@ -1,0 +1,86 @@
+"""``dynlab calibrate``: fit a latency model to benchmark result files; parse, call the library, print."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from dynlab.cli import main
+from dynlab.cli.common import echo_table_or_json, json_text, output_path, parse_opts, split_list, write_atomic
+
+_SHORT = {"median_ttft_ms": "TTFT p50", "p99_ttft_ms": "TTFT p99", "median_tpot_ms": "TPOT p50",
+          "p99_tpot_ms": "TPOT p99", "median_e2el_ms": "E2E p50", "total_token_throughput_per_gpu": "tok/s/GPU"}
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def _where(source: str) -> str:
+    """A point's FILE[:LINE] with the file's directory left out (the table's first column)."""
+    return source.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _table(profile: dict) -> str:
+    metrics = [m for m in _SHORT if any(m in p["measured"] for p in profile["points"])]
+    stages = ["before", "after"] + (["cv"] if profile["folds"] else [])
+    rows = [["point"] + [f"{_SHORT[m]} {s}" for m in metrics for s in stages]]
+    for p in profile["points"]:
+        rows.append([_where(p["source"])] + [_pct(p["error_pct"][s].get(m)) for m in metrics for s in stages])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j]) for j, c in enumerate(r)) for r in rows]
+    opts = ", ".join(f"{k}={v:g}" for k, v in profile["latency_opts"].items())
+    lines.append(f"fitted {profile['latency_model']} on {profile['model']}, {profile['tp']} x {profile['gpu']}: {opts}")
+    if profile["folds"]:
+        cv = ", ".join(f"{_SHORT[m]} {v:.1f}%" for m, v in profile["cv_error_pct"].items())
+        lines.append(f"{profile['folds']}-fold cross-validated median |error|: {cv}")
+    else:
+        lines.append("no cross-validation: it needs 3 points or more")
+    return "\n".join(lines)
+
+
+@main.command("calibrate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "file_format", type=click.Choice(["vllm-bench", "aiperf", "guidellm", "points"]),
+              default=None, help="The files' format [default: detected from each file].")
+@click.option("--model", default=None, metavar="NAME|PATH",
+              help="The model, where a file names none or names one dynlab does not bundle.")
+@click.option("--gpu", default=None, help="The GPU, where a file names none.")
+@click.option("--tp", type=click.IntRange(min=1), default=None, help="GPUs per server (tensor parallel), where a file "
+                                                                      "states none [default: 1].")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="The client's concurrent users, where a file states neither them nor a request rate.")
+@click.option("--latency-model", default="linear", show_default=True,
+              help="The latency model to fit (linear or roofline, or any with --fit).")
+@click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
+              help="A starting or fixed option of the latency model (repeatable).")
+@click.option("--fit", "fit", default=None, metavar="NAME[,NAME...]",
+              help="The options to fit [default: beta0,beta1,beta2 for linear; mfu,mbu,overhead_ms for roofline].")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="k of the k-fold cross-validation (at most one fold per point).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None, callback=output_path, metavar="FILE",
+              help="Write the calibration profile (JSON) here, for --latency-profile.")
+@click.option("--output-format", "fmt", type=click.Choice(["table", "json"]), default=None,
+              help="Output: an aligned table or the profile as JSON [default: table on a terminal, else json].")
+def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, latency_model, latency_opts, fit, folds, out, fmt):
+    """Fit a latency model to measured benchmark runs; print the error per point before and after.
+
+    FILES: `vllm bench serve --save-result` JSON, aiperf's profile_export.jsonl or its summary JSON,
+    guidellm's benchmarks JSON, or a points CSV/JSON (docs/calibrate.md). Each measured point is
+    replayed as its client drove the server (fixed concurrency or a Poisson rate) and the latency
+    model's options are fitted with scipy's least_squares; the error quoted is k-fold cross-validated.
+    Example: `dynlab calibrate result.json --model llama-3.1-8b --gpu h100 --out profile.json`.
+    """
+    from dynlab.calibrate.files import calibrate_files
+
+    names = split_list(fit, "'--fit'") if fit is not None else None
+    try:
+        profile, _ = calibrate_files(files, file_format, model, gpu, tp, latency_model,
+                                     parse_opts(latency_opts, "--latency-opt"), names, folds,
+                                     concurrency)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if out:
+        json_text(profile)  # refuses a non-finite figure before writing
+        write_atomic(out, json.dumps(profile, indent=2) + "\n")
+    echo_table_or_json(profile, fmt, _table)
