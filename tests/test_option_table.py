@@ -54,7 +54,16 @@ REQS = "req.jsonl"  # `sim --requests-out` records of that run
 REQS_TEXT = "".join(json.dumps({"id": i, "worker": i, "arrival_ms": 0.0, "first_scheduled_ms": 1.0,
                                 "first_token_ms": 5.0 + i, "finish_ms": 9.0, "input_length": 8, "output_length": 3,
                                 "hit_tokens": 0, "preemptions": 0, "rejected": False}) + "\n" for i in range(2))
-FILES = {SHAREGPT: open(os.path.join(_SAMPLES, SHAREGPT)).read(),
+PROFILE = "profile.json"  # a dynlab calibrate profile (dynlab/calibrate/profile.py) of the linear model
+PROFILE_TEXT = json.dumps({"dynlab_calibration": 1, "model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "engine": None,
+                           "version": None, "latency_model": "linear",
+                           "latency_opts": {"beta0": 20.0, "beta1": 0.1, "beta2": 1.0},
+                           "fitted": ["beta0", "beta1", "beta2"], "folds": 3,
+                           "cv_error_pct": {"median_ttft_ms": 10.0}, "points": []})
+CAL = "cal.csv"  # measured points (a points file) for dynlab calibrate: 3 concurrencies of 8 short requests
+CAL_TEXT = ("model,gpu,max_concurrency,num_prompts,random_input_len,random_output_len,median_ttft_ms,median_tpot_ms\n"
+            "llama-3.1-8b,h100,1,8,64,8,10,5\nllama-3.1-8b,h100,2,8,64,8,15,6\nllama-3.1-8b,h100,4,8,64,8,25,8\n")
+FILES = {PROFILE: PROFILE_TEXT, CAL: CAL_TEXT, SHAREGPT: open(os.path.join(_SAMPLES, SHAREGPT)).read(),
          TOKENIZER: open(os.path.join(_SAMPLES, TOKENIZER)).read(), SPEC: SPEC_TEXT, RUN: RUN_TEXT,
          REQS: REQS_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT,
          MODEL: MODEL_TEXT}
@@ -136,6 +145,7 @@ def sim_rows(cmd: list) -> dict:
         "--think-time-ms": changes(timed + ["--concurrency", "1"], ["--think-time-ms", "500"]),
         "--requests": changes(timed, ["--requests", "2"]),
         "--warmup": changes(timed, ["--warmup", "1"]),
+        "--latency-profile": changes(timed, ["--latency-profile", PROFILE]),
         "--workload": changes(cmd, ["--workload", SPEC]),
         "--tokenizer": changes(cmd + ["--trace", SHAREGPT], ["--tokenizer", TOKENIZER]),
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
@@ -249,6 +259,8 @@ NO_EFFECT = [
     (["--trace", MOON, "--duration-repeat", "same"], "--duration-repeat"),
     (["--max-num-seqs", "3"], "--max-num-seqs"),
     (["--latency-opt", "beta0=3"], "--latency-opt"),
+    (["--latency-profile", PROFILE], "--latency-profile"),  # without --timing
+    (["--timing", "--latency-profile", PROFILE, "--latency-model", "roofline"], "--latency-model"),  # the profile's
     (["--timing", "--policy", "fifo"], "--policy"),
     (["--timing", "--event-delay", "2"], "--event-delay"),
     # a fresh user's trial: the timed engine sized the pool from the GPU as if --capacity were not given
@@ -501,12 +513,38 @@ TABLE.update({
     ("plan", "--decode-prefix-cache"): changes(LOGGED + ["--split", "auto"], ["--decode-prefix-cache"]),
     ("plan", "--ray-address"): refuses(PLAN + ["--ray-address", "127.0.0.1:1"], "--ray-address"),
     ("plan", "--log"): changes(PLAN, ["--log", "p.jsonl"]),
+    ("plan", "--latency-profile"): changes(PLAN, ["--latency-profile", PROFILE]),
     ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),
     ("plan", "--format"): swaps(PLAN, [*PLAN[:-1], "table"]),
     ("plan", "--plot"): changes(PLAN, ["--plot", "p.png"]),
     ("plan", "--report"): changes(PLAN, ["--report", "p.html"]),
     ("plan", "--quiet"): lambda run: (lambda a, b: (a.stderr != "" and b.stderr == "") or pytest.fail("stderr"))(
         run(*[a for a in PLAN if a != "--quiet"]), run(*PLAN)),
+})
+
+
+# ------------------------------------------------------------------------------------------ calibrate
+CALIBRATE = ["calibrate", CAL, "--output-format", "json"]
+
+
+def _wrong_format(run):
+    """--format: a points CSV read as guidellm's JSON fails, naming the file; detected, it calibrates."""
+    good, bad = run(*CALIBRATE), run(*CALIBRATE, "--format", "guidellm")
+    assert good.code == 0 and bad.code != 0 and CAL in bad.stderr, (good, bad)
+
+
+TABLE.update({
+    ("calibrate", "--format"): _wrong_format,
+    ("calibrate", "--model"): changes(CALIBRATE, ["--model", "qwen3-8b"]),
+    ("calibrate", "--gpu"): changes(CALIBRATE, ["--gpu", "h200"]),
+    ("calibrate", "--tp"): changes(CALIBRATE, ["--tp", "2"]),
+    ("calibrate", "--concurrency"): refuses(CALIBRATE + ["--concurrency", "2"], "--concurrency"),
+    ("calibrate", "--latency-model"): changes(CALIBRATE, ["--latency-model", "roofline"]),
+    ("calibrate", "--latency-opt"): changes(CALIBRATE + ["--fit", "beta0,beta2"], ["--latency-opt", "beta1=0.2"]),
+    ("calibrate", "--fit"): changes(CALIBRATE, ["--fit", "beta0"]),
+    ("calibrate", "--folds"): changes(CALIBRATE, ["--folds", "2"]),
+    ("calibrate", "--out"): changes(CALIBRATE, ["--out", "p.json"]),
+    ("calibrate", "--output-format"): swaps(CALIBRATE, [*CALIBRATE[:-1], "table"]),
 })
 
 

@@ -61,7 +61,8 @@ def read_profile(path: str) -> dict[str, Any]:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read the calibration profile: {getattr(exc, 'strerror', None) or exc}")
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise InputFileError(path, f"cannot read the calibration profile: {why}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -82,10 +83,36 @@ def read_profile(path: str) -> dict[str, Any]:
     return data
 
 
-def error_band(profile: dict, metric: str) -> float | None:
-    """The cross-validated error (percent) of ``metric`` in ``profile``, or None when it has none."""
-    value = profile.get("cv_error_pct", {}).get(metric)
-    return None if value is None else float(value)
+#: a profile's metric -> the figure of a run's result it bands (``key.stat`` for a stats object)
+BAND_KEYS = {"median_ttft_ms": "ttft_ms.p50", "p99_ttft_ms": "ttft_ms.p99", "median_tpot_ms": "tpot_ms.p50",
+             "p99_tpot_ms": "tpot_ms.p99", "median_e2el_ms": "e2e_ms.p50",
+             "total_token_throughput_per_gpu": "tokens_per_s_per_gpu"}
 
 
-__all__ = ["PROFILE_KEYS", "PROFILE_VERSION", "error_band", "profile_json", "read_profile"]
+def apply_profile(config):
+    """``(config, keys)``: ``config`` (a :class:`~dynlab.engine.config.SimConfig` with ``latency_profile``)
+    with the profile's latency model and fitted options, and the result keys ``latency_profile`` (the
+    path) and ``error_band_pct`` (:data:`BAND_KEYS` -> the cross-validated error in percent; ``{}`` when
+    the run's model, GPU or tp is not the profile's, whose error was not measured there: ``latency_domain``
+    then says so).
+    Raises the errors of :func:`read_profile`, and ``ValueError`` for a ``--latency-opt`` the profile fits."""
+    from dataclasses import replace
+
+    path = config.latency_profile
+    profile = read_profile(path)
+    fitted = sorted(set(profile["latency_opts"]) & set(config.latency_opts))
+    if fitted:
+        raise ValueError(f"--latency-opt {fitted[0]}: --latency-profile {path} fits it; leave it out or calibrate again")
+    opts = {**{k: repr(float(v)) for k, v in profile["latency_opts"].items()}, **config.latency_opts}
+    config = replace(config, latency_model=profile["latency_model"], latency_opts=opts)
+    band = {BAND_KEYS[m]: v for m, v in profile["cv_error_pct"].items() if m in BAND_KEYS}
+    keys = {"latency_profile": path, "error_band_pct": band}
+    shape, here = (profile["model"], profile["gpu"], profile["tp"]), (config.model, config.gpu, config.tp)
+    if shape != here:
+        keys["error_band_pct"] = {}
+        keys["latency_domain"] = (f"--latency-profile {path} was calibrated on {shape[0]}, {shape[2]} x {shape[1]}, "
+                                  f"not on {here[0]}, {here[2]} x {here[1]}: its error is unmeasured here")
+    return config, keys
+
+
+__all__ = ["BAND_KEYS", "PROFILE_KEYS", "PROFILE_VERSION", "apply_profile", "profile_json", "read_profile"]

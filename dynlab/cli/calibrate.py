@@ -13,7 +13,9 @@ _SHORT = {"median_ttft_ms": "TTFT p50", "p99_ttft_ms": "TTFT p99", "median_tpot_
 
 
 def _pct(value) -> str:
-    return "-" if value is None else f"{value:+.1f}%"
+    if value is None:
+        return "-"
+    return f"{0.0 if abs(value) < 0.05 else value:+.1f}%"
 
 
 def _where(source: str) -> str:
@@ -22,13 +24,15 @@ def _where(source: str) -> str:
 
 
 def _table(profile: dict) -> str:
-    metrics = [m for m in _SHORT if any(m in p["measured"] for p in profile["points"])]
+    """One row per point and measured metric: its error before the fit, after it and held out (cv)."""
     stages = ["before", "after"] + (["cv"] if profile["folds"] else [])
-    rows = [["point"] + [f"{_SHORT[m]} {s}" for m in metrics for s in stages]]
+    rows = [["point", "metric", "measured"] + stages]
     for p in profile["points"]:
-        rows.append([_where(p["source"])] + [_pct(p["error_pct"][s].get(m)) for m in metrics for s in stages])
+        for m in (m for m in _SHORT if m in p["measured"]):
+            rows.append([_where(p["source"]), _SHORT[m], f"{p['measured'][m]:,.1f}"]
+                        + [_pct(p["error_pct"][s].get(m)) for s in stages])
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j]) for j, c in enumerate(r)) for r in rows]
+    lines = ["  ".join(c.ljust(widths[j]) if j < 2 else c.rjust(widths[j]) for j, c in enumerate(r)) for r in rows]
     opts = ", ".join(f"{k}={v:g}" for k, v in profile["latency_opts"].items())
     lines.append(f"fitted {profile['latency_model']} on {profile['model']}, {profile['tp']} x {profile['gpu']}: {opts}")
     if profile["folds"]:
@@ -72,13 +76,16 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, latency_model
     Example: `dynlab calibrate result.json --model llama-3.1-8b --gpu h100 --out profile.json`.
     """
     from dynlab.calibrate.files import calibrate_files
+    from dynlab.calibrate.fit import CalibrationError
 
     names = split_list(fit, "'--fit'") if fit is not None else None
     try:
         profile, _ = calibrate_files(files, file_format, model, gpu, tp, latency_model,
                                      parse_opts(latency_opts, "--latency-opt"), names, folds,
                                      concurrency)
-    except ValueError as exc:
+    except CalibrationError as exc:  # the options cannot calibrate these files (--fit, --model, --concurrency)
+        raise click.UsageError(str(exc)) from None
+    except ValueError as exc:  # a point that cannot be replayed, a bad option value
         raise click.ClickException(str(exc)) from None
     if out:
         json_text(profile)  # refuses a non-finite figure before writing

@@ -185,7 +185,7 @@ def claim_input(ctx, value, source: str) -> Optional[str]:
 
 
 #: the fields whose value is a file a run reads (``--spec-acceptance`` only as ``file:PATH``)
-INPUT_FIELDS = ("trace", "workload", "spec_acceptance")
+INPUT_FIELDS = ("trace", "workload", "spec_acceptance", "latency_profile")
 
 
 def _input_file(field: Optional[str], value) -> Optional[str]:

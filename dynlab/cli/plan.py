@@ -25,7 +25,8 @@ INFEASIBLE = 3
 _BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, default, help_ in SIM_OPTIONS}
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
 SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "trace_block", "capacity",
-          "max_num_batched_tokens", "max_num_seqs", "latency_model", "gpu_memory_utilization", "publish",
+          "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_profile", "gpu_memory_utilization",
+          "publish",
           "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "seed",
           "slo_ttft_ms",
           "slo_tpot_ms", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
@@ -359,6 +360,10 @@ def _report(out: dict, fmt, plot_path) -> None:
     if plot_path:
         plot(out, plot_path)
     out.pop("_results")
+    for shape in out["shapes"]:  # the latency model's own word on a shape outside its validated domain, once each
+        if shape.get("latency_domain"):
+            click.echo(f"Warning: {shape['shape']}: latency model outside its validated domain: "
+                       f"{shape['latency_domain']}", err=True)
     if output_format(fmt) == "json":
         echo_json(out)
     else:

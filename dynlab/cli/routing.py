@@ -147,6 +147,9 @@ SIM_OPTIONS = [
      "With --timing: running requests per engine at most (vLLM's)."),
     (("--latency-model",), "latency_model", RegistryName("latency model", plugins.latency_models), "roofline",
      "With --timing: step latency model (see `dynlab latency --list`)."),
+    (("--latency-profile",), "latency_profile", click.STRING, None,
+     "With --timing: a calibration profile from `dynlab calibrate` (JSON): its latency model and fitted options, "
+     "and each figure's cross-validated error (error_band_pct)."),
     (("--model",), "model", click.STRING, "llama-3.1-8b",
      "With --timing: served model, a bundled name (see `dynlab models`), a config.json path or a model "
      "directory holding one."),

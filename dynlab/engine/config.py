@@ -83,6 +83,8 @@ class SimConfig(Sectioned):
     max_num_seqs: int = 256
     latency_model: str = "roofline"
     latency_opts: Mapping[str, str] = field(default_factory=dict)
+    #     latency_profile: a dynlab calibrate profile (JSON path): its latency model and fitted options
+    latency_profile: Optional[str] = None
     model: str = "llama-3.1-8b"
     gpu: str = "h100"
     tp: int = 1
@@ -267,7 +269,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
                      "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling",
-                     "concurrency", "think_time_ms", "num_requests", "warmup")
+                     "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
@@ -308,7 +310,8 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
-    yield from (*_workload_rules(config), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
+    yield from (*_workload_rules(config), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING),  # workloads', spec's
+                *_profile_rules(config))
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -353,6 +356,11 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
 SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
+
+
+def _profile_rules(config: SimConfig):
+    if config.latency_profile is not None:
+        yield "latency_model", "with --latency-profile (the profile names its latency model)"
 
 
 def _workload_rules(config: SimConfig):

@@ -67,6 +67,8 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         from dynlab.engine.serving import build_engines
         from dynlab.sim.topology import serve, topology_for
 
+        if config.latency_profile is not None:
+            config, shaped = _profiled(config, shaped)
         topology = topology_for(build_engines(config, own))
         block_tokens = config.block
     strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
@@ -92,7 +94,14 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     finally:
         if bar is not None:
             bar.close()
-    return _result(config, metrics, strategy, topology, own, block_tokens) | shaped
+    return _merged(_result(config, metrics, strategy, topology, own, block_tokens), shaped)
+
+
+def _merged(result: dict, keys: dict) -> dict:
+    """``result`` followed by ``keys``; a ``latency_domain`` in both says both (the latency model's, the profile's)."""
+    if "latency_domain" in keys and result.get("latency_domain"):
+        keys = {**keys, "latency_domain": f"{result['latency_domain']}; {keys['latency_domain']}"}
+    return result | keys
 
 
 def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own: Optional[int],
@@ -123,6 +132,15 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own:
         out["router_assign"] = config.router_assign
         out["requests_per_router"] = list(strategy.routed)
     return out
+
+
+def _profiled(config: SimConfig, keys: dict) -> tuple:
+    """``config`` with its calibration profile applied and ``keys`` with the profile's result keys
+    (:func:`dynlab.calibrate.profile.apply_profile`)."""
+    from dynlab.calibrate.profile import apply_profile
+
+    config, profiled = apply_profile(config)
+    return config, {**keys, **profiled}
 
 
 def _run_gpus(config: SimConfig) -> int:

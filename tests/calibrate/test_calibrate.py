@@ -165,7 +165,7 @@ def test_a_point_without_a_known_model_asks_for_model(tmp_path):
     path.write_text("model,gpu,max_concurrency,random_input_len,random_output_len,median_ttft_ms\n"
                     "meta-llama/Llama-3.1-8B-Instruct,h100,4,100,10,20\n")
     r = CliRunner().invoke(main, ["calibrate", str(path)])
-    assert r.exit_code == 1 and "is not one dynlab bundles: give --model" in r.output
+    assert r.exit_code == 2 and "is not one dynlab bundles: give --model" in r.output
 
 
 def test_a_failed_calibration_leaves_the_profile_as_it_was(tmp_path):

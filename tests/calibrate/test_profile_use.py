@@ -1,0 +1,87 @@
+"""--latency-profile on sim and plan: the profile's model and options, its error bands, and where it does not apply."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from dynlab.cli import main
+
+TRACE = "".join(json.dumps({"timestamp": 40 * i, "input_length": 600, "output_length": 20, "hash_ids": [i, i + 100]})
+                + "\n" for i in range(6))
+PROFILE = {"dynlab_calibration": 1, "model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "engine": "vllm", "version": None,
+           "latency_model": "linear", "latency_opts": {"beta0": 20.0, "beta1": 0.1, "beta2": 1.0},
+           "fitted": ["beta0", "beta1", "beta2"], "folds": 3,
+           "cv_error_pct": {"median_ttft_ms": 11.0, "p99_ttft_ms": 23.5, "median_tpot_ms": 4.0}, "points": []}
+
+
+def _files(tmp_path):
+    (tmp_path / "t.jsonl").write_text(TRACE)
+    (tmp_path / "p.json").write_text(json.dumps(PROFILE))
+    return str(tmp_path / "t.jsonl"), str(tmp_path / "p.json")
+
+
+def _sim(*args):
+    return CliRunner().invoke(main, ["sim", "--timing", "--quiet", *args])
+
+
+def test_a_profile_runs_its_model_and_says_its_error_bands(tmp_path):
+    trace, profile = _files(tmp_path)
+    r = _sim("--trace", trace, "--latency-profile", profile)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    by_hand = json.loads(_sim("--trace", trace, "--latency-model", "linear", "--latency-opt", "beta0=20",
+                              "--latency-opt", "beta1=0.1", "--latency-opt", "beta2=1").stdout)
+    assert out["latency_model"] == "linear" and out["ttft_ms"] == by_hand["ttft_ms"]
+    assert out["latency_profile"] == profile
+    assert out["error_band_pct"] == {"ttft_ms.p50": 11.0, "ttft_ms.p99": 23.5, "tpot_ms.p50": 4.0}
+    assert "latency_domain" not in out
+
+
+def test_a_profile_on_another_gpu_has_no_band_and_says_so(tmp_path):
+    trace, profile = _files(tmp_path)
+    r = _sim("--trace", trace, "--latency-profile", profile, "--gpu", "h200")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["error_band_pct"] == {}
+    assert "calibrated on llama-3.1-8b, 1 x h100, not on llama-3.1-8b, 1 x h200" in out["latency_domain"]
+    assert "its error is unmeasured here" in r.stderr
+
+
+def test_a_fitted_option_given_again_is_refused(tmp_path):
+    trace, profile = _files(tmp_path)
+    r = _sim("--trace", trace, "--latency-profile", profile, "--latency-opt", "beta2=3")
+    assert r.exit_code != 0 and "--latency-opt beta2: --latency-profile" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_a_bad_profile_is_one_line(tmp_path):
+    trace, _ = _files(tmp_path)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"dynlab_calibration": 1, "model": "m", "gpu": "h100", "tp": 1, "latency_model": "linear", '
+                   '"latency_opts": {"beta0": "x"}, "cv_error_pct": {}}')
+    r = _sim("--trace", trace, "--latency-profile", str(bad))
+    assert r.exit_code == 1 and r.stderr.strip() == f"Error: {bad}:1: 'beta0' must be a finite number >= 0, got 'x'"
+
+
+def _plan(trace, *args):
+    return CliRunner().invoke(main, ["plan", "--trace", trace, "--slo-ttft-ms", "5000", "--executor", "serial",
+                                     "--quiet", "--format", "table", *args])
+
+
+def test_plan_prints_each_figure_with_its_band(tmp_path):
+    trace, profile = _files(tmp_path)
+    r = _plan(trace, "--latency-profile", profile, "--slo-percentile", "p99")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.stdout.splitlines() if "h100x1" in line and "(±" in line)
+    assert "(±23.5%)" in row  # TTFT p99's band; TPOT p99 has none in this profile
+    assert "cross-validated median error" in r.stdout
+
+
+def test_plan_warns_once_per_shape_outside_the_default_models_domain(tmp_path):
+    trace, _ = _files(tmp_path)
+    r = _plan(trace, "--gpu", "h100,b200")
+    assert r.exit_code == 0, r.output
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("Warning:")]
+    assert warnings == [next(w for w in warnings if w.startswith("Warning: b200x1 kv-cost: "))]
+    assert "GPU b200" in warnings[0]
