@@ -146,6 +146,7 @@ def sim_rows(cmd: list) -> dict:
         "--requests": changes(timed, ["--requests", "2"]),
         "--warmup": changes(timed, ["--warmup", "1"]),
         "--latency-profile": changes(timed, ["--latency-profile", PROFILE]),
+        "--request-overhead-ms": changes(timed, ["--request-overhead-ms", "50"]),
         "--workload": changes(cmd, ["--workload", SPEC]),
         "--tokenizer": changes(cmd + ["--trace", SHAREGPT], ["--tokenizer", TOKENIZER]),
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
@@ -260,6 +261,7 @@ NO_EFFECT = [
     (["--max-num-seqs", "3"], "--max-num-seqs"),
     (["--latency-opt", "beta0=3"], "--latency-opt"),
     (["--latency-profile", PROFILE], "--latency-profile"),  # without --timing
+    (["--request-overhead-ms", "5"], "--request-overhead-ms"),
     (["--timing", "--latency-profile", PROFILE, "--latency-model", "roofline"], "--latency-model"),  # the profile's
     (["--timing", "--policy", "fifo"], "--policy"),
     (["--timing", "--event-delay", "2"], "--event-delay"),
@@ -514,6 +516,7 @@ TABLE.update({
     ("plan", "--ray-address"): refuses(PLAN + ["--ray-address", "127.0.0.1:1"], "--ray-address"),
     ("plan", "--log"): changes(PLAN, ["--log", "p.jsonl"]),
     ("plan", "--latency-profile"): changes(PLAN, ["--latency-profile", PROFILE]),
+    ("plan", "--request-overhead-ms"): changes(PLAN, ["--request-overhead-ms", "300"]),
     ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),
     ("plan", "--format"): swaps(PLAN, [*PLAN[:-1], "table"]),
     ("plan", "--plot"): changes(PLAN, ["--plot", "p.png"]),

@@ -87,7 +87,8 @@ def test_every_sim_option_can_be_a_grid_option(entry):
              "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
              "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
-             "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b"}.get(field, default)
+             "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b",
+             "concurrency": "4", "num_requests": "2", "latency_profile": "profile.json"}.get(field, default)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],
             **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")}}
@@ -100,6 +101,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
                "prefill_workers": ["--decode-workers", "1"], "decode_workers": ["--prefill-workers", "1"],
                "rate_scale": ["--trace", TRACE], "duration": ["--trace", TRACE], "tokenizer": ["--trace", SHAREGPT],
                "trace_block": ["--trace", TRACE],  # a trace that names its own blocks (a workload has none)
+               "think_time_ms": ["--concurrency", "2"],
                "duration_repeat": ["--trace", TRACE, "--duration", "60"],
                **{f: ["--split", "1:1"] for f in pd}, **spec}.get(field, [])
     timing = field not in ("policy", "event_delay")
@@ -112,7 +114,7 @@ def test_every_sim_option_can_be_a_grid_option(entry):
              "prefill_workers": {"decode-workers": 1},
              "decode_workers": {"prefill-workers": 1}, "rate_scale": {"trace": TRACE}, "duration": {"trace": TRACE},
              "tokenizer": {"trace": SHAREGPT}, "trace_block": {"trace": TRACE},
-             "duration_repeat": {"trace": TRACE, "duration": 60.0},
+             "duration_repeat": {"trace": TRACE, "duration": 60.0}, "think_time_ms": {"concurrency": 2},
              **{f: {"split": "1:1"} for f in pd},
              **{f: {a.lstrip("-"): (int(b) if b.isdigit() else b) for a, b in zip(v[::2], v[1::2])}
                 for f, v in spec.items()}}.get(field, {})

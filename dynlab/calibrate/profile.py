@@ -6,6 +6,7 @@ A profile is one JSON object (``PROFILE_KEYS``, in that order):
 - ``model``, ``gpu``, ``tp``: the hardware the points were replayed on (dynlab's names);
 - ``engine``, ``version``: the serving engine and its version when the files state them (else null);
 - ``latency_model`` and ``latency_opts``: the model and every fitted option's value (floats);
+- ``request_overhead_ms``: the server's front end per request (``--request-overhead-ms``; 0 when not fitted);
 - ``fitted``: the names of the fitted options;
 - ``folds`` and ``cv_error_pct``: k of the k-fold cross-validation and, per metric, the median absolute
   held-out error in percent (:mod:`dynlab.calibrate.fit`); ``{}`` and 0 with fewer than 3 points;
@@ -24,7 +25,7 @@ from dynlab.errors import InputError, InputFileError
 
 PROFILE_VERSION = 1
 PROFILE_KEYS = ("dynlab_calibration", "model", "gpu", "tp", "engine", "version", "latency_model", "latency_opts",
-                "fitted", "folds", "cv_error_pct", "points")
+                "request_overhead_ms", "fitted", "folds", "cv_error_pct", "points")
 
 
 def _round(mapping: dict, digits: int = 1) -> dict:
@@ -49,7 +50,9 @@ def profile_json(calibration, points: Sequence, configs: Sequence) -> dict[str, 
     return {"dynlab_calibration": PROFILE_VERSION, "model": first.model, "gpu": first.gpu, "tp": first.tp,
             "engine": ",".join(sorted(engines)) or None, "version": ",".join(sorted(versions)) or None,
             "latency_model": calibration.latency_model,
-            "latency_opts": {k: float(f"{float(v):.6g}") for k, v in calibration.opts.items()},
+            "latency_opts": {k: float(f"{float(v):.6g}") for k, v in calibration.opts.items()
+                             if k != "request_overhead_ms"},
+            "request_overhead_ms": float(f"{float(calibration.opts.get('request_overhead_ms', 0.0)):.6g}"),
             "fitted": list(calibration.opts), "folds": calibration.folds,
             "cv_error_pct": dict(calibration.cv_error_pct), "points": rows}
 
@@ -77,7 +80,8 @@ def read_profile(path: str) -> dict[str, Any]:
                       ("cv_error_pct", dict)):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
             raise InputError(path, 1, f"{key!r} must be a {kind.__name__}, got {data.get(key)!r}")
-    for name, value in {**data["latency_opts"], **data["cv_error_pct"]}.items():
+    extra = {"request_overhead_ms": data["request_overhead_ms"]} if "request_overhead_ms" in data else {}
+    for name, value in {**data["latency_opts"], **data["cv_error_pct"], **extra}.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise InputError(path, 1, f"{name!r} must be a finite number >= 0, got {value!r}")
     return data
@@ -91,7 +95,7 @@ BAND_KEYS = {"median_ttft_ms": "ttft_ms.p50", "p99_ttft_ms": "ttft_ms.p99", "med
 
 def apply_profile(config):
     """``(config, keys)``: ``config`` (a :class:`~dynlab.engine.config.SimConfig` with ``latency_profile``)
-    with the profile's latency model and fitted options, and the result keys ``latency_profile`` (the
+    with the profile's latency model, fitted options and request overhead, and the result keys ``latency_profile`` (the
     path) and ``error_band_pct`` (:data:`BAND_KEYS` -> the cross-validated error in percent; ``{}`` when
     the run's model, GPU or tp is not the profile's, whose error was not measured there: ``latency_domain``
     then says so).
@@ -103,8 +107,12 @@ def apply_profile(config):
     fitted = sorted(set(profile["latency_opts"]) & set(config.latency_opts))
     if fitted:
         raise ValueError(f"--latency-opt {fitted[0]}: --latency-profile {path} fits it; leave it out or calibrate again")
+    front = float(profile.get("request_overhead_ms", 0.0))
+    if front and config.request_overhead_ms:
+        raise ValueError(f"--request-overhead-ms: --latency-profile {path} fits it; leave it out or calibrate again")
     opts = {**{k: repr(float(v)) for k, v in profile["latency_opts"].items()}, **config.latency_opts}
-    config = replace(config, latency_model=profile["latency_model"], latency_opts=opts)
+    config = replace(config, latency_model=profile["latency_model"], latency_opts=opts,
+                     request_overhead_ms=front or config.request_overhead_ms)
     band = {BAND_KEYS[m]: v for m, v in profile["cv_error_pct"].items() if m in BAND_KEYS}
     keys = {"latency_profile": path, "error_band_pct": band}
     shape, here = (profile["model"], profile["gpu"], profile["tp"]), (config.model, config.gpu, config.tp)

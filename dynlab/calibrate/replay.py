@@ -108,21 +108,24 @@ def arrival(point: MeasuredPoint, config: SimConfig) -> SimConfig:
 
 
 class _Figures(Recorder):
-    """Each request's ``(input, output, TTFT ms, E2E ms)`` by its position, and the run's first arrival
+    """Each request's ``(input, output, TTFT ms, E2E ms)`` by its position (with ``front_ms``, the server's
+    front end, as :class:`~dynlab.engine.metrics.ServingMetrics` counts it), and the run's first arrival
     and last finish (ms, unrounded)."""
-
-    def __init__(self):
-        self.rows: dict = {}
-        self.first = None
-        self.last = 0.0
 
     def on_arrival(self, req, t: float) -> None:
         if self.first is None or t < self.first:
             self.first = t
 
+    def __init__(self, front_ms: float):
+        self.rows: dict = {}
+        self.first = None
+        self.last = 0.0
+        self.front_ms = front_ms
+
     def on_finish(self, req, t: float) -> None:
-        self.rows[req.id] = (req.input_length, req.output_length, req.first_token_ms - req.arrival_ms,
-                             t - req.arrival_ms)
+        front = self.front_ms
+        self.rows[req.id] = (req.input_length, req.output_length, req.first_token_ms - req.arrival_ms + front,
+                             t - req.arrival_ms + front)
         self.last = max(self.last, t)
 
 
@@ -159,7 +162,7 @@ def simulate(point: MeasuredPoint, config: SimConfig, pairs: Optional[list] = No
 
     pairs = lengths(point) if pairs is None else pairs
     config = replace(arrival(point, config), timing=True, workers=1, trace="<measured point>")
-    recorder = _Figures()
+    recorder = _Figures(config.request_overhead_ms)
     run(config, requests=_requests(pairs, config.block), recorders=(recorder,))
     rows = [recorder.rows[i] for i in sorted(recorder.rows)]
     return Replayed(rows, recorder.last - (recorder.first or 0.0), config.tp * config.pp)

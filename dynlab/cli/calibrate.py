@@ -34,6 +34,7 @@ def _table(profile: dict) -> str:
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(widths[j]) if j < 2 else c.rjust(widths[j]) for j, c in enumerate(r)) for r in rows]
     opts = ", ".join(f"{k}={v:g}" for k, v in profile["latency_opts"].items())
+    opts += f", request_overhead_ms={profile['request_overhead_ms']:g}"
     lines.append(f"fitted {profile['latency_model']} on {profile['model']}, {profile['tp']} x {profile['gpu']}: {opts}")
     if profile["folds"]:
         cv = ", ".join(f"{_SHORT[m]} {v:.1f}%" for m, v in profile["cv_error_pct"].items())
@@ -59,7 +60,8 @@ def _table(profile: dict) -> str:
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
               help="A starting or fixed option of the latency model (repeatable).")
 @click.option("--fit", "fit", default=None, metavar="NAME[,NAME...]",
-              help="The options to fit [default: beta0,beta1,beta2 for linear; mfu,mbu,overhead_ms for roofline].")
+              help="The options to fit [default: beta0,beta1,beta2 for linear, mfu,mbu,overhead_ms for roofline, "
+                   "each with request_overhead_ms, the server's front end per request].")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="k of the k-fold cross-validation (at most one fold per point).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, callback=output_path, metavar="FILE",

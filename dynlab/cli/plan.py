@@ -25,7 +25,8 @@ INFEASIBLE = 3
 _BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, default, help_ in SIM_OPTIONS}
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
 SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "trace_block", "capacity",
-          "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_profile", "gpu_memory_utilization",
+          "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_profile", "request_overhead_ms",
+          "gpu_memory_utilization",
           "publish",
           "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "seed",
           "slo_ttft_ms",

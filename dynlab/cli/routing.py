@@ -150,6 +150,9 @@ SIM_OPTIONS = [
     (("--latency-profile",), "latency_profile", click.STRING, None,
      "With --timing: a calibration profile from `dynlab calibrate` (JSON): its latency model and fitted options, "
      "and each figure's cross-validated error (error_band_pct)."),
+    (("--request-overhead-ms",), "request_overhead_ms", FiniteFloat(min=0), 0.0,
+     "With --timing: the server's front end per request (HTTP, tokenisation, first stream chunk) before the "
+     "engine sees it, added to every TTFT and E2E (fit it with dynlab calibrate)."),
     (("--model",), "model", click.STRING, "llama-3.1-8b",
      "With --timing: served model, a bundled name (see `dynlab models`), a config.json path or a model "
      "directory holding one."),

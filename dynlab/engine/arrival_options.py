@@ -39,3 +39,28 @@ def check_closed_loop(concurrency: Optional[int], num_requests: Optional[int], w
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if num_requests is not None and warmup >= num_requests:
         raise ValueError(f"--warmup {warmup} leaves none of --requests {num_requests} to measure")
+
+
+def workload_rules(config, without_timing: str):
+    """The rows of :func:`dynlab.engine.config._no_effect_rules` (``(field, why it has no effect)``) for the
+    arrival options, what a workload spec replaces and what a calibration profile sets (``--latency-model``).
+    ``config``: a :class:`~dynlab.engine.config.SimConfig`; ``without_timing``: the reason of a timed-only option."""
+    if config.latency_profile is not None:
+        yield "latency_model", "with --latency-profile (the profile names its latency model)"
+    if config.trace is None and config.workload is None:
+        for name in ("rate_scale", "duration"):
+            yield name, "without --trace or --workload: the synthetic workload has no timestamps"
+    if not config.timing:
+        yield "rate_scale", without_timing
+    if config.duration is None:
+        yield "duration_repeat", "without --duration (it says what a looped trace repeats)"
+    if config.concurrency is None:
+        yield "think_time_ms", "without --concurrency (a user's pause between an answer and its next request)"
+    else:
+        why = "with --concurrency: closed-loop requests are sent as earlier ones finish, not at a rate"
+        for name in ("rate", "rate_scale", "time_scale"):
+            yield name, why
+        yield "duration_repeat", "with --concurrency: --duration stops the users sending, it loops no trace"
+    if config.workload is not None:
+        yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
+        yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"

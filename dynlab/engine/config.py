@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
-from dynlab.engine.arrival_options import check_closed_loop
+from dynlab.engine.arrival_options import check_closed_loop, workload_rules
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 from dynlab.engine.spec import SPEC_METHODS, no_effect_rules as _spec_rules
 
@@ -132,6 +132,9 @@ class SimConfig(Sectioned):
     spec_draws: str = "seeded"
     #     spec_model: the draft model of spec_method draft (a bundled name or config.json; None: dynlab's /10 rule)
     spec_model: Optional[str] = None
+    #     request_overhead_ms: the server's front end (HTTP, tokenisation, the first stream chunk) before
+    #     the engine sees a request; added to every TTFT and E2E (dynlab.engine.metrics.ServingMetrics)
+    request_overhead_ms: float = 0.0
     # --- closed-loop arrivals (issue 38): concurrency virtual users, each sending its next request
     #     think_time_ms after its previous one finished (dynlab.engine.closed); num_requests (--requests):
     #     the workload's first N requests; warmup: the first N left out of the serving metrics
@@ -203,7 +206,8 @@ class SimConfig(Sectioned):
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
             raise ValueError(f"pcie_gbps must be a finite number > 0, got {self.pcie_gbps}")
-        for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb", "think_time_ms"):
+        for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb", "think_time_ms",
+                     "request_overhead_ms"):
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
@@ -269,7 +273,8 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
                      "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling",
-                     "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile")
+                     "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
+                     "request_overhead_ms")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
@@ -310,8 +315,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
-    yield from (*_workload_rules(config), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING),  # workloads', spec's
-                *_profile_rules(config))
+    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -356,32 +360,6 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
 SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
-
-
-def _profile_rules(config: SimConfig):
-    if config.latency_profile is not None:
-        yield "latency_model", "with --latency-profile (the profile names its latency model)"
-
-
-def _workload_rules(config: SimConfig):
-    """The rows of :func:`_no_effect_rules` for the rate and duration options and what a workload spec replaces."""
-    if config.trace is None and config.workload is None:
-        for name in ("rate_scale", "duration"):
-            yield name, "without --trace or --workload: the synthetic workload has no timestamps"
-    if not config.timing:
-        yield "rate_scale", _WITHOUT_TIMING
-    if config.duration is None:
-        yield "duration_repeat", "without --duration (it says what a looped trace repeats)"
-    if config.concurrency is None:
-        yield "think_time_ms", "without --concurrency (a user's pause between an answer and its next request)"
-    else:
-        why = "with --concurrency: closed-loop requests are sent as earlier ones finish, not at a rate"
-        for name in ("rate", "rate_scale", "time_scale"):
-            yield name, why
-        yield "duration_repeat", "with --concurrency: --duration stops the users sending, it loops no trace"
-    if config.workload is not None:
-        yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
-        yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"
 
 
 def _aggregated(config: SimConfig) -> bool:

@@ -90,7 +90,7 @@ class RunEnv:
     def timed(cls, requests: Iterable, strategy, workers: int, *, traffic: TrafficSection = TrafficSection(),
               events: EventsSection = EventsSection(), slo: SloSection = SloSection(),
               loss_rng: Optional[random.Random] = None, arrival_rng: Optional[random.Random] = None,
-              recorders: Sequence[Recorder] = (), progress=None) -> "RunEnv":
+              recorders: Sequence[Recorder] = (), progress=None, front_ms: float = 0.0) -> "RunEnv":
         """The environment of a timed run of ``requests`` routed by ``strategy`` to ``workers`` workers.
 
         Arrivals: with ``traffic.concurrency``, closed loop (:class:`~dynlab.engine.closed.ClosedLoop`:
@@ -99,18 +99,20 @@ class RunEnv:
         (``None``: :data:`~dynlab.engine.config.POISSON_RATE`) requests/s from ``arrival_rng`` (default: seeded ``dynlab-arrivals-<seed>``, the run's own);
         KV events: ``events.publish``, ``events.event_delay_ms``, ``events.event_loss`` (draws from
         ``loss_rng``); goodput SLOs from ``slo``; the serving metrics leave out requests whose id is below
-        ``traffic.warmup``. ``recorders`` follow the serving recorder.
+        ``traffic.warmup``. ``recorders`` follow the serving recorder. ``front_ms``: the server's front end
+        before the engine sees a request (in every TTFT and E2E; a closed-loop user's next request
+        reaches the engine that much later too).
         """
         loop = EventLoop()
         bus = EventBus(loop, strategy.on_event, delay_ms=events.event_delay_ms, loss=events.event_loss,
                        rng=loss_rng, publish=events.publish == "yes")
         rng = arrival_rng or random.Random(f"dynlab-arrivals-{traffic.seed}")
-        serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms, warmup=traffic.warmup)
+        serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms, warmup=traffic.warmup, front_ms=front_ms)
         if traffic.concurrency is not None:  # closed loop: the users' recorder sends requests as others finish
             from dynlab.engine.closed import ClosedLoop
 
             stop = None if traffic.duration is None else traffic.duration * 1000.0
-            users = ClosedLoop(requests, traffic.concurrency, loop, traffic.think_time_ms, stop)
+            users = ClosedLoop(requests, traffic.concurrency, loop, traffic.think_time_ms + front_ms, stop)
             return cls(loop, bus, users.initial(), RoutingMetrics(workers), [serving, *recorders, users], progress,
                        users)
         rate = POISSON_RATE if traffic.rate is None else traffic.rate

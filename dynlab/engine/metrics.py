@@ -284,6 +284,10 @@ class ServingMetrics(Recorder):
     arrival``, ``queue_wait_ms`` ``first_scheduled_ms - arrival_ms``. A distribution with no sample
     is ``null`` (:func:`stats`).
 
+    ``front_ms`` (``--request-overhead-ms``): the server's front end before the engine sees a request (HTTP,
+    tokenisation, the first stream chunk), added to every ``ttft_ms`` and ``e2e_ms`` (the engine's own
+    times, ``queue_wait_ms`` and the ``--requests-out`` records, do not include it).
+
     ``slo_ttft_ms`` / ``slo_tpot_ms``: when either is given, ``goodput`` is the share of ALL
     requests (rejected ones included, as failures) whose TTFT and TPOT meet the SLOs given
     (DistServe's definition); a one-token request has no TPOT and meets any TPOT SLO.
@@ -303,8 +307,9 @@ class ServingMetrics(Recorder):
     benchmark clients' warm-up requests are); the span starts at the first measured arrival.
     """
 
-    def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, warmup: int = 0):
-        self.warmup = warmup
+    def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, warmup: int = 0,
+                 front_ms: float = 0.0):
+        self.warmup, self.front_ms = warmup, front_ms
         self.slo_ttft_ms = slo_ttft_ms
         self.slo_tpot_ms = slo_tpot_ms
         self.ttft: list = []
@@ -340,9 +345,9 @@ class ServingMetrics(Recorder):
     def on_finish(self, req, t: float) -> None:
         if self.warmup and req.id < self.warmup:
             return
-        ttft = req.first_token_ms - req.arrival_ms
+        ttft = req.first_token_ms - req.arrival_ms + self.front_ms
         self.ttft.append(ttft)
-        self.e2e.append(t - req.arrival_ms)
+        self.e2e.append(t - req.arrival_ms + self.front_ms)
         self.wait.append(req.first_scheduled_ms - req.arrival_ms)
         self.output_tokens += req.output_length
         self.hit_tokens += req.hit_tokens or 0

@@ -21,13 +21,14 @@ pytest.importorskip("scipy")
 
 TRUTH = {"beta0": 6.0, "beta1": 0.04, "beta2": 0.25}
 #: (users, mean input tokens, mean output tokens): points that tell the three coefficients apart
-DESIGN = ((4, 1000, 100), (16, 1000, 100), (32, 2000, 120), (8, 4000, 100))
+DESIGN = ((1, 1000, 100), (4, 1000, 100), (16, 1000, 100), (32, 2000, 120), (8, 4000, 100))
+TRUTH_FRONT_MS = 40.0  # the server's front end per request (--request-overhead-ms)
 TRUE_CONFIG = SimConfig(timing=True, latency_model="linear", model="llama-3.1-8b", gpu="h100",
-                        latency_opts={k: repr(v) for k, v in TRUTH.items()})
+                        latency_opts={k: repr(v) for k, v in TRUTH.items()}, request_overhead_ms=TRUTH_FRONT_MS)
 
 
 def _point(c, n_in, n_out, ratio=0.2):
-    return MeasuredPoint(source=f"c{c}", max_concurrency=c, num_prompts=64, random_input_len=n_in,
+    return MeasuredPoint(source=f"c{c}", max_concurrency=c, num_prompts=40, random_input_len=n_in,
                          random_output_len=n_out, random_range_ratio=ratio)
 
 
@@ -81,7 +82,7 @@ def _write_points(tmp_path, i, c, n_in, n_out):
         w.writerow(["model", "gpu", "tp", "max_concurrency", "num_prompts", "random_input_len", "random_output_len",
                     "random_range_ratio", "median_ttft_ms", "median_tpot_ms", "median_e2el_ms",
                     "total_token_throughput", "per_gpu"])
-        w.writerow(["llama-3.1-8b", "h100", 1, c, 64, n_in, n_out, 0.2, got["median_ttft_ms"], got["median_tpot_ms"],
+        w.writerow(["llama-3.1-8b", "h100", 1, c, 40, n_in, n_out, 0.2, got["median_ttft_ms"], got["median_tpot_ms"],
                     got["median_e2el_ms"], got["total_token_throughput_per_gpu"], "true"])
     return [str(path)]
 
@@ -93,7 +94,7 @@ def _write_guidellm(tmp_path, i, c, n_in, n_out):
     bench = {"config": {"strategy": {"type_": "concurrent", "streams": c},
                         "requests": {"data": f"prompt_tokens={n_in},output_tokens={n_out}"},
                         "backend": {"model": "llama-3.1-8b"}},
-             "request_totals": {"total": 64}, "duration": 1.0,
+             "request_totals": {"total": 40}, "duration": 1.0,
              "metrics": {"time_to_first_token_ms": dist(got["median_ttft_ms"]),
                          "time_per_output_token_ms": dist(got["median_tpot_ms"]),
                          "request_latency": dist(got["median_e2el_ms"] / 1000.0),
@@ -111,7 +112,7 @@ def test_calibrate_recovers_known_coefficients_from_files_dynlab_wrote(tmp_path,
     files = [path for i, design in enumerate(DESIGN) for path in WRITERS[fmt](tmp_path, i, *design)]
     out = tmp_path / "profile.json"
     args = ["calibrate", *files, "--model", "llama-3.1-8b", "--gpu", "h100", "--out", str(out),
-            "--output-format", "json", "--folds", "3"]
+            "--output-format", "json", "--folds", "2"]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     profile = json.loads(out.read_text())
@@ -119,6 +120,7 @@ def test_calibrate_recovers_known_coefficients_from_files_dynlab_wrote(tmp_path,
     assert json.loads(r.stdout) == profile
     for name, value in profile["latency_opts"].items():
         assert value == pytest.approx(TRUTH[name], rel=0.02), (name, profile["latency_opts"])
+    assert profile["request_overhead_ms"] == pytest.approx(TRUTH_FRONT_MS, rel=0.02)
     for row in profile["points"]:
         assert all(abs(e) < 1.0 for e in row["error_pct"]["after"].values()), row
 
@@ -133,16 +135,16 @@ def test_cross_validation_holds_out_each_point_once_and_reports_medians():
 def test_lengths_follow_the_file_or_redraw_vllms_random_dataset():
     p = _point(4, 1000, 100, ratio=0.5)
     pairs = lengths(p)
-    assert len(pairs) == 64 and all(500 <= a <= 1500 and 50 <= b <= 150 for a, b in pairs)
+    assert len(pairs) == 40 and all(500 <= a <= 1500 and 50 <= b <= 150 for a, b in pairs)
     assert lengths(p) == pairs  # seeded
     q = replace(p, input_lens=(7, 8), output_lens=(2, 3))
     assert lengths(q) == [(7, 2), (8, 3)]
 
 
 def test_a_closed_loop_replay_at_double_coefficients_doubles_its_times():
-    p = _point(8, 1000, 100)
+    p = _point(8, 1000, 100)  # the front end doubled too: in closed loop it is each user's pause as well
     base, double = replay(p, TRUE_CONFIG), replay(p, replace(TRUE_CONFIG, latency_opts={
-        k: repr(2 * v) for k, v in TRUTH.items()}))
+        k: repr(2 * v) for k, v in TRUTH.items()}, request_overhead_ms=2 * TRUTH_FRONT_MS))
     for m in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms"):
         assert double[m] == pytest.approx(2 * base[m], rel=1e-9)
     assert double["total_token_throughput_per_gpu"] == pytest.approx(base["total_token_throughput_per_gpu"] / 2)
