@@ -17,6 +17,7 @@ from click.core import ParameterSource
 
 from dynlab import plugins
 from dynlab.cli import main
+from dynlab.sweep.plots import FRONTIER, FRONTIER_METRICS  # matplotlib is imported only when a plot is drawn
 from dynlab.cli.common import output_path, stream_output_path, write_atomic
 from dynlab.cli.common import claim_inputs, input_path, parse_opts
 from dynlab.cli.routing import common_flags, sim_options
@@ -302,7 +303,9 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         if metric and metric.split(".")[0] in TIMED_METRICS and \
                 not any(c.timing for c in configs):
             raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
-        if metric:  # a metric no cell reports is refused now, not after every cell has run
+        if metric == FRONTIER and not any(c.timing and c.concurrency for c in configs):
+            raise click.UsageError("--metric frontier needs --timing and --concurrency (a closed-loop sweep)")
+        if metric and metric != FRONTIER:  # a metric no cell reports is refused now, not after every cell has run
             from dynlab.sweep.probe import metric_problem
 
             problem = metric_problem(configs, metric, _trace)
@@ -400,11 +403,20 @@ def _cells(n: int) -> str:
 
 
 def _plot_metric(results: dict, metric) -> str:
-    """The metric to plot (``--metric``, else ``block_hit_rate``, else ``hit_rate``); raises
+    """The metric to plot (``--metric``; else ``frontier`` for a closed-loop sweep, ``block_hit_rate``, else
+    ``hit_rate``); raises
     :class:`DynlabError` listing the numbers there are when no result has it."""
     from dynlab.sweep import metric_value, numeric_paths
 
     values = list(results.values())
+    if metric is None and any(metric_value(r, FRONTIER_METRICS[1]) is not None and r.get("concurrency")
+                              for r in values):
+        metric = FRONTIER  # a closed-loop sweep: the throughput-interactivity frontier
+    if metric == FRONTIER:
+        for path in FRONTIER_METRICS:
+            if not any(metric_value(r, path) is not None for r in values):
+                raise DynlabError(f"--metric frontier: no result has {path} (it needs --timing and --concurrency)")
+        return metric
     if metric is None:
         metric = "block_hit_rate" if any(metric_value(r, "block_hit_rate") is not None for r in values) \
             else "hit_rate"

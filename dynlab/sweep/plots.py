@@ -31,6 +31,12 @@ def plot_layout(grid: Grid) -> tuple[list[Axis], list[Axis]]:
     return numeric, [a for a in varied if a not in numeric]
 
 
+#: the ``--metric`` of the throughput-interactivity frontier: tokens/s per GPU against tokens/s per user
+FRONTIER = "frontier"
+#: the two figures a frontier plots, (x, y): a closed-loop run's (dynlab.sim.benchmark)
+FRONTIER_METRICS = ("interactivity.p50", "tokens_per_s_per_gpu")
+
+
 def _compact(v: float) -> str:
     """A short label for a heatmap cell: three significant digits, k and M for large values."""
     a = abs(v)
@@ -48,6 +54,10 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
 
     ``results``: :func:`cell_key` -> result for the grid's cells (missing cells are
     left blank). One varied numeric option: a line per series (strategy) against it.
+    ``metric`` ``frontier`` (:data:`FRONTIER`): the curve InferenceX and vendor reports draw,
+    tokens per second per GPU (y: ``tokens_per_s_per_gpu``, input and output) against tokens per
+    second per user (x: ``interactivity.p50``, 1000 / TPOT), a line per series through its cells in the
+    numeric option's order (each point labelled with its value, e.g. the concurrency).
     Two: a heatmap per series, the first option across and the second down, all
     panels on one colour scale (logarithmic when the values span more than a factor
     of 100), each cell labelled with its value. Needs matplotlib
@@ -58,8 +68,14 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
     numeric, series_axes = plot_layout(grid)
     plt = pyplot()
     series = list(itertools.product(*(range(len(a.values)) for a in series_axes)))
-    value_at = _metric_table(grid, results, metric, numeric, series_axes)
     labels = [_series_label(series_axes, combo) for combo in series]
+    if metric == FRONTIER:
+        if len(numeric) != 1:
+            raise GridError("--metric frontier needs one varied numeric option (a point per value, e.g. concurrency)")
+        tables = [_metric_table(grid, results, m, numeric, series_axes) for m in FRONTIER_METRICS]
+        save(_plot_frontier(plt, numeric[0], series, labels, tables), path)
+        return
+    value_at = _metric_table(grid, results, metric, numeric, series_axes)
     if len(numeric) == 1:
         fig = _plot_lines(plt, numeric[0], series, labels, value_at, metric)
     else:
@@ -126,6 +142,26 @@ def _plot_lines(plt, ax_opt: Axis, series: list, labels: list, value_at, label: 
     if any(labels):
         ax.legend(fontsize=8)
     ax.set_title(f"{label} by {ax_opt.name}")
+    fig.tight_layout()
+    return fig
+
+
+def _plot_frontier(plt, ax_opt: Axis, series: list, labels: list, tables: list):
+    """The frontier (:func:`plot_sweep`): per series, its cells as (interactivity, tokens/s/GPU) points."""
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    x_at, y_at = tables
+    for k, (combo, name) in enumerate(zip(series, labels)):
+        points = [(x_at(combo, (v,)), y_at(combo, (v,)), ax_opt.label(i)) for i, v in enumerate(ax_opt.values)]
+        points = [p for p in points if not (math.isnan(p[0]) or math.isnan(p[1]))]
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=name or None, **series_style(k))
+        for x, y, text in points:
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("interactivity p50 (tokens/s per user, 1000 / TPOT)")
+    ax.set_ylabel("tokens/s per GPU (input + output)")
+    ax.grid(True, alpha=0.3)
+    if any(labels):
+        ax.legend(fontsize=8)
+    ax.set_title(f"throughput per GPU against interactivity, by {ax_opt.name}")
     fig.tight_layout()
     return fig
 
