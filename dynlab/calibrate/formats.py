@@ -70,7 +70,9 @@ class MeasuredPoint:
     loop), ``request_rate`` (req/s; ``inf`` = all at once; None = not stated), ``num_prompts`` (int),
     ``random_input_len``, ``random_output_len`` (tokens), ``random_range_ratio``, ``backend`` (the
     benchmark client's backend/endpoint type), ``engine`` and ``version`` (the serving engine, where
-    stated), ``per_gpu`` (the throughputs are per GPU already), ``source`` ("FILE" or "FILE:LINE").
+    stated), ``per_gpu`` (the throughputs are per GPU already), ``source`` ("FILE" or "FILE:LINE"),
+    ``arrival`` (how an open-loop client spaced its requests: ``"poisson"``, ``"constant"``; None: not
+    stated, replayed as Poisson).
 
     Per-request data (tuples, None when the format has none): ``input_lens``, ``output_lens``
     (tokens), ``ttfts_ms`` (ms), ``itls_ms`` (ms, a tuple of inter-token gaps per request). Failed
@@ -96,6 +98,7 @@ class MeasuredPoint:
     engine: str | None = None
     version: str | None = None
     per_gpu: bool = False
+    arrival: str | None = None
     input_lens: tuple | None = None
     output_lens: tuple | None = None
     ttfts_ms: tuple | None = None

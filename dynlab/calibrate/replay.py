@@ -7,7 +7,8 @@ simulated worker the way the client drove the server:
 - ``max_concurrency`` set and ``request_rate`` unset or ``inf``: closed loop, ``max_concurrency`` users
   (``vllm bench serve --max-concurrency``, aiperf's and guidellm's concurrency modes);
 - a finite ``request_rate`` without ``max_concurrency``: Poisson arrivals at that rate (vllm bench's
-  default arrival process, inference-perf's Poisson stages);
+  default arrival process), or evenly spaced ones when the point's ``arrival`` is ``"constant"``
+  (inference-perf's ``constant`` load);
 - both: refused (a rate-limited client with a concurrency cap is not modelled yet).
 
 The prompts are the file's own token counts when it has them (``input_lens`` / ``output_lens``, in the
@@ -79,7 +80,8 @@ def lengths(point: MeasuredPoint) -> list[tuple[int, int]]:
     return [(draw(point.random_input_len), draw(point.random_output_len)) for _ in range(n)]
 
 
-def _requests(pairs: list[tuple[int, int]], block: int):
+def _requests(pairs: list[tuple[int, int]], block: int, spacing_ms: Optional[float] = None):
+    """The replayed requests: distinct prompts; timestamps ``i x spacing_ms`` when given."""
     from dynlab.routing.strategy import Request
     from dynlab.traces.reader import TraceRequests
 
@@ -87,7 +89,8 @@ def _requests(pairs: list[tuple[int, int]], block: int):
     out = TraceRequests()
     for i, (n_in, n_out) in enumerate(pairs):
         out.append(Request(hashes=tuple(next(names) for _ in range(-(-n_in // block))), input_length=n_in,
-                           output_length=max(n_out, 1), index=i))
+                           output_length=max(n_out, 1), index=i,
+                           timestamp=None if spacing_ms is None else i * spacing_ms))
     out.block_tokens = block
     return out
 
@@ -102,7 +105,7 @@ def arrival(point: MeasuredPoint, config: SimConfig) -> SimConfig:
     if point.max_concurrency is not None:
         return replace(config, concurrency=point.max_concurrency, rate=None)
     if open_rate:
-        return replace(config, rate=rate, concurrency=None)
+        return replace(config, rate=None if point.arrival == "constant" else rate, concurrency=None)
     raise ReplayError(f"{point.source}: neither max_concurrency nor a finite request_rate: "
                       "dynlab cannot tell how the client sent its requests")
 
@@ -163,7 +166,9 @@ def simulate(point: MeasuredPoint, config: SimConfig, pairs: Optional[list] = No
     pairs = lengths(point) if pairs is None else pairs
     config = replace(arrival(point, config), timing=True, workers=1, trace="<measured point>")
     recorder = _Figures(config.request_overhead_ms)
-    run(config, requests=_requests(pairs, config.block), recorders=(recorder,))
+    constant = point.arrival == "constant" and config.concurrency is None
+    spacing = 1000.0 / point.request_rate if constant else None
+    run(config, requests=_requests(pairs, config.block, spacing), recorders=(recorder,))
     rows = [recorder.rows[i] for i in sorted(recorder.rows)]
     return Replayed(rows, recorder.last - (recorder.first or 0.0), config.tp * config.pp)
 

@@ -1,0 +1,193 @@
+"""dynlab against real GPUs: the real measurements under benchmarks/data/real/, replayed (issue 38 item 5).
+
+Fetches nothing: it reads ``benchmarks/data/real/*.csv`` (provenance and licences in that folder's
+README.md). Each row is one measured benchmark stage (a server, a client driving it at a fixed
+concurrency or a Poisson rate, a length distribution); each is replayed by
+:func:`dynlab.calibrate.replay.replay` on one simulated server of the row's model, GPU and tp, with the
+row's measured length distribution where a ``*_lengths.json`` beside the CSV gives its percentiles
+(:func:`with_lengths`), else its mean lengths (``random_input_len`` / ``random_output_len``), at most
+``dynlab.calibrate.replay.MAX_REQUESTS`` requests, with the row's ``max_num_seqs`` and
+``max_num_batched_tokens``.
+
+For each latency model and each (model, GPU, tp) group it reports the error of every measured figure
+(``predicted / measured - 1``):
+
+- ``uncalibrated``: the model's defaults;
+- ``calibrated (cv)``: k-fold cross-validated (:func:`dynlab.calibrate.fit.calibrate`, k = min(5, rows in the
+  group)): each row predicted by a fit on the group's other rows, so no row's error comes from a fit that saw it.
+
+The summary table is the median over rows of ``|error|`` per metric, in percent (docs/fidelity.md). Models a
+row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
+
+    python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--only SUBSTRING] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from statistics import median
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL = os.path.join(HERE, "data", "real")
+sys.path.insert(0, os.path.dirname(HERE))
+
+from dynlab.calibrate.fit import calibrate  # noqa: E402
+from dynlab.calibrate.formats import MeasuredPoint  # noqa: E402
+from dynlab.calibrate.replay import MAX_REQUESTS, METRICS, lengths, measured, replay  # noqa: E402
+from dynlab.engine.config import SimConfig  # noqa: E402
+
+#: a row's Hugging Face model id -> dynlab's bundled name or a config.json under data/real/models
+MODELS = {"meta-llama/Llama-2-7b-hf": "llama-2-7b", "meta-llama/Llama-2-70b-hf": "llama-2-70b",
+          "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b", "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b"}
+SHORT = {"median_ttft_ms": "TTFT p50", "p99_ttft_ms": "TTFT p99", "median_tpot_ms": "TPOT p50",
+         "p99_tpot_ms": "TPOT p99", "median_e2el_ms": "E2E p50", "total_token_throughput_per_gpu": "tok/s/GPU"}
+_INT = ("tp", "ep", "max_concurrency", "num_prompts")
+#: the server settings a row states, as dynlab's options (vLLM's names)
+_SERVER = ("max_num_seqs", "max_num_batched_tokens")
+_FLOAT = ("request_rate", "random_range_ratio", "median_ttft_ms", "mean_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+          "mean_tpot_ms", "p99_tpot_ms", "median_itl_ms", "median_e2el_ms", "p99_e2el_ms", "total_token_throughput",
+          "output_throughput")
+
+
+def model_for(hf_id: str) -> str:
+    """dynlab's ``--model`` for a row's model: a bundled name, or the config.json shipped beside the data."""
+    name = MODELS.get(hf_id, hf_id.rsplit("/", 1)[-1].lower())
+    local = os.path.join(REAL, "models", name, "config.json")
+    return local if os.path.isfile(local) else name
+
+
+def quantile_lengths(table: dict, n: int) -> list[int]:
+    """``n`` lengths at the quantiles ``(i + 0.5) / n`` of a percentile table ``{percent: tokens}``
+    (linear between the listed percentiles), so the replay's lengths have the measured distribution."""
+    ps = sorted((float(p), float(v)) for p, v in table.items())
+    out = []
+    for i in range(n):
+        q = 100.0 * (i + 0.5) / n
+        k = next(j for j in range(1, len(ps)) if ps[j][0] >= q or j == len(ps) - 1)
+        (p0, v0), (p1, v1) = ps[k - 1], ps[k]
+        out.append(round(v0 + (v1 - v0) * (q - p0) / (p1 - p0) if p1 > p0 else v1))
+    return out
+
+
+def with_lengths(point: MeasuredPoint, table: dict) -> MeasuredPoint:
+    """``point`` with per-request lengths drawn from its stage's measured percentiles (``*_lengths.json``):
+    each list at the quantiles, then shuffled with a fixed seed (inputs and outputs paired at random)."""
+    import random
+
+    n = min(point.num_prompts or MAX_REQUESTS, MAX_REQUESTS)
+    ins, outs = quantile_lengths(table["prompt_len"], n), quantile_lengths(table["output_len"], n)
+    rng = random.Random(0)
+    rng.shuffle(ins)
+    rng.shuffle(outs)
+    return replace(point, input_lens=tuple(max(x, 1) for x in ins), output_lens=tuple(max(x, 1) for x in outs))
+
+
+def read_rows(path: str) -> list[MeasuredPoint]:
+    """The rows of one real-measurement CSV (tests/test_real_data.py pins its columns) as measured points."""
+    points = []
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            values = {k: int(float(row[k])) for k in _INT if row.get(k)}
+            values.update({k: float(row[k]) for k in _FLOAT if row.get(k)})
+            for k in ("random_input_len", "random_output_len"):
+                if row.get(k):
+                    values[k] = round(float(row[k]))
+            point = MeasuredPoint(source=row["experiment"], model=row["model"], gpu=row["gpu"],
+                                  engine=row["engine"] or None, version=row["version"] or None,
+                                  per_gpu=row["per_gpu"] == "true", arrival=row.get("arrival") or None, **values)
+            points.append(point)
+            SERVER[point.source] = {k: int(row[k]) for k in _SERVER if row.get(k)}
+    side = path[:-len(".csv")] + "_lengths.json"
+    if os.path.isfile(side):
+        with open(side) as fh:
+            tables = json.load(fh)
+        points = [with_lengths(p, tables[p.source]) if p.source in tables else p for p in points]
+    return points
+
+
+#: experiment -> the vLLM settings its row states (max_num_seqs, max_num_batched_tokens)
+SERVER: dict = {}
+
+
+def _errors(point, config) -> dict:
+    want, got = measured(point), replay(point, config, lengths(point))
+    return {m: 100.0 * (got[m] / want[m] - 1.0) for m in want if m in got and math.isfinite(got[m])}
+
+
+def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15) -> list[dict]:
+    """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}``."""
+    groups = defaultdict(list)
+    for p in points:
+        groups[(p.model, p.gpu, p.tp or 1)].append(p)
+    rows = []
+    for (model, gpu, tp), members in groups.items():
+        base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp)
+        configs = [replace(base, **SERVER.get(p.source, {})) for p in members]
+        cal = None
+        if len(members) >= 3:
+            cal = calibrate(members, configs, folds=folds, max_nfev=max_nfev)
+        for i, p in enumerate(members):
+            rows.append({"source": p.source, "group": f"{model} tp{tp} {gpu}", "uncalibrated": _errors(p, configs[i]),
+                         "cv": cal.cv_points[i]["error_pct"] if cal is not None else {},
+                         "fitted": cal.opts if cal is not None else {}})
+    return rows
+
+
+def summary(rows: list[dict], stage: str) -> dict:
+    """Per metric the median |error| (percent, 0.1) over ``rows`` at ``stage``, and how many rows had it."""
+    out = {}
+    for m in METRICS:
+        errs = [abs(r[stage][m]) for r in rows if m in r[stage]]
+        if errs:
+            out[m] = (round(median(errs), 1), len(errs))
+    return out
+
+
+def table(results: dict) -> str:
+    metrics = [m for m in METRICS if any(m in summary(rows, "uncalibrated") for rows in results.values())]
+    head = ["latency model", "stage"] + [SHORT[m] for m in metrics]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rows in results.items():
+        for stage, label in (("uncalibrated", "defaults"), ("cv", "calibrated, held out")):
+            s = summary(rows, stage)
+            cells = [f"{s[m][0]:.1f} % ({s[m][1]})" if m in s else "-" for m in metrics]
+            lines.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency-model", default="roofline,linear")
+    ap.add_argument("--only", default=None, help="only the rows whose experiment contains this")
+    ap.add_argument("--json", default=None, help="also write every row's errors here")
+    args = ap.parse_args()
+    points = [p for name in sorted(os.listdir(REAL)) if name.endswith(".csv")
+              for p in read_rows(os.path.join(REAL, name))]
+    if args.only:
+        points = [p for p in points if args.only in p.source]
+    results = {}
+    for name in args.latency_model.split(","):
+        start = time.perf_counter()
+        results[name] = score(points, name)
+        print(f"# {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    print(table(results))
+    print("\nper row (error %, uncalibrated -> held out):")
+    for name, rows in results.items():
+        for r in rows:
+            cells = ", ".join(f"{SHORT[m]} {e:+.0f} -> {r['cv'].get(m, float('nan')):+.0f}"
+                              for m, e in r["uncalibrated"].items())
+            print(f"  {name} {r['source']}: {cells}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The real-measurement CSVs under benchmarks/data/real/: one shape, sane numbers, a README section each."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+REAL = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "real"
+
+COLUMNS = [
+    "experiment", "model", "gpu", "tp", "ep", "engine", "version",
+    "max_num_seqs", "max_num_batched_tokens", "max_concurrency", "request_rate", "arrival",
+    "num_prompts", "random_input_len", "random_output_len", "random_range_ratio",
+    "input_len_p50", "output_len_p50",
+    "median_ttft_ms", "mean_ttft_ms", "p99_ttft_ms",
+    "median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms", "median_itl_ms",
+    "median_e2el_ms", "mean_e2el_ms", "p99_e2el_ms",
+    "total_token_throughput", "output_throughput", "per_gpu",
+]
+TEXT = {"experiment", "model", "gpu", "engine", "version", "per_gpu", "arrival"}
+NUMERIC = [c for c in COLUMNS if c not in TEXT]
+INTEGER = {"tp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_concurrency", "num_prompts"}
+
+CSVS = sorted(REAL.glob("*.csv"))
+
+
+def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        rows = [dict(zip(header, r)) for r in reader]
+        fh.seek(0)
+        lengths = [len(r) for r in csv.reader(fh)]
+    assert set(lengths) == {len(header)}, f"{path.name}: ragged rows"
+    return header, rows
+
+
+def test_there_is_real_data():
+    assert (REAL / "blis_h100.csv") in CSVS
+
+
+@pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
+def test_header_is_the_column_list(path):
+    header, rows = _rows(path)
+    assert header == COLUMNS
+    assert rows, f"{path.name} has no rows"
+
+
+@pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
+def test_rows(path):
+    _, rows = _rows(path)
+    seen = set()
+    for row in rows:
+        where = f"{path.name}:{row['experiment']}"
+        assert row["experiment"] and row["experiment"] not in seen, where
+        seen.add(row["experiment"])
+        for col in ("model", "gpu", "tp"):
+            assert row[col].strip(), f"{where}: empty {col}"
+        assert any(row[c] for c in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms")), where
+        for col in NUMERIC:
+            if row[col] == "":
+                continue
+            value = float(row[col])
+            assert math.isfinite(value) and value > 0, f"{where}: {col}={row[col]!r}"
+            if col in INTEGER:
+                assert value == int(value), f"{where}: {col}={row[col]!r} is not an integer"
+        if row["random_range_ratio"]:
+            assert float(row["random_range_ratio"]) <= 1, where
+        assert (row["max_concurrency"] != "") != (row["request_rate"] != ""), (
+            f"{where}: exactly one of max_concurrency / request_rate"
+        )
+        assert row["per_gpu"] in ("false", "true"), where
+        assert row["arrival"] in ("", "poisson", "constant"), where
+        assert row["engine"] in ("vllm", "sglang", "trtllm"), where
+        if row["median_ttft_ms"] and row["median_e2el_ms"]:
+            assert float(row["median_ttft_ms"]) < float(row["median_e2el_ms"]), where
+
+
+@pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
+def test_every_csv_has_a_readme_section(path):
+    readme = (REAL / "README.md").read_text()
+    headings = [line for line in readme.splitlines() if line.startswith("#")]
+    assert any(path.name in h for h in headings), f"README.md has no section heading naming {path.name}"
+
+
+@pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
+def test_length_percentiles_belong_to_rows_and_grow(path):
+    side = path.with_name(path.stem + "_lengths.json")
+    if not side.exists():
+        return
+    import json
+
+    _, rows = _rows(path)
+    tables = json.loads(side.read_text())
+    assert set(tables) == {r["experiment"] for r in rows}
+    for name, table in tables.items():
+        assert set(table) == {"prompt_len", "output_len"}, name
+        for dist in table.values():
+            ps = sorted((float(p), v) for p, v in dist.items())
+            assert ps[0][0] == 0 and ps[-1][0] == 100, name
+            assert [v for _, v in ps] == sorted(v for _, v in ps), name
+
+
+MODELS = sorted((REAL / "models").glob("*/config.json"))
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.parent.name)
+def test_each_model_config_loads_as_dynlab_reads_it(path):
+    from dynlab.models.spec import model_spec
+
+    spec = model_spec(str(path))
+    # Llama-2's parameter counts (7B, 70B; CodeLlama 34B) within 3 % from the architecture alone
+    billions = {"llama-2-7b": 6.74, "llama-2-70b": 68.98, "codellama-34b": 33.74}[path.parent.name]
+    assert spec.params / 1e9 == pytest.approx(billions, rel=0.03)
+    assert spec.kv_bytes_per_token == 2 * spec.num_layers * spec.kv_heads * spec.head_dim * 2
