@@ -189,3 +189,13 @@ def test_read_profile_refuses_what_is_not_a_profile(tmp_path):
     path.write_text('{"a": 1}')
     with pytest.raises(InputError, match="not a dynlab calibration profile"):
         read_profile(str(path))
+
+
+def test_a_constant_rate_client_is_replayed_evenly_spaced():
+    # one short request every 2 s: each is served alone, so every TTFT is the same; Poisson bunches some
+    p = MeasuredPoint(source="r", request_rate=0.5, num_prompts=30, input_lens=(200,) * 30, output_lens=(20,) * 30)
+    constant = simulate(replace(p, arrival="constant"), TRUE_CONFIG)
+    ttfts = {round(r[2], 9) for r in constant.rows}
+    assert len(ttfts) == 1 and constant.span_ms == pytest.approx(29 * 2000.0 + constant.rows[-1][3] - TRUTH_FRONT_MS)
+    poisson = simulate(p, TRUE_CONFIG)
+    assert poisson.span_ms != constant.span_ms
