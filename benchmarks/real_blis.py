@@ -61,9 +61,9 @@ def stage_row(name: str, stage: int, config: dict, rate: float, load_type: str, 
             "output_len_p50": f"{ok['output_len']['median']:g}",
             "median_ttft_ms": _ms(lat["time_to_first_token"], "median"),
             "mean_ttft_ms": _ms(lat["time_to_first_token"], "mean"), "p99_ttft_ms": _ms(lat["time_to_first_token"], "p99"),
-            "median_tpot_ms": _ms(lat["time_per_output_token"], "median"),
-            "mean_tpot_ms": _ms(lat["time_per_output_token"], "mean"),
-            "p99_tpot_ms": _ms(lat["time_per_output_token"], "p99"), "median_itl_ms": "",
+            # inference-perf's time_per_output_token is not vLLM's TPOT: its median (3.6 ms in the first
+            # row) is half of (E2E - TTFT) / (output - 1) at the median request (7.2 ms); left out
+            "median_tpot_ms": "", "mean_tpot_ms": "", "p99_tpot_ms": "", "median_itl_ms": "",
             "median_e2el_ms": _ms(lat["request_latency"], "median"), "mean_e2el_ms": _ms(lat["request_latency"], "mean"),
             "p99_e2el_ms": _ms(lat["request_latency"], "p99"),
             "total_token_throughput": f"{put['total_tokens_per_sec']:.2f}",
@@ -102,6 +102,33 @@ def build(git_dir: str, rev: str) -> tuple[list[dict], dict]:
     return rows, lengths
 
 
+#: the columns of the per-model points files (dynlab calibrate's ``points`` format)
+POINTS = ["model", "gpu", "tp", "request_rate", "arrival", "num_prompts", "random_input_len", "random_output_len",
+          "median_ttft_ms", "mean_ttft_ms", "p99_ttft_ms", "median_e2el_ms", "p99_e2el_ms", "engine", "source_note"]
+
+
+def write_points(rows: list[dict]) -> list[str]:
+    """One points file per model (``blis_points/<model>.csv``): what ``dynlab calibrate`` reads. The lengths
+    are the median request's (the figures are medians); the throughput is left out (an open-loop client
+    sets it: it is the offered load, whatever the server)."""
+    os.makedirs(os.path.join(OUT, "blis_points"), exist_ok=True)
+    paths = []
+    for model in sorted({r["model"] for r in rows}):
+        path = os.path.join(OUT, "blis_points", model.rsplit("/", 1)[-1].lower() + ".csv")
+        with open(path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, POINTS, lineterminator="\n")
+            w.writeheader()
+            for r in rows:
+                if r["model"] == model:
+                    out = {k: r.get(k, "") for k in POINTS}
+                    out["random_input_len"] = round(float(r["input_len_p50"]))
+                    out["random_output_len"] = round(float(r["output_len_p50"]))
+                    out["source_note"] = r["experiment"]
+                    w.writerow(out)
+        paths.append(path)
+    return paths
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("git_dir")
@@ -115,6 +142,7 @@ def main() -> None:
     with open(os.path.join(OUT, "blis_h100_lengths.json"), "w") as fh:
         json.dump(lengths, fh, indent=1)
         fh.write("\n")
+    write_points(rows)
     print(f"{len(rows)} rows from {len({r['experiment'].split('/')[0] for r in rows})} experiments")
 
 

@@ -543,6 +543,8 @@ TABLE.update({
     ("calibrate", "--tp"): changes(CALIBRATE, ["--tp", "2"]),
     ("calibrate", "--concurrency"): refuses(CALIBRATE + ["--concurrency", "2"], "--concurrency"),
     ("calibrate", "--latency-model"): changes(CALIBRATE, ["--latency-model", "roofline"]),
+    ("calibrate", "--max-num-seqs"): changes(CALIBRATE, ["--max-num-seqs", "1"]),
+    ("calibrate", "--max-num-batched-tokens"): changes(CALIBRATE, ["--max-num-batched-tokens", "16"]),
     ("calibrate", "--latency-opt"): changes(CALIBRATE + ["--fit", "beta0,beta2"], ["--latency-opt", "beta1=0.2"]),
     ("calibrate", "--fit"): changes(CALIBRATE, ["--fit", "beta0"]),
     ("calibrate", "--folds"): changes(CALIBRATE, ["--folds", "2"]),

@@ -57,20 +57,23 @@ def point_configs(points: Sequence[MeasuredPoint], base: SimConfig, model: Optio
 def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Optional[str] = None,
                     gpu: Optional[str] = None, tp: Optional[int] = None, latency_model: str = "linear",
                     latency_opts: Optional[dict] = None, fit: Optional[Sequence[str]] = None,
-                    folds: int = 5, concurrency: Optional[int] = None) -> tuple[dict, Calibration]:
+                    folds: int = 5, concurrency: Optional[int] = None,
+                    engine: Optional[dict] = None) -> tuple[dict, Calibration]:
     """``(profile, calibration)`` of the points in ``paths`` (each read by
     :func:`~dynlab.calibrate.formats.read_points` with ``fmt``). Raises
     :class:`~dynlab.errors.InputError` / :class:`~dynlab.errors.InputFileError` for a bad file,
     :class:`CalibrationError` and :class:`~dynlab.calibrate.replay.ReplayError` for points that cannot be
     fitted, ``ValueError`` for a bad option. ``concurrency``: the client's users where a file states neither
-    ``max_concurrency`` nor a request rate (aiperf's per-request export)."""
+    ``max_concurrency`` nor a request rate (aiperf's per-request export). ``engine``: the server's engine
+    settings the files do not state, as :class:`~dynlab.engine.config.SimConfig` fields
+    (``max_num_seqs``, ``max_num_batched_tokens``)."""
     points = [p for path in paths for p in read_points(path, fmt)]
     if concurrency is not None:
         if all(p.max_concurrency is not None or p.request_rate is not None for p in points):
             raise CalibrationError("--concurrency has no effect: every point states its concurrency or request rate")
         points = [replace(p, max_concurrency=concurrency)
                   if p.max_concurrency is None and p.request_rate is None else p for p in points]
-    base = SimConfig(timing=True, latency_model=latency_model, latency_opts=dict(latency_opts or {}))
+    base = SimConfig(timing=True, latency_model=latency_model, latency_opts=dict(latency_opts or {}), **(engine or {}))
     configs = point_configs(points, base, model, gpu, tp)
     for config in configs:
         config.validate()

@@ -31,7 +31,8 @@ Formats (``FORMATS``; :func:`read_points` detects one or takes its name):
 ``points``
     A plain CSV (header row) or a JSON list of objects, one summary point a row, with the columns
     ``POINT_COLUMNS``: ``model``, ``gpu``, ``tp``, ``ep``, ``max_concurrency``, ``request_rate``
-    (req/s, ``inf``), ``num_prompts``, ``random_input_len``, ``random_output_len`` (tokens),
+    (req/s, ``inf``), ``arrival`` (``poisson``, the default, or ``constant``), ``num_prompts``,
+    ``random_input_len``, ``random_output_len`` (tokens),
     ``random_range_ratio``, ``median_ttft_ms``, ``mean_ttft_ms``, ``p99_ttft_ms``,
     ``median_tpot_ms``, ``mean_tpot_ms``, ``p99_tpot_ms``, ``median_itl_ms``, ``mean_itl_ms``,
     ``median_e2el_ms``, ``p99_e2el_ms`` (ms), ``total_token_throughput``, ``output_throughput``
@@ -180,6 +181,8 @@ def _fill_summary(point: MeasuredPoint, computed: dict) -> MeasuredPoint:
 
 # --- value checks ----------------------------------------------------------------------------------
 
+#: how an open-loop client spaces its requests (a points file's ``arrival``)
+ARRIVALS = ("poisson", "constant")
 _INT_SETTINGS = ("tp", "ep", "max_concurrency", "num_prompts", "random_input_len", "random_output_len")
 _FLOAT_SETTINGS = ("request_rate", "random_range_ratio")
 _STR_SETTINGS = ("model", "gpu", "backend", "engine", "version")
@@ -230,6 +233,10 @@ def _setting(name: str, value, what: str | None = None):
         return str(value)
     if name == "per_gpu":
         return _bool(value, what)
+    if name == "arrival":
+        if value not in ARRIVALS:
+            raise ValueError(f"{what}: expected one of {', '.join(ARRIVALS)}, got {value!r}")
+        return value
     if name in _INT_SETTINGS:
         return _number(value, what, integer=True)
     return _number(value, what, allow_inf=(name == "request_rate"))
@@ -610,7 +617,7 @@ def _read_guidellm(path, text: str) -> list:
 # --- points ----------------------------------------------------------------------------------------
 
 #: the columns a ``points`` file may have
-POINT_COLUMNS = ("model", "gpu", "tp", "ep", "max_concurrency", "request_rate", "num_prompts",
+POINT_COLUMNS = ("model", "gpu", "tp", "ep", "max_concurrency", "request_rate", "arrival", "num_prompts",
                  "random_input_len", "random_output_len", "random_range_ratio", *_SUMMARY_KEYS,
                  "per_gpu", "engine", "version", "source_note")
 

@@ -56,6 +56,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     block_tokens = own or config.block
     topology = None
     shaped = {}
+    config = _spec_users(config, requests)
     if config.num_requests is not None:
         requests, total = _first(requests, config.num_requests, total)
     if config.concurrency is not None:  # closed loop (timed only): the users ignore timestamps
@@ -141,6 +142,22 @@ def _profiled(config: SimConfig, keys: dict) -> tuple:
 
     config, profiled = apply_profile(config)
     return config, {**keys, **profiled}
+
+
+def _spec_users(config: SimConfig, requests) -> SimConfig:
+    """``config`` with the closed-loop users a workload spec asks for (``"arrival": {"process": "closed"}``,
+    :attr:`dynlab.traces.reader.TraceRequests.closed`) as ``concurrency`` and ``think_time_ms``. Raises
+    ``ValueError`` when ``--concurrency`` or ``--think-time-ms`` is given too, or without ``--timing``."""
+    closed = getattr(requests, "closed", None)
+    if closed is None:
+        return config
+    for name in ("concurrency", "think_time_ms", "rate"):
+        if getattr(config, name):
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag}: the workload spec's arrival is closed loop already ({closed[0]} users)")
+    if not config.timing:
+        raise ValueError("a workload spec with closed-loop arrivals needs --timing (users wait for answers)")
+    return replace(config, concurrency=closed[0], think_time_ms=closed[1])
 
 
 def _run_gpus(config: SimConfig) -> int:

@@ -102,6 +102,8 @@ class TraceRequests(list):
     block_tokens: int = 16
     #: the format's own block size (``TraceFormat.block_tokens``), ``None`` when it hashes at ``--block``
     own_block_tokens: Optional[int] = None
+    #: a workload spec's closed-loop ``(users, think time ms)`` (:attr:`dynlab.traces.workload.Workload.closed`)
+    closed: Optional[tuple] = None
 
 
 def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,

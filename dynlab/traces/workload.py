@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Optional
 
 from dynlab.errors import DynlabError, InputFileError
 
@@ -36,6 +36,9 @@ class Workload(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: ``(users, think time ms)`` when the spec asks for closed-loop users (the timed run takes them as
+    #: ``--concurrency`` and ``--think-time-ms``); ``None``: the rows' timestamps are their arrivals
+    closed: Optional[tuple] = None
 
     def __init__(self, spec: dict, source: str = "<spec>"):
         self.spec, self.source = spec, source

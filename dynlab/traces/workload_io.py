@@ -34,18 +34,20 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
     """The requests of the spec ``path`` (a :class:`~dynlab.traces.reader.TraceRequests`): each row's
     tokens hashed at ``block`` tokens per block with ``scheme``, as a ``tokens`` trace of the same
     rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`), each name covering the
-    ``lookahead`` tokens after its block (:func:`dynlab.routing.hashing.lookahead_names`). Raises what
-    :func:`open_workload` raises."""
+    ``lookahead`` tokens after its block (:func:`dynlab.routing.hashing.lookahead_names`); its ``closed``
+    is the workload's (:attr:`dynlab.traces.workload.Workload.closed`). Raises what :func:`open_workload` raises."""
     from dynlab.routing.strategy import Request
     from dynlab.traces.reader import TraceRequests
     from dynlab.traces.replies import request_names
 
     out = TraceRequests()
-    for i, row in enumerate(open_workload(path).rows()):
+    workload = open_workload(path)
+    for i, row in enumerate(workload.rows()):
         toks = row["tokens"]
         names, replied = request_names(toks, row.get("output_tokens"), block, scheme=scheme, lookahead=lookahead)
         out.append(Request(names, len(toks), row["output_length"], row["timestamp"], i, output_hashes=replied))
     out.block_tokens, out.own_block_tokens = block, None
+    out.closed = workload.closed
     return out
 
 

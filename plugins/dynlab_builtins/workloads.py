@@ -7,6 +7,10 @@ Spec keys (docs/workloads.md has the full table; rates in requests/s, lengths in
   ``burstiness`` (the shape of the gamma gaps, vLLM's ``benchmark_serving --burstiness``: 1 is
   Poisson, below 1 burstier, above 1 steadier); ``piecewise`` takes ``curve``: ``[[t_s, rate], ...]``,
   the rate from each ``t_s`` to the next (a Poisson process of that rate; the last rate holds on);
+  ``{"process": "closed", "concurrency": C, "think_time_s": T}``: no rate, ``C`` users who each send
+  the next request ``T`` s (default 0) after their previous answer (``dynlab sim --concurrency C
+  --think-time-ms 1000T``: the timed run takes them from the spec, :attr:`SyntheticWorkload.closed`);
+  its rows carry timestamp 0;
 - ``input`` / ``output``: a length distribution: ``{"dist": "lognormal", "mean": M, "sigma": S}``
   (``mean`` is the distribution's MEAN, not its median: ``mu = ln(M) - S^2/2``, median
   ``M * exp(-S^2/2)``), ``{"dist": "uniform", "min": A, "max": B}`` (integers, both included),
@@ -36,7 +40,7 @@ from dynlab.limits import MAX_PROMPT_TOKENS, MAX_SEED_REQUESTS
 from dynlab.traces.workload import Workload
 
 _KEYS = ("generator", "seed", "requests", "arrival", "input", "output", "prefix", "sessions")
-_PROCESSES = ("poisson", "gamma", "constant", "piecewise")
+_PROCESSES = ("poisson", "gamma", "constant", "piecewise", "closed")
 _DISTS = ("lognormal", "uniform", "constant", "empirical")
 
 
@@ -127,6 +131,10 @@ def _gaps(workload: Workload, table, rng: random.Random):
     if process == "piecewise":
         curve = _curve(workload, _Reader(workload, table, "arrival", ("process", "curve")))
         return _piecewise(curve, rng)
+    if process == "closed":
+        r = _Reader(workload, table, "arrival", ("process", "concurrency", "think_time_s"))
+        workload.closed = (r.number("concurrency", integer=True), r.number("think_time_s", 0.0, 0.0, False) * 1000.0)
+        return iter(lambda: 0.0, None)
     allowed = ("process", "rate", "burstiness") if process == "gamma" else ("process", "rate")
     r = _Reader(workload, table, "arrival", allowed)
     rate = r.number("rate")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import statistics
 
+import pytest
+
 from click.testing import CliRunner
 from hypothesis import given, strategies as st
 
@@ -141,3 +143,39 @@ def test_weighted_stats_are_the_stats_of_the_repeated_values(pairs):
         assert got[key] == want[key] or abs(got[key] - want[key]) <= 0.1 + 1e-9  # float rounding at .x5
     if values:
         assert abs(got["mean"] - round(statistics.fmean(values), 1)) <= 0.1 + 1e-9
+
+
+def _spec(tmp_path, arrival):
+    path = tmp_path / f"{arrival['process']}.json"
+    path.write_text(json.dumps({"seed": 3, "requests": 60, "arrival": arrival,
+                                "input": {"dist": "uniform", "min": 100, "max": 400},
+                                "output": {"dist": "uniform", "min": 5, "max": 40}}))
+    return str(path)
+
+
+def test_a_spec_with_closed_arrivals_runs_as_concurrency_and_think_time(tmp_path):
+    closed = _spec(tmp_path, {"process": "closed", "concurrency": 6, "think_time_s": 0.25})
+    poisson = _spec(tmp_path, {"process": "poisson", "rate": 3})  # same rows; the users ignore timestamps
+    a = CliRunner().invoke(main, ["sim", "--timing", "--workload", closed, "--quiet"])
+    b = CliRunner().invoke(main, ["sim", "--timing", "--workload", poisson, "--concurrency", "6",
+                                  "--think-time-ms", "250", "--quiet"])
+    assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)
+    ra, rb = json.loads(a.stdout), json.loads(b.stdout)
+    assert ra["concurrency"] == 6 and ra["think_time_ms"] == 250.0
+    assert ra == rb
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--timing", "--concurrency", "2"], "--concurrency: the workload spec's arrival is closed loop already (6 users)"),
+    ([], "a workload spec with closed-loop arrivals needs --timing"),
+])
+def test_a_closed_spec_refuses_a_second_arrival_process(tmp_path, extra, message):
+    closed = _spec(tmp_path, {"process": "closed", "concurrency": 6})
+    r = CliRunner().invoke(main, ["sim", "--workload", closed, "--quiet", *extra])
+    assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output
+
+
+def test_a_closed_spec_needs_whole_users(tmp_path):
+    bad = _spec(tmp_path, {"process": "closed", "concurrency": 2.5})
+    r = CliRunner().invoke(main, ["sim", "--timing", "--workload", bad, "--quiet"])
+    assert r.exit_code != 0 and "arrival.concurrency: must be an integer > 0, got 2.5" in r.output
