@@ -67,4 +67,43 @@ class ClosedLoop(Recorder):
         self.loop.at(t, ARRIVAL, self._arrive, req)
 
 
-__all__ = ["ClosedLoop"]
+class SessionTurns(Recorder):
+    """Session turns sent after the previous turn's answer (a workload spec's ``"sessions": {"closed": true}``).
+
+    ``follows``: ``{request index: (previous turn's index, think time ms)}``. :meth:`initial` passes the
+    open-loop ``arrivals`` (``(request, ms)``) of every request that follows none; a turn is sent
+    ``think time`` after its previous turn finished (or was rejected), through the fleet's ``arrive``
+    (:meth:`attach`). It adds no result key."""
+
+    def __init__(self, requests: Iterable, follows: dict, loop):
+        by_index = {req.index: req for req in requests}
+        self.after = {parent: (by_index[child], think) for child, (parent, think) in follows.items()
+                      if child in by_index}
+        self.held = set(follows)
+        self.loop = loop
+        self._arrive: Optional[Callable] = None
+
+    def initial(self, arrivals: Iterator[tuple]) -> Iterator[tuple]:
+        """The ``arrivals`` of the requests that follow no earlier turn."""
+        return ((req, t) for req, t in arrivals if req.index not in self.held)
+
+    def attach(self, arrive: Callable) -> None:
+        """The fleet's ``arrive(request)``."""
+        self._arrive = arrive
+
+    def on_finish(self, req, t: float) -> None:
+        self._next(req.id, t)
+
+    def on_reject(self, req) -> None:
+        self._next(req.id, self.loop.now)
+
+    def _next(self, index, t: float) -> None:
+        nxt = self.after.pop(index, None)
+        if nxt is None:
+            return
+        if self._arrive is None:
+            raise RuntimeError("SessionTurns.attach(fleet.arrive) was not called before the run")
+        self.loop.at(t + nxt[1], ARRIVAL, self._arrive, nxt[0])
+
+
+__all__ = ["ClosedLoop", "SessionTurns"]

@@ -96,7 +96,9 @@ class RunEnv:
         Arrivals: with ``traffic.concurrency``, closed loop (:class:`~dynlab.engine.closed.ClosedLoop`:
         that many users, ``traffic.think_time_ms``, none sent after ``traffic.duration`` s; call
         :meth:`attach` with the fleet); else trace timestamps times ``traffic.time_scale``, or Poisson at ``traffic.rate``
-        (``None``: :data:`~dynlab.engine.config.POISSON_RATE`) requests/s from ``arrival_rng`` (default: seeded ``dynlab-arrivals-<seed>``, the run's own);
+        (``None``: :data:`~dynlab.engine.config.POISSON_RATE`) requests/s from ``arrival_rng`` (default: seeded ``dynlab-arrivals-<seed>``, the run's own),
+        except session turns a workload spec sends after the previous answer (``requests.follows``:
+        :class:`~dynlab.engine.closed.SessionTurns`, attached as the closed-loop users are);
         KV events: ``events.publish``, ``events.event_delay_ms``, ``events.event_loss`` (draws from
         ``loss_rng``); goodput SLOs from ``slo``; the serving metrics leave out requests whose id is below
         ``traffic.warmup``. ``recorders`` follow the serving recorder. ``front_ms``: the server's front end
@@ -116,8 +118,15 @@ class RunEnv:
             return cls(loop, bus, users.initial(), RoutingMetrics(workers), [serving, *recorders, users], progress,
                        users)
         rate = POISSON_RATE if traffic.rate is None else traffic.rate
-        return cls(loop, bus, arrival_times(requests, traffic.time_scale, rate, rng),
-                   RoutingMetrics(workers), [serving, *recorders], progress)
+        arrivals = arrival_times(requests, traffic.time_scale, rate, rng)
+        follows = getattr(requests, "follows", None)
+        if follows:  # closed session turns: sent after the previous turn's answer
+            from dynlab.engine.closed import SessionTurns
+
+            turns = SessionTurns(requests, follows, loop)
+            return cls(loop, bus, turns.initial(arrivals), RoutingMetrics(workers), [serving, *recorders, turns],
+                       progress, turns)
+        return cls(loop, bus, arrivals, RoutingMetrics(workers), [serving, *recorders], progress)
 
     def counts(self, evicted_blocks: int) -> dict:
         """``evicted_blocks``, ``events_published``, ``events_dropped``: the counts of the result."""

@@ -147,8 +147,14 @@ def _profiled(config: SimConfig, keys: dict) -> tuple:
 def _spec_users(config: SimConfig, requests) -> SimConfig:
     """``config`` with the closed-loop users a workload spec asks for (``"arrival": {"process": "closed"}``,
     :attr:`dynlab.traces.reader.TraceRequests.closed`) as ``concurrency`` and ``think_time_ms``. Raises
-    ``ValueError`` when ``--concurrency`` or ``--think-time-ms`` is given too, or without ``--timing``."""
+    ``ValueError`` when ``--concurrency`` or ``--think-time-ms`` is given too, or without ``--timing`` (so
+    for closed session turns, ``follows``)."""
     closed = getattr(requests, "closed", None)
+    if getattr(requests, "follows", None):  # closed session turns: timed, and no users of --concurrency
+        if not config.timing:
+            raise ValueError("a workload spec with closed session turns needs --timing (a turn waits for an answer)")
+        if config.concurrency is not None:
+            raise ValueError("--concurrency: the workload spec's session turns wait for their answers already")
     if closed is None:
         return config
     for name in ("concurrency", "think_time_ms", "rate"):
@@ -259,6 +265,7 @@ def _like(out: list, like) -> list:
         return out
     t = TraceRequests(out)
     t.block_tokens, t.own_block_tokens = like.block_tokens, like.own_block_tokens
+    t.closed, t.follows = getattr(like, "closed", None), getattr(like, "follows", None)
     return t
 
 

@@ -104,6 +104,9 @@ class TraceRequests(list):
     own_block_tokens: Optional[int] = None
     #: a workload spec's closed-loop ``(users, think time ms)`` (:attr:`dynlab.traces.workload.Workload.closed`)
     closed: Optional[tuple] = None
+    #: a workload spec's closed session turns ``{index: (previous index, think ms)}``
+    #: (:attr:`dynlab.traces.workload.Workload.follows`)
+    follows: Optional[dict] = None
 
 
 def open_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,

@@ -39,6 +39,9 @@ class Workload(ABC):
     #: ``(users, think time ms)`` when the spec asks for closed-loop users (the timed run takes them as
     #: ``--concurrency`` and ``--think-time-ms``); ``None``: the rows' timestamps are their arrivals
     closed: Optional[tuple] = None
+    #: ``{row: (previous row, think time ms)}`` for turns sent after the previous turn's answer (rows
+    #: counted from 0 in the order :meth:`rows` yields them); ``None``: every row arrives at its timestamp
+    follows: Optional[dict] = None
 
     def __init__(self, spec: dict, source: str = "<spec>"):
         self.spec, self.source = spec, source

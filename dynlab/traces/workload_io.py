@@ -35,7 +35,7 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
     tokens hashed at ``block`` tokens per block with ``scheme``, as a ``tokens`` trace of the same
     rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`), each name covering the
     ``lookahead`` tokens after its block (:func:`dynlab.routing.hashing.lookahead_names`); its ``closed``
-    is the workload's (:attr:`dynlab.traces.workload.Workload.closed`). Raises what :func:`open_workload` raises."""
+    and ``follows`` are the workload's (:attr:`dynlab.traces.workload.Workload.closed`). Raises what :func:`open_workload` raises."""
     from dynlab.routing.strategy import Request
     from dynlab.traces.reader import TraceRequests
     from dynlab.traces.replies import request_names
@@ -47,7 +47,7 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
         names, replied = request_names(toks, row.get("output_tokens"), block, scheme=scheme, lookahead=lookahead)
         out.append(Request(names, len(toks), row["output_length"], row["timestamp"], i, output_hashes=replied))
     out.block_tokens, out.own_block_tokens = block, None
-    out.closed = workload.closed
+    out.closed, out.follows = workload.closed, workload.follows
     return out
 
 
@@ -70,13 +70,19 @@ def mooncake_rows(rows: Iterable[dict], block: int = MOONCAKE_BLOCK) -> Iterator
 def write_workload(spec_path: str, out: str, fmt: str = "token") -> int:
     """Generate the spec ``spec_path`` and write it to ``out`` as a ``token`` or ``mooncake`` trace
     (JSON lines), atomically (:func:`dynlab.atomic.replace_file`: a failure leaves ``out`` as it was).
-    Returns the number of requests written. Raises what :func:`open_workload` raises, ``ValueError``
-    for an unknown ``fmt``."""
+    Returns the number of requests written. Raises what :func:`open_workload` raises (and
+    :class:`SpecError` for closed-loop arrivals or closed session turns, which a trace cannot express),
+    ``ValueError`` for an unknown ``fmt``."""
     from dynlab.atomic import replace_file
 
     if fmt not in WRITE_FORMATS:
         raise ValueError(f"format must be one of {', '.join(WRITE_FORMATS)}, got {fmt!r}")
-    rows = list(open_workload(spec_path).rows())  # generated (and checked) before anything is written
+    workload = open_workload(spec_path)
+    rows = list(workload.rows())  # generated (and checked) before anything is written
+    if workload.closed is not None or workload.follows:  # a trace's timestamps cannot say "after the answer"
+        key = "arrival" if workload.closed is not None else "sessions.closed"
+        raise SpecError(spec_path, key, "a trace has no field for requests sent after an answer; replay the "
+                                        "spec itself (dynlab sim --timing --workload SPEC)")
     if fmt == "mooncake":
         rows = list(mooncake_rows(rows))
 

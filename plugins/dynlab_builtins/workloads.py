@@ -20,9 +20,11 @@ Spec keys (docs/workloads.md has the full table; rates in requests/s, lengths in
 - ``prefix``: shared system prompts: ``{"groups": G, "length": L, "popularity": "zipf"|"uniform"|[weights],
   "zipf_s": 1.0, "share": 1.0}``: a session gets one of G prompts of L tokens (group g weighs
   ``1/(g+1)^zipf_s`` under zipf) with probability ``share``, prepended to its prompts;
-- ``sessions``: ``{"turns": N or a distribution, "think_time_s": T}``: each session's turns arrive
-  ``T`` s apart on average (exponential; open loop: after the previous turn's arrival, not its
-  answer); turn k's prompt is turn k-1's prompt, its answer (``output_length`` new tokens) and
+- ``sessions``: ``{"turns": N or a distribution, "think_time_s": T, "closed": false}``: each session's
+  turns arrive ``T`` s apart on average (exponential; open loop: after the previous turn's arrival, not
+  its answer); with ``"closed": true`` each later turn is sent exactly ``T`` s after the previous
+  turn's last token (the timed run holds it: :attr:`SyntheticWorkload.follows`; its row carries the
+  previous turn's timestamp); turn k's prompt is turn k-1's prompt, its answer (``output_length`` new tokens) and
   ``input`` new tokens, so turns of a session share their leading blocks. Rows of a spec with ``sessions``
   give their answer's token ids (``output_tokens``), so a turn's next turn hits the answer's blocks
   (:mod:`dynlab.traces.replies`), as vLLM's prefix cache does.
@@ -242,10 +244,15 @@ class SyntheticWorkload(Workload):
             raise self.fail("prefix", f"groups x length is over {MAX_PROMPT_TOKENS:,} tokens")
 
     def _sessions(self, table) -> None:
-        self.turns, self.think_ms = None, 0.0
+        self.turns, self.think_ms, self.closed_turns = None, 0.0, False
         if table is None:
             return
-        r = _Reader(self, table, "sessions", ("turns", "think_time_s"))
+        r = _Reader(self, table, "sessions", ("turns", "think_time_s", "closed"))
+        self.closed_turns = table.get("closed", False)
+        if not isinstance(self.closed_turns, bool):
+            raise self.fail("sessions.closed", f"must be true or false, got {self.closed_turns!r}")
+        if self.closed_turns and self.closed is not None:
+            raise self.fail("sessions.closed", "closed turns need an open-loop arrival (the sessions' first turns)")
         turns = table.get("turns", 1)
         if type(turns) is int:
             if turns < 1:
@@ -265,7 +272,7 @@ class SyntheticWorkload(Workload):
         for _ in range(self.groups):
             prompts.append(list(range(next_token, next_token + self.plen)))
             next_token += self.plen
-        made, total_tokens = [], 0
+        made, total_tokens, parents = [], 0, {}
         while len(made) < self.requests:
             t = next(self.arrivals)
             system = []
@@ -274,7 +281,9 @@ class SyntheticWorkload(Workload):
             turns = self.turns.draw(self.rng_sessions) if self.turns is not None else 1
             history = list(system)
             for k in range(min(turns, self.requests - len(made))):
-                if k:
+                if k and self.closed_turns:  # sent think_time_s after the previous answer: the run times it
+                    parents[len(made)] = len(made) - 1
+                elif k:
                     t += self.rng_sessions.expovariate(1.0 / self.think_ms) if self.think_ms > 0 else 0.0
                 user = self.input.draw(rin)
                 prompt = history + list(range(next_token, next_token + user))
@@ -289,6 +298,9 @@ class SyntheticWorkload(Workload):
                 history = prompt + answer  # the answer joins the history
                 next_token += out
         made.sort(key=lambda m: (m[0], m[1]))
+        if self.closed_turns:  # row position of each later turn -> (its previous turn's, think time ms)
+            where = {m[1]: i for i, m in enumerate(made)}
+            self.follows = {where[c]: (where[p], self.think_ms) for c, p in parents.items()}
         replies = self.turns is not None  # sessions: each row says its answer's ids, which the next turn quotes
         for t, _, prompt, out, answer in made:
             if replies:

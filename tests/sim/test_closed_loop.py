@@ -179,3 +179,43 @@ def test_a_closed_spec_needs_whole_users(tmp_path):
     bad = _spec(tmp_path, {"process": "closed", "concurrency": 2.5})
     r = CliRunner().invoke(main, ["sim", "--timing", "--workload", bad, "--quiet"])
     assert r.exit_code != 0 and "arrival.concurrency: must be an integer > 0, got 2.5" in r.output
+
+
+def _sessions(tmp_path, closed=True):
+    path = tmp_path / "sessions.json"
+    path.write_text(json.dumps({"seed": 2, "requests": 24, "arrival": {"process": "poisson", "rate": 2},
+                                "input": {"dist": "uniform", "min": 100, "max": 300},
+                                "output": {"dist": "uniform", "min": 20, "max": 60},
+                                "sessions": {"turns": 4, "think_time_s": 1.5, "closed": closed}}))
+    return str(path)
+
+
+def test_a_closed_session_sends_each_turn_think_time_after_the_previous_answer(tmp_path):
+    from dynlab.traces.workload_io import workload_requests
+
+    spec = _sessions(tmp_path)
+    out = tmp_path / "r.jsonl"
+    r = CliRunner().invoke(main, ["sim", "--timing", "--workload", spec, "--quiet", "--requests-out", str(out)])
+    assert r.exit_code == 0, r.output
+    recs = {rec["id"]: rec for rec in map(json.loads, out.read_text().splitlines())}
+    follows = workload_requests(spec).follows
+    assert len(follows) == 18 and len(recs) == 24  # 6 sessions of 4 turns: 18 later turns
+    for child, (parent, think) in follows.items():
+        assert think == 1500.0
+        assert recs[child]["arrival_ms"] == pytest.approx(recs[parent]["finish_ms"] + 1500.0)
+    assert workload_requests(_sessions(tmp_path, False)).follows is None  # open-loop turns: at their timestamps
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "closed session turns needs --timing"),
+    (["--timing", "--concurrency", "2"], "--concurrency: the workload spec's session turns wait"),
+])
+def test_closed_sessions_refuse_what_would_ignore_them(tmp_path, args, message):
+    r = CliRunner().invoke(main, ["sim", "--workload", _sessions(tmp_path), "--quiet", *args])
+    assert r.exit_code != 0 and message in r.output
+
+
+def test_a_closed_spec_cannot_be_written_as_a_trace(tmp_path):
+    r = CliRunner().invoke(main, ["workload", _sessions(tmp_path), "--out", str(tmp_path / "t.jsonl")])
+    assert r.exit_code != 0 and "sessions.closed: a trace has no field" in r.output
+    assert not (tmp_path / "t.jsonl").exists()
