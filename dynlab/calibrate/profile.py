@@ -93,6 +93,14 @@ BAND_KEYS = {"median_ttft_ms": "ttft_ms.p50", "p99_ttft_ms": "ttft_ms.p99", "med
              "total_token_throughput_per_gpu": "tokens_per_s_per_gpu"}
 
 
+def _model_key(model: str) -> str:
+    """A model as compared between a profile and a run: a config.json path by its real path (so a relative
+    and an absolute spelling match), a bundled name as it is."""
+    import os
+
+    return os.path.realpath(model) if os.path.exists(model) else model
+
+
 def apply_profile(config):
     """``(config, keys)``: ``config`` (a :class:`~dynlab.engine.config.SimConfig` with ``latency_profile``)
     with the profile's latency model, fitted options and request overhead, and the result keys ``latency_profile`` (the
@@ -116,7 +124,7 @@ def apply_profile(config):
     band = {BAND_KEYS[m]: v for m, v in profile["cv_error_pct"].items() if m in BAND_KEYS}
     keys = {"latency_profile": path, "error_band_pct": band}
     shape, here = (profile["model"], profile["gpu"], profile["tp"]), (config.model, config.gpu, config.tp)
-    if shape != here:
+    if (_model_key(shape[0]), *shape[1:]) != (_model_key(here[0]), *here[1:]):
         keys["error_band_pct"] = {}
         keys["latency_domain"] = (f"--latency-profile {path} was calibrated on {shape[0]}, {shape[2]} x {shape[1]}, "
                                   f"not on {here[0]}, {here[2]} x {here[1]}: its error is unmeasured here")

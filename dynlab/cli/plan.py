@@ -278,6 +278,10 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
+    if base.latency_profile is not None:  # a missing or bad profile fails now, not at the first replay
+        from dynlab.calibrate.profile import read_profile
+
+        read_profile(base.latency_profile)
     requests, checked = _load(base, rate, rate_scale)
     _check_shapes(shapes, checked, given - set(CANDIDATES) - {"split", "slo_ttft_ms", "slo_tpot_ms"}, requests)
     if plot_path:

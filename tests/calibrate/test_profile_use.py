@@ -85,3 +85,26 @@ def test_plan_warns_once_per_shape_outside_the_default_models_domain(tmp_path):
     warnings = [line for line in r.stderr.splitlines() if line.startswith("Warning:")]
     assert warnings == [next(w for w in warnings if w.startswith("Warning: b200x1 kv-cost: "))]
     assert "GPU b200" in warnings[0]
+
+
+def test_plan_refuses_a_missing_profile_before_any_replay(tmp_path):
+    trace, _ = _files(tmp_path)
+    r = _plan(trace, "--latency-profile", str(tmp_path / "nope.json"))
+    assert r.exit_code == 2 and "cannot read the calibration profile" in r.output and "replay" not in r.output
+
+
+def test_a_profile_matches_its_model_by_path_however_spelled(tmp_path, monkeypatch):
+    import shutil
+
+    from dynlab.models.config import _models_dir
+
+    model = tmp_path / "m" / "config.json"
+    model.parent.mkdir()
+    shutil.copy(str(_models_dir().joinpath("llama-3.1-8b.json")), model)
+    trace, _ = _files(tmp_path)
+    profile = tmp_path / "pm.json"
+    profile.write_text(json.dumps({**PROFILE, "model": str(model)}))
+    monkeypatch.chdir(tmp_path)
+    r = _sim("--trace", trace, "--latency-profile", str(profile), "--model", "m/config.json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["error_band_pct"] and "latency_domain" not in json.loads(r.stdout)
