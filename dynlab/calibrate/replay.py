@@ -9,7 +9,9 @@ simulated worker the way the client drove the server:
 - a finite ``request_rate`` without ``max_concurrency``: Poisson arrivals at that rate (vllm bench's
   default arrival process), or evenly spaced ones when the point's ``arrival`` is ``"constant"``
   (inference-perf's ``constant`` load);
-- both: refused (a rate-limited client with a concurrency cap is not modelled yet).
+- ``request_rate`` ``inf`` without ``max_concurrency`` (vllm bench's defaults): every request at time 0;
+- both a finite rate and a concurrency: refused (a rate-limited client with a concurrency cap is not
+  modelled yet).
 
 The prompts are the file's own token counts when it has them (``input_lens`` / ``output_lens``, in the
 file's order); otherwise ``vllm bench serve``'s random dataset is redrawn from ``random_input_len``,
@@ -95,9 +97,12 @@ def _requests(pairs: list[tuple[int, int]], block: int, spacing_ms: Optional[flo
     return out
 
 
-def arrival(point: MeasuredPoint, config: SimConfig) -> SimConfig:
-    """``config`` with the point's arrival process (module docstring); raises :class:`ReplayError`."""
+def arrival(point: MeasuredPoint, config: SimConfig, n: Optional[int] = None) -> SimConfig:
+    """``config`` with the point's arrival process (module docstring) for ``n`` requests; raises
+    :class:`ReplayError`."""
     rate = point.request_rate
+    if rate is not None and math.isinf(rate) and point.max_concurrency is None and n:
+        return replace(config, concurrency=n, rate=None)  # vllm bench's default: every request at once
     open_rate = rate is not None and math.isfinite(rate)
     if point.max_concurrency is not None and open_rate:
         raise ReplayError(f"{point.source}: request_rate {rate:g} with max_concurrency {point.max_concurrency}: "
@@ -164,7 +169,7 @@ def simulate(point: MeasuredPoint, config: SimConfig, pairs: Optional[list] = No
     from dynlab.sim.runner import run
 
     pairs = lengths(point) if pairs is None else pairs
-    config = replace(arrival(point, config), timing=True, workers=1, trace="<measured point>")
+    config = replace(arrival(point, config, len(pairs)), timing=True, workers=1, trace="<measured point>")
     recorder = _Figures(config.request_overhead_ms)
     constant = point.arrival == "constant" and config.concurrency is None
     spacing = 1000.0 / point.request_rate if constant else None

@@ -199,3 +199,10 @@ def test_a_constant_rate_client_is_replayed_evenly_spaced():
     assert len(ttfts) == 1 and constant.span_ms == pytest.approx(29 * 2000.0 + constant.rows[-1][3] - TRUTH_FRONT_MS)
     poisson = simulate(p, TRUE_CONFIG)
     assert poisson.span_ms != constant.span_ms
+
+
+def test_vllm_bench_defaults_send_every_request_at_once():
+    p = MeasuredPoint(source="r", request_rate=float("inf"), input_lens=(100,) * 5, output_lens=(10,) * 5)
+    run = simulate(p, replace(TRUE_CONFIG, request_overhead_ms=0.0))
+    assert [r[3] for r in run.rows] == sorted(r[3] for r in run.rows)  # one batch: all arrive together
+    assert run.span_ms == pytest.approx(max(r[3] for r in run.rows))  # from time 0
