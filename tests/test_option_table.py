@@ -516,6 +516,7 @@ TABLE.update({
     ("plan", "--ray-address"): refuses(PLAN + ["--ray-address", "127.0.0.1:1"], "--ray-address"),
     ("plan", "--log"): changes(PLAN, ["--log", "p.jsonl"]),
     ("plan", "--latency-profile"): changes(PLAN, ["--latency-profile", PROFILE]),
+    ("latency", "--latency-profile"): changes(["latency", "--format", "json"], ["--latency-profile", PROFILE]),
     ("plan", "--request-overhead-ms"): changes(PLAN, ["--request-overhead-ms", "300"]),
     ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),
     ("plan", "--format"): swaps(PLAN, [*PLAN[:-1], "table"]),

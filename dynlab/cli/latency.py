@@ -35,6 +35,20 @@ def _gpu_table() -> str:
     return "\n".join("  ".join(c.ljust(widths[j]) for j, c in enumerate(r)).rstrip() for r in rows)
 
 
+def _profiled(path: str, latency_models: str, opts: dict) -> tuple:
+    """``([model], options)`` of the profile at ``path``; ``--latency-model`` or a fitted ``--latency-opt``
+    beside it is a usage error."""
+    from dynlab.calibrate.profile import read_profile
+
+    if latency_models != lib.DEFAULT_LATENCY_MODEL:
+        raise click.UsageError("--latency-model has no effect with --latency-profile (the profile names its model)")
+    profile = read_profile(path)
+    fitted = sorted(set(opts) & set(profile["latency_opts"]))
+    if fitted:
+        raise click.UsageError(f"--latency-opt {fitted[0]}: --latency-profile {path} fits it")
+    return [profile["latency_model"]], {**{k: repr(float(v)) for k, v in profile["latency_opts"].items()}, **opts}
+
+
 @main.command("latency")
 @click.option("--model", default=hw.DEFAULT_MODEL, show_default=True, metavar="NAME|PATH",
               help="A bundled model (see `dynlab models`), a Hugging Face config.json or a model "
@@ -52,14 +66,16 @@ def _gpu_table() -> str:
               metavar="NAME[,NAME...]", help="Registered latency model; a comma list compares them side by side.")
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
               help="An option of the latency model(s) (repeatable), e.g. mfu=0.6.")
+@click.option("--latency-profile", "profile_path", default=None, metavar="FILE",
+              help="A calibration profile (dynlab calibrate): its latency model with its fitted options.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or JSON [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               metavar="FILE.png",
               help="Also write step time against batch size (an image; the suffix sets its format, PNG without one).")
 @click.option("--list", "list_gpus", is_flag=True, help="List the catalogue GPUs and latency models, and exit.")
-def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_models, latency_opts, fmt, plot_path,
-                list_gpus):
+def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_models, latency_opts, profile_path, fmt,
+                plot_path, list_gpus):
     """Step times (ms) of one or more latency models on a fixed grid of steps.
 
     The grid: one prefill of 512, 2,048 and 8,192 tokens at context 0; 1, 16, 64 and 256 decodes,
@@ -71,7 +87,7 @@ def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_mo
             ("--ep", ep, 1), ("--pp", pp, 1), ("--dp-attention", dp_attention, False),
             ("--kv-cache-dtype", kv_cache_dtype, "auto"),
             ("--latency-model", latency_models, lib.DEFAULT_LATENCY_MODEL), ("--latency-opt", latency_opts, ()),
-            ("--plot", plot_path, None)) if value != default]
+            ("--plot", plot_path, None), ("--latency-profile", profile_path, None)) if value != default]
         if given:
             raise click.UsageError(f"--list cannot be combined with {', '.join(given)}")
         from dynlab import plugins
@@ -91,6 +107,8 @@ def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_mo
         return
     names = split_list(latency_models, "'--latency-model'")
     opts = parse_opts(latency_opts, "'--latency-opt'")
+    if profile_path is not None:
+        names, opts = _profiled(profile_path, latency_models, opts)
     if plot_path:
         from dynlab.cli.common import check_plot
 
