@@ -137,6 +137,9 @@ def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15) 
             rows.append({"source": p.source, "group": f"{model} tp{tp} {gpu}", "uncalibrated": _errors(p, configs[i]),
                          "cv": cal.cv_points[i]["error_pct"] if cal is not None else {},
                          "fitted": cal.opts if cal is not None else {}})
+        print(f"# {latency_model} {model} tp{tp}: fitted {cal.opts if cal else '-'}; held out "
+              f"{summary(rows[-len(members):], 'cv')}; defaults {summary(rows[-len(members):], 'uncalibrated')}",
+              file=sys.stderr, flush=True)
     return rows
 
 
