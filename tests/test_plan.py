@@ -266,6 +266,11 @@ def test_a_log_with_records_needs_resume(queue_trace, tmp_path):
     (["--slo-ttft-ms", "50", "--model", "qwen3-8b", "--tp", "3"], "--tp 3 cannot split"),
     (["--slo-ttft-ms", "50", "--latency-opt", "beta0=1"], "has no option 'beta0'"),
     (["--slo-ttft-ms", "50", "--plot", "p.xyz"], "cannot write a .xyz plot"),
+    (["--slo-ttft-ms", "50", "--concurrency", "4", "--rate", "2"], "--rate has no effect with closed-loop users"),
+    (["--slo-ttft-ms", "50", "--concurrency", "4", "--rate-scale", "2"], "--rate-scale has no effect with closed-loop"),
+    (["--slo-ttft-ms", "50", "--concurrency", "4", "--requests", "13"], "--requests 13: the workload has only 12"),
+    (["--slo-ttft-ms", "50", "--think-time-ms", "5"], "--think-time-ms has no effect without --concurrency"),
+    (["--slo-ttft-ms", "50", "--concurrency", "4", "--requests", "4", "--warmup", "4"], "leaves none of --requests 4"),
 ])
 def test_bad_input_is_one_line(queue_trace, args, words):
     out = _plan("--trace", queue_trace, "--executor", "serial", *args)
@@ -332,6 +337,49 @@ def test_arrival_settings_by_hand():
     assert arrival_settings(untimed, rate_scale=2) == (1.0, 2 * POISSON_RATE)
     with pytest.raises(ValueError, match="one instant"):
         arrival_settings([Request((i,), 1, 1, timestamp=0) for i in range(3)], rate=2)
+    assert arrival_settings(timed, concurrency=4) == arrival_settings(untimed, concurrency=4) == (1.0, None)
+    with pytest.raises(ValueError, match="--rate has no effect with closed-loop users"):
+        arrival_settings(untimed, rate=3, concurrency=4)
+
+
+# --------------------------------------------------------------------------- closed loop (--concurrency)
+# C users on the queue trace: each 1,000-token prompt is one 11 ms step and its only output token, so a
+# user's next request is sent the moment the previous one's step ends. On N workers by rr, C/N users share
+# a worker: each request waits behind the C/N - 1 others of its worker, TTFT 11 * C/N ms once warm.
+@pytest.mark.parametrize("slo, workers, ttft, tried", [(50, 1, 44.0, [1]), (30, 2, 22.0, [1, 2]),
+                                                     (15, 4, 11.0, [1, 2, 3, 4])])
+def test_closed_loop_answers_by_hand(queue_trace, slo, workers, ttft, tried):
+    plan = _json("--trace", queue_trace, "--concurrency", 4, "--slo-ttft-ms", slo, *LINEAR)
+    assert plan["arrivals"] == "12 requests, closed loop: 4 users, think time 0 ms"
+    (shape,) = plan["shapes"]
+    assert (shape["workers"], shape["ttft_ms"], shape["lower_bound_workers"]) == (workers, ttft, 1)
+    assert [r["workers"] for r in shape["replays"]] == tried
+
+
+def test_closed_loop_search_stops_at_the_users(queue_trace):
+    # 2 users never keep more than 2 workers busy: the search's cap, and the binding sentence says so
+    out = _plan("--trace", queue_trace, "--concurrency", 2, "--slo-ttft-ms", 15, "--goodput", 1.0, *LINEAR)
+    shape = json.loads(out.stdout)["shapes"][0]
+    assert max(r["workers"] for r in shape["replays"]) <= 2
+
+
+def test_closed_loop_warmup_and_requests_bound_the_measured_requests(queue_trace):
+    # 8 requests, the first 4 (all sent at t = 0: TTFTs 11..44 ms on one worker) not measured: the
+    # other 4 wait behind 3 each, 44 ms
+    plan = _json("--trace", queue_trace, "--concurrency", 4, "--requests", 8, "--warmup", 4, "--slo-ttft-ms", 50,
+                 *LINEAR)
+    assert plan["arrivals"] == "8 requests, closed loop: 4 users, think time 0 ms, the first 4 not measured"
+    assert plan["shapes"][0]["ttft_ms"] == 44.0
+
+
+def test_a_closed_workload_spec_plans_without_a_rate(tmp_path):
+    spec = tmp_path / "closed.json"
+    spec.write_text(json.dumps({"seed": 1, "requests": 12, "arrival": {"process": "closed", "concurrency": 4,
+                                                                      "think_time_s": 0.5},
+                                "input": {"dist": "constant", "value": 1000}, "output": {"dist": "constant", "value": 1}}))
+    plan = _json("--workload", spec, "--slo-ttft-ms", 50, *LINEAR)
+    assert plan["arrivals"] == "12 requests, closed loop: 4 users, think time 500 ms"
+    assert plan["shapes"][0]["workers"] == 1
 
 
 # --------------------------------------------------------------------------- the search's invariants

@@ -26,6 +26,7 @@ _BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, defa
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
 SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "trace_block", "capacity",
           "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_profile", "request_overhead_ms",
+          "concurrency", "think_time_ms", "num_requests", "warmup",
           "gpu_memory_utilization",
           "publish",
           "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "seed",
@@ -345,14 +346,15 @@ def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:
 def _load(base: SimConfig, rate, rate_scale) -> tuple:
     """``(the loaded trace, base with the arrivals it will be replayed at)``; usage errors for a trace the
     options cannot read, an empty one, or arrival options it cannot take."""
-    from dynlab.plan.rate import arrival_settings
+    from dynlab.plan.rate import arrival_settings, served
     from dynlab.sweep.executors import cached_trace
 
     try:
         requests = cached_trace(base)  # a workload's too: generated once, named as sim names it (EAGLE's lookahead)
         if not requests:
             raise ValueError(f"{base.trace or base.workload}: the {'trace' if base.trace else 'workload'} has no request")
-        time_scale, poisson = arrival_settings(requests, rate, rate_scale)
+        time_scale, poisson = arrival_settings(requests, rate, rate_scale, base.concurrency)
+        requests = served(requests, base.num_requests)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     return requests, replace(base, time_scale=time_scale, rate=poisson)

@@ -16,7 +16,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from dynlab.engine.config import SimConfig
 from dynlab.errors import DynlabError
 from dynlab.plan.planner import DEFAULT_CAP, Outcome, config_cell, explain, prepare, run_searches
-from dynlab.plan.rate import arrival_settings, mean_rate
+from dynlab.plan.rate import arrival_settings, closed_users, mean_rate
 from dynlab.plan.search import Shape
 from dynlab.plan.target import PERCENTILES, Target
 
@@ -58,9 +58,14 @@ def executor_session(executor: str, jobs: Optional[int], ray_address: Optional[s
         yield
 
 
-def _arrivals(requests: Sequence, time_scale: float, poisson: float) -> str:
-    """The arrivals replayed, in words: the mean rate and time scale, all at once, or Poisson."""
+def _arrivals(requests: Sequence, time_scale: float, poisson: float, base: SimConfig) -> str:
+    """The arrivals replayed, in words: closed-loop users, the mean rate and time scale, all at once, or Poisson."""
     n = f"{len(requests):,} request{'' if len(requests) == 1 else 's'}"
+    users = closed_users(requests, base)
+    if users is not None:
+        think = base.think_time_ms if base.concurrency is not None else requests.closed[1]
+        warm = f", the first {base.warmup:,} not measured" if base.warmup else ""
+        return f"{n}, closed loop: {users:,} users, think time {think:g} ms{warm}"
     if requests[0].timestamp is None:
         return f"{n}, Poisson {poisson:g} requests/s"
     rate_now = mean_rate(requests)
@@ -91,7 +96,7 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     from dynlab.sweep.executors import CellError, execute
 
     prices = dict(prices or {})
-    time_scale, poisson = arrival_settings(requests, rate, rate_scale)
+    time_scale, poisson = arrival_settings(requests, rate, rate_scale, base.concurrency)
     base = replace(base, timing=True, time_scale=time_scale, rate=poisson, slo_ttft_ms=target.slo_ttft_ms,
                    slo_tpot_ms=target.slo_tpot_ms)
     own = getattr(requests, "own_block_tokens", None)
@@ -117,7 +122,7 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     with executor_session(executor, jobs, ray_address):
         run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
     explain(outcomes, len(requests))
-    arrivals = _arrivals(requests, time_scale, poisson)
+    arrivals = _arrivals(requests, time_scale, poisson, base)
     header = {"target": target.describe(), "percentile": target.percentile, "slo_ttft_ms": target.slo_ttft_ms,
               "slo_tpot_ms": target.slo_tpot_ms, "goodput_target": target.goodput, "arrivals": arrivals,
               "time_scale": time_scale, "prices": prices, "max_workers": cap}

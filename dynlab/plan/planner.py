@@ -8,6 +8,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from dynlab.engine.config import SimConfig
 from dynlab.plan import analysis
 from dynlab.plan.binding import compute_text, idle, idle_text, replay_text, routing_text
+from dynlab.plan.rate import closed_users
 from dynlab.plan.search import PdSearch, Search, Shape
 from dynlab.plan.target import Target
 
@@ -32,6 +33,7 @@ class Outcome:
     helps: dict = field(default_factory=dict)
     floor_q: float = 0.0
     worst: float = 0.0
+    users: Optional[int] = None
 
     @property
     def workers(self) -> Optional[int]:
@@ -101,9 +103,13 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         fl = analysis.floors(requests, lat, config, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
         work = analysis.work_ms(requests, lat, config, fl)
-        lower = min(cap, analysis.workers_lower_bound(requests, config, work))
+        users = closed_users(requests, config)
+        if users is None:
+            top, lower = cap, min(cap, analysis.workers_lower_bound(requests, config, work))
+        else:  # closed loop: no arrival span to bound the work by; C users never keep more than C workers busy
+            top, lower = min(cap, users), 1
         share = analysis.prefill_share(work) if shape.pd else 0.5
-        o = Outcome(shape, _search(shape, config, target, lower, cap, share), lower, never)
+        o = Outcome(shape, _search(shape, config, target, lower, top, share), lower, never, users=users)
         if never > target.allowed_miss:
             o.kind = "compute"
             o.helps = analysis.help_shares(requests, config, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
@@ -113,7 +119,7 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
             floor_goodput = 1.0 - never - target.allowed_miss
             if floor_goodput > 0:
                 relaxed = Target(target.slo_ttft_ms, target.slo_tpot_ms, goodput=round(floor_goodput, 6))
-                o.floor = _search(shape, config, relaxed, lower, cap, share)
+                o.floor = _search(shape, config, relaxed, lower, top, share)
             else:  # nothing left to serve in time: one replay at the lower bound shows the figures
                 o.floor = _search(shape, config, target, o.search.lower, o.search.lower, share)
         out.append(o)
@@ -179,7 +185,8 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
         else:
             top = max(s.tested)
             kind, text = replay_text(target, top, s.tested[top][1], o.never_share, s.fleet(top))
-            o.kind, o.why = kind, f"{text}; not met at the cap of {s.cap} workers (--max-workers)"
+            bound = "--max-workers" if o.users is None or s.cap < o.users else f"{o.users} closed-loop users keep no more busy"
+            o.kind, o.why = kind, f"{text}; not met at the cap of {s.cap} workers ({bound})"
         note = s.monotone_note()
         if note:
             o.why += f". {note}"

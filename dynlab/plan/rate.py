@@ -24,19 +24,28 @@ def mean_rate(requests: Sequence) -> Optional[float]:
         return None
 
 
-def arrival_settings(requests: Sequence, rate: Optional[float] = None,
-                     rate_scale: Optional[float] = None) -> tuple[float, Optional[float]]:
+def arrival_settings(requests: Sequence, rate: Optional[float] = None, rate_scale: Optional[float] = None,
+                     concurrency: Optional[int] = None) -> tuple[float, Optional[float]]:
     """``(time_scale, poisson_rate)`` for :class:`~dynlab.engine.config.SimConfig`.
 
+    - closed loop (``concurrency`` users, or a workload spec whose arrival is closed,
+      :attr:`dynlab.traces.reader.TraceRequests.closed`): ``(1.0, None)``, the users set the pace;
     - on a timestamped trace: ``time_scale`` from :func:`dynlab.traces.rates.time_scale_for` (``rate``
       R: its mean rate becomes R; ``rate_scale`` X: ``1 / X``), and no Poisson rate (``None``);
     - without timestamps: ``time_scale`` 1 and a Poisson rate of R, or ``X * POISSON_RATE``, or
       ``POISSON_RATE`` for neither.
 
     Raises ``ValueError`` (:class:`~dynlab.traces.rates.RateError`) for both at once, a value that is
-    not > 0, or ``rate`` on a trace whose requests all arrive at one instant (no mean rate to scale).
+    not > 0, ``rate`` on a trace whose requests all arrive at one instant (no mean rate to scale), or
+    either in closed loop.
     """
     rates.time_scale_for(1.0, rate, rate_scale)     # refuses both at once and values not > 0
+    if concurrency is not None or getattr(requests, "closed", None) is not None:
+        for flag, v in (("--rate", rate), ("--rate-scale", rate_scale)):
+            if v is not None:
+                raise rates.RateError(f"{flag} has no effect with closed-loop users: each sends its next request "
+                                      "when its previous one finished, not at a rate")
+        return 1.0, None
     timestamps = bool(requests) and requests[0].timestamp is not None
     if timestamps:
         current = mean_rate(requests) if rate is not None else None
@@ -46,3 +55,22 @@ def arrival_settings(requests: Sequence, rate: Optional[float] = None,
     if rate_scale is not None:
         return 1.0, POISSON_RATE * rate_scale
     return 1.0, rate if rate is not None else POISSON_RATE
+
+
+def served(requests: Sequence, num_requests: Optional[int]) -> Sequence:
+    """The requests every replay serves: the first ``num_requests`` (``--requests``), all without it.
+    Raises ``ValueError`` when the workload has fewer."""
+    if num_requests is None:
+        return requests
+    from dynlab.sim.runner import first_requests
+
+    return first_requests(requests, num_requests)[0]
+
+
+def closed_users(requests: Sequence, config) -> Optional[int]:
+    """The closed-loop users of a replay: ``config.concurrency`` (``--concurrency``), else a workload spec's
+    (``"arrival": {"process": "closed"}``); ``None`` in open loop."""
+    if config.concurrency is not None:
+        return config.concurrency
+    closed = getattr(requests, "closed", None)
+    return closed[0] if closed is not None else None

@@ -58,7 +58,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     shaped = {}
     config = _spec_users(config, requests)
     if config.num_requests is not None:
-        requests, total = _first(requests, config.num_requests, total)
+        requests, total = first_requests(requests, config.num_requests, total)
     if config.concurrency is not None:  # closed loop (timed only): the users ignore timestamps
         shaped = _closed_keys(config)
     elif config.timing or config.duration is not None:
@@ -191,7 +191,7 @@ def _closed_keys(config: SimConfig) -> dict:
     return keys
 
 
-def _first(requests, n: int, total) -> tuple:
+def first_requests(requests, n: int, total=None) -> tuple:
     """``(requests, total)``: the workload's first ``n`` requests (``--requests``); a loaded trace stays a
     trace (its block sizes kept). Raises ``ValueError`` when the workload has fewer."""
     out = _like(list(itertools.islice(requests, n)), requests)
