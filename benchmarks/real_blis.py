@@ -82,6 +82,12 @@ def _percentiles(dist: dict) -> dict:
     return dict(sorted(out.items(), key=lambda kv: float(kv[0])))
 
 
+#: inference-perf's load type -> the ``arrival`` dynlab replays. Its ``constant`` load draws exponential gaps at
+#: 1/rate and rescales them to fill the stage (``ConstantLoadTimer`` in inference_perf/loadgen/load_timer.py):
+#: Poisson arrivals conditioned on their count, not evenly spaced ones.
+ARRIVALS = {"constant": "poisson", "poisson": "poisson"}
+
+
 def build(git_dir: str, rev: str) -> tuple[list[dict], dict]:
     split = _show(git_dir, rev, "split.py")
     excluded = set(re.findall(r'dir_name="([^"]+)"', split[split.index("EXCLUDED_OVERLOAD: "):]))
@@ -94,7 +100,7 @@ def build(git_dir: str, rev: str) -> tuple[list[dict], dict]:
         profile = json.loads(_show(git_dir, rev, f"{base}/profile.yaml"))
         for stage, spec in enumerate(profile["load"]["stages"]):
             metrics = json.loads(_show(git_dir, rev, f"{base}/results/stage_{stage}_lifecycle_metrics.json"))
-            row = stage_row(name, stage, config, float(spec["rate"]), profile["load"]["type"], metrics)
+            row = stage_row(name, stage, config, float(spec["rate"]), ARRIVALS[profile["load"]["type"]], metrics)
             rows.append(row)
             ok = metrics["successes"]
             lengths[row["experiment"]] = {"prompt_len": _percentiles(ok["prompt_len"]),
