@@ -8,7 +8,7 @@ simulated worker the way the client drove the server:
   (``vllm bench serve --max-concurrency``, aiperf's and guidellm's concurrency modes);
 - a finite ``request_rate`` without ``max_concurrency``: Poisson arrivals at that rate (vllm bench's
   default arrival process), or evenly spaced ones when the point's ``arrival`` is ``"constant"``
-  (inference-perf's ``constant`` load);
+  (guidellm's ``constant`` rate; inference-perf's ``constant`` load draws exponential gaps: ``poisson``);
 - ``request_rate`` ``inf`` without ``max_concurrency`` (vllm bench's defaults): every request at time 0;
 - both a finite rate and a concurrency: refused (a rate-limited client with a concurrency cap is not
   modelled yet).
