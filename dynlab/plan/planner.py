@@ -2,7 +2,7 @@
 searched by replay on the sweep executors (process pool or Ray), every replay kept in a resumable log."""
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Callable, Mapping, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
@@ -75,10 +75,24 @@ def config_cell(config: SimConfig) -> dict:
     return cell
 
 
+def with_profile(config: SimConfig) -> SimConfig:
+    """``config``'s step and front-end times as a replay runs them: with ``--latency-profile``, the profile's
+    latency model, fitted options and request front end (:func:`dynlab.calibrate.profile.apply_profile`)
+    and no profile left to apply again; else unchanged. For the analysis only (a replay applies the profile
+    itself and reports its error bands)."""
+    if config.latency_profile is None:
+        return config
+    from dynlab.calibrate.profile import apply_profile
+
+    return replace(apply_profile(config)[0], latency_profile=None)
+
+
 def latency_for(config: SimConfig):
-    """One worker's latency model for ``config``'s model, GPU, TP and latency options."""
+    """One worker's latency model for ``config``'s model, GPU, TP and latency options (a profile's, with
+    ``--latency-profile``: :func:`with_profile`)."""
     from dynlab.latency.grid import build_latency_model, hardware_for
 
+    config = with_profile(config)
     return build_latency_model(config.latency_model,
                                hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
                                             dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype),
@@ -99,10 +113,11 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
     out, top_k = [], max(s.spec_tokens for s in shapes)
     for shape in shapes:
         config = shape.config(base, top_k)
-        lat = latency_for(config)
-        fl = analysis.floors(requests, lat, config, trace_block)
+        timed = with_profile(config)
+        lat = latency_for(timed)
+        fl = analysis.floors(requests, lat, timed, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
-        work = analysis.work_ms(requests, lat, config, fl)
+        work = analysis.work_ms(requests, lat, timed, fl)
         users = closed_users(requests, config)
         if users is None:
             top, lower = cap, min(cap, analysis.workers_lower_bound(requests, config, work))
@@ -112,7 +127,7 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         o = Outcome(shape, _search(shape, config, target, lower, top, share), lower, never, users=users)
         if never > target.allowed_miss:
             o.kind = "compute"
-            o.helps = analysis.help_shares(requests, config, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
+            o.helps = analysis.help_shares(requests, timed, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
                                            latency_for)
             o.floor_q = fl.ttft_quantile(1.0 - target.allowed_miss)
             o.worst = max(fl.ttft)

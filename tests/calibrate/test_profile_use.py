@@ -108,3 +108,18 @@ def test_a_profile_matches_its_model_by_path_however_spelled(tmp_path, monkeypat
     r = _sim("--trace", trace, "--latency-profile", str(profile), "--model", "m/config.json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["error_band_pct"] and "latency_domain" not in json.loads(r.stdout)
+
+
+def test_plan_floors_use_the_profiles_step_times_and_front_end(tmp_path):
+    # the profile's 600-token prefill alone: beta0 + 600 beta1 = 80 ms, plus its 100 ms front end = 180 ms,
+    # above a 150 ms TTFT target at any worker count: compute-bound, said without a search to the cap
+    trace, _ = _files(tmp_path)
+    front = tmp_path / "front.json"
+    front.write_text(json.dumps({**PROFILE, "request_overhead_ms": 100.0}))
+    r = CliRunner().invoke(main, ["plan", "--trace", trace, "--slo-ttft-ms", "150", "--executor", "serial", "--quiet",
+                                  "--format", "json", "--latency-profile", str(front)])
+    assert r.exit_code == 3, r.output
+    (shape,) = json.loads(r.stdout)["shapes"]
+    assert shape["binding"] == "compute" and shape["never_share"] == 1.0
+    assert "prefill takes up to 180 ms" in shape["why"]
+    assert len(shape["replays"]) == 1
