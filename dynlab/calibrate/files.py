@@ -67,7 +67,12 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     ``max_concurrency`` nor a request rate (aiperf's per-request export). ``engine``: the server's engine
     settings the files do not state, as :class:`~dynlab.engine.config.SimConfig` fields
     (``max_num_seqs``, ``max_num_batched_tokens``)."""
-    points = [p for path in paths for p in read_points(path, fmt)]
+    points = []
+    for path in paths:
+        read = read_points(path, fmt)
+        if not read:
+            raise CalibrationError(f"{path}: no measured point in the file")
+        points.extend(read)
     if concurrency is not None:
         if all(p.max_concurrency is not None or p.request_rate is not None for p in points):
             raise CalibrationError("--concurrency has no effect: every point states its concurrency or request rate")

@@ -49,8 +49,9 @@ def _table(profile: dict) -> str:
 @click.option("--format", "file_format", type=click.Choice(["vllm-bench", "aiperf", "guidellm", "points"]),
               default=None, help="The files' format [default: detected from each file].")
 @click.option("--model", default=None, metavar="NAME|PATH",
-              help="The model, where a file names none or names one dynlab does not bundle.")
-@click.option("--gpu", default=None, help="The GPU, where a file names none.")
+              help="The model [default: the one each file names, when dynlab bundles it]; given, it replaces "
+                   "the files' (needed where a file names none or one dynlab does not bundle).")
+@click.option("--gpu", default=None, help="The GPU [default: the one each file names]; given, it replaces the files'.")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="GPUs per server (tensor parallel), where a file "
                                                                       "states none [default: 1].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,

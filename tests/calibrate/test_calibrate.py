@@ -162,6 +162,14 @@ def test_bad_options_are_one_line(tmp_path, args, message):
     assert message in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
+def test_a_file_without_points_is_refused_by_name(tmp_path):
+    files = _write_points(tmp_path, 0, *DESIGN[0])
+    empty = tmp_path / "empty.csv"
+    empty.write_text("model,gpu,max_concurrency,median_ttft_ms\n")
+    r = CliRunner().invoke(main, ["calibrate", *files, str(empty), "--model", "llama-3.1-8b", "--gpu", "h100"])
+    assert r.exit_code == 2 and r.output.strip() == f"Error: {empty}: no measured point in the file"
+
+
 def test_a_point_without_a_known_model_asks_for_model(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("model,gpu,max_concurrency,random_input_len,random_output_len,median_ttft_ms\n"
