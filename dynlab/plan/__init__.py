@@ -61,7 +61,7 @@ def executor_session(executor: str, jobs: Optional[int], ray_address: Optional[s
 def _arrivals(requests: Sequence, time_scale: float, poisson: float, base: SimConfig) -> str:
     """The arrivals replayed, in words: closed-loop users, the mean rate and time scale, all at once, or Poisson."""
     n = f"{len(requests):,} request{'' if len(requests) == 1 else 's'}"
-    users = closed_users(requests, base)
+    users = closed_users(requests, base.concurrency)
     if users is not None:
         think = base.think_time_ms if base.concurrency is not None else requests.closed[1]
         warm = f", the first {base.warmup:,} not measured" if base.warmup else ""

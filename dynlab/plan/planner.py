@@ -118,7 +118,7 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         fl = analysis.floors(requests, lat, timed, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
         work = analysis.work_ms(requests, lat, timed, fl)
-        users = closed_users(requests, config)
+        users = closed_users(requests, config.concurrency)
         if users is None:
             top, lower = cap, min(cap, analysis.workers_lower_bound(requests, config, work))
         else:  # closed loop: no arrival span to bound the work by; C users never keep more than C workers busy

@@ -40,7 +40,7 @@ def arrival_settings(requests: Sequence, rate: Optional[float] = None, rate_scal
     either in closed loop.
     """
     rates.time_scale_for(1.0, rate, rate_scale)     # refuses both at once and values not > 0
-    if concurrency is not None or getattr(requests, "closed", None) is not None:
+    if closed_users(requests, concurrency) is not None:
         for flag, v in (("--rate", rate), ("--rate-scale", rate_scale)):
             if v is not None:
                 raise rates.RateError(f"{flag} has no effect with closed-loop users: each sends its next request "
@@ -67,10 +67,10 @@ def served(requests: Sequence, num_requests: Optional[int]) -> Sequence:
     return first_requests(requests, num_requests)[0]
 
 
-def closed_users(requests: Sequence, config) -> Optional[int]:
-    """The closed-loop users of a replay: ``config.concurrency`` (``--concurrency``), else a workload spec's
+def closed_users(requests: Sequence, concurrency: Optional[int]) -> Optional[int]:
+    """The closed-loop users of a replay: ``concurrency`` (``--concurrency``), else a workload spec's
     (``"arrival": {"process": "closed"}``); ``None`` in open loop."""
-    if config.concurrency is not None:
-        return config.concurrency
+    if concurrency is not None:
+        return concurrency
     closed = getattr(requests, "closed", None)
     return closed[0] if closed is not None else None
