@@ -114,3 +114,28 @@ def published(pool) -> set:
     generated tokens (names from :data:`dynlab.kv.cache_manager.OUTPUT_NAMES` up, never published)."""
     from dynlab.kv.cache_manager import OUTPUT_NAMES
     return {name for name in pool.cached() if name < OUTPUT_NAMES}
+
+
+# ---- the overhead terms off (dynlab.latency.overheads), for hand cases that price steps by their own model ----
+
+#: the latency-model options of the server terms, off, per model that declares them (roofline: all three)
+SERVER_TERMS_OFF = {"roofline": {"cpu_step_us": "0", "cpu_us_per_request": "0", "cuda_graph_max": "0"},
+                    "linear": {"cpu_step_us": "0", "cpu_us_per_request": "0"}}
+#: the run's request-level terms off, as SimConfig fields
+CLIENT_TERMS_OFF = {"request_overhead_ms": 0.0, "detok_us_per_token": 0.0}
+
+
+def terms_off_args(latency_model: str = "roofline") -> list[str]:
+    """Command-line arguments switching every overhead term of a timed run off (``latency_model``'s server
+    terms and the run's front end and detokenisation): a hand case's figures are its step model's alone."""
+    args = ["--request-overhead-ms", "0", "--detok-us-per-token", "0"]
+    for name, value in SERVER_TERMS_OFF.get(latency_model, {}).items():
+        args += ["--latency-opt", f"{name}={value}"]
+    return args
+
+
+def terms_off(latency_model: str = "roofline", latency_opts=None) -> dict:
+    """SimConfig keyword arguments switching every overhead term off: ``latency_opts`` (a hand model's options,
+    kept) with the server terms off, and the client terms off."""
+    return {"latency_opts": {**SERVER_TERMS_OFF.get(latency_model, {}), **dict(latency_opts or {})},
+            **CLIENT_TERMS_OFF}

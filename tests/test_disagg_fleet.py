@@ -20,14 +20,17 @@ from dynlab.engine.worker import EngineWorker
 from dynlab.latency.grid import build_latency_model, hardware_for
 from dynlab.routing.strategy import Request
 
-from helpers import invoke
+from helpers import invoke, terms_off, terms_off_args
 
 KVB = 131_072  # llama-3.1-8b: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
 BLOCK = 16
 
 
 def linear(b0=10.0, b1=0.01, b2=1.0):
-    return build_latency_model("linear", hardware_for("llama-3.1-8b"), {"beta0": b0, "beta1": b1, "beta2": b2})
+    """The hand linear model with its server terms (step CPU time) off: a step costs its betas alone. (The
+    library-level runs here have no front end or detokenisation: RunEnv.timed's defaults are 0.)"""
+    opts = terms_off("linear", {"beta0": b0, "beta1": b1, "beta2": b2})["latency_opts"]
+    return build_latency_model("linear", hardware_for("llama-3.1-8b"), opts)
 
 
 def eagle(k):
@@ -84,7 +87,8 @@ def test_the_issue_case_through_the_command(tmp_path):
     trace.write_text(json.dumps({"timestamp": 0, "tokens": list(range(1000)), "output_length": 10}) + "\n")
     result = invoke("sim", "--trace", str(trace), "--timing", "--prefill-workers", "1", "--decode-workers", "1",
                     "--model", "llama-3.1-8b", "--link-gbps", "50", "--latency-model", "linear",
-                    "--latency-opt", "beta0=10", "--latency-opt", "beta1=0.01", "--latency-opt", "beta2=1")
+                    "--latency-opt", "beta0=10", "--latency-opt", "beta1=0.01", "--latency-opt", "beta2=1",
+                    *terms_off_args("linear"))  # every overhead term off: the hand case's times are the betas'
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     # the run JSON rounds percentiles to 0.1 ms (the exact values are tested through the library above)

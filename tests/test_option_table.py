@@ -147,6 +147,7 @@ def sim_rows(cmd: list) -> dict:
         "--warmup": changes(timed, ["--warmup", "1"]),
         "--latency-profile": changes(timed, ["--latency-profile", PROFILE]),
         "--request-overhead-ms": changes(timed, ["--request-overhead-ms", "50"]),
+        "--detok-us-per-token": changes(timed, ["--detok-us-per-token", "500"]),
         "--workload": changes(cmd, ["--workload", SPEC]),
         "--tokenizer": changes(cmd + ["--trace", SHAREGPT], ["--tokenizer", TOKENIZER]),
         "--trace-block": refuses(cmd + ["--timing", "--trace", TOKENS, "--trace-block", "64"], "--trace-block"),
@@ -262,6 +263,7 @@ NO_EFFECT = [
     (["--latency-opt", "beta0=3"], "--latency-opt"),
     (["--latency-profile", PROFILE], "--latency-profile"),  # without --timing
     (["--request-overhead-ms", "5"], "--request-overhead-ms"),
+    (["--detok-us-per-token", "5"], "--detok-us-per-token"),
     (["--timing", "--latency-profile", PROFILE, "--latency-model", "roofline"], "--latency-model"),  # the profile's
     (["--timing", "--policy", "fifo"], "--policy"),
     (["--timing", "--event-delay", "2"], "--event-delay"),
@@ -522,6 +524,7 @@ TABLE.update({
     ("plan", "--latency-profile"): changes(PLAN, ["--latency-profile", PROFILE]),
     ("latency", "--latency-profile"): changes(["latency", "--format", "json"], ["--latency-profile", PROFILE]),
     ("plan", "--request-overhead-ms"): changes(PLAN, ["--request-overhead-ms", "300"]),
+    ("plan", "--detok-us-per-token"): changes(PLAN, ["--detok-us-per-token", "500"]),
     ("plan", "--resume"): refuses(PLAN + ["--resume"], "--resume"),
     ("plan", "--format"): swaps(PLAN, [*PLAN[:-1], "table"]),
     ("plan", "--plot"): changes(PLAN, ["--plot", "p.png"]),

@@ -16,9 +16,12 @@ from dynlab.routing.hashing import block_hashes
 from dynlab.sim import run
 from dynlab.traces.reader import load_trace
 from dynlab.traces.replies import reply_names
+from helpers import terms_off_args
 
+# the hand model with every overhead term off (server CPU time, front end, detokenisation): the hand case's
+# times are its steps' alone
 LINEAR = ["--timing", "--latency-model", "linear", "--latency-opt", "beta0=10", "--latency-opt", "beta1=1",
-          "--latency-opt", "beta2=2"]
+          "--latency-opt", "beta2=2", *terms_off_args("linear")]
 P, R, NEW = list(range(1, 33)), list(range(101, 133)), list(range(201, 217))
 
 

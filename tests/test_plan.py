@@ -25,9 +25,12 @@ from dynlab.plan.search import Search
 from dynlab.plan.target import Target
 from dynlab.routing.strategy import Request
 
+from helpers import terms_off, terms_off_args
+
+# the hand model alone: every overhead term (server CPU, front end, detokenisation) off
 LINEAR = ["--latency-model", "linear", "--latency-opt", "beta0=1", "--latency-opt", "beta1=0.01",
-          "--latency-opt", "beta2=0", "--max-num-batched-tokens", "1000", "--modes", "rr", "--executor", "serial",
-          "--format", "json", "--quiet"]
+          "--latency-opt", "beta2=0", *terms_off_args("linear"), "--max-num-batched-tokens", "1000", "--modes", "rr",
+          "--executor", "serial", "--format", "json", "--quiet"]
 
 
 def _trace(path, rows) -> str:
@@ -289,7 +292,9 @@ def test_a_bad_trace_line_names_file_and_line(tmp_path):
 
 # --------------------------------------------------------------------------- pieces, by hand
 def _linear():
-    return build_latency_model("linear", hardware_for(), {"beta0": 1.0, "beta1": 0.01, "beta2": 0.0})
+    """The hand model, its server terms off."""
+    opts = terms_off("linear", {"beta0": 1.0, "beta1": 0.01, "beta2": 0.0})["latency_opts"]
+    return build_latency_model("linear", hardware_for(), opts)
 
 
 def test_prefill_alone_by_hand():
@@ -310,12 +315,28 @@ def test_ideal_hits_by_hand():
 def test_lower_bound_by_hand():
     # 12 prompts of 1,000 tokens every 10 ms: 132 ms of prefill over a 110 ms span: 2 workers at least
     reqs = [Request((i,), 1000, 1, timestamp=10 * i) for i in range(12)]
-    config = SimConfig(max_num_batched_tokens=1000, timing=True)
+    off = terms_off("linear", {"beta0": "1", "beta1": "0.01", "beta2": "0"})  # floors without the client terms
+    config = SimConfig(max_num_batched_tokens=1000, timing=True, latency_model="linear", **off)
     fl = Floors(tuple([11.0] * 12), tuple([None] * 12))
     assert work_ms(reqs, _linear(), config, fl) == (132.0, 0.0)  # one output token each: no decode
     assert workers_lower_bound(reqs, config, work_ms(reqs, _linear(), config, fl)) == 2
-    half = SimConfig(time_scale=0.5)
+    half = SimConfig(time_scale=0.5, latency_model="linear", **off)
     assert workers_lower_bound(reqs, half, work_ms(reqs, _linear(), half, fl)) == 3  # 132 / 55
+
+
+def test_floors_add_the_client_terms_by_hand():
+    # 1,000-token prompts alone: 11 ms, plus the 5 ms front end and one token's 0.5 ms detokenisation; a
+    # decode alone 1 ms (beta0) plus 0.5 ms per token; a one-token request has no TPOT floor (no term added
+    # to it). The client terms are no GPU work: the prefill work is the two 11 ms steps
+    from dynlab.plan.analysis import floors
+
+    reqs = [Request((1, 2), 1000, 1, timestamp=0), Request((3, 4), 1000, 3, timestamp=0)]
+    off = terms_off("linear", {"beta0": "1", "beta1": "0.01", "beta2": "0"})
+    config = SimConfig(max_num_batched_tokens=1000, timing=True, latency_model="linear",
+                       **{**off, "request_overhead_ms": 5.0, "detok_us_per_token": 500.0})
+    fl = floors(reqs, _linear(), config, 512)
+    assert fl.ttft == pytest.approx((16.5, 16.5)) and fl.tpot[0] is None and fl.tpot[1] == pytest.approx(1.5)
+    assert work_ms(reqs, _linear(), config, fl)[0] == pytest.approx(22.0)
 
 
 def test_floor_shares_by_hand():

@@ -16,6 +16,7 @@ from dynlab.plan.search import PdSearch, Shape
 from dynlab.plan.target import Target
 from dynlab.routing.strategy import Request
 
+from helpers import terms_off
 from test_plan import LINEAR, _json, _plan, _trace
 
 #: each decode request adds 0.001 ms to a step (beta2), so TPOT grows with the decode batch
@@ -117,9 +118,10 @@ def test_split_auto_refusals(steady):
 def test_prefill_share_by_hand():
     # 2 prompts of 1,000 tokens (11 ms each alone) and 11 output tokens each: 10 decode tokens each at
     # (1 ms + 0.001 ms x 256 decode requests) / 256 per token in a full batch
-    lat = build_latency_model("linear", hardware_for(), {"beta0": 1.0, "beta1": 0.01, "beta2": 0.001})
+    off = terms_off("linear", {"beta0": "1", "beta1": "0.01", "beta2": "0.001"})  # the hand model alone
+    lat = build_latency_model("linear", hardware_for(), off["latency_opts"])
     reqs = [Request((i,), 1000, 11, timestamp=0) for i in range(2)]
-    config = SimConfig(max_num_batched_tokens=1000, timing=True)
+    config = SimConfig(max_num_batched_tokens=1000, timing=True, latency_model="linear", **off)
     per_token = (1.0 + 0.001 * 256) / 256
     decode = per_token * 20
     work = work_ms(reqs, lat, config, floors(reqs, lat, config, 16))

@@ -6,7 +6,8 @@ A profile is one JSON object (``PROFILE_KEYS``, in that order):
 - ``model``, ``gpu``, ``tp``: the hardware the points were replayed on (dynlab's names);
 - ``engine``, ``version``: the serving engine and its version when the files state them (else null);
 - ``latency_model`` and ``latency_opts``: the model and every fitted option's value (floats);
-- ``request_overhead_ms``: the server's front end per request (``--request-overhead-ms``; 0 when not fitted);
+- ``request_overhead_ms``: the server's front end per request (``--request-overhead-ms``) the fit used: fitted
+  when ``fitted`` names it, else the run's setting (profiles written before 2026-12-06 say 0 there);
 - ``fitted``: the names of the fitted options;
 - ``folds`` and ``cv_error_pct``: k of the k-fold cross-validation and, per metric, the median absolute
   held-out error in percent (:mod:`dynlab.calibrate.fit`); ``{}`` and 0 with fewer than 3 points;
@@ -22,6 +23,7 @@ import math
 from typing import Any, Sequence
 
 from dynlab.errors import InputError, InputFileError
+from dynlab.latency.overheads import FRONT_END_MS
 
 PROFILE_VERSION = 1
 PROFILE_KEYS = ("dynlab_calibration", "model", "gpu", "tp", "engine", "version", "latency_model", "latency_opts",
@@ -52,7 +54,7 @@ def profile_json(calibration, points: Sequence, configs: Sequence) -> dict[str, 
             "latency_model": calibration.latency_model,
             "latency_opts": {k: float(f"{float(v):.6g}") for k, v in calibration.opts.items()
                              if k != "request_overhead_ms"},
-            "request_overhead_ms": float(f"{float(calibration.opts.get('request_overhead_ms', 0.0)):.6g}"),
+            "request_overhead_ms": float(f"{float(calibration.opts.get('request_overhead_ms', first.request_overhead_ms)):.6g}"),
             "fitted": list(calibration.opts), "folds": calibration.folds,
             "cv_error_pct": dict(calibration.cv_error_pct), "points": rows}
 
@@ -103,7 +105,8 @@ def _model_key(model: str) -> str:
 
 def apply_profile(config):
     """``(config, keys)``: ``config`` (a :class:`~dynlab.engine.config.SimConfig` with ``latency_profile``)
-    with the profile's latency model, fitted options and request overhead, and the result keys ``latency_profile`` (the
+    with the profile's latency model, fitted options and request overhead (the one its fit used, unless the
+    run gives ``--request-overhead-ms`` and the profile did not fit it), and the result keys ``latency_profile`` (the
     path) and ``error_band_pct`` (:data:`BAND_KEYS` -> the cross-validated error in percent; ``{}`` when
     the run's model, GPU or tp is not the profile's, whose error was not measured there: ``latency_domain``
     then says so).
@@ -116,11 +119,12 @@ def apply_profile(config):
     if fitted:
         raise ValueError(f"--latency-opt {fitted[0]}: --latency-profile {path} fits it; leave it out or calibrate again")
     front = float(profile.get("request_overhead_ms", 0.0))
-    if front and config.request_overhead_ms:
-        raise ValueError(f"--request-overhead-ms: --latency-profile {path} fits it; leave it out or calibrate again")
+    if config.request_overhead_ms != FRONT_END_MS:  # given: the run's, unless the profile fitted it
+        if "request_overhead_ms" in profile.get("fitted", ()):
+            raise ValueError(f"--request-overhead-ms: --latency-profile {path} fits it; leave it out or calibrate again")
+        front = config.request_overhead_ms
     opts = {**{k: repr(float(v)) for k, v in profile["latency_opts"].items()}, **config.latency_opts}
-    config = replace(config, latency_model=profile["latency_model"], latency_opts=opts,
-                     request_overhead_ms=front or config.request_overhead_ms)
+    config = replace(config, latency_model=profile["latency_model"], latency_opts=opts, request_overhead_ms=front)
     band = {BAND_KEYS[m]: v for m, v in profile["cv_error_pct"].items() if m in BAND_KEYS}
     keys = {"latency_profile": path, "error_band_pct": band}
     shape, here = (profile["model"], profile["gpu"], profile["tp"]), (config.model, config.gpu, config.tp)

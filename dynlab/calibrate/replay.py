@@ -117,23 +117,24 @@ def arrival(point: MeasuredPoint, config: SimConfig, n: Optional[int] = None) ->
 
 class _Figures(Recorder):
     """Each request's ``(input, output, TTFT ms, E2E ms)`` by its position (with ``front_ms``, the server's
-    front end, as :class:`~dynlab.engine.metrics.ServingMetrics` counts it), and the run's first arrival
+    front end, and ``token_ms`` per output token, as :class:`~dynlab.engine.metrics.ServingMetrics` counts them), and the run's first arrival
     and last finish (ms, unrounded)."""
 
     def on_arrival(self, req, t: float) -> None:
         if self.first is None or t < self.first:
             self.first = t
 
-    def __init__(self, front_ms: float):
+    def __init__(self, front_ms: float, token_ms: float = 0.0):
         self.rows: dict = {}
         self.first = None
         self.last = 0.0
-        self.front_ms = front_ms
+        self.front_ms, self.token_ms = front_ms, token_ms
 
     def on_finish(self, req, t: float) -> None:
-        front = self.front_ms
-        self.rows[req.id] = (req.input_length, req.output_length, req.first_token_ms - req.arrival_ms + front,
-                             t - req.arrival_ms + front)
+        front, token = self.front_ms, self.token_ms
+        self.rows[req.id] = (req.input_length, req.output_length,
+                             req.first_token_ms - req.arrival_ms + front + token,
+                             t - req.arrival_ms + front + token * req.output_length)
         self.last = max(self.last, t)
 
 
@@ -170,7 +171,7 @@ def simulate(point: MeasuredPoint, config: SimConfig, pairs: Optional[list] = No
 
     pairs = lengths(point) if pairs is None else pairs
     config = replace(arrival(point, config, len(pairs)), timing=True, workers=1, trace="<measured point>")
-    recorder = _Figures(config.request_overhead_ms)
+    recorder = _Figures(config.request_overhead_ms, config.detok_us_per_token / 1000.0)
     constant = point.arrival == "constant" and config.concurrency is None
     spacing = 1000.0 / point.request_rate if constant else None
     run(config, requests=_requests(pairs, config.block, spacing), recorders=(recorder,))

@@ -23,7 +23,24 @@ def _table(grid: dict) -> str:
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     head = f"{grid['model']} on {grid['tp']} x {grid['gpu']}"
     return "\n".join([head] + ["  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j])
-                                         for j, c in enumerate(r)) for r in rows])
+                                         for j, c in enumerate(r)) for r in rows] + _terms(grid))
+
+
+def _terms(grid: dict) -> list:
+    """The lines naming the server terms in the step times and the run's per-request terms outside them."""
+    lines = []
+    for name, row in grid["latency_models"].items():
+        t = row.get("server_terms")
+        if t:
+            graphs = (f"steps of <= {t['cuda_graph_max']} tokens padded to a CUDA-graph size"
+                      if t.get("cuda_graph_max") else "no CUDA-graph padding") if "cuda_graph_max" in t else ""
+            lines.append(f"{name} includes server CPU {t['cpu_step_us']:.3g} us per step + "
+                         f"{t['cpu_us_per_request']:.3g} us per request" + (f"; {graphs}" if graphs else ""))
+    c = grid["client_terms"]
+    lines.append(f"not in a step (a run's defaults): front end {c['request_overhead_ms']:.2f} ms per request "
+                 f"(--request-overhead-ms), detokenisation {c['detok_us_per_token']:.3g} us per output token "
+                 "(--detok-us-per-token)")
+    return lines
 
 
 def _gpu_table() -> str:

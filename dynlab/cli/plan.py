@@ -26,6 +26,7 @@ _BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, defa
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
 SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "trace_block", "capacity",
           "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_profile", "request_overhead_ms",
+          "detok_us_per_token",
           "concurrency", "think_time_ms", "num_requests", "warmup",
           "gpu_memory_utilization",
           "publish",

@@ -11,6 +11,7 @@ import click
 
 from dynlab import limits, plugins
 from dynlab.cli import main
+from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
 from dynlab.cli.common import (INPUT_FIELDS, claim_inputs, echo_table_or_json, input_path, json_text, output_path,
                                parse_opts, progress_bar, refuse_repeats, split_list, stream_output_path, write_atomic)
 from dynlab.engine.config import POISSON_RATE
@@ -150,9 +151,13 @@ SIM_OPTIONS = [
     (("--latency-profile",), "latency_profile", click.STRING, None,
      "With --timing: a calibration profile from `dynlab calibrate` (JSON): its latency model and fitted options, "
      "and each figure's cross-validated error (error_band_pct)."),
-    (("--request-overhead-ms",), "request_overhead_ms", FiniteFloat(min=0), 0.0,
+    (("--request-overhead-ms",), "request_overhead_ms", FiniteFloat(min=0), FRONT_END_MS,
      "With --timing: the server's front end per request (HTTP, tokenisation, first stream chunk) before the "
-     "engine sees it, added to every TTFT and E2E (fit it with dynlab calibrate)."),
+     "engine sees it, added to every TTFT and E2E; default BLIS's, measured on vLLM (0: off; fit it with "
+     "dynlab calibrate)."),
+    (("--detok-us-per-token",), "detok_us_per_token", FiniteFloat(min=0), DETOK_US_PER_TOKEN,
+     "With --timing: detokenisation and streaming per output token in us, added to each token's arrival at "
+     "the client (TTFT, TPOT, ITL, E2E); default BLIS's, measured on vLLM (0: off)."),
     (("--model",), "model", click.STRING, "llama-3.1-8b",
      "With --timing: served model, a bundled name (see `dynlab models`), a config.json path or a model "
      "directory holding one."),

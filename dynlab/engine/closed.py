@@ -14,6 +14,7 @@ attaches the fleet's ``arrive`` (:meth:`attach`) once the fleet is built. It add
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable, Iterable, Iterator, Optional
 
 from dynlab.engine.loop import ARRIVAL
@@ -23,10 +24,12 @@ from dynlab.engine.metrics import Recorder
 class ClosedLoop(Recorder):
     """``concurrency`` users sending ``requests`` (in order) through ``loop`` (module docstring).
 
+    ``token_ms``: ms per output token between the engine's finish and the user's last token (detokenisation
+    and streaming, :class:`~dynlab.engine.metrics.ServingMetrics`), waited before the next request.
     Raises ``ValueError`` for ``concurrency`` < 1 or a negative ``think_time_ms``."""
 
     def __init__(self, requests: Iterable, concurrency: int, loop, think_time_ms: float = 0.0,
-                 stop_ms: Optional[float] = None):
+                 stop_ms: Optional[float] = None, token_ms: float = 0.0):
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if not think_time_ms >= 0:
@@ -35,6 +38,8 @@ class ClosedLoop(Recorder):
         self.concurrency, self.think_ms, self.stop_ms, self.loop = concurrency, think_time_ms, stop_ms, loop
         self._arrive: Optional[Callable] = None
         self.sent = 0
+        self.token_ms = token_ms
+        self._pending: deque = deque()  # requests taken for sends scheduled, in the workload's order
 
     def initial(self) -> Iterator[tuple]:
         """The first ``concurrency`` requests, all at time 0: ``(request, 0.0)`` (a fleet's arrivals)."""
@@ -50,7 +55,7 @@ class ClosedLoop(Recorder):
         self._arrive = arrive
 
     def on_finish(self, req, t: float) -> None:
-        self._next(t + self.think_ms)
+        self._next(t + self.think_ms + self.token_ms * req.output_length)
 
     def on_reject(self, req) -> None:
         self._next(self.loop.now + self.think_ms)
@@ -64,7 +69,13 @@ class ClosedLoop(Recorder):
         if self._arrive is None:
             raise RuntimeError("ClosedLoop.attach(fleet.arrive) was not called before the run")
         self.sent += 1
-        self.loop.at(t, ARRIVAL, self._arrive, req)
+        # the request goes to whichever send comes first: with detokenisation a user may see its answer (and
+        # send) before one whose engine finish came earlier, and the users take the requests in their order
+        self._pending.append(req)
+        self.loop.at(t, ARRIVAL, self._send)
+
+    def _send(self) -> None:
+        self._arrive(self._pending.popleft())
 
 
 class SessionTurns(Recorder):
@@ -73,15 +84,18 @@ class SessionTurns(Recorder):
     ``follows``: ``{request index: (previous turn's index, think time ms)}``. :meth:`initial` passes the
     open-loop ``arrivals`` (``(request, ms)``) of every request that follows none; a turn is sent
     ``think time`` after its previous turn finished (or was rejected), through the fleet's ``arrive``
-    (:meth:`attach`). It adds no result key."""
+    (:meth:`attach`), plus what the client waits for the answer beyond the engine's finish: ``front_ms``
+    (the server's front end, which the next turn pays before the engine sees it) and ``token_ms`` per output
+    token (detokenisation and streaming, :class:`~dynlab.engine.metrics.ServingMetrics`). It adds no result key."""
 
-    def __init__(self, requests: Iterable, follows: dict, loop):
+    def __init__(self, requests: Iterable, follows: dict, loop, front_ms: float = 0.0, token_ms: float = 0.0):
         by_index = {req.index: req for req in requests}
         self.after = {parent: (by_index[child], think) for child, (parent, think) in follows.items()
                       if child in by_index}
         self.held = set(follows)
         self.loop = loop
         self._arrive: Optional[Callable] = None
+        self.front_ms, self.token_ms = front_ms, token_ms
 
     def initial(self, arrivals: Iterator[tuple]) -> Iterator[tuple]:
         """The ``arrivals`` of the requests that follow no earlier turn."""
@@ -92,10 +106,10 @@ class SessionTurns(Recorder):
         self._arrive = arrive
 
     def on_finish(self, req, t: float) -> None:
-        self._next(req.id, t)
+        self._next(req.id, t + self.front_ms + self.token_ms * req.output_length)
 
     def on_reject(self, req) -> None:
-        self._next(req.id, self.loop.now)
+        self._next(req.id, self.loop.now + self.front_ms)
 
     def _next(self, index, t: float) -> None:
         nxt = self.after.pop(index, None)

@@ -8,6 +8,7 @@ from typing import AbstractSet, Mapping, Optional
 from dynlab.engine.arrival_options import check_closed_loop, workload_rules
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 from dynlab.engine.spec import SPEC_METHODS, no_effect_rules as _spec_rules
+from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
 POISSON_RATE = 4.0
@@ -133,8 +134,11 @@ class SimConfig(Sectioned):
     #     spec_model: the draft model of spec_method draft (a bundled name or config.json; None: dynlab's /10 rule)
     spec_model: Optional[str] = None
     #     request_overhead_ms: the server's front end (HTTP, tokenisation, the first stream chunk) before
-    #     the engine sees a request; added to every TTFT and E2E (dynlab.engine.metrics.ServingMetrics)
-    request_overhead_ms: float = 0.0
+    #     the engine sees a request; added to every TTFT and E2E (dynlab.engine.metrics.ServingMetrics);
+    #     detok_us_per_token: detokenisation and streaming per output token, added to each token's arrival
+    #     at the client; defaults: BLIS's published values (dynlab.latency.overheads)
+    request_overhead_ms: float = FRONT_END_MS
+    detok_us_per_token: float = DETOK_US_PER_TOKEN
     # --- closed-loop arrivals (issue 38): concurrency virtual users, each sending its next request
     #     think_time_ms after its previous one finished (dynlab.engine.closed); num_requests (--requests):
     #     the workload's first N requests; warmup: the first N left out of the serving metrics
@@ -207,7 +211,7 @@ class SimConfig(Sectioned):
         if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
             raise ValueError(f"pcie_gbps must be a finite number > 0, got {self.pcie_gbps}")
         for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb", "think_time_ms",
-                     "request_overhead_ms"):
+                     "request_overhead_ms", "detok_us_per_token"):
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
@@ -274,7 +278,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
                      "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling",
                      "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
-                     "request_overhead_ms")
+                     "request_overhead_ms", "detok_us_per_token")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)

@@ -90,7 +90,8 @@ class RunEnv:
     def timed(cls, requests: Iterable, strategy, workers: int, *, traffic: TrafficSection = TrafficSection(),
               events: EventsSection = EventsSection(), slo: SloSection = SloSection(),
               loss_rng: Optional[random.Random] = None, arrival_rng: Optional[random.Random] = None,
-              recorders: Sequence[Recorder] = (), progress=None, front_ms: float = 0.0) -> "RunEnv":
+              recorders: Sequence[Recorder] = (), progress=None, front_ms: float = 0.0,
+              token_ms: float = 0.0) -> "RunEnv":
         """The environment of a timed run of ``requests`` routed by ``strategy`` to ``workers`` workers.
 
         Arrivals: with ``traffic.concurrency``, closed loop (:class:`~dynlab.engine.closed.ClosedLoop`:
@@ -103,18 +104,22 @@ class RunEnv:
         ``loss_rng``); goodput SLOs from ``slo``; the serving metrics leave out requests whose id is below
         ``traffic.warmup``. ``recorders`` follow the serving recorder. ``front_ms``: the server's front end
         before the engine sees a request (in every TTFT and E2E; a closed-loop user's next request
-        reaches the engine that much later too).
+        reaches the engine that much later too); ``token_ms``: detokenisation and streaming per output
+        token (:class:`~dynlab.engine.metrics.ServingMetrics`; a closed-loop user sees its last token
+        ``token_ms`` x its output tokens after the engine's finish).
         """
         loop = EventLoop()
         bus = EventBus(loop, strategy.on_event, delay_ms=events.event_delay_ms, loss=events.event_loss,
                        rng=loss_rng, publish=events.publish == "yes")
         rng = arrival_rng or random.Random(f"dynlab-arrivals-{traffic.seed}")
-        serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms, warmup=traffic.warmup, front_ms=front_ms)
+        serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms, warmup=traffic.warmup, front_ms=front_ms,
+                                 token_ms=token_ms)
         if traffic.concurrency is not None:  # closed loop: the users' recorder sends requests as others finish
             from dynlab.engine.closed import ClosedLoop
 
             stop = None if traffic.duration is None else traffic.duration * 1000.0
-            users = ClosedLoop(requests, traffic.concurrency, loop, traffic.think_time_ms + front_ms, stop)
+            users = ClosedLoop(requests, traffic.concurrency, loop, traffic.think_time_ms + front_ms, stop,
+                               token_ms=token_ms)
             return cls(loop, bus, users.initial(), RoutingMetrics(workers), [serving, *recorders, users], progress,
                        users)
         rate = POISSON_RATE if traffic.rate is None else traffic.rate
@@ -123,7 +128,7 @@ class RunEnv:
         if follows:  # closed session turns: sent after the previous turn's answer
             from dynlab.engine.closed import SessionTurns
 
-            turns = SessionTurns(requests, follows, loop)
+            turns = SessionTurns(requests, follows, loop, front_ms, token_ms)
             return cls(loop, bus, turns.initial(arrivals), RoutingMetrics(workers), [serving, *recorders, turns],
                        progress, turns)
         return cls(loop, bus, arrivals, RoutingMetrics(workers), [serving, *recorders], progress)

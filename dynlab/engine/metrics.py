@@ -285,8 +285,11 @@ class ServingMetrics(Recorder):
     is ``null`` (:func:`stats`).
 
     ``front_ms`` (``--request-overhead-ms``): the server's front end before the engine sees a request (HTTP,
-    tokenisation, the first stream chunk), added to every ``ttft_ms`` and ``e2e_ms`` (the engine's own
-    times, ``queue_wait_ms`` and the ``--requests-out`` records, do not include it).
+    tokenisation, the first stream chunk), added to every ``ttft_ms`` and ``e2e_ms``; ``token_ms``
+    (``--detok-us-per-token`` / 1000): detokenisation and streaming per output token, added to each token's
+    arrival at the client as BLIS does (:mod:`dynlab.latency.overheads`): ``ttft_ms`` gains one, ``tpot_ms``
+    one, ``e2e_ms`` one per output token. The engine's own times (``queue_wait_ms``, ``makespan_s``, the
+    ``--requests-out`` records) include neither.
 
     ``slo_ttft_ms`` / ``slo_tpot_ms``: when either is given, ``goodput`` is the share of ALL
     requests (rejected ones included, as failures) whose TTFT and TPOT meet the SLOs given
@@ -308,8 +311,8 @@ class ServingMetrics(Recorder):
     """
 
     def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, warmup: int = 0,
-                 front_ms: float = 0.0):
-        self.warmup, self.front_ms = warmup, front_ms
+                 front_ms: float = 0.0, token_ms: float = 0.0):
+        self.warmup, self.front_ms, self.token_ms = warmup, front_ms, token_ms
         self.slo_ttft_ms = slo_ttft_ms
         self.slo_tpot_ms = slo_tpot_ms
         self.ttft: list = []
@@ -345,15 +348,16 @@ class ServingMetrics(Recorder):
     def on_finish(self, req, t: float) -> None:
         if self.warmup and req.id < self.warmup:
             return
-        ttft = req.first_token_ms - req.arrival_ms + self.front_ms
+        token = self.token_ms
+        ttft = req.first_token_ms - req.arrival_ms + self.front_ms + token
         self.ttft.append(ttft)
-        self.e2e.append(t - req.arrival_ms + self.front_ms)
+        self.e2e.append(t - req.arrival_ms + self.front_ms + token * req.output_length)
         self.wait.append(req.first_scheduled_ms - req.arrival_ms)
         self.output_tokens += req.output_length
         self.hit_tokens += req.hit_tokens or 0
         tpot = None
         if req.output_length > 1:
-            tpot = (t - req.first_token_ms) / (req.output_length - 1)
+            tpot = (t - req.first_token_ms) / (req.output_length - 1) + token
             self.tpot.append(tpot)
         if (self.slo_ttft_ms is None or ttft <= self.slo_ttft_ms) and \
                 (self.slo_tpot_ms is None or tpot is None or tpot <= self.slo_tpot_ms):

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from dynlab import plugins
 from dynlab.latency import hardware as hw
 from dynlab.latency.base import Hardware, LatencyModel, StepBatch
+from dynlab.latency.overheads import CLIENT_TERMS, SERVER_TERMS
 from dynlab.models.parallel import Parallelism, check_parallelism
 
 DEFAULT_LATENCY_MODEL = "roofline"
@@ -79,7 +80,10 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
     """Step times (ms, rounded to ``digits`` decimals) of each latency model on the fixed grid.
 
     Returns ``{"model", "gpu", "tp", "latency_models": {NAME: {"prefill_ms": {TOKENS: ms},
-    "decode_ms": {CONTEXT: {BATCH: ms}}}}}`` (keys are strings, as in JSON). The grid: one prefill of
+    "decode_ms": {CONTEXT: {BATCH: ms}}, "server_terms": {OPTION: value}}}, "client_terms": {...}}`` (keys
+    are strings, as in JSON). ``server_terms``: the model's server options in the step times shown
+    (:mod:`dynlab.latency.overheads`; only for a model that declares them); ``client_terms``: the run's
+    request-level defaults, which are not in a step (``--request-overhead-ms``, ``--detok-us-per-token``). The grid: one prefill of
     512/2,048/8,192 tokens at context 0; 1/16/64/256 decodes each at context 2,048 and 16,384.
     ``options`` go to every listed model that declares them; one that no listed model declares is
     a ``ValueError``. ``ep``, ``pp``, ``dp_attention``, ``kv_cache_dtype``: :func:`hardware_for`; when not
@@ -118,8 +122,12 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
             "prefill_ms": {k: round(v, digits) for k, v in row["prefill_ms"].items()},
             "decode_ms": {c: {b: round(v, digits) for b, v in d.items()} for c, d in row["decode_ms"].items()},
         }
+        terms = {k: built.opts[k] for k in SERVER_TERMS if k in built.opts}
+        if terms:
+            out["latency_models"][name]["server_terms"] = terms
     if domains:
         out["latency_domain"] = domains
+    out["client_terms"] = dict(CLIENT_TERMS)
     return out
 
 

@@ -78,9 +78,16 @@ class Floors:
         return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
 
 
+def client_ms(config: SimConfig) -> float:
+    """ms a request's first token spends outside the engine: the server's front end
+    (``config.request_overhead_ms``) and its detokenisation (``config.detok_us_per_token``)."""
+    return config.request_overhead_ms + config.detok_us_per_token / 1000.0
+
+
 def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_block: int) -> Floors:
     """The :class:`Floors` of ``requests`` on ``latency`` (one worker of the shape), chunked at
-    ``config.max_num_batched_tokens``, each TTFT with the server's front end (``config.request_overhead_ms``). Distinct (length, hit) pairs are computed once. With speculative
+    ``config.max_num_batched_tokens``, each TTFT with what its first token spends outside the engine (:func:`client_ms`), each TPOT with
+    the detokenisation per token. Distinct (length, hit) pairs are computed once. With speculative
     decoding (``config.spec_tokens`` > 0) a step may emit several tokens, so no TPOT floor is set (all
     ``None``): only the TTFT floors can make such a shape compute-bound."""
     hits = ideal_hit_tokens(requests, trace_block, config.block)
@@ -90,11 +97,13 @@ def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_b
         key = (req.input_length, hit)
         if key not in cache:
             cache[key] = prefill_alone_ms(latency, req.input_length, hit, config.max_num_batched_tokens)
-        ttft.append(cache[key] + config.request_overhead_ms)
+        ttft.append(cache[key] + client_ms(config))
     if config.spec_tokens:  # several tokens per step: one plain decode step is no floor of the TPOT
         tpot = tuple(None for _ in requests)
     else:
-        tpot = tuple(tpot_alone_ms(latency, r.input_length, max(r.output_length, 1)) for r in requests)
+        token = config.detok_us_per_token / 1000.0
+        alone = (tpot_alone_ms(latency, r.input_length, max(r.output_length, 1)) for r in requests)
+        tpot = tuple(None if t is None else t + token for t in alone)  # None: a one-token request has no TPOT
     return Floors(tuple(ttft), tpot)
 
 
@@ -116,14 +125,14 @@ def _decode_ms_per_token(requests: Sequence, latency: LatencyModel, config: SimC
 
 
 def work_ms(requests: Sequence, latency: LatencyModel, config: SimConfig, fl: Floors) -> tuple[float, float]:
-    """The trace's work in ms of one worker, ``(prefill, decode)``: every prompt's prefill floor (``fl.ttft`` less the front end)
+    """The trace's work in ms of one worker, ``(prefill, decode)``: every prompt's prefill floor (``fl.ttft`` less :func:`client_ms`)
     and every output token past the first at the cost of one token in a full decode batch (``max_num_seqs``
     requests at the trace's mean context). ``(0.0, 0.0)`` for an empty trace. Computed once per shape,
     read by :func:`workers_lower_bound` and :func:`prefill_share`."""
     if not requests:
         return 0.0, 0.0
     decode = _decode_ms_per_token(requests, latency, config) * sum(max(r.output_length, 1) - 1 for r in requests)
-    return sum(fl.ttft) - config.request_overhead_ms * len(fl.ttft), decode  # the front end is no GPU work
+    return sum(fl.ttft) - client_ms(config) * len(fl.ttft), decode  # the front end is no GPU work
 
 
 def prefill_share(work: tuple[float, float]) -> float:

@@ -56,10 +56,11 @@ def weighted_stats(values: Sequence[float], weights: Sequence[int]) -> dict:
 
 class BenchmarkRecorder(Recorder):
     """The benchmark clients' figures (module docstring); ``gpus``: the run's GPUs, ``warmup``: requests
-    left out (ids below it)."""
+    left out (ids below it); ``token_ms``: detokenisation and streaming per output token, in every gap as
+    in ``tpot_ms`` (:class:`~dynlab.engine.metrics.ServingMetrics`)."""
 
-    def __init__(self, gpus: int, warmup: int = 0):
-        self.gpus, self.warmup = gpus, warmup
+    def __init__(self, gpus: int, warmup: int = 0, token_ms: float = 0.0):
+        self.gpus, self.warmup, self.token_ms = gpus, warmup, token_ms
         self.gaps: list = []
         self.gap_counts: list = []
         self.tokens = 0
@@ -75,7 +76,7 @@ class BenchmarkRecorder(Recorder):
             return
         self.tokens += req.input_length + req.output_length
         if req.output_length > 1:
-            self.gaps.append((t - req.first_token_ms) / (req.output_length - 1))
+            self.gaps.append((t - req.first_token_ms) / (req.output_length - 1) + self.token_ms)
             self.gap_counts.append(req.output_length - 1)
         if t > self.last_finish:
             self.last_finish = t

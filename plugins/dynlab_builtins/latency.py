@@ -11,6 +11,7 @@ import math
 
 from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
+from dynlab.latency.overheads import CPU_OPTIONS, GRAPH_OPTIONS, ServerTerms
 from dynlab.routing.strategy import StrategyOption
 from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, LAYER_US, LINK_UTIL, MOE_MFU, RooflineTerms, roofline_domain
 
@@ -84,10 +85,13 @@ class Roofline(LatencyModel):
         StrategyOption("comm_latency_us", float, DEFAULT_COMM_LATENCY_US,
                        "latency of one all-reduce, all-to-all or stage send in us (fitted to aiconfigurator)",
                        minimum=0.0),
+        *CPU_OPTIONS,
+        *GRAPH_OPTIONS,
     )
 
     def __init__(self, hardware, options):
         super().__init__(hardware, options)
+        self._server = ServerTerms(self.opts)
         m, g, tp = hardware.model, hardware.gpu, hardware.tp
         flops_per_ms = g.bf16_tflops * 1e12 * self.opts["mfu"] / 1e3
         bytes_per_ms = g.hbm_gbps * 1e9 * self.opts["mbu"] / 1e3
@@ -121,11 +125,14 @@ class Roofline(LatencyModel):
         return compute, memory
 
     def step_ms(self, batch: StepBatch) -> float:
+        """The GPU step of ``batch`` padded to its CUDA-graph size, plus the fixed overhead and the server's
+        step CPU time (:mod:`dynlab.latency.overheads`)."""
+        cpu, gpu = self._server.cpu_ms(batch), self._server.padded(batch)
         if self._terms is not None:
-            compute, memory, comm = self._terms.parts(batch)
-            return max(compute, memory) + comm + self._overhead
-        compute, memory = self.parts_ms(batch)
-        return max(compute, memory) + self._overhead
+            compute, memory, comm = self._terms.parts(gpu)
+            return max(compute, memory) + comm + self._overhead + cpu
+        compute, memory = self.parts_ms(gpu)
+        return max(compute, memory) + self._overhead + cpu
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
         """Closed form (:meth:`decode_ms_at`)."""
@@ -145,13 +152,15 @@ class Roofline(LatencyModel):
     def _decode_lines(self, requests: int, context: int) -> tuple[float, float, float, float, float]:
         """``(c0, c1, m0, m1, per-step extra)``: step ``i`` of a decode run costs ``max(c0 + c1*i, m0 + m1*i)
         + extra + overhead``."""
+        rows = requests + self._server.padded_rows(requests)  # the CUDA graph's rows, padding included
+        cpu = self._server.decode_cpu_ms(requests)
         if self._terms is None:
-            c0 = self._token_ms * requests + self._pair_ms * context
+            c0 = self._token_ms * rows + self._pair_ms * context
             m0 = self._weights_ms + self._kv_ms * context
-            return c0, self._pair_ms * requests, m0, self._kv_ms * requests, 0.0
-        first = self._terms.parts(StepBatch((), (), requests, context))
-        second = self._terms.parts(StepBatch((), (), requests, context + requests))
-        return first[0], second[0] - first[0], first[1], second[1] - first[1], first[2]
+            return c0, self._pair_ms * requests, m0, self._kv_ms * requests, cpu
+        first = self._terms.parts(StepBatch((), (), rows, context))
+        second = self._terms.parts(StepBatch((), (), rows, context + requests))
+        return first[0], second[0] - first[0], first[1], second[1] - first[1], first[2] + cpu
 
     def decode_ms_at(self, requests: int, context: int, steps) -> list[float]:
         """Closed form: compute and memory are both linear in the step index, so their max crosses once.
@@ -163,8 +172,9 @@ class Roofline(LatencyModel):
         """
         terms = self._terms
         if terms is None:  # the plain roofline: _decode_lines' lines, inline (one call fewer per decode run)
-            c0 = self._token_ms * requests + self._pair_ms * context
-            c1, m1, extra = self._pair_ms * requests, self._kv_ms * requests, 0.0
+            server = self._server
+            c0 = self._token_ms * (requests + server.padded_rows(requests)) + self._pair_ms * context
+            c1, m1, extra = self._pair_ms * requests, self._kv_ms * requests, server.decode_cpu_ms(requests)
             m0 = self._weights_ms + self._kv_ms * context
         elif terms.windowed:  # min(context, window) is not linear in i
             return self._summed_decode_ms_at(requests, context, steps)
@@ -218,6 +228,7 @@ class Linear(LatencyModel):
         StrategyOption("spec_gamma", float, None, "ms per draft token per decoding request, the drafter's term "
                        "with --spec-method eagle|eagle3|mtp|draft (default: dynlab's rule, docs/latency.md)",
                        minimum=0.0),
+        *CPU_OPTIONS,
     )
 
     def __init__(self, hardware, options):
@@ -225,9 +236,13 @@ class Linear(LatencyModel):
         self._b0, self._b1, self._b2 = self.opts["beta0"], self.opts["beta1"], self.opts["beta2"]
         if self._b0 <= 0:
             raise ValueError("linear: beta0 must be positive (a step always takes some time)")
+        self._server = ServerTerms(self.opts)
 
     def step_ms(self, batch: StepBatch) -> float:
-        return self._b0 + self._b1 * sum(batch.prefill_tokens) + self._b2 * batch.decode_requests
+        """``beta0 + beta1 x prefill tokens + beta2 x decodes`` plus the server's step CPU time
+        (:mod:`dynlab.latency.overheads`; the betas stand for the GPU step, fitted to the roofline's)."""
+        return (self._b0 + self._b1 * sum(batch.prefill_tokens) + self._b2 * batch.decode_requests
+                + self._server.cpu_ms(batch))
 
     def drafter_ms(self, method: str, k: int, decodes: int, context: int):
         """``spec_gamma x k x decodes`` ms (0 for ``ngram``), or ``None`` without ``spec_gamma``: the
@@ -240,7 +255,7 @@ class Linear(LatencyModel):
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
         """Closed form: every decode-only step of ``requests`` requests costs the same."""
-        return max(steps, 0) * (self._b0 + self._b2 * requests)
+        return max(steps, 0) * (self._b0 + self._b2 * requests + self._server.decode_cpu_ms(requests))
 
 
 @hookimpl

@@ -16,6 +16,7 @@ from dynlab.calibrate.replay import lengths, replay, simulate
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
 from dynlab.errors import InputError
+from helpers import terms_off
 
 pytest.importorskip("scipy")
 
@@ -143,8 +144,11 @@ def test_lengths_follow_the_file_or_redraw_vllms_random_dataset():
 
 def test_a_closed_loop_replay_at_double_coefficients_doubles_its_times():
     p = _point(8, 1000, 100)  # the front end doubled too: in closed loop it is each user's pause as well
-    base, double = replay(p, TRUE_CONFIG), replay(p, replace(TRUE_CONFIG, latency_opts={
-        k: repr(2 * v) for k, v in TRUTH.items()}, request_overhead_ms=2 * TRUTH_FRONT_MS))
+    # the model's coefficients and the front end alone: every other overhead term off (the rule is theirs)
+    config = replace(TRUE_CONFIG, **{**terms_off("linear", TRUE_CONFIG.latency_opts),
+                                     "request_overhead_ms": TRUTH_FRONT_MS})
+    base, double = replay(p, config), replay(p, replace(config, latency_opts={
+        **config.latency_opts, **{k: repr(2 * v) for k, v in TRUTH.items()}}, request_overhead_ms=2 * TRUTH_FRONT_MS))
     for m in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms"):
         assert double[m] == pytest.approx(2 * base[m], rel=1e-9)
     assert double["total_token_throughput_per_gpu"] == pytest.approx(base["total_token_throughput_per_gpu"] / 2)
@@ -204,13 +208,15 @@ def test_a_constant_rate_client_is_replayed_evenly_spaced():
     p = MeasuredPoint(source="r", request_rate=0.5, num_prompts=30, input_lens=(200,) * 30, output_lens=(20,) * 30)
     constant = simulate(replace(p, arrival="constant"), TRUE_CONFIG)
     ttfts = {round(r[2], 9) for r in constant.rows}
-    assert len(ttfts) == 1 and constant.span_ms == pytest.approx(29 * 2000.0 + constant.rows[-1][3] - TRUTH_FRONT_MS)
+    # the engine's span leaves out what the client adds to the last E2E: the front end and 20 tokens' detokenisation
+    client_ms = TRUTH_FRONT_MS + 20 * TRUE_CONFIG.detok_us_per_token / 1000.0
+    assert len(ttfts) == 1 and constant.span_ms == pytest.approx(29 * 2000.0 + constant.rows[-1][3] - client_ms)
     poisson = simulate(p, TRUE_CONFIG)
     assert poisson.span_ms != constant.span_ms
 
 
 def test_vllm_bench_defaults_send_every_request_at_once():
     p = MeasuredPoint(source="r", request_rate=float("inf"), input_lens=(100,) * 5, output_lens=(10,) * 5)
-    run = simulate(p, replace(TRUE_CONFIG, request_overhead_ms=0.0))
+    run = simulate(p, replace(TRUE_CONFIG, request_overhead_ms=0.0, detok_us_per_token=0.0))  # E2E: the engine's
     assert [r[3] for r in run.rows] == sorted(r[3] for r in run.rows)  # one batch: all arrive together
     assert run.span_ms == pytest.approx(max(r[3] for r in run.rows))  # from time 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from dynlab.cli import main
@@ -30,12 +31,41 @@ def test_a_profile_runs_its_model_and_says_its_error_bands(tmp_path):
     r = _sim("--trace", trace, "--latency-profile", profile)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
+    # the profile states no front end: its fit used none (profiles before 2026-12-06), so neither does the run
     by_hand = json.loads(_sim("--trace", trace, "--latency-model", "linear", "--latency-opt", "beta0=20",
-                              "--latency-opt", "beta1=0.1", "--latency-opt", "beta2=1").stdout)
+                              "--latency-opt", "beta1=0.1", "--latency-opt", "beta2=1",
+                              "--request-overhead-ms", "0").stdout)
     assert out["latency_model"] == "linear" and out["ttft_ms"] == by_hand["ttft_ms"]
     assert out["latency_profile"] == profile
     assert out["error_band_pct"] == {"ttft_ms.p50": 11.0, "ttft_ms.p99": 23.5, "tpot_ms.p50": 4.0}
     assert "latency_domain" not in out
+
+
+def _ttft(*args):
+    r = _sim(*args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["ttft_ms"]
+
+
+@pytest.mark.parametrize("fitted", [False, True])
+def test_a_profile_runs_with_the_front_end_its_fit_used(tmp_path, fitted):
+    # the profile's front end (fitted or the one its fit was run with) unless the run gives another; a given
+    # one is refused when the profile fitted it (the fitted coefficients are only right with the fitted front end)
+    trace, _ = _files(tmp_path)
+    profile = tmp_path / "front.json"
+    names = PROFILE["fitted"] + (["request_overhead_ms"] if fitted else [])
+    profile.write_text(json.dumps({**PROFILE, "request_overhead_ms": 30.0, "fitted": names}))
+    model = ["--latency-model", "linear", "--latency-opt", "beta0=20", "--latency-opt", "beta1=0.1",
+             "--latency-opt", "beta2=1"]
+    assert _ttft("--trace", trace, "--latency-profile", str(profile)) == \
+        _ttft("--trace", trace, *model, "--request-overhead-ms", "30")
+    r = _sim("--trace", trace, "--latency-profile", str(profile), "--request-overhead-ms", "5")
+    if fitted:
+        assert r.exit_code != 0 and "--request-overhead-ms: --latency-profile" in r.output and "fits it" in r.output
+        assert "Traceback" not in r.output
+    else:
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["ttft_ms"] == _ttft("--trace", trace, *model, "--request-overhead-ms", "5")
 
 
 def test_a_profile_on_another_gpu_has_no_band_and_says_so(tmp_path):

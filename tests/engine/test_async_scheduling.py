@@ -20,6 +20,7 @@ from dynlab.engine.request import EngineRequest
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.sim.records import RequestRecorder
 from dynlab.sim.runner import run
+from helpers import terms_off
 
 HAND = {"beta0": "10", "beta1": "1", "beta2": "2"}  # ms per step, per prefill token, per decode request
 
@@ -29,8 +30,9 @@ def _records(tmp_path, rows, capacity: int, budget: int = 8192, **kw) -> tuple[d
     path.write_text("".join(json.dumps({"timestamp": t, "tokens": toks, "output_length": out}) + "\n"
                             for t, toks, out in rows))
     rec = RequestRecorder()
+    # every overhead term off: the hand cases price steps by HAND alone
     out = run(SimConfig(trace=str(path), timing=True, workers=1, mode="rr", latency_model="linear",
-                        latency_opts=HAND, capacity=capacity, max_num_batched_tokens=budget, **kw),
+                        **terms_off("linear", HAND), capacity=capacity, max_num_batched_tokens=budget, **kw),
               recorders=[rec])
     return out, list(rec.records())
 

@@ -240,14 +240,16 @@ def test_pd_transfer_of_a_sliding_window_model_through_the_command(tmp_path):
     # (every token's KV would be 603,979,776) in 6.1341696 ms; 9 decode steps of 11 ms, the first ending the
     # user's TTFT at 91.92 + 6.1341696 + 11 = 109.0541696 ms: E2E 197.0541696 ms. The decode side holds
     # 520 blocks on receipt (512 full + 8 window), 522 at its peak (513 full + 9: the window group's table
-    # of 513 entries, 504 skipped); the prefill side 1,024 (the prompt in one chunk, before any is freed)
-    from helpers import invoke
+    # of 513 entries, 504 skipped); the prefill side 1,024 (the prompt in one chunk, before any is freed).
+    # Every overhead term off: the times are the linear model's alone
+    from helpers import invoke, terms_off_args
 
     trace = tmp_path / "one.jsonl"
     trace.write_text(json.dumps({"timestamp": 0, "tokens": list(range(8192)), "output_length": 10}) + "\n")
     result = invoke("sim", "--trace", str(trace), "--timing", "--prefill-workers", "1", "--decode-workers", "1",
                     "--model", "gpt-oss-120b", "--link-gbps", "50", "--latency-model", "linear",
-                    "--latency-opt", "beta0=10", "--latency-opt", "beta1=0.01", "--latency-opt", "beta2=1")
+                    "--latency-opt", "beta0=10", "--latency-opt", "beta1=0.01", "--latency-opt", "beta2=1",
+                    *terms_off_args("linear"))
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["transfer_bytes"] == 306_708_480

@@ -16,6 +16,7 @@ import pytest
 
 from dynlab.engine.config import SimConfig
 from dynlab.sim.runner import run
+from helpers import terms_off
 
 HAND = {"beta0": "10", "beta1": "1", "beta2": "2"}  # ms per step, per prefill token, per decode request
 
@@ -29,8 +30,10 @@ def _trace(tmp_path, rows, name="t.jsonl") -> str:
 
 def _timed(path: str, capacity: int, budget: int = 8192, admission=None, **kw) -> dict:
     """One worker, the hand linear model; ``admission`` is passed only when SimConfig has that field
-    (issue 24 item 1 adds ``--admission full|chunk``)."""
-    kw.setdefault("latency_opts", HAND)
+    (issue 24 item 1 adds ``--admission full|chunk``). Every overhead term is off (server CPU time, front
+    end, detokenisation): the hand cases' times are HAND's alone."""
+    for name, value in terms_off("linear", kw.pop("latency_opts", HAND)).items():
+        kw.setdefault(name, value)
     if admission is not None and "admission" in {f.name for f in dataclasses.fields(SimConfig)}:
         kw["admission"] = admission
     return run(SimConfig(trace=path, timing=True, workers=kw.pop("workers", 1), mode=kw.pop("mode", "rr"),
@@ -231,13 +234,14 @@ def test_pd_ttft_is_the_users(tmp_path):
     9 x 11 = 250.072 (E2E 250.1, as before). TPOT = (250.072 - 162.072) / (10 - 1) = 9.78 -> 9.8 (no
     transfer in it; from the prefill side's token it was (250.072 - 20) / 9 = 25.6). TTFT 162.072 > the
     100 ms SLO: goodput 0 / 1 = 0.0 (it was 1.0 with the prefill side's 20 ms). ``--requests-out``'s
-    record agrees: first_token_ms 162.072, prefill_token_ms 20.0."""
+    record agrees: first_token_ms 162.072, prefill_token_ms 20.0. Every overhead term is off: the times
+    are the linear model's and the link's alone."""
     from dynlab.sim.records import RequestRecorder
 
     path = _trace(tmp_path, [(0, _ids(1, 1000), 10)])
     recorder = RequestRecorder()
     config = SimConfig(trace=path, timing=True, workers=2, mode="rr", latency_model="linear",
-                       latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "1"}, prefill_workers=1,
+                       **terms_off("linear", {"beta0": "10", "beta1": "0.01", "beta2": "1"}), prefill_workers=1,
                        decode_workers=1, link_gbps=1.0, slo_ttft_ms=100, slo_tpot_ms=50)
     out = run(config, recorders=(recorder,))
     assert out["ttft_ms"]["mean"] == 162.1

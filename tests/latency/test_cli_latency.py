@@ -24,7 +24,8 @@ def test_several_models_side_by_side_with_options():
                                "--latency-opt", "beta1=0", "--latency-opt", "beta2=0", "--model", "qwen3-8b",
                                "--gpu", "h200", "--tp", "2")).stdout)
     assert list(out["latency_models"]) == ["roofline", "linear"]
-    assert set(out["latency_models"]["linear"]["prefill_ms"].values()) == {2.0}
+    # beta0 2 ms plus the server CPU of a one-request step: 126.02 + 4.42 us = 0.130 ms -> 2.13
+    assert set(out["latency_models"]["linear"]["prefill_ms"].values()) == {2.13}
     assert out["tp"] == 2 and out["gpu"] == "h200"
 
 
@@ -33,7 +34,11 @@ def test_table():
     lines = text.splitlines()
     assert lines[0] == "llama-3.1-8b on 1 x h100"
     assert lines[1].split() == ["step", "roofline", "ms", "linear", "ms"]
-    assert len(lines) == 2 + 3 + 8
+    assert len(lines) == 2 + 3 + 8 + 3  # head, 3 prefills, 8 decodes, then the terms of each model and the run's
+    assert lines[-3].startswith("roofline includes server CPU 126 us per step + 4.42 us per request; steps of <= 512")
+    assert lines[-2] == "linear includes server CPU 126 us per step + 4.42 us per request"
+    assert lines[-1] == ("not in a step (a run's defaults): front end 15.56 ms per request (--request-overhead-ms), "
+                         "detokenisation 45.9 us per output token (--detok-us-per-token)")
 
 
 def test_list():
@@ -44,7 +49,8 @@ def test_list():
     assert out["latency_models"]["blis"]["options"] == {}
     assert out["latency_models"]["roofline"]["options"] == {"mfu": 0.758, "mbu": 0.878, "overhead_ms": 1.30,
                                                             "moe_mfu": 0.3, "link_util": 0.4, "layer_us": 40.0,
-                                                            "comm_latency_us": 10.0}
+                                                            "comm_latency_us": 10.0, "cpu_step_us": 126.024825,
+                                                            "cpu_us_per_request": 4.41684444, "cuda_graph_max": 512}
 
 
 @pytest.mark.parametrize("args, needle", [

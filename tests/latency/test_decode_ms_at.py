@@ -1,7 +1,8 @@
 """``LatencyModel.decode_ms_at``: one call for a bulk decode run's block boundaries and end, the same
 floats as ``decode_ms`` per step count, and the roofline's the same floats as its closed form had
 before ``decode_ms_at`` computed it (the reference below is that code, kept to pin the doubles: the
-timed engine's outputs must stay byte-identical)."""
+timed engine's outputs must stay byte-identical), with the server terms off; with them on, the closed form is
+the sum of its steps (tests/latency/test_overheads.py)."""
 from __future__ import annotations
 
 import math
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab.latency.grid import build_latency_model, hardware_for
+from helpers import SERVER_TERMS_OFF
 
 
 def _arith(a, b, lo, hi):
@@ -52,7 +54,8 @@ HARDWARE = [("llama-3.1-8b", "h100", 1), ("qwen3-0.6b", "l40s", 1), ("qwen3-32b"
        steps=st.lists(st.integers(-2, 5000), max_size=20))
 def test_roofline_decode_ms_at_is_the_old_closed_form_bit_for_bit(hw, mfu, mbu, overhead, requests, context,
                                                                    steps):
-    model = build_latency_model("roofline", hardware_for(*hw), {"mfu": mfu, "mbu": mbu, "overhead_ms": overhead})
+    model = build_latency_model("roofline", hardware_for(*hw), {"mfu": mfu, "mbu": mbu, "overhead_ms": overhead,
+                                                                **SERVER_TERMS_OFF["roofline"]})
     want = [reference_roofline_decode_ms(model, requests, context, j) for j in steps]
     got = model.decode_ms_at(requests, context, steps)
     assert [x.hex() for x in got] == [x.hex() for x in want]  # the same doubles, not just close
@@ -62,7 +65,8 @@ def test_roofline_decode_ms_at_is_the_old_closed_form_bit_for_bit(hw, mfu, mbu, 
 def test_roofline_crossing_inside_the_run():
     # a crossing strictly inside the steps asked, so both parts of the sum count: at mfu 0.05 the
     # compute line is steep enough to cross the memory line after a few steps (asserted below)
-    model = build_latency_model("roofline", hardware_for("qwen3-0.6b", "l40s"), {"mfu": 0.05, "mbu": 1.0})
+    model = build_latency_model("roofline", hardware_for("qwen3-0.6b", "l40s"), {"mfu": 0.05, "mbu": 1.0,
+                                                                                   **SERVER_TERMS_OFF["roofline"]})
     c0 = model._token_ms * 64 + model._pair_ms * 64 * 100
     m0 = model._weights_ms + model._kv_ms * 64 * 100
     c1, m1 = model._pair_ms * 64, model._kv_ms * 64

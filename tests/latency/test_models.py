@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynlab import hookimpl, plugins
+from helpers import SERVER_TERMS_OFF
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.latency.grid import build_latency_model, hardware_for
 
@@ -19,9 +20,10 @@ _BUILT: dict = {}
 
 
 def built(name: str) -> LatencyModel:
-    """One instance per model name (llama-3.1-8b on h100), built once per test session."""
+    """One instance per model name (llama-3.1-8b on h100), built once per test session, with its server
+    terms off (the hand cases below price the GPU step; tests/latency/test_overheads.py adds the terms)."""
     if name not in _BUILT:
-        _BUILT[name] = build_latency_model(name, hardware_for())
+        _BUILT[name] = build_latency_model(name, hardware_for(), SERVER_TERMS_OFF.get(name))
     return _BUILT[name]
 
 
@@ -135,8 +137,8 @@ def test_roofline_decode_and_mixed_by_hand():
 
 
 def test_roofline_tp_divides_the_work_and_adds_the_all_reduce():
-    one = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 1))
-    two = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 2))
+    one = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 1), SERVER_TERMS_OFF["roofline"])
+    two = build_latency_model("roofline", hardware_for("qwen3-32b", "h100", 2), SERVER_TERMS_OFF["roofline"])
     # qwen3-32b: 64 layers, two ring all-reduces each (after attention, after the MLP) of the step's
     # tokens x 5,120 x 2 bytes; ring: 2 (tp - 1) / tp of the bytes over one direction of H100's NVLink
     # (900 / 2 = 450 GB/s) at link_util 0.4 (180 GB/s), plus 10 us per all-reduce (comm_latency_us)
@@ -208,9 +210,11 @@ def test_blis_gpus_outside_its_table_take_the_datasheet():
 
 def test_options_are_converted_and_checked():
     hardware = hardware_for()
-    model = build_latency_model("linear", hardware, {"beta0": "2", "beta1": "0", "beta2": "0.5"})
+    model = build_latency_model("linear", hardware, {"beta0": "2", "beta1": "0", "beta2": "0.5",
+                                                     **SERVER_TERMS_OFF["linear"]})
     assert model.step_ms(StepBatch((), (), 4, 0)) == 4.0
-    with pytest.raises(ValueError, match="has no option 'beta3'; its options: beta0, beta1, beta2"):
+    with pytest.raises(ValueError, match="has no option 'beta3'; its options: beta0, beta1, beta2, spec_gamma, "
+                                         "cpu_step_us, cpu_us_per_request$"):
         build_latency_model("linear", hardware, {"beta3": "1"})
     with pytest.raises(ValueError, match="option 'mfu' must be <= 1.0"):
         build_latency_model("roofline", hardware, {"mfu": "1.5"})

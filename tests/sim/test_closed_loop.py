@@ -13,12 +13,25 @@ from hypothesis import given, strategies as st
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
 from dynlab.engine.metrics import stats
+from dynlab.latency.overheads import CPU_STEP_US, CPU_US_PER_REQUEST, DETOK_US_PER_TOKEN, FRONT_END_MS
 from dynlab.sim import run
 from dynlab.sim.benchmark import weighted_stats
 from dynlab.sim.records import RequestRecorder
 
 # linear steps: 10 ms + 1 ms per prefill token + 2 ms per decode (the issues' hand-case model)
 LINEAR = {"beta0": "10", "beta1": "1", "beta2": "2"}
+
+# The overhead terms stay ON here (the subject is what the users see): the run's defaults, BLIS's published
+# values (dynlab.latency.overheads). A user sends a request FRONT ms before the engine sees it (its record's
+# arrival_ms) and sees its last token TOKEN ms per output token after the engine's finish (finish_ms); its
+# next request is sent think time after that.
+FRONT = FRONT_END_MS  # --request-overhead-ms default, ms
+TOKEN = DETOK_US_PER_TOKEN / 1000.0  # --detok-us-per-token default, in ms per output token
+# the linear model's server CPU time of a step of one request (cpu_step_us + cpu_us_per_request, us -> ms)
+CPU_ONE = CPU_STEP_US / 1000.0 + CPU_US_PER_REQUEST / 1000.0
+# float slack (ms) when comparing a send with the previous answer's last token: the engine computes the send
+# as finish + (think + front) + detok, the test the other way round; far below any gap between two events
+EPS = 1e-6
 
 
 def spec(tmp_path, requests=80, rate=5):
@@ -35,9 +48,20 @@ def records_of(config: SimConfig) -> tuple[dict, list]:
     return out, list(rec.records())
 
 
+def sent(r: dict) -> float:
+    """When the user sent ``r`` (a --requests-out record): the front end before the engine's arrival."""
+    return r["arrival_ms"] - FRONT
+
+
+def seen(r: dict) -> float:
+    """When the user saw ``r``'s last token: detokenisation of every output token after the engine's finish."""
+    return r["finish_ms"] + TOKEN * r["output_length"]
+
+
 def in_flight(records: list, t: float) -> int:
-    """Requests sent at or before ``t`` and not finished by then (one finishing at ``t`` is gone)."""
-    return sum(1 for r in records if r["arrival_ms"] <= t < r["finish_ms"])
+    """Requests a user sent at or before ``t`` (users' clock) whose last token it has not seen by then (one
+    seen at ``t`` is gone), up to :data:`EPS`."""
+    return sum(1 for r in records if sent(r) <= t + EPS and t < seen(r) - EPS)
 
 
 def test_sixty_four_in_flight_until_the_drain(tmp_path):
@@ -50,13 +74,15 @@ def test_sixty_four_in_flight_until_the_drain(tmp_path):
     result = json.loads(res.stdout)
     records = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert len(records) == 640 and result["requests"] == 640
-    assert sorted(r["arrival_ms"] for r in records)[:64] == [0.0] * 64
-    last_sent = max(r["arrival_ms"] for r in records)
-    for r in records:  # at every send, 64 requests are in flight: the one sent replaced one that finished
-        if r["arrival_ms"] < last_sent:  # (at the last send, two users may finish and only one request is left)
-            assert in_flight(records, r["arrival_ms"]) == 64
-    # the drain: after the last send nothing new comes, and the requests in flight finish
-    finishes = sorted({r["finish_ms"] for r in records if r["finish_ms"] > last_sent})
+    assert sorted(r["arrival_ms"] for r in records)[:64] == [0.0] * 64  # the engine's clock: sent at -FRONT
+    # the users take the requests in the workload's order: whoever sees its answer first sends the next one
+    assert [r["id"] for r in sorted(records, key=lambda r: (r["arrival_ms"], r["id"]))] == list(range(640))
+    last_sent = sent(max(records, key=lambda r: r["arrival_ms"]))  # on the users' clock from here
+    for r in records:  # at every send, 64 requests are in flight: the one sent replaced one that was answered
+        if sent(r) < last_sent:  # (at the last send, two users may finish and only one request is left)
+            assert in_flight(records, sent(r)) == 64
+    # the drain: after the last send nothing new comes, and the requests in flight are answered
+    finishes = sorted({seen(r) for r in records if seen(r) > last_sent})
     drain = [in_flight(records, t) for t in finishes]
     assert drain == sorted(drain, reverse=True) and drain[-1] == 0 and in_flight(records, last_sent) <= 64
     assert result["concurrency"] == 64 and result["warmup"] == 128
@@ -68,12 +94,14 @@ def test_one_user_sends_after_each_answer_plus_the_think_time(tmp_path):
     out, records = records_of(config)
     records.sort(key=lambda r: r["id"])
     assert records[0]["arrival_ms"] == 0.0
-    for prev, nxt in zip(records, records[1:]):
-        assert nxt["arrival_ms"] == prev["finish_ms"] + 25.0
-    # one request alone on a worker, no cache hit: prefill step 10 + n ms, then one 12 ms step per token
+    for prev, nxt in zip(records, records[1:]):  # sent 25 ms after the user saw the last token of the answer
+        assert sent(nxt) == pytest.approx(seen(prev) + 25.0, abs=EPS)
+    # one request alone on a worker, no cache hit: prefill step 10 + n ms, then one 12 ms step per token,
+    # each step plus the server CPU time of a step of one request (CPU_ONE = 0.13044166944 ms)
     first = records[0]
-    assert first["first_token_ms"] == 10.0 + first["input_length"]
-    assert first["finish_ms"] == first["first_token_ms"] + 12.0 * (first["output_length"] - 1)
+    assert first["first_token_ms"] == pytest.approx(10.0 + first["input_length"] + CPU_ONE, abs=1e-9)
+    assert first["finish_ms"] == pytest.approx(
+        first["first_token_ms"] + (12.0 + CPU_ONE) * (first["output_length"] - 1), abs=1e-9)
 
 
 def test_warmup_leaves_the_first_requests_out_of_the_figures(tmp_path):
@@ -82,14 +110,17 @@ def test_warmup_leaves_the_first_requests_out_of_the_figures(tmp_path):
     out, records = records_of(config)
     measured = [r for r in records if r["id"] >= 10]
     assert len(records) == 80
-    assert out["ttft_ms"] == stats([r["first_token_ms"] - r["arrival_ms"] for r in measured])
-    tpots = [(r["finish_ms"] - r["first_token_ms"]) / (r["output_length"] - 1) for r in measured
+    # the users' figures: TTFT from the send to the first token seen (front end + one token's detokenisation)
+    assert out["ttft_ms"] == stats([r["first_token_ms"] - r["arrival_ms"] + FRONT + TOKEN for r in measured])
+    # each gap between two tokens seen: the engine's plus one token's detokenisation
+    tpots = [(r["finish_ms"] - r["first_token_ms"]) / (r["output_length"] - 1) + TOKEN for r in measured
              if r["output_length"] > 1]
     assert out["tpot_ms"] == stats(tpots)
     assert out["interactivity"] == stats([1000.0 / t for t in tpots])
-    # mean ITL: every gap of every measured request (vLLM's mean_itl_ms)
+    # mean ITL: every gap of every measured request (vLLM's mean_itl_ms), each with its token's detokenisation
     gaps = sum(r["finish_ms"] - r["first_token_ms"] for r in measured)
-    assert out["itl_ms"]["mean"] == round(gaps / sum(r["output_length"] - 1 for r in measured), 1)
+    assert out["itl_ms"]["mean"] == round(gaps / sum(r["output_length"] - 1 for r in measured) + TOKEN, 1)
+    # the span: the engine's, first measured arrival to last finish (BenchmarkRecorder)
     span_s = (max(r["finish_ms"] for r in measured) - min(r["arrival_ms"] for r in measured)) / 1000.0
     tokens = sum(r["input_length"] + r["output_length"] for r in measured)
     assert out["total_tokens_per_s"] == round(tokens / span_s, 1)
@@ -200,9 +231,9 @@ def test_a_closed_session_sends_each_turn_think_time_after_the_previous_answer(t
     recs = {rec["id"]: rec for rec in map(json.loads, out.read_text().splitlines())}
     follows = workload_requests(spec).follows
     assert len(follows) == 18 and len(recs) == 24  # 6 sessions of 4 turns: 18 later turns
-    for child, (parent, think) in follows.items():
+    for child, (parent, think) in follows.items():  # sent think time after the answer's last token was seen
         assert think == 1500.0
-        assert recs[child]["arrival_ms"] == pytest.approx(recs[parent]["finish_ms"] + 1500.0)
+        assert sent(recs[child]) == pytest.approx(seen(recs[parent]) + 1500.0, abs=EPS)
     assert workload_requests(_sessions(tmp_path, False)).follows is None  # open-loop turns: at their timestamps
 
 
