@@ -46,6 +46,15 @@ def test_the_three_outputs_are_recognised():
     assert cell.label == "mode=rr workers=2" and cell.cell == {"mode": "rr", "workers": 2}
 
 
+def test_a_sweep_line_whose_cell_has_a_requests_option_is_one_cell():
+    # a closed-loop sweep's --requests N is a cell option: {"cell": {"requests": 16, ...}, "result": {...}}
+    # has two objects with an integer "requests", and must not read as a compare of "cell" and "result"
+    line = {"cell": {"concurrency": 4, "requests": 16}, "result": dict(COUNTED, requests=16)}
+    (cell,) = runs_from_json(line)
+    assert cell.label == "concurrency=4 requests=16" and cell.cell == {"concurrency": 4, "requests": 16}
+    assert cell.result["requests"] == 16
+
+
 def test_a_sweep_file_is_read_line_by_line_and_a_bad_line_is_named(tmp_path):
     p = tmp_path / "r.jsonl"
     good = json.dumps({"cell": {"workers": 2}, "result": COUNTED})
