@@ -46,6 +46,15 @@ def test_the_three_outputs_are_recognised():
     assert cell.label == "mode=rr workers=2" and cell.cell == {"mode": "rr", "workers": 2}
 
 
+def test_a_sweep_line_whose_cell_has_a_requests_option_is_one_cell():
+    # a closed-loop sweep's --requests N is a cell option: {"cell": {"requests": 16, ...}, "result": {...}}
+    # has two objects with an integer "requests", and must not read as a compare of "cell" and "result"
+    line = {"cell": {"concurrency": 4, "requests": 16}, "result": dict(COUNTED, requests=16)}
+    (cell,) = runs_from_json(line)
+    assert cell.label == "concurrency=4 requests=16" and cell.cell == {"concurrency": 4, "requests": 16}
+    assert cell.result["requests"] == 16
+
+
 def test_a_sweep_file_is_read_line_by_line_and_a_bad_line_is_named(tmp_path):
     p = tmp_path / "r.jsonl"
     good = json.dumps({"cell": {"workers": 2}, "result": COUNTED})
@@ -213,6 +222,55 @@ def test_a_sweep_gets_a_heatmap():
     page = _page(runs)
     assert 'id="sweep-block-hit-rate"' in page and "a heatmap of workers by capacity" in page
     assert "Best cell: workers=4 capacity=100 (0.4)" in page
+
+
+SPEC = {"seed": 1, "requests": 64, "arrival": {"process": "poisson", "rate": 5},
+        "input": {"dist": "uniform", "min": 100, "max": 300}, "output": {"dist": "uniform", "min": 10, "max": 30}}
+
+
+def _small_sweep(tmp_path, *args):
+    """A real timed sweep of a small workload (a second or so) into r.jsonl; returns its lines."""
+    (tmp_path / "w.json").write_text(json.dumps(SPEC))
+    res = _invoke(["sweep", "--timing", "--workload", str(tmp_path / "w.json"), "--executor", "serial", "--quiet",
+                   "--grid", "mode=rr,kv", "--out", str(tmp_path / "r.jsonl"), *args])
+    assert res.exit_code == 0, res.output
+    return [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+
+
+def _figure_ids(page):
+    return re.findall(r'<figure id="([^"]+)">', page)
+
+
+def test_a_closed_loop_sweep_report_has_the_frontier(tmp_path):
+    # concurrency written out of order: the report joins each mode's points in the order of their concurrency
+    lines = _small_sweep(tmp_path, "--grid", "concurrency=4,1,2", "--requests", "16",
+                         "--report", str(tmp_path / "s.html"))
+    assert len(lines) == 6 and all(line["cell"]["requests"] == 16 for line in lines)
+    res = _invoke(["report", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    assert "report: 6 runs, 6 figures" in res.stderr  # one run per line (a cell's requests option is not a run)
+    for page in ((tmp_path / "r.html").read_text(), (tmp_path / "s.html").read_text()):
+        assert _figure_ids(page) == ["latency", "hits", "workers", "sweep-frontier", "sweep-block-hit-rate",
+                                     "sweep-ttft-ms-p99"]
+        (body,) = re.findall(r'<figure id="sweep-frontier">(.*?)</figure>', page, re.S)
+        assert "interactivity p50 (tokens/s per user, 1000 / TPOT)" in body  # the axis, as text in the SVG
+        assert "a line per mode through its cells in the order of their concurrency" in body
+        # the numbers: a row per mode and concurrency, in that order, as the results lines have them
+        want = {(line["cell"]["mode"], line["cell"]["concurrency"]):
+                (line["result"]["interactivity"]["p50"], line["result"]["tokens_per_s_per_gpu"]) for line in lines}
+        rows = re.findall(r'<tr><th scope="row" class=l>([^<]*)</th><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td></tr>',
+                          body)
+        assert [(m, int(c)) for m, c, _, _ in rows] == [(m, c) for m in ("rr", "kv") for c in (1, 2, 4)]
+        assert all((float(x), float(y)) == want[(m, int(c))] for m, c, x, y in rows)
+
+
+def test_an_open_loop_sweep_report_has_no_frontier(tmp_path):
+    _small_sweep(tmp_path, "--grid", "workers=1,2", "--report", str(tmp_path / "s.html"))
+    res = _invoke(["report", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    for page in ((tmp_path / "r.html").read_text(), (tmp_path / "s.html").read_text()):
+        assert _figure_ids(page) == ["latency", "hits", "workers", "sweep-block-hit-rate", "sweep-ttft-ms-p99"]
+        assert "interactivity" not in page
 
 
 def test_no_runs_is_an_error():

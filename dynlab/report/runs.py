@@ -56,10 +56,14 @@ def runs_from_json(obj: Any, source: str = "<runs>") -> list[Run]:
     Raises :class:`DynlabError` (``SOURCE: what is wrong``) for anything else."""
     if _is_result(obj):
         return [Run(str(obj.get("mode", source)), dict(obj), source=source)]
+    # a sweep line before a compare output: a cell with a ``requests`` option (a closed-loop sweep's
+    # --requests N) is itself an object with an integer ``requests``, so the line would read as a compare
+    # of two runs named "cell" and "result"
+    if isinstance(obj, Mapping) and {"cell", "result"} <= set(obj) and isinstance(obj["cell"], Mapping) \
+            and _is_result(obj["result"]):
+        return [Run(cell_label(obj["cell"]), dict(obj["result"]), cell=dict(obj["cell"]), source=source)]
     if isinstance(obj, Mapping) and obj and all(_is_result(v) for v in obj.values()):
         return [Run(str(k), dict(v), source=source) for k, v in obj.items()]
-    if isinstance(obj, Mapping) and {"cell", "result"} <= set(obj) and _is_result(obj["result"]):
-        return [Run(cell_label(obj["cell"]), dict(obj["result"]), cell=dict(obj["cell"]), source=source)]
     raise DynlabError(f"{source}: not a sim, compare or sweep output (expected an object with 'requests', "
                       "an object of them, or JSON lines of {\"cell\", \"result\"})")
 

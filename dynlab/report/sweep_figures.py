@@ -1,12 +1,13 @@
 """A sweep's figures: one metric over the grid's cells, as heatmaps (two numeric options varied), lines
-(one) or bars (none), a panel per combination of the other varied options."""
+(one) or bars (none), a panel per combination of the other varied options; and, for a closed-loop sweep
+(cells with a ``concurrency``), the throughput-per-GPU against interactivity frontier (:func:`frontier_figure`)."""
 from __future__ import annotations
 
 import itertools
 from typing import Optional, Sequence
 
 from dynlab.report.figures import COLOURS, Figure, metric, pyplot, to_svg
-from dynlab.report.runs import Run, cell_label
+from dynlab.report.runs import Run, cell_label, shared_and_varied
 
 MAX_PANELS = 6
 
@@ -71,6 +72,46 @@ def sweep_figure(runs: Sequence[Run], name: str) -> Optional[Figure]:
     return Figure(key, f"Sweep: {name}", caption, to_svg(fig, key), ["cell", name], rows)
 
 
+#: the option along a frontier's lines: a closed-loop sweep's users (``--concurrency``)
+ALONG = "concurrency"
+
+
+def frontier_figure(runs: Sequence[Run]) -> Optional[Figure]:
+    """A closed-loop sweep's frontier, as ``sweep --plot`` draws it (:func:`dynlab.sweep.plots.frontier_series`):
+    tokens/s per GPU against interactivity p50, a line per combination of the other varied options through its
+    cells in the order of their concurrency, each point labelled with it. ``None`` unless at least two cells
+    with a ``concurrency`` option have both numbers (an open-loop sweep has none)."""
+    from dynlab.sweep.plots import FRONTIER_METRICS, frontier_series, plot_frontier
+
+    closed = [r for r in runs if r.cell is not None and r.cell.get(ALONG) is not None]
+    if sum(all(metric(r.result, m) is not None for m in FRONTIER_METRICS) for r in closed) < 2:
+        return None
+    _, varied = shared_and_varied([r.cell for r in closed])
+    series_names = [n for n in varied if n != ALONG]
+    ordered = sorted(closed, key=lambda r: (not _is_number(r.cell[ALONG]), r.cell[ALONG] if _is_number(r.cell[ALONG])
+                                            else 0, repr(r.cell[ALONG])))
+    curves = frontier_series([(r.cell, r.result) for r in ordered], ALONG, series_names)
+    plt = pyplot()
+    fig = plot_frontier(plt, curves, ALONG, figsize=(6.4, 4.2))
+    rows = [[label or "-", c, x, y] for label, points in curves for x, y, c in points]
+    best = max(rows, key=lambda row: row[3])
+    fastest = max(rows, key=lambda row: row[2])
+    series = ("one line" if not series_names else f"a line per {series_names[0]}" if len(series_names) == 1
+              else f"a line per combination of {', '.join(series_names[:-1])} and {series_names[-1]}")
+    caption = (f"Tokens per second per GPU (input and output) against interactivity p50 (tokens per second per user, "
+               f"1000 / TPOT) over the sweep's {len(rows)} closed-loop cells, {series} through its cells "
+               f"in the order of their concurrency (each point labelled with it). Most tokens/s per GPU: "
+               f"{_where(best, series_names)} ({best[3]}); most tokens/s per user: {_where(fastest, series_names)} "
+               f"({fastest[2]}).")
+    header = ["series", ALONG, "interactivity p50 (tokens/s per user)", "tokens/s per GPU"]
+    return Figure("sweep-frontier", "Sweep: throughput per GPU against interactivity", caption,
+                  to_svg(fig, "sweep-frontier"), header, rows)
+
+
+def _where(row, series_names) -> str:
+    return f"{row[0]} at {ALONG} {row[1]}" if series_names else f"{ALONG} {row[1]}"
+
+
 def _heatmaps(plt, groups, labels, xy, name):
     xs = sorted({r.cell[xy[0]] for g in groups for r in g})
     ys = sorted({r.cell[xy[1]] for g in groups for r in g})
@@ -98,4 +139,4 @@ def _heatmaps(plt, groups, labels, xy, name):
     return fig
 
 
-__all__ = ["sweep_figure", "sweep_metrics", "varied_axes", "cell_label"]
+__all__ = ["frontier_figure", "sweep_figure", "sweep_metrics", "varied_axes", "cell_label"]

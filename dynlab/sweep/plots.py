@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from dynlab.sweep.grid import Axis, Grid, GridError, cell_key
 from dynlab.sweep.results import metric_value
@@ -57,7 +57,7 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
     ``metric`` ``frontier`` (:data:`FRONTIER`): the curve InferenceX and vendor reports draw,
     tokens per second per GPU (y: ``tokens_per_s_per_gpu``, input and output) against tokens per
     second per user (x: ``interactivity.p50``, 1000 / TPOT), a line per series through its cells in the
-    numeric option's order (each point labelled with its value, e.g. the concurrency).
+    numeric option's order (each point labelled with its value, e.g. the concurrency): :func:`frontier_series`, :func:`plot_frontier`.
     Two: a heatmap per series, the first option across and the second down, all
     panels on one colour scale (logarithmic when the values span more than a factor
     of 100), each cell labelled with its value. Needs matplotlib
@@ -72,8 +72,11 @@ def plot_sweep(grid: Grid, results: Mapping[str, Mapping[str, Any]], path: str, 
     if metric == FRONTIER:
         if len(numeric) != 1:
             raise GridError("--metric frontier needs one varied numeric option (a point per value, e.g. concurrency)")
-        tables = [_metric_table(grid, results, m, numeric, series_axes) for m in FRONTIER_METRICS]
-        save(_plot_frontier(plt, numeric[0], series, labels, tables), path)
+        axes = {a.name: a for a in (*numeric, *series_axes)}
+        pairs = [(cell, results.get(cell_key(cell))) for cell in grid.cells()]
+        curves = frontier_series(pairs, numeric[0].name, [a.name for a in series_axes],
+                                 lambda name, v: axes[name].label(axes[name].values.index(v)))
+        save(plot_frontier(plt, curves, numeric[0].name), path)
         return
     value_at = _metric_table(grid, results, metric, numeric, series_axes)
     if len(numeric) == 1:
@@ -146,22 +149,52 @@ def _plot_lines(plt, ax_opt: Axis, series: list, labels: list, value_at, label: 
     return fig
 
 
-def _plot_frontier(plt, ax_opt: Axis, series: list, labels: list, tables: list):
-    """The frontier (:func:`plot_sweep`): per series, its cells as (interactivity, tokens/s/GPU) points."""
-    fig, ax = plt.subplots(figsize=(7, 4.6))
-    x_at, y_at = tables
-    for k, (combo, name) in enumerate(zip(series, labels)):
-        points = [(x_at(combo, (v,)), y_at(combo, (v,)), ax_opt.label(i)) for i, v in enumerate(ax_opt.values)]
-        points = [p for p in points if not (math.isnan(p[0]) or math.isnan(p[1]))]
+def frontier_series(pairs: Iterable[tuple[Mapping[str, Any], Optional[Mapping[str, Any]]]], along: str,
+                    series_names: Sequence[str],
+                    text: Optional[Callable[[str, Any], str]] = None) -> list[tuple[str, list[tuple[float, float, str]]]]:
+    """The frontier's curves (:func:`plot_sweep` ``--metric frontier``, and the report's figure of a closed-loop
+    sweep): ``[(label, points)]``, a curve per series.
+
+    ``pairs``: ``(cell, result)`` in the order the points are joined (``result`` ``None`` for a cell without
+    one). A series is a combination of the ``series_names`` options' values, in the order first met; its
+    label is each option as ``name=value`` (a ``mode`` by its value alone), joined by ", " (``""`` without
+    series options). Its points are ``(x, y, text)``: ``interactivity.p50`` and ``tokens_per_s_per_gpu``
+    (:data:`FRONTIER_METRICS`) of the first cell of the series at each value of the ``along`` option, and that
+    value's text, in the order given; a cell without both numbers is left out (a series may have no point).
+    ``text(name, value)``: an option value as shown [default: ``str``]."""
+    text = text or (lambda name, value: str(value))
+    curves: dict[tuple, tuple[str, dict]] = {}
+    for cell, result in pairs:
+        combo = tuple(repr(cell.get(n)) for n in series_names)
+        if combo not in curves:
+            label = ", ".join(text(n, cell.get(n)) if n == "mode" else f"{n}={text(n, cell.get(n))}"
+                              for n in series_names)
+            curves[combo] = (label, {})
+        points = curves[combo][1]
+        key = repr(cell.get(along))
+        if key in points:
+            continue  # the first cell of the series at this value, as the other sweep plots take it
+        x, y = (metric_value(result, m) if result is not None else None for m in FRONTIER_METRICS)
+        missing = x is None or y is None or math.isnan(x) or math.isnan(y)
+        points[key] = None if missing else (x, y, text(along, cell.get(along)))
+    return [(label, [p for p in points.values() if p is not None]) for label, points in curves.values()]
+
+
+def plot_frontier(plt, curves: Sequence[tuple[str, Sequence[tuple[float, float, str]]]], along: str,
+                  figsize: tuple = (7, 4.6)):
+    """The frontier's figure: a line per curve of :func:`frontier_series` (styles of :func:`series_style`),
+    each point labelled with its ``along`` value; returns the figure."""
+    fig, ax = plt.subplots(figsize=figsize)
+    for k, (name, points) in enumerate(curves):
         ax.plot([p[0] for p in points], [p[1] for p in points], label=name or None, **series_style(k))
         for x, y, text in points:
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("interactivity p50 (tokens/s per user, 1000 / TPOT)")
     ax.set_ylabel("tokens/s per GPU (input + output)")
     ax.grid(True, alpha=0.3)
-    if any(labels):
+    if any(name for name, _ in curves):
         ax.legend(fontsize=8)
-    ax.set_title(f"throughput per GPU against interactivity, by {ax_opt.name}")
+    ax.set_title(f"throughput per GPU against interactivity, by {along}")
     fig.tight_layout()
     return fig
 
