@@ -35,6 +35,7 @@ import time
 
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.latency.grid import build_latency_model, hardware_for
+from dynlab.latency.overheads import SERVER_TERMS_OFF
 from dynlab.latency.hardware import kv_blocks
 
 BLOCK = 16
@@ -135,7 +136,8 @@ def main(argv=None) -> None:
     start = time.perf_counter()
     hardware = hardware_for(args.model, args.gpu, 1)
     capacity, _ = kv_blocks(hardware.model, hardware.gpu, BLOCK, 1)
-    models = {n: build_latency_model(n, hardware) for n in args.latency_models.split(",")}
+    # the GPU step models alone: aiconfigurator's estimate has no server CPU term (docs/latency.md)
+    models = {n: build_latency_model(n, hardware, SERVER_TERMS_OFF.get(n)) for n in args.latency_models.split(",")}
     header = ["budget", "conc", "latency model", "TTFT mean", "TTFT p50", "aic TTFT", "TTFT gap",
               "aic prefill part", "gap to it",
               "TPOT mean", "TPOT p50", "aic TPOT", "TPOT gap", "reqs", "preempt"]

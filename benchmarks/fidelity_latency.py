@@ -22,6 +22,7 @@ import time
 
 from dynlab.latency.base import StepBatch
 from dynlab.latency.grid import build_latency_model, hardware_for
+from dynlab.latency.overheads import SERVER_TERMS_OFF
 from dynlab.latency.hardware import model_names
 
 GPUS = ("h100", "h200")
@@ -80,7 +81,7 @@ def main(argv=None) -> None:
         built = {}
         for n in names:
             try:
-                built[n] = build_latency_model(n, hardware)
+                built[n] = build_latency_model(n, hardware, SERVER_TERMS_OFF.get(n))  # kernels vs kernels
             except ValueError as exc:
                 skipped.append(f"{n} on {label}: {exc}")
         errs = {(n, phase): [] for n in names for phase in ("prefill", "decode")}

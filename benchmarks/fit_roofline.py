@@ -19,6 +19,7 @@ import os
 import sys
 
 from dynlab.latency.base import StepBatch
+from dynlab.latency.overheads import SERVER_TERMS_OFF
 from dynlab.latency.grid import DECODE_BATCHES, DECODE_CONTEXTS, PREFILL_TOKENS, build_latency_model, hardware_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -87,7 +88,8 @@ def errors(points, latency_model: str, options: dict) -> list[tuple]:
         _, model, gpu, tp, batch, ms = p
         key = (model, gpu, tp)
         if key not in built:
-            built[key] = build_latency_model(latency_model, hardware_for(model, gpu, tp), options)
+            opts = {**SERVER_TERMS_OFF.get(latency_model, {}), **options}  # the GPU step alone, as aiconfigurator's
+            built[key] = build_latency_model(latency_model, hardware_for(model, gpu, tp), opts)
         out.append((p, built[key].step_ms(batch) / ms - 1.0))
     return out
 
@@ -125,7 +127,8 @@ def fit_roofline(points) -> tuple[dict, float]:
 
 def fit_linear(roofline_options: dict) -> dict:
     """Least squares of beta0 + beta1 * prefill tokens + beta2 * decode requests on roofline (llama-3.1-8b, h100)."""
-    roof = build_latency_model("roofline", hardware_for("llama-3.1-8b", "h100", 1), roofline_options)
+    roof = build_latency_model("roofline", hardware_for("llama-3.1-8b", "h100", 1),
+                               {**SERVER_TERMS_OFF["roofline"], **roofline_options})  # linear adds its own terms
     rows = [((1.0, t, 0.0), roof.step_ms(StepBatch((t,), (0,), 0, 0))) for t in (256, 512, 1024, 2048, 4096, 8192)]
     rows += [((1.0, 0.0, b), roof.step_ms(StepBatch((), (), b, b * 2048))) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
     # normal equations, 3 x 3, solved by Gaussian elimination

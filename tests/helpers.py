@@ -119,8 +119,7 @@ def published(pool) -> set:
 # ---- the overhead terms off (dynlab.latency.overheads), for hand cases that price steps by their own model ----
 
 #: the latency-model options of the server terms, off, per model that declares them (roofline: all three)
-SERVER_TERMS_OFF = {"roofline": {"cpu_step_us": "0", "cpu_us_per_request": "0", "cuda_graph_max": "0"},
-                    "linear": {"cpu_step_us": "0", "cpu_us_per_request": "0"}}
+from dynlab.latency.overheads import SERVER_TERMS_OFF
 #: the run's request-level terms off, as SimConfig fields
 CLIENT_TERMS_OFF = {"request_overhead_ms": 0.0, "detok_us_per_token": 0.0}
 

@@ -65,6 +65,11 @@ GRAPH_OPTIONS = (
 #: the latency-model options that are server terms (shown by ``dynlab latency`` for a model declaring them)
 SERVER_TERMS = tuple(o.name for o in CPU_OPTIONS + GRAPH_OPTIONS)
 
+#: the server terms off, per built-in latency model that declares them (``--latency-opt`` values): the GPU step
+#: model alone, as compared with aiconfigurator's kernel data (benchmarks/fit_roofline.py, fidelity_latency.py)
+SERVER_TERMS_OFF = {"roofline": {name: "0" for name in SERVER_TERMS},
+                    "linear": {o.name: "0" for o in CPU_OPTIONS}}
+
 
 def capture_sizes(largest: int) -> tuple[int, ...]:
     """vLLM's CUDA-graph capture sizes up to ``largest``: 1, 2, 4, multiples of 8 below 256, multiples of 16
