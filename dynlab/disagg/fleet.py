@@ -49,7 +49,8 @@ The model, built on the timed engine (:mod:`dynlab.engine.timed`, :mod:`dynlab.e
   transfer is in TTFT and not in TPOT.
 
 Metrics (:class:`TransferRecorder`, :meth:`DisaggFleet.result`): ``ttft_prefill_ms`` (arrival to the
-first token on the prefill worker, every request served), ``transfers``, ``transfer_ms`` and
+first token on the prefill worker, every request served; an engine time, like ``queue_wait_ms``: without the
+run's front end and detokenisation, which ``ttft_ms``, the user's, includes), ``transfers``, ``transfer_ms`` and
 ``decode_wait_ms`` (``{p50, p90, p99, mean}`` ms, rounded to 0.1 like every timed percentile,
 ``null`` with no sample), ``transfer_bytes`` (the sum over requests), ``decode_hit_tokens`` and
 per pool ``{workers, utilization, mean_kv_usage, mean_kv_usage_busy, peak_kv_blocks}``:
