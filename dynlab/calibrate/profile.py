@@ -108,8 +108,8 @@ def apply_profile(config):
     with the profile's latency model, fitted options and request overhead (the one its fit used, unless the
     run gives ``--request-overhead-ms`` and the profile did not fit it), and the result keys ``latency_profile`` (the
     path) and ``error_band_pct`` (:data:`BAND_KEYS` -> the cross-validated error in percent; ``{}`` when
-    the run's model, GPU or tp is not the profile's, whose error was not measured there: ``latency_domain``
-    then says so).
+    the run's model, GPU or tp is not the profile's, whose error was not measured there, or when the profile
+    has no cross-validated error: ``latency_domain`` then says so).
     Raises the errors of :func:`read_profile`, and ``ValueError`` for a ``--latency-opt`` the profile fits."""
     from dataclasses import replace
 
@@ -132,6 +132,9 @@ def apply_profile(config):
         keys["error_band_pct"] = {}
         keys["latency_domain"] = (f"--latency-profile {path} was calibrated on {shape[0]}, {shape[2]} x {shape[1]}, "
                                   f"not on {here[0]}, {here[2]} x {here[1]}: its error is unmeasured here")
+    elif not band:
+        keys["latency_domain"] = (f"--latency-profile {path} has no cross-validated error (it was fitted on fewer "
+                                  "than 3 points): its figures carry no error band")
     return config, keys
 
 

@@ -68,6 +68,18 @@ def test_a_profile_runs_with_the_front_end_its_fit_used(tmp_path, fitted):
         assert json.loads(r.stdout)["ttft_ms"] == _ttft("--trace", trace, *model, "--request-overhead-ms", "5")
 
 
+def test_a_profile_without_cross_validation_says_its_figures_have_no_band(tmp_path):
+    trace, _ = _files(tmp_path)
+    profile = tmp_path / "two_points.json"
+    profile.write_text(json.dumps({**PROFILE, "folds": 0, "cv_error_pct": {}}))  # calibrate on 2 points writes this
+    r = _sim("--trace", trace, "--latency-profile", str(profile))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["error_band_pct"] == {}
+    assert "has no cross-validated error (it was fitted on fewer than 3 points)" in out["latency_domain"]
+    assert "its figures carry no error band" in r.stderr
+
+
 def test_a_profile_on_another_gpu_has_no_band_and_says_so(tmp_path):
     trace, profile = _files(tmp_path)
     r = _sim("--trace", trace, "--latency-profile", profile, "--gpu", "h200")
