@@ -104,16 +104,34 @@ def get_plugin_manager() -> pluggy.PluginManager:
     exist, is left out with a one-line warning on stderr naming its distribution, so
     one broken package cannot stop every command.
     """
+    return load_plugins(importlib.metadata.entry_points(group=hookspecs.PROJECT))
+
+
+def load_plugins(entry_points) -> pluggy.PluginManager:
+    """A manager with the hookspecs and the plugins of ``entry_points`` (``importlib.metadata.EntryPoint``s of
+    the ``dynlab`` group), as :func:`get_plugin_manager` describes.
+
+    Two entry points of one name are both loaded unless they name the same module (one distribution seen
+    twice, e.g. an editable install beside its metadata): a third-party entry point named like a built-in
+    one (``trace_formats``) is registered as ``NAME (DISTRIBUTION)``, never skipped without a word.
+    """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     names: dict = {}  # a distribution's entry points share its name: its METADATA is parsed once (start-up)
-    for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
-        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+    loaded: dict = {}  # entry-point name -> the module it named
+    for ep in entry_points:
+        if pm.is_blocked(ep.name) or loaded.get(ep.name) == ep.value:
             continue
         dist = _dist_name(ep.dist, names)
+        name = ep.name if ep.name not in loaded else f"{ep.name} ({dist})"
+        if pm.get_plugin(name) is not None:  # the same name from the same distribution: its first wins
+            warnings.warn(f"dynlab plugin {ep.name!r} ({ep.value}) from {dist} is left out: that distribution "
+                          f"already gives an entry point {ep.name!r}", PluginWarning, stacklevel=2)
+            continue
+        loaded.setdefault(ep.name, ep.value)
         try:
             plugin = ep.load()
-            pm.register(plugin, name=ep.name)
+            pm.register(plugin, name=name)
         except (Exception, SystemExit) as exc:  # SystemExit: a plugin that exits while imported
             warnings.warn(f"dynlab plugin {ep.name!r} from {dist} is left out: {type(exc).__name__}: {exc}",
                           PluginWarning, stacklevel=2)
