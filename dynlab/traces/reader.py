@@ -193,8 +193,8 @@ class TraceWarning(UserWarning):
 
 def _unknown_fields(reader: TraceFormat, record, name: str, lineno: int) -> None:
     """One :class:`TraceWarning` ``FILE:LINE: FORMAT fields not used by dynlab: ...`` when the first record
-    of a streamed format holds fields outside its ``fields`` and ``attributes`` (a typo'd name, or a field the format ignores,
-    such as ``output_tokens`` on a Mooncake row), as :func:`_whole` warns for the formats read whole. Only
+    of a streamed format holds fields outside its ``fields`` and ``attributes`` (a typo'd name, or a field
+    the format ignores, such as ``output_tokens`` on a Mooncake row), as :func:`_whole` warns for the formats read whole. Only
     the first record is checked: the rows of a trace share their fields, and the replay's loop stays as it is."""
     known = reader.fields
     if known is None or type(record) is not dict or record.keys() <= known:

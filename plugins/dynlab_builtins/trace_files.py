@@ -4,7 +4,8 @@ inference trace CSV (registered by :mod:`dynlab_builtins.trace_formats`; docs/wo
 Text (ShareGPT, aiperf) becomes tokens through ``--tokenizer`` or dynlab's approximation
 (:mod:`dynlab.traces.text`) and is hashed at ``--block``. The CSV traces give token counts only: each
 request gets fresh block names (``input_length // block`` full blocks, no prefix shared), except the
-turns of a BurstGPT session (``Session ID``, carried as the request attribute ``session_id``), which share their session's earlier prompt and answer
+turns of a BurstGPT session (``Session ID``, carried as the request attribute ``session_id``), which share
+their session's earlier prompt and answer
 (the turn's leading ``min(input, previous input + previous output)`` tokens, in whole blocks). Rows
 are sorted by arrival (stable); a trace whose first arrival is not at 0 keeps its times as given.
 """
