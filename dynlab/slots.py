@@ -41,3 +41,31 @@ def quick_maker(cls: type, positional: Sequence[str]) -> Callable:
     make = ns["make"]
     make.__doc__ = f"``{cls.__name__}({', '.join(positional)})``, built by :func:`dynlab.slots.quick_maker`."
     return make
+
+
+def quick_replacer(cls: type, changed: Sequence[str]) -> Callable:
+    """``replace(ob, *values)`` returning ``dataclasses.replace(ob, **dict(zip(changed, values)))``: the
+    fields ``changed`` names take the values, in order; every other field is ``ob``'s.
+
+    ``cls`` must be a ``slots=True`` dataclass without ``__post_init__`` (``TypeError`` otherwise);
+    ``ValueError`` for a name in ``changed`` that is not one of its fields.
+    """
+    fs = fields(cls)
+    names = [f.name for f in fs]
+    unknown = [c for c in changed if c not in names]
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass without __post_init__")
+    ns: dict = {"new": object.__new__, "cls": cls}
+    lines = []
+    for i, f in enumerate(fs):
+        ns[f"set{i}"] = getattr(cls, f.name).__set__
+        value = f.name if f.name in changed else f"ob0.{f.name}"
+        lines.append(f"    set{i}(ob, {value})")
+    src = f"def replace(ob0, {', '.join(changed)}):\n    ob = new(cls)\n" + "\n".join(lines) + "\n    return ob\n"
+    exec(src, ns)  # as dataclasses builds its own __init__
+    replace = ns["replace"]
+    replace.__doc__ = f"``dataclasses.replace(ob0, {', '.join(c + '=' for c in changed)})``, built by " \
+                      ":func:`dynlab.slots.quick_replacer`."
+    return replace

@@ -235,8 +235,8 @@ class DisaggFleet:
 
     # -- the decode router and the reservation -------------------------------------------------
     def _pick_decode(self, ereq: EngineRequest, now: float) -> int:
-        d = self.decode_strategy.route(Request((), ereq.input_length, ereq.output_length, now, ereq.id),
-                                       self.dview)
+        d = self.decode_strategy.route(Request((), ereq.input_length, ereq.output_length, now, ereq.id,
+                                               attrs=ereq.attrs), self.dview)
         n = len(self.decode)
         if type(d) is not int or not 0 <= d < n:
             raise DynlabError(f"decode router {self.decode_strategy.name!r} returned {d!r}, "

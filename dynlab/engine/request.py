@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from dynlab.kv.run_pool import expand
+from dynlab.routing.strategy import NO_ATTRS
 
 __all__ = ["EngineRequest", "DECODE_TOKENS", "peak_tokens"]
 
@@ -44,7 +45,9 @@ class EngineRequest:
     which a worker with ``runs=True`` works on; ``None``: one run per name). ``out_blocks`` (set after
     construction, default 0): how many of ``names`` follow the prompt's, the names of its reply's full
     blocks a trace's ``output_tokens`` give (:mod:`dynlab.traces.replies`), registered as they are
-    computed, like the prompt's, so another request can hit them.
+    computed, like the prompt's, so another request can hit them. ``attrs`` (set after construction,
+    default the shared empty ``NO_ATTRS``): the request's attributes (``Request.attrs``: ``priority``,
+    ``tenant``, ...), a read-only mapping for recorders and queue policies.
 
     ``n_names``: ``len(names)`` (read-only; the same while the names are dropped), what the scheduler
     reads each step to know whether a request has names left to register.
@@ -60,7 +63,7 @@ class EngineRequest:
                  "num_tokens", "computed", "generated", "keys", "nreg",
                  "hit_tokens", "first_scheduled_ms", "first_token_ms", "finish_ms",
                  "preemptions", "rejected", "ready_ms", "load_blocks", "cpu_hit_blocks", "spec", "spec_state",
-                 "pending", "inflight", "safe", "out_blocks", "n_names")
+                 "pending", "inflight", "safe", "out_blocks", "n_names", "attrs")
 
     def __init__(self, id, arrival_ms: float, input_length: int, output_length: int, names: Sequence[int],
                  runs: Optional[Sequence[tuple]] = None):
@@ -97,6 +100,7 @@ class EngineRequest:
         # and the computed tokens whose blocks vLLM has hashed while a step is in flight
         self.pending = self.inflight = self.safe = 0
         self.out_blocks = 0  # names past the prompt's: its reply's blocks, named by the trace (output_tokens)
+        self.attrs = NO_ATTRS  # the request's attributes (Request.attrs), set by the fleet
 
     @property
     def names(self) -> Sequence[int]:

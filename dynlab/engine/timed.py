@@ -35,7 +35,7 @@ from dynlab.errors import DynlabError
 from dynlab.limits import HORIZON_MS, past_horizon
 from dynlab.routing.events import MEDIUM_CPU, BlockRemoved, BlockStored
 from dynlab.routing.replicas import RouterReplicas
-from dynlab.routing.strategy import FleetView, Request, Strategy
+from dynlab.routing.strategy import FleetView, Request, Strategy, reroute
 
 
 def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) -> ValueError:
@@ -151,7 +151,7 @@ class TimedFleet:
             names, runs = self.runs_of(req)
         else:
             names, runs = self.names_of(req), None
-        routed = Request(tuple(names), req.input_length, req.output_length, t, req.index, runs=runs)
+        routed = reroute(req, tuple(names), t, runs)  # every other field (attrs among them) the workload's
         w = self._route(routed)
         engine = self.engines[w]
         reply = req.output_hashes if runs is None else None  # a token trace's reply names (output_tokens)
@@ -159,6 +159,7 @@ class TimedFleet:
                              names + list(reply) if reply else names, runs)
         if reply:
             ereq.out_blocks = len(reply)
+        ereq.attrs = req.attrs
         cap = (ereq.input_length - 1) // self.block
         actual = engine.overlap_of(ereq, cap)
         predicted = self.strategy.predicted

@@ -10,10 +10,14 @@ import math
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Hashable, Mapping, Optional, Sequence
 
 from dynlab.routing.events import KvEvent
-from dynlab.slots import quick_maker
+from dynlab.slots import quick_maker, quick_replacer
+
+#: the attributes of a request that has none: one shared empty read-only mapping (``Request.attrs``'s default)
+NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,10 @@ class Request:
       past the prompt's that a finished request has computed, the chain of ``hashes`` continued over the
       prompt and the reply's first ``output_length - 1`` tokens (the last one's KV is never computed);
       a token trace's ``output_tokens`` (:class:`dynlab_builtins.trace_formats.TokenTrace`). Not shown.
+    - ``attrs``: the request's attributes, a read-only mapping of the trace fields its format carries
+      (:attr:`dynlab.traces.format.TraceFormat.attributes`: ``priority`` an int; ``tenant``, ``user``,
+      ``lora_name``, ``session_id`` strings; a format plugin's own), for strategies, recorders and
+      policies to read; :data:`NO_ATTRS` (shared, empty) when it has none. Not compared, not shown.
     """
 
     hashes: tuple
@@ -45,11 +53,27 @@ class Request:
     prefix: Optional[Hashable] = None
     runs: Optional[Sequence[tuple]] = field(default=None, compare=False, repr=False)
     output_hashes: Optional[tuple] = field(default=None, repr=False)
+    attrs: Mapping[str, Any] = field(default=(), compare=False, repr=False)  # NO_ATTRS: set below
+
+
+def _set_default(cls: type, name: str, value: Any) -> None:
+    """Make ``value`` the last field ``name``'s default after the class is built: Python 3.11's dataclasses
+    refuse an unhashable default (a ``MappingProxyType``) that a ``default_factory`` would rebuild per object."""
+    f = cls.__dataclass_fields__[name]
+    assert list(cls.__dataclass_fields__)[-1] == name and f.default == ()
+    f.default = value
+    cls.__init__.__defaults__ = cls.__init__.__defaults__[:-1] + (value,)
+
+
+_set_default(Request, "attrs", NO_ATTRS)
 
 
 #: ``Request(hashes, input_length, output_length, timestamp, index)`` (every other field its default),
 #: about twice as fast as the constructor (:func:`dynlab.slots.quick_maker`): a trace reader makes one a row
 make_request = quick_maker(Request, ("hashes", "input_length", "output_length", "timestamp", "index"))
+#: ``dataclasses.replace(request, hashes=, timestamp=, runs=)``, faster (:func:`dynlab.slots.quick_replacer`):
+#: the timed fleet's request as routed, every other field (``attrs`` among them) the workload's
+reroute = quick_replacer(Request, ("hashes", "timestamp", "runs"))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,10 @@ Keys, in this order (:data:`KEYS`, then :data:`PD_KEYS` in P/D runs); times in m
   their difference; ``prefill_token_ms``: its first token on the prefill worker (the run's
   ``ttft_prefill_ms``; equal to ``first_token_ms`` for a request that never went to a decode worker).
 
+- ``attrs``, last and only when the request has attributes (``Request.attrs``: the trace fields its
+  format carries, such as ``priority``, ``tenant``, ``lora_name``): an object of them, in the row's order;
+  a trace without attributes gives records without the key.
+
 Count-based runs (no ``--timing``) have no clock: every time field is ``null``.
 """
 from __future__ import annotations
@@ -44,7 +48,7 @@ class RequestRecorder(Recorder):
 
     def __init__(self) -> None:
         self.info = RunInfo(timed=False, pd=False, block_tokens=1)
-        self._routes: dict = {}  # request index -> (worker, input_length, output_length, overlap blocks)
+        self._routes: dict = {}  # request index -> (worker, input_length, output_length, overlap blocks, attrs)
         self._engine: dict = {}  # request index -> its EngineRequest (timed runs)
         self._transfers: dict = {}  # request index -> TransferRecord (P/D runs)
 
@@ -52,7 +56,7 @@ class RequestRecorder(Recorder):
         self.info = info
 
     def on_route(self, request, worker: int, predicted: Optional[int], actual: int, cap: Optional[int]) -> None:
-        self._routes[request.index] = (worker, request.input_length, request.output_length, actual)
+        self._routes[request.index] = (worker, request.input_length, request.output_length, actual, request.attrs)
 
     def on_arrival(self, req, t: float) -> None:
         self._engine[req.id] = req
@@ -64,7 +68,7 @@ class RequestRecorder(Recorder):
         """The records, in trace order (module docstring)."""
         info = self.info
         for index in sorted(self._routes):
-            worker, n_in, n_out, overlap = self._routes[index]
+            worker, n_in, n_out, overlap, attrs = self._routes[index]
             ereq = self._engine.get(index)
             if ereq is None:  # count-based
                 rec = {"id": index, "worker": worker, "arrival_ms": None, "first_scheduled_ms": None,
@@ -81,6 +85,8 @@ class RequestRecorder(Recorder):
                             "transfer_start_ms": None if tr is None else tr.reserved,
                             "transfer_end_ms": None if tr is None else tr.arrived,
                             "prefill_token_ms": rec["first_token_ms"] if tr is None else tr.prefill_done})
+            if attrs:
+                rec["attrs"] = dict(attrs)
             yield rec
 
     def jsonl(self) -> str:

@@ -5,10 +5,33 @@ plugin registry, so that the registry can name this base class without importing
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterator, Optional
+from types import MappingProxyType
+from typing import Any, ClassVar, Iterator, Mapping, Optional
 
-from dynlab.routing.strategy import Request
+from dynlab.routing.strategy import NO_ATTRS, Request
+
+#: the standard request attributes (``Request.attrs``) and their types: a format that declares one of them
+#: in :attr:`TraceFormat.attributes` carries it with this type (``priority`` an int, not a bool)
+ATTRIBUTES: Mapping[str, type] = MappingProxyType({"priority": int, "tenant": str, "user": str, "lora_name": str,
+                                                    "session_id": str})
+
+
+def check_attribute(key: str, value: Any) -> Any:
+    """``value`` of the attribute field ``key``, checked: a standard attribute's type (:data:`ATTRIBUTES`),
+    else a JSON scalar (a string, a finite number or a boolean). Raises ``ValueError`` naming the field."""
+    kind = ATTRIBUTES.get(key)
+    if kind is int:
+        if type(value) is not int:
+            raise ValueError(f"field {key!r} must be an integer, got {value!r}")
+    elif kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"field {key!r} must be a string, got {value!r}")
+    elif not isinstance(value, (str, int, float)) or (type(value) is float and not math.isfinite(value)):
+        raise ValueError(f"field {key!r} (a request attribute) must be a string, a finite number or a boolean, "
+                         f"got {value!r}")
+    return value
 
 
 class TraceFormat(ABC):
@@ -40,8 +63,16 @@ class TraceFormat(ABC):
     #: the ``--tokenizer`` path (``None``: the approximation); set by the reader after construction
     tokenizer: Optional[str] = None
     #: the fields a streamed (JSON lines) format reads; the reader warns once, naming the line, when the
-    #: first record holds others (a typo, or a field this format ignores); ``None``: not checked
+    #: first record holds others than these and :attr:`attributes` (a typo, or a field this format ignores);
+    #: ``None``: not checked
     fields: ClassVar[Optional[frozenset]] = None
+    #: the fields the format carries as request attributes (``Request.attrs``, read by strategies, recorders
+    #: and policies, written by ``--requests-out``): any of the standard ones (:data:`ATTRIBUTES`: ``priority``
+    #: an int; ``tenant``, ``user``, ``lora_name``, ``session_id`` strings) and the format's own (a string, a
+    #: finite number or a boolean). A streamed format's reader fills ``attrs`` from them after :meth:`parse`
+    #: (unless ``parse`` set it), refusing a wrong type as ``FILE:LINE``; a ``null`` is an absent field; a
+    #: ``whole_file`` format calls :meth:`attrs_of` on its rows itself. They are not "fields not used by dynlab".
+    attributes: ClassVar[frozenset] = frozenset()
 
     def __init__(self, block: int = 16):
         self.block = block
@@ -73,3 +104,11 @@ class TraceFormat(ABC):
 
     #: field names the file held that the format did not use (filled by :meth:`read_all`)
     unused: set = frozenset()
+
+    def attrs_of(self, record: Mapping) -> Mapping[str, Any]:
+        """The attributes of ``record`` (a decoded row): its fields named in :attr:`attributes`, in the row's
+        order, checked (:func:`check_attribute`; ``null`` values left out), as a read-only mapping;
+        ``NO_ATTRS`` (shared, empty) when it holds none. Raises ``ValueError`` for a wrong type."""
+        names = self.attributes
+        found = {k: check_attribute(k, v) for k, v in record.items() if k in names and v is not None}
+        return MappingProxyType(found) if found else NO_ATTRS

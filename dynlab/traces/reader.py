@@ -19,13 +19,16 @@ from typing import Iterator, Optional
 
 from dynlab.limits import HORIZON_MS, MAX_OUTPUT_TOKENS, output_too_long
 from dynlab.errors import DynlabError, InputError, InputFileError
-from dynlab.routing.strategy import Request
+from dynlab.routing.strategy import NO_ATTRS, Request
+from dynlab.slots import quick_replacer
 from dynlab.traces.bundled import BUILTIN_TRACES
 from dynlab.traces.format import TraceFormat
 
 
 
 _DECODER = json.JSONDecoder()
+#: ``dataclasses.replace(request, attrs=)``, faster
+_with_attrs = quick_replacer(Request, ("attrs",))
 #: the message for a line nested deeper than Python's JSON decoder can follow
 NESTED = "not JSON a request can be: nested too deeply"
 
@@ -190,11 +193,14 @@ class TraceWarning(UserWarning):
 
 def _unknown_fields(reader: TraceFormat, record, name: str, lineno: int) -> None:
     """One :class:`TraceWarning` ``FILE:LINE: FORMAT fields not used by dynlab: ...`` when the first record
-    of a streamed format holds fields outside its ``fields`` (a typo'd name, or a field the format ignores,
-    such as ``output_tokens`` on a Mooncake row), as :func:`_whole` warns for the formats read whole. Only
+    of a streamed format holds fields outside its ``fields`` and ``attributes`` (a typo'd name, or a field
+    the format ignores, such as ``output_tokens`` on a Mooncake row), as :func:`_whole` warns for the formats read whole. Only
     the first record is checked: the rows of a trace share their fields, and the replay's loop stays as it is."""
     known = reader.fields
     if known is None or type(record) is not dict or record.keys() <= known:
+        return
+    known = known | reader.attributes  # carried as request attributes: used
+    if record.keys() <= known:
         return
     import warnings
 
@@ -278,6 +284,8 @@ def _requests(stream, numbered, name, reader, lineno, record) -> Iterator[Reques
     ``numbered``: the ``(line number, bytes)`` lines after the first record's (decoded here, as
     :func:`_decoded` does, without a generator between)."""
     parse = reader.parse
+    attrs_of = reader.attrs_of
+    attributes = reader.attributes or None  # fields carried as Request.attrs (TraceFormat.attributes)
     raw_decode = _DECODER.raw_decode  # json.loads minus two wrapper layers; the line's end is checked below
     index = 0
     timed = None  # whether the trace's requests carry timestamps (decided by the first)
@@ -288,6 +296,10 @@ def _requests(stream, numbered, name, reader, lineno, record) -> Iterator[Reques
                 raise InputError(name, lineno, "expected a JSON object")
             try:
                 req = parse(record, index)
+                if attributes is not None and not attributes.isdisjoint(record) and req.attrs is NO_ATTRS:
+                    attrs = attrs_of(record)
+                    if attrs:
+                        req = _with_attrs(req, attrs)
             except ValueError as exc:
                 raise InputError(name, lineno, str(exc)) from None
             if type(req.input_length) is not int or type(req.output_length) is not int or \

@@ -66,7 +66,9 @@ class Workload(ABC):
     @abstractmethod
     def rows(self) -> Iterator[dict]:
         """Token rows in time order: ``timestamp`` (ms), ``tokens`` (ints, at least one), ``output_length``
-        (tokens >= 0) and, optionally, ``output_tokens`` (``output_length`` ints: the reply's ids)."""
+        (tokens >= 0) and, optionally, ``output_tokens`` (``output_length`` ints: the reply's ids) and the
+        standard request attributes (``priority`` an int; ``tenant``, ``user``, ``lora_name``, ``session_id``
+        strings; ``Request.attrs``, :data:`dynlab.traces.format.ATTRIBUTES`)."""
 
 
 def load_spec(path: str) -> dict:

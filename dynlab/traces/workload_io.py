@@ -33,10 +33,12 @@ def open_workload(path: str, registry=None) -> Workload:
 def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookahead: int = 0):
     """The requests of the spec ``path`` (a :class:`~dynlab.traces.reader.TraceRequests`): each row's
     tokens hashed at ``block`` tokens per block with ``scheme``, as a ``tokens`` trace of the same
-    rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`), each name covering the
+    rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`; its standard request
+    attributes, ``priority``, ``tenant``, ``user``, ``lora_name``, ``session_id``, as ``Request.attrs``,
+    :data:`dynlab.traces.format.ATTRIBUTES`), each name covering the
     ``lookahead`` tokens after its block (:func:`dynlab.routing.hashing.lookahead_names`); its ``closed``
     and ``follows`` are the workload's (:attr:`dynlab.traces.workload.Workload.closed`). Raises what :func:`open_workload` raises."""
-    from dynlab.routing.strategy import Request
+    from dynlab.routing.strategy import NO_ATTRS, Request
     from dynlab.traces.reader import TraceRequests
     from dynlab.traces.replies import request_names
 
@@ -45,10 +47,32 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
     for i, row in enumerate(workload.rows()):
         toks = row["tokens"]
         names, replied = request_names(toks, row.get("output_tokens"), block, scheme=scheme, lookahead=lookahead)
-        out.append(Request(names, len(toks), row["output_length"], row["timestamp"], i, output_hashes=replied))
+        attrs = _attrs(row, path, i) if not _STANDARD.isdisjoint(row) else NO_ATTRS
+        out.append(Request(names, len(toks), row["output_length"], row["timestamp"], i, output_hashes=replied,
+                           attrs=attrs))
     out.block_tokens, out.own_block_tokens = block, None
     out.closed, out.follows = workload.closed, workload.follows
     return out
+
+
+#: the standard request attributes a workload's rows may give
+_STANDARD = frozenset(("priority", "tenant", "user", "lora_name", "session_id"))
+
+
+def _attrs(row: dict, path: str, i: int):
+    """A workload row's standard attributes, checked (:func:`dynlab.traces.format.check_attribute`), read-only;
+    :class:`SpecError` naming the row for a wrong type."""
+    from types import MappingProxyType
+
+    from dynlab.traces.format import check_attribute
+
+    try:
+        found = {k: check_attribute(k, v) for k, v in row.items() if k in _STANDARD and v is not None}
+    except ValueError as exc:
+        raise SpecError(path, "generator", f"row {i}: {exc}") from None
+    from dynlab.routing.strategy import NO_ATTRS
+
+    return MappingProxyType(found) if found else NO_ATTRS
 
 
 def mooncake_rows(rows: Iterable[dict], block: int = MOONCAKE_BLOCK) -> Iterator[dict]:

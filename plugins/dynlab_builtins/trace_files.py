@@ -4,7 +4,8 @@ inference trace CSV (registered by :mod:`dynlab_builtins.trace_formats`; docs/wo
 Text (ShareGPT, aiperf) becomes tokens through ``--tokenizer`` or dynlab's approximation
 (:mod:`dynlab.traces.text`) and is hashed at ``--block``. The CSV traces give token counts only: each
 request gets fresh block names (``input_length // block`` full blocks, no prefix shared), except the
-turns of a BurstGPT session (``Session ID``), which share their session's earlier prompt and answer
+turns of a BurstGPT session (``Session ID``, carried as the request attribute ``session_id``), which share
+their session's earlier prompt and answer
 (the turn's leading ``min(input, previous input + previous output)`` tokens, in whole blocks). Rows
 are sorted by arrival (stable); a trace whose first arrival is not at 0 keeps its times as given.
 """
@@ -19,7 +20,10 @@ from datetime import datetime
 from typing import Optional
 
 from dynlab.errors import InputError
-from dynlab.routing.strategy import Request
+from types import MappingProxyType
+
+from dynlab.routing.strategy import NO_ATTRS, Request
+from dynlab.slots import quick_replacer
 from dynlab.traces.format import TraceFormat
 from dynlab.traces.replies import request_names
 
@@ -78,12 +82,18 @@ def _ms(v, what: str) -> float:
     return v
 
 
+#: ``dataclasses.replace(request, timestamp=, index=)``, faster
+_placed = quick_replacer(Request, ("timestamp", "index"))
+#: ``dataclasses.replace(request, attrs=)``, faster
+_with_attrs = quick_replacer(Request, ("attrs",))
+
+
 def _sorted(rows: list) -> list:
-    """``(time or None, Request)`` -> requests in time order (stable), ``index`` renumbered."""
+    """``(time or None, Request)`` -> requests in time order (stable), ``index`` renumbered (every other
+    field, ``attrs`` among them, kept)."""
     if rows and rows[0][0] is not None:
         rows = sorted(rows, key=lambda r: r[0])
-    return [Request(r.hashes, r.input_length, r.output_length, t, i, output_hashes=r.output_hashes)
-            for i, (t, r) in enumerate(rows)]
+    return [_placed(r, t, i) for i, (t, r) in enumerate(rows)]
 
 
 class _Fresh:
@@ -193,6 +203,7 @@ class AiperfTrace(_TextFormat):
     """aiperf input files: single_turn {"text", ...} and multi_turn {"session_id", "turns": [...]} rows; timestamp and delay (ms) kept."""
 
     name = "aiperf"
+    attributes = frozenset(("session_id",))  # a multi_turn row's, carried by each of its turns
     _TURN_KEYS = ("text", "texts", "output_length", "timestamp", "delay", "role")
 
     @classmethod
@@ -212,6 +223,9 @@ class AiperfTrace(_TextFormat):
                     raise ValueError("'turns' must be a non-empty list of turns")
                 self.unused.update(k for k in row if k not in self._TURN_KEYS + ("session_id", "turns"))
                 made, clock, stamped = self._session(turns, clock, "turns" in row)
+                attrs = self.attrs_of(row)
+                if attrs:
+                    made = [(t, _with_attrs(r, attrs)) for t, r in made]
                 timed = timed or stamped
                 out.extend(made)
             except ValueError as exc:
@@ -256,6 +270,7 @@ class AiperfMooncakeTrace(TraceFormat):
     name = "aiperf-mooncake"
     block_tokens = 512
     whole_file = True
+    attributes = frozenset(("session_id", "priority", "tenant", "user"))
     _KEYS = ("session_id", "timestamp", "delay", "input_length", "output_length", "hash_ids")
 
     @classmethod
@@ -273,7 +288,7 @@ class AiperfMooncakeTrace(TraceFormat):
             try:
                 if not isinstance(row, dict):
                     raise ValueError("expected a JSON object")
-                self.unused.update(k for k in row if k not in self._KEYS)
+                self.unused.update(k for k in row if k not in self._KEYS and k not in self.attributes)
                 inp = _count(row.get("input_length", 0), "input_length")
                 hashes = row.get("hash_ids")
                 if hashes is None:
@@ -290,7 +305,8 @@ class AiperfMooncakeTrace(TraceFormat):
                     timed = timed or "delay" in row
                 sessions[sid], last = t, t
                 out.append((t, Request(tuple(hashes), inp or len(hashes) * self.block_tokens,
-                                       _count(row.get("output_length", 0), "output_length"), t, 0)))
+                                       _count(row.get("output_length", 0), "output_length"), t, 0,
+                                       attrs=self.attrs_of(row))))
             except ValueError as exc:
                 raise InputError(name, lineno, str(exc)) from None
         if not timed:
@@ -352,6 +368,7 @@ class BurstGPTTrace(_CsvFormat):
     name = "burstgpt"
     header = ("Timestamp", "Request tokens", "Response tokens")
     used = header + ("Session ID",)
+    attributes = frozenset(("session_id",))  # from the ``Session ID`` column
 
     def read_all(self, first, lines, name):
         fresh, sessions, out = _Fresh(), {}, []
@@ -375,7 +392,8 @@ class BurstGPTTrace(_CsvFormat):
             names = context[:n] + fresh.take(max(0, n - len(context)))
             if sid is not None:  # the session's context: this prompt and its answer, in whole blocks
                 sessions[sid] = names + fresh.take(max(0, (inp + outp) // self.block - n))
-            made.append((t, Request(tuple(names), inp, outp, t, 0)))
+            attrs = NO_ATTRS if sid is None else MappingProxyType({"session_id": sid})
+            made.append((t, Request(tuple(names), inp, outp, t, 0, attrs=attrs)))
         return _sorted(made)
 
 

@@ -9,6 +9,9 @@ from dynlab import hookimpl
 from dynlab.routing.strategy import Request, make_request
 from dynlab.traces.format import TraceFormat
 
+#: the request attributes (``Request.attrs``) the JSON lines formats carry: all the standard ones
+_ATTRIBUTES = frozenset(("priority", "tenant", "user", "lora_name", "session_id"))
+
 
 def _number(record: dict, key: str, required: bool = True, default=None):
     if key not in record:
@@ -84,11 +87,15 @@ class MooncakeTrace(TraceFormat):
     request with no prompt), name a block twice (a prefix chain names each block once) or, when it gives ``input_length``, when it does not hold
     ``ceil(input_length / block_tokens)`` ids (one per 512-token block, the last one partial). Every
     row of the bundled conversation trace (12031 rows) satisfies both rules.
+    Rows may carry the request attributes ``priority`` (an int), ``tenant``, ``user``, ``lora_name``,
+    ``session_id`` (strings) (``Request.attrs``; a row with ``session_id`` is detected as ``aiperf-mooncake``'s,
+    which carries it too, unless ``--trace-format mooncake`` is given).
     """
 
     name = "mooncake"
     block_tokens = 512
     fields = frozenset(("timestamp", "input_length", "output_length", "hash_ids", "lora_name", "cache_salt"))
+    attributes = _ATTRIBUTES
 
     @classmethod
     def detect(cls, record):
@@ -138,11 +145,14 @@ class TokenTrace(TraceFormat):
     A row may give its reply's token ids, ``output_tokens`` (a list of ints; ``output_length`` may then be
     left out, and when given must equal its length): the reply's full blocks are then named by the
     prompt's chain (:func:`dynlab.traces.replies.reply_names`), so a later prompt quoting the reply hits them.
+    Rows may carry the request attributes ``priority`` (an int), ``tenant``, ``user``, ``lora_name``,
+    ``session_id`` (strings) (``Request.attrs``).
     """
 
     name = "tokens"
     hashes_tokens = True
     fields = frozenset(("tokens", "timestamp", "output_length", "output_tokens", "lora_name", "cache_salt"))
+    attributes = _ATTRIBUTES
 
     @classmethod
     def detect(cls, record):
