@@ -23,12 +23,9 @@ def quick_maker(cls: type, positional: Sequence[str]) -> Callable:
     names = [f.name for f in fs]
     if list(positional) != names[:len(positional)]:
         raise ValueError(f"{cls.__name__}: {list(positional)} is not a prefix of its fields {names}")
-    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} is not a slotted dataclass without __post_init__")
-    ns: dict = {"new": object.__new__, "cls": cls}
+    ns = _setters(cls, fs)
     lines = []
     for i, f in enumerate(fs):
-        ns[f"set{i}"] = getattr(cls, f.name).__set__
         if i < len(positional):
             lines.append(f"    set{i}(ob, {f.name})")
             continue
@@ -43,6 +40,17 @@ def quick_maker(cls: type, positional: Sequence[str]) -> Callable:
     return make
 
 
+def _setters(cls: type, fs) -> dict:
+    """The namespace the generated functions run in: ``new``, ``cls`` and ``set{i}``, the slot setter of the
+    ``i``-th of ``fs`` (``cls``'s fields). Raises ``TypeError`` unless ``cls`` is slotted, without ``__post_init__``."""
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass without __post_init__")
+    ns: dict = {"new": object.__new__, "cls": cls}
+    for i, f in enumerate(fs):
+        ns[f"set{i}"] = getattr(cls, f.name).__set__
+    return ns
+
+
 def quick_replacer(cls: type, changed: Sequence[str]) -> Callable:
     """``replace(ob, *values)`` returning ``dataclasses.replace(ob, **dict(zip(changed, values)))``: the
     fields ``changed`` names take the values, in order; every other field is ``ob``'s.
@@ -55,12 +63,9 @@ def quick_replacer(cls: type, changed: Sequence[str]) -> Callable:
     unknown = [c for c in changed if c not in names]
     if unknown:
         raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
-    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} is not a slotted dataclass without __post_init__")
-    ns: dict = {"new": object.__new__, "cls": cls}
+    ns = _setters(cls, fs)
     lines = []
     for i, f in enumerate(fs):
-        ns[f"set{i}"] = getattr(cls, f.name).__set__
         value = f.name if f.name in changed else f"ob0.{f.name}"
         lines.append(f"    set{i}(ob, {value})")
     src = f"def replace(ob0, {', '.join(changed)}):\n    ob = new(cls)\n" + "\n".join(lines) + "\n    return ob\n"
