@@ -520,7 +520,7 @@ def test_ctrl_c_keeps_the_log_and_resume_finishes(queue_trace, tmp_path):
 
 
 def test_binding_is_prefill_when_the_ttft_tail_is_not_the_queue_wait():
-    """docs/plan.md's H200 x 2 shape at 15 workers: TTFT p99 2,003.1 ms > 2,000 with a queue wait p99 of 3.7 ms
+    """docs/plan.md's H200 x 2 shape at 15 workers as it read before the overhead terms (a hand case now): TTFT p99 2,003.1 ms > 2,000 with a queue wait p99 of 3.7 ms
     (under half the 2,000 ms SLO: the other 1,999.4 ms, after scheduling, are the tail): prefill, not queueing.
     A queue wait p99 of 1,000 ms (half the SLO) or more is queueing; a TPOT-only miss stays queueing; a
     preemption is memory first."""
