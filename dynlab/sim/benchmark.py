@@ -11,7 +11,9 @@ Keys it adds after the serving keys (docs/commands.md names each definition and 
   aiconfigurator's x axis), as a distribution;
 - ``total_tokens_per_s``: (prompt + output tokens of the measured, finished requests) / span, the span
   running from the first measured arrival to the last finish (vLLM's ``total_token_throughput``);
-- ``tokens_per_s_per_gpu``: that over the run's GPUs (workers x GPUs per worker).
+- ``tokens_per_s_per_gpu``: that over the run's GPUs (workers x GPUs per worker);
+- ``measured_requests`` (with ``--warmup`` only): the finished requests past the warm-up, the ones every
+  figure covers (``requests`` counts every request sent, the warm-up's included).
 
 Requests whose id is below ``warmup`` are left out, as :class:`~dynlab.engine.metrics.ServingMetrics` does.
 """
@@ -64,6 +66,7 @@ class BenchmarkRecorder(Recorder):
         self.gaps: list = []
         self.gap_counts: list = []
         self.tokens = 0
+        self.measured = 0  # finished requests the figures cover (past the warm-up)
         self.first_arrival = None
         self.last_finish = 0.0
 
@@ -75,6 +78,7 @@ class BenchmarkRecorder(Recorder):
         if self.warmup and req.id < self.warmup:
             return
         self.tokens += req.input_length + req.output_length
+        self.measured += 1
         if req.output_length > 1:
             self.gaps.append((t - req.first_token_ms) / (req.output_length - 1) + self.token_ms)
             self.gap_counts.append(req.output_length - 1)
@@ -84,10 +88,13 @@ class BenchmarkRecorder(Recorder):
     def result(self, engines: Sequence) -> dict[str, Any]:
         span_s = max(self.last_finish - (self.first_arrival or 0.0), 0.0) / 1000.0
         per_s = self.tokens / span_s if span_s else 0.0
-        return {"itl_ms": weighted_stats(self.gaps, self.gap_counts),
-                "interactivity": stats([1000.0 / g for g in self.gaps if g > 0]),
-                "total_tokens_per_s": round(per_s, 1),
-                "tokens_per_s_per_gpu": round(per_s / self.gpus, 1)}
+        out = {"itl_ms": weighted_stats(self.gaps, self.gap_counts),
+               "interactivity": stats([1000.0 / g for g in self.gaps if g > 0]),
+               "total_tokens_per_s": round(per_s, 1),
+               "tokens_per_s_per_gpu": round(per_s / self.gpus, 1)}
+        if self.warmup:  # beside "requests" (every request sent, warm-up included): those the figures cover
+            out["measured_requests"] = self.measured
+        return out
 
 
 __all__ = ["BenchmarkRecorder", "weighted_stats"]

@@ -125,6 +125,8 @@ def test_warmup_leaves_the_first_requests_out_of_the_figures(tmp_path):
     tokens = sum(r["input_length"] + r["output_length"] for r in measured)
     assert out["total_tokens_per_s"] == round(tokens / span_s, 1)
     assert out["tokens_per_s_per_gpu"] == round(tokens / span_s / 2, 1)  # two workers of one GPU
+    # every request sent counts in "requests"; the figures cover the 70 past the warm-up
+    assert (out["requests"], out["warmup"], out["measured_requests"]) == (80, 10, 70) == (80, 10, len(measured))
 
 
 def test_duration_stops_the_users_sending(tmp_path):
