@@ -295,7 +295,7 @@ def test_trace_block_refused_up_front(tmp_path):
 
 # --------------------------------------------------------------------------- one Ray session per plan
 class _FakeRay:
-    """Just enough of Ray's API for dynlab.sweep.executors._ray, run in this process; ``calls`` records
+    """Just enough of Ray's API for dynlab.sweep.executors.ray_executor, run in this process; ``calls`` records
     starts and stops."""
 
     def __init__(self):

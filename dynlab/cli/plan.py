@@ -208,10 +208,10 @@ def _candidate_rules(shapes):
 
 def _check_candidate_options(shapes, base: SimConfig, given: set) -> None:
     """Usage error for the first option given (or set off its default) that no candidate shape uses."""
-    from dynlab.engine.config import _DEFAULTS
+    from dynlab.engine.config import DEFAULTS
 
     for name, why in _candidate_rules(shapes):
-        if name in given or getattr(base, name) != _DEFAULTS[name]:
+        if name in given or getattr(base, name) != DEFAULTS[name]:
             raise click.UsageError(f"--{name.replace('_', '-')} has no effect {why}")
 
 

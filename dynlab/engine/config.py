@@ -165,8 +165,8 @@ class SimConfig(Sectioned):
             return self
         p, d = parse_split(self.split)
         if d:
-            return replace(self, split=None, workers=_DEFAULTS["workers"], prefill_workers=p, decode_workers=d)
-        return replace(self, split=None, workers=p, **{f: _DEFAULTS[f] for f in PD_FIELDS})
+            return replace(self, split=None, workers=DEFAULTS["workers"], prefill_workers=p, decode_workers=d)
+        return replace(self, split=None, workers=p, **{f: DEFAULTS[f] for f in PD_FIELDS})
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field, a size over a limit of :mod:`dynlab.limits`,
@@ -283,8 +283,9 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
 PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
-_DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
-_DEFAULTS["opts"] = _DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
+#: every SimConfig field's default (default factories as empty mappings): what "not given" means in the option rules
+DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
+DEFAULTS["opts"] = DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
 
 
 _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
@@ -383,7 +384,7 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
     configs = align_rates(configs)
     if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
         # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
-        configs = [c if c.spec_tokens else spec_baseline(c, {f: _DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
+        configs = [c if c.spec_tokens else spec_baseline(c, {f: DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
         off = set(SPEC_FIELDS) | {"spec_tokens"} | {"latency_opts"}  # given back below while some remain
         return [(c, g if c.spec_tokens else g - off | ({"latency_opts"} & g if c.latency_opts else set()))
                 for c, g in _align_pd(configs, given)]
@@ -394,7 +395,7 @@ def _align_pd(configs: list, given: AbstractSet[str]) -> list[tuple[SimConfig, s
     """:func:`align_split`'s P/D part."""
     if not any(c.split is not None and not _aggregated(c) for c in configs):
         return [(c, set(given)) for c in configs]
-    return [(replace(c, **{f: _DEFAULTS[f] for f in PD_FIELDS}), set(given) - set(PD_FIELDS))
+    return [(replace(c, **{f: DEFAULTS[f] for f in PD_FIELDS}), set(given) - set(PD_FIELDS))
             if c.split is not None and _aggregated(c) else (c, set(given)) for c in configs]
 
 
@@ -427,5 +428,5 @@ def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),
     ``--NAME has no effect without --timing (it is a setting of the timed engine)``).
     """
     for name, why in _no_effect_rules(config, own_block_tokens):
-        if name in given or getattr(config, name) != _DEFAULTS[name]:
+        if name in given or getattr(config, name) != DEFAULTS[name]:
             raise ValueError(f"{_flag(name)} has no effect {why}")

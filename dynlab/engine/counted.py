@@ -69,7 +69,7 @@ class Worker:
         self._evicted: list = []
         self._lru = type(cache) is LRUCache
         # membership tests go straight to the LRU's OrderedDict (no Python-level __contains__)
-        self._members = cache._data if self._lru else self.cache
+        self._members = cache.entries if self._lru else self.cache
         self._kids: dict = {}  # held block -> its held children (non-empty sets only); generic path
         self._parent: dict = {}  # held block -> the parent it was stored under; generic path
         self._pinned = ()  # the blocks of the request being served
@@ -173,7 +173,7 @@ class Worker:
         the ``cached`` head is a miss, so the new blocks are stored without lookups.
         """
         cache = self.cache
-        od = cache._data
+        od = cache.entries
         cap = cache.capacity
         n = len(hashes)
         new_count = n - cached
@@ -209,7 +209,7 @@ class Worker:
                     if len(od) >= cap:
                         evicted.append(popitem(False)[0])
                     od[h] = 1
-        cache._used = self.size = len(od)
+        self.size = cache.recount_units()
         if new_count <= cap and (n <= cap or not evicted):
             # every new block went in; evictions (if any) took only blocks outside this request, once each
             self.evicted_blocks += len(evicted)

@@ -31,7 +31,7 @@ class StrategyError(DynlabError):
     """A strategy plugin raised an exception: the message names the strategy and the call."""
 
 
-def _raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
+def raised_in_plugin(exc: BaseException, strategy: Strategy) -> bool:
     """Whether the traceback of ``exc`` passes through the strategy class's own source files."""
     classes = [c for s in getattr(strategy, "instances", None) or (strategy,) for c in type(s).__mro__]
     files = {getattr(c, "__module__", None) for c in classes} - {"builtins", "abc", __name__}
@@ -110,7 +110,8 @@ def make_workers(config: SimConfig, future: Optional[list] = None) -> list[Worke
     return [Worker(w, policy(config.capacity, future=future)) for w in range(config.workers)]
 
 
-def _needs_future(config: SimConfig) -> bool:
+def needs_future(config: SimConfig) -> bool:
+    """Whether the run's eviction policy is offline (it must see the future accesses: ``opt``), for a bounded cache."""
     if config.capacity is None:
         return False
     from dynlab import plugins
@@ -179,7 +180,7 @@ def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker
     except DynlabError:
         raise
     except Exception as exc:
-        if _raised_in_plugin(exc, strategy):
+        if raised_in_plugin(exc, strategy):
             raise StrategyError(f"strategy {strategy.name!r} failed at request {i}: "
                                 f"{type(exc).__name__}: {exc}") from exc
         raise
@@ -194,4 +195,5 @@ def config_fields() -> list[str]:
     return [f.name for f in fields(SimConfig)]
 
 
-__all__ = ["SimConfig", "replay", "build_strategy", "make_workers", "config_fields", "StrategyError"]
+__all__ = ["SimConfig", "replay", "build_strategy", "make_workers", "config_fields", "StrategyError", "needs_future",
+           "raised_in_plugin"]

@@ -199,11 +199,22 @@ class LRUCache(_OrderedDictCache):
     oldest (next victim) first. Each access is O(1) amortised: an ``OrderedDict`` of key -> size
     and a running total for ``used``. Source: step 1 of the seed lab ``shared/seeds/002``.
 
-    ``_data`` (the OrderedDict of key -> size, oldest first) and ``_used`` are read and updated
-    directly by the fleet's unit-size fast path (:mod:`dynlab.engine.counted`): keep their meaning.
+    :attr:`entries` (the OrderedDict of key -> size, oldest first) is read and updated in place by the
+    fleet's unit-size fast path (:mod:`dynlab.engine.counted`), which then calls :meth:`recount_units`.
     """
 
     name = "lru"
+
+    @property
+    def entries(self) -> OrderedDict:
+        """The OrderedDict of key -> size, oldest (next victim) first, itself (not a copy)."""
+        return self._data
+
+    def recount_units(self) -> int:
+        """Set ``used`` to the number of entries after an in-place update of :attr:`entries` that left every
+        entry of size 1; returns it."""
+        self._used = len(self._data)
+        return self._used
 
     def access(self, key: Hashable, size: int = 1) -> bool:
         if size < 0:

@@ -54,7 +54,7 @@ def executor_session(executor: str, jobs: Optional[int], ray_address: Optional[s
     from dynlab.sweep import executors
 
     # a session without a task: executors' own start (signals, loopback, one-line errors) and stop
-    with contextlib.closing(executors._ray([], jobs or executors.default_jobs(), ray_address)):
+    with contextlib.closing(executors.ray_executor([], jobs or executors.default_jobs(), ray_address)):
         yield
 
 

@@ -50,14 +50,14 @@ class Shape:
         ``--spec-tokens`` candidate: a shape of fewer draft tokens takes the first K of the acceptance rates
         read at ``top_k`` (a rate list or ``file:PATH``), as ``compare --spec-tokens 2,4`` does
         (:func:`dynlab.engine.spec.align_rates`)."""
-        from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, _DEFAULTS
+        from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, DEFAULTS
         from dynlab.engine.spec import align_rates
 
         drop = ((SPEC_FIELDS if not self.spec_tokens else ()) + (PD_FIELDS if not self.pd else ())
                 + (CPU_TIER_FIELDS if not self.cpu_memory_gb else ()))
         config = replace(base, model=self.model, gpu=self.gpu, tp=self.tp, mode=self.mode,
                          cpu_memory_gb=self.cpu_memory_gb, ep=self.ep, spec_tokens=self.spec_tokens,
-                         split="1:1" if self.pd else None, **{f: _DEFAULTS[f] for f in drop})
+                         split="1:1" if self.pd else None, **{f: DEFAULTS[f] for f in drop})
         if 0 < self.spec_tokens < top_k:
             config = align_rates([config, replace(config, spec_tokens=top_k)])[0]
         return config

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from dynlab.engine.config import SimConfig, check_effective
 from dynlab.engine.metrics import Recorder, RunInfo
-from dynlab.engine.run import (StrategyError, _needs_future, _raised_in_plugin, build_strategy, make_workers,
+from dynlab.engine.run import (StrategyError, needs_future, raised_in_plugin, build_strategy, make_workers,
                                replay)
 from dynlab.errors import DynlabError
 from dynlab.routing.strategy import Request, Strategy
@@ -301,7 +301,7 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
 
 def _replay_counted(config: SimConfig, requests, strategy: Strategy, synthetic, loss_rng, bar, recorders) -> dict:
     future = None
-    if _needs_future(config):
+    if needs_future(config):
         requests = list(requests)
         from dynlab.kv.policies import FutureIndex
 
@@ -321,7 +321,7 @@ def _guard(strategy: Strategy, fn):
     except DynlabError:
         raise
     except Exception as exc:
-        if _raised_in_plugin(exc, strategy):
+        if raised_in_plugin(exc, strategy):
             raise StrategyError(f"strategy {strategy.name!r} failed: {type(exc).__name__}: {exc}") from exc
         raise
 

@@ -294,7 +294,10 @@ def _ray_cell(config: SimConfig, box: list) -> tuple[bool, Any]:
     return _guarded(config, loader=lambda: ray.get(box[0]))
 
 
-def _ray(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Running:
+def ray_executor(configs: Sequence[SimConfig], jobs: int, address: Optional[str]) -> Running:
+    """``configs`` running on Ray: a local instance of ``jobs`` CPUs (``address`` ``None``, started and owned
+    here) or the cluster at ``address``; each trace goes into the object store once. Raises
+    :class:`~dynlab.errors.DynlabError` in one line when Ray cannot be started or reached."""
     ray = import_ray(address)
     own = not ray.is_initialized()
     if own and address is not None:
@@ -406,4 +409,4 @@ def execute(configs: Sequence[SimConfig], executor: str = "local", jobs: Optiona
         return _serial(configs)
     if executor == "local":
         return _local(configs, min(jobs, len(configs)))
-    return _ray(configs, jobs, ray_address)
+    return ray_executor(configs, jobs, ray_address)
