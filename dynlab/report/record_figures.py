@@ -26,7 +26,8 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def ttft_values(records: Sequence[dict]) -> list[float]:
-    """TTFT (ms) of every served request: ``first_token_ms - arrival_ms``, sorted."""
+    """TTFT (ms) of every served request: ``first_token_ms - arrival_ms``, sorted (engine times: no front end,
+    no detokenisation; :class:`dynlab.engine.metrics.ServingMetrics` adds them to the run's ``ttft_ms``)."""
     return sorted(r["first_token_ms"] - r["arrival_ms"] for r in records
                   if not r["rejected"] and r["first_token_ms"] is not None and r["arrival_ms"] is not None)
 
@@ -63,7 +64,9 @@ def cdfs(records: Mapping[str, Sequence[dict]]) -> Optional[Figure]:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     caption = ("Cumulative distributions of time to first token and time per output token over every served "
-               "request, a line per run; the table gives the percentiles.")
+               "request, a line per run; the table gives the percentiles. Engine times, as the --requests-out "
+               "records give them: without the server's front end and detokenisation (--request-overhead-ms, "
+               "--detok-us-per-token), which the run's own TTFT and TPOT figures include.")
     header = ["run", "metric", "requests"] + [f"p{p:g} (ms)" for p in TABLE_PCTS]
     return Figure("cdf", "TTFT and TPOT distributions (CDF)", caption, to_svg(fig, "cdf"), header, rows)
 
