@@ -187,6 +187,7 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     own: dict = {}  # (trace, format) -> the block size its format names its blocks at
     configs = []
     for cell, (config, given) in zip(cells, aligned):
+        _check_profile(config, own)
         try:
             check_config(config)
             key = (config.trace, config.trace_format)
@@ -202,6 +203,23 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
             raise click.UsageError(f"cell {json.dumps(cell)}: {exc}") from None
         configs.append(config)
     return configs
+
+
+def _check_profile(config: SimConfig, seen: dict) -> None:
+    """Read a cell's ``--latency-profile`` once per file before any cell runs: a missing or bad file is the
+    sweep's error (``FILE: why``, exit 2; a bad line ``FILE:LINE``, exit 1), not one cell's in the middle of
+    the run."""
+    path = config.latency_profile
+    if not config.timing or path is None or ("profile", path) in seen:
+        return
+    from dynlab.calibrate.profile import read_profile
+    from dynlab.errors import InputFileError
+
+    try:
+        read_profile(path)
+    except InputFileError as exc:
+        raise click.UsageError(str(exc)) from None
+    seen[("profile", path)] = True
 
 
 def _trace(config: SimConfig):

@@ -165,3 +165,19 @@ def test_plan_floors_use_the_profiles_step_times_and_front_end(tmp_path):
     assert shape["binding"] == "compute" and shape["never_share"] == 1.0
     assert "prefill takes up to 180 ms" in shape["why"]
     assert len(shape["replays"]) == 1
+
+
+def test_sweep_reads_the_profile_before_any_cell_runs(tmp_path):
+    """A missing or bad --latency-profile is the sweep's one-line error before any cell runs or --out is made,
+    not a random cell's failure in the middle of the run (a new user found that)."""
+    trace, _ = _files(tmp_path)
+    out = tmp_path / "new.jsonl"
+    args = ["sweep", "--trace", trace, "--timing", "--workers", "1", "--grid", "concurrency=1,2", "--requests", "4",
+            "--out", str(out)]
+    r = CliRunner().invoke(main, [*args, "--latency-profile", str(tmp_path / "missing.json")])
+    assert r.exit_code == 2 and "missing.json: cannot read the calibration profile" in r.output
+    assert "cell" not in r.output and "Traceback" not in r.output and not out.exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"dynlab_calibration": 2}')
+    r = CliRunner().invoke(main, [*args, "--latency-profile", str(bad)])
+    assert r.exit_code == 1 and "bad.json:1: not a dynlab calibration profile" in r.output and not out.exists()
