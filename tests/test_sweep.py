@@ -78,17 +78,21 @@ def test_dry_run_lists_every_cell_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("entry", SIM_OPTIONS, ids=lambda e: e[0][0])
-def test_every_sim_option_can_be_a_grid_option(entry):
+def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
     """Names, types and validation come from sim's options: each one is accepted under its flag name."""
     flags, field, ptype, default, _ = entry
     name = flags[0].lstrip("-")
+    profile = tmp_path / "profile.json"  # sweep reads a profile before any cell runs, --dry-run too
+    profile.write_text(json.dumps({"dynlab_calibration": 1, "model": "llama-3.1-8b", "gpu": "h100", "tp": 1,
+                                   "latency_model": "linear", "latency_opts": {"beta0": 5.0}, "fitted": ["beta0"],
+                                   "folds": 0, "cv_error_pct": {}, "points": []}))
     value = {"capacity": "64", "trace": TRACE, "trace_format": "mooncake", "trace_block": "512",
              "slo_ttft_ms": "100.0", "slo_tpot_ms": "50.0", "cpu_capacity": "100", "cpu_memory_gb": "1.5",
              "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
              "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
              "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b",
-             "concurrency": "4", "num_requests": "2", "latency_profile": "profile.json"}.get(field, default)
+             "concurrency": "4", "num_requests": "2", "latency_profile": str(profile)}.get(field, default)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],
             **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")}}

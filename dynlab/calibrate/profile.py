@@ -71,7 +71,7 @@ def read_profile(path: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(path, exc.lineno, f"not JSON: {exc.msg}") from None
+        raise InputError(path, exc.lineno, f"not JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(data, dict) or data.get("dynlab_calibration") != PROFILE_VERSION:
         raise InputError(path, 1, "not a dynlab calibration profile (no \"dynlab_calibration\": 1; "
                                   "write one with dynlab calibrate)")

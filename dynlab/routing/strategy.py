@@ -182,7 +182,8 @@ class StrategyOption:
         try:
             value = self.type(text)
         except ValueError:
-            raise ValueError(f"option {self.name!r} takes a {self.type.__name__}, got {text!r}") from None
+            kind = "an int" if self.type is int else f"a {self.type.__name__}"
+            raise ValueError(f"option {self.name!r} takes {kind}, got {text!r}") from None
         if self.type is float and not math.isfinite(value):
             raise ValueError(f"option {self.name!r} takes a finite number, got {text!r}")
         if self.minimum is not None and value < self.minimum:
