@@ -16,10 +16,7 @@ MAX_FUNCTION_LINES = 60
 #: ``"folder/module.py"`` -> reason, for a module allowed over MAX_MODULE_LINES
 MODULE_EXCEPTIONS: dict = {}
 #: ``"folder/module.py:qualified.name"`` -> reason, for a function allowed over MAX_FUNCTION_LINES
-FUNCTION_EXCEPTIONS: dict = {
-    "engine/config.py:SimConfig.validate": "68 lines on main since the --rate/--rate-scale checks; the "
-                                           "config-in-sections rewrite (issue 23 item 4) splits it: drop this then",
-}
+FUNCTION_EXCEPTIONS: dict = {}
 
 
 def _modules():

@@ -171,6 +171,12 @@ class SimConfig(Sectioned):
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field, a size over a limit of :mod:`dynlab.limits`,
         or an option that has no effect."""
+        self._check_workload_and_routing()
+        self._check_engine()
+        self._check_fleet()
+
+    def _check_workload_and_routing(self) -> None:
+        """:meth:`validate`'s first part: counts, the workload's sizes, hashing, routers, events, arrival rates."""
         for name in ("workers", "block", "max_num_batched_tokens", "max_num_seqs", "tp", "routers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -197,6 +203,9 @@ class SimConfig(Sectioned):
                 continue
             if not (v > 0 and math.isfinite(v) and math.isfinite(1000.0 / v)):
                 raise ValueError(f"{name} must be a finite number > 0 (and not vanishingly small), got {v}")
+
+    def _check_engine(self) -> None:
+        """:meth:`validate`'s second part: the timed engine's memory, closed loop, speculation, tiers and times."""
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.cpu_capacity is not None and self.cpu_capacity < 0:
@@ -215,6 +224,10 @@ class SimConfig(Sectioned):
             v = getattr(self, name)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
+
+    def _check_fleet(self) -> None:
+        """:meth:`validate`'s last part: the limits, the P/D fleet and its link, the duration, the options that
+        would have no effect, and what async scheduling does not model."""
         from dynlab.limits import check_sim
 
         check_sim(self)  # sizes the machine cannot hold (dynlab/limits.py)
