@@ -51,7 +51,15 @@ def sim_args(setup: EngineSetup, trace: str) -> list[str]:
             "--max-num-batched-tokens", str(setup.max_num_batched_tokens),
             "--max-num-seqs", str(setup.max_num_seqs), "--latency-model", "linear",
             "--latency-opt", f"beta0={setup.beta0!r}", "--latency-opt", f"beta1={setup.beta1!r}",
-            "--latency-opt", f"beta2={setup.beta2!r}", "--quiet"]
+            "--latency-opt", f"beta2={setup.beta2!r}", *_terms_off(), "--quiet"]
+
+
+def _terms_off() -> list[str]:
+    """The overhead terms off (dynlab.latency.overheads): vLLM's side steps the bare linear time, so the harness
+    compares scheduling alone (records are engine times: the run's front end and detokenisation are not in them)."""
+    from dynlab.latency.overheads import SERVER_TERMS_OFF
+
+    return [arg for name, value in SERVER_TERMS_OFF["linear"].items() for arg in ("--latency-opt", f"{name}={value}")]
 
 
 def sim_has(option: str) -> bool:

@@ -103,9 +103,9 @@ class ServerTerms:
             return 0
         return sizes[bisect.bisect_left(sizes, tokens)] - tokens
 
-    def padded(self, batch: StepBatch) -> StepBatch:
-        """``batch`` with its padding rows as decodes of no context (itself when it needs none)."""
-        extra = self.padded_rows(int(sum(batch.prefill_tokens)) + batch.decode_requests)
+    def padded(self, batch: StepBatch, extra: int) -> StepBatch:
+        """``batch`` with its ``extra`` padding rows (:meth:`padded_rows`) as decodes of no context (itself
+        when it needs none)."""
         if not extra:
             return batch
         return StepBatch(batch.prefill_tokens, batch.prefill_context, batch.decode_requests + extra,

@@ -117,9 +117,14 @@ class Roofline(LatencyModel):
         """``(compute ms, memory ms)`` of one step, before the max, the communication and the overhead."""
         if self._terms is not None:
             return self._terms.parts(batch)[:2]
-        tokens = sum(batch.prefill_tokens)
+        return self._parts(batch, sum(batch.prefill_tokens), 0)
+
+    def _parts(self, batch: StepBatch, tokens: int, pad: int) -> tuple[float, float]:
+        """:meth:`parts_ms` of the plain roofline, given ``tokens`` (the batch's prefill tokens) and ``pad``
+        CUDA-graph padding rows (linear compute only: a padded row holds no KV)."""
         pairs = sum(t * (c + t / 2.0) for t, c in zip(batch.prefill_tokens, batch.prefill_context))
-        compute = self._token_ms * (tokens + batch.decode_requests) + self._pair_ms * (pairs + batch.decode_context)
+        compute = (self._token_ms * (tokens + batch.decode_requests + pad)
+                   + self._pair_ms * (pairs + batch.decode_context))
         kv = batch.decode_context + sum(batch.prefill_context) + tokens
         memory = self._weights_ms + self._kv_ms * kv
         return compute, memory
@@ -127,11 +132,14 @@ class Roofline(LatencyModel):
     def step_ms(self, batch: StepBatch) -> float:
         """The GPU step of ``batch`` padded to its CUDA-graph size, plus the fixed overhead and the server's
         step CPU time (:mod:`dynlab.latency.overheads`)."""
-        cpu, gpu = self._server.cpu_ms(batch), self._server.padded(batch)
+        server = self._server
+        tokens = sum(batch.prefill_tokens)
+        pad = server.padded_rows(int(tokens) + batch.decode_requests)
+        cpu = server.cpu_ms(batch)
         if self._terms is not None:
-            compute, memory, comm = self._terms.parts(gpu)
+            compute, memory, comm = self._terms.parts(server.padded(batch, pad))
             return max(compute, memory) + comm + self._overhead + cpu
-        compute, memory = self.parts_ms(gpu)
+        compute, memory = self._parts(batch, tokens, pad)
         return max(compute, memory) + self._overhead + cpu
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
