@@ -34,7 +34,7 @@ from typing import Optional
 
 from dynlab.calibrate.formats import MeasuredPoint, percentile
 from dynlab.engine.config import SimConfig
-from dynlab.engine.metrics import Recorder
+from dynlab.engine.metrics import Recorder, client_times
 
 #: the figures compared, as ``MeasuredPoint`` names them (throughput: per GPU)
 METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
@@ -131,10 +131,7 @@ class _Figures(Recorder):
         self.front_ms, self.token_ms = front_ms, token_ms
 
     def on_finish(self, req, t: float) -> None:
-        front, token = self.front_ms, self.token_ms
-        self.rows[req.id] = (req.input_length, req.output_length,
-                             req.first_token_ms - req.arrival_ms + front + token,
-                             t - req.arrival_ms + front + token * req.output_length)
+        self.rows[req.id] = (req.input_length, req.output_length, *client_times(req, t, self.front_ms, self.token_ms))
         self.last = max(self.last, t)
 
 
@@ -171,7 +168,7 @@ def simulate(point: MeasuredPoint, config: SimConfig, pairs: Optional[list] = No
 
     pairs = lengths(point) if pairs is None else pairs
     config = replace(arrival(point, config, len(pairs)), timing=True, workers=1, trace="<measured point>")
-    recorder = _Figures(config.request_overhead_ms, config.detok_us_per_token / 1000.0)
+    recorder = _Figures(config.request_overhead_ms, config.detok_ms)
     constant = point.arrival == "constant" and config.concurrency is None
     spacing = 1000.0 / point.request_rate if constant else None
     run(config, requests=_requests(pairs, config.block, spacing), recorders=(recorder,))

@@ -168,6 +168,11 @@ class SimConfig(Sectioned):
             return replace(self, split=None, workers=DEFAULTS["workers"], prefill_workers=p, decode_workers=d)
         return replace(self, split=None, workers=p, **{f: DEFAULTS[f] for f in PD_FIELDS})
 
+    @property
+    def detok_ms(self) -> float:
+        """``detok_us_per_token`` in ms: what each output token spends reaching the client."""
+        return self.detok_us_per_token / 1000.0
+
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field, a size over a limit of :mod:`dynlab.limits`,
         or an option that has no effect."""

@@ -273,6 +273,15 @@ class RoutingMetrics:
                 "load_imbalance": round(max(counts) / mean, 4) if mean else 0.0}
 
 
+def client_times(req, finish_ms: float, front_ms: float, token_ms: float) -> tuple[float, float]:
+    """``(TTFT, E2E)`` in ms of a finished request as its client sees them: the engine's times plus the server's
+    front end ``front_ms`` and ``token_ms`` of detokenisation per token that reached the client (one for the
+    first token, ``output_length`` for the last; :mod:`dynlab.latency.overheads`)."""
+    engine_ttft = req.first_token_ms - req.arrival_ms
+    return (engine_ttft + front_ms + token_ms,
+            finish_ms - req.arrival_ms + front_ms + token_ms * req.output_length)
+
+
 class ServingMetrics(Recorder):
     """The timed engine's figures, from per-request and per-step callbacks (times in ms).
 
@@ -349,9 +358,9 @@ class ServingMetrics(Recorder):
         if self.warmup and req.id < self.warmup:
             return
         token = self.token_ms
-        ttft = req.first_token_ms - req.arrival_ms + self.front_ms + token
+        ttft, e2e = client_times(req, t, self.front_ms, token)
         self.ttft.append(ttft)
-        self.e2e.append(t - req.arrival_ms + self.front_ms + token * req.output_length)
+        self.e2e.append(e2e)
         self.wait.append(req.first_scheduled_ms - req.arrival_ms)
         self.output_tokens += req.output_length
         self.hit_tokens += req.hit_tokens or 0

@@ -81,7 +81,7 @@ class Floors:
 def client_ms(config: SimConfig) -> float:
     """ms a request's first token spends outside the engine: the server's front end
     (``config.request_overhead_ms``) and its detokenisation (``config.detok_us_per_token``)."""
-    return config.request_overhead_ms + config.detok_us_per_token / 1000.0
+    return config.request_overhead_ms + config.detok_ms
 
 
 def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_block: int) -> Floors:
@@ -101,7 +101,7 @@ def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_b
     if config.spec_tokens:  # several tokens per step: one plain decode step is no floor of the TPOT
         tpot = tuple(None for _ in requests)
     else:
-        token = config.detok_us_per_token / 1000.0
+        token = config.detok_ms
         alone = (tpot_alone_ms(latency, r.input_length, max(r.output_length, 1)) for r in requests)
         tpot = tuple(None if t is None else t + token for t in alone)  # None: a one-token request has no TPOT
     return Floors(tuple(ttft), tpot)

@@ -77,7 +77,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     if _benchmark(config):
         from dynlab.sim.benchmark import BenchmarkRecorder
 
-        recorders = (*recorders, BenchmarkRecorder(_run_gpus(config), config.warmup, config.detok_us_per_token / 1000.0))
+        recorders = (*recorders, BenchmarkRecorder(_run_gpus(config), config.warmup, config.detok_ms))
     info = RunInfo(timed=config.timing, pd=pd is not None, block_tokens=block_tokens)
     for recorder in recorders:
         recorder.on_run(info)

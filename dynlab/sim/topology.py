@@ -98,7 +98,7 @@ def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: Si
     env = RunEnv.timed(requests, strategy, topology.routed_workers, traffic=config.traffic,
                        events=config.events, slo=config.slo, loss_rng=loss_rng, recorders=recorders,
                        progress=progress, front_ms=config.request_overhead_ms,
-                       token_ms=config.detok_us_per_token / 1000.0)
+                       token_ms=config.detok_ms)
     fleet = topology.build(strategy, env)
     env.attach(fleet)
     fleet.run()
