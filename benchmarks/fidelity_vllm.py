@@ -213,12 +213,12 @@ def async_dynlab_table(results: list[dict]) -> str:
 
 
 def all_cases(scale: float = 1.0) -> list:
-    return vllm_traces.hand_cases() + vllm_traces.random_cases(scale)
+    return vllm_traces.hand_cases() + vllm_traces.random_cases(scale) + vllm_traces.priority_cases(scale)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=None, help="comma list of trace names (default: all 20)")
+    ap.add_argument("--only", default=None, help="comma list of trace names (default: all 26)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the random traces' request counts")
     ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
     ap.add_argument("--no-async", action="store_true", help="skip vLLM's AsyncScheduler")

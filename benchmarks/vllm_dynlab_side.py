@@ -33,7 +33,8 @@ KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_ms", "f
 class EngineSetup:
     """One run's engine: ``capacity`` blocks of ``block`` tokens, the scheduler's limits (tokens, sequences),
     the linear latency model's ``beta0`` (ms per step), ``beta1`` (ms per prefill token), ``beta2`` (ms
-    per decode request) (:class:`dynlab_builtins.latency.Linear`)."""
+    per decode request) (:class:`dynlab_builtins.latency.Linear`); ``queue_policy``: ``fcfs`` or ``priority`` (vLLM's
+    ``SchedulerConfig.policy``; dynlab's ``--queue-policy``, the rows' ``priority`` field)."""
 
     capacity: int
     max_num_batched_tokens: int = 8192
@@ -42,6 +43,7 @@ class EngineSetup:
     beta1: float = 0.02339
     beta2: float = 0.10746
     block: int = 16
+    queue_policy: str = "fcfs"
 
 
 def sim_args(setup: EngineSetup, trace: str) -> list[str]:
@@ -51,7 +53,8 @@ def sim_args(setup: EngineSetup, trace: str) -> list[str]:
             "--max-num-batched-tokens", str(setup.max_num_batched_tokens),
             "--max-num-seqs", str(setup.max_num_seqs), "--latency-model", "linear",
             "--latency-opt", f"beta0={setup.beta0!r}", "--latency-opt", f"beta1={setup.beta1!r}",
-            "--latency-opt", f"beta2={setup.beta2!r}", *_terms_off(), "--quiet"]
+            "--latency-opt", f"beta2={setup.beta2!r}", *_terms_off(), "--quiet",
+            *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else [])]
 
 
 def _terms_off() -> list[str]:

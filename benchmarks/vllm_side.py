@@ -71,7 +71,7 @@ def build_scheduler(setup, *, reserve_full_isl: bool = True, async_scheduling: b
     sched = SchedulerConfig(max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
                             max_model_len=max_model_len, enable_chunked_prefill=True,
                             async_scheduling=async_scheduling, scheduler_reserve_full_isl=reserve_full_isl,
-                            is_encoder_decoder=False)
+                            is_encoder_decoder=False, policy=setup.queue_policy)
     cache = CacheConfig(block_size=setup.block, enable_prefix_caching=True)
     spec = speculative(model, ParallelConfig()) if speculative is not None else None
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, speculative_config=spec)
@@ -152,7 +152,8 @@ def _request(index: int, row: dict, block: int, hash_lookahead: int = 0):
     params = SamplingParams(max_tokens=_out_len(row), ignore_eos=True)
     hasher = _prompt_blocks_only(_HASHER[hash_lookahead]) if _PROMPT_ONLY else _HASHER[hash_lookahead]
     return Request(request_id=str(index), prompt_token_ids=list(row["tokens"]), sampling_params=params,
-                   pooling_params=None, arrival_time=float(row["timestamp"]), block_hasher=hasher)
+                   pooling_params=None, arrival_time=float(row["timestamp"]), block_hasher=hasher,
+                   priority=int(row.get("priority", 0)))
 
 
 _HASHER: dict = {}  # hash lookahead tokens -> vLLM's request block hasher

@@ -117,6 +117,41 @@ def hand_cases() -> list[Case]:
     return cases
 
 
+def priority_cases(scale: float = 1.0) -> list[Case]:
+    """The cases of vLLM's ``policy="priority"`` (dynlab's ``--queue-policy priority``; issue 42): three hand
+    cases (lower ``priority`` first) and three seeded conversation traces whose rows carry a priority 0-2."""
+    ids = _Ids(600_000)  # (apart from the other cases' ids: a case's own pool is fresh anyway)
+    prio = dict(queue_policy="priority")
+    cases = [
+        Case("priority-max-seqs", EngineSetup(64, 256, 1, **HAND, **prio),
+             [_prio(_row(0, ids.take(16), 10), 1), _prio(_row(30, ids.take(16), 2), 0)],
+             "vllm #40004: L (priority 1) runs, H (0) arrives at 30 and waits at max_num_seqs 1 (TTFT 130)"),
+        Case("priority-kv-full", EngineSetup(3, 256, 256, **HAND, **prio),
+             [_prio(_row(0, ids.take(16), 20), 1), _prio(_row(1, ids.take(16), 20), 0)],
+             "3 blocks: the older but less important request is preempted, after its decode was scheduled"),
+        Case("priority-self-preempt", EngineSetup(7, 256, 256, **HAND, **prio),
+             [_prio(_row(0, ids.take(39), 8), 2), _prio(_row(20, ids.take(32), 11), 2),
+              _prio(_row(20, ids.take(25), 25), 2)],
+             "equal priorities: the first of two equal latest arrivals is its own victim; the loop goes on "
+             "with the one after it"),
+    ]
+    specs = [  # name, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
+        ("conv-priority-overloaded", 3, 1000, 3.0, 500, 8192, 256, "conv-overloaded, priorities 0-2"),
+        ("conv-priority-max-seqs", 5, 500, 1.5, 2000, 8192, 4, "conv-max-seqs, priorities 0-2"),
+        ("conv-priority-chunked", 7, 1000, 3.0, 400, 512, 32, "conv-overloaded-chunked, priorities 0-2"),
+    ]
+    for name, seed, n, rate, cap, budget, seqs, what in specs:
+        rng = random.Random(seed * 7919)
+        rows = [_prio(r, rng.randint(0, 2)) for r in _fit(conversations(seed, max(int(n * scale), 1), rate), cap)]
+        cases.append(Case(name, EngineSetup(cap, budget, seqs, **prio), rows, what))
+    return cases
+
+
+def _prio(row: dict, priority: int) -> dict:
+    row["priority"] = priority
+    return row
+
+
 def conversations(seed: int, requests: int, rate: float, systems: int = 4, system_len=(200, 1500),
                   user_len=(20, 300), reply_len=(10, 200), turns=(1, 6), think_ms=(500.0, 5000.0),
                   replies: bool = False) -> list:

@@ -65,6 +65,15 @@ def dynlab_register_scorers(register):
 
 
 @hookspec
+def dynlab_register_queue_policies(register):
+    """Register queue policies of the timed engine: ``register(QueuePolicySubclass)``.
+
+    The class must subclass :class:`dynlab.engine.queues.QueuePolicy` and set a non-empty class
+    attribute ``name`` (the ``--queue-policy`` value).
+    """
+
+
+@hookspec
 def dynlab_register_workloads(register):
     """Register workload generators: ``register(WorkloadSubclass)``.
 

@@ -1,5 +1,5 @@
 """The plugin manager and the registries of strategies, eviction policies, trace formats, latency models,
-scorers and workload generators.
+scorers, workload generators and queue policies.
 
 The manager is built on first use (:func:`get_plugin_manager`), never at import
 time, from the ``dynlab`` entry-point group; the registries are rebuilt from the
@@ -189,7 +189,8 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
 def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
     return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
-            "latency model": latency_models, "scorer": scorers, "workload": workloads}
+            "latency model": latency_models, "scorer": scorers, "workload": workloads,
+            "queue policy": queue_policies}
 
 
 def distribution_version(source: str) -> str | None:
@@ -241,3 +242,10 @@ def workloads(pm: pluggy.PluginManager | None = None) -> Registry:
     from dynlab.traces.workload import Workload
 
     return _collect("dynlab_register_workloads", "workload", Workload, pm)
+
+
+def queue_policies(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered queue policy of the timed engine (``--queue-policy`` names)."""
+    from dynlab.engine.queues import QueuePolicy
+
+    return _collect("dynlab_register_queue_policies", "queue policy", QueuePolicy, pm)

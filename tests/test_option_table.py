@@ -63,10 +63,14 @@ PROFILE_TEXT = json.dumps({"dynlab_calibration": 1, "model": "llama-3.1-8b", "gp
 CAL = "cal.csv"  # measured points (a points file) for dynlab calibrate: 3 concurrencies of 8 short requests
 CAL_TEXT = ("model,gpu,max_concurrency,num_prompts,random_input_len,random_output_len,median_ttft_ms,median_tpot_ms\n"
             "llama-3.1-8b,h100,1,8,64,8,10,5\nllama-3.1-8b,h100,2,8,64,8,15,6\nllama-3.1-8b,h100,4,8,64,8,25,8\n")
+PRIO = "prio.jsonl"  # vllm #40004 (issue 42): L (priority 1) runs, H (priority 0) arrives at 30 ms
+PRIO_TEXT = "".join(json.dumps(r) + "\n" for r in [
+    {"timestamp": 0, "tokens": list(range(1, 17)), "output_length": 10, "priority": 1},
+    {"timestamp": 30, "tokens": list(range(100, 116)), "output_length": 2, "priority": 0}])
 FILES = {PROFILE: PROFILE_TEXT, CAL: CAL_TEXT, SHAREGPT: open(os.path.join(_SAMPLES, SHAREGPT)).read(),
          TOKENIZER: open(os.path.join(_SAMPLES, TOKENIZER)).read(), SPEC: SPEC_TEXT, RUN: RUN_TEXT,
          REQS: REQS_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT,
-         MODEL: MODEL_TEXT}
+         MODEL: MODEL_TEXT, PRIO: PRIO_TEXT}
 
 
 class Out(NamedTuple):
@@ -174,6 +178,9 @@ def sim_rows(cmd: list) -> dict:
         # (600 tokens) arrives: full admission waits for its 38 blocks, chunk admits 64-token chunks and preempts
         "--admission": changes(busy + ["--mode", "rr", "--capacity", "70", "--block", "16",
                                        "--max-num-batched-tokens", "64"], ["--admission", "chunk"]),
+        # at --max-num-seqs 1 H waits for L (fcfs), or displaces it (priority-displace): H's TTFT changes
+        "--queue-policy": changes(cmd + ["--timing", "--trace", PRIO, "--max-num-seqs", "1"],
+                                  ["--queue-policy", "priority-displace"]),
         # async scheduling: request 1 (at 50 ms) joins a step one step later, so its TTFT changes
         "--async-scheduling": changes(busy, ["--async-scheduling"]),
         "--timing": changes(cmd, ["--timing"]),
@@ -288,6 +295,7 @@ NO_EFFECT = [
     (["--timing", "--cpu-write", "compute"], "--cpu-write"),
     (["--admission", "chunk"], "--admission"),  # the count-based replay has no admission
     (["--async-scheduling"], "--async-scheduling"),  # nor steps to schedule ahead
+    (["--queue-policy", "priority"], "--queue-policy"),  # nor queues
     (["--timing", "--split", "1:1", "--cpu-capacity", "8"], "--cpu-capacity"),  # a P/D fleet has no CPU tier
     (["--ep", "2"], "--ep"),
     (["--pp", "2"], "--pp"),
@@ -478,6 +486,8 @@ TABLE.update({
     ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
     ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
     ("plan", "--admission"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--admission", "chunk")),
+    ("plan", "--queue-policy"): changes(["plan", "--trace", PRIO, *LOGGED[3:], "--max-num-seqs", "1"],
+                                        ["--queue-policy", "priority-displace"]),
     ("plan", "--async-scheduling"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--async-scheduling")),
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
     ("plan", "--slo-ttft-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:])),

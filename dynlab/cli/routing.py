@@ -186,6 +186,11 @@ SIM_OPTIONS = [
      "With --timing: admit a waiting request only when the blocks of its whole sequence are free (full, "
      "vLLM 0.33.0's default scheduler_reserve_full_isl) or those of the chunk scheduled now (chunk, the "
      "rule of the vLLM releases before it)."),
+    (("--queue-policy",), "queue_policy", RegistryName("queue policy", plugins.queue_policies), "fcfs",
+     "With --timing: the order of each engine's waiting queue and whom it preempts: fcfs (vLLM's default), "
+     "priority (vLLM 0.33's --scheduling-policy priority: by the requests' priority attribute, lower first) "
+     "or priority-displace (vLLM PR #54530: a more important request also displaces a runner at "
+     "--max-num-seqs); see `dynlab plugins`."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),

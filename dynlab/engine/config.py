@@ -41,7 +41,8 @@ class SimConfig(Sectioned):
     default: write-through, as vLLM's OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or
     when the GPU evicts it (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`). ``admission``:
     ``full`` (vLLM 0.33.0's ``scheduler_reserve_full_isl=True``: the whole sequence's blocks free) or ``chunk`` (the
-    chunk's). ``async_scheduling``: vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`).
+    chunk's). ``async_scheduling``: vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`). ``queue_policy``:
+    the waiting queue's order and whom a full KV cache preempts (:mod:`dynlab.engine.queues`; ``fcfs``, vLLM's).
 
     Routers: ``routers`` independent replicas of the strategy (each its own index and load view), reached by
     ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's first block name);
@@ -100,6 +101,7 @@ class SimConfig(Sectioned):
     pcie_gbps: float = 25.0
     cpu_write: str = "compute"
     admission: str = "full"
+    queue_policy: str = "fcfs"
     async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
@@ -109,10 +111,9 @@ class SimConfig(Sectioned):
     link_latency_ms: float = 0.0
     overlap_transfer: bool = False
     decode_prefix_cache: bool = False
-    # -- workloads (issue 27 items 3-5; the `workloads` helper): rates, synthetic workloads, trace formats.
-    #    rate_scale: X times the trace's rate; duration: seconds of arrivals (cut or looped), duration_repeat:
-    #    new|same block names on loops (dynlab.traces.rates); workload: a spec file (dynlab.traces.workload);
-    #    tokenizer: a tokenizer.json for traces of text (dynlab.traces.text)
+    # -- workloads: rate_scale: X times the trace's rate; duration: seconds of arrivals (cut or looped),
+    #    duration_repeat: new|same block names on loops (dynlab.traces.rates); workload: a spec file
+    #    (dynlab.traces.workload); tokenizer: a tokenizer.json for traces of text (dynlab.traces.text)
     rate_scale: Optional[float] = None
     duration: Optional[float] = None
     duration_repeat: str = "new"
@@ -124,9 +125,8 @@ class SimConfig(Sectioned):
     dp_attention: bool = False
     kv_cache_dtype: str = "auto"
     # --- spec helper (issue 26): speculative decoding of a timed worker (dynlab.engine.spec) ---
-    #     spec_method: ngram|eagle|eagle3|mtp|draft (None: off); spec_tokens: K drafts per step (0: off);
-    #     spec_acceptance: rates "0.8,0.6,0.4", a rate "0.7" or "file:PATH" (None: the method's default);
-    #     spec_draws: seeded|expected
+    #     spec_method: ngram|eagle|eagle3|mtp|draft (None: off); spec_tokens: K drafts (0: off); spec_draws:
+    #     seeded|expected; spec_acceptance: rates "0.8,0.6,0.4", a rate "0.7" or "file:PATH" (None: the method's)
     spec_method: Optional[str] = None
     spec_tokens: int = 0
     spec_acceptance: Optional[str] = None
@@ -294,8 +294,8 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
-                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "async_scheduling",
-                     "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
+                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "queue_policy",
+                     "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
                      "request_overhead_ms", "detok_us_per_token")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")

@@ -6,15 +6,16 @@ of the :mod:`dynlab.engine.worker` docstring. The scheduler never touches blocks
 :class:`~dynlab.kv.cache_manager.KvCacheManager` to find a request's cached prefix, allocate slots
 for ``n`` more tokens, free it, hold it (P/D handoff) or start its CPU-tier load.
 
-Queues (FIFO unless said): ``waiting`` (preempted requests at its FRONT), ``running`` (running
-order), ``received`` (P/D: KV arrived by a transfer), ``loading`` (CPU hits in transit, ready
-order), ``ready`` (CPU hits arrived).
+Queues (FIFO unless said): ``waiting`` (the queue policy's order, :mod:`dynlab.engine.queues`; FCFS:
+preempted requests at its FRONT), ``running`` (running order), ``received`` (P/D: KV arrived by a
+transfer), ``loading`` (CPU hits in transit, ready order), ``ready`` (CPU hits arrived).
 """
 from __future__ import annotations
 
 from collections import deque
 from typing import List, Tuple
 
+from dynlab.engine.queues import Fcfs, QueuePolicy
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest
 from dynlab.kv.cache_manager import KvCacheManager
 
@@ -26,7 +27,9 @@ class Scheduler:
 
     ``kv``: the engine's KV cache manager; ``max_num_batched_tokens``: token budget per step;
     ``max_num_seqs``: running requests at most; ``spec``: speculative decoding (a
-    :class:`~dynlab.engine.spec.SpecDecoding`, ``None``: off). Counter: ``preemptions``.
+    :class:`~dynlab.engine.spec.SpecDecoding`, ``None``: off); ``queue_policy``: the waiting queue's order
+    and the preemption victim (a :class:`~dynlab.engine.queues.QueuePolicy`, ``None``: FCFS, vLLM's
+    default). Counter: ``preemptions``.
 
     With ``spec``: a running request schedules ``num_tokens + spec - computed`` tokens (``1 + K`` when
     decoding, cut by the budget) and every allocation reserves ``spec.lookahead`` slots more (vLLM's
@@ -36,20 +39,25 @@ class Scheduler:
     ``num_tokens`` (never an unverified draft), less the ``spec.hash_lookahead`` tokens after it.
     """
 
-    def __init__(self, kv: KvCacheManager, max_num_batched_tokens: int, max_num_seqs: int, spec=None):
+    def __init__(self, kv: KvCacheManager, max_num_batched_tokens: int, max_num_seqs: int, spec=None,
+                 queue_policy: QueuePolicy | None = None):
         self.kv = kv
+        policy = queue_policy if queue_policy is not None else Fcfs()
+        self.victim = policy.victim  # (running, waiting=None) -> the index in running to preempt
+        self.displaces = policy.displaces  # a waiting request may displace a runner at max_num_seqs
         self.spec = spec
         self.lookahead = spec.lookahead if spec is not None else 0  # KV slots reserved past the scheduled tokens
         self.hash_lookahead = spec.hash_lookahead if spec is not None else 0  # tokens after a block its name covers
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
-        self.waiting: deque = deque()
+        self.waiting = policy.waiting_queue()
         self.running: List[EngineRequest] = []
         self.received: deque = deque()  # requests whose KV arrived, waiting to be admitted with their blocks
         self.loading: deque = deque()  # admitted requests whose CPU hits are in transit, ready order
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
         self.arrived: list = []  # requests queued since the last schedule (their names dropped if they wait)
         self.preemptions = 0
+        self._displaced = 0  # runners displaced by waiting requests in the step being planned
         self._ran = 0  # requests the running loop scheduled in the step being planned
 
     def promote_loaded(self, now: float) -> None:
@@ -62,9 +70,11 @@ class Scheduler:
         """The step starting at ``now`` (ms): ``(sched, preempted, admitted)``, ``sched`` the
         ``(request, tokens)`` pairs in schedule order (running first, then admitted).
 
-        The running requests first, in running order, preempting from the back when the KV cache
-        cannot give a request its slots; then admission (:meth:`_admit`). One call per step: the
-        running loop is written here, not in a helper of its own."""
+        The running requests first, in running order, preempting the queue policy's victim (FCFS: the
+        newest) when the KV cache cannot give a request its slots (a victim scheduled earlier in this step
+        gives its tokens back; a request that is its own victim leaves, and the loop goes on with the next);
+        then admission (:meth:`_admit`). One call per step: the running loop is written here, not in a
+        helper of its own."""
         sched: list = []
         running, kv = self.running, self.kv
         allocate_slots = kv.allocate_slots
@@ -79,25 +89,57 @@ class Scheduler:
                 n = budget
             if not allocate_slots(req, req.computed + n + la):
                 while True:
-                    victim = running.pop()
+                    j = self.victim(running)
+                    victim = running.pop(j)
+                    if j < i:  # scheduled in this step (a priority policy): its tokens go back to the budget
+                        budget += self._unschedule(victim, sched)
+                        i -= 1
                     self.preempt(victim)
                     preempted += 1
                     if victim is req or allocate_slots(req, req.computed + n + la):
                         break
-                if victim is req:
-                    break
+                if victim is req:  # the policy's last choice: the requests after it may still fit (vLLM 0.33's
+                    continue  # priority path; FCFS preempts from the back, so none is after it)
             if req.nreg < req.n_names:  # names left to register (a decode has none: no call)
                 kv.name_blocks(req, min(n, req.num_tokens - self.hash_lookahead - req.computed))  # no draft's block
             sched.append((req, n))
             budget -= n
             i += 1
-        self._ran = i  # requests the running loop scheduled (speculation's admission padding)
+        self._ran = len(sched)  # requests the running loop scheduled (speculation's admission padding)
         admitted = 0
         if (not preempted or not sched) and (self.waiting or self.ready or self.received):
             admitted = self._admit(sched, budget, now)  # (every running request preempted: admit, or nothing runs)
+            if self._displaced:
+                preempted += self._displaced
+                self._displaced = 0
         if self.arrived:
             self._drop_waiting_names()
         return sched, preempted, admitted
+
+    @staticmethod
+    def _unschedule(victim: EngineRequest, sched: list) -> int:
+        """Take ``victim``'s pair out of the step being planned (``sched``); its tokens (0 when it has none)."""
+        for k, (r, n) in enumerate(sched):
+            if r is victim:
+                del sched[k]
+                return n
+        return 0
+
+    def _displace(self, sched: list) -> int:
+        """The waiting queue's head meets ``max_num_seqs`` running requests: preempt the runner the queue
+        policy says it displaces (:meth:`~dynlab.engine.queues.QueuePolicy.victim`; its tokens in this step
+        given back). Returns the tokens given back, ``-1`` when the head displaces no one."""
+        running = self.running
+        j = self.victim(running, self.waiting[0])
+        if j is None:
+            return -1
+        victim = running.pop(j)
+        n = self._unschedule(victim, sched)
+        if j < self._ran:
+            self._ran -= 1
+        self.preempt(victim)
+        self._displaced += 1
+        return n
 
     def _drop_waiting_names(self) -> None:
         """The requests queued since the last schedule that this one did not admit keep their names only as
@@ -137,17 +179,23 @@ class Scheduler:
             sched.append((req, n))
             budget -= n
             admitted += 1
-        if self.waiting and budget > 0 and len(running) < max_seqs:
+        if self.waiting and budget > 0 and (len(running) < max_seqs or self.displaces):
             admitted += self._admit_waiting(sched, budget, now)
         return admitted
 
     def _admit_waiting(self, sched: list, budget: int, now: float) -> int:
-        """Admit from the waiting queue in FCFS order (prefix lookup; a request with CPU hits starts
-        its load instead of running), stopping at the first that cannot get its blocks."""
+        """Admit from the waiting queue in the queue policy's order (prefix lookup; a request with CPU hits
+        starts its load instead of running), stopping at the first that cannot get its blocks, or at
+        ``max_num_seqs`` running unless the head displaces a runner (:meth:`_displace`)."""
         running, waiting, kv, max_seqs = self.running, self.waiting, self.kv, self.max_num_seqs
         B = kv.block
         admitted = 0
-        while waiting and budget > 0 and len(running) < max_seqs:
+        while waiting and budget > 0:
+            if len(running) >= max_seqs:
+                back = self._displace(sched) if self.displaces else -1
+                if back < 0:
+                    break
+                budget += back
             req = waiting[0]
             h, hc = kv.find_cached_prefix(req)
             if hc:

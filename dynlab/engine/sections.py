@@ -16,7 +16,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                 "concurrency", "think_time_ms", "num_requests", "warmup"),
     "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split"),
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "latency_profile",
-               "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "admission", "async_scheduling",
+               "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "admission", "queue_policy",
+               "async_scheduling",
                "spec_method", "spec_tokens", "spec_acceptance", "spec_draws", "spec_model"),  # spec: issue 26
     "kv": ("block", "trace_block", "capacity", "policy", "kv_cache_dtype", "cpu_capacity", "cpu_memory_gb",
            "pcie_gbps", "cpu_write"),

@@ -100,8 +100,14 @@ class TimedSetup:
                        max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
                        load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
                        runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c),
-                       admission=c.admission)
+                       admission=c.admission, queue_policy=self.queue_policy())
                 for w in range(c.workers)]
+
+    def queue_policy(self):
+        """The run's queue policy (``config.queue_policy``, a registered name: :func:`dynlab.plugins.queue_policies`)."""
+        from dynlab.plugins import queue_policies
+
+        return queue_policies().get(self.config.queue_policy)()
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
         """Fresh ``(prefill, decode)`` pools of ``config.pd()`` workers: prefill engines hand requests off at
@@ -112,7 +118,7 @@ class TimedSetup:
         def engines(n, handoff):
             return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
                                  max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff, kv_layout=self.kv_layout,
-                                 admission=c.admission,
+                                 admission=c.admission, queue_policy=self.queue_policy(),
                                  spec=None if handoff else spec_decoding(c))  # speculation: the decode pool only
                     for w in range(n)]
 
@@ -130,11 +136,13 @@ class TimedSetup:
 
     def describe(self) -> dict[str, Any]:
         """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency, the
-        scheduler's admission rule and async scheduling)."""
+        scheduler's admission rule and async scheduling; ``queue_policy`` unless FCFS)."""
         c = self.config
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model, "admission": c.admission, "async_scheduling": c.async_scheduling}
+        if c.queue_policy != "fcfs":
+            out["queue_policy"] = c.queue_policy
         out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
         if c.spec_tokens and c.spec_method is not None:
             out.update(spec_describe(c, self.latency))

@@ -137,7 +137,7 @@ class EngineWorker:
     window drop, never crossing one); ``spec``: speculative decoding (:mod:`dynlab.engine.spec`; ``None``:
     off; a request is rejected when ``input_length + output_length - 1 + K + lookahead`` tokens cannot
     fit), which runs one step at a time (no bulk run). ``admission``: ``full`` or ``chunk``
-    (:meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`).
+    (:meth:`dynlab.kv.cache_manager.KvCacheManager.admission_tokens`). ``queue_policy``: a :mod:`~dynlab.engine.queues` policy.
     Raises ``ValueError`` for a block, budget or slot count < 1, a negative load time, an unknown ``cpu_write``.
 
     Queues (``waiting``, ``running``, ``loading``, ``ready``, ``received``): the scheduler's; ``pool``, ``cpu``,
@@ -147,7 +147,7 @@ class EngineWorker:
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None, admission: str = "full"):
+                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None, admission: str = "full", queue_policy=None):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -164,7 +164,7 @@ class EngineWorker:
                                    load_ms_per_block=load_ms_per_block, cpu_write=cpu_write, admission=admission)
         self._kv_groups = kv_layout is not None  # (dynlab.kv.hybrid) a bulk run never crosses a boundary
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
-        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec)
+        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec, queue_policy)
         self.pool = self.kv.pool
         self.cpu = self.kv.cpu
         self.write_through = self.kv.write_through
@@ -190,7 +190,7 @@ class EngineWorker:
         self._step: Optional[StepPlan] = None
 
     # -- reading --------------------------------------------------------------------------
-    waiting = property(lambda self: self.scheduler.waiting, doc="Requests waiting for admission (FCFS).")
+    waiting = property(lambda self: self.scheduler.waiting, doc="Requests waiting for admission.")
     running = property(lambda self: self.scheduler.running, doc="Running requests, in running order.")
     loading = property(lambda self: self.scheduler.loading, doc="Admitted requests whose CPU hits are in transit.")
     ready = property(lambda self: self.scheduler.ready, doc="Requests whose CPU hits arrived, not yet scheduled.")
