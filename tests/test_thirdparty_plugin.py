@@ -137,3 +137,45 @@ def test_registry_wide_scorer_tests_cover_it(installed_plugin):
         capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "passed" in proc.stdout
+
+
+# -------------------------------------------------------------------------- a third-party queue policy
+QUEUE_POLICY = "shortest-prompt"
+
+
+def test_plugins_lists_its_queue_policy(installed_plugin):
+    proc = dynlab("plugins")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    assert any(r[:4] == ["queue", "policy", QUEUE_POLICY, installed_plugin] for r in rows), proc.stdout
+
+
+def test_sim_orders_the_waiting_queue_with_it(installed_plugin, tmp_path):
+    """--max-num-seqs 1, linear 10 ms + 1 ms per prefill token + 2 ms per decode, every overhead term off:
+    R0 (16 tokens + 1) runs 0-26; R1 (40 tokens) and R2 (8 tokens) wait. fcfs serves R1 (26-76) then R2
+    (76-94); shortest-prompt serves R2 first (26-44), then R1 (44-94)."""
+    from helpers import terms_off_args
+
+    path = tmp_path / "t.jsonl"
+    rows = [(0, 16), (1, 40), (2, 8)]
+    path.write_text("".join(json.dumps({"timestamp": t, "tokens": list(range(100 * i, 100 * i + n)),
+                                        "output_length": 1}) + "\n" for i, (t, n) in enumerate(rows)))
+    starts = {}
+    for policy in ("fcfs", QUEUE_POLICY):
+        out = tmp_path / f"{policy}.jsonl"
+        proc = dynlab("sim", "--timing", "--workers", 1, "--trace", path, "--trace-format", "tokens",
+                      "--max-num-seqs", 1, "--queue-policy", policy, "--latency-model", "linear",
+                      "--latency-opt", "beta0=10", "--latency-opt", "beta1=1", "--latency-opt", "beta2=2",
+                      *terms_off_args("linear"), "--requests-out", out, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        starts[policy] = [json.loads(line)["first_scheduled_ms"] for line in out.read_text().splitlines()]
+    assert starts == {"fcfs": [0.0, 26.0, 76.0], QUEUE_POLICY: [0.0, 44.0, 26.0]}
+
+
+def test_registry_wide_queue_policy_tests_cover_it(installed_plugin):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(Path(__file__).parent / "engine" / "test_queue_policies.py"), "-k", QUEUE_POLICY],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 passed" in proc.stdout
