@@ -218,7 +218,7 @@ def all_cases(scale: float = 1.0) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=None, help="comma list of trace names (default: all 26)")
+    ap.add_argument("--only", default=None, help="comma list of trace names (default: all 27)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the random traces' request counts")
     ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
     ap.add_argument("--no-async", action="store_true", help="skip vLLM's AsyncScheduler")

@@ -118,7 +118,7 @@ def hand_cases() -> list[Case]:
 
 
 def priority_cases(scale: float = 1.0) -> list[Case]:
-    """The cases of vLLM's ``policy="priority"`` (dynlab's ``--queue-policy priority``; issue 42): three hand
+    """The cases of vLLM's ``policy="priority"`` (dynlab's ``--queue-policy priority``; issue 42): four hand
     cases (lower ``priority`` first) and three seeded conversation traces whose rows carry a priority 0-2."""
     ids = _Ids(600_000)  # (apart from the other cases' ids: a case's own pool is fresh anyway)
     prio = dict(queue_policy="priority")
@@ -134,6 +134,11 @@ def priority_cases(scale: float = 1.0) -> list[Case]:
               _prio(_row(20, ids.take(25), 25), 2)],
              "equal priorities: the first of two equal latest arrivals is its own victim; the loop goes on "
              "with the one after it"),
+        Case("priority-async-stale", EngineSetup(7, 256, 4, **HAND, **prio),
+             [_prio(_row(0, ids.take(31), 10), 1), _prio(_row(0, ids.take(38), 3), 2),
+              _prio(_row(0, ids.take(12), 2), 1), _prio(_row(0, ids.take(13), 8), 0)],
+             "async scheduling: a request preempted while its last step is in flight finishes in the waiting "
+             "queue, which gives it up"),
     ]
     specs = [  # name, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
         ("conv-priority-overloaded", 3, 1000, 3.0, 500, 8192, 256, "conv-overloaded, priorities 0-2"),

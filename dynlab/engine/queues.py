@@ -5,7 +5,7 @@ A queue policy (``--queue-policy NAME``, a plugin kind: :func:`dynlab.plugins.qu
 
 - :meth:`QueuePolicy.waiting_queue` gives each engine's waiting queue, a :class:`WaitingQueue`: the
   scheduler appends an arriving request (``append``), puts a preempted one back (``appendleft``), looks
-  at the next to admit (``queue[0]``) and takes it (``popleft``);
+  at the next to admit (``queue[0]``) and takes it (``popleft``), or takes one out (``remove``);
 - :meth:`QueuePolicy.victim` picks the running request to preempt: when a running request cannot get
   its KV slots (always), and, for a policy whose ``displaces`` is true, when a waiting request finds
   ``max_num_seqs`` requests running (it may displace one, or not).
@@ -35,6 +35,10 @@ class WaitingQueue(Protocol):
 
     def popleft(self):
         """Take the request ``self[0]`` names (the next to admit)."""
+
+    def remove(self, req) -> None:
+        """Take ``req`` out wherever it is (async scheduling: a preempted request whose step in flight
+        finished it); ``ValueError`` when it is not there."""
 
     def __getitem__(self, i: int):
         """``self[0]``: the next request to admit (``IndexError`` when empty)."""

@@ -41,6 +41,16 @@ class PriorityQueue:
     def popleft(self):
         return heapq.heappop(self._heap)[-1]
 
+    def remove(self, req) -> None:
+        heap = self._heap
+        for k, entry in enumerate(heap):
+            if entry[-1] is req:
+                heap[k] = heap[-1]
+                heap.pop()
+                heapq.heapify(heap)  # (rare: async scheduling's stale output; vLLM's remove_request heapifies too)
+                return
+        raise ValueError(f"{req!r} is not waiting")
+
     def __getitem__(self, i: int):
         if i != 0:
             raise IndexError("a priority queue shows only its head, [0]")

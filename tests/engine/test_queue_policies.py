@@ -119,16 +119,18 @@ ROWS = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 48), st.integers(1,
 
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=25, deadline=None)
-@given(rows=ROWS, capacity=st.integers(4, 8), seqs=st.integers(1, 4))
-def test_every_policy_serves_every_request_in_full(tmp_path_factory, policy, rows, capacity, seqs):
+@given(rows=ROWS, capacity=st.integers(4, 8), seqs=st.integers(1, 4), asyn=st.booleans())
+def test_every_policy_serves_every_request_in_full(tmp_path_factory, policy, rows, capacity, seqs, asyn):
     """Whatever the order and the victims, every request that fits is served: first token after arrival,
-    finish after it, its output counted, and no request starves (a finite trace ends)."""
+    finish after it, and no request starves (a finite trace ends); with async scheduling too (a request
+    preempted while its step is in flight may finish in the waiting queue: the queue gives it up)."""
     t, first, trace = 0, 1, []
     for gap, n, out, prio in rows:
         t += gap
         trace.append(_row(t, first, n, out, prio))
         first += n
-    recs = _serve(tmp_path_factory.mktemp("q"), trace, policy, capacity=capacity, max_num_seqs=seqs)
+    recs = _serve(tmp_path_factory.mktemp("q"), trace, policy, capacity=capacity, max_num_seqs=seqs,
+                  async_scheduling=asyn)
     for r in recs:
         if r["input_length"] + r["output_length"] - 1 > capacity * 16:
             assert r["rejected"]
@@ -176,3 +178,19 @@ def test_cli_refuses_the_policy_without_timing():
     res = invoke("sim", "--queue-policy", "priority")
     assert res.exit_code == 2 and "Traceback" not in res.stderr
     assert "--queue-policy" in res.stderr and "--timing" in res.stderr
+
+
+EXPECTED_STALE = [(104.0, 238.0, 0), (104.0, 158.0, 2), (104.0, 122.0, 0), (104.0, 214.0, 0)]
+
+
+def test_async_scheduling_gives_up_a_request_its_stale_output_finished(tmp_path):
+    """Async scheduling, priority: a request preempted while its last step is in flight finishes in the
+    waiting queue, which must give it up (the priority heap's ``remove``). The case is the vLLM harness's
+    ``priority-async-stale``: vLLM 0.33.0's AsyncScheduler gives every one of these times, and 2 preemptions."""
+    first, rows = 1, []
+    for n, out, prio in ((31, 10, 1), (38, 3, 2), (12, 2, 1), (13, 8, 0)):
+        rows.append(_row(0, first, n, out, prio))
+        first += n
+    recs = _serve(tmp_path, rows, "priority", capacity=7, max_num_seqs=4, max_num_batched_tokens=256,
+                  async_scheduling=True)
+    assert [(r["first_token_ms"], r["finish_ms"], r["preemptions"]) for r in recs] == EXPECTED_STALE

@@ -22,6 +22,10 @@ class ShortestPromptQueue:
     def popleft(self):
         return heapq.heappop(self._heap)[-1]
 
+    def remove(self, req):
+        self._heap = [entry for entry in self._heap if entry[-1] is not req]
+        heapq.heapify(self._heap)
+
     def __getitem__(self, i):
         if i != 0:
             raise IndexError(i)
