@@ -4,7 +4,8 @@
     python benchmarks/fidelity_vllm.py [--only NAME,..] [--scale 0.1] [--json OUT.json] [--no-async]
 
 For each trace (:mod:`vllm_traces`: eleven hand-sized cases and nine seeded multi-turn conversation
-traces over shared system prompts) it runs
+traces over shared system prompts, FCFS; four hand cases and three seeded traces whose rows carry a
+``priority``, run with vLLM's ``policy="priority"`` and dynlab's ``--queue-policy priority``) it runs
 
 - dynlab: ``dynlab sim --timing --latency-model linear --latency-opt beta0=.. --capacity C --block 16
   --workers 1 --max-num-batched-tokens B --max-num-seqs S --trace FILE`` (:mod:`vllm_dynlab_side`,

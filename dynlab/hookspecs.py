@@ -74,6 +74,15 @@ def dynlab_register_queue_policies(register):
 
 
 @hookspec
+def dynlab_register_admission_policies(register):
+    """Register admission policies of the gateway: ``register(AdmissionPolicySubclass)``.
+
+    The class must subclass :class:`dynlab.engine.gateway.AdmissionPolicy` and set a non-empty class
+    attribute ``name`` (the ``--admission-policy`` value).
+    """
+
+
+@hookspec
 def dynlab_register_workloads(register):
     """Register workload generators: ``register(WorkloadSubclass)``.
 

@@ -1,5 +1,5 @@
 """The plugin manager and the registries of strategies, eviction policies, trace formats, latency models,
-scorers, workload generators and queue policies.
+scorers, workload generators, queue policies and admission policies.
 
 The manager is built on first use (:func:`get_plugin_manager`), never at import
 time, from the ``dynlab`` entry-point group; the registries are rebuilt from the
@@ -190,7 +190,7 @@ def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
     return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
             "latency model": latency_models, "scorer": scorers, "workload": workloads,
-            "queue policy": queue_policies}
+            "queue policy": queue_policies, "admission policy": admission_policies}
 
 
 def distribution_version(source: str) -> str | None:
@@ -249,3 +249,10 @@ def queue_policies(pm: pluggy.PluginManager | None = None) -> Registry:
     from dynlab.engine.queues import QueuePolicy
 
     return _collect("dynlab_register_queue_policies", "queue policy", QueuePolicy, pm)
+
+
+def admission_policies(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered admission policy of the gateway (``--admission-policy`` names)."""
+    from dynlab.engine.gateway import AdmissionPolicy
+
+    return _collect("dynlab_register_admission_policies", "admission policy", AdmissionPolicy, pm)

@@ -166,6 +166,8 @@ def sim_rows(cmd: list) -> dict:
         "--event-delay-ms": changes(timed + ["--mode", "kv-events"], ["--event-delay-ms", "60"]),
         "--slo-ttft-ms": changes(timed, ["--slo-ttft-ms", "100"]),
         "--slo-tpot-ms": changes(timed, ["--slo-tpot-ms", "100"]),
+        # a class's SLOs (the trace's requests name none: class "default"): goodput appears
+        "--slo": changes(timed, ["--slo", "default:ttft_ms=1"]),
         # the CPU tier: a 2-block GPU pool evicts request 0's blocks before request 1 re-reads them
         "--cpu-capacity": changes(timed + ["--capacity", "8", "--block", "256"], ["--cpu-capacity", "8"]),
         "--cpu-memory-gb": changes(timed + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
@@ -181,6 +183,8 @@ def sim_rows(cmd: list) -> dict:
         # at --max-num-seqs 1 H waits for L (fcfs), or displaces it (priority-displace): H's TTFT changes
         "--queue-policy": changes(cmd + ["--timing", "--trace", PRIO, "--max-num-seqs", "1"],
                                   ["--queue-policy", "priority-displace"]),
+        # all three requests at once: with one queued request per class at most, two are shed
+        "--admission-policy": changes(busy, ["--admission-policy", "queue-bound:limit=1"]),
         # async scheduling: request 1 (at 50 ms) joins a step one step later, so its TTFT changes
         "--async-scheduling": changes(busy, ["--async-scheduling"]),
         "--timing": changes(cmd, ["--timing"]),
@@ -296,6 +300,8 @@ NO_EFFECT = [
     (["--admission", "chunk"], "--admission"),  # the count-based replay has no admission
     (["--async-scheduling"], "--async-scheduling"),  # nor steps to schedule ahead
     (["--queue-policy", "priority"], "--queue-policy"),  # nor queues
+    (["--admission-policy", "queue-bound:limit=1"], "--admission-policy"),  # nor a gateway in time
+    (["--slo", "chat:ttft_ms=1"], "--slo"),  # nor SLOs
     (["--timing", "--split", "1:1", "--cpu-capacity", "8"], "--cpu-capacity"),  # a P/D fleet has no CPU tier
     (["--ep", "2"], "--ep"),
     (["--pp", "2"], "--pp"),
@@ -488,6 +494,8 @@ TABLE.update({
     ("plan", "--admission"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--admission", "chunk")),
     ("plan", "--queue-policy"): changes(["plan", "--trace", PRIO, *LOGGED[3:], "--max-num-seqs", "1"],
                                         ["--queue-policy", "priority-displace"]),
+    ("plan", "--admission-policy"): lambda run: plan_differ(run(*ADMISSION),
+                                                            run(*ADMISSION, "--admission-policy", "queue-bound:limit=1")),
     ("plan", "--async-scheduling"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--async-scheduling")),
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
     ("plan", "--slo-ttft-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:])),

@@ -92,7 +92,8 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
              "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
              "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b",
-             "concurrency": "4", "num_requests": "2", "latency_profile": str(profile)}.get(field, default)
+             "concurrency": "4", "num_requests": "2", "latency_profile": str(profile),
+             "slo_classes": "chat:ttft_ms=100"}.get(field, default)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],
             **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")}}

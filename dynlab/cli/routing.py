@@ -72,6 +72,36 @@ class RegistryName(click.ParamType):
         return value
 
 
+class ClassSlos(click.ParamType):
+    """``CLASS:ttft_ms=X,tpot_ms=Y;...``, checked (:func:`dynlab.engine.class_metrics.parse_class_slos`)."""
+
+    name = "CLASS:ttft_ms=X,tpot_ms=Y;..."
+
+    def convert(self, value, param, ctx):
+        from dynlab.engine.class_metrics import parse_class_slos
+
+        try:
+            parse_class_slos(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
+
+
+class PolicySpec(click.ParamType):
+    """An admission policy's ``NAME[:KEY=VALUE,...]``, checked as the run will build it (name and options)."""
+
+    name = "NAME:KEY=VALUE,..."
+
+    def convert(self, value, param, ctx):
+        from dynlab.engine.gateway import build_policy
+
+        try:
+            build_policy(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
+
+
 # (flags, field, type, sim default, help). compare takes the same flags with comma lists.
 SIM_OPTIONS = [
     (("--mode", "--modes"), "mode", RegistryName("strategy", plugins.strategies), "kv",
@@ -169,6 +199,9 @@ SIM_OPTIONS = [
      "With --timing: KV events reach the router this many ms after they happen."),
     (("--slo-ttft-ms",), "slo_ttft_ms", FiniteFloat(min=0), None, "With --timing: TTFT SLO for goodput."),
     (("--slo-tpot-ms",), "slo_tpot_ms", FiniteFloat(min=0), None, "With --timing: TPOT SLO for goodput."),
+    (("--slo",), "slo_classes", ClassSlos(), None,
+     "With --timing: SLOs of a request class (its trace field `class`), CLASS:ttft_ms=X,tpot_ms=Y, several classes "
+     "apart by ';'; a class's requests meet its own SLOs in goodput and by_class (see docs/classes.md)."),
     (("--cpu-capacity",), "cpu_capacity", click.IntRange(min=0), None,
      "With --timing: KV blocks per worker in a CPU (host memory) tier behind the GPU pool, LRU; blocks are "
      "written there (see --cpu-write) and loaded back over PCIe on a prefix hit (see docs/tiers.md) "
@@ -186,6 +219,11 @@ SIM_OPTIONS = [
      "With --timing: admit a waiting request only when the blocks of its whole sequence are free (full, "
      "vLLM 0.33.0's default scheduler_reserve_full_isl) or those of the chunk scheduled now (chunk, the "
      "rule of the vLLM releases before it)."),
+    (("--admission-policy",), "admission_policy", PolicySpec(), "always",
+     "With --timing: the gateway before the router: always (every request enters), queue-bound:limit=N,limit.CLASS=N "
+     "(shed a request when its class has N queued: admitted, no first token yet) or token-bucket:rate=R,burst=B,"
+     "rate.TENANT=R (per tenant, R requests/s with bursts of B); a shed request is never served and counts against "
+     "goodput (see docs/engine.md and `dynlab plugins`)."),
     (("--queue-policy",), "queue_policy", RegistryName("queue policy", plugins.queue_policies), "fcfs",
      "With --timing: the order of each engine's waiting queue and whom it preempts: fcfs (vLLM's default), "
      "priority (vLLM 0.33's --scheduling-policy priority: by the requests' priority attribute, lower first) "
@@ -533,7 +571,8 @@ def _split_compared(ctx, options: dict) -> tuple:
             continue
         flags, ptype = by_field[field]
         flag = flags[0]
-        items = [text] if field == "spec_acceptance" else split_list(text, flag)  # its own commas
+        own_commas = field in ("spec_acceptance", "admission_policy", "slo_classes")
+        items = [text] if own_commas else split_list(text, flag)
         try:
             values = [ptype.convert(v, None, ctx) for v in items]
         except click.BadParameter as exc:

@@ -60,6 +60,8 @@ class ClosedLoop(Recorder):
     def on_reject(self, req) -> None:
         self._next(self.loop.now + self.think_ms)
 
+    on_shed = on_reject  # a shed request's user gets its refusal at once, as a rejected one's
+
     def _next(self, t: float) -> None:
         if self.stop_ms is not None and t > self.stop_ms:
             return
@@ -110,6 +112,8 @@ class SessionTurns(Recorder):
 
     def on_reject(self, req) -> None:
         self._next(req.id, self.loop.now + self.front_ms)
+
+    on_shed = on_reject
 
     def _next(self, index, t: float) -> None:
         nxt = self.after.pop(index, None)

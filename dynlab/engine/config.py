@@ -6,6 +6,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import AbstractSet, Mapping, Optional
 
 from dynlab.engine.arrival_options import check_closed_loop, workload_rules
+from dynlab.engine.class_metrics import parse_class_slos
+from dynlab.engine.gateway import build_policy
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 from dynlab.engine.spec import SPEC_METHODS, no_effect_rules as _spec_rules
 from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
@@ -35,28 +37,25 @@ class SimConfig(Sectioned):
     ``rate_scale`` and ``duration``); ``max_num_batched_tokens`` and ``max_num_seqs`` (vLLM's scheduler limits);
     ``latency_model`` with ``latency_opts``; ``model``, ``gpu``, ``tp``, ``gpu_memory_utilization`` (the pool size
     when ``capacity`` is ``None``, and the latency model's hardware); ``event_delay_ms``; ``slo_ttft_ms`` and
-    ``slo_tpot_ms`` (goodput); the CPU tier behind each engine (:mod:`dynlab.kv.cpu_tier`): ``cpu_capacity`` blocks
-    or ``cpu_memory_gb`` GB of host memory (``None``: no tier, and no tier keys in the result; 0: no tier, with the
-    tier keys), loaded back over ``pcie_gbps`` GB/s, written when it is computed (``cpu_write="compute"``, the
-    default: write-through, as vLLM's OffloadingConnector, LMCache and the cache lab's ``TwoTierCache`` store) or
-    when the GPU evicts it (``"evict"``: a victim tier; :data:`dynlab.engine.worker.CPU_WRITES`). ``admission``:
-    ``full`` (vLLM 0.33.0's ``scheduler_reserve_full_isl=True``: the whole sequence's blocks free) or ``chunk`` (the
-    chunk's). ``async_scheduling``: vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`). ``queue_policy``:
-    the waiting queue's order and whom a full KV cache preempts (:mod:`dynlab.engine.queues`; ``fcfs``, vLLM's).
+    ``slo_tpot_ms`` (goodput); the CPU tier (:mod:`dynlab.kv.cpu_tier`): ``cpu_capacity`` blocks or ``cpu_memory_gb``
+    GB (``None``: none, no tier keys; 0: none, with the keys) over ``pcie_gbps`` GB/s, written when computed
+    (``cpu_write="compute"``: write-through, as vLLM's OffloadingConnector and LMCache) or evicted (``"evict"``).
+    ``admission``: ``full`` (vLLM 0.33.0's ``scheduler_reserve_full_isl=True``) or ``chunk``. ``async_scheduling``:
+    vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`). ``queue_policy``: the waiting queue's order and
+    whom a full KV cache preempts (:mod:`dynlab.engine.queues`; ``fcfs``, vLLM's).
 
-    Routers: ``routers`` independent replicas of the strategy (each its own index and load view), reached by
-    ``router_assign`` (``rr``: round robin; ``hash``: a hash of the request's first block name);
-    :mod:`dynlab.routing.replicas`.
+    Routers: ``routers`` replicas of the strategy (each its own index and load view), reached by ``router_assign``
+    (``rr``, or ``hash`` of the first block name; :mod:`dynlab.routing.replicas`) behind the gateway's
+    ``admission_policy`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.gateway`; timed runs).
 
     Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and ``decode_workers``
     replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU count) sets them at once, ``"P:0"``
     meaning ``P`` aggregated workers. ``decode_router`` (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill
     worker; default a 400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
 
-    Sections: the fields are grouped in seven read-only views (:data:`SECTIONS`), ``traffic``,
-    ``fleet``, ``engine``, ``kv``, ``events``, ``slo`` and ``disagg`` (named tuples built on each access);
-    :meth:`from_sections` builds a configuration from them. The flat fields stay the source of truth
-    (the CLI's flags, ``dataclasses.replace``, the option rules of :func:`check_effective`).
+    Sections: seven read-only views (:data:`SECTIONS`: ``traffic``, ``fleet``, ``engine``, ``kv``, ``events``,
+    ``slo``, ``disagg``; named tuples built on each access); :meth:`from_sections` builds a configuration from
+    them. The flat fields stay the source of truth (the CLI's flags, ``replace``, :func:`check_effective`).
     """
 
     mode: str = "kv"
@@ -102,6 +101,7 @@ class SimConfig(Sectioned):
     cpu_write: str = "compute"
     admission: str = "full"
     queue_policy: str = "fcfs"
+    admission_policy: str = "always"
     async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
@@ -133,19 +133,17 @@ class SimConfig(Sectioned):
     spec_draws: str = "seeded"
     #     spec_model: the draft model of spec_method draft (a bundled name or config.json; None: dynlab's /10 rule)
     spec_model: Optional[str] = None
-    #     request_overhead_ms: the server's front end (HTTP, tokenisation, the first stream chunk) before
-    #     the engine sees a request; added to every TTFT and E2E (dynlab.engine.metrics.ServingMetrics);
-    #     detok_us_per_token: detokenisation and streaming per output token, added to each token's arrival
-    #     at the client; defaults: BLIS's published values (dynlab.latency.overheads)
+    #     request_overhead_ms: the front end before the engine sees a request (every TTFT and E2E); detok_us_per_token:
+    #     detokenisation per output token at the client; defaults: BLIS's (dynlab.latency.overheads)
     request_overhead_ms: float = FRONT_END_MS
     detok_us_per_token: float = DETOK_US_PER_TOKEN
-    # --- closed-loop arrivals (issue 38): concurrency virtual users, each sending its next request
-    #     think_time_ms after its previous one finished (dynlab.engine.closed); num_requests (--requests):
-    #     the workload's first N requests; warmup: the first N left out of the serving metrics
+    # --- closed loop (dynlab.engine.closed): concurrency users, each sending think_time_ms after its previous
+    #     answer; num_requests (--requests): the first N requests; warmup: the first N left out of the metrics
     concurrency: Optional[int] = None
     think_time_ms: float = 0.0
     num_requests: Optional[int] = None
     warmup: int = 0
+    slo_classes: Optional[str] = None  # --slo "CLASS:ttft_ms=X,tpot_ms=Y;..." (dynlab.engine.class_metrics)
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -216,6 +214,9 @@ class SimConfig(Sectioned):
         if self.cpu_capacity is not None and self.cpu_capacity < 0:
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
         check_closed_loop(self.concurrency, self.num_requests, self.warmup)
+        if self.admission_policy != "always":
+            build_policy(self.admission_policy)  # its name and options (ValueError in one line)
+        parse_class_slos(self.slo_classes)
         if self.spec_tokens < 0:
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
         for name, allowed in (("spec_method", (None, *SPEC_METHODS)),
@@ -295,8 +296,8 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
                      "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "queue_policy",
-                     "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
-                     "request_overhead_ms", "detok_us_per_token")
+                     "admission_policy", "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
+                     "request_overhead_ms", "detok_us_per_token", "slo_classes")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
@@ -305,15 +306,13 @@ PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer"
 DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
 DEFAULTS["opts"] = DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
 
-
 _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 
 #: the synthetic workload's options: they shape the seed workload only, never a trace
 WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 
-
 #: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
-_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests"}
+_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests", "slo_classes": "--slo"}
 
 
 def _flag(name: str) -> str:

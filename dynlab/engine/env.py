@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.bus import EventBus
+from dynlab.engine.class_metrics import ClassMetrics, parse_class_slos
 from dynlab.engine.config import POISSON_RATE, EventsSection, SloSection, TrafficSection
 from dynlab.engine.loop import EventLoop
 from dynlab.engine.metrics import Recorder, RoutingMetrics, ServingMetrics
@@ -75,6 +76,7 @@ class RunEnv:
     recorders: list = field(default_factory=list)
     progress: Any = None
     closed_loop: Any = None  # a ClosedLoop (dynlab.engine.closed) when the users send as requests finish
+    gate: Any = None  # the gateway's admission policy (dynlab.engine.gateway), None: every request enters
 
     def attach(self, fleet) -> None:
         """Give the closed-loop users (if any) the ``fleet``'s ``arrive``; call it before ``fleet.run()``."""
@@ -91,7 +93,7 @@ class RunEnv:
               events: EventsSection = EventsSection(), slo: SloSection = SloSection(),
               loss_rng: Optional[random.Random] = None, arrival_rng: Optional[random.Random] = None,
               recorders: Sequence[Recorder] = (), progress=None, front_ms: float = 0.0,
-              token_ms: float = 0.0) -> "RunEnv":
+              token_ms: float = 0.0, gate=None) -> "RunEnv":
         """The environment of a timed run of ``requests`` routed by ``strategy`` to ``workers`` workers.
 
         Arrivals: with ``traffic.concurrency``, closed loop (:class:`~dynlab.engine.closed.ClosedLoop`:
@@ -106,14 +108,19 @@ class RunEnv:
         before the engine sees a request (in every TTFT and E2E; a closed-loop user's next request
         reaches the engine that much later too); ``token_ms``: detokenisation and streaming per output
         token (:class:`~dynlab.engine.metrics.ServingMetrics`; a closed-loop user sees its last token
-        ``token_ms`` x its output tokens after the engine's finish).
+        ``token_ms`` x its output tokens after the engine's finish). ``gate``: the gateway's admission policy
+        (:mod:`dynlab.engine.gateway`; ``None``: none), a recorder right after the serving one, then the
+        per-class figures (:class:`~dynlab.engine.class_metrics.ClassMetrics`: ``slo.slo_classes``).
         """
         loop = EventLoop()
         bus = EventBus(loop, strategy.on_event, delay_ms=events.event_delay_ms, loss=events.event_loss,
                        rng=loss_rng, publish=events.publish == "yes")
         rng = arrival_rng or random.Random(f"dynlab-arrivals-{traffic.seed}")
+        class_slos = parse_class_slos(slo.slo_classes)
         serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms, warmup=traffic.warmup, front_ms=front_ms,
-                                 token_ms=token_ms)
+                                 token_ms=token_ms, class_slos=class_slos)
+        classes = ClassMetrics(class_slos, slo.slo_ttft_ms, slo.slo_tpot_ms, traffic.warmup, front_ms, token_ms)
+        recorders = [*([gate] if gate is not None else []), classes, *recorders]
         if traffic.concurrency is not None:  # closed loop: the users' recorder sends requests as others finish
             from dynlab.engine.closed import ClosedLoop
 
@@ -121,7 +128,7 @@ class RunEnv:
             users = ClosedLoop(requests, traffic.concurrency, loop, traffic.think_time_ms + front_ms, stop,
                                token_ms=token_ms)
             return cls(loop, bus, users.initial(), RoutingMetrics(workers), [serving, *recorders, users], progress,
-                       users)
+                       users, gate)
         rate = POISSON_RATE if traffic.rate is None else traffic.rate
         arrivals = arrival_times(requests, traffic.time_scale, rate, rng)
         follows = getattr(requests, "follows", None)
@@ -130,8 +137,8 @@ class RunEnv:
 
             turns = SessionTurns(requests, follows, loop, front_ms, token_ms)
             return cls(loop, bus, turns.initial(arrivals), RoutingMetrics(workers), [serving, *recorders, turns],
-                       progress, turns)
-        return cls(loop, bus, arrivals, RoutingMetrics(workers), [serving, *recorders], progress)
+                       progress, turns, gate)
+        return cls(loop, bus, arrivals, RoutingMetrics(workers), [serving, *recorders], progress, gate=gate)
 
     def counts(self, evicted_blocks: int) -> dict:
         """``evicted_blocks``, ``events_published``, ``events_dropped``: the counts of the result."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Sequence
 
+from dynlab.engine.request import request_class
 from dynlab.routing.hashing import overlap
 
 
@@ -68,7 +69,8 @@ class Recorder:
       :class:`~dynlab.routing.strategy.Request` went to ``worker``; ``predicted`` the strategy's overlap
       (``None``: no index), ``actual`` the blocks the worker held, ``cap`` the most that can hit
       (``None``: every block; count-based runs). Called in count-based and timed runs.
-    - ``on_arrival(req, t)``, ``on_reject(req)``, ``on_first_token(req, t)``, ``on_finish(req, t)``,
+    - ``on_arrival(req, t)``, ``on_reject(req)``, ``on_shed(req)`` (the gateway's admission policy shed it:
+      :mod:`dynlab.engine.gateway`; after its ``on_arrival``), ``on_first_token(req, t)``, ``on_finish(req, t)``,
       ``on_step(worker, result)`` (a :class:`~dynlab.engine.worker.StepResult`; in a P/D fleet decode
       workers are numbered after the prefill workers): timed runs only. ``on_first_token`` is the
       engine computing the first token: in a P/D fleet the prefill worker's (the user's first token,
@@ -91,6 +93,9 @@ class Recorder:
         pass
 
     def on_reject(self, req) -> None:
+        pass
+
+    def on_shed(self, req) -> None:
         pass
 
     def on_first_token(self, req, t: float) -> None:
@@ -301,8 +306,10 @@ class ServingMetrics(Recorder):
     ``--requests-out`` records) include neither.
 
     ``slo_ttft_ms`` / ``slo_tpot_ms``: when either is given, ``goodput`` is the share of ALL
-    requests (rejected ones included, as failures) whose TTFT and TPOT meet the SLOs given
-    (DistServe's definition); a one-token request has no TPOT and meets any TPOT SLO.
+    requests (rejected and shed ones included, as failures) whose TTFT and TPOT meet the SLOs given
+    (DistServe's definition); a one-token request has no TPOT and meets any TPOT SLO. ``class_slos``
+    (``{class: (ttft ms, tpot ms)}``, ``--slo``): a request of such a class meets its class's SLOs instead,
+    and ``goodput`` is given even without run-wide SLOs.
     ``prefix_hit_rate``: prompt tokens hit at first admission over the prompt tokens of the requests
     admitted (a rejected request never reaches the cache: neither its hits nor its prompt count);
     ``None`` (JSON ``null``) when no request was admitted (every one rejected): no denominator, like a
@@ -320,8 +327,9 @@ class ServingMetrics(Recorder):
     """
 
     def __init__(self, slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, warmup: int = 0,
-                 front_ms: float = 0.0, token_ms: float = 0.0):
+                 front_ms: float = 0.0, token_ms: float = 0.0, class_slos: Optional[dict] = None):
         self.warmup, self.front_ms, self.token_ms = warmup, front_ms, token_ms
+        self.class_slos = class_slos or None
         self.slo_ttft_ms = slo_ttft_ms
         self.slo_tpot_ms = slo_tpot_ms
         self.ttft: list = []
@@ -354,6 +362,11 @@ class ServingMetrics(Recorder):
         self.rejected += 1
         self.prompt_tokens -= req.input_length
 
+    def on_shed(self, req) -> None:
+        """``req`` (counted at its arrival) was shed at the gateway: a failure for goodput, never admitted."""
+        if not (self.warmup and req.id < self.warmup):
+            self.prompt_tokens -= req.input_length
+
     def on_finish(self, req, t: float) -> None:
         if self.warmup and req.id < self.warmup:
             return
@@ -368,8 +381,10 @@ class ServingMetrics(Recorder):
         if req.output_length > 1:
             tpot = (t - req.first_token_ms) / (req.output_length - 1) + token
             self.tpot.append(tpot)
-        if (self.slo_ttft_ms is None or ttft <= self.slo_ttft_ms) and \
-                (self.slo_tpot_ms is None or tpot is None or tpot <= self.slo_tpot_ms):
+        slo_ttft, slo_tpot = self.slo_ttft_ms, self.slo_tpot_ms
+        if self.class_slos is not None:
+            slo_ttft, slo_tpot = self.class_slos.get(request_class(req.attrs), (slo_ttft, slo_tpot))
+        if (slo_ttft is None or ttft <= slo_ttft) and (slo_tpot is None or tpot is None or tpot <= slo_tpot):
             self.good += 1
         if t > self.last_finish:
             self.last_finish = t
@@ -396,7 +411,7 @@ class ServingMetrics(Recorder):
             "mean_kv_usage": kv_usage(engines, self.last_finish, span_ms),
             "mean_kv_usage_busy": kv_usage_busy(engines),
         }
-        if self.slo_ttft_ms is not None or self.slo_tpot_ms is not None:
+        if self.slo_ttft_ms is not None or self.slo_tpot_ms is not None or self.class_slos:
             out["goodput"] = ratio(self.good, self.total)
         return out
 

@@ -14,7 +14,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "traffic": ("trace", "trace_format", "workload", "tokenizer", "prefixes", "reps", "plen", "tail", "seed", "hash",
                 "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat",
                 "concurrency", "think_time_ms", "num_requests", "warmup"),
-    "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split"),
+    "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split",
+              "admission_policy"),
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "latency_profile",
                "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "admission", "queue_policy",
                "async_scheduling",
@@ -22,7 +23,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "kv": ("block", "trace_block", "capacity", "policy", "kv_cache_dtype", "cpu_capacity", "cpu_memory_gb",
            "pcie_gbps", "cpu_write"),
     "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),
-    "slo": ("slo_ttft_ms", "slo_tpot_ms"),
+    "slo": ("slo_ttft_ms", "slo_tpot_ms", "slo_classes"),
     "disagg": ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache"),
 }
 

@@ -82,6 +82,7 @@ class TimedFleet:
         self._h_route, self._h_arrival = hooks(recorders, "on_route"), hooks(recorders, "on_arrival")
         self._h_reject, self._h_first = hooks(recorders, "on_reject"), hooks(recorders, "on_first_token")
         self._h_finish, self._h_step = hooks(recorders, "on_finish"), hooks(recorders, "on_step")
+        self._h_shed, self.gate = hooks(recorders, "on_shed"), env.gate
         self.on_step_started, self.on_step_ended, self.on_handed_off = on_step_started, on_step_ended, on_handed_off
         self.admits = admits
         routing = env.routing
@@ -144,6 +145,8 @@ class TimedFleet:
     def arrive(self, req: Request) -> None:
         """Route and submit the workload's request ``req`` now (the loop's time is its arrival)."""
         t = self.loop.now
+        if self.gate is not None and not self.gate.admit(req, t):
+            return self._shed(req, t)
         bounds = self._bounds
         if bounds and bounds[0][0] < t:
             self._cross_before(t)
@@ -182,6 +185,17 @@ class TimedFleet:
                 self.loop.at(t, STEP_START, self._on_start, w)
             elif (end := engine.step_end) != before:
                 self._schedule_end(w, end)
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def _shed(self, req: Request, t: float) -> None:
+        """The gateway shed ``req`` at ``t``: never routed; its recorders learn it (``on_arrival``, ``on_shed``)."""
+        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), ())
+        ereq.attrs = req.attrs
+        for hook in self._h_arrival:
+            hook(ereq, t)
+        for hook in self._h_shed:
+            hook(ereq)
         if self.progress is not None:
             self.progress.update(1)
 

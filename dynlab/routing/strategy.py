@@ -41,7 +41,7 @@ class Request:
       a token trace's ``output_tokens`` (:class:`dynlab_builtins.trace_formats.TokenTrace`). Not shown.
     - ``attrs``: the request's attributes, a read-only mapping of the trace fields its format carries
       (:attr:`dynlab.traces.format.TraceFormat.attributes`: ``priority`` an int; ``tenant``, ``user``,
-      ``lora_name``, ``session_id`` strings; a format plugin's own), for strategies, recorders and
+      ``lora_name``, ``session_id``, ``class`` strings; a format plugin's own), for strategies, recorders and
       policies to read; :data:`NO_ATTRS` (shared, empty) when it has none. Not compared, not shown.
     """
 

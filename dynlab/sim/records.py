@@ -17,6 +17,8 @@ Keys, in this order (:data:`KEYS`, then :data:`PD_KEYS` in P/D runs); times in m
   ``min(overlap blocks x block_tokens, input_length)``, the blocks its worker held when it was routed);
 - ``preemptions``: times the engine preempted it (count-based: 0, that model has none);
 - ``rejected``: the engine refused it (it can never fit its pool); its other fields stay ``null``;
+- ``shed``, after ``rejected`` and only when true: the gateway's admission policy shed it (never routed:
+  ``worker`` and the engine's fields ``null``; :mod:`dynlab.engine.gateway`);
 - P/D runs: ``prefill_worker``, ``decode_worker`` (``null`` when it never went to one: one output
   token, or rejected), ``transfer_start_ms`` (the decode worker reserved its blocks: the transfer
   starts) and ``transfer_end_ms`` (its KV arrived there), so ``transfer_ms`` of the run's JSON is
@@ -51,6 +53,7 @@ class RequestRecorder(Recorder):
         self._routes: dict = {}  # request index -> (worker, input_length, output_length, overlap blocks, attrs)
         self._engine: dict = {}  # request index -> its EngineRequest (timed runs)
         self._transfers: dict = {}  # request index -> TransferRecord (P/D runs)
+        self._shed: set = set()  # indices of the requests the gateway shed
 
     def on_run(self, info: RunInfo) -> None:
         self.info = info
@@ -60,6 +63,10 @@ class RequestRecorder(Recorder):
 
     def on_arrival(self, req, t: float) -> None:
         self._engine[req.id] = req
+
+    def on_shed(self, req) -> None:
+        self._routes[req.id] = (None, req.input_length, req.output_length, 0, req.attrs)
+        self._shed.add(req.id)
 
     def on_handoff(self, record) -> None:
         self._transfers[record.request.id] = record
@@ -85,6 +92,8 @@ class RequestRecorder(Recorder):
                             "transfer_start_ms": None if tr is None else tr.reserved,
                             "transfer_end_ms": None if tr is None else tr.arrived,
                             "prefill_token_ms": rec["first_token_ms"] if tr is None else tr.prefill_done})
+            if index in self._shed:
+                rec["shed"] = True
             if attrs:
                 rec["attrs"] = dict(attrs)
             yield rec

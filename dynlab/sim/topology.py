@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional, Protocol, Sequence
 from dynlab.disagg.fleet import DisaggFleet
 from dynlab.engine.config import SimConfig
 from dynlab.engine.env import RunEnv
+from dynlab.engine.gateway import build_policy
 from dynlab.engine.metrics import Recorder, TierRecorder, fleet_result
 from dynlab.engine.serving import TimedSetup
 from dynlab.engine.timed import TimedFleet
@@ -98,7 +99,7 @@ def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: Si
     env = RunEnv.timed(requests, strategy, topology.routed_workers, traffic=config.traffic,
                        events=config.events, slo=config.slo, loss_rng=loss_rng, recorders=recorders,
                        progress=progress, front_ms=config.request_overhead_ms,
-                       token_ms=config.detok_ms)
+                       token_ms=config.detok_ms, gate=build_policy(config.admission_policy, config.warmup))
     fleet = topology.build(strategy, env)
     env.attach(fleet)
     fleet.run()

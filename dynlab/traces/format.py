@@ -15,7 +15,7 @@ from dynlab.routing.strategy import NO_ATTRS, Request
 #: the standard request attributes (``Request.attrs``) and their types: a format that declares one of them
 #: in :attr:`TraceFormat.attributes` carries it with this type (``priority`` an int, not a bool)
 ATTRIBUTES: Mapping[str, type] = MappingProxyType({"priority": int, "tenant": str, "user": str, "lora_name": str,
-                                                    "session_id": str})
+                                                    "session_id": str, "class": str})
 
 
 def check_attribute(key: str, value: Any) -> Any:
@@ -68,7 +68,7 @@ class TraceFormat(ABC):
     fields: ClassVar[Optional[frozenset]] = None
     #: the fields the format carries as request attributes (``Request.attrs``, read by strategies, recorders
     #: and policies, written by ``--requests-out``): any of the standard ones (:data:`ATTRIBUTES`: ``priority``
-    #: an int; ``tenant``, ``user``, ``lora_name``, ``session_id`` strings) and the format's own (a string, a
+    #: an int; ``tenant``, ``user``, ``lora_name``, ``session_id``, ``class`` strings) and the format's own (a string, a
     #: finite number or a boolean). A streamed format's reader fills ``attrs`` from them after :meth:`parse`
     #: (unless ``parse`` set it), refusing a wrong type as ``FILE:LINE``; a ``null`` is an absent field; a
     #: ``whole_file`` format calls :meth:`attrs_of` on its rows itself. They are not "fields not used by dynlab".

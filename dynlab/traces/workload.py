@@ -67,7 +67,7 @@ class Workload(ABC):
     def rows(self) -> Iterator[dict]:
         """Token rows in time order: ``timestamp`` (ms), ``tokens`` (ints, at least one), ``output_length``
         (tokens >= 0) and, optionally, ``output_tokens`` (``output_length`` ints: the reply's ids) and the
-        standard request attributes (``priority`` an int; ``tenant``, ``user``, ``lora_name``, ``session_id``
+        standard request attributes (``priority`` an int; ``tenant``, ``user``, ``lora_name``, ``session_id``, ``class``
         strings; ``Request.attrs``, :data:`dynlab.traces.format.ATTRIBUTES`)."""
 
 

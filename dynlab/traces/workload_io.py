@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Iterable, Iterator
 
+from dynlab.traces.format import ATTRIBUTES
 from dynlab.traces.workload import SpecError, Workload, load_spec
 
 #: ``--format`` values of ``dynlab workload``: a token trace, or a Mooncake trace of 512-token blocks
@@ -34,7 +35,7 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
     """The requests of the spec ``path`` (a :class:`~dynlab.traces.reader.TraceRequests`): each row's
     tokens hashed at ``block`` tokens per block with ``scheme``, as a ``tokens`` trace of the same
     rows is (a row's ``output_tokens`` too: :func:`dynlab.traces.replies.reply_names`; its standard request
-    attributes, ``priority``, ``tenant``, ``user``, ``lora_name``, ``session_id``, as ``Request.attrs``,
+    attributes, ``priority``, ``tenant``, ``user``, ``lora_name``, ``session_id``, ``class``, as ``Request.attrs``,
     :data:`dynlab.traces.format.ATTRIBUTES`), each name covering the
     ``lookahead`` tokens after its block (:func:`dynlab.routing.hashing.lookahead_names`); its ``closed``
     and ``follows`` are the workload's (:attr:`dynlab.traces.workload.Workload.closed`). Raises what :func:`open_workload` raises."""
@@ -56,7 +57,7 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
 
 
 #: the standard request attributes a workload's rows may give
-_STANDARD = frozenset(("priority", "tenant", "user", "lora_name", "session_id"))
+_STANDARD = frozenset(ATTRIBUTES)
 
 
 def _attrs(row: dict, path: str, i: int):

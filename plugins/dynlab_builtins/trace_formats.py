@@ -7,10 +7,10 @@ import math
 
 from dynlab import hookimpl
 from dynlab.routing.strategy import Request, make_request
-from dynlab.traces.format import TraceFormat
+from dynlab.traces.format import ATTRIBUTES, TraceFormat
 
 #: the request attributes (``Request.attrs``) the JSON lines formats carry: all the standard ones
-_ATTRIBUTES = frozenset(("priority", "tenant", "user", "lora_name", "session_id"))
+_ATTRIBUTES = frozenset(ATTRIBUTES)
 
 
 def _number(record: dict, key: str, required: bool = True, default=None):

@@ -1,0 +1,111 @@
+"""Admission policies: the gateway in front of the router decides whether a request enters or is shed.
+
+An admission policy (``--admission-policy NAME[:KEY=VALUE,...]``, a plugin kind:
+:func:`dynlab.plugins.admission_policies`) is an :class:`AdmissionPolicy` subclass with a class attribute
+``name``, built from its options (``KEY=VALUE`` text; unknown or bad ones raise ``ValueError`` in one
+line), with one method: :meth:`AdmissionPolicy.admit`, asked for each arriving request in a timed run
+before it is routed. A request it refuses is **shed**: never routed, never served, a failure for
+``goodput`` (as a rejected one is), counted in the run's ``shed`` and, with ``--requests-out``, a record
+whose ``shed`` is true. A policy is also a :class:`~dynlab.engine.metrics.Recorder`: it sees the requests
+it admitted get their first token and finish (``on_first_token``, ``on_finish``, ``on_reject``), which is
+how it knows what is queued.
+
+``always`` (the default) admits every request and builds no gateway at all; the built-in plugin
+(``dynlab_builtins.admission``) registers it with ``queue-bound`` and ``token-bucket``. Requests carry
+their class and tenant as attributes (:func:`request_class`, :func:`request_tenant`).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from dynlab.engine.metrics import Recorder
+from dynlab.engine.request import DEFAULT_CLASS, request_class, request_tenant
+
+__all__ = ["AdmissionPolicy", "Always", "build_policy", "parse_policy", "request_class", "request_tenant",
+           "DEFAULT_CLASS"]
+
+def parse_policy(spec: str) -> tuple[str, dict]:
+    """``"NAME:KEY=VALUE,KEY=VALUE"`` -> ``(NAME, {KEY: VALUE})`` (text values; ``"NAME"`` alone: no options).
+    Raises ``ValueError`` (one line) for an empty name or an option without ``=``."""
+    name, _, rest = str(spec).partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"admission policy {spec!r}: give NAME or NAME:KEY=VALUE,...")
+    opts: dict = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise ValueError(f"admission policy {spec!r}: {part!r} is not KEY=VALUE")
+        opts[key.strip()] = value.strip()
+    return name, opts
+
+
+class AdmissionPolicy(Recorder):
+    """Base class of admission policies; subclasses set ``name`` and implement :meth:`admit`.
+
+    ``opts``: the policy's options as text (``KEY=VALUE`` of ``--admission-policy``); a subclass reads
+    them in its ``__init__`` and raises ``ValueError`` (one line, naming the option) for an unknown or bad
+    one. The run's JSON gains ``admission_policy`` (the spec) and ``shed`` (requests shed, the measured
+    ones: those from ``warmup`` on)."""
+
+    name: str = ""
+
+    def __init__(self, opts: Mapping[str, str], spec: str = "", warmup: int = 0):
+        self.spec = spec or self.name
+        self.warmup = warmup
+        self.shed = 0
+
+    def admit(self, request, now: float) -> bool:
+        """Whether ``request`` (a :class:`~dynlab.routing.strategy.Request`: its ``attrs``, lengths) arriving at
+        ``now`` (ms) enters (``True``) or is shed (``False``)."""
+        raise NotImplementedError
+
+    def on_shed(self, req) -> None:
+        if not (self.warmup and req.id < self.warmup):
+            self.shed += 1
+
+    def result(self, engines: Sequence) -> dict[str, Any]:
+        return {"admission_policy": self.spec, "shed": self.shed}
+
+    @staticmethod
+    def number(opts: Mapping[str, str], key: str, default: Optional[float] = None, *, minimum: float = 0.0,
+               spec: str = "") -> Optional[float]:
+        """The option ``key`` of ``opts`` as a finite number >= ``minimum`` (``default`` when absent);
+        ``ValueError`` naming it otherwise."""
+        text = opts.get(key)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value >= minimum or value == float("inf"):
+            raise ValueError(f"admission policy {spec!r}: {key}={text} must be a finite number >= {minimum:g}")
+        return value
+
+
+class Always(AdmissionPolicy):
+    """Admit every request (no gateway: the default)."""
+
+    name = "always"
+
+    def __init__(self, opts: Mapping[str, str], spec: str = "", warmup: int = 0):
+        if opts:
+            raise ValueError(f"admission policy {spec!r}: always takes no options, got {', '.join(opts)}")
+        super().__init__(opts, spec, warmup)
+
+    def admit(self, request, now: float) -> bool:
+        return True
+
+
+def build_policy(spec: str, warmup: int = 0) -> Optional[AdmissionPolicy]:
+    """The admission policy of ``spec`` (``--admission-policy``), ``None`` for ``always`` without options (no
+    gateway). Raises ``ValueError`` (one line) for an unknown name or a bad option."""
+    from dynlab.plugins import admission_policies
+
+    name, opts = parse_policy(spec)
+    registry = admission_policies()
+    if name not in registry:
+        raise ValueError(f"unknown admission policy {name!r}; available: {', '.join(registry.names())}")
+    policy = registry.get(name)(opts, spec, warmup)
+    return None if type(policy) is Always else policy
