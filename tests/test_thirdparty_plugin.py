@@ -179,3 +179,29 @@ def test_registry_wide_queue_policy_tests_cover_it(installed_plugin):
         capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 passed" in proc.stdout
+
+
+# ---------------------------------------------------------------------- a third-party admission policy
+ADMISSION_POLICY = "short-only"
+
+
+def test_plugins_lists_its_admission_policy(installed_plugin):
+    proc = dynlab("plugins")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    assert any(r[:4] == ["admission", "policy", ADMISSION_POLICY, installed_plugin] for r in rows), proc.stdout
+
+
+def test_sim_sheds_with_it(installed_plugin, tmp_path):
+    """Prompts of 8, 40 and 16 tokens behind short-only:max_tokens=16: the 40-token one is shed."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": i, "tokens": list(range(100 * i, 100 * i + n)),
+                                        "output_length": 2}) + "\n" for i, n in enumerate((8, 40, 16))))
+    out = tmp_path / "r.jsonl"
+    proc = dynlab("sim", "--timing", "--workers", 1, "--trace", path, "--trace-format", "tokens",
+                  "--admission-policy", f"{ADMISSION_POLICY}:max_tokens=16", "--requests-out", out, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["shed"] == 1
+    assert [json.loads(line).get("shed", False) for line in out.read_text().splitlines()] == [False, True, False]
+    bad = dynlab("sim", "--timing", "--admission-policy", f"{ADMISSION_POLICY}:size=3")
+    assert bad.returncode == 2 and "unknown option 'size'" in bad.stderr and "Traceback" not in bad.stderr
