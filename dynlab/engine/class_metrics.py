@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from dynlab.engine.metrics import Recorder, client_times, ratio, stats
-from dynlab.engine.request import request_class, request_tenant
+from dynlab.routing.strategy import DEFAULT_CLASS, request_class, request_tenant
 
 __all__ = ["ClassMetrics", "parse_class_slos"]
 
@@ -85,10 +85,18 @@ class ClassMetrics(Recorder):
         self.classes: dict = {}
         self.tenants: dict = {}
         self.named_class = self.named_tenant = False
+        self._default = None  # the groups of a request without attributes
 
     def _groups(self, req) -> tuple:
         attrs = req.attrs
-        cls, tenant = request_class(attrs), request_tenant(attrs)
+        if not attrs:  # (most requests of most traces: no call, no lookup)
+            groups = self._default
+            if groups is None:
+                groups = self._default = self._named(DEFAULT_CLASS, DEFAULT_CLASS)
+            return groups
+        return self._named(request_class(attrs), request_tenant(attrs))
+
+    def _named(self, cls: str, tenant: str) -> tuple:
         c = self.classes.get(cls)
         if c is None:
             c = self.classes[cls] = _Group(self.class_slos.get(cls, self.run_slo))

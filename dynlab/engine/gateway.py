@@ -12,17 +12,15 @@ how it knows what is queued.
 
 ``always`` (the default) admits every request and builds no gateway at all; the built-in plugin
 (``dynlab_builtins.admission``) registers it with ``queue-bound`` and ``token-bucket``. Requests carry
-their class and tenant as attributes (:func:`request_class`, :func:`request_tenant`).
+their class and tenant as attributes (:func:`dynlab.routing.strategy.request_class`, ``request_tenant``).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
 from dynlab.engine.metrics import Recorder
-from dynlab.engine.request import DEFAULT_CLASS, request_class, request_tenant
 
-__all__ = ["AdmissionPolicy", "Always", "build_policy", "parse_policy", "request_class", "request_tenant",
-           "DEFAULT_CLASS"]
+__all__ = ["AdmissionPolicy", "Always", "build_policy", "parse_policy"]
 
 def parse_policy(spec: str) -> tuple[str, dict]:
     """``"NAME:KEY=VALUE,KEY=VALUE"`` -> ``(NAME, {KEY: VALUE})`` (text values; ``"NAME"`` alone: no options).

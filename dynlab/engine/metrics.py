@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Sequence
 
-from dynlab.engine.request import request_class
 from dynlab.routing.hashing import overlap
+from dynlab.routing.strategy import request_class
 
 
 def ratio(num: float, den: float, digits: int = 4) -> float:

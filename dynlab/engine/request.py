@@ -15,27 +15,12 @@ from typing import Optional, Sequence
 from dynlab.kv.run_pool import expand
 from dynlab.routing.strategy import NO_ATTRS
 
-__all__ = ["EngineRequest", "DECODE_TOKENS", "peak_tokens", "request_class", "request_tenant", "DEFAULT_CLASS"]
+__all__ = ["EngineRequest", "DECODE_TOKENS", "peak_tokens"]
 
 #: tokens a decode step computes (its KV) and emits per request: 1. Everything that counts decode
 #: tokens (the batch's decodes, a bulk run's length and block boundaries, a finish's emitted
 #: token, a P/D reservation's next token) reads it here (speculative decoding: ``1 + K``).
 DECODE_TOKENS = 1
-
-
-#: the class (and tenant) of a request whose attributes name none
-DEFAULT_CLASS = "default"
-
-
-def request_class(attrs) -> str:
-    """A request's class: its ``class`` attribute (a trace field or a workload spec's), else (none, or empty)
-    ``default``."""
-    return attrs.get("class") or DEFAULT_CLASS
-
-
-def request_tenant(attrs) -> str:
-    """A request's tenant: its ``tenant`` attribute, else its ``user``, else (none, or empty) ``default``."""
-    return attrs.get("tenant") or attrs.get("user") or DEFAULT_CLASS
 
 
 def peak_tokens(req, spec=None) -> int:

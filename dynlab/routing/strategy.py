@@ -18,6 +18,19 @@ from dynlab.slots import quick_maker, quick_replacer
 
 #: the attributes of a request that has none: one shared empty read-only mapping (``Request.attrs``'s default)
 NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+#: the class (and tenant) of a request whose attributes name none
+DEFAULT_CLASS = "default"
+
+
+def request_class(attrs: Mapping[str, Any]) -> str:
+    """A request's class: its ``class`` attribute (a trace field or a workload spec's), else (none, or empty)
+    ``default`` (``attrs``: :attr:`Request.attrs`)."""
+    return attrs.get("class") or DEFAULT_CLASS
+
+
+def request_tenant(attrs: Mapping[str, Any]) -> str:
+    """A request's tenant: its ``tenant`` attribute, else its ``user``, else (none, or empty) ``default``."""
+    return attrs.get("tenant") or attrs.get("user") or DEFAULT_CLASS
 
 
 @dataclass(frozen=True, slots=True)

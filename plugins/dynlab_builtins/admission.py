@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from dynlab import hookimpl
-from dynlab.engine.gateway import AdmissionPolicy, Always, request_class, request_tenant
+from dynlab.engine.gateway import AdmissionPolicy, Always
+from dynlab.routing.strategy import request_class, request_tenant
 
 
 def _per_name(opts: Mapping[str, str], key: str, spec: str) -> dict:

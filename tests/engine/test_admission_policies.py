@@ -11,7 +11,8 @@ import pytest
 
 from dynlab import plugins
 from dynlab.engine.config import SimConfig
-from dynlab.engine.gateway import AdmissionPolicy, build_policy, parse_policy, request_class, request_tenant
+from dynlab.engine.gateway import AdmissionPolicy, build_policy, parse_policy
+from dynlab.routing.strategy import request_class, request_tenant
 from dynlab.sim import run
 from dynlab.sim.records import RequestRecorder
 from helpers import invoke, terms_off
