@@ -49,7 +49,7 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
             "ttft_ms": measured(r, "ttft_ms", t.percentile), "tpot_ms": measured(r, "tpot_ms", t.percentile),
             "headroom": t.headroom(r) if r else None, "preemptions": r.get("preemptions"),
             "error_band_pct": r.get("error_band_pct"), "latency_domain": r.get("latency_domain"),
-            "binding": o.kind, "why": o.why, "never_share": round(o.never_share, 6),
+            "binding": o.kind, "why": o.why, "never_share": round(o.never_share, 6), "slo_floors": o.slo_floors,
             "lower_bound_workers": o.lower, "replays": replays})
     return {**header, "shapes": shapes}
 
