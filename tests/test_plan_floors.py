@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from html import escape
 
+import pytest
 from click.testing import CliRunner
 
 from dynlab.cli import main
@@ -113,3 +114,51 @@ def test_floor_text_within_the_allowed_share():
                       Target(2000, 50), 1000)
     assert text == ("TTFT: 0.50% (5 of 1,000) miss 2000 ms alone (a prompt's own prefill takes up to 2,500 ms), "
                     "within the 1.00% allowed.")
+
+
+# --------------------------------------------------------------------------- item 6: extrapolated shapes
+@pytest.fixture
+def small_trace(tmp_path):
+    return _trace(tmp_path / "s.jsonl")
+
+
+def test_extrapolated_shapes_are_marked(small_trace, tmp_path):
+    # the roofline's defaults were fitted on h100/h200 at tp 1-2 (docs/latency.md): of h100 and b200 at tp 1
+    # and 4, only h100x1 is inside; b200 (another GPU) and tp 4 are outside. Four 100-token prompts with a
+    # 1,000 ms TTFT target: one worker of any shape serves them (one step of 400 tokens takes a few ms), so
+    # the ranking is by GPUs: the two 1-GPU shapes first, one of them the extrapolated b200x1.
+    html = tmp_path / "p.html"
+    args = ["--trace", small_trace, "--slo-ttft-ms", 1000, "--gpu", "h100,b200", "--tp", "1,4",
+            "--executor", "serial", "--quiet"]
+    plan = json.loads(_plan(*args, "--format", "json").stdout)
+    marked = {s["shape"]: s["extrapolated"] for s in plan["shapes"]}
+    assert marked == {"h100x1 kv-cost": False, "b200x1 kv-cost": True, "h100x4 kv-cost": True,
+                      "b200x4 kv-cost": True}
+    assert [s["workers"] for s in plan["shapes"]] == [1, 1, 1, 1]
+    assert {s["shape"] for s in plan["shapes"][:2]} == {"h100x1 kv-cost", "b200x1 kv-cost"}
+    by = {s["shape"]: s for s in plan["shapes"]}
+    assert by["h100x1 kv-cost"]["latency_domain"] is None
+    assert "GPU b200" in by["b200x1 kv-cost"]["latency_domain"]
+    assert "tp 4" in by["h100x4 kv-cost"]["latency_domain"]
+    out = _plan(*args, "--format", "table", "--report", html)
+    assert out.exit_code == 0, out.stderr
+    rows = {line.split()[1] + " " + line.split()[2]: line for line in out.stdout.splitlines()[1:5]}
+    assert rows["b200x1 kv-cost"].split()[3] == "*" and rows["h100x1 kv-cost"].split()[3] == "1"
+    lines = out.stdout.splitlines()
+    note = next(i for i, line in enumerate(lines) if line.startswith("*: extrapolated"))
+    assert lines[note + 1:note + 4] == [f"  {s['shape']}: {s['latency_domain']}" for s in plan["shapes"]
+                                        if s["extrapolated"]]
+    # the same words on stderr, once per shape, and in the report (its table and each run's domain)
+    for shape in ("b200x1 kv-cost", "h100x4 kv-cost", "b200x4 kv-cost"):
+        assert f"Warning: {shape}: latency model outside its validated domain: {by[shape]['latency_domain']}" \
+            in out.stderr
+        assert escape(by[shape]["latency_domain"], quote=False) in html.read_text()
+    assert "h100x1 kv-cost:" not in out.stderr
+    assert escape("*: extrapolated", quote=False) in html.read_text()
+
+
+def test_no_note_when_every_shape_is_inside(small_trace):
+    out = _plan("--trace", small_trace, "--slo-ttft-ms", 1000, "--gpu", "h100,h200", "--executor", "serial",
+                "--quiet", "--format", "table")
+    assert out.exit_code == 0, out.stderr
+    assert "extrapolated" not in out.stdout and "*" not in out.stdout and "Warning" not in out.stderr

@@ -33,6 +33,7 @@ class Outcome:
     helps: dict = field(default_factory=dict)
     slo_floors: dict = field(default_factory=dict)
     users: Optional[int] = None
+    domain: Optional[str] = None
 
     @property
     def workers(self) -> Optional[int]:
@@ -125,7 +126,8 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         share = analysis.prefill_share(work) if shape.pd else 0.5
         o = Outcome(shape, _search(shape, config, target, lower, top, share), lower, never, users=users,
                     slo_floors={k: fl.per_slo(k, slo, 1.0 - target.allowed_miss)
-                                for k, slo in (("ttft", target.slo_ttft_ms), ("tpot", target.slo_tpot_ms))})
+                                for k, slo in (("ttft", target.slo_ttft_ms), ("tpot", target.slo_tpot_ms))},
+                    domain=lat.describe_hardware().get("latency_domain"))
         if never > target.allowed_miss:
             o.kind = "compute"
             o.helps = analysis.help_shares(requests, timed, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
