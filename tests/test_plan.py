@@ -471,8 +471,8 @@ def test_json_keys_are_pinned(queue_trace):
         "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens", "pd", "meets", "workers",
         "shown_workers", "split", "gpus",
         "usd_per_hour", "goodput", "ttft_ms", "tpot_ms", "headroom", "preemptions", "error_band_pct", "latency_domain",
-        "binding", "why",
-        "never_share", "lower_bound_workers", "replays"]
+        "extrapolated", "binding", "why",
+        "never_share", "slo_floors", "lower_bound_workers", "replays"]
     assert list(plan["shapes"][0]["replays"][0]) == ["workers", "meets", "misses", "search"]
     assert (plan["target"], plan["arrivals"], plan["max_workers"]) == (
         "TTFT <= 50 ms at p99", "12 requests, all at one instant", 128)

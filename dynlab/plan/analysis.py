@@ -74,8 +74,26 @@ class Floors:
     def ttft_quantile(self, q: float) -> float:
         """The ``q`` (0..1) quantile of the TTFT floors (nearest rank): the lowest TTFT target a
         ``q`` percentile can meet on this shape."""
-        ordered = sorted(self.ttft)
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
+        return _quantile(self.ttft, q) or 0.0
+
+    def per_slo(self, slo: str, target_ms: Optional[float], q: float) -> Optional[dict]:
+        """One SLO's floor, ``slo`` ``"ttft"`` or ``"tpot"``: ``never_share``, the share of all requests (0..1)
+        whose floor alone misses ``target_ms`` (``None`` without that SLO); ``lowest_ms``, the ``q`` quantile
+        of the floors (nearest rank over the requests that have one: the lowest target of that SLO alone a
+        ``q`` percentile can meet here); ``worst_ms``, the longest floor. ``None`` when no request has a
+        floor of it (a TPOT with speculative decoding, or one-token requests only)."""
+        values = [v for v in (self.ttft if slo == "ttft" else self.tpot) if v is not None]
+        if not values:
+            return None
+        miss = None if target_ms is None else sum(1 for v in values if v > target_ms) / len(self.ttft)
+        return {"never_share": None if miss is None else round(miss, 6), "lowest_ms": round(_quantile(values, q), 3),
+                "worst_ms": round(max(values), 3)}
+
+
+def _quantile(values: Sequence[float], q: float) -> Optional[float]:
+    """The ``q`` (0..1) quantile of ``values`` by nearest rank; ``None`` for no value."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else None
 
 
 def client_ms(config: SimConfig) -> float:

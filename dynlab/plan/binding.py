@@ -20,30 +20,66 @@ def _pct(share: float) -> str:
     return f"{share * 100:.2f}%"
 
 
-def compute_text(target: Target, never: float, n_requests: int, floor_q: float, worst_ms: float,
+def compute_text(target: Target, never: float, n_requests: int, slo_floors: Mapping[str, Optional[Mapping]],
                  helps: Mapping[str, float], floor_workers: Optional[int], floor_goodput: Optional[float],
                  floor_note: str = "") -> str:
     """Why no worker count meets ``target``: ``never`` (0..1) of the ``n_requests`` miss an SLO even served
-    alone with every prefix hit possible (their prefill alone up to ``worst_ms``); ``floor_q``: the lowest
-    TTFT target the percentile can meet; ``helps``: change -> the share that would still never meet it;
-    ``floor_workers``: the fewest workers found to add no misses beyond these (goodput ``floor_goodput``);
-    ``floor_note``: why that search found none (said when ``floor_workers`` is ``None``)."""
+    alone with every prefix hit possible; ``slo_floors``: each SLO's floor (``"ttft"``, ``"tpot"``:
+    :meth:`dynlab.plan.analysis.Floors.per_slo`), said per SLO given (:func:`floor_text`: the share missing it
+    alone, the longest floor, and the lowest target it could meet when it binds); ``helps``: change -> the
+    share that would still never meet them; ``floor_workers``: the fewest workers found to add no misses
+    beyond these (goodput ``floor_goodput``); ``floor_note``: why that search found none (said when
+    ``floor_workers`` is ``None``)."""
     count = round(never * n_requests)
     text = (f"compute: {_pct(never)} of requests ({count:,} of {n_requests:,}) miss the SLOs even alone on an idle "
-            f"worker with every prefix hit possible (a prompt's own prefill takes up to {worst_ms:,.0f} ms), more than "
-            f"the {_pct(target.allowed_miss)} {target.describe()} allows: no worker count helps.")
-    if target.slo_ttft_ms is not None and target.goodput is None:
-        text += f" The lowest TTFT target {target.percentile} can meet here is about {floor_q:,.0f} ms."
+            f"worker with every prefix hit possible, more than the {_pct(target.allowed_miss)} {target.describe()} "
+            "allows: no worker count helps.")
+    slos = (("ttft", target.slo_ttft_ms), ("tpot", target.slo_tpot_ms))
+    for slo, ms in slos:
+        if ms is not None and slo_floors.get(slo):
+            text += " " + floor_text(slo, ms, slo_floors[slo], target, n_requests)
     if helps:
         text += " " + helps_text(helps, never, target.allowed_miss)
-    if target.slo_ttft_ms is not None:
-        text += " P/D keeps decodes out of the prefill steps but does not shorten a prompt's own prefill."
+    text += _pd_text([slo for slo, ms in slos if ms is not None and (slo_floors.get(slo) or {}).get("never_share")])
     if floor_workers is not None:
         text += (f" {_workers(floor_workers)} serve{'s' if floor_workers == 1 else ''} every other request within the SLOs"
                  f" (goodput {floor_goodput:.4f}).")
     elif floor_note:
         text += f" The other requests are not all served within the SLOs either: {floor_note}."
     return text
+
+
+#: each SLO's floor in words: its name, what its floor is, the floor's name
+_FLOORS = {"ttft": ("TTFT", "a prompt's own prefill takes up to", "the prefill floor"),
+           "tpot": ("TPOT", "one decode step alone takes up to", "the decode floor")}
+
+
+def floor_text(slo: str, slo_ms: float, floor: Mapping, target: Target, n_requests: int) -> str:
+    """One SLO's floor in words (``slo``: ``"ttft"`` or ``"tpot"``; ``floor``: its
+    :meth:`~dynlab.plan.analysis.Floors.per_slo`): *binds* when the share missing ``slo_ms`` alone is over what
+    ``target`` allows (then the lowest target of it the percentile, or the goodput share, could meet), a share
+    within it, or *does not bind* when no request misses it alone."""
+    name, what, called = _FLOORS[slo]
+    share = floor["never_share"]
+    worst = f"{what} {floor['worst_ms']:,.0f} ms"
+    if not share:
+        return f"{name} does not bind: no request misses {slo_ms:g} ms alone ({worst})."
+    who = target.percentile if target.goodput is None else f"a goodput of {target.goodput:g}"
+    missed = f"{_pct(share)} ({round(share * n_requests):,} of {n_requests:,}) miss {slo_ms:g} ms alone"
+    if share <= target.allowed_miss:
+        return f"{name}: {missed} ({worst}), within the {_pct(target.allowed_miss)} allowed."
+    return (f"{name} binds: {missed}: {worst} ({called}); the lowest {name} target {who} can meet here is about "
+            f"{floor['lowest_ms']:,.0f} ms.")
+
+
+def _pd_text(missed: Sequence[str]) -> str:
+    """What P/D does to the floors of the SLOs in ``missed`` (``"ttft"``, ``"tpot"``): nothing."""
+    what = {"ttft": "a prompt's own prefill", "tpot": "a decode step alone"}
+    if not missed:
+        return ""
+    if len(missed) == 1:
+        return f" P/D keeps decodes out of the prefill steps but does not shorten {what[missed[0]]}."
+    return " P/D keeps decodes out of the prefill steps but shortens neither " + " nor ".join(what[m] for m in missed) + "."
 
 
 def helps_text(helps: Mapping[str, float], never: float, allowed: float) -> str:

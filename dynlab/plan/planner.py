@@ -31,9 +31,9 @@ class Outcome:
     why: str = ""
     floor: Optional[Search] = None
     helps: dict = field(default_factory=dict)
-    floor_q: float = 0.0
-    worst: float = 0.0
+    slo_floors: dict = field(default_factory=dict)
     users: Optional[int] = None
+    domain: Optional[str] = None
 
     @property
     def workers(self) -> Optional[int]:
@@ -124,13 +124,14 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         else:  # closed loop: no arrival span to bound the work by; C users never keep more than C workers busy
             top, lower = min(cap, users), 1
         share = analysis.prefill_share(work) if shape.pd else 0.5
-        o = Outcome(shape, _search(shape, config, target, lower, top, share), lower, never, users=users)
+        o = Outcome(shape, _search(shape, config, target, lower, top, share), lower, never, users=users,
+                    slo_floors={k: fl.per_slo(k, slo, 1.0 - target.allowed_miss)
+                                for k, slo in (("ttft", target.slo_ttft_ms), ("tpot", target.slo_tpot_ms))},
+                    domain=lat.describe_hardware().get("latency_domain"))
         if never > target.allowed_miss:
             o.kind = "compute"
             o.helps = analysis.help_shares(requests, timed, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
                                            latency_for)
-            o.floor_q = fl.ttft_quantile(1.0 - target.allowed_miss)
-            o.worst = max(fl.ttft)
             floor_goodput = 1.0 - never - target.allowed_miss
             if floor_goodput > 0:
                 relaxed = Target(target.slo_ttft_ms, target.slo_tpot_ms, goodput=round(floor_goodput, 6))
@@ -180,7 +181,7 @@ def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
         if o.kind == "compute":
             fw = o.floor.best() if o.floor is not None and o.floor.target is not target else None
             fg = o.floor.tested[fw][1].get("goodput") if fw is not None else None
-            o.why = compute_text(target, o.never_share, n_requests, o.floor_q, o.worst, o.helps, fw, fg,
+            o.why = compute_text(target, o.never_share, n_requests, o.slo_floors, o.helps, fw, fg,
                                  _floor_note(o.floor) if fw is None else "")
             continue
         best = s.best()

@@ -34,6 +34,7 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
     shapes = []
     for o in ranked(outcomes, prices):
         r, t = o.shown_result(), o.search.target
+        domain = r.get("latency_domain") or o.domain  # the replay's (profile, drafter), else the latency model's
         replays = [{"workers": n, "meets": ok, "misses": t.misses(res), "search": "answer"}
                    for n, (ok, res) in sorted(o.search.tested.items())]
         if o.floor is not None:
@@ -48,8 +49,9 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
             "usd_per_hour": usd_per_hour(o, prices), "goodput": r.get("goodput"),
             "ttft_ms": measured(r, "ttft_ms", t.percentile), "tpot_ms": measured(r, "tpot_ms", t.percentile),
             "headroom": t.headroom(r) if r else None, "preemptions": r.get("preemptions"),
-            "error_band_pct": r.get("error_band_pct"), "latency_domain": r.get("latency_domain"),
-            "binding": o.kind, "why": o.why, "never_share": round(o.never_share, 6),
+            "error_band_pct": r.get("error_band_pct"), "latency_domain": domain,
+            "extrapolated": domain is not None,
+            "binding": o.kind, "why": o.why, "never_share": round(o.never_share, 6), "slo_floors": o.slo_floors,
             "lower_bound_workers": o.lower, "replays": replays})
     return {**header, "shapes": shapes}
 
@@ -74,7 +76,7 @@ def table(plan: Mapping) -> str:
         workers = str(s["workers"]) if s["meets"] else (f"({s['shown_workers']})" if s["shown_workers"] else "-")
         if s["split"] and s["shown_workers"]:
             workers += f" [{s['split']}]"
-        rows.append([str(i) if s["meets"] else "-", s["shape"], workers, _cell(s["gpus"]) if s["meets"] else "-",
+        rows.append([str(i) if s["meets"] else "-", s["shape"] + (f" {EXTRAPOLATED}" if s.get("extrapolated") else ""), workers, _cell(s["gpus"]) if s["meets"] else "-",
                      _cell(s["usd_per_hour"], "{:.2f}") if s["meets"] else "-", _cell(s["goodput"]),
                      _banded(s, "ttft_ms", pct), _banded(s, "tpot_ms", pct), _cell(s["headroom"], "{:.1%}"),
                      s["binding"]])
@@ -91,7 +93,22 @@ def table(plan: Mapping) -> str:
         lines.append(f"- {s['shape']}: {s['why']}")
     if any(s.get("error_band_pct") for s in plan["shapes"]):
         lines.append("(±x%): the calibration profile's cross-validated median error of that figure")
+    lines += extrapolated_lines(plan["shapes"])
     return "\n".join(lines)
+
+
+#: the table's mark of a shape whose latency model answers outside its validated domain
+EXTRAPOLATED = "*"
+
+
+def extrapolated_lines(shapes: Sequence[Mapping]) -> list[str]:
+    """The table's note on the shapes marked :data:`EXTRAPOLATED` (their ``latency_domain``), one line each
+    under a heading; none when every shape is inside its latency model's validated domain."""
+    out = [f"  {s['shape']}: {s['latency_domain']}" for s in shapes if s.get("extrapolated")]
+    if not out:
+        return []
+    return [f"{EXTRAPOLATED}: extrapolated: the latency model is outside its validated domain for the shape, so its "
+            "figures, and its rank, rest on an extrapolation:"] + out
 
 
 def plot(plan: Mapping, path: str) -> None:
