@@ -29,6 +29,11 @@ Spec keys (docs/workloads.md has the full table; rates in requests/s, lengths in
   give their answer's token ids (``output_tokens``), so a turn's next turn hits the answer's blocks
   (:mod:`dynlab.traces.replies`), as vLLM's prefix cache does.
 
+- ``classes``: a mix instead of top-level ``requests``: ``[{"class": NAME, "requests": N, "priority", "tenant",
+  "user", "lora_name", and any of the traffic keys above}]``: each class a workload of its own (the top level's
+  traffic keys, its own over them; RNGs seeded by the seed and its name), its rows carrying ``class`` and the
+  attributes it gives, merged in time order, token ids apart; open loop only.
+
 Each aspect draws from its own RNG (``random.Random(f"{seed}-arrival")``, ``-input``, ``-output``,
 ``-prefix``, ``-sessions``), so changing one key leaves the others' draws as they were.
 """
@@ -39,9 +44,13 @@ import random
 
 from dynlab import hookimpl
 from dynlab.limits import MAX_PROMPT_TOKENS, MAX_SEED_REQUESTS
-from dynlab.traces.workload import Workload
+from dynlab.traces.workload import SpecError, Workload
 
-_KEYS = ("generator", "seed", "requests", "arrival", "input", "output", "prefix", "sessions")
+_KEYS = ("generator", "seed", "requests", "arrival", "input", "output", "prefix", "sessions", "classes")
+#: what a class of ``classes`` may give: its name, its requests, their attributes, its own traffic keys
+_CLASS_KEYS = ("class", "requests", "priority", "tenant", "user", "lora_name", "arrival", "input", "output", "prefix",
+               "sessions")
+_TRAFFIC = ("arrival", "input", "output", "prefix", "sessions")
 _PROCESSES = ("poisson", "gamma", "constant", "piecewise", "closed")
 _DISTS = ("lognormal", "uniform", "constant", "empirical")
 
@@ -201,6 +210,14 @@ class SyntheticWorkload(Workload):
         self.seed = spec.get("seed", 0)
         if type(self.seed) is not int:
             raise self.fail("seed", f"must be an integer, got {self.seed!r}")
+        self.token_base = 1  # the first token id its rows use (a class of a mix: after the classes before it)
+        self.classes = _classes(self, spec) if "classes" in spec else None
+        if self.classes is not None:
+            self.requests = sum(c.requests for c, _ in self.classes)
+            if self.requests > MAX_SEED_REQUESTS:
+                raise self.fail("classes", f"at most {MAX_SEED_REQUESTS:,} requests in all (docs/limits.md), "
+                                f"got {self.requests:,}")
+            return
         self.requests = top.number("requests", integer=True)
         if self.requests > MAX_SEED_REQUESTS:
             raise self.fail("requests", f"at most {MAX_SEED_REQUESTS:,} (docs/limits.md), got {self.requests:,}")
@@ -263,11 +280,14 @@ class SyntheticWorkload(Workload):
         self.think_ms = r.number("think_time_s", 0.0, 0.0, False) * 1000.0
 
     def rows(self):
+        if self.classes is not None:
+            yield from _mixed(self.classes)
+            return
         # every call starts every RNG afresh: the same spec yields the same rows each time
         self.arrivals = _gaps(self, self.spec["arrival"], self._rng("arrival"))
         self.rng_prefix, self.rng_sessions = self._rng("prefix"), self._rng("sessions")
         rin, rout = self._rng("input"), self._rng("output")
-        next_token = 1
+        next_token = self.token_base
         prompts = []
         for _ in range(self.groups):
             prompts.append(list(range(next_token, next_token + self.plen)))
@@ -297,6 +317,7 @@ class SyntheticWorkload(Workload):
                 made.append((round(t, 3), len(made), prompt, out, answer))
                 history = prompt + answer  # the answer joins the history
                 next_token += out
+        self.token_end = next_token
         made.sort(key=lambda m: (m[0], m[1]))
         if self.closed_turns:  # row position of each later turn -> (its previous turn's, think time ms)
             where = {m[1]: i for i, m in enumerate(made)}
@@ -307,6 +328,61 @@ class SyntheticWorkload(Workload):
                 yield {"timestamp": t, "tokens": prompt, "output_length": out, "output_tokens": answer}
             else:
                 yield {"timestamp": t, "tokens": prompt, "output_length": out}
+
+
+def _classes(parent: SyntheticWorkload, spec: dict) -> list:
+    """The classes of a mix (``classes``): ``[(SyntheticWorkload, attributes)]``, each class a workload of its
+    own spec (the top level's traffic keys, its own over them; its ``requests``; its own RNGs, seeded by the
+    spec's seed and its name) whose rows carry ``class`` and the attributes it gives."""
+    classes = spec["classes"]
+    if not isinstance(classes, list) or not classes:
+        raise parent.fail("classes", f"must be a list of classes ({{\"class\": NAME, \"requests\": N, ...}}), "
+                          f"got {classes!r}")
+    if "requests" in spec:
+        raise parent.fail("requests", "a mix of classes gives requests per class (classes[i].requests)")
+    out, names = [], set()
+    for i, table in enumerate(classes):
+        path = f"classes[{i}]"
+        r = _Reader(parent, table, path, _CLASS_KEYS)
+        name = table.get("class")
+        if not isinstance(name, str) or not name or name in names:
+            raise parent.fail(f"{path}.class", f"must be a name of its own (a non-empty string), got {name!r}")
+        names.add(name)
+        r.number("requests", integer=True)
+        attrs = {"class": name}
+        for key in ("priority", "tenant", "user", "lora_name"):
+            if key in table:
+                value = table[key]
+                if (type(value) is not int) if key == "priority" else not isinstance(value, str):
+                    kind = "an integer" if key == "priority" else "a string"
+                    raise parent.fail(f"{path}.{key}", f"must be {kind}, got {value!r}")
+                attrs[key] = value
+        own = {k: v for k, v in spec.items() if k in _TRAFFIC}
+        own.update({k: table[k] for k in _TRAFFIC if k in table})
+        own["requests"] = table["requests"]
+        try:
+            child = SyntheticWorkload(own, parent.source)
+        except SpecError as exc:  # named where the class's key (or the top level's it took) is
+            raise parent.fail(f"{path}.{exc.key}" if exc.key else path, exc.message) from None
+        if child.closed is not None or child.closed_turns:
+            raise parent.fail(path, "a class of a mix arrives open loop (no closed arrival or closed sessions)")
+        child.seed = f"{parent.seed}-{name}"
+        out.append((child, attrs))
+    return out
+
+
+def _mixed(classes: list):
+    """The rows of every class, in time order (a tie: the earlier class first, then its own order), each
+    carrying its class's attributes; token ids apart (each class starts after the ids of the one before)."""
+    merged, base = [], 1
+    for k, (child, attrs) in enumerate(classes):
+        child.token_base = base
+        for i, row in enumerate(child.rows()):
+            merged.append((row["timestamp"], k, i, {**row, **attrs}))
+        base = child.token_end
+    merged.sort(key=lambda m: m[:3])
+    for *_, row in merged:
+        yield row
 
 
 @hookimpl
