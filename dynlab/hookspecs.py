@@ -65,6 +65,15 @@ def dynlab_register_scorers(register):
 
 
 @hookspec
+def dynlab_register_engine_kinds(register):
+    """Register engine kinds of the timed fleet: ``register(EngineKindSubclass)``.
+
+    The class must subclass :class:`dynlab.engine.kinds.EngineKind` and set a non-empty class
+    attribute ``name`` (the ``--engine`` value).
+    """
+
+
+@hookspec
 def dynlab_register_queue_policies(register):
     """Register queue policies of the timed engine: ``register(QueuePolicySubclass)``.
 

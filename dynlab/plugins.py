@@ -1,5 +1,5 @@
 """The plugin manager and the registries of strategies, eviction policies, trace formats, latency models,
-scorers, workload generators, queue policies and admission policies.
+scorers, workload generators, engine kinds, queue policies and admission policies.
 
 The manager is built on first use (:func:`get_plugin_manager`), never at import
 time, from the ``dynlab`` entry-point group; the registries are rebuilt from the
@@ -190,7 +190,7 @@ def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
     return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
             "latency model": latency_models, "scorer": scorers, "workload": workloads,
-            "queue policy": queue_policies, "admission policy": admission_policies}
+            "engine kind": engine_kinds, "queue policy": queue_policies, "admission policy": admission_policies}
 
 
 def distribution_version(source: str) -> str | None:
@@ -256,3 +256,10 @@ def admission_policies(pm: pluggy.PluginManager | None = None) -> Registry:
     from dynlab.engine.gateway import AdmissionPolicy
 
     return _collect("dynlab_register_admission_policies", "admission policy", AdmissionPolicy, pm)
+
+
+def engine_kinds(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered engine kind of the timed fleet (``--engine`` names)."""
+    from dynlab.engine.kinds import EngineKind
+
+    return _collect("dynlab_register_engine_kinds", "engine kind", EngineKind, pm)

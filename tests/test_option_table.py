@@ -180,6 +180,9 @@ def sim_rows(cmd: list) -> dict:
         # (600 tokens) arrives: full admission waits for its 38 blocks, chunk admits 64-token chunks and preempts
         "--admission": changes(busy + ["--mode", "rr", "--capacity", "70", "--block", "16",
                                        "--max-num-batched-tokens", "64"], ["--admission", "chunk"]),
+        # one built-in engine kind: naming it is refused where it would do nothing (NO_EFFECT); a third-party
+        # kind changes a run (tests/test_thirdparty_plugin.py)
+        "--engine": refuses(cmd + ["--engine", "vllm"], "--engine"),
         # at --max-num-seqs 1 H waits for L (fcfs), or displaces it (priority-displace): H's TTFT changes
         "--queue-policy": changes(cmd + ["--timing", "--trace", PRIO, "--max-num-seqs", "1"],
                                   ["--queue-policy", "priority-displace"]),
@@ -492,6 +495,8 @@ TABLE.update({
     ("plan", "--pcie-gbps"): changes(TIER, ["--pcie-gbps", "1"]),
     ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
     ("plan", "--admission"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--admission", "chunk")),
+    # one built-in engine kind: plan checks the name (a third-party kind changes replays, as sim's do)
+    ("plan", "--engine"): refuses(PLAN + ["--engine", "no-such-kind"], "--engine"),
     ("plan", "--queue-policy"): changes(["plan", "--trace", PRIO, *LOGGED[3:], "--max-num-seqs", "1"],
                                         ["--queue-policy", "priority-displace"]),
     ("plan", "--admission-policy"): lambda run: plan_differ(run(*ADMISSION),

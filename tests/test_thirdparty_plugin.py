@@ -205,3 +205,35 @@ def test_sim_sheds_with_it(installed_plugin, tmp_path):
     assert [json.loads(line).get("shed", False) for line in out.read_text().splitlines()] == [False, True, False]
     bad = dynlab("sim", "--timing", "--admission-policy", f"{ADMISSION_POLICY}:size=3")
     assert bad.returncode == 2 and "unknown option 'size'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --------------------------------------------------------------------------- a third-party engine kind
+ENGINE_KIND = "one-at-a-time"
+
+
+def test_sim_serves_on_its_engine_kind(installed_plugin, tmp_path):
+    """Two 16-token requests at 0 on one worker, linear 10 ms + 1 ms per prefill token + 2 ms per decode, every
+    overhead term off. vllm batches them: one 32-token prefill, both first tokens at 10 + 32 = 42 ms.
+    one-at-a-time (max_num_seqs 1): R0 prefills 0-26 and decodes its 2nd token 26-38; R1 prefills 38-64."""
+    from helpers import terms_off_args
+
+    proc = dynlab("plugins")
+    assert any(line.split()[:4] == ["engine", "kind", ENGINE_KIND, installed_plugin]
+               for line in proc.stdout.splitlines()), proc.stdout
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 0, "tokens": list(range(100 * i, 100 * i + 16)),
+                                        "output_length": 2}) + "\n" for i in range(2)))
+    first = {}
+    for kind in ("vllm", ENGINE_KIND):
+        out = tmp_path / f"{kind}.jsonl"
+        proc = dynlab("sim", "--timing", "--workers", 1, "--trace", path, "--trace-format", "tokens",
+                      "--engine", kind, "--latency-model", "linear", "--latency-opt", "beta0=10",
+                      "--latency-opt", "beta1=1", "--latency-opt", "beta2=2", *terms_off_args("linear"),
+                      "--requests-out", out, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        first[kind] = [json.loads(line)["first_token_ms"] for line in out.read_text().splitlines()]
+        assert json.loads(proc.stdout).get("engine") == (None if kind == "vllm" else kind)
+    assert first == {"vllm": [42.0, 42.0], ENGINE_KIND: [26.0, 64.0]}
+    bad = dynlab("sim", "--timing", "--engine", ENGINE_KIND, "--async-scheduling")
+    assert bad.returncode == 2 and "one-at-a-time: no --async-scheduling" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -30,7 +30,7 @@ SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "tr
           "concurrency", "think_time_ms", "num_requests", "warmup",
           "gpu_memory_utilization",
           "publish",
-          "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "queue_policy", "admission_policy", "seed",
+          "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "engine_kind", "queue_policy", "admission_policy", "seed",
           "slo_ttft_ms",
           "slo_tpot_ms", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
           "link_latency_ms")

@@ -224,6 +224,9 @@ SIM_OPTIONS = [
      "(shed a request when its class has N queued: admitted, no first token yet) or token-bucket:rate=R,burst=B,"
      "rate.TENANT=R (per tenant, R requests/s with bursts of B); a shed request is never served and counts against "
      "goodput (see docs/engine.md and `dynlab plugins`)."),
+    (("--engine",), "engine_kind", RegistryName("engine kind", plugins.engine_kinds), "vllm",
+     "With --timing: what each worker is: vllm (vLLM 0.33's scheduler and KV cache manager, the only built-in "
+     "kind; --async-scheduling is its AsyncScheduler); see `dynlab plugins`."),
     (("--queue-policy",), "queue_policy", RegistryName("queue policy", plugins.queue_policies), "fcfs",
      "With --timing: the order of each engine's waiting queue and whom it preempts: fcfs (vLLM's default), "
      "priority (vLLM 0.33's --scheduling-policy priority: by the requests' priority attribute, lower first) "

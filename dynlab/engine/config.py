@@ -100,6 +100,7 @@ class SimConfig(Sectioned):
     pcie_gbps: float = 25.0
     cpu_write: str = "compute"
     admission: str = "full"
+    engine_kind: str = "vllm"  # what each worker is: an --engine name (dynlab.engine.kinds)
     queue_policy: str = "fcfs"
     admission_policy: str = "always"
     async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
@@ -119,8 +120,7 @@ class SimConfig(Sectioned):
     duration_repeat: str = "new"
     workload: Optional[str] = None
     tokenizer: Optional[str] = None
-    # --- models helper (issue 25): parallelism and KV dtype of a timed worker (dynlab.models.parallel) ---
-    ep: int = 1
+    ep: int = 1  # ep, pp, dp_attention, kv_cache_dtype: a timed worker's parallelism (dynlab.models.parallel)
     pp: int = 1
     dp_attention: bool = False
     kv_cache_dtype: str = "auto"
@@ -296,7 +296,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_token
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
                      "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "queue_policy",
-                     "admission_policy", "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
+                     "admission_policy", "engine_kind", "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
                      "request_overhead_ms", "detok_us_per_token", "slo_classes")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
@@ -312,7 +312,8 @@ _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 
 #: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
-_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests", "slo_classes": "--slo"}
+_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests", "slo_classes": "--slo",
+          "engine_kind": "--engine"}
 
 
 def _flag(name: str) -> str:

@@ -91,38 +91,32 @@ class TimedSetup:
     kv_layout: Any = None
 
     def engines(self) -> list[EngineWorker]:
-        c = self.config
-        if c.async_scheduling:  # vLLM's AsyncScheduler (dynlab.engine.async_steps)
-            from dynlab.engine.async_steps import AsyncEngineWorker as worker
-        else:
-            worker = EngineWorker
-        return [worker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
-                       max_num_seqs=c.max_num_seqs, bulk=self.bulk, cpu_capacity=self.cpu_capacity or 0,
-                       load_ms_per_block=self.load_ms_per_block, cpu_write=c.cpu_write,
-                       runs=self.runs_of is not None, kv_layout=self.kv_layout, spec=spec_decoding(c),
-                       admission=c.admission, queue_policy=self.queue_policy())
-                for w in range(c.workers)]
+        """Fresh workers of an aggregated pool, ``config.workers`` of the run's engine kind (:meth:`engine_kind`)."""
+        kind = self.engine_kind()
+        return [kind.build(self, w) for w in range(self.config.workers)]
+
+    def engine_kind(self):
+        """The run's engine kind (``config.engine_kind``, a registered name: :mod:`dynlab.engine.kinds`)."""
+        from dynlab.plugins import engine_kinds
+
+        return engine_kinds().get(self.config.engine_kind)()
 
     def queue_policy(self):
         """The run's queue policy (``config.queue_policy``, a registered name: :func:`dynlab.plugins.queue_policies`)."""
-        from dynlab.plugins import queue_policies
+        policy = self.__dict__.get("_queue_policy")
+        if policy is None:  # one instance for every worker (a policy keeps no state: each queue is its own)
+            from dynlab.plugins import queue_policies
 
-        return queue_policies().get(self.config.queue_policy)()
+            policy = self.__dict__["_queue_policy"] = queue_policies().get(self.config.queue_policy)()
+        return policy
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
         """Fresh ``(prefill, decode)`` pools of ``config.pd()`` workers: prefill engines hand requests off at
         their first token (``handoff=True``); neither has a CPU tier or works on runs."""
-        c = self.config
-        p, d = c.pd()
-
-        def engines(n, handoff):
-            return [EngineWorker(w, self.capacity, c.block, self.latency, max_num_batched_tokens=c.max_num_batched_tokens,
-                                 max_num_seqs=c.max_num_seqs, bulk=self.bulk, handoff=handoff, kv_layout=self.kv_layout,
-                                 admission=c.admission, queue_policy=self.queue_policy(),
-                                 spec=None if handoff else spec_decoding(c))  # speculation: the decode pool only
-                    for w in range(n)]
-
-        return engines(p, True), engines(d, False)
+        p, d = self.config.pd()
+        kind = self.engine_kind()
+        return ([kind.build(self, w, handoff=True) for w in range(p)],
+                [kind.build(self, w, decode=True) for w in range(d)])
 
     def transfer_bytes(self):
         """``(tokens, hit) -> bytes`` a P/D transfer sends with KV cache groups (what is resident,
@@ -141,6 +135,8 @@ class TimedSetup:
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model, "admission": c.admission, "async_scheduling": c.async_scheduling}
+        if c.engine_kind != "vllm":
+            out["engine"] = c.engine_kind
         if c.queue_policy != "fcfs":
             out["queue_policy"] = c.queue_policy
         out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
