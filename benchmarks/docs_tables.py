@@ -54,7 +54,6 @@ BLOCKS = (
     Block("docs/commands.md", "dynlab sweep --grid mode=kv-cost,rr --grid opt.temperature=0,0.5", cheap=True),
     Block("docs/limits.md", "dynlab sim --workers 1000000000", cheap=True),
     Block("docs/limits.md", "dynlab scenario --docs 100000000", cheap=True),
-    Block("docs/limits.md", "dynlab sim --timing --model gpt-oss-20b --trace mooncake-conversation", cheap=True),
     Block("docs/limits.md", "dynlab sim --timing --model gpt-oss-120b --tp 2 --ep 2", cheap=True),
     Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
           "--cpu-capacity 0,60000 --modes kv-cost --format table"),
@@ -70,6 +69,7 @@ BLOCKS = (
           "--modes rr,kv,kv-events,kv-cost,cache-aware --plot ttft.png", image="docs/images/ttft.png"),
     Block("docs/engine.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --time-scale 0.5 "
           "--modes rr,least-loaded,kv-events,kv-cost,cache-aware --slo-ttft-ms 2000 --slo-tpot-ms 50"),
+    Block("docs/engine.md", "dynlab sim --trace mooncake-conversation --timing --model gpt-oss-120b --gpu h200"),
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "
           "--routers 1,2,4"),
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "

@@ -34,12 +34,11 @@ CASES = [
     (["--capacity", "120"], "time-scale=1,1e308", '{"time-scale": 1e+308,',
      "request 1's arrival (timestamp 1000 ms x --time-scale 1e+308) would reach inf ms, past the simulated "
      "clock's horizon (1e+12 ms, 31.7 years); use a smaller --time-scale"),
-    # a model with KV cache groups on 512-token trace blocks replayed at --block 16 (the engine's setup
-    # refuses it; sweep ran the cell and failed it, exit 1)
-    ([], "model=llama-3.1-8b,gpt-oss-20b", '{"model": "gpt-oss-20b",',
-     "gpt-oss-20b has 2 KV cache groups of 12 layers (12 full, 12 sliding_window; 0 padding); dynlab models "
-     "them only when a trace block is one engine block, and this trace's blocks hold 512 tokens against "
-     "--block 16 (replay it with --block 512)"),
+    # a model with KV cache groups and expert parallelism (the engine's setup refuses it: the pool rule is
+    # derived for --tp only; sweep ran the cell and failed it, exit 1). Its 512-token trace blocks at
+    # --block 16 are served (tests/engine/test_kv_groups_trace_blocks.py)
+    (["--model", "gpt-oss-20b", "--tp", "2"], "ep=1,2", '{"ep": 2,',
+     "gpt-oss-20b has KV cache groups, which dynlab models with --tp only (not tp 2 x ep 2)"),
 ]
 
 

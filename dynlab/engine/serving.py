@@ -182,13 +182,17 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         def runs_of(req) -> tuple:
             return engine_block_runs(req.hashes, req.input_length - la, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model, layout)
-    if layout is not None and (runs_of is not None or config.spec_tokens):
-        if config.spec_tokens:
-            raise ValueError(f"{hardware.model.name} has {layout.describe()}; dynlab does not model them with "
-                             "speculative decoding (--spec-tokens)")
-        raise ValueError(f"{hardware.model.name} has {layout.describe()}; dynlab models them only when a trace "
-                         f"block is one engine block, and this trace's blocks hold {trace_block} tokens against "
-                         f"--block {block} (replay it with --block {trace_block})")
+    if layout is not None and config.spec_tokens:
+        raise ValueError(f"{hardware.model.name} has {layout.describe()}; dynlab does not model them with "
+                         "speculative decoding (--spec-tokens)")
+    if layout is not None and runs_of is not None:
+        # KV cache groups over mapped names: every group named from the same engine block names, on the
+        # plain pool (dynlab.kv.hybrid; no runs), the extra groups' names above the mapped ones
+        from dataclasses import replace
+
+        from dynlab.kv.groups import MAPPED_NAME_STRIDE
+
+        layout, runs_of = replace(layout, name_stride=MAPPED_NAME_STRIDE), None
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout)
 

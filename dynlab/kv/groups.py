@@ -32,7 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["SlidingWindowGroup", "ChunkedLocalGroup", "StateGroup", "HybridPool", "hybrid_pool", "hybrid_kv_blocks"]
+__all__ = ["SlidingWindowGroup", "ChunkedLocalGroup", "StateGroup", "HybridPool", "hybrid_pool", "hybrid_kv_blocks",
+           "MAPPED_NAME_STRIDE"]
+
+#: :attr:`HybridPool.name_stride` when engine block names are mapped from trace blocks
+#: (:func:`dynlab.engine.names.engine_block_names`: ``trace id * 2**10 + offset``, below ``2**74`` for the
+#: 64-bit ids of a trace, its ids keyed by ``lora_name``/``cache_salt`` among them)
+MAPPED_NAME_STRIDE = 1 << 74
 
 
 class SlidingWindowGroup:
@@ -109,7 +115,11 @@ class HybridPool:
     ``groups``: the extra groups' objects (one per vLLM KV cache group that is not full attention, in
     order); ``full_groups``: how many full-attention KV cache groups (each holds the request's
     ``ceil(t / B)`` blocks); ``group_size``: layers per group; ``page_bytes``: bytes of one layer's block
-    on one GPU; ``counts``: ``{kind: layers}``; ``padding``: padding layers."""
+    on one GPU; ``counts``: ``{kind: layers}``; ``padding``: padding layers. ``name_stride``: the offset
+    between the names of one block in successive groups (:mod:`dynlab.kv.hybrid`), above every full-group
+    prompt name: ``2**64`` for names of one engine block per trace block (hashes and trace ids), ``2**74``
+    for engine block names mapped from trace blocks (``trace id * 1024 + offset``:
+    :data:`MAPPED_NAME_STRIDE`)."""
 
     groups: tuple
     full_groups: int
@@ -117,6 +127,7 @@ class HybridPool:
     page_bytes: float
     counts: dict
     padding: int
+    name_stride: int = 1 << 64
 
     def block_bytes(self, tp: int) -> int:
         """Bytes of one pool block on a worker of ``tp`` GPUs: one page of each of ``group_size`` layers on

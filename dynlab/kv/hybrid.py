@@ -9,8 +9,12 @@ state, extra full-attention groups) holds its own block table per request, from 
   null blocks), ``keys`` the blocks held (``UNNAMED`` or a name);
 - before each allocation the blocks that left the window are freed (vLLM's ``remove_skipped_blocks``
   at ``num_computed_tokens``); a freed named block stays cached (evictable) as in vLLM;
-- names: group ``i``'s block of prompt block ``j`` is named ``name_j + i * 2**64`` (vLLM hashes the
-  group id into the block hash); these names never reach the KV events (:meth:`step_events` drops them);
+- names: group ``i``'s block of prompt block ``j`` is named ``name_j + i * stride`` (vLLM hashes the
+  group id into the block hash), ``stride`` the layout's ``name_stride``: ``2**64`` when a trace block is
+  one engine block, ``2**74`` for engine block names mapped from trace blocks (``trace id * 1024 + offset``,
+  :mod:`dynlab.engine.names`; every group's names come from the same full-group names, so two requests
+  share a window group's block exactly when they share the full group's); these names never reach the
+  KV events (:meth:`step_events` drops them);
 - prefix hit (vLLM's ``find_longest_cache_hit`` over groups): the longest ``h`` the full group has
   cached for which every window group has its window's blocks before token ``h * block`` cached; a
   state group serves none (``h = 0``);
@@ -36,7 +40,8 @@ Bulk decode runs: a run of decode-only steps stops where the next step would cha
 group's block boundary (as for one group; a window table grows with it) or the first step at which a
 window group frees a block (:meth:`free_slots_of`); it never crosses boundaries (:meth:`take_boundaries`).
 
-Not modelled (refused by the engine set-up): pools working on runs.
+Pools working on runs (:class:`~dynlab.kv.run_pool.RunBlockPool`) are not modelled: with trace blocks of
+several engine blocks the engine set-up gives the groups the plain pool, names one by one.
 """
 from __future__ import annotations
 
@@ -49,7 +54,8 @@ from dynlab.kv.groups import HybridPool, SlidingWindowGroup
 __all__ = ["HybridKvCacheManager", "GROUP_NAME_STRIDE"]
 
 GROUP_NAME_STRIDE = 1 << 64
-"""Offset between the names of one prompt block in successive KV cache groups (names are < 2**64)."""
+"""Offset between the names of one prompt block in successive KV cache groups when a trace block is one
+engine block (names are < 2**64); :attr:`~dynlab.kv.groups.HybridPool.name_stride` is the manager's."""
 
 _NO_WINDOW = 1 << 62  # an extra full-attention group: a window nothing leaves
 
@@ -67,6 +73,7 @@ class HybridKvCacheManager(KvCacheManager):
         self.extra = extra + layout.groups
         self.groups = (FullAttentionGroup(block),) + self.extra
         self.layout = layout
+        self.stride = layout.name_stride
         self.tables: dict = {}  # request -> [[skip, keys] per extra group]
         self.held_tables: dict = {}
         self.reserved_tables: dict = {}
@@ -92,12 +99,12 @@ class HybridKvCacheManager(KvCacheManager):
         return out
 
     def seq_of(self, req, i: int) -> list:
-        """Names of ``req``'s prompt blocks in extra group ``i`` (0-based): ``name + (i + 1) * 2**64``."""
+        """Names of ``req``'s prompt blocks in extra group ``i`` (0-based): ``name + (i + 1) * stride``."""
         seqs = self._seqs.get(req)
         if seqs is None:
             seqs = self._seqs[req] = [None] * len(self.extra)
         if seqs[i] is None:
-            off = (i + 1) * GROUP_NAME_STRIDE
+            off = (i + 1) * self.stride
             seqs[i] = [n + off for n in self.sequence(req)]
         return seqs[i]
 
@@ -258,7 +265,7 @@ class HybridKvCacheManager(KvCacheManager):
     def offload(self, removed: list) -> Optional[Tuple[tuple, tuple]]:
         """Write every group's evicted blocks to the CPU tier; the net change without the extra groups'
         names (what the CPU KV events carry)."""
-        return _own_change(super().offload(removed))
+        return _own_change(super().offload(removed), self.stride)
 
     def write_computed(self, stored: tuple) -> Optional[Tuple[tuple, tuple]]:
         """Write-through at a step's end: the full group's ``stored`` names, then each extra group's blocks
@@ -266,10 +273,10 @@ class HybridKvCacheManager(KvCacheManager):
         extra = []
         for req, i, first, end in self._named:
             lo = max(first, self.extra[i].skipped(req.computed))
-            off = (i + 1) * GROUP_NAME_STRIDE
+            off = (i + 1) * self.stride
             extra += [n + off for n in self.sequence(req)[lo:end]]
         self._named = []
-        return _own_change(super().write_computed(tuple(stored) + tuple(extra)))
+        return _own_change(super().write_computed(tuple(stored) + tuple(extra)), self.stride)
 
     def start_load(self, req, h: int, hc: int, n: int, now: float) -> bool:
         """Admit ``req`` whose lookup found a hit of ``h + hc`` blocks needing the CPU tier: take every
@@ -307,11 +314,11 @@ class HybridKvCacheManager(KvCacheManager):
     def step_events(self) -> tuple:
         """As :meth:`KvCacheManager.step_events`, the extra groups' names left out (the router sees prompt blocks)."""
         stored, _, removed, _, used = super().step_events()
-        return _own(stored), None, _own(removed), None, used
+        return _own(stored, self.stride), None, _own(removed, self.stride), None, used
 
     def removed(self) -> Tuple[tuple, Optional[tuple]]:
         """``(names, None)`` the pool evicted since the step began, the extra groups' names left out."""
-        return _own(tuple(self.evicted())), None
+        return _own(tuple(self.evicted()), self.stride), None
 
     # -- the P/D handoff ----------------------------------------------------------------------
     def hold(self, req) -> None:
@@ -362,14 +369,14 @@ def kv_cache_manager(capacity: int, block: int, kv_layout=None, **kwargs) -> KvC
     return HybridKvCacheManager(capacity, block, kv_layout, **kwargs)
 
 
-def _own_change(change):
+def _own_change(change, stride: int):
     """A CPU tier's net change ``(stored, removed)`` without the extra groups' names (``None`` stays)."""
-    return None if change is None else (_own(change[0]), _own(change[1]))
+    return None if change is None else (_own(change[0], stride), _own(change[1], stride))
 
 
-def _own(names: tuple) -> tuple:
-    """``names`` without the extra groups' (>= :data:`GROUP_NAME_STRIDE`)."""
-    if names and max(names) >= GROUP_NAME_STRIDE:
-        return tuple(n for n in names if n < GROUP_NAME_STRIDE)
+def _own(names: tuple, stride: int) -> tuple:
+    """``names`` without the extra groups' (>= ``stride``, the layout's ``name_stride``)."""
+    if names and max(names) >= stride:
+        return tuple(n for n in names if n < stride)
     return names
 
