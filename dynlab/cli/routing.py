@@ -402,22 +402,22 @@ def _compare_options(fn):
 def _format_table(results: dict) -> str:
     """An aligned text table of the main metrics, one row per run (``-`` where a run lacks a value); a
     column appears when some run has its key (``prefix_hit_rate``: timed runs, the engines' own hit rate,
-    GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``). When some run speculates
-    (``compare --spec-tokens 0,2,4``) the table also has ``tpot_p99_ms`` and ``accept_len`` (the mean
-    acceptance length), the figures that tell K values apart; ``goodput`` shows with an SLO."""
+    GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``; ``ttft_p99_ms`` and ``tpot_p99_ms``
+    beside the medians, as SLOs are p99). When some run speculates (``compare --spec-tokens 0,2,4``) the
+    table also has ``accept_len`` (the mean acceptance length); ``goodput`` shows with an SLO."""
     cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
             ("block_hit_rate", "block_hit_rate"), ("prefix_hit_rate", "prefix_hit_rate"),
             ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
-            ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"),
+            ("tpot_p50_ms", "tpot_ms.p50"), ("tpot_p99_ms", "tpot_ms.p99"), ("goodput", "goodput"),
             ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("xfer_p50_ms", "transfer_ms.p50"),
             ("xfer_p99_ms", "transfer_ms.p99"), ("dwait_p99_ms", "decode_wait_ms.p99"), ("preempted", "preemptions"),
             ("gpu_hit_blocks", "gpu_hit_blocks"), ("cpu_hit_blocks", "cpu_hit_blocks"), ("pcie_gb", "pcie_gb")]
 
     if any("mean_acceptance_length" in r for r in results.values()):
-        at = cols.index(("tpot_p50_ms", "tpot_ms.p50")) + 1
-        cols[at:at] = [("tpot_p99_ms", "tpot_ms.p99"), ("accept_len", "mean_acceptance_length")]
+        at = cols.index(("tpot_p99_ms", "tpot_ms.p99")) + 1
+        cols[at:at] = [("accept_len", "mean_acceptance_length")]
 
     def get(r, path):
         if path == "pcie_gb":

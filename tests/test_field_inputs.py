@@ -1,0 +1,42 @@
+"""Issue 43 (what the field found), items 4, 7 and 8: BurstGPT's failed rows, Azure offsets, unbounded
+durations, CSV headers that match no format, the count-based collapse warning, Mooncake traces at
+16-token blocks, TPOT p99 in compare's table, the Poisson rate a run used, ShareGPT's ``id``.
+
+Every figure is derived by hand in its test. Timed cases use the linear step model of the issue,
+10 ms + 1 ms per prefill token + 2 ms per decode (``beta0=10 beta1=1 beta2=2``), with every overhead
+term off (:func:`helpers.terms_off_args`)."""
+from __future__ import annotations
+
+import json
+
+from helpers import invoke, ok, terms_off_args
+
+LINEAR = ["--latency-model", "linear", "--latency-opt", "beta0=10", "--latency-opt", "beta1=1",
+          "--latency-opt", "beta2=2", *terms_off_args("linear")]
+
+
+def _tokens(path, rows):
+    """A token trace of ``(timestamp or None, first token id, prompt tokens, output tokens)`` rows."""
+    lines = []
+    for t, first, n, out in rows:
+        row = {"tokens": list(range(first, first + n)), "output_length": out}
+        if t is not None:
+            row = {"timestamp": t, **row}
+        lines.append(json.dumps(row) + "\n")
+    path.write_text("".join(lines))
+    return path
+
+
+# ------------------------------------------------------------------ item 8: TPOT p99 in the tables
+def test_compare_table_has_tpot_p99(tmp_path):
+    """Two requests at t = 0 on one worker: R0 (10 tokens, 3 out), R1 (10 tokens, 5 out). Step 1 prefills both:
+    10 + 20 = 30 ms, the first tokens at 30. Both decode: 10 + 2 x 2 = 14 ms a step, tokens at 44 and 58 (R0 done:
+    TPOT (58 - 30) / 2 = 14.0). R1 alone: 10 + 2 = 12 ms a step, tokens at 70 and 82: TPOT (82 - 30) / 4 = 13.0.
+    Inclusive quantiles of [13, 14]: p50 13.5, p99 13 + 0.99 = 13.99 -> 14.0."""
+    trace = _tokens(tmp_path / "t.jsonl", [(0, 1, 10, 3), (0, 100, 10, 5)])
+    r = ok(invoke("compare", "--trace", trace, "--timing", "--workers", "1", "--modes", "rr", "--format", "table",
+                  "--block", "4", "--quiet", *LINEAR))
+    header, row = r.stdout.splitlines()[:2]
+    got = dict(zip(header.split(), row.split()))
+    assert (got["ttft_p50_ms"], got["tpot_p50_ms"], got["tpot_p99_ms"]) == ("30.0", "13.5", "14.0")
+    assert header.split().index("tpot_p99_ms") == header.split().index("tpot_p50_ms") + 1
