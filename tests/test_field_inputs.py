@@ -40,3 +40,35 @@ def test_compare_table_has_tpot_p99(tmp_path):
     got = dict(zip(header.split(), row.split()))
     assert (got["ttft_p50_ms"], got["tpot_p50_ms"], got["tpot_p99_ms"]) == ("30.0", "13.5", "14.0")
     assert header.split().index("tpot_p99_ms") == header.split().index("tpot_p50_ms") + 1
+
+
+# ------------------------------------------------------------------ item 4: Azure offsets
+def test_azure_offsets_subtract_whole_seconds_first(tmp_path):
+    """Rows 1 ms, 1 s + 0.1 us and 59.9999999 s after the first: whole seconds are subtracted before the 7-digit
+    fractions are added, so the offsets are 1.0, 1000.0001 and 59999.9999 ms exactly (the epoch's 1.7e9 s in a
+    float read the first as 1.0001659)."""
+    from dynlab.traces.reader import load_trace
+
+    path = tmp_path / "a.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,32,1\n"
+                    "2023-11-16 18:15:46.6815900,32,1\n2023-11-16 18:15:47.6805901,32,1\n"
+                    "2023-11-16 18:16:46.6805899,32,1\n")
+    assert [r.timestamp for r in load_trace(str(path))] == [0.0, 1.0, 1000.0001, 59999.9999]
+
+
+# ------------------------------------------------------------------ item 8: ShareGPT's id
+def test_sharegpt_id_is_a_known_field(tmp_path):
+    """ShareGPT's standard ``id`` draws no warning; another field still does."""
+    import warnings
+
+    from dynlab.traces.reader import TraceWarning, load_trace
+
+    conv = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}
+    for extra, warned in (({"id": "x1"}, []), ({"id": "x1", "lang": "en"}, ["lang"])):
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps([{**extra, **conv}]))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load_trace(str(path))
+        got = [str(w.message) for w in caught if issubclass(w.category, TraceWarning)]
+        assert got == [f"{path}: sharegpt fields not used by dynlab: {', '.join(warned)}"] if warned else got == []
