@@ -72,3 +72,22 @@ def test_sharegpt_id_is_a_known_field(tmp_path):
             load_trace(str(path))
         got = [str(w.message) for w in caught if issubclass(w.category, TraceWarning)]
         assert got == [f"{path}: sharegpt fields not used by dynlab: {', '.join(warned)}"] if warned else got == []
+
+
+# ------------------------------------------------------------------ item 7: --duration past the horizon
+def test_duration_past_the_horizon_is_refused(tmp_path):
+    """--duration S keeps arrivals up to S x 1000 ms after the first: 1e13 s is 1e16 ms and 1e300 s 1e303 ms, past
+    the clock's 1e12 ms horizon, refused in one line (exit 2) with or without --timing; 1e9 s (1e12 ms) is at the
+    horizon and 0.06 s a normal run (checked on its count: requests at 0 and 50 ms of the 3, not 90)."""
+    trace = _tokens(tmp_path / "t.jsonl", [(0, 1, 8, 2), (50, 100, 8, 2), (90, 200, 8, 2)])
+    for timing in ([], ["--timing"]):
+        for value, reach in (("1e13", "1e+16"), ("1e300", "1e+303")):
+            r = invoke("sim", "--trace", trace, "--duration", value, *timing)
+            assert r.exit_code == 2 and r.stdout == "", r.output
+            (line,) = r.stderr.splitlines()
+            assert line == (f"Error: --duration {float(value):g} s of arrivals would reach {reach} ms, past the "
+                            "simulated clock's horizon (1e+12 ms, 31.7 years); use a shorter --duration")
+        assert json.loads(ok(invoke("sim", "--trace", trace, "--duration", "0.06", *timing)).stdout)["requests"] == 2
+    from dynlab.engine.config import SimConfig
+
+    SimConfig(trace=str(trace), duration=1e9).validate()  # at the horizon: accepted
