@@ -91,3 +91,20 @@ def test_duration_past_the_horizon_is_refused(tmp_path):
     from dynlab.engine.config import SimConfig
 
     SimConfig(trace=str(trace), duration=1e9).validate()  # at the horizon: accepted
+
+
+# ------------------------------------------------------------------ item 7: a CSV header of no format
+def test_a_csv_header_that_matches_no_format_names_the_missing_columns(tmp_path):
+    """BurstGPT's header with ``Time`` for ``Timestamp``: burstgpt lacks Timestamp, azure all three of its columns;
+    named with --trace-format, only that format's. A JSON format named on it still says "not JSON"."""
+    path = tmp_path / "b.csv"
+    path.write_text("Time,Request tokens,Response tokens\n1,10,2\n")
+    want = {(): "the header is no known trace format's: burstgpt needs Timestamp; azure needs TIMESTAMP, "
+                "ContextTokens, GeneratedTokens",
+            ("--trace-format", "azure"): "the header lacks column(s) TIMESTAMP, ContextTokens, GeneratedTokens of "
+                                         "the azure format",
+            ("--trace-format", "burstgpt"): "the header lacks column(s) Timestamp of the burstgpt format",
+            ("--trace-format", "mooncake"): "not JSON: Expecting value"}
+    for args, message in want.items():
+        r = invoke("sim", "--trace", path, *args)
+        assert r.exit_code == 1 and r.stderr.splitlines() == [f"Error: {path}:1: {message}"], r.output

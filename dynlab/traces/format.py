@@ -92,6 +92,13 @@ class TraceFormat(ABC):
         is not JSON lines (a CSV header, the ``[`` of a JSON array). Only ``whole_file`` formats say yes."""
         return False
 
+    @classmethod
+    def header_mismatch(cls, line: str) -> Optional[str]:
+        """What ``line`` (a first line that is not JSON) lacks to be this format's header, when it looks like one of
+        its kind (a CSV format: its missing columns, ``"A, B"``); ``None`` when it does not look like one. The reader
+        names it instead of "not JSON" (for the ``--trace-format`` given, else for every format that answers)."""
+        return None
+
     def read_all(self, first: tuple, lines: Iterator[tuple], name: str) -> list:
         """``whole_file`` formats: every request of the file, in time order (``index`` from 0).
 

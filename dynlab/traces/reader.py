@@ -258,10 +258,20 @@ def _first(stream, name, fmt, block, registry):
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+        raise InputError(name, lineno, _header_mismatch(line, fmt, registry) or f"not JSON: {exc.msg}") from None
     except RecursionError:
         raise InputError(name, lineno, NESTED) from None
     return lines, (lineno, record), _reader(record, name, lineno, fmt, block, registry), numbered
+
+
+def _header_mismatch(line: str, fmt, registry) -> Optional[str]:
+    """What a first line that is not JSON lacks to be a header (:meth:`TraceFormat.header_mismatch`): of the
+    format ``fmt`` when given, else of every format that answers; ``None`` when none does."""
+    if fmt is not None:
+        why = registry.get(fmt).header_mismatch(line)
+        return None if why is None else f"the header lacks column(s) {why} of the {fmt} format"
+    whys = [f"{e.name} needs {why}" for e in registry.entries() if (why := e.cls.header_mismatch(line)) is not None]
+    return f"the header is no known trace format's: {'; '.join(whys)}" if whys else None
 
 
 class _read_errors:

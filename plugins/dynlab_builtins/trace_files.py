@@ -330,6 +330,15 @@ class _CsvFormat(TraceFormat):
         cols = [c.strip() for c in line.strip().split(",")]
         return all(h in cols for h in cls.header)
 
+    @classmethod
+    def header_mismatch(cls, line):
+        """The columns of this format's header that ``line`` (a CSV header, not JSON) lacks, or ``None``."""
+        if "," not in line or line.lstrip().startswith(("{", "[")):
+            return None
+        cols = [c.strip() for c in line.strip().split(",")]
+        missing = [h for h in cls.header if h not in cols]
+        return ", ".join(missing) if missing else None
+
     def parse(self, record, index):
         raise NotImplementedError
 
