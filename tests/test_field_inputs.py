@@ -108,3 +108,17 @@ def test_a_csv_header_that_matches_no_format_names_the_missing_columns(tmp_path)
     for args, message in want.items():
         r = invoke("sim", "--trace", path, *args)
         assert r.exit_code == 1 and r.stderr.splitlines() == [f"Error: {path}:1: {message}"], r.output
+
+
+# ------------------------------------------------------------------ item 7: Mooncake at 16-token blocks
+def test_count_based_replay_takes_a_mooncake_trace_at_16_token_blocks(tmp_path):
+    """Two 40-token prompts recorded at 16-token blocks: hash_ids [1, 2, 3] and [1, 2, 4] (ceil(40 / 16) = 3 ids
+    each). kv sends the second to the first's worker, where its leading ids 1 and 2 hit: 2 of 6 prompt blocks,
+    block_hit_rate 0.3333, block_tokens 16. At the format's 512 the same file is refused (it needs 1 id a row)."""
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 3]}\n'
+                    '{"timestamp": 10, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 4]}\n')
+    got = json.loads(ok(invoke("sim", "--trace", path, "--trace-block", "16")).stdout)
+    assert (got["block_tokens"], got["prompt_blocks"], got["cached_blocks"], got["block_hit_rate"]) == (16, 6, 2, 0.3333)
+    r = invoke("sim", "--trace", path)
+    assert r.exit_code == 1 and "hash_ids holds 3 ids, but input_length 40 needs ceil(40/512) = 1" in r.stderr

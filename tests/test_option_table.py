@@ -254,6 +254,8 @@ NO_EFFECT = [
     (["--workload", SPEC, "--tokenizer", "tok.json"], "--tokenizer"),  # the spec makes token ids: no text
     (["--workload", SPEC, "--trace-format", "mooncake"], "--trace-format"),  # nor a trace to read
     (["--tokenizer", "tok.json"], "--tokenizer"),
+    (["--trace-block", "16"], "--trace-block"),  # no trace names its own blocks
+    (["--workload", SPEC, "--trace-block", "16"], "--trace-block"),  # the spec's token ids are hashed at --block
     (["--trace", MOON, "--rate-scale", "2"], "--rate-scale"),  # without --timing
     (["--timing", "--rate-scale", "2"], "--rate-scale"),  # the synthetic workload has no timestamps
     (["--duration", "5"], "--duration"),

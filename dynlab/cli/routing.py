@@ -140,8 +140,8 @@ SIM_OPTIONS = [
      "A tokenizer.json (Hugging Face tokenizers) that turns the text of ShareGPT and aiperf traces into "
      "tokens [default: an approximation, see docs/workloads.md]."),
     (("--trace-block",), "trace_block", click.IntRange(min=1), None,
-     "With --timing: tokens per trace block of a trace that names its own blocks "
-     "[default: the format's, 512 for mooncake]."),
+     "Tokens per trace block of a trace that names its own blocks (a Mooncake trace recorded at 16-token "
+     "blocks: 16); with --timing they are mapped onto --block engine blocks [default: the format's, 512 for mooncake]."),
     (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), 8192,
      "With --timing: token budget of one engine step (vLLM's)."),
     (("--max-num-seqs",), "max_num_seqs", click.IntRange(min=1), 256,

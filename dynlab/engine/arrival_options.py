@@ -64,3 +64,4 @@ def workload_rules(config, without_timing: str):
     if config.workload is not None:
         yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
         yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"
+        yield "trace_block", "with --workload: the spec generates token ids, hashed at --block"

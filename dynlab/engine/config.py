@@ -290,7 +290,7 @@ def parse_split(text: str) -> tuple[int, int]:
 
 
 #: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
-TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_tokens", "max_num_seqs",
+TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_seqs",
                      "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
                      "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
                      "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
@@ -304,7 +304,6 @@ PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer"
 #: every SimConfig field's default (default factories as empty mappings): what "not given" means in the option rules
 DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
 DEFAULTS["opts"] = DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
-
 
 _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 
@@ -338,6 +337,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
+        yield "trace_block", "without --trace (the block size of a trace that names its own blocks)"
     yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
