@@ -122,3 +122,18 @@ def test_count_based_replay_takes_a_mooncake_trace_at_16_token_blocks(tmp_path):
     assert (got["block_tokens"], got["prompt_blocks"], got["cached_blocks"], got["block_hit_rate"]) == (16, 6, 2, 0.3333)
     r = invoke("sim", "--trace", path)
     assert r.exit_code == 1 and "hash_ids holds 3 ids, but input_length 40 needs ceil(40/512) = 1" in r.stderr
+
+
+# ------------------------------------------------------------------ item 7: the collapse warning, count-based
+def test_count_based_collapse_gets_the_warning(tmp_path):
+    """Ten requests, each served before the next is routed: least-loaded sees no load on either of 2 workers
+    and keeps the first (10 of 10, 100 %, imbalance 10 / 5 = 2.0); rr alternates (5 and 5) and is not flagged."""
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 1024, "output_length": 4,
+                                        "hash_ids": [1, 100 + i]}) + "\n" for i in range(10)))
+    r = ok(invoke("sim", "--trace", path, "--mode", "least-loaded"))
+    assert json.loads(r.stdout)["requests_per_worker"] == [10, 0]
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("Warning: one worker took almost every request (least-loaded: 10 of 10 requests on one "
+                           "of 2 workers (100%, imbalance 2.0)): ") and "add --timing" in line
+    assert ok(invoke("sim", "--trace", path, "--mode", "rr")).stderr == ""

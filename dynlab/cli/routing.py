@@ -512,7 +512,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
 
 
 def _warn_collapse(results: dict) -> None:
-    """One stderr line when a timed run collapsed onto one worker (:mod:`dynlab.collapse`)."""
+    """One stderr line when a run (timed or count-based) collapsed onto one worker (:mod:`dynlab.collapse`)."""
     from dynlab.collapse import collapse_warning
 
     message = collapse_warning(results)
