@@ -137,3 +137,17 @@ def test_count_based_collapse_gets_the_warning(tmp_path):
     assert line.startswith("Warning: one worker took almost every request (least-loaded: 10 of 10 requests on one "
                            "of 2 workers (100%, imbalance 2.0)): ") and "add --timing" in line
     assert ok(invoke("sim", "--trace", path, "--mode", "rr")).stderr == ""
+
+
+# ------------------------------------------------------------------ item 8: the Poisson rate in the result
+def test_a_trace_without_timestamps_says_its_poisson_rate(tmp_path):
+    """Without timestamps a timed run's requests arrive as a Poisson process: 4 requests/s by default, or --rate's;
+    the result says which and whose. A trace with timestamps keeps its own times and has neither key."""
+    bare = _tokens(tmp_path / "bare.jsonl", [(None, 1, 8, 2), (None, 100, 8, 2)])
+    stamped = _tokens(tmp_path / "stamped.jsonl", [(0, 1, 8, 2), (50, 100, 8, 2)])
+    run = lambda *a: json.loads(ok(invoke("sim", "--timing", "--quiet", *a)).stdout)  # noqa: E731
+    got = run("--trace", bare)
+    assert (got["poisson_rate"], got["poisson_rate_from"]) == (4.0, "default: the workload has no timestamps")
+    got = run("--trace", bare, "--rate", "7")
+    assert (got["poisson_rate"], got["poisson_rate_from"]) == (7.0, "--rate")
+    assert "poisson_rate" not in run("--trace", stamped) and "poisson_rate_from" not in run("--trace", stamped)
