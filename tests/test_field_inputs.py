@@ -151,3 +151,58 @@ def test_a_trace_without_timestamps_says_its_poisson_rate(tmp_path):
     got = run("--trace", bare, "--rate", "7")
     assert (got["poisson_rate"], got["poisson_rate_from"]) == (7.0, "--rate")
     assert "poisson_rate" not in run("--trace", stamped) and "poisson_rate_from" not in run("--trace", stamped)
+
+
+# ------------------------------------------------------------------ item 4: BurstGPT's failed rows
+FAILED_CSV = "Timestamp,Request tokens,Response tokens\n0,1000,0\n0.001,32,2\n"
+
+
+def test_burstgpt_failed_rows_are_skipped_and_counted(tmp_path):
+    """A failed 1,000-token row at 0 and a real 32-token request (2 out) at 1 ms, one worker. Skipped (the
+    default): the real request is alone, prefill 10 + 32 = 42 ms (TTFT 42.0), one decode 10 + 2 = 12 ms (TPOT 12.0);
+    one stderr line counts the skipped row."""
+    path = tmp_path / "b.csv"
+    path.write_text(FAILED_CSV)
+    r = ok(invoke("sim", "--trace", path, "--timing", "--workers", "1", "--quiet", *LINEAR))
+    got = json.loads(r.stdout)
+    assert (got["requests"], got["ttft_ms"]["p50"], got["tpot_ms"]["p50"]) == (1, 42.0, 12.0)
+    assert "failed_requests" not in got
+    assert r.stderr.splitlines() == [f"Warning: {path}: skipped 1 failed request(s) (burstgpt rows that got no answer, "
+                                     "as vLLM's loader drops them); --keep-failed replays them as prompts without an "
+                                     "answer"]
+
+
+def test_keep_failed_prefills_them_without_an_answer(tmp_path):
+    """--keep-failed: the failed row is prefilled (10 + 1,000 = 1,010 ms, its one sampled token not counted) and
+    finishes then; the real request, queued from 1 ms, prefills 1,010-1,052 (TTFT 1,051.0, queue wait 1,009.0) and
+    decodes to 1,064 (TPOT 12.0). Counted: requests 2, failed_requests 1, output tokens 2 (the real one's) over the
+    span 0-1,064 ms: 1.9 tokens/s; goodput at TTFT <= 2,000 ms covers the answered request only: 1.0. Count-based,
+    the failed row is one more request (2 against 1)."""
+    path = tmp_path / "b.csv"
+    path.write_text(FAILED_CSV)
+    r = ok(invoke("sim", "--trace", path, "--timing", "--workers", "1", "--quiet", "--keep-failed",
+                  "--slo-ttft-ms", "2000", *LINEAR))
+    got = json.loads(r.stdout)
+    assert (got["requests"], got["failed_requests"], got["ttft_ms"]["p50"], got["queue_wait_ms"]["p50"],
+            got["tpot_ms"]["p50"], got["makespan_s"], got["output_tokens_per_s"], got["goodput"]) == (
+        2, 1, 1051.0, 1009.0, 12.0, 1.064, 1.9, 1.0)
+    assert "skipped" not in r.stderr
+    counted = [json.loads(ok(invoke("sim", "--trace", path, *k)).stdout)["requests"] for k in ([], ["--keep-failed"])]
+    assert counted == [1, 2]
+
+
+def test_keep_failed_is_refused_where_it_does_nothing(tmp_path):
+    """An Azure trace records no failed request; a BurstGPT trace without a Response tokens 0 row holds none;
+    without --trace there is no trace: each is one line, exit 2."""
+    azure = tmp_path / "a.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,32,0\n")
+    answered = tmp_path / "b.csv"
+    answered.write_text("Timestamp,Request tokens,Response tokens\n0,32,2\n")
+    for args, message in (
+            (["--trace", azure], "--keep-failed has no effect on azure traces: they record no failed request "
+                                 "(burstgpt's rows with Response tokens 0 are)"),
+            (["--trace", answered], f"--keep-failed has no effect: {answered} holds no failed request"),
+            ([], "--keep-failed has no effect without --trace (it keeps the failed requests a BurstGPT trace "
+                 "records)")):
+        r = invoke("sim", *args, "--keep-failed")
+        assert r.exit_code == 2 and r.stderr.splitlines() == [f"Error: {message}"], r.output

@@ -244,6 +244,10 @@ SIM_FLAGS = [
      "With --timing: schedule each step while the one before it runs, as vLLM's AsyncScheduler (its default "
      "on GPUs): requests join a step later, finished requests free their blocks a step later (see "
      "docs/engine.md) [default: off]."),
+    ("--keep-failed", "keep_failed",
+     "With a BurstGPT --trace: replay its failed requests (Response tokens 0), which are skipped by default (as "
+     "vLLM's loader drops them), as prompts without an answer: prefilled, no output token counted (see "
+     "docs/workloads.md)."),
     ("--dp-attention", "dp_attention",
      "With --timing and --ep > 1: attention data-parallel (DeepSeek-style): --ep / --tp attention replicas, "
      "each with its own requests and KV, share the expert-parallel GPUs."),
@@ -484,7 +488,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
 
         try:
             requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block,
-                                  base.tokenizer, lookahead.pop())
+                                  base.tokenizer, lookahead.pop(), base.keep_failed)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     elif base.trace == "-":  # each run reads the trace (names its blocks its own way): from one copy of stdin

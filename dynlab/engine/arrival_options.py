@@ -47,6 +47,8 @@ def workload_rules(config, without_timing: str):
     ``config``: a :class:`~dynlab.engine.config.SimConfig`; ``without_timing``: the reason of a timed-only option."""
     if config.latency_profile is not None:
         yield "latency_model", "with --latency-profile (the profile names its latency model)"
+    if config.trace is None:
+        yield "keep_failed", "without --trace (it keeps the failed requests a BurstGPT trace records)"
     if config.trace is None and config.workload is None:
         for name in ("rate_scale", "duration"):
             yield name, "without --trace or --workload: the synthetic workload has no timestamps"

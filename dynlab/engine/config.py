@@ -119,6 +119,7 @@ class SimConfig(Sectioned):
     duration_repeat: str = "new"
     workload: Optional[str] = None
     tokenizer: Optional[str] = None
+    keep_failed: bool = False  # a BurstGPT trace's failed rows (Response tokens 0) replayed, without an answer
     # --- models helper (issue 25): parallelism and KV dtype of a timed worker (dynlab.models.parallel) ---
     ep: int = 1
     pp: int = 1
@@ -309,7 +310,6 @@ _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 
 #: the synthetic workload's options: they shape the seed workload only, never a trace
 WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
-
 
 #: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
 _FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests"}

@@ -295,7 +295,8 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
 
         requests, total, reader = open_reader(config.trace, config.trace_format, config.block, scheme=config.hash,
                                               trace_block=config.trace_block, tokenizer=config.tokenizer,
-                                              hash_lookahead=hash_lookahead_tokens(config))
+                                              hash_lookahead=hash_lookahead_tokens(config),
+                                              keep_failed=config.keep_failed)
         own = reader.block_tokens
     else:
         total, own = len(requests), getattr(requests, "own_block_tokens", None)

@@ -62,6 +62,13 @@ class TraceFormat(ABC):
     reads_text: ClassVar[bool] = False
     #: the ``--tokenizer`` path (``None``: the approximation); set by the reader after construction
     tokenizer: Optional[str] = None
+    #: whether the format's rows record failed requests (BurstGPT's ``Response tokens`` 0): a ``whole_file`` format
+    #: that skips them in :meth:`read_all` and counts them in :attr:`failed`, unless :attr:`keep_failed`
+    #: (``--keep-failed``, set by the reader) asks for them, marked with the request attribute ``failed`` (True)
+    records_failed: ClassVar[bool] = False
+    keep_failed: bool = False
+    #: the failed rows :meth:`read_all` read (skipped, or kept with ``keep_failed``)
+    failed: int = 0
     #: the fields a streamed (JSON lines) format reads; the reader warns once, naming the line, when the
     #: first record holds others than these and :attr:`attributes` (a typo, or a field this format ignores);
     #: ``None``: not checked

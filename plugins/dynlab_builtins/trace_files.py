@@ -379,9 +379,12 @@ class BurstGPTTrace(_CsvFormat):
     header = ("Timestamp", "Request tokens", "Response tokens")
     used = header + ("Session ID",)
     attributes = frozenset(("session_id",))  # from the ``Session ID`` column
+    #: a row with ``Response tokens`` 0 is a request that failed (vLLM's BurstGPT loader drops them, PR #13063)
+    records_failed = True
 
     def read_all(self, first, lines, name):
         fresh, sessions, out = _Fresh(), {}, []
+        self.failed = 0
         for lineno, row in self.rows(first, lines, name):
             try:
                 try:
@@ -393,6 +396,10 @@ class BurstGPTTrace(_CsvFormat):
                 outp = _int_cell(row, "Response tokens")
             except ValueError as exc:
                 raise InputError(name, lineno, str(exc)) from None
+            if outp == 0:  # failed: skipped, or kept (--keep-failed) as a prompt without an answer
+                self.failed += 1
+                if not self.keep_failed:
+                    continue
             out.append((t, inp, outp, row.get("Session ID") or None))
         out.sort(key=lambda r: r[0])
         made = []
@@ -402,8 +409,10 @@ class BurstGPTTrace(_CsvFormat):
             names = context[:n] + fresh.take(max(0, n - len(context)))
             if sid is not None:  # the session's context: this prompt and its answer, in whole blocks
                 sessions[sid] = names + fresh.take(max(0, (inp + outp) // self.block - n))
-            attrs = NO_ATTRS if sid is None else MappingProxyType({"session_id": sid})
-            made.append((t, Request(tuple(names), inp, outp, t, 0, attrs=attrs)))
+            attrs = {} if sid is None else {"session_id": sid}
+            if outp == 0:
+                attrs["failed"] = True
+            made.append((t, Request(tuple(names), inp, outp, t, 0, attrs=MappingProxyType(attrs) if attrs else NO_ATTRS)))
         return _sorted(made)
 
 
