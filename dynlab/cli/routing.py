@@ -141,7 +141,7 @@ SIM_OPTIONS = [
      "tokens [default: an approximation, see docs/workloads.md]."),
     (("--trace-block",), "trace_block", click.IntRange(min=1), None,
      "Tokens per trace block of a trace that names its own blocks (a Mooncake trace recorded at 16-token "
-     "blocks: 16); with --timing they are mapped onto --block engine blocks [default: the format's, 512 for mooncake]."),
+     "blocks: 16); a timed run maps them onto --block engine blocks [default: the format's, 512 for mooncake]."),
     (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), 8192,
      "With --timing: token budget of one engine step (vLLM's)."),
     (("--max-num-seqs",), "max_num_seqs", click.IntRange(min=1), 256,

@@ -66,4 +66,6 @@ def workload_rules(config, without_timing: str):
     if config.workload is not None:
         yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
         yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"
-        yield "trace_block", "with --workload: the spec generates token ids, hashed at --block"
+        if not config.timing:  # (a timed run refuses it naming the engine's block: dynlab.engine.serving)
+            yield "trace_block", ("with --workload: the workload's blocks are hashed at --block; it applies to traces "
+                                  "that name their own blocks (mooncake)")

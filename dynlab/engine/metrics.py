@@ -410,7 +410,7 @@ class ServingMetrics(Recorder):
 def failed(req) -> bool:
     """Whether ``req`` is a failed request the trace recorded, replayed by ``--keep-failed`` (its attribute
     ``failed``, :attr:`dynlab.traces.format.TraceFormat.records_failed`): served, but with no answer."""
-    return (req.attrs or {}).get("failed") is True
+    return (getattr(req, "attrs", None) or {}).get("failed") is True
 
 
 def kv_usage(engines: Sequence, until: float, span_ms: float) -> list:
