@@ -1,10 +1,12 @@
-"""The ``kv`` collapse: a timed run in which one worker took almost every request.
+"""The ``kv`` collapse: a run in which one worker took almost every request.
 
 A strategy that routes on prefix overlap alone (``kv``, ``kv-events`` with instant events) sends every
 request of a trace whose requests share a first block (a system prompt) to the worker that holds it,
 so the run measures one overloaded worker, not the fleet (README, "The longest-prefix rule
 collapses"; docs/disagg.md for a ``--split`` comparison). :func:`collapse_warning` says so in one
-line, naming the load-aware strategies.
+line, naming the load-aware strategies. A count-based replay (no ``--timing``) is flagged too: it has no
+load (every request has finished before the next arrives), so there even the load-aware strategies
+collapse, and the line says to add ``--timing`` (issue 43).
 
 The threshold, :data:`COLLAPSE_SHARE`: the busiest worker took at least 90 % of the requests
 (project choice: well above what any load-aware strategy reaches on the bundled trace, whose busiest
@@ -16,7 +18,7 @@ from typing import Mapping, Optional
 
 __all__ = ["COLLAPSE_SHARE", "LOAD_AWARE", "collapsed_share", "collapse_warning"]
 
-#: the busiest worker's share of the requests (0-1) at or above which a timed run has collapsed
+#: the busiest worker's share of the requests (0-1) at or above which a run has collapsed
 COLLAPSE_SHARE = 0.9
 #: the built-in strategies that weigh each worker's load, named in the warning
 LOAD_AWARE = ("kv-cost", "cache-aware", "least-loaded", "power-of-two")
@@ -24,10 +26,11 @@ LOAD_AWARE = ("kv-cost", "cache-aware", "least-loaded", "power-of-two")
 
 def collapsed_share(result: Mapping) -> Optional[tuple[int, int, int]]:
     """``(requests on the busiest worker, requests, workers)`` when ``result`` (what ``dynlab sim``
-    prints) is a timed run (it has ``ttft_ms``) of two workers or more (prefill workers, with P/D) in
-    which the busiest worker took at least :data:`COLLAPSE_SHARE` of the requests; else ``None``."""
+    prints: a timed run, or a count-based one with the fleet metrics) is a run of two workers or more
+    (prefill workers, with P/D) in which the busiest worker took at least :data:`COLLAPSE_SHARE` of the
+    requests; else ``None``."""
     per_worker = result.get("requests_per_worker")
-    if "ttft_ms" not in result or not isinstance(per_worker, list) or len(per_worker) < 2:
+    if not isinstance(per_worker, list) or len(per_worker) < 2:
         return None
     total = sum(per_worker)
     busiest = max(per_worker)
@@ -38,7 +41,8 @@ def collapsed_share(result: Mapping) -> Optional[tuple[int, int, int]]:
 
 def collapse_warning(results: Mapping[str, Mapping]) -> Optional[str]:
     """One line (without ``Warning:``) naming every run of ``results`` (label -> result) that collapsed
-    (:func:`collapsed_share`), with its share and imbalance and the load-aware strategies; ``None``
+    (:func:`collapsed_share`), with its share and imbalance and the load-aware strategies (for count-based
+    runs: that they collapse there too, and ``--timing``); ``None``
     when none did. A label that is not the run's strategy (a ``--split`` value, a capacity) is
     followed by the strategy in brackets."""
     parts = []
@@ -56,7 +60,12 @@ def collapse_warning(results: Mapping[str, Mapping]) -> Optional[str]:
                      f"({busiest / total:.0%}{imb})")
     if not parts:
         return None
-    return (f"one worker took almost every request ({'; '.join(parts)}): the run measures one overloaded "
-            f"worker, not the fleet; strategies with a load term spread it when requests overlap in time: "
-            f"{', '.join(LOAD_AWARE)} "
+    if any("ttft_ms" in r for r in results.values()):
+        advice = (f"the run measures one overloaded worker, not the fleet; strategies with a load term spread it "
+                  f"when requests overlap in time: {', '.join(LOAD_AWARE)}")
+    else:  # count-based: no request is in flight when the next is routed, so no load term can act
+        advice = (f"the run measures one worker, not the fleet; a count-based replay has no load (every request "
+                  f"has finished before the next), so strategies with a load term ({', '.join(LOAD_AWARE)}) "
+                  f"collapse here too: add --timing, where requests overlap in time")
+    return (f"one worker took almost every request ({'; '.join(parts)}): {advice} "
             f"(at least {COLLAPSE_SHARE:.0%} on one worker counts; see docs/commands.md)")

@@ -107,12 +107,16 @@ def _over(what: str, asked: int, limit: int, unit: str, per: int) -> ValueError:
 
 def check_sim(config) -> None:
     """Raise ``ValueError`` (one line naming the option and its limit) when a
-    :class:`dynlab.engine.config.SimConfig` asks for more than :data:`MAX_WORKERS` workers, or a
+    :class:`dynlab.engine.config.SimConfig` asks for more than :data:`MAX_WORKERS` workers, a ``--duration``
+    past the simulated clock's horizon (:data:`HORIZON_MS`, with or without ``--timing``), or a
     synthetic workload (no ``trace``) of more than :data:`MAX_SEED_REQUESTS` requests,
     :data:`MAX_SEED_BLOCKS` block names or :data:`MAX_PROMPT_TOKENS` tokens per request.
     """
     if config.workers > MAX_WORKERS:
         raise _over(f"--workers {config.workers}", config.workers, MAX_WORKERS, "workers", WORKER_BYTES)
+    duration = getattr(config, "duration", None)  # seconds of arrivals from the first: past the horizon, refused
+    if duration is not None and not duration * 1000.0 <= HORIZON_MS:
+        raise past_horizon(duration * 1000.0, f"--duration {duration:g} s of arrivals", "use a shorter --duration")
     _check_spec_tokens(config)
     if config.trace is not None:
         return

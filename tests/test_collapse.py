@@ -29,8 +29,15 @@ def test_collapsed_share_by_hand(per_worker, expected):
     assert collapsed_share(dict(TIMED, requests_per_worker=per_worker)) == expected
 
 
-def test_a_count_based_replay_is_never_flagged():
-    assert collapsed_share({"requests_per_worker": [10, 0]}) is None  # no ttft_ms: not timed
+def test_a_count_based_replay_is_flagged_too():
+    """Issue 43: 10 of 10 requests on one of 2 workers without ttft_ms (count-based) is a collapse, and the line
+    says that load-aware strategies collapse there too and to add --timing."""
+    assert collapsed_share({"requests_per_worker": [10, 0]}) == (10, 10, 2)
+    msg = collapse_warning({"kv-cost": {"mode": "kv-cost", "requests_per_worker": [10, 0], "load_imbalance": 2.0}})
+    assert msg.startswith("one worker took almost every request (kv-cost: 10 of 10 requests on one of 2 workers "
+                          "(100%, imbalance 2.0)): the run measures one worker, not the fleet; a count-based replay "
+                          "has no load")
+    assert "collapse here too: add --timing" in msg and "\n" not in msg
 
 
 @given(st.lists(st.integers(0, 1000), min_size=2, max_size=16))

@@ -70,5 +70,5 @@ def test_each_command_reads_its_own_stdin(tmp_path):
     first = CliRunner().invoke(main, args + ["--trace", "-"], input=_trace(seed=3))
     second = CliRunner().invoke(main, args + ["--trace", "-"], input=_trace(n=10, seed=4))
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
-    assert json.loads(first.output)["16"]["requests"] == 24
-    assert json.loads(second.output)["16"]["requests"] == 10
+    assert json.loads(first.stdout)["16"]["requests"] == 24
+    assert json.loads(second.stdout)["16"]["requests"] == 10

@@ -74,7 +74,7 @@ def test_sharegpt():
     assert shares_leading(reqs[0], reqs[1], first_blocks) and reqs[1].input_length > reqs[0].input_length
     # conv-2: "Two, three and five." is 6 tokens (Two , three and five .)
     assert reqs[2].output_length == 6
-    assert warned == [f"{path('sharegpt.json')}: sharegpt fields not used by dynlab: id"]
+    assert warned == []  # ShareGPT's own id is a known field (issue 43)
 
 
 def test_sharegpt_with_a_tokenizer_file():
@@ -116,13 +116,17 @@ def test_aiperf_mooncake_sessions_and_delays():
 
 
 def test_burstgpt():
-    reqs, warned = load("burstgpt.csv")
+    reqs, warned = load("burstgpt.csv", keep_failed=True)
     assert [r.timestamp for r in reqs] == [5000.0, 45000.0, 118000.0, 118500.0]
     assert [(r.input_length, r.output_length) for r in reqs] == [(472, 18), (1087, 0), (417, 330), (2048, 97)]
     assert [len(r.hashes) for r in reqs] == [472 // 16, 1087 // 16, 417 // 16, 2048 // 16]
+    assert [dict(r.attrs) for r in reqs] == [{}, {"failed": True}, {}, {}]  # the row at 45 s failed (issue 43)
     names = [h for r in reqs for h in r.hashes]
     assert len(names) == len(set(names))  # no prefix is known: nothing shared
     assert warned == [f"{path('burstgpt.csv')}: burstgpt fields not used by dynlab: Log Type, Model, Total tokens"]
+    skipped, warned = load("burstgpt.csv")  # by default the failed row is skipped, and one line says so
+    assert [r.timestamp for r in skipped] == [5000.0, 118000.0, 118500.0]
+    assert warned[0].startswith(f"{path('burstgpt.csv')}: skipped 1 failed request(s)")
 
 
 def test_burstgpt_session_turns_share_their_history():

@@ -170,8 +170,8 @@ SIM_OPTIONS = [
      "A tokenizer.json (Hugging Face tokenizers) that turns the text of ShareGPT and aiperf traces into "
      "tokens [default: an approximation, see docs/workloads.md]."),
     (("--trace-block",), "trace_block", click.IntRange(min=1), None,
-     "With --timing: tokens per trace block of a trace that names its own blocks "
-     "[default: the format's, 512 for mooncake]."),
+     "Tokens per trace block of a trace that names its own blocks (a Mooncake trace recorded at 16-token "
+     "blocks: 16); a timed run maps them onto --block engine blocks [default: the format's, 512 for mooncake]."),
     (("--max-num-batched-tokens",), "max_num_batched_tokens", click.IntRange(min=1), 8192,
      "With --timing: token budget of one engine step (vLLM's)."),
     (("--max-num-seqs",), "max_num_seqs", click.IntRange(min=1), 256,
@@ -285,6 +285,10 @@ SIM_FLAGS = [
      "With --timing: schedule each step while the one before it runs, as vLLM's AsyncScheduler (its default "
      "on GPUs): requests join a step later, finished requests free their blocks a step later (see "
      "docs/engine.md) [default: off]."),
+    ("--keep-failed", "keep_failed",
+     "With a BurstGPT --trace: replay its failed requests (Response tokens 0), which are skipped by default (as "
+     "vLLM's loader drops them), as prompts without an answer: prefilled, no output token counted (see "
+     "docs/workloads.md)."),
     ("--dp-attention", "dp_attention",
      "With --timing and --ep > 1: attention data-parallel (DeepSeek-style): --ep / --tp attention replicas, "
      "each with its own requests and KV, share the expert-parallel GPUs."),
@@ -443,22 +447,22 @@ def _compare_options(fn):
 def _format_table(results: dict) -> str:
     """An aligned text table of the main metrics, one row per run (``-`` where a run lacks a value); a
     column appears when some run has its key (``prefix_hit_rate``: timed runs, the engines' own hit rate,
-    GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``). When some run speculates
-    (``compare --spec-tokens 0,2,4``) the table also has ``tpot_p99_ms`` and ``accept_len`` (the mean
-    acceptance length), the figures that tell K values apart; ``goodput`` shows with an SLO."""
+    GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``; ``ttft_p99_ms`` and ``tpot_p99_ms``
+    beside the medians, as SLOs are p99). When some run speculates (``compare --spec-tokens 0,2,4``) the
+    table also has ``accept_len`` (the mean acceptance length); ``goodput`` shows with an SLO."""
     cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
             ("block_hit_rate", "block_hit_rate"), ("prefix_hit_rate", "prefix_hit_rate"),
             ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
-            ("tpot_p50_ms", "tpot_ms.p50"), ("goodput", "goodput"),
+            ("tpot_p50_ms", "tpot_ms.p50"), ("tpot_p99_ms", "tpot_ms.p99"), ("goodput", "goodput"),
             ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("xfer_p50_ms", "transfer_ms.p50"),
             ("xfer_p99_ms", "transfer_ms.p99"), ("dwait_p99_ms", "decode_wait_ms.p99"), ("preempted", "preemptions"),
             ("gpu_hit_blocks", "gpu_hit_blocks"), ("cpu_hit_blocks", "cpu_hit_blocks"), ("pcie_gb", "pcie_gb")]
 
     if any("mean_acceptance_length" in r for r in results.values()):
-        at = cols.index(("tpot_p50_ms", "tpot_ms.p50")) + 1
-        cols[at:at] = [("tpot_p99_ms", "tpot_ms.p99"), ("accept_len", "mean_acceptance_length")]
+        at = cols.index(("tpot_p99_ms", "tpot_ms.p99")) + 1
+        cols[at:at] = [("accept_len", "mean_acceptance_length")]
 
     def get(r, path):
         if path == "pcie_gb":
@@ -525,7 +529,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
 
         try:
             requests = load_trace(base.trace, base.trace_format, base.block, base.hash, base.trace_block,
-                                  base.tokenizer, lookahead.pop())
+                                  base.tokenizer, lookahead.pop(), base.keep_failed)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     elif base.trace == "-":  # each run reads the trace (names its blocks its own way): from one copy of stdin
@@ -553,7 +557,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
 
 
 def _warn_collapse(results: dict) -> None:
-    """One stderr line when a timed run collapsed onto one worker (:mod:`dynlab.collapse`)."""
+    """One stderr line when a run (timed or count-based) collapsed onto one worker (:mod:`dynlab.collapse`)."""
     from dynlab.collapse import collapse_warning
 
     message = collapse_warning(results)

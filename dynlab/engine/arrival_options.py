@@ -47,6 +47,8 @@ def workload_rules(config, without_timing: str):
     ``config``: a :class:`~dynlab.engine.config.SimConfig`; ``without_timing``: the reason of a timed-only option."""
     if config.latency_profile is not None:
         yield "latency_model", "with --latency-profile (the profile names its latency model)"
+    if config.trace is None:
+        yield "keep_failed", "without --trace (it keeps the failed requests a BurstGPT trace records)"
     if config.trace is None and config.workload is None:
         for name in ("rate_scale", "duration"):
             yield name, "without --trace or --workload: the synthetic workload has no timestamps"
@@ -64,3 +66,6 @@ def workload_rules(config, without_timing: str):
     if config.workload is not None:
         yield "trace_format", "with --workload: the spec generates token requests, there is no trace to read"
         yield "tokenizer", "with --workload: the spec generates token ids, there is no text to tokenize"
+        if not config.timing:  # (a timed run refuses it naming the engine's block: dynlab.engine.serving)
+            yield "trace_block", ("with --workload: the workload's blocks are hashed at --block; it applies to traces "
+                                  "that name their own blocks (mooncake)")

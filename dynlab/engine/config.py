@@ -53,9 +53,7 @@ class SimConfig(Sectioned):
     meaning ``P`` aggregated workers. ``decode_router`` (:data:`DECODE_ROUTERS`), ``link_gbps`` (GB/s per prefill
     worker; default a 400 Gb/s NIC), ``link_latency_ms``, ``overlap_transfer``, ``decode_prefix_cache``.
 
-    Sections: seven read-only views (:data:`SECTIONS`: ``traffic``, ``fleet``, ``engine``, ``kv``, ``events``,
-    ``slo``, ``disagg``; named tuples built on each access); :meth:`from_sections` builds a configuration from
-    them. The flat fields stay the source of truth (the CLI's flags, ``replace``, :func:`check_effective`).
+    Sections: seven read-only views of the flat fields, the source of truth (:mod:`dynlab.engine.sections`).
     """
 
     mode: str = "kv"
@@ -120,6 +118,7 @@ class SimConfig(Sectioned):
     duration_repeat: str = "new"
     workload: Optional[str] = None
     tokenizer: Optional[str] = None
+    keep_failed: bool = False  # a BurstGPT trace's failed rows (Response tokens 0) replayed, without an answer
     ep: int = 1  # ep, pp, dp_attention, kv_cache_dtype: a timed worker's parallelism (dynlab.models.parallel)
     pp: int = 1
     dp_attention: bool = False
@@ -291,12 +290,12 @@ def parse_split(text: str) -> tuple[int, int]:
 
 
 #: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
-TIME_MODEL_FIELDS = ("time_scale", "rate", "trace_block", "max_num_batched_tokens", "max_num_seqs",
-                     "latency_model", "latency_opts", "model", "gpu", "tp", "gpu_memory_utilization",
-                     "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_capacity", "cpu_memory_gb", "pcie_gbps",
-                     "cpu_write", "prefill_workers", "decode_workers", "split", "decode_router", "link_gbps",
-                     "link_latency_ms", "overlap_transfer", "decode_prefix_cache", "admission", "queue_policy",
-                     "admission_policy", "engine_kind", "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
+TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts",
+                     "model", "gpu", "tp", "gpu_memory_utilization", "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms",
+                     "cpu_capacity", "cpu_memory_gb", "pcie_gbps", "cpu_write", "prefill_workers", "decode_workers",
+                     "split", "decode_router", "link_gbps", "link_latency_ms", "overlap_transfer",
+                     "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "engine_kind",
+                     "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
                      "request_overhead_ms", "detok_us_per_token", "slo_classes")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
@@ -338,6 +337,7 @@ def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
     else:
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
+        yield "trace_block", "without --trace (the block size of a trace that names its own blocks)"
     yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "

@@ -339,6 +339,7 @@ class ServingMetrics(Recorder):
         self.good = 0
         self.total = 0
         self.rejected = 0
+        self.failed = 0
         self.output_tokens = 0
         self.prompt_tokens = 0
         self.hit_tokens = 0
@@ -352,7 +353,7 @@ class ServingMetrics(Recorder):
             return
         if self.first_arrival is None:
             self.first_arrival = t
-        self.total += 1
+        self.total += not failed(req)  # a failed request (--keep-failed) is outside goodput
         self.prompt_tokens += req.input_length
 
     def on_reject(self, req) -> None:
@@ -370,6 +371,12 @@ class ServingMetrics(Recorder):
     def on_finish(self, req, t: float) -> None:
         if self.warmup and req.id < self.warmup:
             return
+        if t > self.last_finish:
+            self.last_finish = t
+        if failed(req):  # prefilled, its prompt looked up and cached, but no answer: no client figure
+            self.failed += 1
+            self.hit_tokens += req.hit_tokens or 0
+            return
         token = self.token_ms
         ttft, e2e = client_times(req, t, self.front_ms, token)
         self.ttft.append(ttft)
@@ -386,8 +393,6 @@ class ServingMetrics(Recorder):
             slo_ttft, slo_tpot = self.class_slos.get(request_class(req.attrs), (slo_ttft, slo_tpot))
         if (slo_ttft is None or ttft <= slo_ttft) and (slo_tpot is None or tpot is None or tpot <= slo_tpot):
             self.good += 1
-        if t > self.last_finish:
-            self.last_finish = t
 
     def on_step(self, worker: int, result) -> None:
         self.steps += result.steps
@@ -405,6 +410,7 @@ class ServingMetrics(Recorder):
             "makespan_s": round(span_ms / 1000.0, 3),
             "preemptions": sum(e.preemptions for e in engines),
             "rejected": self.rejected,
+            **({"failed_requests": self.failed} if self.failed else {}),
             "engine_steps": self.steps,
             "prefix_hit_rate": ratio(self.hit_tokens, self.prompt_tokens) if self.prompt_tokens else None,
             "peak_kv_blocks": [e.peak_used_blocks for e in engines],
@@ -414,6 +420,12 @@ class ServingMetrics(Recorder):
         if self.slo_ttft_ms is not None or self.slo_tpot_ms is not None or self.class_slos:
             out["goodput"] = ratio(self.good, self.total)
         return out
+
+
+def failed(req) -> bool:
+    """Whether ``req`` is a failed request the trace recorded, replayed by ``--keep-failed`` (its attribute
+    ``failed``, :attr:`dynlab.traces.format.TraceFormat.records_failed`): served, but with no answer."""
+    return (getattr(req, "attrs", None) or {}).get("failed") is True
 
 
 def kv_usage(engines: Sequence, until: float, span_ms: float) -> list:

@@ -11,7 +11,7 @@ from dataclasses import MISSING, fields
 
 #: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/sim/test_run_layer.py``)
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "traffic": ("trace", "trace_format", "workload", "tokenizer", "prefixes", "reps", "plen", "tail", "seed", "hash",
+    "traffic": ("trace", "trace_format", "workload", "tokenizer", "keep_failed", "prefixes", "reps", "plen", "tail", "seed", "hash",
                 "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat",
                 "concurrency", "think_time_ms", "num_requests", "warmup"),
     "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split",

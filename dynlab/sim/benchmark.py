@@ -75,7 +75,9 @@ class BenchmarkRecorder(Recorder):
             self.first_arrival = t
 
     def on_finish(self, req, t: float) -> None:
-        if self.warmup and req.id < self.warmup:
+        from dynlab.engine.metrics import failed
+
+        if (self.warmup and req.id < self.warmup) or failed(req):  # a failed request (--keep-failed): no answer
             return
         self.tokens += req.input_length + req.output_length
         self.measured += 1

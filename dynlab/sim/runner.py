@@ -214,7 +214,9 @@ def _shaped(config: SimConfig, requests, first, total) -> tuple:
     (:func:`dynlab.engine.arrival_options.check_arrival_options`) and, when ``--rate`` (on timestamps),
     ``--rate-scale`` or ``--duration`` is given, the requests rescaled, cut or looped
     (:mod:`dynlab.traces.rates`), ``config.time_scale`` folded into them, and the keys that say so;
-    ``--time-scale`` alone leaves the scaling to the engine and adds the same keys."""
+    ``--time-scale`` alone leaves the scaling to the engine and adds the same keys. Requests without
+    timestamps arrive as a Poisson process: ``poisson_rate`` (requests/s) and ``poisson_rate_from`` (``--rate``,
+    or the default :data:`~dynlab.engine.config.POISSON_RATE` because the workload has none) say so."""
     from dynlab.engine.arrival_options import check_arrival_options
     from dynlab.engine.config import POISSON_RATE
 
@@ -223,8 +225,10 @@ def _shaped(config: SimConfig, requests, first, total) -> tuple:
         check_arrival_options(stamped, config.time_scale, config.rate, config.rate_scale, config.duration)
     elif config.duration is not None and not stamped:
         check_arrival_options(False, 1.0, None, None, config.duration)
-    if not stamped:
-        return (replace(config, rate=POISSON_RATE) if config.rate is None else config), requests, total, {}
+    if not stamped:  # Poisson arrivals: the run says at which rate, and whose
+        keys = {"poisson_rate": POISSON_RATE if config.rate is None else config.rate,
+                "poisson_rate_from": "default: the workload has no timestamps" if config.rate is None else "--rate"}
+        return (replace(config, rate=POISSON_RATE) if config.rate is None else config), requests, total, keys
     from dynlab.traces import rates
 
     if config.rate is None and config.rate_scale is None and config.duration is None:
@@ -291,7 +295,8 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
 
         requests, total, reader = open_reader(config.trace, config.trace_format, config.block, scheme=config.hash,
                                               trace_block=config.trace_block, tokenizer=config.tokenizer,
-                                              hash_lookahead=hash_lookahead_tokens(config))
+                                              hash_lookahead=hash_lookahead_tokens(config),
+                                              keep_failed=config.keep_failed)
         own = reader.block_tokens
     else:
         total, own = len(requests), getattr(requests, "own_block_tokens", None)

@@ -34,7 +34,7 @@ def _trace_key(config: SimConfig) -> tuple:
     if config.trace is None:
         return ("workload", config.workload, config.block, config.hash, hash_lookahead_tokens(config))
     return (config.trace, config.trace_format, config.block, config.hash, config.trace_block, config.tokenizer,
-            hash_lookahead_tokens(config))
+            hash_lookahead_tokens(config), config.keep_failed)
 
 
 def cached_trace(config: SimConfig, loader: Optional[Callable[[], Any]] = None):

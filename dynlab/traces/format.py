@@ -62,6 +62,13 @@ class TraceFormat(ABC):
     reads_text: ClassVar[bool] = False
     #: the ``--tokenizer`` path (``None``: the approximation); set by the reader after construction
     tokenizer: Optional[str] = None
+    #: whether the format's rows record failed requests (BurstGPT's ``Response tokens`` 0): a ``whole_file`` format
+    #: that skips them in :meth:`read_all` and counts them in :attr:`failed`, unless :attr:`keep_failed`
+    #: (``--keep-failed``, set by the reader) asks for them, marked with the request attribute ``failed`` (True)
+    records_failed: ClassVar[bool] = False
+    keep_failed: bool = False
+    #: the failed rows :meth:`read_all` read (skipped, or kept with ``keep_failed``)
+    failed: int = 0
     #: the fields a streamed (JSON lines) format reads; the reader warns once, naming the line, when the
     #: first record holds others than these and :attr:`attributes` (a typo, or a field this format ignores);
     #: ``None``: not checked
@@ -91,6 +98,13 @@ class TraceFormat(ABC):
         """True when ``line`` (the file's first non-blank line, as text) starts a file of this format that
         is not JSON lines (a CSV header, the ``[`` of a JSON array). Only ``whole_file`` formats say yes."""
         return False
+
+    @classmethod
+    def header_mismatch(cls, line: str) -> Optional[str]:
+        """What ``line`` (a first line that is not JSON) lacks to be this format's header, when it looks like one of
+        its kind (a CSV format: its missing columns, ``"A, B"``); ``None`` when it does not look like one. The reader
+        names it instead of "not JSON" (for the ``--trace-format`` given, else for every format that answers)."""
+        return None
 
     def read_all(self, first: tuple, lines: Iterator[tuple], name: str) -> list:
         """``whole_file`` formats: every request of the file, in time order (``index`` from 0).

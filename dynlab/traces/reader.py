@@ -141,7 +141,7 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                 registry=None, scheme: str = "dynlab",
                 trace_block: Optional[int] = None,
                 tokenizer: Optional[str] = None,
-                hash_lookahead: int = 0) -> tuple[Iterator[Request], Optional[int], TraceFormat]:
+                hash_lookahead: int = 0, keep_failed: bool = False) -> tuple[Iterator[Request], Optional[int], TraceFormat]:
     """:func:`open_trace`, returning the format's reader (its ``name`` and ``block_tokens``) last.
 
     ``trace_block``: tokens per block of a trace that names its own blocks (``--trace-block``;
@@ -151,6 +151,8 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
     file whole (``TraceFormat.whole_file``: CSV, JSON arrays, sessions) read it here, at once.
     ``hash_lookahead``: tokens after each block its name covers (vLLM's EAGLE hash lookahead,
     :func:`dynlab.engine.spec.hash_lookahead_tokens`), set on formats that hash tokens.
+    ``keep_failed``: replay the failed requests a format records (``--keep-failed``,
+    :attr:`TraceFormat.records_failed`); ``ValueError`` for a format that records none, or a trace without one.
     """
     from dynlab import plugins
 
@@ -176,6 +178,11 @@ def open_reader(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
             if not reader.reads_text:
                 raise ValueError(f"--tokenizer has no effect on {reader.name} traces: they carry no text")
             reader.tokenizer = tokenizer
+        if keep_failed:
+            if not reader.records_failed:
+                raise ValueError(f"--keep-failed has no effect on {reader.name} traces: they record no failed "
+                                 "request (burstgpt's rows with Response tokens 0 are)")
+            reader.keep_failed = True
         if reader.whole_file:
             with stream:
                 requests = _whole(reader, (lineno, record), lines, name)
@@ -217,6 +224,12 @@ def _whole(reader: TraceFormat, first: tuple, lines, name: str) -> list:
 
     with _read_errors(name):
         requests = reader.read_all(first, lines, name)
+    if reader.keep_failed and not reader.failed:
+        raise ValueError(f"--keep-failed has no effect: {name} holds no failed request")
+    if reader.failed and not reader.keep_failed:
+        warnings.warn(TraceWarning(f"{name}: skipped {reader.failed:,} failed request(s) ({reader.name} rows that "
+                                   "got no answer, as vLLM's loader drops them); --keep-failed replays them as "
+                                   "prompts without an answer"), stacklevel=3)
     last = 0.0
     for req in requests:
         if type(req.input_length) is not int or type(req.output_length) is not int or \
@@ -258,10 +271,20 @@ def _first(stream, name, fmt, block, registry):
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+        raise InputError(name, lineno, _header_mismatch(line, fmt, registry) or f"not JSON: {exc.msg}") from None
     except RecursionError:
         raise InputError(name, lineno, NESTED) from None
     return lines, (lineno, record), _reader(record, name, lineno, fmt, block, registry), numbered
+
+
+def _header_mismatch(line: str, fmt, registry) -> Optional[str]:
+    """What a first line that is not JSON lacks to be a header (:meth:`TraceFormat.header_mismatch`): of the
+    format ``fmt`` when given, else of every format that answers; ``None`` when none does."""
+    if fmt is not None:
+        why = registry.get(fmt).header_mismatch(line)
+        return None if why is None else f"the header lacks column(s) {why} of the {fmt} format"
+    whys = [f"{e.name} needs {why}" for e in registry.entries() if (why := e.cls.header_mismatch(line)) is not None]
+    return f"the header is no known trace format's: {'; '.join(whys)}" if whys else None
 
 
 class _read_errors:
@@ -388,16 +411,17 @@ def _reader(record, name, lineno, fmt, block, registry) -> TraceFormat:
 
 def load_trace(path_or_name: str, fmt: Optional[str] = None, block: int = 16,
                scheme: str = "dynlab", trace_block: Optional[int] = None,
-               tokenizer: Optional[str] = None, hash_lookahead: int = 0) -> TraceRequests:
+               tokenizer: Optional[str] = None, hash_lookahead: int = 0, keep_failed: bool = False) -> TraceRequests:
     """The whole trace as a list of requests (for runs that replay it many times), with ``block_tokens``.
 
     Same arguments (``scheme``: the hash scheme; ``tokenizer``: a tokenizer.json for text;
-    ``hash_lookahead``: EAGLE's hash lookahead) and errors as :func:`open_reader`.
+    ``hash_lookahead``: EAGLE's hash lookahead; ``keep_failed``: a trace's failed requests) and errors as
+    :func:`open_reader`.
     """
     if path_or_name == "-":
         keep_stdin()  # loaded whole anyway; a second configuration (another block, hash or lookahead) reads it again
     requests, _, reader = open_reader(path_or_name, fmt, block, scheme=scheme, trace_block=trace_block,
-                                      tokenizer=tokenizer, hash_lookahead=hash_lookahead)
+                                      tokenizer=tokenizer, hash_lookahead=hash_lookahead, keep_failed=keep_failed)
     out = TraceRequests(requests)
     out.block_tokens = reader.block_tokens or block
     out.own_block_tokens = reader.block_tokens

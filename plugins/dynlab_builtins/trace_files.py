@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 from datetime import datetime
+from fractions import Fraction
 from typing import Optional
 
 from dynlab.errors import InputError
@@ -172,7 +173,7 @@ class ShareGPTTrace(_TextFormat):
     def _conversation(self, conv) -> list:
         if not isinstance(conv, dict) or not isinstance(conv.get("conversations"), list):
             raise ValueError("expected a conversation: an object with a 'conversations' list")
-        self.unused.update(k for k in conv if k != "conversations")
+        self.unused.update(k for k in conv if k not in ("conversations", "id"))  # id: ShareGPT's own, ignored
         turns, history, rows = conv["conversations"], "", []
         for i, turn in enumerate(turns):
             if not isinstance(turn, dict) or "value" not in turn:
@@ -329,6 +330,15 @@ class _CsvFormat(TraceFormat):
         cols = [c.strip() for c in line.strip().split(",")]
         return all(h in cols for h in cls.header)
 
+    @classmethod
+    def header_mismatch(cls, line):
+        """The columns of this format's header that ``line`` (a CSV header, not JSON) lacks, or ``None``."""
+        if "," not in line or line.lstrip().startswith(("{", "[")):
+            return None
+        cols = [c.strip() for c in line.strip().split(",")]
+        missing = [h for h in cls.header if h not in cols]
+        return ", ".join(missing) if missing else None
+
     def parse(self, record, index):
         raise NotImplementedError
 
@@ -369,9 +379,12 @@ class BurstGPTTrace(_CsvFormat):
     header = ("Timestamp", "Request tokens", "Response tokens")
     used = header + ("Session ID",)
     attributes = frozenset(("session_id",))  # from the ``Session ID`` column
+    #: a row with ``Response tokens`` 0 is a request that failed (vLLM's BurstGPT loader drops them, PR #13063)
+    records_failed = True
 
     def read_all(self, first, lines, name):
         fresh, sessions, out = _Fresh(), {}, []
+        self.failed = 0
         for lineno, row in self.rows(first, lines, name):
             try:
                 try:
@@ -383,6 +396,10 @@ class BurstGPTTrace(_CsvFormat):
                 outp = _int_cell(row, "Response tokens")
             except ValueError as exc:
                 raise InputError(name, lineno, str(exc)) from None
+            if outp == 0:  # failed: skipped, or kept (--keep-failed) as a prompt without an answer
+                self.failed += 1
+                if not self.keep_failed:
+                    continue
             out.append((t, inp, outp, row.get("Session ID") or None))
         out.sort(key=lambda r: r[0])
         made = []
@@ -392,8 +409,10 @@ class BurstGPTTrace(_CsvFormat):
             names = context[:n] + fresh.take(max(0, n - len(context)))
             if sid is not None:  # the session's context: this prompt and its answer, in whole blocks
                 sessions[sid] = names + fresh.take(max(0, (inp + outp) // self.block - n))
-            attrs = NO_ATTRS if sid is None else MappingProxyType({"session_id": sid})
-            made.append((t, Request(tuple(names), inp, outp, t, 0, attrs=attrs)))
+            attrs = {} if sid is None else {"session_id": sid}
+            if outp == 0:
+                attrs["failed"] = True
+            made.append((t, Request(tuple(names), inp, outp, t, 0, attrs=MappingProxyType(attrs) if attrs else NO_ATTRS)))
         return _sorted(made)
 
 
@@ -405,7 +424,7 @@ class AzureTrace(_CsvFormat):
     used = header
 
     def read_all(self, first, lines, name):
-        fresh, out, t0 = _Fresh(), [], None
+        fresh, out = _Fresh(), []
         for lineno, row in self.rows(first, lines, name):
             try:
                 t = _azure_time(row["TIMESTAMP"])
@@ -415,16 +434,22 @@ class AzureTrace(_CsvFormat):
                 raise InputError(name, lineno, str(exc)) from None
             out.append((t, inp, outp))
         out.sort(key=lambda r: r[0])
-        t0 = out[0][0] if out else 0.0
-        return _sorted([((t - t0) * 1000.0, Request(tuple(fresh.take(inp // self.block)), inp, outp, 0, 0))
-                        for t, inp, outp in out])
+        t0 = out[0][0] if out else (0, 0)
+        # whole seconds subtracted before the fractions are added, exactly (Fraction): 1 ms reads 1.0
+        return _sorted([(float(((s - t0[0]) + (f - t0[1])) * 1000),
+                         Request(tuple(fresh.take(inp // self.block)), inp, outp, 0, 0))
+                        for (s, f), inp, outp in out])
 
 
-def _azure_time(text: str) -> float:
-    """Seconds since the epoch of ``2023-11-16 18:15:46.6805900`` (the fraction has up to 7 digits)."""
+def _azure_time(text: str) -> tuple:
+    """``(whole seconds since the epoch, the fraction as a Fraction)`` of ``2023-11-16 18:15:46.6805900`` (the
+    fraction has up to 7 digits), kept apart so that an offset is exact: at the epoch's 1.7e9 s a float resolves
+    only 0.24 us, which read a 1 ms offset as 1.0001659."""
     whole, _, frac = text.strip().partition(".")
     try:
         base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
-        return calendar.timegm(base.timetuple()) + (float("0." + frac) if frac else 0.0)
+        if frac and not frac.isdigit():
+            raise ValueError
+        return calendar.timegm(base.timetuple()), Fraction(int(frac), 10 ** len(frac)) if frac else Fraction(0)
     except ValueError:
         raise ValueError(f"TIMESTAMP must be a date and time like 2023-11-16 18:15:46.6805900, got {text!r}") from None
