@@ -93,7 +93,7 @@ class PolicySpec(click.ParamType):
     name = "NAME:KEY=VALUE,..."
 
     def convert(self, value, param, ctx):
-        from dynlab.engine.gateway import build_policy
+        from dynlab.sim.topology import build_policy
 
         try:
             build_policy(value)

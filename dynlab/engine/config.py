@@ -7,7 +7,6 @@ from typing import AbstractSet, Mapping, Optional
 
 from dynlab.engine.arrival_options import check_closed_loop, workload_rules
 from dynlab.engine.class_metrics import parse_class_slos
-from dynlab.engine.gateway import build_policy
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 from dynlab.engine.spec import SPEC_METHODS, no_effect_rules as _spec_rules
 from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
@@ -46,7 +45,7 @@ class SimConfig(Sectioned):
 
     Routers: ``routers`` replicas of the strategy (each its own index and load view), reached by ``router_assign``
     (``rr``, or ``hash`` of the first block name; :mod:`dynlab.routing.replicas`) behind the gateway's
-    ``admission_policy`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.gateway`; timed runs).
+    ``admission_policy`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.gateway`; timed runs; checked when the run builds it).
 
     Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and ``decode_workers``
     replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU count) sets them at once, ``"P:0"``
@@ -213,8 +212,6 @@ class SimConfig(Sectioned):
         if self.cpu_capacity is not None and self.cpu_capacity < 0:
             raise ValueError(f"cpu_capacity must be >= 0, got {self.cpu_capacity}")
         check_closed_loop(self.concurrency, self.num_requests, self.warmup)
-        if self.admission_policy != "always":
-            build_policy(self.admission_policy)  # its name and options (ValueError in one line)
         parse_class_slos(self.slo_classes)
         if self.spec_tokens < 0:
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")

@@ -10,7 +10,8 @@ whose ``shed`` is true. A policy is also a :class:`~dynlab.engine.metrics.Record
 it admitted get their first token and finish (``on_first_token``, ``on_finish``, ``on_reject``), which is
 how it knows what is queued.
 
-``always`` (the default) admits every request and builds no gateway at all; the built-in plugin
+``always`` (the default) admits every request and builds no gateway at all
+(:func:`dynlab.sim.topology.build_policy` builds a run's policy from the registry); the built-in plugin
 (``dynlab_builtins.admission``) registers it with ``queue-bound`` and ``token-bucket``. Requests carry
 their class and tenant as attributes (:func:`dynlab.routing.strategy.request_class`, ``request_tenant``).
 """
@@ -20,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from dynlab.engine.metrics import Recorder
 
-__all__ = ["AdmissionPolicy", "Always", "build_policy", "parse_policy"]
+__all__ = ["AdmissionPolicy", "Always", "parse_policy"]
 
 def parse_policy(spec: str) -> tuple[str, dict]:
     """``"NAME:KEY=VALUE,KEY=VALUE"`` -> ``(NAME, {KEY: VALUE})`` (text values; ``"NAME"`` alone: no options).
@@ -94,16 +95,3 @@ class Always(AdmissionPolicy):
 
     def admit(self, request, now: float) -> bool:
         return True
-
-
-def build_policy(spec: str, warmup: int = 0) -> Optional[AdmissionPolicy]:
-    """The admission policy of ``spec`` (``--admission-policy``), ``None`` for ``always`` without options (no
-    gateway). Raises ``ValueError`` (one line) for an unknown name or a bad option."""
-    from dynlab.plugins import admission_policies
-
-    name, opts = parse_policy(spec)
-    registry = admission_policies()
-    if name not in registry:
-        raise ValueError(f"unknown admission policy {name!r}; available: {', '.join(registry.names())}")
-    policy = registry.get(name)(opts, spec, warmup)
-    return None if type(policy) is Always else policy

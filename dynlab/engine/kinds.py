@@ -35,7 +35,6 @@ class Vllm(EngineKind):
     name = "vllm"
 
     def build(self, setup, worker_id: int, *, handoff: bool = False, decode: bool = False):
-        from dynlab.engine.serving import spec_decoding
         from dynlab.engine.worker import EngineWorker
 
         c = setup.config
@@ -43,10 +42,10 @@ class Vllm(EngineKind):
                       kv_layout=setup.kv_layout, admission=c.admission, queue_policy=setup.queue_policy())
         if handoff or decode:  # a P/D pool: no CPU tier, no runs; speculation on the decode pool only
             return EngineWorker(worker_id, setup.capacity, c.block, setup.latency, handoff=handoff,
-                                spec=None if handoff else spec_decoding(c), **common)
+                                spec=None if handoff else setup.spec_decoding(), **common)
         worker = EngineWorker
         if c.async_scheduling:  # vLLM's AsyncScheduler (dynlab.engine.async_steps)
             from dynlab.engine.async_steps import AsyncEngineWorker as worker
         return worker(worker_id, setup.capacity, c.block, setup.latency, cpu_capacity=setup.cpu_capacity or 0,
                       load_ms_per_block=setup.load_ms_per_block, cpu_write=c.cpu_write, runs=setup.runs_of is not None,
-                      spec=spec_decoding(c), **common)
+                      spec=setup.spec_decoding(), **common)

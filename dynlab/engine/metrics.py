@@ -438,24 +438,3 @@ def kv_usage_busy(engines: Sequence) -> list:
     """Per engine, blocks held by requests integrated over its steps only over ``capacity x`` its time
     in steps (``busy_block_ms`` / ``busy_ms``): ``mean_kv_usage_busy``, rounded to 4 digits (0.0: no step)."""
     return [ratio(e.busy_block_ms, e.capacity * e.busy_ms) for e in engines]
-
-
-class TierRecorder(Recorder):
-    """The CPU tier's figures of a run, summed over its engines (the tier's counters are the engines').
-
-    ``kv_bytes_per_block``: bytes of one block's KV (:func:`dynlab.engine.serving.cpu_tier_size`).
-    ``gpu_hit_blocks`` / ``cpu_hit_blocks``: prefix-hit blocks of the requests' first admissions found
-    on the GPU / loaded from the CPU tier (engine blocks); ``pcie_bytes``: bytes over PCIe both ways,
-    ``(blocks loaded + blocks written) * kv_bytes_per_block`` (an int); ``cpu_blocks``: blocks the CPU
-    tier of each worker held at the end.
-    """
-
-    def __init__(self, kv_bytes_per_block: float):
-        self.kv_bytes_per_block = kv_bytes_per_block
-
-    def result(self, engines: Sequence) -> dict[str, Any]:
-        moved = sum(e.loaded_blocks + e.offloaded_blocks for e in engines)
-        return {"gpu_hit_blocks": sum(e.gpu_hit_blocks for e in engines),
-                "cpu_hit_blocks": sum(e.cpu_hit_blocks for e in engines),
-                "pcie_bytes": int(round(moved * self.kv_bytes_per_block)),
-                "cpu_blocks": [len(e.cpu) if e.cpu is not None else 0 for e in engines]}

@@ -95,6 +95,10 @@ class TimedSetup:
         kind = self.engine_kind()
         return [kind.build(self, w) for w in range(self.config.workers)]
 
+    def spec_decoding(self):
+        """A worker's speculative decoding for this run (:func:`spec_decoding`; ``None``: off)."""
+        return spec_decoding(self.config)
+
     def engine_kind(self):
         """The run's engine kind (``config.engine_kind``, a registered name: :mod:`dynlab.engine.kinds`)."""
         from dynlab.plugins import engine_kinds

@@ -29,7 +29,8 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
-from dynlab.engine.metrics import TierRecorder, fleet_result, hooks
+from dynlab.engine.metrics import fleet_result, hooks
+from dynlab.engine.tier_metrics import TierRecorder
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
 from dynlab.limits import HORIZON_MS, past_horizon
@@ -372,7 +373,7 @@ def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Seque
 
     ``env``: a :class:`~dynlab.engine.env.RunEnv` (default :meth:`RunEnv.timed <dynlab.engine.env.RunEnv.timed>`
     of ``requests``, the default sections). ``kv_bytes_per_block``: given (the engines have a CPU tier
-    setting, even 0 blocks), the result also has the tier keys of :class:`~dynlab.engine.metrics.TierRecorder`.
+    setting, even 0 blocks), the result also has the tier keys of :class:`~dynlab.engine.tier_metrics.TierRecorder`.
     ``runs_of``: see :class:`TimedFleet` (the same result, less work). See the module docstring for the
     model. Raises ``ValueError`` when timestamps go backwards.
     """

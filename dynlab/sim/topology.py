@@ -24,8 +24,9 @@ from typing import Any, Iterable, Optional, Protocol, Sequence
 from dynlab.disagg.fleet import DisaggFleet
 from dynlab.engine.config import SimConfig
 from dynlab.engine.env import RunEnv
-from dynlab.engine.gateway import build_policy
-from dynlab.engine.metrics import Recorder, TierRecorder, fleet_result
+from dynlab.engine.gateway import AdmissionPolicy, Always, parse_policy
+from dynlab.engine.metrics import Recorder, fleet_result
+from dynlab.engine.tier_metrics import TierRecorder
 from dynlab.engine.serving import TimedSetup
 from dynlab.engine.timed import TimedFleet
 from dynlab.routing.strategy import Strategy
@@ -104,3 +105,16 @@ def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: Si
     env.attach(fleet)
     fleet.run()
     return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, fleet.all_engines)
+
+
+def build_policy(spec: str, warmup: int = 0) -> Optional[AdmissionPolicy]:
+    """The admission policy of ``spec`` (``--admission-policy``), ``None`` for ``always`` without options (no
+    gateway). Raises ``ValueError`` (one line) for an unknown name or a bad option."""
+    from dynlab.plugins import admission_policies
+
+    name, opts = parse_policy(spec)
+    registry = admission_policies()
+    if name not in registry:
+        raise ValueError(f"unknown admission policy {name!r}; available: {', '.join(registry.names())}")
+    policy = registry.get(name)(opts, spec, warmup)
+    return None if type(policy) is Always else policy
