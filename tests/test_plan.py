@@ -472,7 +472,7 @@ def test_json_keys_are_pinned(queue_trace):
         "shown_workers", "split", "gpus",
         "usd_per_hour", "goodput", "ttft_ms", "tpot_ms", "headroom", "preemptions", "error_band_pct", "latency_domain",
         "extrapolated", "binding", "why",
-        "never_share", "slo_floors", "lower_bound_workers", "replays", "binding_class", "by_class"]
+        "never_share", "slo_floors", "lower_bound_workers", "replays", "binding_class", "by_class", "class_floors"]
     assert list(plan["shapes"][0]["replays"][0]) == ["workers", "meets", "misses", "search"]
     assert (plan["target"], plan["arrivals"], plan["max_workers"]) == (
         "TTFT <= 50 ms at p99", "12 requests, all at one instant", 128)
