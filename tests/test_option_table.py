@@ -515,6 +515,13 @@ TABLE.update({
     ("plan", "--seed"): changes(LOGGED + ["--modes", "random"], ["--seed", "2"]),
     ("plan", "--slo-ttft-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN[:3], "--slo-ttft-ms", "10", *PLAN[5:])),
     ("plan", "--slo-tpot-ms"): lambda run: plan_differ(run(*PLAN), run(*PLAN, "--slo-tpot-ms", "1")),
+    # the three requests at once (no class named: class default): 1 worker meets TTFT <= 1000 ms (p99 65 ms);
+    # default's own 60 ms needs 2 workers, and default is named as the class that binds
+    ("plan", "--slo"): lambda run: (lambda a, b: (
+        json.loads(a.stdout)["shapes"][0]["workers"] == 1 and json.loads(b.stdout)["shapes"][0]["workers"] == 2
+        and json.loads(b.stdout)["shapes"][0]["binding_class"] == "default") or pytest.fail(str((a, b))))(
+        run(*PLAN, "--rate-scale", "1000", "--max-workers", "3"),
+        run(*PLAN, "--rate-scale", "1000", "--max-workers", "3", "--slo", "default:ttft_ms=60")),
     ("plan", "--rate"): changes(PLAN, ["--rate", "1000"]),
     ("plan", "--rate-scale"): changes(PLAN, ["--rate-scale", "2"]),
     ("plan", "--concurrency"): changes(PLAN, ["--concurrency", "1"]),

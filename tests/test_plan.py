@@ -465,14 +465,14 @@ def test_routing_binding_when_workers_stop_helping(tmp_path):
 
 def test_json_keys_are_pinned(queue_trace):
     plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, *LINEAR)
-    assert list(plan) == ["target", "percentile", "slo_ttft_ms", "slo_tpot_ms", "goodput_target", "arrivals",
-                          "time_scale", "prices", "max_workers", "shapes"]
+    assert list(plan) == ["target", "percentile", "slo_ttft_ms", "slo_tpot_ms", "goodput_target", "slo_classes",
+                          "arrivals", "time_scale", "prices", "max_workers", "shapes"]
     assert list(plan["shapes"][0]) == [
         "shape", "model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens", "pd", "meets", "workers",
         "shown_workers", "split", "gpus",
         "usd_per_hour", "goodput", "ttft_ms", "tpot_ms", "headroom", "preemptions", "error_band_pct", "latency_domain",
         "extrapolated", "binding", "why",
-        "never_share", "slo_floors", "lower_bound_workers", "replays"]
+        "never_share", "slo_floors", "lower_bound_workers", "replays", "binding_class", "by_class", "class_floors"]
     assert list(plan["shapes"][0]["replays"][0]) == ["workers", "meets", "misses", "search"]
     assert (plan["target"], plan["arrivals"], plan["max_workers"]) == (
         "TTFT <= 50 ms at p99", "12 requests, all at one instant", 128)

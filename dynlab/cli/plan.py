@@ -16,6 +16,7 @@ from dynlab.cli.report import report_option
 from dynlab.cli.common import (INPUT_FIELDS, check_plot, echo_json, input_path, output_format, output_path,
                                parse_opts, progress_bar, refuse_repeats, split_list)
 from dynlab.cli.routing import SIM_OPTIONS, FiniteFloat, given_fields
+from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.config import SimConfig
 from dynlab.plan import DEFAULT_CAP, PERCENTILES, Shape, Target
 from dynlab.sweep import EXECUTORS
@@ -32,7 +33,7 @@ SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "tr
           "publish",
           "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "engine_kind", "queue_policy", "admission_policy", "seed",
           "slo_ttft_ms",
-          "slo_tpot_ms", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
+          "slo_tpot_ms", "slo_classes", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
           "link_latency_ms")
 #: sim's on/off flags plan takes as they are (the P/D fleet's, the engine's async scheduling)
 FLAGS = ("overlap_transfer", "decode_prefix_cache", "async_scheduling")
@@ -58,7 +59,12 @@ _HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from t
          "spec_tokens": "With --spec-method: draft tokens K per decode step (vLLM's num_speculative_tokens; 0: off; "
                         "plan --spec-tokens 0,2,4 sizes the fleet for each K, 0 without speculation, the baseline; "
                         "below --max-num-batched-tokens, as vLLM requires, and at most 10,000,000, see "
-                        "docs/limits.md)."}
+                        "docs/limits.md).",
+         "slo_classes": "SLOs of request classes (a trace's field `class`, a workload spec's classes), "
+                        "CLASS:ttft_ms=X,tpot_ms=Y, several apart by ';': a shape meets the target only when each "
+                        "class given meets its own at --slo-percentile (or its class goodput is at least --goodput), "
+                        "besides --slo-ttft-ms/--slo-tpot-ms if given; the class that binds is named (see "
+                        "docs/plan.md#per-class-slos-which-class-binds)."}
 
 
 #: plan's own type where sim's admits a value every replay would refuse (an engine needs one block at least)
@@ -275,17 +281,16 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     if max_workers < 2 and any(s.pd for s in shapes):
         raise click.UsageError("--max-workers 1: a P/D candidate (--split auto) needs 2 workers at least")
     prices = _prices(price, {s.gpu for s in shapes})
-    try:
-        target = Target(options["slo_ttft_ms"], options["slo_tpot_ms"], slo_percentile, goodput)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    target = _target(options, slo_percentile, goodput)
     base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
     if base.latency_profile is not None:  # a missing or bad profile fails now, not at the first replay
         from dynlab.calibrate.profile import read_profile
 
         read_profile(base.latency_profile)
     requests, checked = _load(base, rate, rate_scale)
-    _check_shapes(shapes, checked, given - set(CANDIDATES) - {"split", "slo_ttft_ms", "slo_tpot_ms"}, requests)
+    _usage(target.check_classes, requests)  # a class no request carries: before any replay
+    _check_shapes(shapes, checked, given - set(CANDIDATES) - {"split", "slo_ttft_ms", "slo_tpot_ms", "slo_classes"},
+                  requests)
     if plot_path:
         check_plot(plot_path)
     started, fresh = time.perf_counter(), []
@@ -307,6 +312,20 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
         click.echo(f"plan: no shape meets the target (exit {INFEASIBLE}); each shape's binding constraint says why",
                    err=True)
         ctx.exit(INFEASIBLE)
+
+
+def _target(options: dict, percentile: str, goodput) -> Target:
+    """The target of the SLO options (the run-wide ones, --slo's per class); usage errors in one line."""
+    return _usage(Target, options["slo_ttft_ms"], options["slo_tpot_ms"], percentile, goodput,
+                  _usage(parse_class_slos, options["slo_classes"]))
+
+
+def _usage(fn, *args):
+    """``fn(*args)``, a ``ValueError`` raised as a usage error (one line, exit 2)."""
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _html_report(ctx, path: str, out: dict, shapes, base: SimConfig) -> None:

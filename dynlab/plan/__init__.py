@@ -90,7 +90,8 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now).
 
     Returns :func:`dynlab.plan.report.as_json`'s object plus ``_results`` (shape label -> workers ->
-    result, for the plot). Raises ``ValueError`` for bad options, :class:`DynlabError` for a replay's error.
+    result, for the plot). Raises ``ValueError`` for bad options (a class of ``target.classes`` no request
+    carries among them), :class:`DynlabError` for a replay's error.
     """
     from dynlab.plan.report import as_json
     from dynlab.sweep.executors import CellError, execute
@@ -98,7 +99,7 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     prices = dict(prices or {})
     time_scale, poisson = arrival_settings(requests, rate, rate_scale, base.concurrency)
     base = replace(base, timing=True, time_scale=time_scale, rate=poisson, slo_ttft_ms=target.slo_ttft_ms,
-                   slo_tpot_ms=target.slo_tpot_ms)
+                   slo_tpot_ms=target.slo_tpot_ms, slo_classes=target.classes_text())
     own = getattr(requests, "own_block_tokens", None)
     trace_block = base.trace_block or own or base.block
     log, known = _log_known(log_path, resume)
@@ -124,7 +125,8 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     explain(outcomes, len(requests))
     arrivals = _arrivals(requests, time_scale, poisson, base)
     header = {"target": target.describe(), "percentile": target.percentile, "slo_ttft_ms": target.slo_ttft_ms,
-              "slo_tpot_ms": target.slo_tpot_ms, "goodput_target": target.goodput, "arrivals": arrivals,
+              "slo_tpot_ms": target.slo_tpot_ms, "goodput_target": target.goodput,
+              "slo_classes": target.classes_json(), "arrivals": arrivals,
               "time_scale": time_scale, "prices": prices, "max_workers": cap}
     out = as_json(outcomes, prices, header)
     out["_results"] = {o.shape.label: {n: r for s in (o.search, o.floor) if s is not None

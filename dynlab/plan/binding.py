@@ -49,6 +49,24 @@ def compute_text(target: Target, never: float, n_requests: int, slo_floors: Mapp
     return text
 
 
+def class_compute_text(target: Target, floors: Mapping[str, Mapping]) -> str:
+    """Why no worker count meets a class's own SLOs: ``floors`` (:func:`dynlab.plan.planner.class_floors`, the
+    largest share first) gives, per class, the share of its requests missing its SLOs even alone on an idle
+    worker with every prefix hit possible, and the lowest target of each SLO it could meet. The first binds."""
+    parts = []
+    for name, f in floors.items():
+        slo = {n: ttft_tpot for n, *ttft_tpot in target.classes}[name]
+        own = Target(*slo, target.percentile, target.goodput)
+        lowest = [f"{label} about {f[key]:,.0f} ms" for label, key in (("TTFT", "lowest_ttft_ms"), ("TPOT", "lowest_tpot_ms"))
+                  if f.get(key) is not None]
+        parts.append(f"{_pct(f['never_share'])} of class {name}'s requests ({f['missing']:,} of {f['requests']:,}) miss its "
+                     f"SLOs ({own.describe()}) even alone on an idle worker with every prefix hit possible"
+                     + (f" (the lowest targets it could meet here: {', '.join(lowest)})" if lowest else ""))
+    first = next(iter(floors))
+    return (f"compute: {'; '.join(parts)}, more than the {_pct(target.allowed_miss)} allowed: no worker count helps; "
+            f"class {first} binds")
+
+
 #: each SLO's floor in words: its name, what its floor is, the floor's name
 _FLOORS = {"ttft": ("TTFT", "a prompt's own prefill takes up to", "the prefill floor"),
            "tpot": ("TPOT", "one decode step alone takes up to", "the decode floor")}
@@ -159,12 +177,27 @@ def prefill_bound(target: Target, result: Mapping) -> bool:
     at that percentile is under half the SLO. Then the time after scheduling (its prefill chunks, sharing
     steps with other requests) is over half the SLO and more than the wait: most of the tail, and what
     misses it. A wait of half the SLO or more is queueing (docs/plan.md's one-worker rows: 139 ms of a
-    150 ms SLO). Percentile targets only (a goodput miss does not say which SLO it misses)."""
+    150 ms SLO). With per-class SLOs, every TTFT missed (the run's, a class's) must be so against the run's
+    queue wait. Percentile targets only (a goodput miss does not say which SLO it misses)."""
     q = target.percentile
-    ttft, wait, slo = measured(result, "ttft_ms", q), measured(result, "queue_wait_ms", q), target.slo_ttft_ms
-    if target.goodput is not None or slo is None or ttft is None or ttft <= slo:
+    wait = measured(result, "queue_wait_ms", q)
+    if target.goodput is not None or wait is None:
         return False
-    return wait is not None and 2 * wait < slo
+    missed = [slo for _, figures, slo, _ in target.rows(result)
+              if slo is not None and (measured(figures, "ttft_ms", q) or 0.0) > slo]
+    return bool(missed) and all(2 * wait < slo for slo in missed)
+
+
+def class_text(target: Target, result: Mapping, name: str) -> str:
+    """``class chat binds (headroom -152.0%; batch 87.4%)``: the class :meth:`Target.binding_class` names for
+    a replay, with its headroom and the other classes'."""
+    rooms = target.rooms(result)
+    others = "".join(f"; {k} {_room(v)}" for k, v in rooms.items() if k and k != name)
+    return f"class {name} binds (headroom {_room(rooms.get(name))}{others})"
+
+
+def _room(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def _ms(value: Optional[float]) -> str:

@@ -7,7 +7,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
 from dynlab.plan import analysis
-from dynlab.plan.binding import compute_text, idle, idle_text, replay_text, routing_text
+from dynlab.plan.binding import class_compute_text, class_text, compute_text, idle, idle_text, replay_text, routing_text
 from dynlab.plan.rate import closed_users
 from dynlab.plan.search import PdSearch, Search, Shape
 from dynlab.plan.target import Target
@@ -34,6 +34,11 @@ class Outcome:
     slo_floors: dict = field(default_factory=dict)
     users: Optional[int] = None
     domain: Optional[str] = None
+    #: the class whose own SLOs (``--slo``) bind: missed furthest at N - 1 (or at the count shown when none
+    #: is met); ``None`` when no class misses its own there, or none is given
+    binding_class: Optional[str] = None
+    #: the classes whose own SLOs their requests miss even alone, more than allowed (:func:`class_floors`)
+    class_floors: dict = field(default_factory=dict)
 
     @property
     def workers(self) -> Optional[int]:
@@ -109,7 +114,9 @@ def _search(shape: Shape, config: SimConfig, target: Target, lower: int, cap: in
 def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target: Target, cap: int,
             trace_block: int) -> list[Outcome]:
     """Each shape's analysis (floors, lower bound) and its :class:`Search`; a compute-bound shape gets the
-    floor search instead (the fewest workers meeting the SLOs on every request that can meet them)."""
+    floor search instead (the fewest workers meeting the SLOs on every request that can meet them). A class of
+    ``target.classes`` no request carries is a ``ValueError``, before any replay."""
+    target.check_classes(requests)
     out, top_k = [], max(s.spec_tokens for s in shapes)
     for shape in shapes:
         config = shape.config(base, top_k)
@@ -138,8 +145,34 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
                 o.floor = _search(shape, config, relaxed, lower, top, share)
             else:  # nothing left to serve in time: one replay at the lower bound shows the figures
                 o.floor = _search(shape, config, target, o.search.lower, o.search.lower, share)
+        elif target.classes:
+            o.class_floors = class_floors(requests, fl, target)
+            if o.class_floors:  # a class misses its own SLOs alone: one replay at the lower bound shows the figures
+                o.kind, o.binding_class = "compute", next(iter(o.class_floors))
+                o.floor = _search(shape, config, target, o.search.lower, o.search.lower, share)
         out.append(o)
     return out
+
+
+def class_floors(requests: Sequence, fl: analysis.Floors, target: Target) -> dict:
+    """Each class of ``target.classes`` whose requests miss its own SLOs even alone (their :class:`~analysis.Floors`)
+    in a larger share of the class than the target allows: ``{class: {"never_share", "missing", "requests",
+    "lowest_ttft_ms", "lowest_tpot_ms"}}`` (the lowest target of each SLO given the percentile, or goodput
+    share, could meet for it), the largest share first; ``{}`` when none."""
+    from dynlab.routing.strategy import request_class
+
+    names = [request_class(r.attrs or {}) for r in requests]
+    out = {}
+    for name, ttft, tpot in target.classes:
+        idx = [i for i, n in enumerate(names) if n == name]
+        sub = analysis.Floors(tuple(fl.ttft[i] for i in idx), tuple(fl.tpot[i] for i in idx))
+        share = sub.never_share(ttft, tpot)
+        if share > target.allowed_miss:
+            lowest = {k: (sub.per_slo(k, slo, 1.0 - target.allowed_miss) or {}).get("lowest_ms") if slo is not None
+                      else None for k, slo in (("ttft", ttft), ("tpot", tpot))}
+            out[name] = {"never_share": round(share, 6), "missing": round(share * len(idx)), "requests": len(idx),
+                         "lowest_ttft_ms": lowest["ttft"], "lowest_tpot_ms": lowest["tpot"]}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["never_share"]))
 
 
 def run_searches(outcomes: Sequence[Outcome], run_batch: Callable, known: Mapping[str, dict],
@@ -175,37 +208,55 @@ def run_searches(outcomes: Sequence[Outcome], run_batch: Callable, known: Mappin
 
 
 def explain(outcomes: Sequence[Outcome], n_requests: int) -> None:
-    """Fill each outcome's binding constraint (``kind``, ``why``) from its replays and analysis."""
+    """Fill each outcome's binding constraint (``kind``, ``why``) and binding class from its replays and analysis."""
     for o in outcomes:
         s, target = o.search, o.search.target
+        if o.class_floors:
+            o.why = class_compute_text(target, o.class_floors)
+            continue
         if o.kind == "compute":
             fw = o.floor.best() if o.floor is not None and o.floor.target is not target else None
             fg = o.floor.tested[fw][1].get("goodput") if fw is not None else None
             o.why = compute_text(target, o.never_share, n_requests, o.slo_floors, o.helps, fw, fg,
                                  _floor_note(o.floor) if fw is None else "")
             continue
-        best = s.best()
-        if best == 1:
-            o.kind, o.why = "none", "none: one worker meets the target"
-        elif best == s.least:
-            o.kind, o.why = "none", f"none: the smallest P/D fleet ({s.fleet(best)}) meets the target"
-        elif best is not None:
-            o.kind, o.why = replay_text(target, best - 1, s.tested[best - 1][1], o.never_share, s.fleet(best - 1))
-        elif s.plateau() is not None:
-            a, b = s.plateau()
-            r = s.tested[b][1]
-            if idle(r) and not (r.get("preemptions") or r.get("rejected")):
-                o.kind, o.why = "routing", routing_text(target, a, b, r)
-            else:
-                o.kind, o.why = replay_text(target, b, r, o.never_share, s.fleet(b), (a, b))
-        else:
-            top = max(s.tested)
-            kind, text = replay_text(target, top, s.tested[top][1], o.never_share, s.fleet(top))
-            bound = "--max-workers" if o.users is None or s.cap < o.users else f"{o.users} closed-loop users keep no more busy"
-            o.kind, o.why = kind, f"{text}; not met at the cap of {s.cap} workers ({bound})"
+        missed = _explain_search(o, s, target)
+        o.binding_class = target.binding_class(missed) if missed is not None else None
+        if o.binding_class is not None:
+            o.why += "; " + class_text(target, missed, o.binding_class)
         note = s.monotone_note()
         if note:
             o.why += f". {note}"
+
+
+def _explain_search(o: Outcome, s: Search, target: Target) -> Optional[Mapping]:
+    """Fill ``o.kind`` and ``o.why`` from an answer search's replays; return the replay that misses the target
+    the binding constraint is read from (N - 1, the plateau's or the cap's), ``None`` when one worker meets it."""
+    best = s.best()
+    if best == 1:
+        o.kind, o.why = "none", "none: one worker meets the target"
+        return None
+    if best == s.least:
+        o.kind, o.why = "none", f"none: the smallest P/D fleet ({s.fleet(best)}) meets the target"
+        return None
+    if best is not None:
+        r = s.tested[best - 1][1]
+        o.kind, o.why = replay_text(target, best - 1, r, o.never_share, s.fleet(best - 1))
+        return r
+    if s.plateau() is not None:
+        a, b = s.plateau()
+        r = s.tested[b][1]
+        if idle(r) and not (r.get("preemptions") or r.get("rejected")):
+            o.kind, o.why = "routing", routing_text(target, a, b, r)
+        else:
+            o.kind, o.why = replay_text(target, b, r, o.never_share, s.fleet(b), (a, b))
+        return r
+    top = max(s.tested)
+    r = s.tested[top][1]
+    kind, text = replay_text(target, top, r, o.never_share, s.fleet(top))
+    bound = "--max-workers" if o.users is None or s.cap < o.users else f"{o.users} closed-loop users keep no more busy"
+    o.kind, o.why = kind, f"{text}; not met at the cap of {s.cap} workers ({bound})"
+    return r
 
 
 def _floor_note(floor: Optional[Search]) -> str:

@@ -52,8 +52,24 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
             "error_band_pct": r.get("error_band_pct"), "latency_domain": domain,
             "extrapolated": domain is not None,
             "binding": o.kind, "why": o.why, "never_share": round(o.never_share, 6), "slo_floors": o.slo_floors,
-            "lower_bound_workers": o.lower, "replays": replays})
+            "lower_bound_workers": o.lower, "replays": replays, "binding_class": o.binding_class,
+            "by_class": class_rows(t, r), "class_floors": o.class_floors})
     return {**header, "shapes": shapes}
+
+
+def class_rows(target, result: Mapping) -> dict:
+    """Each class of the target's ``--slo`` at a replay: its TTFT and TPOT at the percentile, goodput, headroom
+    against its own SLOs and whether it meets them (``{}`` without per-class SLOs or a replay)."""
+    from dynlab.plan.target import Target, class_figures
+
+    out = {}
+    for name, ttft, tpot in target.classes if result else ():
+        f = class_figures(result, name) or {}
+        own = Target(ttft, tpot, target.percentile, target.goodput)
+        out[name] = {"ttft_ms": measured(f, "ttft_ms", target.percentile),
+                     "tpot_ms": measured(f, "tpot_ms", target.percentile), "goodput": f.get("goodput"),
+                     "headroom": own.headroom(f), "meets": not own.misses(f)}
+    return out
 
 
 def _cell(v, fmt="{}") -> str:
@@ -79,7 +95,7 @@ def table(plan: Mapping) -> str:
         rows.append([str(i) if s["meets"] else "-", s["shape"] + (f" {EXTRAPOLATED}" if s.get("extrapolated") else ""), workers, _cell(s["gpus"]) if s["meets"] else "-",
                      _cell(s["usd_per_hour"], "{:.2f}") if s["meets"] else "-", _cell(s["goodput"]),
                      _banded(s, "ttft_ms", pct), _banded(s, "tpot_ms", pct), _cell(s["headroom"], "{:.1%}"),
-                     s["binding"]])
+                     s["binding"] + (f" ({s['binding_class']})" if s.get("binding_class") else "")])
     widths = [max(len(r[j]) for r in rows) for j in range(len(cols))]
     lines = ["  ".join(c.ljust(widths[j]) if j in (1, 9) else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip()
              for r in rows]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
 from dynlab.engine.config import SimConfig
-from dynlab.plan.target import Target, measured
+from dynlab.plan.target import Target
 
 #: the CPU tier's options: a candidate without a tier (``--cpu-memory-gb 0``) runs without them
 CPU_TIER_FIELDS = ("pcie_gbps", "cpu_write")
@@ -169,9 +169,9 @@ class Search:
 
 def signature(result: Mapping) -> tuple:
     """What the target reads of a replay, to tell two replays apart: TTFT, TPOT and queue wait
-    percentiles, goodput, preemptions, rejections."""
+    percentiles, goodput, preemptions, rejections, the per-class figures."""
     return tuple(json.dumps(result.get(k), sort_keys=True) for k in
-                 ("ttft_ms", "tpot_ms", "queue_wait_ms", "goodput", "preemptions", "rejected"))
+                 ("ttft_ms", "tpot_ms", "queue_wait_ms", "goodput", "preemptions", "rejected", "by_class"))
 
 
 @dataclass
@@ -223,9 +223,8 @@ class PdSearch(Search):
             bounds[1] = min(bounds[1], p)
 
     def _needs_prefill(self, result: Mapping) -> bool:
-        """More prefill workers (True) or more decode workers: the SLO missed the furthest."""
-        t, slo = self.target, {"ttft_ms": self.target.slo_ttft_ms, "tpot_ms": self.target.slo_tpot_ms}
-        ratio = {k: (measured(result, k, t.percentile) or 0.0) / v if v else 0.0 for k, v in slo.items()}
+        """More prefill workers (True) or more decode workers: the SLO missed the furthest (a class's too)."""
+        ratio = self.target.ratios(result)  # the run-wide SLOs and each class's
         return ratio["ttft_ms"] >= ratio["tpot_ms"]
 
     def next_workers(self) -> Optional[int]:
