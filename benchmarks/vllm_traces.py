@@ -1,6 +1,6 @@
 """The traces of the vLLM differential harness (:mod:`benchmarks.fidelity_vllm`), as dynlab token traces.
 
-A :class:`Case` is a trace (rows of the README's "Bring your own trace" token format: ``timestamp`` in
+A :class:`Case` is a trace (rows of the token trace format of docs/commands.md, "Traces": ``timestamp`` in
 ms, ``tokens``, ``output_length``) with the engine it runs on
 (:class:`vllm_dynlab_side.EngineSetup`). :func:`hand_cases` gives eleven hand-sized ones (issue 24's
 three rules among them), :func:`random_cases` seven seeded multi-turn conversation traces over shared

@@ -19,7 +19,7 @@ default (:class:`dynlab.engine.metrics.ServingMetrics`; 0 switches each off):
 - **Front end** (``--request-overhead-ms``, :data:`FRONT_END_MS`): HTTP, validation, tokenisation and queue
   insertion before the engine sees a request, in every TTFT and E2E. Default: inference-sim (BLIS)'s
   ``alpha_coeffs[0]`` (15,563 us, "API processing overhead") at commit f90a1e3a, fitted to real vLLM on H100;
-  ``dynlab calibrate`` on BLIS's real Llama-2-7B H100 runs fits 13.4 ms with the other terms on (README).
+  ``dynlab calibrate`` on BLIS's real Llama-2-7B H100 runs fits 13.4 ms with the other terms on (docs/calibrate.md).
 - **Detokenisation and streaming** (``--detok-us-per-token``, :data:`DETOK_US_PER_TOKEN`): per output token,
   added to each token's arrival at the client as BLIS does (``sim/simulator.go``: each ITL is the step plus
   ``alpha_coeffs[2]``), so TTFT gains one, TPOT and each ITL one, E2E one per output token. Default: BLIS's
