@@ -36,6 +36,25 @@ def dynlab(*args) -> subprocess.CompletedProcess:
                           timeout=HANG)
 
 
+def run_tests_on(test_file: str, name: str) -> str:
+    """``pytest -q TEST_FILE -k NAME`` in a fresh process (the registry-parametrised tests then collect the
+    plugin's class); its stdout. Exit 5 would mean no test matched: the class was not collected."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(Path(__file__).parent / test_file), "-k", name],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "passed" in proc.stdout
+    return proc.stdout
+
+
+def assert_listed(kind: str, name: str, dist: str) -> None:
+    """``dynlab plugins`` lists ``name`` under ``kind`` (one or two words) from distribution ``dist``."""
+    proc = dynlab("plugins")
+    assert proc.returncode == 0, proc.stderr
+    row = [*kind.split(), name, dist]
+    assert any(line.split()[:len(row)] == row for line in proc.stdout.splitlines()), proc.stdout
+
+
 @pytest.fixture(scope="module")
 def installed_plugin(tmp_path_factory):
     """Install the example distribution (from a copy, so the source tree stays clean); uninstall afterwards."""
@@ -102,14 +121,7 @@ def test_unknown_mode_error_lists_it(installed_plugin):
 
 def test_registry_parametrised_tests_cover_it(installed_plugin):
     """tests/test_strategies.py parametrises over the registry, so a fresh run covers the new strategy."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__).parent /
-                                                                             "test_strategies.py"),
-         "-k", STRATEGY],
-        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
-    # Exit 5 would mean no test matched: the strategy was not collected.
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "passed" in proc.stdout
+    run_tests_on("test_strategies.py", STRATEGY)
 
 
 # ------------------------------------------------------------------------------- a third-party scorer
@@ -117,10 +129,7 @@ SCORER = "highest-index"
 
 
 def test_plugins_lists_its_scorer(installed_plugin):
-    proc = dynlab("plugins")
-    assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()]
-    assert any(r[:3] == ["scorer", SCORER, installed_plugin] for r in rows), proc.stdout
+    assert_listed("scorer", SCORER, installed_plugin)
 
 
 def test_weighted_uses_its_scorer(installed_plugin):
@@ -131,12 +140,7 @@ def test_weighted_uses_its_scorer(installed_plugin):
 
 
 def test_registry_wide_scorer_tests_cover_it(installed_plugin):
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(Path(__file__).parent / "test_scorers.py"), "-k", SCORER],
-        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "passed" in proc.stdout
+    run_tests_on("test_scorers.py", SCORER)
 
 
 # -------------------------------------------------------------------------- a third-party queue policy
@@ -144,10 +148,7 @@ QUEUE_POLICY = "shortest-prompt"
 
 
 def test_plugins_lists_its_queue_policy(installed_plugin):
-    proc = dynlab("plugins")
-    assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()]
-    assert any(r[:4] == ["queue", "policy", QUEUE_POLICY, installed_plugin] for r in rows), proc.stdout
+    assert_listed("queue policy", QUEUE_POLICY, installed_plugin)
 
 
 def test_sim_orders_the_waiting_queue_with_it(installed_plugin, tmp_path):
@@ -173,12 +174,7 @@ def test_sim_orders_the_waiting_queue_with_it(installed_plugin, tmp_path):
 
 
 def test_registry_wide_queue_policy_tests_cover_it(installed_plugin):
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(Path(__file__).parent / "engine" / "test_queue_policies.py"), "-k", QUEUE_POLICY],
-        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "2 passed" in proc.stdout
+    assert "2 passed" in run_tests_on("engine/test_queue_policies.py", QUEUE_POLICY)
 
 
 # ---------------------------------------------------------------------- a third-party admission policy
@@ -186,10 +182,7 @@ ADMISSION_POLICY = "short-only"
 
 
 def test_plugins_lists_its_admission_policy(installed_plugin):
-    proc = dynlab("plugins")
-    assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()]
-    assert any(r[:4] == ["admission", "policy", ADMISSION_POLICY, installed_plugin] for r in rows), proc.stdout
+    assert_listed("admission policy", ADMISSION_POLICY, installed_plugin)
 
 
 def test_sim_sheds_with_it(installed_plugin, tmp_path):
@@ -217,9 +210,7 @@ def test_sim_serves_on_its_engine_kind(installed_plugin, tmp_path):
     one-at-a-time (max_num_seqs 1): R0 prefills 0-26 and decodes its 2nd token 26-38; R1 prefills 38-64."""
     from helpers import terms_off_args
 
-    proc = dynlab("plugins")
-    assert any(line.split()[:4] == ["engine", "kind", ENGINE_KIND, installed_plugin]
-               for line in proc.stdout.splitlines()), proc.stdout
+    assert_listed("engine kind", ENGINE_KIND, installed_plugin)
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps({"timestamp": 0, "tokens": list(range(100 * i, 100 * i + 16)),
                                         "output_length": 2}) + "\n" for i in range(2)))

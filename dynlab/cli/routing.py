@@ -72,34 +72,30 @@ class RegistryName(click.ParamType):
         return value
 
 
-class ClassSlos(click.ParamType):
-    """``CLASS:ttft_ms=X,tpot_ms=Y;...``, checked (:func:`dynlab.engine.class_metrics.parse_class_slos`)."""
+class CheckedText(click.ParamType):
+    """Text that ``check(text)`` accepts (it raises ``ValueError``, one line, for a bad one); ``name``: its form."""
 
-    name = "CLASS:ttft_ms=X,tpot_ms=Y;..."
+    def __init__(self, name: str, check):
+        self.name, self.check = name, check
 
     def convert(self, value, param, ctx):
-        from dynlab.engine.class_metrics import parse_class_slos
-
         try:
-            parse_class_slos(value)
+            self.check(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         return value
 
 
-class PolicySpec(click.ParamType):
-    """An admission policy's ``NAME[:KEY=VALUE,...]``, checked as the run will build it (name and options)."""
+def _class_slos(text: str) -> None:
+    from dynlab.engine.class_metrics import parse_class_slos
 
-    name = "NAME:KEY=VALUE,..."
+    parse_class_slos(text)
 
-    def convert(self, value, param, ctx):
-        from dynlab.sim.topology import build_policy
 
-        try:
-            build_policy(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        return value
+def _admission_policy(text: str) -> None:  # checked as the run will build it (name and options)
+    from dynlab.sim.topology import build_policy
+
+    build_policy(text)
 
 
 # (flags, field, type, sim default, help). compare takes the same flags with comma lists.
@@ -199,7 +195,7 @@ SIM_OPTIONS = [
      "With --timing: KV events reach the router this many ms after they happen."),
     (("--slo-ttft-ms",), "slo_ttft_ms", FiniteFloat(min=0), None, "With --timing: TTFT SLO for goodput."),
     (("--slo-tpot-ms",), "slo_tpot_ms", FiniteFloat(min=0), None, "With --timing: TPOT SLO for goodput."),
-    (("--slo",), "slo_classes", ClassSlos(), None,
+    (("--slo",), "slo_classes", CheckedText("CLASS:ttft_ms=X,tpot_ms=Y;...", _class_slos), None,
      "With --timing: SLOs of a request class (its trace field `class`), CLASS:ttft_ms=X,tpot_ms=Y, several classes "
      "apart by ';'; a class's requests meet its own SLOs in goodput and by_class (see docs/classes.md)."),
     (("--cpu-capacity",), "cpu_capacity", click.IntRange(min=0), None,
@@ -219,7 +215,7 @@ SIM_OPTIONS = [
      "With --timing: admit a waiting request only when the blocks of its whole sequence are free (full, "
      "vLLM 0.33.0's default scheduler_reserve_full_isl) or those of the chunk scheduled now (chunk, the "
      "rule of the vLLM releases before it)."),
-    (("--admission-policy",), "admission_policy", PolicySpec(), "always",
+    (("--admission-policy",), "admission_policy", CheckedText("NAME:KEY=VALUE,...", _admission_policy), "always",
      "With --timing: the gateway before the router: always (every request enters), queue-bound:limit=N,limit.CLASS=N "
      "(shed a request when its class has N queued: admitted, no first token yet) or token-bucket:rate=R,burst=B,"
      "rate.TENANT=R (per tenant, R requests/s with bursts of B); a shed request is never served and counts against "
