@@ -79,6 +79,9 @@ class CheckedText(click.ParamType):
         self.name, self.check = name, check
 
     def convert(self, value, param, ctx):
+        if param is not None and ctx is not None and value == param.default and \
+                ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:
+            return value  # the option's own default, not given (a count-based run imports no run layer)
         try:
             self.check(value)
         except ValueError as exc:
