@@ -73,6 +73,9 @@ def _canonical_opt(name: str, text: str) -> str:
     return text
 
 
+OWN_COMMAS = ("admission-policy", "slo", "spec-acceptance")  # values with commas of their own: not in --grid
+
+
 def _parse_grid_item(item: str) -> tuple[str, list[str]]:
     name, sep, text = item.partition("=")
     name = name.strip()
@@ -138,6 +141,9 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
         try:
             axes.append(_axis(ctx, params, known, fixed_opts, fields, axes, name, values, from_file))
         except click.BadParameter as exc:
+            if not from_file and name.strip() in OWN_COMMAS:  # --grid split one of its values at its commas
+                raise click.UsageError(f"{exc.format_message()} ({name}'s values hold commas: give this axis in "
+                                       "a --grid-file, a TOML list)") from None
             if not from_file:
                 raise
             raise click.UsageError(f"{grid_file}: {name}: {exc.message}") from None

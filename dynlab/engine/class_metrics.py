@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 from dynlab.engine.metrics import Recorder, client_times, ratio, stats
 from dynlab.routing.strategy import DEFAULT_CLASS, request_class, request_tenant
 
-__all__ = ["ClassMetrics", "parse_class_slos"]
+__all__ = ["ClassMetrics", "ClassWarning", "parse_class_slos"]
 
 #: the SLO keys of ``--slo CLASS:ttft_ms=X,tpot_ms=Y``
 SLO_KEYS = ("ttft_ms", "tpot_ms")
@@ -32,6 +32,8 @@ def parse_class_slos(text: Optional[str]) -> dict:
     None)}``: each class's ``(TTFT, TPOT)`` SLO in ms (``None``: none). Raises ``ValueError`` (one line) for
     an empty class, an unknown key, a number that is not finite and >= 0, or a class given twice."""
     out: dict = {}
+    if text is not None and not text.strip():
+        raise ValueError("--slo '': give CLASS:ttft_ms=X,tpot_ms=Y (classes apart by ';')")
     for part in filter(None, (p.strip() for p in (text or "").split(";"))):
         name, colon, rest = part.partition(":")
         name = name.strip()
@@ -45,6 +47,8 @@ def parse_class_slos(text: Optional[str]) -> dict:
             key = key.strip()
             if key not in SLO_KEYS or not eq:
                 raise ValueError(f"--slo {part!r}: {item!r} is not ttft_ms=X or tpot_ms=Y")
+            if slo[key] is not None:
+                raise ValueError(f"--slo {part!r}: {key} is given twice")
             try:
                 number = float(value)
             except ValueError:
@@ -56,6 +60,10 @@ def parse_class_slos(text: Optional[str]) -> dict:
             raise ValueError(f"--slo {part!r}: give ttft_ms=X, tpot_ms=Y or both")
         out[name] = (slo["ttft_ms"], slo["tpot_ms"])
     return out
+
+
+class ClassWarning(UserWarning):
+    """An SLO of ``--slo`` named a class no request of the run carried."""
 
 
 class _Group:
@@ -135,6 +143,12 @@ class ClassMetrics(Recorder):
                 group.good += 1
 
     def result(self, engines: Sequence) -> dict[str, Any]:
+        unseen = [name for name in self.class_slos if name not in self.classes]
+        if unseen:  # a typo'd class, or a trace without that class: its SLO judged no request
+            import warnings
+
+            warnings.warn(ClassWarning(f"--slo names {', '.join(map(repr, unseen))}, which no request of the run "
+                                       f"carries (classes seen: {', '.join(self.classes) or 'none'})"), stacklevel=2)
         out: dict = {}
         if self.named_class:
             out["by_class"] = {name: g.figures() for name, g in self.classes.items()}

@@ -25,17 +25,21 @@ __all__ = ["AdmissionPolicy", "Always", "parse_policy"]
 
 def parse_policy(spec: str) -> tuple[str, dict]:
     """``"NAME:KEY=VALUE,KEY=VALUE"`` -> ``(NAME, {KEY: VALUE})`` (text values; ``"NAME"`` alone: no options).
-    Raises ``ValueError`` (one line) for an empty name or an option without ``=``."""
-    name, _, rest = str(spec).partition(":")
+    Raises ``ValueError`` (one line) for an empty name, an empty option, an option without ``=`` or one given
+    twice."""
+    name, colon, rest = str(spec).partition(":")
     name = name.strip()
     if not name:
         raise ValueError(f"admission policy {spec!r}: give NAME or NAME:KEY=VALUE,...")
     opts: dict = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
+    for part in (p.strip() for p in rest.split(",")) if colon else ():
         key, eq, value = part.partition("=")
-        if not eq or not key.strip() or not value.strip():
+        key = key.strip()
+        if not eq or not key or not value.strip():
             raise ValueError(f"admission policy {spec!r}: {part!r} is not KEY=VALUE")
-        opts[key.strip()] = value.strip()
+        if key in opts:
+            raise ValueError(f"admission policy {spec!r}: {key} is given twice")
+        opts[key] = value.strip()
     return name, opts
 
 
@@ -68,9 +72,9 @@ class AdmissionPolicy(Recorder):
 
     @staticmethod
     def number(opts: Mapping[str, str], key: str, default: Optional[float] = None, *, minimum: float = 0.0,
-               spec: str = "") -> Optional[float]:
-        """The option ``key`` of ``opts`` as a finite number >= ``minimum`` (``default`` when absent);
-        ``ValueError`` naming it otherwise."""
+               spec: str = "", integer: bool = False) -> Optional[float]:
+        """The option ``key`` of ``opts`` as a finite number >= ``minimum`` (an integer with ``integer``;
+        ``default`` when absent); ``ValueError`` naming it otherwise."""
         text = opts.get(key)
         if text is None:
             return default
@@ -78,9 +82,10 @@ class AdmissionPolicy(Recorder):
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not value >= minimum or value == float("inf"):
-            raise ValueError(f"admission policy {spec!r}: {key}={text} must be a finite number >= {minimum:g}")
-        return value
+        if not value >= minimum or value == float("inf") or (integer and value != int(value)):
+            kind = "an integer" if integer else "a finite number"
+            raise ValueError(f"admission policy {spec!r}: {key}={text} must be {kind} >= {minimum:g}")
+        return int(value) if integer else value
 
 
 class Always(AdmissionPolicy):

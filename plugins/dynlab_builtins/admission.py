@@ -12,10 +12,11 @@ from dynlab.engine.gateway import AdmissionPolicy, Always
 from dynlab.routing.strategy import request_class, request_tenant
 
 
-def _per_name(opts: Mapping[str, str], key: str, spec: str) -> dict:
+def _per_name(opts: Mapping[str, str], key: str, spec: str, integer: bool = False) -> dict:
     """``{NAME: number}`` of the options ``KEY.NAME=VALUE`` (a class's or a tenant's own setting)."""
     prefix = key + "."
-    return {k[len(prefix):]: AdmissionPolicy.number(opts, k, spec=spec) for k in opts if k.startswith(prefix)}
+    return {k[len(prefix):]: AdmissionPolicy.number(opts, k, minimum=1 if integer else 0, spec=spec, integer=integer)
+            for k in opts if k.startswith(prefix)}
 
 
 def _unknown(opts: Mapping[str, str], known: tuple, spec: str) -> None:
@@ -34,8 +35,8 @@ class QueueBound(AdmissionPolicy):
     def __init__(self, opts: Mapping[str, str], spec: str = "", warmup: int = 0):
         super().__init__(opts, spec, warmup)
         _unknown(opts, ("limit",), self.spec)
-        self.limit = self.number(opts, "limit", minimum=1, spec=self.spec)
-        self.limits = _per_name(opts, "limit", self.spec)
+        self.limit = self.number(opts, "limit", minimum=1, spec=self.spec, integer=True)
+        self.limits = _per_name(opts, "limit", self.spec, integer=True)
         if self.limit is None and not self.limits:
             raise ValueError(f"admission policy {self.spec!r}: give limit=N (every class) or limit.CLASS=N")
         self.queued: dict = {}  # class -> its requests admitted and waiting for a first token

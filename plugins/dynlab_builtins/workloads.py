@@ -345,8 +345,10 @@ def _classes(parent: SyntheticWorkload, spec: dict) -> list:
         path = f"classes[{i}]"
         r = _Reader(parent, table, path, _CLASS_KEYS)
         name = table.get("class")
-        if not isinstance(name, str) or not name or name in names:
-            raise parent.fail(f"{path}.class", f"must be a name of its own (a non-empty string), got {name!r}")
+        if not isinstance(name, str) or not name:
+            raise parent.fail(f"{path}.class", f"must be a name (a non-empty string), got {name!r}")
+        if name in names:
+            raise parent.fail(f"{path}.class", f"class {name!r} is given twice")
         names.add(name)
         r.number("requests", integer=True)
         attrs = {"class": name}

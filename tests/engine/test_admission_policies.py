@@ -105,13 +105,17 @@ def test_a_pd_fleet_sheds_at_its_gateway_too(tmp_path):
 @pytest.mark.parametrize("spec, words", [
     ("queue-bound", "give limit=N (every class) or limit.CLASS=N"),
     ("queue-bound:lim=2", "unknown option 'lim'"),
-    ("queue-bound:limit=0", "limit=0 must be a finite number >= 1"),
+    ("queue-bound:limit=0", "limit=0 must be an integer >= 1"),
     ("token-bucket:rate=x", "rate=x must be a finite number >= 0"),
     ("token-bucket:burst=2", "give rate=R requests/s"),
     ("nope", "unknown admission policy 'nope'; available: always, queue-bound, token-bucket"),
     ("always:x=1", "always takes no options"),
     (":x=1", "give NAME or NAME:KEY=VALUE"),
     ("queue-bound:limit", "'limit' is not KEY=VALUE"),
+    ("queue-bound:limit=1,limit=2", "limit is given twice"),
+    ("queue-bound:limit=1,,", "'' is not KEY=VALUE"),
+    ("queue-bound:limit=1.5", "limit=1.5 must be an integer >= 1"),
+    ("queue-bound:limit.chat=0", "limit.chat=0 must be an integer >= 1"),
 ])
 def test_a_bad_policy_is_one_line_exit_2(spec, words):
     res = invoke("sim", "--timing", "--admission-policy", spec)
@@ -138,3 +142,9 @@ def test_parse_and_attributes():
 def test_every_policy_is_an_admission_policy(name):
     cls = plugins.admission_policies().get(name)
     assert issubclass(cls, AdmissionPolicy) and cls.name == name
+
+
+def test_a_sweep_grid_of_policies_with_commas_points_to_a_grid_file():
+    res = invoke("sweep", "--grid", "admission-policy=always,token-bucket:rate=10,burst=2", "--dry-run")
+    assert res.exit_code == 2 and "Traceback" not in res.stderr
+    assert "values hold commas: give this axis in a --grid-file" in res.stderr

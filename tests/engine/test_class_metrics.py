@@ -96,6 +96,8 @@ def test_shed_requests_count_in_their_class(tmp_path):
     ("chat:ttft_ms=-1", "ttft_ms must be a finite number of ms >= 0"),
     ("chat:ttft_ms=1;chat:tpot_ms=2", "class 'chat' is given twice"),
     ("chat:", "give ttft_ms=X, tpot_ms=Y or both"),
+    ("chat:ttft_ms=5,ttft_ms=6", "ttft_ms is given twice"),
+    ("", "give CLASS:ttft_ms=X,tpot_ms=Y"),
 ])
 def test_a_bad_class_slo_is_one_line_exit_2(text, words):
     res = invoke("sim", "--timing", "--slo", text)
@@ -108,3 +110,11 @@ def test_parse_class_slos():
     assert parse_class_slos("chat:ttft_ms=200,tpot_ms=30; batch:ttft_ms=5000") == {
         "chat": (200.0, 30.0), "batch": (5000.0, None)}
     assert parse_class_slos(None) == {}
+
+
+def test_a_class_slo_no_request_carries_is_warned(tmp_path):
+    from dynlab.engine.class_metrics import ClassWarning
+
+    with pytest.warns(ClassWarning, match=r"--slo names 'voice', which no request of the run carries \(classes seen: "
+                                          r"chat, batch\)"):
+        _run(tmp_path, slo_classes="voice:ttft_ms=5")
