@@ -148,3 +148,13 @@ def test_a_sweep_grid_of_policies_with_commas_points_to_a_grid_file():
     res = invoke("sweep", "--grid", "admission-policy=always,token-bucket:rate=10,burst=2", "--dry-run")
     assert res.exit_code == 2 and "Traceback" not in res.stderr
     assert "values hold commas: give this axis in a --grid-file" in res.stderr
+
+
+def test_compare_tables_show_the_shed_requests(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in QUEUE))
+    res = invoke("compare", "--timing", "--workers", "1", "--trace", str(path), "--trace-format", "tokens",
+                 "--admission-policy", "queue-bound:limit=1", "--modes", "rr,kv", "--format", "table", "--quiet")
+    assert res.exit_code == 0, res.stderr
+    head, *rows = [line.split() for line in res.stdout.splitlines()]
+    assert [row[head.index("shed")] for row in rows] == ["1", "1"]
