@@ -56,6 +56,7 @@ BLOCKS = (
     Block("docs/limits.md", "dynlab scenario --docs 100000000", cheap=True),
     Block("docs/limits.md", "dynlab sim --timing --model gpt-oss-120b --tp 2 --ep 2", cheap=True),
     Block("docs/limits.md", "dynlab sim --trace mooncake-conversation --duration 1e13", cheap=True),
+    Block("docs/limits.md", "dynlab sim --trace mooncake-conversation --duration 1e8", cheap=True),
     Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
           "--cpu-capacity 0,60000 --modes kv-cost --format table"),
     Block("docs/tiers.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "

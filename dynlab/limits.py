@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 
 __all__ = ["HORIZON_MS", "past_horizon", "MACHINE_BYTES", "BUDGET_BYTES", "WORKER_BYTES", "SEED_REQUEST_BYTES", "SEED_BLOCK_BYTES",
            "PROMPT_TOKEN_BYTES", "DOC_READ_BYTES", "GRID_CELL_BYTES", "MAX_WORKERS", "MAX_SEED_REQUESTS",
-           "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "OUTPUT_TOKEN_BYTES",
+           "LOOPED_REQUEST_BYTES", "MAX_LOOPED_REQUESTS", "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "OUTPUT_TOKEN_BYTES",
            "MAX_OUTPUT_TOKENS", "SPEC_TOKEN_BYTES", "MAX_SPEC_TOKENS", "check_sim", "check_doc_reads", "check_grid_cells", "output_too_long"]
 
 GIB = 2**30
@@ -46,6 +46,9 @@ WORKER_BYTES = 4096
 #: one request of the synthetic workload before its blocks: its place in the shuffled order
 #: (measured about 40 bytes)
 SEED_REQUEST_BYTES = 64
+#: one request of a trace looped by ``--duration``: its Request and its renamed block names (measured about
+#: 830 bytes a request of the bundled Mooncake trace)
+LOOPED_REQUEST_BYTES = 1024
 #: one block name of the synthetic workload, held by the router's index, the caches, the ideal
 #: cache's set, and ``opt``'s look-ahead (measured 110-280 bytes per block)
 SEED_BLOCK_BYTES = 512
@@ -75,6 +78,8 @@ MAX_WORKERS = _one_digit(BUDGET_BYTES // WORKER_BYTES)
 MAX_SEED_REQUESTS = _one_digit(BUDGET_BYTES // SEED_REQUEST_BYTES)
 #: ``--prefixes`` x ``--reps`` x blocks per request at most (10,000,000 block names)
 MAX_SEED_BLOCKS = _one_digit(BUDGET_BYTES // SEED_BLOCK_BYTES)
+#: requests a ``--duration`` loop of a trace may make (8,000,000)
+MAX_LOOPED_REQUESTS = _one_digit(BUDGET_BYTES // LOOPED_REQUEST_BYTES)
 #: ``--plen`` + ``--tail`` at most (100,000,000 tokens in one request)
 MAX_PROMPT_TOKENS = _one_digit(BUDGET_BYTES // PROMPT_TOKEN_BYTES)
 #: ``--docs`` x passes at most (30,000,000 document reads)

@@ -230,3 +230,19 @@ def test_spec_tokens_over_the_limit_is_a_usage_error(cmd):
     k = [] if cmd[0] == "compare" else ["--spec-tokens", "100000000"]
     one_line_usage_error(invoke(*cmd, "--trace", "mooncake-conversation", "--timing", "--spec-method", "eagle", *k),
                          "--spec-tokens 100,000,000", "at most 10,000,000")
+
+
+def test_a_duration_that_loops_a_trace_past_memory_is_refused_before_the_loop(tmp_path):
+    """Two requests 1 ms apart loop with a period of 2 ms (span x n / (n - 1)): 10 s makes about
+    2 x (10,000 / 2 + 1) = 10,002 requests, fine; 100,000 s about 2 x (1e8 / 2 + 1) = 100,000,002, over
+    MAX_LOOPED_REQUESTS (8,000,000): refused in one line, nothing built."""
+    from dynlab.limits import MAX_LOOPED_REQUESTS
+    from dynlab.routing.strategy import make_request
+    from dynlab.traces.rates import RateError, shape
+
+    assert MAX_LOOPED_REQUESTS == 8_000_000
+    reqs = [make_request((1,), 10, 2, timestamp=0.0, index=0), make_request((2,), 10, 2, timestamp=1.0, index=1)]
+    assert len(shape(reqs, 1.0, 10.0)) == 10_000  # arrivals at 0, 1, 2, ... 9,999 ms
+    with pytest.raises(RateError, match=r"^--duration 100000 s loops the trace into about 100,000,002 requests, "
+                                        r"more than dynlab allows: at most 8,000,000"):
+        shape(reqs, 1.0, 1e5)

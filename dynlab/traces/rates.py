@@ -97,6 +97,8 @@ def shape(requests: Sequence[Request], scale: float = 1.0, duration_s: Optional[
     n = len(requests)
     span = requests[-1].timestamp - t0
     period = span * n / (n - 1) if n > 1 else 0.0
+    if period > 0 and scale > 0:  # a loop: refused before it is built when it would not fit in memory
+        _check_loops(n * math.ceil((end - t0 * scale) / (period * scale) + 1), duration_s)
     stride = 1 + max((h for r in requests for h in r.hashes + (r.output_hashes or ()) if isinstance(h, int)),
                      default=0)
     out: list[Request] = []
@@ -113,6 +115,17 @@ def shape(requests: Sequence[Request], scale: float = 1.0, duration_s: Optional[
         if not period > 0:
             raise RateError("--duration cannot loop a trace whose requests all arrive at the same instant")
         k += 1
+
+
+def _check_loops(count: int, duration_s: float) -> None:
+    """:class:`RateError` when looping to ``duration_s`` s makes more than
+    :data:`~dynlab.limits.MAX_LOOPED_REQUESTS` requests (about ``count``)."""
+    from dynlab.limits import LOOPED_REQUEST_BYTES, MAX_LOOPED_REQUESTS
+
+    if count > MAX_LOOPED_REQUESTS:
+        raise RateError(f"--duration {duration_s:g} s loops the trace into about {count:,} requests, more than "
+                        f"dynlab allows: at most {MAX_LOOPED_REQUESTS:,} (about {LOOPED_REQUEST_BYTES:,} bytes each; "
+                        "see docs/limits.md); use a shorter --duration")
 
 
 def describe(trace_rate: Optional[float], scale: float, arrivals_ms: Sequence[float]) -> dict:
