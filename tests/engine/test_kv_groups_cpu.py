@@ -83,6 +83,51 @@ def test_a_missing_window_block_cuts_the_hit_to_what_every_group_has():
     assert kv.find_cached_prefix(b) == (0, 0)
 
 
+def test_a_recomputed_copy_keeps_a_prompt_on_the_gpu_so_the_tier_finds_nothing_to_load():
+    # The copies rule (dynlab/kv/copies.py, vLLM 0.33.0) with KV cache groups: why the Gemma-3-27B
+    # window-chat run of docs/tiers.md lost its CPU hits (189 blocks before the rule, 0 since) while its
+    # GPU hits grew. A and A2, the same 20-token prompt (names 0..4), are admitted together with no hit:
+    # each takes 5 full + 5 window blocks (at computed 0 nothing has left the window), 20 blocks, the
+    # whole pool. A names its blocks first (names 0..4, 0 + S..4 + S); A2's are then second copies,
+    # cached under aliases (before the rule they stayed unnamed, so the names left the GPU with A's
+    # blocks). Write-through stores the full group's 0..4 and the window blocks still in the window at
+    # 20 tokens, from skipped(20) = (20 - 8 + 1) // 4 = 3 on: 3 + S, 4 + S.
+    kv = HybridKvCacheManager(20, B, _layout(), cpu_capacity=100, load_ms_per_block=1.0, cpu_write="compute")
+    a, a2 = (EngineRequest(r, 0.0, 20, 1, list(range(5))) for r in ("a", "a2"))
+    kv.begin_step(0.0)
+    for r in (a, a2):
+        kv.sequence(r)
+        r.keys = kv.allocate_new(r, 0, 20)
+    for r in (a, a2):
+        kv.name_blocks(r, 20)
+        r.computed = r.nreg = 20
+    kv.write_computed(tuple(a.names) + tuple(a2.names))
+    assert kv.cpu.names() == {0, 1, 2, 3, 4, 3 + S, 4 + S}
+    aliases = list(a2.keys)
+    assert kv.pool.used_blocks == 20 and not set(aliases) & set(range(5))  # A2 holds aliases of 0..4
+    kv.free(a)  # the free queue: A's 10 blocks; A2 still runs
+    # C: 20 distinct tokens (names 100..104) takes 5 + 5 blocks, all from the queue: A's 10, every block
+    # keyed 0..4 or 0 + S..4 + S, evicted. A2's copies stay (in use), then A2 finishes: they are free, cached.
+    c = EngineRequest("c", 0.0, 20, 1, list(range(100, 105)))
+    kv.begin_step(0.0)
+    kv.sequence(c)
+    c.keys = kv.allocate_new(c, 0, 20)
+    assert not {0, 1, 2, 3, 4, 3 + S, 4 + S} & set(kv.pool._cached)  # no block keyed by a name of A's prompt
+    kv.free(a2)
+    kv.free(c)
+    # B: A's prompt plus 8 tokens (names 0..6), cap (28 - 1) // 4 = 6. The full group finds 0..4 through
+    # A2's copies, g0 = 5; H = 5's window needs skipped(20) = 3, 4: A2's copies of 3 + S, 4 + S. So all 5
+    # blocks are GPU hits: (5, 0), nothing to load. Before the rule A2's blocks were unnamed: GPU 0, the
+    # tier 0..4 and 3 + S, 4 + S, a hit of (0, 5) loading 7 blocks.
+    b = EngineRequest("b", 0.0, 28, 1, list(range(7)))
+    kv.sequence(b)
+    assert kv.find_cached_prefix(b) == (5, 0)
+    kv.begin_step(0.0)
+    b.keys = kv.allocate_new(b, 5, 28)
+    assert b.keys[:5] == aliases and kv.loaded_blocks == 0
+    kv.check([b.keys])
+
+
 def test_a_state_group_gets_no_cpu_hit():
     layout = hybrid_pool(model_spec("nemotron-h-56b"), 16, 1)
     kv = HybridKvCacheManager(1000, 16, layout, cpu_capacity=100, cpu_write="compute")
