@@ -7,7 +7,8 @@ when some names a tenant or user, ``by_tenant``; a run whose requests name neith
 ``{name: {"requests", "shed", "ttft_ms", "tpot_ms", "goodput"}}`` in the order names first arrive (an empty
 name counts as none):
 
-- ``requests``: the measured requests of that class (or tenant) that arrived, shed and rejected ones included;
+- ``requests``: the measured requests of that class (or tenant) that arrived, shed and rejected ones included
+  (a failed one a trace recorded, replayed by ``--keep-failed``, is left out, as the run's figures leave it out);
 - ``shed``: those the gateway's admission policy shed;
 - ``ttft_ms``, ``tpot_ms``: the distributions of :class:`~dynlab.engine.metrics.ServingMetrics` (client view,
   the same definitions) over its finished requests;
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from dynlab.engine.metrics import Recorder, client_times, ratio, stats
+from dynlab.engine.metrics import Recorder, client_times, client_tpot, failed, meets, ratio, stats
 from dynlab.routing.strategy import DEFAULT_CLASS, request_class, request_tenant
 
 __all__ = ["ClassMetrics", "ClassWarning", "parse_class_slos"]
@@ -114,7 +115,7 @@ class ClassMetrics(Recorder):
         return c, t
 
     def on_arrival(self, req, t: float) -> None:
-        if self.warmup and req.id < self.warmup:
+        if (self.warmup and req.id < self.warmup) or failed(req):  # (--keep-failed: outside the figures)
             return
         attrs = req.attrs
         if attrs:
@@ -129,17 +130,15 @@ class ClassMetrics(Recorder):
                 group.shed += 1
 
     def on_finish(self, req, t: float) -> None:
-        if self.warmup and req.id < self.warmup:
+        if (self.warmup and req.id < self.warmup) or failed(req):
             return
         ttft, _ = client_times(req, t, self.front_ms, self.token_ms)
-        tpot = (t - req.first_token_ms) / (req.output_length - 1) + self.token_ms if req.output_length > 1 else None
+        tpot = client_tpot(req, t, self.token_ms)
         for group in self._groups(req):
             group.ttft.append(ttft)
             if tpot is not None:
                 group.tpot.append(tpot)
-            slo = group.slo
-            if slo is not None and (slo[0] is None or ttft <= slo[0]) and \
-                    (slo[1] is None or tpot is None or tpot <= slo[1]):
+            if group.slo is not None and meets(group.slo, ttft, tpot):
                 group.good += 1
 
     def result(self, engines: Sequence) -> dict[str, Any]:

@@ -287,6 +287,17 @@ def client_times(req, finish_ms: float, front_ms: float, token_ms: float) -> tup
             finish_ms - req.arrival_ms + front_ms + token_ms * req.output_length)
 
 
+def client_tpot(req, finish_ms: float, token_ms: float) -> Optional[float]:
+    """TPOT (ms) as the client sees it: ``(finish - first token) / (output_length - 1)`` (vLLM's benchmark_serving)
+    plus ``token_ms`` of detokenisation; ``None`` for a one-token request."""
+    return (finish_ms - req.first_token_ms) / (req.output_length - 1) + token_ms if req.output_length > 1 else None
+
+
+def meets(slo: tuple, ttft: float, tpot: Optional[float]) -> bool:
+    """Whether ``ttft``, ``tpot`` (ms; ``None`` meets any) meet ``slo`` ``(TTFT ms, TPOT ms)`` (``None``: not asked)."""
+    return (slo[0] is None or ttft <= slo[0]) and (slo[1] is None or tpot is None or tpot <= slo[1])
+
+
 class ServingMetrics(Recorder):
     """The timed engine's figures, from per-request and per-step callbacks (times in ms).
 
@@ -384,14 +395,13 @@ class ServingMetrics(Recorder):
         self.wait.append(req.first_scheduled_ms - req.arrival_ms)
         self.output_tokens += req.output_length
         self.hit_tokens += req.hit_tokens or 0
-        tpot = None
-        if req.output_length > 1:
-            tpot = (t - req.first_token_ms) / (req.output_length - 1) + token
+        tpot = client_tpot(req, t, token)
+        if tpot is not None:
             self.tpot.append(tpot)
-        slo_ttft, slo_tpot = self.slo_ttft_ms, self.slo_tpot_ms
+        slo = (self.slo_ttft_ms, self.slo_tpot_ms)
         if self.class_slos is not None:
-            slo_ttft, slo_tpot = self.class_slos.get(request_class(req.attrs), (slo_ttft, slo_tpot))
-        if (slo_ttft is None or ttft <= slo_ttft) and (slo_tpot is None or tpot is None or tpot <= slo_tpot):
+            slo = self.class_slos.get(request_class(req.attrs), slo)
+        if meets(slo, ttft, tpot):
             self.good += 1
 
     def on_step(self, worker: int, result) -> None:

@@ -118,3 +118,23 @@ def test_a_class_slo_no_request_carries_is_warned(tmp_path):
     with pytest.warns(ClassWarning, match=r"--slo names 'voice', which no request of the run carries \(classes seen: "
                                           r"chat, batch\)"):
         _run(tmp_path, slo_classes="voice:ttft_ms=5")
+
+
+def test_a_failed_request_is_left_out_of_its_class_as_out_of_the_run():
+    """A failed request a trace recorded (--keep-failed: attribute failed) has no client figure in the run's
+    ServingMetrics; its class leaves it out too: chat counts its one answered request only."""
+    from types import SimpleNamespace
+
+    from dynlab.engine.class_metrics import ClassMetrics
+
+    def req(i, **attrs):
+        return SimpleNamespace(id=i, attrs={"class": "chat", **attrs}, arrival_ms=0.0, first_token_ms=26.0,
+                               output_length=2)
+
+    m = ClassMetrics({"chat": (30.0, None)})
+    answered, dead = req(0), req(1, failed=True)
+    for r in (answered, dead):
+        m.on_arrival(r, 0.0)
+        m.on_finish(r, 38.0)
+    chat = m.result([])["by_class"]["chat"]
+    assert (chat["requests"], chat["ttft_ms"]["mean"], chat["tpot_ms"]["mean"], chat["goodput"]) == (1, 26.0, 12.0, 1.0)
