@@ -39,7 +39,7 @@ class Vllm(EngineKind):
 
         c = setup.config
         common = dict(max_num_batched_tokens=c.max_num_batched_tokens, max_num_seqs=c.max_num_seqs, bulk=setup.bulk,
-                      kv_layout=setup.kv_layout, admission=c.admission, queue_policy=setup.queue_policy())
+                      kv_layout=setup.kv_layout, admission=c.admission, queue_policy=setup.queue_policy)
         if handoff or decode:  # a P/D pool: no CPU tier, no runs; speculation on the decode pool only
             return EngineWorker(worker_id, setup.capacity, c.block, setup.latency, handoff=handoff,
                                 spec=None if handoff else setup.spec_decoding(), **common)

@@ -9,6 +9,7 @@ pool of :func:`dynlab.latency.hardware.kv_blocks`), and the mapping from a workl
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -105,14 +106,13 @@ class TimedSetup:
 
         return engine_kinds().get(self.config.engine_kind)()
 
+    @functools.cached_property
     def queue_policy(self):
-        """The run's queue policy (``config.queue_policy``, a registered name: :func:`dynlab.plugins.queue_policies`)."""
-        policy = self.__dict__.get("_queue_policy")
-        if policy is None:  # one instance for every worker (a policy keeps no state: each queue is its own)
-            from dynlab.plugins import queue_policies
+        """The run's queue policy (``config.queue_policy``, a registered name: :func:`dynlab.plugins.queue_policies`),
+        one instance for every worker (a policy keeps no state: each waiting queue is its own)."""
+        from dynlab.plugins import queue_policies
 
-            policy = self.__dict__["_queue_policy"] = queue_policies().get(self.config.queue_policy)()
-        return policy
+        return queue_policies().get(self.config.queue_policy)()
 
     def pd_engines(self) -> tuple[list[EngineWorker], list[EngineWorker]]:
         """Fresh ``(prefill, decode)`` pools of ``config.pd()`` workers: prefill engines hand requests off at
