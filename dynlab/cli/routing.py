@@ -101,6 +101,9 @@ def _admission_policy(text: str) -> None:  # checked as the run will build it (n
     build_policy(text)
 
 
+#: the options whose values hold commas of their own: compare takes one value of each, sweep's --grid none
+OWN_COMMAS = ("spec_acceptance", "admission_policy", "slo_classes")
+
 # (flags, field, type, sim default, help). compare takes the same flags with comma lists.
 SIM_OPTIONS = [
     (("--mode", "--modes"), "mode", RegistryName("strategy", plugins.strategies), "kv",
@@ -578,8 +581,7 @@ def _split_compared(ctx, options: dict) -> tuple:
             continue
         flags, ptype = by_field[field]
         flag = flags[0]
-        own_commas = field in ("spec_acceptance", "admission_policy", "slo_classes")
-        items = [text] if own_commas else split_list(text, flag)
+        items = [text] if field in OWN_COMMAS else split_list(text, flag)
         try:
             values = [ptype.convert(v, None, ctx) for v in items]
         except click.BadParameter as exc:

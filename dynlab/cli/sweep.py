@@ -20,7 +20,7 @@ from dynlab.cli import main
 from dynlab.sweep.plots import FRONTIER, FRONTIER_METRICS  # matplotlib is imported only when a plot is drawn
 from dynlab.cli.common import output_path, stream_output_path, write_atomic
 from dynlab.cli.common import claim_inputs, input_path, parse_opts
-from dynlab.cli.routing import common_flags, sim_options
+from dynlab.cli.routing import OWN_COMMAS, common_flags, sim_options
 from dynlab.cli.report import report_option
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields
@@ -71,9 +71,6 @@ def _canonical_opt(name: str, text: str) -> str:
                     return text
                 return option_text(value)
     return text
-
-
-OWN_COMMAS = ("admission-policy", "slo", "spec-acceptance")  # values with commas of their own: not in --grid
 
 
 def _parse_grid_item(item: str) -> tuple[str, list[str]]:
@@ -141,7 +138,8 @@ def _build_grid(ctx, grid_items, grid_file, opt, options, latency_opt=()) -> Gri
         try:
             axes.append(_axis(ctx, params, known, fixed_opts, fields, axes, name, values, from_file))
         except click.BadParameter as exc:
-            if not from_file and name.strip() in OWN_COMMAS:  # --grid split one of its values at its commas
+            p = params.get(name.strip())
+            if not from_file and p is not None and p.name in OWN_COMMAS:  # --grid split a value at its commas
                 raise click.UsageError(f"{exc.format_message()} ({name}'s values hold commas: give this axis in "
                                        "a --grid-file, a TOML list)") from None
             if not from_file:
