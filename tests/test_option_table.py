@@ -673,7 +673,8 @@ def test_a_refusal_names_the_flag_as_typed():
     # each SimConfig field a sim option sets is named in refusals by that option's own flag
     from dataclasses import fields
 
-    from dynlab.engine.config import SimConfig, _flag
+    from dynlab.engine.config import SimConfig
+    from dynlab.engine.option_rules import _flag
 
     field_of = {"latency_opt": "latency_opts", "opt": "opts"}  # repeatable options fill a mapping field
     names = {f.name for f in fields(SimConfig)}
@@ -732,7 +733,7 @@ def test_the_issue_example_block_is_refused(run):
     assert "512-token blocks" in out.stderr
 
 
-# sim's output options that are not SimConfig fields (dynlab.engine.config._output_rules): sim only
+# sim's output options that are not SimConfig fields (dynlab.engine.option_rules._output_rules): sim only
 SIM_OUTPUT_NO_EFFECT = [
     (["--trace", MOON, "--timeline", "t.json"], "--timeline"),
     (["--trace", MOON, "--timing", "--timeline-max-requests", "5"], "--timeline-max-requests"),

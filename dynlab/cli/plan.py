@@ -167,7 +167,7 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
 
 def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
     """Every shape's replay options, checked as sim checks them, before any replay."""
-    from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, check_effective
+    from dynlab.engine.option_rules import PD_FIELDS, SPEC_FIELDS, check_effective
     from dynlab.engine.run import build_strategy
     from dynlab.engine.serving import check_timed
     from dynlab.plan.planner import latency_for
@@ -201,7 +201,7 @@ def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
 def _candidate_rules(shapes):
     """``(field, why it has no effect)`` for the options that apply to some kinds of candidate only, in plan's
     own words (sim's rules name sim's options: --cpu-capacity, --prefill-workers)."""
-    from dynlab.engine.config import PD_FIELDS
+    from dynlab.engine.option_rules import PD_FIELDS
     from dynlab.plan.search import CPU_TIER_FIELDS
 
     if not any(s.cpu_memory_gb for s in shapes):

@@ -307,12 +307,12 @@ def given_fields(ctx: click.Context) -> set[str]:
 
 def check_options(config: SimConfig, given, requests=None) -> None:
     """Usage error (exit 2) for an option that has no effect in ``config``
-    (:func:`dynlab.engine.config.check_effective`); ``given``: the fields the user wrote.
+    (:func:`dynlab.engine.option_rules.check_effective`); ``given``: the fields the user wrote.
 
     ``--block`` needs the trace's format: read from the loaded ``requests``, else from the
     trace's first line (stdin cannot be read twice: :func:`run` then refuses a non-default value).
     """
-    from dynlab.engine.config import check_effective
+    from dynlab.engine.option_rules import check_effective
 
     own = None
     if config.trace is not None and ("block" in given or config.block != SimConfig.block):
@@ -383,7 +383,7 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_
     block_tokens (tokens per block of the names replayed: 512 for a Mooncake trace).
     An option that would have no effect in the combination given is refused (exit 2).
     """
-    from dynlab.engine.config import check_outputs
+    from dynlab.engine.option_rules import check_outputs
     from dynlab.sim.records import RequestRecorder
 
     config = SimConfig(**options, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
@@ -601,7 +601,7 @@ def _check_compared(configs: dict, given: set, flag: str) -> dict:
     """Every run's config, aligned (``align_split``) and checked before the first runs: an option a compared
     strategy lacks (--opt), or one that has no effect, is refused for all alike, as sweep refuses it for
     its cells. Returns item -> aligned config; raises ``click.UsageError``."""
-    from dynlab.engine.config import align_split
+    from dynlab.engine.option_rules import align_split
 
     try:
         aligned = align_split(list(configs.values()), given)

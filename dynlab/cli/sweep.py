@@ -177,11 +177,11 @@ def _check_cells(grid: Grid, cells: list[dict]) -> list[SimConfig]:
     """Every cell's configuration, checked as `sim` checks its options and as a timed run checks its
     values (:func:`dynlab.engine.serving.check_timed`, with the cell's trace loaded), before any cell
     runs or any output is opened, with --dry-run too (usage errors name the cell)."""
-    from dynlab.engine.config import check_effective
+    from dynlab.engine.option_rules import check_effective
     from dynlab.engine.serving import build_engines, check_timed
     from dynlab.traces.reader import own_block_tokens
 
-    from dynlab.engine.config import align_split
+    from dynlab.engine.option_rules import align_split
 
     # a split axis: its aggregated cells (P:0) drop the P/D options the disaggregated ones use
     try:

@@ -42,7 +42,7 @@ def check_closed_loop(concurrency: Optional[int], num_requests: Optional[int], w
 
 
 def workload_rules(config, without_timing: str):
-    """The rows of :func:`dynlab.engine.config._no_effect_rules` (``(field, why it has no effect)``) for the
+    """The rows of :func:`dynlab.engine.option_rules._no_effect_rules` (``(field, why it has no effect)``) for the
     arrival options, what a workload spec replaces and what a calibration profile sets (``--latency-model``).
     ``config``: a :class:`~dynlab.engine.config.SimConfig`; ``without_timing``: the reason of a timed-only option."""
     if config.latency_profile is not None:

@@ -1,14 +1,16 @@
-"""A simulation's configuration: :class:`SimConfig` (every option of ``dynlab sim``) and its validation."""
+"""A simulation's configuration: :class:`SimConfig` (every option of ``dynlab sim``) and its validation
+(which options would have no effect: :mod:`dynlab.engine.option_rules`)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
-from typing import AbstractSet, Mapping, Optional
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional
 
-from dynlab.engine.arrival_options import check_closed_loop, workload_rules
+from dynlab.engine.arrival_options import check_closed_loop
 from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
-from dynlab.engine.spec import SPEC_METHODS, no_effect_rules as _spec_rules
+from dynlab.engine.option_rules import PD_FIELDS, check_effective, defaults_of
+from dynlab.engine.spec import SPEC_METHODS
 from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
@@ -286,162 +288,5 @@ def parse_split(text: str) -> tuple[int, int]:
     return p, d
 
 
-#: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
-TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts",
-                     "model", "gpu", "tp", "gpu_memory_utilization", "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms",
-                     "cpu_capacity", "cpu_memory_gb", "pcie_gbps", "cpu_write", "prefill_workers", "decode_workers",
-                     "split", "decode_router", "link_gbps", "link_latency_ms", "overlap_transfer",
-                     "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "engine_kind",
-                     "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
-                     "request_overhead_ms", "detok_us_per_token", "slo_classes")
-#: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
-PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
-#: options of a disaggregated fleet only (refused for an aggregated one)
-PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 #: every SimConfig field's default (default factories as empty mappings): what "not given" means in the option rules
-DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
-DEFAULTS["opts"] = DEFAULTS["latency_opts"] = {}  # default factories: empty mappings
-
-_WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
-
-#: the synthetic workload's options: they shape the seed workload only, never a trace
-WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
-
-#: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
-_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests", "slo_classes": "--slo",
-          "engine_kind": "--engine"}
-
-
-def _flag(name: str) -> str:
-    return _FLAGS.get(name) or "--" + name.replace("_", "-")
-
-
-def _no_effect_rules(config: SimConfig, own_block_tokens: Optional[int]):
-    """``(field, why it has no effect)`` for each option that would do nothing in ``config``.
-
-    The one table of the combinations where an option is refused; each reason completes
-    "``--NAME`` has no effect ...". A new option with such a combination gets a row here.
-    """
-    for name in WORKLOAD_FIELDS:
-        if config.trace is not None:
-            yield name, "with --trace: it shapes the synthetic workload only"
-        elif config.workload is not None:
-            yield name, "with --workload: it shapes the built-in synthetic workload only (the spec shapes yours)"
-    if config.trace is not None:
-        yield "all_metrics", "with --trace: a trace run prints the fleet metrics already"
-    elif config.workload is not None:
-        yield "all_metrics", "with --workload: a workload run prints the fleet metrics already"
-    else:
-        yield "trace_format", "without --trace"
-        yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
-        yield "trace_block", "without --trace (the block size of a trace that names its own blocks)"
-    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
-    if config.trace is not None and own_block_tokens is not None and not config.timing:
-        yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
-                        "count-based replay never hashes tokens (with --timing it is the engine's block)")
-    if config.timing:
-        yield "policy", "with --timing: the engine evicts from vLLM's free-block queue"
-        yield "event_delay", "with --timing: it counts requests; use --event-delay-ms"
-        if config.capacity is None:  # --capacity unbounded: the same run as without it
-            yield "capacity", ("as unbounded with --timing: the timed engine's KV pool is finite (give a number of "
-                               "blocks, or leave --capacity out: the GPU's memory sizes it)")
-    elif config.capacity is None:
-        yield "policy", "without --capacity: an unbounded cache never evicts"
-    if config.publish == "no":
-        for name in ("event_delay", "event_loss", "event_delay_ms"):
-            yield name, "with --publish no: no KV event is published"
-    if config.routers == 1:
-        yield "router_assign", "with one router (--routers 1): there is no replica to choose"
-    if config.cpu_capacity is not None:
-        yield "cpu_memory_gb", "with --cpu-capacity: the CPU tier is sized in blocks already"
-    elif config.cpu_memory_gb is None:
-        yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
-        yield "cpu_write", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
-    if not config.timing:
-        for name in TIME_MODEL_FIELDS + PARALLEL_FIELDS:  # the parallel ones: the models helper's (issue 25)
-            yield name, _WITHOUT_TIMING
-    if not _aggregated(config):
-        for name in ("cpu_capacity", "cpu_memory_gb"):
-            yield name, "with a P/D split: the disaggregated fleet's workers have no CPU tier"
-    if _aggregated(config):
-        for name in PD_FIELDS:
-            yield name, ("without a P/D split (--prefill-workers and --decode-workers, or --split P:D "
-                         "with D >= 1)")
-    if config.split is not None:
-        for name in ("prefill_workers", "decode_workers", "workers"):
-            yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
-    elif config.prefill_workers is not None or config.decode_workers is not None:
-        yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
-    if config.ep == 1:
-        yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
-    elif config.ep == config.tp:
-        yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
-
-
-#: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
-SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
-
-
-def _aggregated(config: SimConfig) -> bool:
-    try:
-        return config.pd() is None
-    except ValueError:
-        return False  # a bad split is reported by validate
-
-
-def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tuple[SimConfig, set]]:
-    """Configurations that compare splits (``compare --split``, a sweep's ``split`` axis): when at least
-    one is disaggregated, the aggregated ones (``split`` ``P:0``) drop the P/D options, which apply to
-    the others. Returns ``(configuration to check and run, given fields to check it with)`` each.
-    Raises ``ValueError`` for a file of acceptance lengths that does not fit the largest K compared."""
-    from dynlab.engine.spec import align_rates, spec_baseline
-
-    configs = align_rates(configs)
-    if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
-        # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
-        configs = [c if c.spec_tokens else spec_baseline(c, {f: DEFAULTS[f] for f in SPEC_FIELDS}) for c in configs]
-        off = set(SPEC_FIELDS) | {"spec_tokens"} | {"latency_opts"}  # given back below while some remain
-        return [(c, g if c.spec_tokens else g - off | ({"latency_opts"} & g if c.latency_opts else set()))
-                for c, g in _align_pd(configs, given)]
-    return _align_pd(configs, given)
-
-
-def _align_pd(configs: list, given: AbstractSet[str]) -> list[tuple[SimConfig, set]]:
-    """:func:`align_split`'s P/D part."""
-    if not any(c.split is not None and not _aggregated(c) for c in configs):
-        return [(c, set(given)) for c in configs]
-    return [(replace(c, **{f: DEFAULTS[f] for f in PD_FIELDS}), set(given) - set(PD_FIELDS))
-            if c.split is not None and _aggregated(c) else (c, set(given)) for c in configs]
-
-
-def _output_rules(timing: bool, given: AbstractSet[str]):
-    """``(option name, why it has no effect)`` for ``sim``'s outputs that are not :class:`SimConfig` fields
-    (the timeline: :mod:`dynlab.sim.timeline`); ``given``: the option names the user wrote."""
-    if not timing:
-        yield "timeline", "without --timing (a count-based run has no clock: no steps, no times)"
-    if "timeline" not in given:
-        yield "timeline_max_requests", "without --timeline (it bounds the timeline's requests)"
-
-
-def check_outputs(timing: bool, given: AbstractSet[str]) -> None:
-    """Raise ``ValueError`` (``--NAME has no effect WHY``) for the first output option in ``given`` (the
-    option names the user wrote) that would do nothing (:func:`_output_rules`)."""
-    for name, why in _output_rules(timing, given):
-        if name in given:
-            raise ValueError(f"{_flag(name)} has no effect {why}")
-
-
-def check_effective(config: SimConfig, given: AbstractSet[str] = frozenset(),
-                    own_block_tokens: Optional[int] = None) -> None:
-    """Raise ``ValueError`` naming the first option set in ``config`` that would have no effect.
-
-    An option is *set* when it differs from its default, or when its field name is in ``given``
-    (what the user wrote, even at the default value: ``dynlab sim --trace T --block 16``).
-    ``own_block_tokens``: the block size a trace's format names its blocks at (512 for Mooncake,
-    :func:`dynlab.traces.reader.own_block_tokens`), ``None`` when unknown or when the format
-    hashes tokens at ``block``. Message: ``--NAME has no effect WHY`` (the time-model options:
-    ``--NAME has no effect without --timing (it is a setting of the timed engine)``).
-    """
-    for name, why in _no_effect_rules(config, own_block_tokens):
-        if name in given or getattr(config, name) != DEFAULTS[name]:
-            raise ValueError(f"{_flag(name)} has no effect {why}")
+DEFAULTS = defaults_of(SimConfig)

@@ -293,7 +293,7 @@ def align_rates(configs: list) -> list:
 
 
 def no_effect_rules(config, fields: Sequence[str], without_timing: str):
-    """The rows ``(field, why)`` of :func:`dynlab.engine.config._no_effect_rules` for speculative decoding:
+    """The rows ``(field, why)`` of :func:`dynlab.engine.option_rules._no_effect_rules` for speculative decoding:
     ``fields`` (the spec options other than ``spec_tokens``) need ``--timing`` and ``--spec-tokens K``,
     ``spec_tokens`` a method, ``spec_model`` the ``draft`` method and no P/D split, linear's ``spec_gamma`` a drafter (with
     ``--spec-model`` too: spec_gamma prices the drafter's steps, the draft model still sizes the pool)."""

@@ -50,7 +50,8 @@ class Shape:
         ``--spec-tokens`` candidate: a shape of fewer draft tokens takes the first K of the acceptance rates
         read at ``top_k`` (a rate list or ``file:PATH``), as ``compare --spec-tokens 2,4`` does
         (:func:`dynlab.engine.spec.align_rates`)."""
-        from dynlab.engine.config import PD_FIELDS, SPEC_FIELDS, DEFAULTS
+        from dynlab.engine.config import DEFAULTS
+        from dynlab.engine.option_rules import PD_FIELDS, SPEC_FIELDS
         from dynlab.engine.spec import align_rates
 
         drop = ((SPEC_FIELDS if not self.spec_tokens else ()) + (PD_FIELDS if not self.pd else ())

@@ -13,7 +13,8 @@ import random
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
-from dynlab.engine.config import SimConfig, check_effective
+from dynlab.engine.config import SimConfig
+from dynlab.engine.option_rules import check_effective
 from dynlab.engine.metrics import Recorder, RunInfo
 from dynlab.engine.run import (StrategyError, needs_future, raised_in_plugin, build_strategy, make_workers,
                                replay)
@@ -43,7 +44,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     hardware and latency model they used.
 
     Raises ``ValueError`` for a bad option or one that has no effect here
-    (:func:`dynlab.engine.config.check_effective`), :class:`dynlab.plugins.UnknownNameError`
+    (:func:`dynlab.engine.option_rules.check_effective`), :class:`dynlab.plugins.UnknownNameError`
     for an unknown mode, policy or trace format, :class:`dynlab.errors.InputError`
     for a bad trace line, :class:`dynlab.disagg.cost.ModelConfigError` for a bad ``--model`` config.json.
     """
