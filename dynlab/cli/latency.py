@@ -70,7 +70,8 @@ def _profiled(path: str, latency_models: str, opts: dict) -> tuple:
 @click.option("--model", default=hw.DEFAULT_MODEL, show_default=True, metavar="NAME|PATH",
               help="A bundled model (see `dynlab models`), a Hugging Face config.json or a model "
                    "directory holding one.")
-@click.option("--gpu", default=hw.DEFAULT_GPU, show_default=True, help="A catalogue GPU (see --list).")
+@click.option("--gpu", default=hw.DEFAULT_GPU, show_default=True,
+              help="A catalogue GPU (see --list), or a GPU file (JSON; docs/latency.md).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per worker (tensor parallel).")
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True,
               help="Expert-parallel GPUs (the routed experts divided among them; = --tp, or --tp x replicas "

@@ -193,7 +193,8 @@ SIM_OPTIONS = [
     (("--model",), "model", click.STRING, "llama-3.1-8b",
      "With --timing: served model, a bundled name (see `dynlab models`), a config.json path or a model "
      "directory holding one."),
-    (("--gpu",), "gpu", click.STRING, "h100", "With --timing: GPU of each worker (see `dynlab latency --list`)."),
+    (("--gpu",), "gpu", click.STRING, "h100", "With --timing: GPU of each worker (see `dynlab latency --list`), or a GPU file "
+     "(JSON; docs/latency.md)."),
     (("--tp",), "tp", click.IntRange(min=1), 1, "With --timing: GPUs per worker (tensor parallel)."),
     (("--gpu-memory-utilization",), "gpu_memory_utilization", FiniteFloat(0.0, 1.0, min_open=True), 0.9,
      "With --timing: share of GPU memory for weights and KV (vLLM's); sizes the pool without --capacity."),

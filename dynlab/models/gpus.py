@@ -31,10 +31,19 @@ mi300x          192     1307   2615   0      5300    infinity-fabric  896    AMD
 Aliases (:data:`GPU_ALIASES`): ``a100`` is the A100 80GB SXM, ``h100-sxm``, ``h200-sxm``,
 ``a100-80gb-sxm``, ``a100-40gb-sxm`` name the SXM parts. Exact datasheet wording is in each entry's
 ``source``.
+
+A GPU outside the catalogue is a JSON file of the same figures, named wherever a GPU is
+(``--gpu my-gpu.json``; :func:`gpu_from_file`): its keys are :class:`GpuSpec`'s fields.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+import os
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+from dynlab.errors import InputFileError
 
 GIB = 2**30
 """Bytes in one GiB: a datasheet's memory figure is read as GiB (see :func:`dynlab.models.capacity.kv_blocks`)."""
@@ -102,9 +111,68 @@ GPU_ALIASES = {"a100": "a100-80gb", "a100-80gb-sxm": "a100-80gb", "a100-40gb-sxm
 """Other names of catalogue GPUs (``--gpu a100`` is the A100 80GB SXM)."""
 
 
+#: the links a GPU file may name (the catalogue's)
+LINKS = ("nvlink", "pcie", "infinity-fabric")
+#: a GPU file's keys that may be left out (their :class:`GpuSpec` defaults; ``name``: the file's stem)
+OPTIONAL_GPU_KEYS = ("name", "fp8_tflops", "fp4_tflops", "link", "link_gbps")
+
+
 def gpu_spec(name: str) -> GpuSpec:
-    """The catalogue entry ``name`` (or an alias of it); ``ValueError`` listing the known GPUs otherwise."""
+    """The catalogue entry ``name`` (or an alias of it), or the GPU file ``name`` when it ends in ``.json``
+    (:func:`gpu_from_file`); ``ValueError`` listing the known GPUs otherwise."""
+    if isinstance(name, str) and name.endswith(".json"):
+        return gpu_from_file(name)
     try:
         return GPUS[GPU_ALIASES.get(name, name)]
     except (KeyError, TypeError):
         raise ValueError(f"unknown GPU {name!r}; known GPUs: {', '.join(GPUS)}") from None
+
+
+@lru_cache(maxsize=64)
+def gpu_from_file(path: str) -> GpuSpec:
+    """The GPU described by the JSON object in ``path``: :class:`GpuSpec`'s fields by name (``memory_gb``,
+    ``bf16_tflops``, ``hbm_gbps`` and ``source`` required; ``fp8_tflops``/``fp4_tflops`` TFLOP/s, 0 for
+    none; ``link`` one of :data:`LINKS` and ``link_gbps`` both directions, GB/s; ``name`` defaults to the
+    file's stem). Figures are the datasheet's dense peaks, as the catalogue's (module docstring).
+
+    Raises :class:`~dynlab.errors.InputFileError` for a file that cannot be opened and ``ValueError``
+    (``PATH: why``, ``PATH:LINE: not JSON`` for bad JSON) for an unknown or missing key or a bad value.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(path, getattr(exc, "strerror", None) or str(exc)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a GPU file holds one JSON object (GpuSpec's fields), got {type(data).__name__}")
+    keys = [f.name for f in fields(GpuSpec)]
+    for key in data:
+        if key not in keys:
+            raise ValueError(f"{path}: unknown key {key!r} (a GPU file's keys: {', '.join(keys)})")
+    for key in keys:
+        if key not in data and key not in OPTIONAL_GPU_KEYS:
+            raise ValueError(f"{path}: missing key {key!r}")
+    return GpuSpec(**{"name": os.path.splitext(os.path.basename(path))[0], **_checked(path, data)})
+
+
+def _checked(path: str, data: dict) -> dict:
+    """:func:`gpu_from_file`'s values, each checked (``ValueError`` naming the key)."""
+    for key in ("name", "source", "link"):
+        if key in data and not (isinstance(data[key], str) and data[key].strip()):
+            raise ValueError(f"{path}: key {key!r} must be a non-empty string, got {data[key]!r}")
+    if data.get("link", LINKS[0]) not in LINKS:
+        raise ValueError(f"{path}: key 'link' must be one of {', '.join(LINKS)}, got {data['link']!r}")
+    for key in ("memory_gb", "bf16_tflops", "hbm_gbps", "link_gbps", "fp8_tflops", "fp4_tflops"):
+        v = data.get(key)
+        if v is None and key not in ("memory_gb", "bf16_tflops", "hbm_gbps"):
+            continue
+        least = 0.0 if key.startswith("fp") else None  # a peak the GPU lacks is 0; the rest must be > 0
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
+                (v < least if least is not None else v <= 0):
+            bound = ">= 0" if least is not None else "> 0"
+            raise ValueError(f"{path}: key {key!r} must be a finite number {bound}, got {v!r}")
+    return {k: (float(v) if k not in ("name", "source", "link") else v) for k, v in data.items()}
