@@ -39,12 +39,12 @@ CONFIG = [("strategy", "mode"), ("workers", "workers"), ("prefill workers", "pre
 
 STYLE = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1b1b1b;background:#fff;margin:0}
-main{max-width:1100px;margin:0 auto;padding:1.2em 1.5em 3em}
+main{max-width:1200px;margin:0 auto;padding:1.2em 1.5em 3em}
 h1{font-size:1.6em;margin:.2em 0 .1em}h2{font-size:1.25em;margin:1.6em 0 .4em;border-bottom:1px solid #ddd}
 code,.cmd{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em}
 .cmd{background:#f4f4f4;padding:.5em .7em;border-radius:4px;overflow-x:auto;white-space:pre-wrap}
 table{border-collapse:collapse;margin:.4em 0;font-size:.9em}
-th,td{border:1px solid #ddd;padding:.25em .55em;text-align:right;vertical-align:top}
+th,td{border:1px solid #ddd;padding:.25em .4em;text-align:right;vertical-align:top}
 th{background:#f4f6f8}th.l{white-space:nowrap}td.l,th.l{text-align:left}td.src{font-size:.85em;text-align:left;max-width:48em}
 .scroll{overflow-x:auto}figure{margin:1.2em 0;padding:0}figcaption{font-size:.92em;color:#333;margin:.3em 0}
 figure svg{max-width:100%;height:auto}details summary{cursor:pointer;color:#0b5cad;font-size:.9em}
@@ -57,7 +57,9 @@ def _e(value) -> str:
 
 
 def _table(header: Sequence, rows: Sequence[Sequence], left: int = 1) -> str:
-    head = "".join(f'<th scope="col"{" class=l" if j < left else ""}>{_e(h)}</th>' for j, h in enumerate(header))
+    # a column name may break after each underscore (ttft_p50_ms), so a wide table's header does not set its width
+    head = "".join(f'<th scope="col"{" class=l" if j < left else ""}>{_e(h).replace("_", "_<wbr>")}</th>'
+                   for j, h in enumerate(header))
     body = "".join("<tr>" + "".join((f'<th scope="row" class=l>{_e(c)}</th>' if j == 0 else
                                      f'<td{" class=l" if j < left else ""}>{_e(c)}</td>') for j, c in enumerate(row))
                    + "</tr>" for row in rows)
