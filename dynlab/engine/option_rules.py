@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import AbstractSet, Optional
 
 from dynlab.engine.arrival_options import workload_rules
+from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 
@@ -75,6 +76,9 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
     if config.timing:
         yield "policy", "with --timing: the engine evicts from vLLM's free-block queue"
+        if _sheds_by_slo(config):
+            yield "admission_policy", ("as slo-shed without a class TTFT SLO: it sheds a class's request predicted to "
+                                       "miss its class's TTFT SLO (give --slo CLASS:ttft_ms=X)")
         yield "event_delay", "with --timing: it counts requests; use --event-delay-ms"
         if config.capacity is None:  # --capacity unbounded: the same run as without it
             yield "capacity", ("as unbounded with --timing: the timed engine's KV pool is finite (give a number of "
@@ -110,6 +114,17 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
+
+
+def _sheds_by_slo(config) -> bool:
+    """Whether ``config`` asks for the ``slo-shed`` admission policy without any class TTFT SLO (``--slo``)."""
+    if config.admission_policy.partition(":")[0].strip() != "slo-shed":
+        return False
+    try:
+        slos = parse_class_slos(config.slo_classes)
+    except ValueError:
+        return False  # refused by its own check
+    return all(ttft is None for ttft, _ in slos.values())
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
