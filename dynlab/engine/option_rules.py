@@ -70,15 +70,12 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
         yield "trace_block", "without --trace (the block size of a trace that names its own blocks)"
-    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
+    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING), *_gateway_rules(config))
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
     if config.timing:
         yield "policy", "with --timing: the engine evicts from vLLM's free-block queue"
-        if _sheds_by_slo(config):
-            yield "admission_policy", ("as slo-shed without a class TTFT SLO: it sheds a class's request predicted to "
-                                       "miss its class's TTFT SLO (give --slo CLASS:ttft_ms=X)")
         yield "event_delay", "with --timing: it counts requests; use --event-delay-ms"
         if config.capacity is None:  # --capacity unbounded: the same run as without it
             yield "capacity", ("as unbounded with --timing: the timed engine's KV pool is finite (give a number of "
@@ -116,15 +113,17 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
 
 
-def _sheds_by_slo(config) -> bool:
-    """Whether ``config`` asks for the ``slo-shed`` admission policy without any class TTFT SLO (``--slo``)."""
-    if config.admission_policy.partition(":")[0].strip() != "slo-shed":
-        return False
+def _gateway_rules(config):
+    """The gateway's rule: ``slo-shed`` (timed) without any class TTFT SLO (``--slo``) would shed nothing."""
+    if not config.timing or config.admission_policy.partition(":")[0].strip() != "slo-shed":
+        return
     try:
         slos = parse_class_slos(config.slo_classes)
     except ValueError:
-        return False  # refused by its own check
-    return all(ttft is None for ttft, _ in slos.values())
+        return  # refused by its own check
+    if all(ttft is None for ttft, _ in slos.values()):
+        yield "admission_policy", ("as slo-shed without a class TTFT SLO: it sheds a class's request predicted to "
+                                   "miss its class's TTFT SLO (give --slo CLASS:ttft_ms=X)")
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
