@@ -18,7 +18,8 @@ flow, first come first served within it, a request evicted past its time to live
   no arrival: nothing could ever release it) is shed at that time.
 
 A held request keeps its arrival at the gateway: its engine request's ``arrival_ms`` is that time, so its
-TTFT, E2E and ``queue_wait_ms`` include the time held (its engine sees it when it is routed). Recorders
+TTFT, E2E and ``queue_wait_ms`` include the time held (its engine sees it when it is routed, and a priority
+queue orders it by that arrival, as every other request by its own). Recorders
 learn of it (``on_arrival`` with its arrival time, then ``on_route`` or ``on_shed``) when it leaves the
 gateway. The result gains, after the policy's ``admission_policy`` and ``shed``, only when some measured
 request was held: ``held`` (requests held), ``held_shed`` (of those, shed at ``max_wait_ms`` or at the end)

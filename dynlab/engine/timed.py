@@ -65,7 +65,8 @@ class TimedFleet:
     ``admits(ereq)``, asked for each routed request before its engine's
     :meth:`~dynlab.engine.worker.EngineWorker.submit`: ``False`` rejects it as an engine that can never
     hold it does (``ereq.rejected``, ``on_reject``; nothing is submitted, the engine's ``rejected`` is not counted).
-    :meth:`wake` starts an idle worker's next step at the current time. ``lazy``: cross bulk runs' block
+    :meth:`wake` starts an idle worker's next step at the current time. With a gateway (``env.gate``, a
+    :class:`~dynlab.engine.holding.Gateway`) :meth:`arrive` asks it, and it calls :meth:`enter` or :meth:`shed`. ``lazy``: cross bulk runs' block
     boundaries lazily (default: when the bus neither delays nor loses events; see below); a topology
     that touches a worker's pool between arrivals passes ``False``.
     """
