@@ -200,7 +200,7 @@ POLICIES = st.one_of(
        rows=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 80), st.integers(1, 6),
                                st.sampled_from(["chat", "batch", None])), min_size=1, max_size=10))
 def test_every_request_is_served_once_or_shed_once(tmp_path, policy, closed, rows):
-    rows = sorted(rows)
+    rows = sorted(rows, key=lambda r: r[0])  # a trace in time order
     trace = [_row(i, t, n, out, **({"class": c} if c else {})) for i, (t, n, out, c) in enumerate(rows)]
     outcomes = _Outcomes()
     kw = {"concurrency": 2} if closed else {}
