@@ -313,6 +313,8 @@ NO_EFFECT = [
     (["--queue-policy", "priority"], "--queue-policy"),  # nor queues
     (["--admission-policy", "queue-bound:limit=1"], "--admission-policy"),  # nor a gateway in time
     (["--slo", "chat:ttft_ms=1"], "--slo"),  # nor SLOs
+    # slo-shed sheds against a class's TTFT SLO: none given (a TPOT one only), it would shed nothing
+    (["--timing", "--admission-policy", "slo-shed", "--slo", "chat:tpot_ms=50"], "--admission-policy"),
     (["--timing", "--split", "1:1", "--cpu-capacity", "8"], "--cpu-capacity"),  # a P/D fleet has no CPU tier
     (["--ep", "2"], "--ep"),
     (["--pp", "2"], "--pp"),

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from dynlab.engine.bus import EventBus
 from dynlab.engine.class_metrics import ClassMetrics, parse_class_slos
 from dynlab.engine.config import POISSON_RATE, EventsSection, SloSection, TrafficSection
+from dynlab.engine.holding import Gateway
 from dynlab.engine.loop import EventLoop
 from dynlab.engine.metrics import Recorder, RoutingMetrics, ServingMetrics
 from dynlab.limits import HORIZON_MS, past_horizon
@@ -76,7 +77,7 @@ class RunEnv:
     recorders: list = field(default_factory=list)
     progress: Any = None
     closed_loop: Any = None  # a ClosedLoop (dynlab.engine.closed) when the users send as requests finish
-    gate: Any = None  # the gateway's admission policy (dynlab.engine.gateway), None: every request enters
+    gate: Any = None  # the gateway (dynlab.engine.holding.Gateway) of the admission policy, None: every request enters
 
     def attach(self, fleet) -> None:
         """Give the closed-loop users (if any) the ``fleet``'s ``arrive``; call it before ``fleet.run()``."""
@@ -109,7 +110,8 @@ class RunEnv:
         reaches the engine that much later too); ``token_ms``: detokenisation and streaming per output
         token (:class:`~dynlab.engine.metrics.ServingMetrics`; a closed-loop user sees its last token
         ``token_ms`` x its output tokens after the engine's finish). ``gate``: the gateway's admission policy
-        (:mod:`dynlab.engine.gateway`; ``None``: none), a recorder right after the serving one, then the
+        (:mod:`dynlab.engine.gateway`; ``None``: none), a recorder right after the serving one, then its
+        :class:`~dynlab.engine.holding.Gateway` (:attr:`gate`: it holds requests), then the
         per-class figures (:class:`~dynlab.engine.class_metrics.ClassMetrics`: ``slo.slo_classes``).
         """
         loop = EventLoop()
@@ -120,7 +122,11 @@ class RunEnv:
         serving = ServingMetrics(slo.slo_ttft_ms, slo.slo_tpot_ms, warmup=traffic.warmup, front_ms=front_ms,
                                  token_ms=token_ms, class_slos=class_slos)
         classes = ClassMetrics(class_slos, slo.slo_ttft_ms, slo.slo_tpot_ms, traffic.warmup, front_ms, token_ms)
-        recorders = [*([gate] if gate is not None else []), classes, *recorders]
+        if gate is not None:  # the policy, then its gateway (holding: dynlab.engine.holding), as recorders
+            policy, gate = gate, Gateway(gate, loop, class_slos, traffic.warmup)
+            recorders = [policy, gate, classes, *recorders]
+        else:
+            recorders = [classes, *recorders]
         if traffic.concurrency is not None:  # closed loop: the users' recorder sends requests as others finish
             from dynlab.engine.closed import ClosedLoop
 

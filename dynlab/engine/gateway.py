@@ -10,18 +10,57 @@ whose ``shed`` is true. A policy is also a :class:`~dynlab.engine.metrics.Record
 it admitted get their first token and finish (``on_first_token``, ``on_finish``, ``on_reject``), which is
 how it knows what is queued.
 
+**Holding** (llm-d's flow control: the gateway queues a request while the pool is saturated and dispatches
+it when capacity frees, up to a time to live): :meth:`AdmissionPolicy.admit` may also answer :data:`WAIT`.
+The gateway (:class:`dynlab.engine.holding.Gateway`) then holds the request in its class's FIFO and asks
+again, head first, when a request gets its first token, finishes or is rejected or shed, and at the next
+arrival; a new arrival of a class that has held requests joins the back of its FIFO unasked (no
+overtaking). A request held longer than the policy's :attr:`AdmissionPolicy.max_wait_ms` is shed. Its
+TTFT and E2E count from its arrival at the gateway (its engine request keeps that arrival time).
+
+A policy may read the routers' load view and the run's latency model: :meth:`AdmissionPolicy.bind` gives it
+a :class:`GatewayContext` before the first arrival.
+
 ``always`` (the default) admits every request and builds no gateway at all
 (:func:`dynlab.sim.topology.build_policy` builds a run's policy from the registry); the built-in plugin
-(``dynlab_builtins.admission``) registers it with ``queue-bound`` and ``token-bucket``. Requests carry
+(``dynlab_builtins.admission``) registers it with ``queue-bound``, ``token-bucket`` and ``slo-shed``. Requests carry
 their class and tenant as attributes (:func:`dynlab.routing.strategy.request_class`, ``request_tenant``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from dynlab.engine.metrics import Recorder
 
-__all__ = ["AdmissionPolicy", "Always", "parse_policy"]
+__all__ = ["AdmissionPolicy", "Always", "GatewayContext", "WAIT", "parse_policy"]
+
+
+class _Wait:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "WAIT"
+
+
+#: what :meth:`AdmissionPolicy.admit` answers to hold a request at the gateway (``True``: admit, ``False``: shed)
+WAIT = _Wait()
+
+
+@dataclass(frozen=True)
+class GatewayContext:
+    """What a gateway knows, given to :meth:`AdmissionPolicy.bind` before the first arrival.
+
+    ``fleet``: the routers' load view (:class:`~dynlab.routing.strategy.FleetView`: per worker the requests in
+    flight, those without a first token, their prompt tokens still to prefill), live; ``latency``: the
+    workers' step latency model (:class:`~dynlab.latency.base.LatencyModel`); ``budget``: tokens per engine
+    step (``--max-num-batched-tokens``); ``class_slos``: ``{class: (TTFT ms, TPOT ms)}`` of ``--slo``
+    (``None`` where a class gives none)."""
+
+    fleet: Any
+    latency: Any
+    budget: int
+    class_slos: Mapping[str, tuple] = field(default_factory=dict)
 
 def parse_policy(spec: str) -> tuple[str, dict]:
     """``"NAME:KEY=VALUE,KEY=VALUE"`` -> ``(NAME, {KEY: VALUE})`` (text values; ``"NAME"`` alone: no options).
@@ -52,16 +91,24 @@ class AdmissionPolicy(Recorder):
     ones: those from ``warmup`` on)."""
 
     name: str = ""
+    #: how long (ms) a request answered :data:`WAIT` may be held before it is shed (``None``: no limit)
+    max_wait_ms: Optional[float] = None
 
     def __init__(self, opts: Mapping[str, str], spec: str = "", warmup: int = 0):
         self.spec = spec or self.name
         self.warmup = warmup
         self.shed = 0
+        self.context: Optional[GatewayContext] = None
 
-    def admit(self, request, now: float) -> bool:
+    def admit(self, request, now: float):
         """Whether ``request`` (a :class:`~dynlab.routing.strategy.Request`: its ``attrs``, lengths) arriving at
-        ``now`` (ms) enters (``True``) or is shed (``False``)."""
+        ``now`` (ms), or held since it arrived, enters (``True``), is shed (``False``) or is held (:data:`WAIT`)."""
         raise NotImplementedError
+
+    def bind(self, context: GatewayContext) -> None:
+        """Called once by the gateway before the first arrival: keeps ``context`` (:attr:`context`). A policy
+        that needs something the run lacks raises ``ValueError`` (one line)."""
+        self.context = context
 
     def on_shed(self, req) -> None:
         if not (self.warmup and req.id < self.warmup):

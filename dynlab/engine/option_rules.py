@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import AbstractSet, Optional
 
 from dynlab.engine.arrival_options import workload_rules
+from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 
@@ -69,7 +70,7 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
         yield "trace_block", "without --trace (the block size of a trace that names its own blocks)"
-    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
+    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING), *_gateway_rules(config))
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -110,6 +111,19 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
+
+
+def _gateway_rules(config):
+    """The gateway's rule: ``slo-shed`` (timed) without any class TTFT SLO (``--slo``) would shed nothing."""
+    if not config.timing or config.admission_policy.partition(":")[0].strip() != "slo-shed":
+        return
+    try:
+        slos = parse_class_slos(config.slo_classes)
+    except ValueError:
+        return  # refused by its own check
+    if all(ttft is None for ttft, _ in slos.values()):
+        yield "admission_policy", ("as slo-shed without a class TTFT SLO: it sheds a class's request predicted to "
+                                   "miss its class's TTFT SLO (give --slo CLASS:ttft_ms=X)")
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on

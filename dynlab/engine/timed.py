@@ -65,7 +65,8 @@ class TimedFleet:
     ``admits(ereq)``, asked for each routed request before its engine's
     :meth:`~dynlab.engine.worker.EngineWorker.submit`: ``False`` rejects it as an engine that can never
     hold it does (``ereq.rejected``, ``on_reject``; nothing is submitted, the engine's ``rejected`` is not counted).
-    :meth:`wake` starts an idle worker's next step at the current time. ``lazy``: cross bulk runs' block
+    :meth:`wake` starts an idle worker's next step at the current time. With a gateway (``env.gate``, a
+    :class:`~dynlab.engine.holding.Gateway`) :meth:`arrive` asks it, and it calls :meth:`enter` or :meth:`shed`. ``lazy``: cross bulk runs' block
     boundaries lazily (default: when the bus neither delays nor loses events; see below); a topology
     that touches a worker's pool between arrivals passes ``False``.
     """
@@ -110,6 +111,8 @@ class TimedFleet:
         # request id -> (worker, blocks, prefill tokens still expected, waiting for a first token, replica)
         self._estimate: dict = {}
         self._arrivals: Optional[Iterator] = None
+        if self.gate is not None:  # the gateway (dynlab.engine.holding) routes through enter, sheds through shed
+            self.gate.attach(self.fleet, self.enter, self.shed, engines[0] if n else None)
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, arrivals: Optional[Iterator[tuple[Request, float]]] = None) -> None:
@@ -118,6 +121,8 @@ class TimedFleet:
         self._arrivals = arrivals if arrivals is not None else self.env.arrivals
         self._next_arrival()
         self.loop.run()
+        while self.gate is not None and self.gate.drain():  # requests held when nothing was left to run: shed
+            self.loop.run()
 
     @property
     def all_engines(self) -> Sequence[EngineWorker]:
@@ -144,10 +149,15 @@ class TimedFleet:
         self._next_arrival()
 
     def arrive(self, req: Request) -> None:
-        """Route and submit the workload's request ``req`` now (the loop's time is its arrival)."""
+        """The workload's request ``req`` arrives now: through the gateway if any, else routed at once."""
+        if self.gate is not None:
+            return self.gate.arrive(req, self.loop.now)
+        self.enter(req, self.loop.now)
+
+    def enter(self, req: Request, arrival: float) -> None:
+        """Route and submit ``req`` now; ``arrival`` (ms): when it reached the gateway (the loop's time unless
+        the gateway held it), its engine request's ``arrival_ms``."""
         t = self.loop.now
-        if self.gate is not None and not self.gate.admit(req, t):
-            return self._shed(req, t)
         bounds = self._bounds
         if bounds and bounds[0][0] < t:
             self._cross_before(t)
@@ -159,7 +169,7 @@ class TimedFleet:
         w = self._route(routed)
         engine = self.engines[w]
         reply = req.output_hashes if runs is None else None  # a token trace's reply names (output_tokens)
-        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1),
+        ereq = EngineRequest(req.index, arrival, max(req.input_length, 1), max(req.output_length, 1),
                              names + list(reply) if reply else names, runs)
         if reply:
             ereq.out_blocks = len(reply)
@@ -173,7 +183,7 @@ class TimedFleet:
         for hook in self._h_route:
             hook(routed, w, predicted, actual, cap)
         for hook in self._h_arrival:
-            hook(ereq, t)
+            hook(ereq, arrival)
         self._track(ereq, w, predicted)
         before = engine.step_end
         if not (self.admits is None or self.admits(ereq)) or not engine.submit(ereq, t):
@@ -189,8 +199,8 @@ class TimedFleet:
         if self.progress is not None:
             self.progress.update(1)
 
-    def _shed(self, req: Request, t: float) -> None:
-        """The gateway shed ``req`` at ``t``: never routed; its recorders learn it (``on_arrival``, ``on_shed``)."""
+    def shed(self, req: Request, t: float) -> None:
+        """The gateway shed ``req``, arrived at ``t``: never routed; its recorders learn it (``on_arrival``, ``on_shed``)."""
         ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1), ())
         ereq.attrs = req.attrs
         for hook in self._h_arrival:
