@@ -62,14 +62,16 @@ one token, a chain of small kernels (fused q_a/kv_a projection, two RMSNorms, q_
 latent cache write, the attention kernel, the absorbed up-projections, the output projection) whose weights
 alone take ~9 us to read on an H200. Source: aiconfigurator-core 0.12.0's measured vLLM 0.24.0 MLA module
 table (h200_sxm, DeepSeek-V3's 16 heads per GPU at tp 8, one token): 88.7 us prefill, 93.7 us decode with
-block-fp8 projections, 90.5 and 92.6 us with bf16 ones; rounded to 90. Not fitted to step times."""
+block-fp8 projections, 90.5 and 92.6 us with bf16 ones (``benchmarks/aic_breakdown.py --kernels``);
+rounded to 90. Not fitted to step times."""
 FP8_GEMM_US = 59.0
 """Fixed time of one block-quantised fp8 GEMM in us (the ``fp8_gemm_us`` option): the per-token-group
 activation quantisation and the block-scaled GEMM of vLLM's fp8 linear layer (128 x 128 weight blocks).
 Source: aiconfigurator-core 0.12.0's measured vLLM 0.24.0 GEMM table (h200_sxm, ``fp8_block``) at 1 and
-16 rows for DeepSeek-V3's shapes (N x K = 512 x 7,168, 7,168 x 256, 2,112 x 7,168, 3,072 x 1,536,
-7,168 x 2,048, and 4,096 x 4,096): 57.0-61.1 us, median 59.3, against 3.2-12.8 us for bf16 GEMMs of the
-same shapes; the same table gives 80-92 us at 128-2,048 rows, so the floor is a lower bound. Not fitted."""
+16 rows for DeepSeek-V3's five GEMM shapes (N x K = 512 x 7,168, 7,168 x 256, 2,112 x 7,168,
+3,072 x 1,536, 7,168 x 2,048) and 4,096 x 4,096 (``benchmarks/aic_breakdown.py --kernels``):
+57.0-61.1 us, median 59.5, against 3.2-12.8 us for bf16 GEMMs of the same shapes; the same table gives
+80-92 us at 128-2,048 rows, so the floor is a lower bound. Not fitted."""
 SHARED_EXPERTS_STREAM_TOKENS = 256
 """vLLM 0.33.0 runs the shared experts on a second CUDA stream, beside the router and routed experts, in a
 step of at most this many tokens (``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`` in ``vllm/envs.py``, read by
