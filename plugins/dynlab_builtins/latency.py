@@ -63,9 +63,9 @@ class Roofline(LatencyModel):
     512 tokens, -35%), decode 6.5% (worst 25%: qwen3-32b at tp 2, 256 decodes at 16,384, -25%).
     ``moe_mfu``, ``link_util``, ``comm_latency_us`` and ``layer_us`` were fitted on 2026-12-01 to
     aiconfigurator on ``benchmarks/fidelity_latency.py``'s grid (MoE models, dense at tp > 1). On that
-    grid (docs/latency.md): dense models 12.3% prefill and 9.3% decode MAPE, MoE models 20.2% and
-    13.6%, DeepSeek-V3 36.4% and 28.9% before the kernel floors (2026-12-07), XXFLOORS after them.
-    Outside the dense fit every run says so (:meth:`domain`). The
+    grid (docs/latency.md): dense models 12.3% prefill and 9.3% decode MAPE; MoE models 20.2% and
+    13.6% before the kernel floors (2026-12-07), 19.8% and 13.1% after them; DeepSeek-V3 36.4% and
+    28.9% before, 23.3% and 13.8% after. Outside the dense fit every run says so (:meth:`domain`). The
     GPU figures are datasheet numbers (:mod:`dynlab.models.gpus`).
     """
 
