@@ -1,7 +1,7 @@
 """Fidelity of the closed-form latency models against aiconfigurator (vLLM backend): MAPE and worst case.
 
     pip install -e ".[aiconfigurator]"   # Python 3.11+
-    python benchmarks/fidelity_latency.py [--models roofline,linear,blis] [--families dense,moe]
+    python benchmarks/fidelity_latency.py [--models roofline,linear,blis] [--families dense,moe] [--only deepseek-v3]
 
 Every bundled model that aiconfigurator-core's vLLM support matrix passes on h100_sxm and h200_sxm
 (the ``HF_IDS`` of :mod:`dynlab_builtins.latency_aic`), on h100 and h200, at every tp of 1, 2, 4
@@ -41,14 +41,15 @@ def steps():
 TPS = (1, 2, 4, 8)
 
 
-def configs(families=("dense", "moe")):
-    """``(model, gpu, tp, ep)`` of every configuration compared (module docstring)."""
+def configs(families=("dense", "moe"), only=None):
+    """``(model, gpu, tp, ep)`` of every configuration compared (module docstring); ``only``: a set of
+    bundled model names to keep (``None``: every one)."""
     from dynlab.models.gpus import GIB, gpu_spec
     from dynlab.models.spec import model_spec
     from dynlab_builtins.latency_aic import HF_IDS
 
     for model in model_names():
-        if model == "llama-3-8b" or model not in HF_IDS:
+        if model == "llama-3-8b" or model not in HF_IDS or (only is not None and model not in only):
             continue  # llama-3-8b: the same shapes and aiconfigurator model as llama-3.1-8b
         spec = model_spec(model)
         if ("moe" if spec.experts else "dense") not in families:
@@ -66,11 +67,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="roofline,linear,blis", help="latency models to compare (comma list)")
     parser.add_argument("--families", default="dense,moe", help="model families to compare (dense, moe)")
+    parser.add_argument("--only", default="", help="bundled models to compare (comma list; default: every one)")
     args = parser.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else None
     names = args.models.split(",")
     rows, everything, dense, moe, skipped = [], {}, {}, {}, []
     start = time.perf_counter()
-    for model, gpu, tp, ep in configs(args.families.split(",")):
+    for model, gpu, tp, ep in configs(args.families.split(","), only):
         label = f"{model} {tp}x{gpu}" + (f" ep {ep}" if ep > 1 else "")
         try:
             hardware = hardware_for(model, gpu, tp, ep=ep)

@@ -13,7 +13,8 @@ from dynlab import hookimpl
 from dynlab.latency.base import LatencyModel, StepBatch
 from dynlab.latency.overheads import CPU_OPTIONS, GRAPH_OPTIONS, ServerTerms
 from dynlab.routing.strategy import StrategyOption
-from dynlab_builtins.latency_roofline import DEFAULT_COMM_LATENCY_US, LAYER_US, LINK_UTIL, MOE_MFU, RooflineTerms, roofline_domain
+from dynlab_builtins.latency_roofline import (DEFAULT_COMM_LATENCY_US, FP8_GEMM_US, LAYER_US, LINK_UTIL, MLA_LAYER_US,
+                                                MOE_MFU, RooflineTerms, roofline_domain)
 
 
 def _dense_on_one_gpu(hardware) -> bool:
@@ -49,7 +50,9 @@ class Roofline(LatencyModel):
       latent is replicated). Every other hardware (``tp > 1``, experts, MLA, window or state layers,
       ``ep``/``pp``/``dp_attention``) is priced by :class:`dynlab_builtins.latency_roofline.RooflineTerms`:
       active experts and the distinct experts a step touches, MLA's absorbed decode, windows, state,
-      the all-reduce / all-to-all / stage sends over the datasheet link, a fixed time per MoE layer.
+      the all-reduce / all-to-all / stage sends over the datasheet link, a fixed time per MoE layer, and
+      the kernel floors of MLA layers and block-fp8 GEMMs (``mla_layer_us``, ``fp8_gemm_us``: measured
+      module and kernel times, not fitted; :func:`dynlab_builtins.latency_roofline.kernel_floors`).
 
     Defaults fitted on 2026-11-30 by ``benchmarks/fit_roofline.py`` (a coarse-to-fine grid search
     minimising prefill MAPE + decode MAPE) to aiconfigurator-core 0.12.0's vLLM step times
@@ -60,8 +63,9 @@ class Roofline(LatencyModel):
     512 tokens, -35%), decode 6.5% (worst 25%: qwen3-32b at tp 2, 256 decodes at 16,384, -25%).
     ``moe_mfu``, ``link_util``, ``comm_latency_us`` and ``layer_us`` were fitted on 2026-12-01 to
     aiconfigurator on ``benchmarks/fidelity_latency.py``'s grid (MoE models, dense at tp > 1). On that
-    grid (docs/latency.md): dense models 12.3% prefill and 9.3% decode MAPE, MoE models 20.2% and
-    13.6%, DeepSeek-V3 36.4% and 28.9%. Outside the dense fit every run says so (:meth:`domain`). The
+    grid (docs/latency.md): dense models 12.3% prefill and 9.3% decode MAPE; MoE models 20.2% and
+    13.6% before the kernel floors (2026-12-07), 19.8% and 13.1% after them; DeepSeek-V3 36.4% and
+    28.9% before, 23.3% and 13.8% after. Outside the dense fit every run says so (:meth:`domain`). The
     GPU figures are datasheet numbers (:mod:`dynlab.models.gpus`).
     """
 
@@ -82,6 +86,12 @@ class Roofline(LatencyModel):
         StrategyOption("layer_us", float, LAYER_US,
                        "fixed time per MoE layer and step in us: routing and dispatch (fitted to aiconfigurator)",
                        minimum=0.0),
+        StrategyOption("mla_layer_us", float, MLA_LAYER_US,
+                       "fixed time per MLA attention layer and step in us: its kernel chain (aiconfigurator's "
+                       "measured vLLM MLA module at one token)", minimum=0.0),
+        StrategyOption("fp8_gemm_us", float, FP8_GEMM_US,
+                       "fixed time per block-fp8 GEMM outside MLA and the routed experts in us (aiconfigurator's "
+                       "measured vLLM fp8_block GEMM at 1-16 rows)", minimum=0.0),
         StrategyOption("comm_latency_us", float, DEFAULT_COMM_LATENCY_US,
                        "latency of one all-reduce, all-to-all or stage send in us (fitted to aiconfigurator)",
                        minimum=0.0),
@@ -100,7 +110,8 @@ class Roofline(LatencyModel):
         if not _dense_on_one_gpu(hardware):
             expert_flops_per_ms = g.bf16_tflops * 1e12 * self.opts["moe_mfu"] / 1e3
             self._terms = RooflineTerms(hardware, flops_per_ms, bytes_per_ms, self.opts["comm_latency_us"],
-                                        expert_flops_per_ms, self.opts["link_util"], self.opts["layer_us"])
+                                        expert_flops_per_ms, self.opts["link_util"], self.opts["layer_us"],
+                                        self.opts["mla_layer_us"], self.opts["fp8_gemm_us"])
         # per GPU, in ms: cost of one linear token, one (query, key) pair, the weights, one KV token
         self._token_ms = 2.0 * m.active_params / tp / flops_per_ms
         self._pair_ms = m.attention_flops_per_pair / tp / flops_per_ms

@@ -27,11 +27,22 @@ uses it for every hardware but a dense full-attention model at ``tp 1`` (its fit
   fitted, with ``moe_mfu``, to aiconfigurator: :data:`MOE_MFU`).
 - **Fixed**: ``layer_us`` per MoE layer and step (routing, token permutation, grouped-GEMM launches:
   what makes a one-token MoE decode far slower than its bytes), added with the communication.
+- **Kernel floors** (:func:`kernel_floors`, added with the communication): ``mla_layer_us`` per MLA layer
+  and step, the time of vLLM's MLA attention at one token, its chain of small kernels (:data:`MLA_LAYER_US`);
+  and, for block-quantised fp8 weights (a ``weight_block_size`` in ``quantization_config``, as DeepSeek-V3
+  and Kimi-K2 ship), ``fp8_gemm_us`` per block-fp8 GEMM priced above only by its bytes and FLOPs: each
+  dense MLP's two (gate-up, down), each non-MLA attention layer's two (QKV, output) and each MoE layer's
+  shared experts' two (:data:`FP8_GEMM_US`). In a step of at most :data:`SHARED_EXPERTS_STREAM_TOKENS`
+  tokens vLLM runs the shared experts on a second CUDA stream beside the routed ones, so there they add
+  only what exceeds ``layer_us``; above it, all of their time.
 - **Pipeline**: one batch in flight, so a step is the sum of its ``pp`` stages (the same compute and
   memory time as ``tp`` alone, plus the sends); the bubble, ``(pp - 1) / pp`` of each GPU's time idle,
   is not hidden (vLLM overlaps ``pp`` batches, this engine runs one).
 """
 from __future__ import annotations
+
+from dynlab.models.config import text_config_of
+from dynlab.models.quant import quantization_of
 
 # Fitted on 2026-12-01 by grid searches (moe_mfu 0.2-0.758, comm_latency_us 3-30, link_util 0.25-1, layer_us 0-160)
 # minimising the sum of the prefill and decode MAPEs of the MoE models and of the dense models at tp > 1
@@ -45,9 +56,68 @@ LAYER_US = 40.0
 """Fixed time per MoE layer and step in us (the ``layer_us`` option): routing, token permutation, launches."""
 DEFAULT_COMM_LATENCY_US = 10.0
 """Latency of one collective or send in us (the ``comm_latency_us`` option)."""
+MLA_LAYER_US = 90.0
+"""Fixed time of one MLA attention layer per step in us (the ``mla_layer_us`` option): vLLM's MLA module at
+one token, a chain of small kernels (fused q_a/kv_a projection, two RMSNorms, q_b projection, rotary, the
+latent cache write, the attention kernel, the absorbed up-projections, the output projection) whose weights
+alone take ~9 us to read on an H200. Source: aiconfigurator-core 0.12.0's measured vLLM 0.24.0 MLA module
+table (h200_sxm, DeepSeek-V3's 16 heads per GPU at tp 8, one token): 88.7 us prefill, 93.7 us decode with
+block-fp8 projections, 90.5 and 92.6 us with bf16 ones (``benchmarks/aic_breakdown.py --kernels``);
+rounded to 90. Not fitted to step times."""
+FP8_GEMM_US = 59.0
+"""Fixed time of one block-quantised fp8 GEMM in us (the ``fp8_gemm_us`` option): the per-token-group
+activation quantisation and the block-scaled GEMM of vLLM's fp8 linear layer (128 x 128 weight blocks).
+Source: aiconfigurator-core 0.12.0's measured vLLM 0.24.0 GEMM table (h200_sxm, ``fp8_block``) at 1 and
+16 rows for DeepSeek-V3's five GEMM shapes (N x K = 512 x 7,168, 7,168 x 256, 2,112 x 7,168,
+3,072 x 1,536, 7,168 x 2,048) and 4,096 x 4,096 (``benchmarks/aic_breakdown.py --kernels``):
+57.0-61.1 us, median 59.5, against 3.2-12.8 us for bf16 GEMMs of the same shapes; the same table gives
+80-92 us at 128-2,048 rows, so the floor is a lower bound. Not fitted."""
+SHARED_EXPERTS_STREAM_TOKENS = 256
+"""vLLM 0.33.0 runs the shared experts on a second CUDA stream, beside the router and routed experts, in a
+step of at most this many tokens (``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`` in ``vllm/envs.py``, read by
+``SharedExperts._determine_shared_experts_order`` in ``vllm/model_executor/layers/fused_moe/runner/shared_experts.py``)."""
 
 FIT_GPUS = ("h100", "h200")
 FIT_TP = (1, 2)
+
+
+def block_fp8(model) -> bool:
+    """Whether ``model`` (a :class:`dynlab.models.spec.ModelSpec`) has block-quantised fp8 weights: an fp8
+    ``quantization_config`` with a ``weight_block_size`` (DeepSeek-V3's and Kimi-K2's ``[128, 128]``)."""
+    quant = quantization_of(model.config, text_config_of(model.config))
+    return model.quantization == "fp8" and bool(quant.get("weight_block_size"))
+
+
+def _shared_experts(model) -> bool:
+    """Whether the MoE layers of ``model`` have shared experts (DeepSeek's ``n_shared_experts``, Qwen2-MoE's
+    ``shared_expert_intermediate_size``, Llama 4's one), as :func:`dynlab.models.params.param_parts` counts them."""
+    c = text_config_of(model.config)
+    return bool(c.get("n_shared_experts") or c.get("shared_expert_intermediate_size")
+                or str(c.get("model_type", "")).startswith("llama4"))
+
+
+def kernel_floors(model, layer_us: float, mla_layer_us: float, fp8_gemm_us: float) -> tuple[float, float] | None:
+    """``(ms, ms)``: the fixed kernel time of one step (module docstring, **Kernel floors**) in a step of at
+    most :data:`SHARED_EXPERTS_STREAM_TOKENS` tokens and in a larger one; ``None`` when it is 0 (neither MLA
+    nor block-fp8 weights). ``model``: a :class:`dynlab.models.spec.ModelSpec`; the times in us.
+
+    Per step: ``layers x mla_layer_us`` for MLA; with block-fp8 weights ``fp8_gemm_us x`` (2 per dense MLP
+    layer + 2 per attention layer that is not MLA), and the shared experts' ``2 x fp8_gemm_us`` per MoE
+    layer, of which a small step adds only ``max(0, 2 x fp8_gemm_us - layer_us)`` (they overlap the router
+    and routed experts on their own stream).
+    """
+    mla = model.layers * mla_layer_us if model.attention == "mla" else 0.0
+    gemms = shared = 0.0
+    if block_fp8(model):
+        gemms = 2 * ((model.num_layers or model.layers) - model.moe_layers) * fp8_gemm_us
+        if model.attention != "mla":
+            gemms += 2 * model.layers * fp8_gemm_us
+        if model.experts and _shared_experts(model):
+            shared = 2 * fp8_gemm_us
+    if not (mla or gemms or shared):
+        return None
+    small = mla + gemms + model.moe_layers * max(0.0, shared - layer_us)
+    return small / 1e3, (mla + gemms + model.moe_layers * shared) / 1e3
 
 
 def _window_pairs(tokens: int, context: int, window: int) -> float:
@@ -62,11 +132,14 @@ class RooflineTerms:
     """One step's ``(compute ms, memory ms, communication ms)`` per GPU (module docstring).
 
     ``hardware``: :class:`dynlab.latency.base.Hardware`; ``flops_per_ms`` / ``bytes_per_ms``: the
-    reachable peak and bandwidth of one GPU; ``comm_latency_us``: per collective.
+    reachable peak and bandwidth of one GPU; ``comm_latency_us``: per collective; ``layer_us``,
+    ``mla_layer_us``, ``fp8_gemm_us``: the fixed times (us) of :data:`LAYER_US`, :data:`MLA_LAYER_US` and
+    :data:`FP8_GEMM_US` (0: none).
     """
 
     def __init__(self, hardware, flops_per_ms: float, bytes_per_ms: float, comm_latency_us: float,
-                 expert_flops_per_ms: float | None = None, link_util: float = 1.0, layer_us: float = 0.0):
+                 expert_flops_per_ms: float | None = None, link_util: float = 1.0, layer_us: float = 0.0,
+                 mla_layer_us: float = 0.0, fp8_gemm_us: float = 0.0):
         m, g, par = hardware.model, hardware.gpu, hardware.parallel
         tp, dp = par.tp, par.dp
         self.dp = dp
@@ -96,6 +169,7 @@ class RooflineTerms:
         self._miss = 1.0 - m.experts_per_tok / m.experts if m.experts else 0.0
         self._comm = self._comm_terms(m, g, par, comm_latency_us, link_util)
         self._layers_ms = m.moe_layers * layer_us / 1e3  # per step: routing, permutation, grouped-GEMM launches
+        self._floors = kernel_floors(m, layer_us, mla_layer_us, fp8_gemm_us)  # MLA, block-fp8 GEMMs; or None
 
     @staticmethod
     def _comm_terms(m, g, par, latency_us, link_util) -> tuple[float, float]:
@@ -152,7 +226,8 @@ class RooflineTerms:
         return even, type(batch)((t,), (c,), decodes, context)
 
     def parts(self, batch) -> tuple[float, float, float]:
-        """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`)."""
+        """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`); the
+        third adds the fixed times (``layer_us``, :func:`kernel_floors`) to the collectives."""
         tokens = sum(batch.prefill_tokens) + batch.decode_requests
         touched = 1.0 - self._miss ** tokens if self._miss else (1.0 if tokens else 0.0)
         compute = memory = 0.0
@@ -166,6 +241,8 @@ class RooflineTerms:
         compute += self._expert_token * tokens
         memory += self._dense_weights + self._expert_weights * touched
         comm = self._comm[0] * tokens + (self._comm[1] + self._layers_ms if tokens else 0.0)
+        if self._floors is not None and tokens:
+            comm += self._floors[tokens > SHARED_EXPERTS_STREAM_TOKENS]
         return compute, memory, comm
 
 
