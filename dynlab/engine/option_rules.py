@@ -28,7 +28,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_se
                      "model", "gpu", "tp", "gpu_memory_utilization", "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms",
                      "cpu_capacity", "cpu_memory_gb", "pcie_gbps", "cpu_write", "prefill_workers", "decode_workers",
                      "split", "decode_router", "link_gbps", "link_latency_ms", "overlap_transfer",
-                     "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "engine_kind",
+                     "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "controller", "engine_kind",
                      "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
                      "request_overhead_ms", "detok_us_per_token", "slo_classes")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
@@ -106,10 +106,21 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
+    yield from _controller_rules(config)
     if config.ep == 1:
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
+
+
+def _controller_rules(config):
+    """``--controller``'s: elastic fleets are timed aggregated fleets of one router, for now (issue 39)."""
+    if not _aggregated(config):
+        yield "controller", "with a P/D split: only an aggregated fleet's workers join and leave (for now)"
+    if config.routers > 1:
+        yield "controller", "with --routers > 1: only one router follows the workers joining and leaving (for now)"
+    if config.async_scheduling:
+        yield "controller", "with --async-scheduling: a killed worker's requests in flight are not modelled (for now)"
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on

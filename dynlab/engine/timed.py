@@ -89,9 +89,11 @@ class TimedFleet:
         routing = env.routing
         self.block = engines[0].block if n else 1
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
-        self.waiting = [0] * n
+        self.waiting, self.cached, self.routable = [0] * n, [0] * n, list(range(n))
         # the view's request counts are the recorder's (requests routed to each worker so far)
-        self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, [0] * n, self.waiting)
+        self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, self.cached, self.waiting,
+                               self.routable)
+        self.elastic = None  # an Elastic (dynlab.engine.elastic) when workers join and leave during the run
         # router replicas that each know only their own load: their books follow each request
         self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
         self.generation = [0] * n
@@ -133,6 +135,18 @@ class TimedFleet:
         """Start worker ``w``'s next step at the current time (it does nothing when the worker is busy or idle)."""
         self.loop.at(self.loop.now, STEP_START, self._on_start, w)
 
+    def grow(self, engine: EngineWorker) -> int:
+        """Give ``engine`` the next worker id (``len(engines)``; ids are never reused) and a place in every
+        per-worker list; it is not routable until :mod:`dynlab.engine.elastic` makes it so. Returns its id."""
+        w = len(self.engines)
+        self.engines.append(engine)
+        engine.cross_boundaries = True
+        for books in (self.active, self.active_blocks, self.queued, self.waiting, self.cached, self.generation,
+                      self.routing.counts):
+            books.append(0)
+        self.fleet.workers = w + 1
+        return w
+
     def _next_arrival(self) -> None:
         nxt = next(self._arrivals, None)
         if nxt is not None:
@@ -143,11 +157,17 @@ class TimedFleet:
         self.arrive(req)
         self._next_arrival()
 
-    def arrive(self, req: Request) -> None:
-        """Route and submit the workload's request ``req`` now (the loop's time is its arrival)."""
+    def arrive(self, req: Request, arrival_ms: Optional[float] = None) -> Optional[EngineRequest]:
+        """Route and submit the workload's request ``req`` now (the loop's time is its arrival); its
+        :class:`EngineRequest` (``None``: shed). ``arrival_ms``: a request requeued from a killed worker
+        (:mod:`dynlab.engine.elastic`), routed again now but keeping its first arrival (ms) for its TTFT; the
+        gateway, ``on_arrival`` and the progress bar saw it already."""
         t = self.loop.now
-        if self.gate is not None and not self.gate.admit(req, t):
-            return self._shed(req, t)
+        if arrival_ms is None:
+            if self.gate is not None and not self.gate.admit(req, t):
+                return self._shed(req, t)
+            if self.elastic is not None:
+                self.elastic.origin[req.index] = req
         bounds = self._bounds
         if bounds and bounds[0][0] < t:
             self._cross_before(t)
@@ -159,8 +179,8 @@ class TimedFleet:
         w = self._route(routed)
         engine = self.engines[w]
         reply = req.output_hashes if runs is None else None  # a token trace's reply names (output_tokens)
-        ereq = EngineRequest(req.index, t, max(req.input_length, 1), max(req.output_length, 1),
-                             names + list(reply) if reply else names, runs)
+        ereq = EngineRequest(req.index, t if arrival_ms is None else arrival_ms, max(req.input_length, 1),
+                             max(req.output_length, 1), names + list(reply) if reply else names, runs)
         if reply:
             ereq.out_blocks = len(reply)
         ereq.attrs = req.attrs
@@ -172,7 +192,7 @@ class TimedFleet:
             self.routing.saw_reply(reply)
         for hook in self._h_route:
             hook(routed, w, predicted, actual, cap)
-        for hook in self._h_arrival:
+        for hook in self._h_arrival if arrival_ms is None else ():
             hook(ereq, t)
         self._track(ereq, w, predicted)
         before = engine.step_end
@@ -186,8 +206,9 @@ class TimedFleet:
                 self.loop.at(t, STEP_START, self._on_start, w)
             elif (end := engine.step_end) != before:
                 self._schedule_end(w, end)
-        if self.progress is not None:
+        if self.progress is not None and arrival_ms is None:
             self.progress.update(1)
+        return ereq
 
     def _shed(self, req: Request, t: float) -> None:
         """The gateway shed ``req`` at ``t``: never routed; its recorders learn it (``on_arrival``, ``on_shed``)."""
@@ -207,6 +228,8 @@ class TimedFleet:
         n = len(self.engines)
         if type(w) is not int or not 0 <= w < n:
             raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
+        if self.elastic is not None:
+            return self.elastic.routable_or_else(w)
         return w
 
     # -- the router's load view -------------------------------------------------------------
@@ -363,6 +386,8 @@ class TimedFleet:
                     self.on_handed_off(w, ereq, now)
         if not engine.idle:
             self.loop.at(self.loop.now, STEP_START, self._on_start, w)
+        elif self.elastic is not None:
+            self.elastic.idle(w)  # a draining worker leaves when it has finished what it holds
 
 
 def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Sequence[EngineWorker], *,
