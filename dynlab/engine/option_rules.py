@@ -106,7 +106,6 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
-    yield from _controller_rules(config)
     if config.ep == 1:
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
@@ -114,7 +113,8 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
 
 
 def _controller_rules(config):
-    """``--controller``'s: elastic fleets are timed aggregated fleets of one router, for now (issue 39)."""
+    """``--controller``'s rules, after :func:`_no_effect_rules`' (:func:`check_effective` reads both): elastic fleets
+    are timed aggregated fleets of one router, for now (issue 39 item 3)."""
     if not _aggregated(config):
         yield "controller", "with a P/D split: only an aggregated fleet's workers join and leave (for now)"
     if config.routers > 1:
@@ -187,7 +187,7 @@ def check_effective(config, given: AbstractSet[str] = frozenset(),
     hashes tokens at ``block``. Message: ``--NAME has no effect WHY`` (the time-model options:
     ``--NAME has no effect without --timing (it is a setting of the timed engine)``).
     """
-    for name, why in _no_effect_rules(config, own_block_tokens):
+    for name, why in (*_no_effect_rules(config, own_block_tokens), *_controller_rules(config)):
         if name in given or getattr(config, name) != defaults_of(type(config))[name]:
             raise ValueError(f"{_flag(name)} has no effect {why}")
 
