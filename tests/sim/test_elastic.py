@@ -245,3 +245,59 @@ def test_every_request_is_served_exactly_once_whatever_the_adds_and_retires(tmp_
     assert out["requests"] == len(rows) + out["requeued"] and sum(out["requests_per_worker"]) == out["requests"]
     kills = [w for w in out["worker_lifetimes"] if w["left_by"] == "kill"]
     assert out["requeued"] == 0 or kills
+
+
+BUILTIN_STRATEGIES = [e.name for e in plugins.strategies().entries() if e.source == "dynlab"]
+
+
+@pytest.mark.parametrize("name", BUILTIN_STRATEGIES)
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 4), seed=st.integers(0, 2**16),
+       ops=st.lists(st.tuples(st.sampled_from(["route", "route", "join", "leave", "stored"]), st.integers(0, 9),
+                              st.text(alphabet="ab", min_size=1, max_size=4)), max_size=30))
+def test_a_builtin_strategy_routes_only_to_routable_workers(name, n, seed, ops):
+    """Workers join (the next id) and leave (any routable one but the last) between routes; KV events come
+    only from routable workers (a retired worker's are kept from the router): the pick is always routable."""
+    import random
+
+    from dynlab.engine.run import build_strategy
+    from dynlab.routing.events import BlockStored
+    from dynlab.routing.strategy import FleetView, Request
+
+    strategy = build_strategy(SimConfig(mode=name, workers=n), random.Random(seed))
+    books = [[0] * n for _ in range(6)]
+    routable = list(range(n))
+    view = FleetView(*books, routable)
+    for i, (op, pick, path) in enumerate(ops):
+        names = tuple(path[: j + 1] for j in range(len(path)))
+        if op == "join":
+            for b in books:
+                b.append(0)
+            view.workers += 1
+            routable.append(view.workers - 1)
+            strategy.on_join(view.workers - 1)
+        elif op == "leave" and len(routable) > 1:
+            w = routable.pop(pick % len(routable))
+            strategy.on_leave(w)
+        elif op == "stored":
+            strategy.on_event(BlockStored(routable[pick % len(routable)], names))
+        else:
+            w = strategy.route(Request(names, input_length=16 * len(names), index=i), view)
+            assert w in routable, (w, routable)
+            books[0][w] += 1
+
+
+def test_kv_router_takes_a_joining_worker_and_forgets_a_leaving_one():
+    from dynlab.routing.router import KvRouter
+
+    r = KvRouter(2, 16)
+    assert r.route_hashes(("a",)) == 0  # no overlap anywhere: fewest routed (0, 0), lowest index
+    assert r.route_hashes(("b",)) == 1  # counts (1, 0)
+    r.add_worker(2)  # counts (1, 1, 0): the new worker is the least routed
+    assert r.route_hashes(("c",)) == 2
+    assert r.route_hashes(("a", "x")) == 0 and r.last_overlap == 1  # worker 0 holds "a"
+    r.remove_worker(0)  # its blocks leave the index; it is never the least routed again
+    assert r.route_hashes(("a", "y")) == 1 and r.last_overlap == 0  # counts (-, 1, 1): worker 1, lowest index
+    assert r.route_hashes(("d",)) == 2  # counts (-, 2, 1)
+    with pytest.raises(ValueError, match="already added or retired"):
+        r.add_worker(0)
