@@ -117,6 +117,11 @@ def test_an_added_worker_is_not_routed_before_its_ready_time(tmp_path):
     assert out["worker_lifetimes"][1] == {"worker": 1, "joined_s": 0.1, "ready_s": 0.2, "left_s": None,
                                           "left_by": None}
     assert out["workers_over_time"] == [[0.0, 1], [0.2, 2]]
+    # w1's usage over its own lifetime, 100 ms to the run's last finish L: R2 holds 1 block (its 16-token prompt)
+    # while it prefills, 200-226, then 2 (17 to 19 tokens) over its 3 decode steps, 226-262: 26 + 72 = 98
+    # block x ms over 64 blocks x (L - 100) ms; L is the first arrival (150 ms) plus the makespan
+    last = 150 + out["makespan_s"] * 1000
+    assert out["mean_kv_usage_alive"][1] == round(98 / (64 * (last - 100)), 4)
 
 
 def test_the_controller_observes_arrivals_queues_and_ttfts(tmp_path):
@@ -183,12 +188,13 @@ def _scenario(draw):
     t = 0
     for i in range(draw(st.integers(1, 10))):
         t += draw(st.integers(0, 60))
-        rows.append(_row(i, t, out=draw(st.integers(1, 24))))
+        rows.append(_row(i, t, out=draw(st.integers(1, 24))))  # at most 16 + 24 - 1 tokens: 3 blocks of 16
     steps = draw(st.lists(st.tuples(st.integers(1, 8), st.sampled_from(["add", "drain", "kill"]),
                                     st.integers(0, 5), st.integers(0, 3)), max_size=6))
     mode = draw(st.sampled_from(["rr", "random", "least-loaded", "power-of-two", "kv", "kv-events", "kv-cost",
                                  "cache-aware"]))
-    return n, rows, steps, mode
+    tight = draw(st.booleans())  # a 4-block pool (preemptions) with a CPU tier, or 64 blocks without one
+    return n, rows, steps, mode, {"capacity": 4, "cpu_capacity": 8} if tight else {"capacity": 64}
 
 
 class _Adaptive(Controller):
@@ -227,7 +233,7 @@ class _AdaptivePlugin:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_scenario())
 def test_every_request_is_served_exactly_once_whatever_the_adds_and_retires(tmp_path, scenario):
-    n, rows, steps, mode = scenario
+    n, rows, steps, mode, kv = scenario
     _Adaptive.steps = steps
     pm = plugins.get_plugin_manager()
     pm.register(_AdaptivePlugin(), name="test-adaptive-controller")
@@ -236,7 +242,7 @@ def test_every_request_is_served_exactly_once_whatever_the_adds_and_retires(tmp_
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         seen = _Finishes()
         out = run(SimConfig(trace=str(path), trace_format="tokens", timing=True, controller="test-adaptive:period=0.03",
-                            mode=mode, workers=n, capacity=64, **LINEAR), recorders=[seen])
+                            mode=mode, workers=n, **kv, **LINEAR), recorders=[seen])
     finally:
         pm.unregister(name="test-adaptive-controller")
     assert sorted(seen.finished) == list(range(len(rows)))  # each once, none lost to a kill
