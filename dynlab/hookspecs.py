@@ -92,6 +92,15 @@ def dynlab_register_admission_policies(register):
 
 
 @hookspec
+def dynlab_register_controllers(register):
+    """Register controllers of elastic fleets: ``register(ControllerSubclass)``.
+
+    The class must subclass :class:`dynlab.engine.controller.Controller` and set a non-empty class
+    attribute ``name`` (the ``--controller`` value).
+    """
+
+
+@hookspec
 def dynlab_register_workloads(register):
     """Register workload generators: ``register(WorkloadSubclass)``.
 

@@ -190,7 +190,8 @@ def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
     return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
             "latency model": latency_models, "scorer": scorers, "workload": workloads,
-            "engine kind": engine_kinds, "queue policy": queue_policies, "admission policy": admission_policies}
+            "engine kind": engine_kinds, "queue policy": queue_policies, "admission policy": admission_policies,
+            "controller": controllers}
 
 
 def distribution_version(source: str) -> str | None:
@@ -256,6 +257,13 @@ def admission_policies(pm: pluggy.PluginManager | None = None) -> Registry:
     from dynlab.engine.gateway import AdmissionPolicy
 
     return _collect("dynlab_register_admission_policies", "admission policy", AdmissionPolicy, pm)
+
+
+def controllers(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every registered controller of elastic fleets (``--controller`` names)."""
+    from dynlab.engine.controller import Controller
+
+    return _collect("dynlab_register_controllers", "controller", Controller, pm)
 
 
 def engine_kinds(pm: pluggy.PluginManager | None = None) -> Registry:

@@ -185,6 +185,9 @@ def sim_rows(cmd: list) -> dict:
         # one built-in engine kind: naming it is refused where it would do nothing (NO_EFFECT); a third-party
         # kind changes a run (tests/test_thirdparty_plugin.py)
         "--engine": refuses(cmd + ["--engine", "vllm"], "--engine"),
+        # one built-in controller, none: named, it is refused where it would do nothing (NO_EFFECT); a third-party
+        # controller changes a run (tests/test_thirdparty_plugin.py: add-then-retire)
+        "--controller": refuses(cmd + ["--controller", "none"], "--controller"),
         # at --max-num-seqs 1 H waits for L (fcfs), or displaces it (priority-displace): H's TTFT changes
         "--queue-policy": changes(cmd + ["--timing", "--trace", PRIO, "--max-num-seqs", "1"],
                                   ["--queue-policy", "priority-displace"]),
@@ -312,6 +315,9 @@ NO_EFFECT = [
     (["--async-scheduling"], "--async-scheduling"),  # nor steps to schedule ahead
     (["--queue-policy", "priority"], "--queue-policy"),  # nor queues
     (["--admission-policy", "queue-bound:limit=1"], "--admission-policy"),  # nor a gateway in time
+    (["--controller", "none"], "--controller"),  # nor workers joining in time
+    (["--timing", "--routers", "2", "--controller", "none"], "--controller"),  # ... of one router
+    (["--timing", "--async-scheduling", "--controller", "none"], "--controller"),
     (["--slo", "chat:ttft_ms=1"], "--slo"),  # nor SLOs
     # slo-shed sheds against a class's TTFT SLO: none given (a TPOT one only), it would shed nothing
     (["--timing", "--admission-policy", "slo-shed", "--slo", "chat:tpot_ms=50"], "--admission-policy"),
@@ -669,6 +675,12 @@ def test_unbounded_capacity_is_refused_with_timing_in_a_pd_fleet_and_a_compared_
     for cmd in (["sim"], COMMANDS["compare"]):
         refused(run(*cmd, "--timing", "--split", "1:1", "--capacity", "unbounded"), why)
     refused(run(*COMMANDS["compare"], "--timing", "--capacity", "8,unbounded"), why)
+
+
+def test_a_controller_is_refused_in_a_pd_fleet(run):
+    # elastic fleets are aggregated (not in NO_EFFECT: sweep's workers axis clashes with --split first)
+    for cmd in (["sim"], COMMANDS["compare"]):
+        refused(run(*cmd, "--timing", "--split", "1:1", "--controller", "none"), "--controller has no effect with a P/D")
 
 
 def test_a_refusal_names_the_flag_as_typed():

@@ -282,7 +282,7 @@ def test_plugins_lists_every_kind_with_distribution_and_version():
         names = [r["name"] for r in rows if r["kind"] == kind]
         assert names == registry().names()
     assert {r["kind"] for r in rows} == {"strategy", "eviction policy", "trace format", "latency model", "scorer",
-                                            "workload", "engine kind", "queue policy", "admission policy"}
+                                            "workload", "engine kind", "queue policy", "admission policy", "controller"}
     assert all(r["source"] == "dynlab" and r["version"] == version for r in rows if r["name"] in ("rr", "lru", "mooncake"))
     text = CliRunner().invoke(main, ["plugins"]).stdout.splitlines()
     assert text[0].split() == ["KIND", "NAME", "DISTRIBUTION", "VERSION", "DESCRIPTION"]

@@ -228,3 +228,30 @@ def test_sim_serves_on_its_engine_kind(installed_plugin, tmp_path):
     bad = dynlab("sim", "--timing", "--engine", ENGINE_KIND, "--async-scheduling")
     assert bad.returncode == 2 and "one-at-a-time: no --async-scheduling" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# ----------------------------------------------------------------------------- a third-party controller
+CONTROLLER = "add-then-retire"
+
+
+def test_sim_adds_and_retires_workers_with_its_controller(installed_plugin, tmp_path):
+    """Two workers, rr, 16-token prompts at 0, 5, 12, 15, 25 and 30 s (each done in well under a second).
+    add-then-retire (defaults: called every second) adds worker 2 at 10 s (ready at once) and retires worker 0
+    (drain) at 20 s, where it is idle: it leaves at once. rr's i-th request goes to routable[i % len]:
+    [0, 1] -> 0, 1; [0, 1, 2] -> i=2: 2, i=3: 0; [1, 2] -> i=4: 1, i=5: 2."""
+    assert_listed("controller", CONTROLLER, installed_plugin)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": s * 1000, "tokens": list(range(100 * i, 100 * i + 16)),
+                                        "output_length": 2}) + "\n" for i, s in enumerate((0, 5, 12, 15, 25, 30))))
+    out = tmp_path / "r.jsonl"
+    proc = dynlab("sim", "--timing", "--workers", 2, "--mode", "rr", "--trace", path, "--trace-format", "tokens",
+                  "--controller", CONTROLLER, "--requests-out", out, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert [json.loads(line)["worker"] for line in out.read_text().splitlines()] == [0, 1, 2, 0, 1, 2]
+    assert result["workers_over_time"] == [[0.0, 2], [10.0, 3], [20.0, 2]]
+    assert [(w["joined_s"], w["left_s"], w["left_by"]) for w in result["worker_lifetimes"]] == \
+        [(0.0, 20.0, "drain"), (0.0, None, None), (10.0, None, None)]
+    assert result["requests_per_worker"] == [2, 2, 2] and result["controller"] == CONTROLLER
+    bad = dynlab("sim", "--timing", "--controller", f"{CONTROLLER}:size=3")
+    assert bad.returncode == 2 and "unknown option(s) size" in bad.stderr and "Traceback" not in bad.stderr

@@ -101,8 +101,14 @@ def _admission_policy(text: str) -> None:  # checked as the run will build it (n
     build_policy(text)
 
 
+def _controller(text: str) -> None:  # checked as the run will build it (name and options)
+    from dynlab.sim.control import build_controller
+
+    build_controller(text)
+
+
 #: the options whose values hold commas of their own: compare takes one value of each, sweep's --grid none
-OWN_COMMAS = ("spec_acceptance", "admission_policy", "slo_classes")
+OWN_COMMAS = ("spec_acceptance", "admission_policy", "slo_classes", "controller")
 
 # (flags, field, type, sim default, help). compare takes the same flags with comma lists.
 SIM_OPTIONS = [
@@ -227,6 +233,10 @@ SIM_OPTIONS = [
      "(shed a request when its class has N queued: admitted, no first token yet) or token-bucket:rate=R,burst=B,"
      "rate.TENANT=R (per tenant, R requests/s with bursts of B); a shed request is never served and counts against "
      "goodput (see docs/engine.md and `dynlab plugins`)."),
+    (("--controller",), "controller", CheckedText("NAME:KEY=VALUE,...", _controller), "none",
+     "With --timing (an aggregated fleet): what adds and retires workers during the run, called every period=S "
+     "seconds (default 1): none (a fixed fleet) or a controller plugin's NAME:period=S,...; the result then lists "
+     "each worker's lifetime (see docs/plugins.md and `dynlab plugins`)."),
     (("--engine",), "engine_kind", RegistryName("engine kind", plugins.engine_kinds), "vllm",
      "With --timing: what each worker is: vllm (vLLM 0.33's scheduler and KV cache manager, the only built-in "
      "kind; --async-scheduling is its AsyncScheduler); see `dynlab plugins`."),

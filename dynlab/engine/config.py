@@ -48,6 +48,8 @@ class SimConfig(Sectioned):
     Routers: ``routers`` replicas of the strategy (each its own index and load view), reached by ``router_assign``
     (``rr``, or ``hash`` of the first block name; :mod:`dynlab.routing.replicas`) behind the gateway's
     ``admission_policy`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.gateway`; timed runs; checked when the run builds it).
+    ``controller`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.controller`; ``none``: a fixed fleet): adds and
+    retires workers during a timed aggregated run (:mod:`dynlab.engine.elastic`).
 
     Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and ``decode_workers``
     replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU count) sets them at once, ``"P:0"``
@@ -102,6 +104,7 @@ class SimConfig(Sectioned):
     engine_kind: str = "vllm"  # what each worker is: an --engine name (dynlab.engine.kinds)
     queue_policy: str = "fcfs"
     admission_policy: str = "always"
+    controller: str = "none"  # --controller NAME[:KEY=VALUE,...]: adds and retires workers (dynlab.engine.controller)
     async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None

@@ -62,22 +62,22 @@ class GatewayContext:
     budget: int
     class_slos: Mapping[str, tuple] = field(default_factory=dict)
 
-def parse_policy(spec: str) -> tuple[str, dict]:
+def parse_policy(spec: str, kind: str = "admission policy") -> tuple[str, dict]:
     """``"NAME:KEY=VALUE,KEY=VALUE"`` -> ``(NAME, {KEY: VALUE})`` (text values; ``"NAME"`` alone: no options).
-    Raises ``ValueError`` (one line) for an empty name, an empty option, an option without ``=`` or one given
-    twice."""
+    Raises ``ValueError`` (one line, naming the ``kind`` of plugin: ``--controller`` parses its spec here too)
+    for an empty name, an empty option, an option without ``=`` or one given twice."""
     name, colon, rest = str(spec).partition(":")
     name = name.strip()
     if not name:
-        raise ValueError(f"admission policy {spec!r}: give NAME or NAME:KEY=VALUE,...")
+        raise ValueError(f"{kind} {spec!r}: give NAME or NAME:KEY=VALUE,...")
     opts: dict = {}
     for part in (p.strip() for p in rest.split(",")) if colon else ():
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq or not key or not value.strip():
-            raise ValueError(f"admission policy {spec!r}: {part!r} is not KEY=VALUE")
+            raise ValueError(f"{kind} {spec!r}: {part!r} is not KEY=VALUE")
         if key in opts:
-            raise ValueError(f"admission policy {spec!r}: {key} is given twice")
+            raise ValueError(f"{kind} {spec!r}: {key} is given twice")
         opts[key] = value.strip()
     return name, opts
 

@@ -30,6 +30,10 @@ class EventLoop:
         self._seq += 1
         heapq.heappush(self._heap, (t, priority, self._seq, fn, args))
 
+    def __len__(self) -> int:
+        """Events still to run."""
+        return len(self._heap)
+
     def run(self) -> None:
         """Pop and run events in time order until none is left; :attr:`now` follows them."""
         heap, pop = self._heap, heapq.heappop

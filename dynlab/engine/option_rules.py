@@ -29,7 +29,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_se
                      "model", "gpu", "tp", "gpu_memory_utilization", "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms",
                      "cpu_capacity", "cpu_memory_gb", "pcie_gbps", "cpu_write", "prefill_workers", "decode_workers",
                      "split", "decode_router", "link_gbps", "link_latency_ms", "overlap_transfer",
-                     "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "engine_kind",
+                     "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "controller", "engine_kind",
                      "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
                      "request_overhead_ms", "detok_us_per_token", "slo_classes")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
@@ -126,6 +126,17 @@ def _gateway_rules(config):
                                    "miss its class's TTFT SLO (give --slo CLASS:ttft_ms=X)")
 
 
+def _controller_rules(config):
+    """``--controller``'s rules, after :func:`_no_effect_rules`' (:func:`check_effective` reads both): elastic fleets
+    are timed aggregated fleets of one router, for now (issue 39 item 3)."""
+    if not _aggregated(config):
+        yield "controller", "with a P/D split: only an aggregated fleet's workers join and leave (for now)"
+    if config.routers > 1:
+        yield "controller", "with --routers > 1: only one router follows the workers joining and leaving (for now)"
+    if config.async_scheduling:
+        yield "controller", "with --async-scheduling: a killed worker's requests in flight are not modelled (for now)"
+
+
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
 SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
 
@@ -190,7 +201,7 @@ def check_effective(config, given: AbstractSet[str] = frozenset(),
     hashes tokens at ``block``. Message: ``--NAME has no effect WHY`` (the time-model options:
     ``--NAME has no effect without --timing (it is a setting of the timed engine)``).
     """
-    for name, why in _no_effect_rules(config, own_block_tokens):
+    for name, why in (*_no_effect_rules(config, own_block_tokens), *_controller_rules(config)):
         if name in given or getattr(config, name) != defaults_of(type(config))[name]:
             raise ValueError(f"{_flag(name)} has no effect {why}")
 

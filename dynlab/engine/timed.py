@@ -90,9 +90,11 @@ class TimedFleet:
         routing = env.routing
         self.block = engines[0].block if n else 1
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
-        self.waiting = [0] * n
+        self.waiting, self.cached, self.routable = [0] * n, [0] * n, list(range(n))
         # the view's request counts are the recorder's (requests routed to each worker so far)
-        self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, [0] * n, self.waiting)
+        self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, self.cached, self.waiting,
+                               self.routable)
+        self.elastic = None  # an Elastic (dynlab.engine.elastic) when workers join and leave during the run
         # router replicas that each know only their own load: their books follow each request
         self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
         self.generation = [0] * n
@@ -138,6 +140,18 @@ class TimedFleet:
         """Start worker ``w``'s next step at the current time (it does nothing when the worker is busy or idle)."""
         self.loop.at(self.loop.now, STEP_START, self._on_start, w)
 
+    def grow(self, engine: EngineWorker) -> int:
+        """Give ``engine`` the next worker id (``len(engines)``; ids are never reused) and a place in every
+        per-worker list; it is not routable until :mod:`dynlab.engine.elastic` makes it so. Returns its id."""
+        w = len(self.engines)
+        self.engines.append(engine)
+        engine.cross_boundaries = True
+        for books in (self.active, self.active_blocks, self.queued, self.waiting, self.cached, self.generation,
+                      self.routing.counts):
+            books.append(0)
+        self.fleet.workers = w + 1
+        return w
+
     def _next_arrival(self) -> None:
         nxt = next(self._arrivals, None)
         if nxt is not None:
@@ -154,10 +168,14 @@ class TimedFleet:
             return self.gate.arrive(req, self.loop.now)
         self.enter(req, self.loop.now)
 
-    def enter(self, req: Request, arrival: float) -> None:
-        """Route and submit ``req`` now; ``arrival`` (ms): when it reached the gateway (the loop's time unless
-        the gateway held it), its engine request's ``arrival_ms``."""
+    def enter(self, req: Request, arrival: float, requeued: bool = False) -> EngineRequest:
+        """Route and submit ``req`` now; its :class:`EngineRequest`. ``arrival`` (ms): when it reached the
+        gateway (the loop's time unless the gateway held it, or its first arrival for a request ``requeued``
+        from a killed worker, :mod:`dynlab.engine.elastic`), its engine request's ``arrival_ms``. A requeued
+        request skips ``on_arrival`` and the progress bar: they saw it already."""
         t = self.loop.now
+        if self.elastic is not None and not requeued:
+            self.elastic.origin[req.index] = req
         bounds = self._bounds
         if bounds and bounds[0][0] < t:
             self._cross_before(t)
@@ -182,7 +200,7 @@ class TimedFleet:
             self.routing.saw_reply(reply)
         for hook in self._h_route:
             hook(routed, w, predicted, actual, cap)
-        for hook in self._h_arrival:
+        for hook in self._h_arrival if not requeued else ():
             hook(ereq, arrival)
         self._track(ereq, w, predicted)
         before = engine.step_end
@@ -196,8 +214,9 @@ class TimedFleet:
                 self.loop.at(t, STEP_START, self._on_start, w)
             elif (end := engine.step_end) != before:
                 self._schedule_end(w, end)
-        if self.progress is not None:
+        if self.progress is not None and not requeued:
             self.progress.update(1)
+        return ereq
 
     def shed(self, req: Request, t: float) -> None:
         """The gateway shed ``req``, arrived at ``t``: never routed; its recorders learn it (``on_arrival``, ``on_shed``)."""
@@ -217,6 +236,8 @@ class TimedFleet:
         n = len(self.engines)
         if type(w) is not int or not 0 <= w < n:
             raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
+        if self.elastic is not None:
+            return self.elastic.routable_or_else(w)
         return w
 
     # -- the router's load view -------------------------------------------------------------
@@ -373,6 +394,8 @@ class TimedFleet:
                     self.on_handed_off(w, ereq, now)
         if not engine.idle:
             self.loop.at(self.loop.now, STEP_START, self._on_start, w)
+        elif self.elastic is not None:
+            self.elastic.idle(w)  # a draining worker leaves when it has finished what it holds
 
 
 def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Sequence[EngineWorker], *,

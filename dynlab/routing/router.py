@@ -57,7 +57,26 @@ class KvRouter:
         self.index = KvIndex(block) if index is None else index
         self.counts = [0] * n_workers
         self._heap = [(0, w) for w in range(n_workers)]  # (count, worker), one per worker; see _least_loaded
+        self._gone: set = set()  # retired workers (remove_worker): never routed again, their heap entries dropped
         self.last_overlap = 0
+
+    def add_worker(self, worker: int) -> None:
+        """Worker ``worker`` joins (an elastic fleet; ids are never reused, ``worker >= n_workers`` grows the
+        router to ``worker + 1`` workers, those in between not routable until added). Raises ``ValueError`` for
+        a worker already added or retired."""
+        if isinstance(worker, bool) or not isinstance(worker, int) or worker < 0 or worker in self._gone or (
+                worker < self.n_workers and any(w == worker for _, w in self._heap)):
+            raise ValueError(f"worker {worker!r} cannot join: already added or retired")
+        if worker >= self.n_workers:
+            self.counts.extend([0] * (worker + 1 - self.n_workers))
+            self.n_workers = worker + 1
+        heapq.heappush(self._heap, (self.counts[worker], worker))
+
+    def remove_worker(self, worker: int) -> None:
+        """Worker ``worker`` leaves for good: its blocks leave the index and it is never routed to again."""
+        self._check_worker(worker)
+        self._gone.add(worker)
+        self.index.clear(worker)
 
     def route(self, tokens: Sequence[int], *, lora_name: Optional[str] = None,
               cache_salt: Optional[str] = None) -> int:
@@ -75,9 +94,12 @@ class KvRouter:
         behind (counts only grow): a stale top is refreshed in place until the top is
         current, which makes it the true minimum. Routing itself never touches the heap.
         """
-        heap, counts = self._heap, self.counts
+        heap, counts, gone = self._heap, self.counts, self._gone
         while True:
             c, w = heap[0]
+            if gone and w in gone:
+                heapq.heappop(heap)  # a retired worker's entry (an elastic fleet keeps one routable worker)
+                continue
             current = counts[w]
             if c == current:
                 return w

@@ -146,16 +146,22 @@ class FleetView:
     - ``fleet.cached_blocks[w]``: blocks in the worker's KV cache.
     - ``fleet.waiting_requests[w]``: requests in flight that have no first token yet (queued or
       prefilling; 0 without ``--timing``).
+    - ``fleet.routable``: the ids of the workers a request may be routed to now, ascending. In a fixed
+      fleet every id ``0..workers-1``; in an elastic one (``--controller``, :mod:`dynlab.engine.elastic`)
+      ``workers`` counts every id given so far (ids are never reused) and ``routable`` leaves out the
+      workers not ready yet and those retired. A strategy that picks among ``routable`` works in both.
 
     Each attribute is a live read-only sequence: reading it copies nothing.
     """
 
     __slots__ = ("workers", "requests", "active_requests", "active_blocks", "queued_prefill_tokens", "cached_blocks",
-                 "waiting_requests")
+                 "waiting_requests", "routable")
 
     def __init__(self, requests: list, active_requests: list, active_blocks: list,
-                 queued_prefill_tokens: list, cached_blocks: list, waiting_requests: Optional[list] = None):
+                 queued_prefill_tokens: list, cached_blocks: list, waiting_requests: Optional[list] = None,
+                 routable: Optional[list] = None):
         self.workers = len(requests)
+        self.routable = _ReadOnlyList(routable if routable is not None else list(range(len(requests))))
         self.requests = _ReadOnlyList(requests)
         self.active_requests = _ReadOnlyList(active_requests)
         self.active_blocks = _ReadOnlyList(active_blocks)
@@ -257,3 +263,15 @@ class Strategy(ABC):
 
     def on_event(self, event: KvEvent) -> None:
         """Receive a KV event from a worker (default: ignore)."""
+
+    def on_join(self, worker: int) -> None:
+        """Worker ``worker`` (a new id, never reused) became routable: it is in ``fleet.routable`` from now on
+        (an elastic fleet, ``--controller``; default: nothing). A strategy keeping per-worker state sizes it here."""
+
+    def on_leave(self, worker: int) -> None:
+        """Worker ``worker`` was retired: it is no longer in ``fleet.routable`` and its KV events no longer reach
+        :meth:`on_event` (default: nothing). A strategy keeping an index drops the worker's blocks here.
+
+        A strategy that still returns a worker not in ``fleet.routable`` (one written for fixed fleets, which
+        picks from ``range(fleet.workers)``) keeps working: the fleet sends that request to the routable worker
+        with the fewest active requests (lowest id on a tie) and counts it in the run's ``misrouted``."""

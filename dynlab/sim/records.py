@@ -64,6 +64,10 @@ class RequestRecorder(Recorder):
     def on_arrival(self, req, t: float) -> None:
         self._engine[req.id] = req
 
+    def on_requeue(self, req, t: float) -> None:
+        """A killed worker's request went back through the router (:mod:`dynlab.engine.elastic`): its new one."""
+        self._engine[req.id] = req
+
     def on_shed(self, req) -> None:
         self._routes[req.id] = (None, req.input_length, req.output_length, 0, req.attrs)
         self._shed.add(req.id)

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Optional, Protocol, Sequence
 
 from dynlab.disagg.fleet import DisaggFleet
 from dynlab.engine.config import SimConfig
+from dynlab.engine.elastic import Elastic
 from dynlab.engine.env import RunEnv
 from dynlab.engine.gateway import AdmissionPolicy, Always, parse_policy
 from dynlab.engine.metrics import Recorder, fleet_result
@@ -30,6 +31,7 @@ from dynlab.engine.tier_metrics import TierRecorder
 from dynlab.engine.serving import TimedSetup
 from dynlab.engine.timed import TimedFleet
 from dynlab.routing.strategy import Strategy
+from dynlab.sim.control import Control, build_controller
 
 
 class Topology(Protocol):
@@ -55,7 +57,16 @@ class Aggregated:
         s = self.setup
         if s.cpu_capacity is not None:  # a tier setting (even 0 blocks): the tier keys follow the serving keys
             env.recorders.append(TierRecorder(s.kv_bytes_per_block))
-        return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
+        controller = build_controller(s.config.controller)
+        if controller is None:
+            return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
+        kind = s.engine_kind()  # an elastic fleet (--controller): its recorder before the fleet reads the hooks
+        elastic = Elastic(lambda w: kind.build(s, w), controller.spec)
+        env.recorders.append(elastic)
+        fleet = TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
+        elastic.attach(fleet)
+        Control(controller, elastic).start()
+        return fleet
 
     def describe(self) -> dict:
         return self.setup.describe()

@@ -181,11 +181,15 @@ class Weighted(Strategy):
                 total[w] += weight * s
         return total
 
+    def on_leave(self, worker):
+        self.index.clear(worker)
+
     def route(self, request, fleet):
         total = self.totals(request, fleet)
-        best = max(total)
+        routable = fleet.routable
+        best = max(total) if len(routable) == len(total) else max(total[k] for k in routable)
         active = fleet.active_requests
-        w = min((k for k in range(fleet.workers) if total[k] == best), key=lambda k: (active[k], k))
+        w = min((k for k in routable if total[k] == best), key=lambda k: (active[k], k))
         self.predicted = self.index.find_matches(request.hashes).get(w, 0) if request.hashes else 0
         return w
 

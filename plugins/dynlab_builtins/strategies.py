@@ -29,7 +29,8 @@ class RoundRobin(Strategy):
         self._i = 0
 
     def route(self, request, fleet):
-        w = self._i % fleet.workers
+        routable = fleet.routable  # every worker in a fixed fleet (an elastic one: those ready, not retired)
+        w = routable[self._i % len(routable)]
         self._i += 1
         return w
 
@@ -40,7 +41,8 @@ class RandomChoice(Strategy):
     name = "random"
 
     def route(self, request, fleet):
-        return self.ctx.rng.randrange(fleet.workers)
+        routable = fleet.routable
+        return routable[self.ctx.rng.randrange(len(routable))]
 
 
 class KvAware(Strategy):
@@ -77,6 +79,15 @@ class KvAware(Strategy):
         self._cap = cap or None
         if ttl or cap:
             self._age = OrderedDict()
+
+    def on_join(self, worker):
+        self.router.add_worker(worker)
+
+    def on_leave(self, worker):  # its blocks leave the index (a kv router's view of a worker that left)
+        self.router.remove_worker(worker)
+        if self._age is not None:
+            for key in [k for k in self._age if k[0] == worker]:
+                del self._age[key]
 
     def route(self, request, fleet):
         if self._age is not None:
@@ -156,7 +167,7 @@ class KvEvents(KvAware):
             w = min(matches, key=lambda k: (-sum(matches[k]), counts[k], k))
             self.predicted = matches[w][0]
         else:
-            w = min(range(len(counts)), key=lambda k: (counts[k], k))
+            w = min(fleet.routable, key=lambda k: (counts[k], k))
             self.predicted = 0
         counts[w] += 1
         return w
@@ -165,9 +176,9 @@ class KvEvents(KvAware):
         return self.router.refused
 
 
-def _least_active(active) -> int:
-    """Fewest active requests, ties to the lowest index."""
-    return min(range(len(active)), key=active.__getitem__)
+def _least_active(active, routable) -> int:
+    """Fewest active requests among the ``routable`` workers (ascending ids), ties to the lowest index."""
+    return min(routable, key=active.__getitem__)
 
 
 class LeastLoaded(Strategy):
@@ -176,7 +187,7 @@ class LeastLoaded(Strategy):
     name = "least-loaded"
 
     def route(self, request, fleet):
-        return _least_active(fleet.active_requests)
+        return _least_active(fleet.active_requests, fleet.routable)
 
 
 class PowerOfTwo(Strategy):
@@ -185,14 +196,16 @@ class PowerOfTwo(Strategy):
     name = "power-of-two"
 
     def route(self, request, fleet):
-        n = fleet.workers
+        routable = fleet.routable
+        n = len(routable)
         if n == 1:
-            return 0
+            return routable[0]
         rng = self.ctx.rng
         a = rng.randrange(n)
         b = rng.randrange(n - 1)
         if b >= a:
             b += 1
+        a, b = routable[a], routable[b]
         active = fleet.active_requests
         return b if active[b] < active[a] else a
 
@@ -239,8 +252,11 @@ class KvCost(Strategy):
     def refused_events(self):
         return self.index.refusals()
 
+    def on_leave(self, worker):
+        self.index.clear(worker)
+
     def costs(self, request, fleet) -> tuple[list, dict]:
-        """Each worker's cost and the index's GPU overlaps (worker -> blocks)."""
+        """Each routable worker's cost (in ``fleet.routable``'s order) and the index's GPU overlaps (worker -> blocks)."""
         matches = self.index.find_matches(request.hashes, request.runs) if self.credit else {}
         credited = matches
         if self.host_credit and self.credit and self.index.tiered and request.hashes:
@@ -252,7 +268,7 @@ class KvCost(Strategy):
         queued, active = fleet.queued_prefill_tokens, fleet.active_blocks
         scale, credit = self.scale, self.credit
         out = []
-        for w in range(fleet.workers):
+        for w in fleet.routable:
             prefill = queued[w] / block + nb - credit * credited.get(w, 0)
             out.append(scale * (prefill if prefill > 0 else 0.0) + active[w] + nb)
         return out, matches
@@ -275,6 +291,7 @@ class KvCost(Strategy):
             best = min(costs)
             ties = [i for i, c in enumerate(costs) if c == best]
             w = ties[0] if len(ties) == 1 else rng.choice(ties)
+        w = fleet.routable[w]  # a position in the costs -> the worker's id
         self.predicted = matches.get(w, 0)
         return w
 
@@ -314,24 +331,35 @@ class CacheAware(Strategy):
         if self.fallback not in ("least-loaded", "least-cached"):
             raise ValueError(f"option 'fallback' must be least-loaded or least-cached, got {self.fallback!r}")
         self.index = KvIndex(ctx.block)
+        self._capacity = capacity
         self.trees = [Worker(w, LRUCache(capacity)) for w in range(ctx.workers)]
 
+    def on_join(self, worker):
+        self.trees.extend(Worker(w, LRUCache(self._capacity)) for w in range(len(self.trees), worker + 1))
+
+    def on_leave(self, worker):
+        self.index.clear(worker)
+
     def choose(self, request, fleet) -> tuple[int, int]:
-        """``(worker, approximate overlap)`` by SGLang's rule."""
-        active = fleet.active_requests
-        hi, lo = max(active), min(active)
+        """``(worker, approximate overlap)`` by SGLang's rule, among ``fleet.routable``."""
+        active, routable = fleet.active_requests, fleet.routable
+        if len(routable) == len(active):  # every worker (a fixed fleet): no list made
+            hi, lo = max(active), min(active)
+        else:
+            loads = [active[w] for w in routable]
+            hi, lo = max(loads), min(loads)
         matches = self.index.find_matches(request.hashes)
         if hi - lo > self.abs_thr and hi > self.rel_thr * lo:
-            w = _least_active(active)
+            w = _least_active(active, routable)
             return w, matches.get(w, 0)
         if matches:
             w = min(matches, key=lambda k: (-matches[k], active[k], k))
             if matches[w] / len(request.hashes) > self.cache_thr:
                 return w, matches[w]
         if self.fallback == "least-cached":
-            w = min(range(fleet.workers), key=lambda k: (len(self.trees[k]), k))
+            w = min(routable, key=lambda k: (len(self.trees[k]), k))
         else:
-            w = _least_active(active)
+            w = _least_active(active, routable)
         return w, matches.get(w, 0)
 
     def route(self, request, fleet):

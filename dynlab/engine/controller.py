@@ -1,0 +1,123 @@
+"""Controllers: what adds and retires a timed fleet's workers during a run (``--controller NAME[:KEY=VALUE,...]``).
+
+A controller (a plugin kind: :func:`dynlab.plugins.controllers`) is a :class:`Controller` subclass with a class
+attribute ``name``, built from its options (``KEY=VALUE`` text, as ``--admission-policy``'s:
+:func:`dynlab.engine.gateway.parse_policy`), with one method: :meth:`Controller.decide`, called every
+``period`` seconds of simulated time (the option ``period``, every controller's; default 1 s) with a
+:class:`FleetState` (what a fleet's operator can observe), returning :class:`Add` and :class:`Retire`
+decisions that the fleet applies at once (:class:`dynlab.engine.elastic.Elastic`).
+
+``none`` (the default) builds no controller at all and leaves the fleet fixed
+(:func:`dynlab.sim.control.build_controller`); the built-in plugin (``dynlab_builtins.controllers``) registers
+it. A controller is the seam an autoscaler (NVIDIA Dynamo's Planner: SLA-based scaling from observed TTFT, ITL
+and arrivals) plugs into; ``Add.ready_in_s`` is where a cold start goes.
+"""
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
+
+__all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "WorkerState"]
+
+#: a worker's states: added, not routable before its ready time; routable; retired, finishing what it holds
+STARTING, LIVE, DRAINING = "starting", "live", "draining"
+
+
+class WorkerState(NamedTuple):
+    """One worker (not yet left) as a controller sees it: ``id`` (never reused), ``state`` (``starting``,
+    ``live`` or ``draining``), ``ready_s`` (when it became or becomes routable, s), ``waiting`` and
+    ``running`` (requests in its engine's waiting queue and running batch), ``kv_usage`` (blocks held by
+    requests / its pool's blocks, 0 to 1) and ``active`` (requests routed to it and not finished)."""
+
+    id: int
+    state: str
+    ready_s: float
+    waiting: int
+    running: int
+    kv_usage: float
+    active: int
+
+
+class FleetState(NamedTuple):
+    """What :meth:`Controller.decide` observes at ``now_s`` (s of simulated time): ``workers`` (every worker
+    that has not left, ascending ids), ``arrivals`` (requests that arrived in the last ``period_s`` seconds,
+    shed ones included; requeued ones not) and ``ttft_ms`` (the client TTFTs, ms, of the first tokens in it)."""
+
+    now_s: float
+    period_s: float
+    workers: tuple
+    arrivals: int
+    ttft_ms: tuple
+
+
+class Add(NamedTuple):
+    """Add one worker now (a new id); it is routable ``ready_in_s`` seconds later (0: at once)."""
+
+    ready_in_s: float = 0.0
+
+
+class Retire(NamedTuple):
+    """Retire worker ``worker``: no new route from now on; it finishes what it holds and leaves (drain, the
+    default), or with ``kill`` leaves now, its requests sent back through the router as new arrivals that keep
+    their first arrival time (counted in the run's ``requeued``)."""
+
+    worker: int
+    kill: bool = False
+
+
+Decision = Union[Add, Retire]
+
+
+class Controller:
+    """Base class of controllers; subclasses set ``name`` and implement :meth:`decide`.
+
+    ``opts``: the options as text (``KEY=VALUE`` of ``--controller``). The base reads ``period`` (seconds
+    between calls, > 0; default 1); a subclass reads its own with :meth:`number` in its ``__init__``, and an
+    option nobody read is refused when the run builds it (:meth:`unread`). The run's JSON gains
+    ``controller`` (the spec) and the per-worker lifetimes (:class:`dynlab.engine.elastic.Elastic`)."""
+
+    name: str = ""
+
+    def __init__(self, opts: Mapping[str, str], spec: str = ""):
+        self.spec = spec or self.name
+        self._opts = dict(opts)
+        self.period_s = self.number("period", 1.0, minimum=0.0)
+        if not self.period_s > 0:
+            raise ValueError(f"controller {self.spec!r}: period={self.period_s:g} must be > 0 seconds")
+
+    def decide(self, state: FleetState) -> Sequence[Decision]:
+        """The decisions to apply now (``[]``: none), given ``state`` (:class:`FleetState`)."""
+        raise NotImplementedError
+
+    def number(self, key: str, default: Optional[float] = None, *, minimum: float = 0.0,
+               integer: bool = False) -> Optional[float]:
+        """The option ``key`` as a finite number >= ``minimum`` (an integer with ``integer``; ``default`` when
+        absent); ``ValueError`` naming it otherwise. Reading an option marks it read."""
+        text = self._opts.pop(key, None)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value >= minimum or value == float("inf") or (integer and value != int(value)):
+            kind = "an integer" if integer else "a finite number"
+            raise ValueError(f"controller {self.spec!r}: {key}={text} must be {kind} >= {minimum:g}")
+        return int(value) if integer else value
+
+    def unread(self) -> list:
+        """The options given that no one read (unknown to this controller)."""
+        return sorted(self._opts)
+
+
+class NoController(Controller):
+    """No controller: the fleet keeps its workers for the whole run (the default)."""
+
+    name = "none"
+
+    def __init__(self, opts: Mapping[str, str], spec: str = ""):
+        if opts:
+            raise ValueError(f"controller {spec!r}: none takes no options, got {', '.join(opts)}")
+        super().__init__(opts, spec)
+
+    def decide(self, state: FleetState) -> Sequence[Decision]:
+        return ()

@@ -1,0 +1,63 @@
+"""The run layer's controller driver: builds ``--controller``'s :class:`~dynlab.engine.controller.Controller`,
+calls it every ``period`` seconds of simulated time and applies its decisions to the fleet's
+:class:`~dynlab.engine.elastic.Elastic`.
+
+Calls happen at ``period``, ``2 period``, ... (ms on the run's clock), after every step end, KV event and
+arrival of that time; they stop when nothing else is left to happen (the last request has finished and
+no worker is still to become ready), so a controller never keeps a finished run alive.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from dynlab.engine.controller import Add, Controller, NoController, Retire
+from dynlab.engine.elastic import Elastic
+from dynlab.engine.gateway import parse_policy
+from dynlab.engine.loop import STEP_START
+from dynlab.errors import DynlabError
+
+
+def build_controller(spec: str) -> Optional[Controller]:
+    """The controller of ``spec`` (``--controller NAME[:KEY=VALUE,...]``), ``None`` for ``none`` (no controller,
+    a fixed fleet). Raises ``ValueError`` (one line) for an unknown name or an unknown or bad option."""
+    from dynlab.plugins import controllers
+
+    name, opts = parse_policy(spec, "controller")
+    registry = controllers()
+    if name not in registry:
+        raise ValueError(f"unknown controller {name!r}; available: {', '.join(registry.names())}")
+    controller = registry.get(name)(opts, spec)
+    unread = controller.unread()
+    if unread:
+        raise ValueError(f"controller {spec!r}: unknown option(s) {', '.join(unread)}")
+    return None if type(controller) is NoController else controller
+
+
+class Control:
+    """``controller`` driving ``elastic`` (give ``elastic`` to the run's recorders before the fleet is built,
+    then :meth:`start` once the fleet is attached)."""
+
+    def __init__(self, controller: Controller, elastic: Elastic):
+        self.controller, self.elastic = controller, elastic
+        self.period_ms = controller.period_s * 1000.0
+
+    def start(self) -> None:
+        """Schedule the first call, at one period."""
+        loop = self.elastic.fleet.loop
+        loop.at(loop.now + self.period_ms, STEP_START, self._tick)
+
+    def _tick(self) -> None:
+        elastic, c = self.elastic, self.controller
+        for decision in c.decide(elastic.observe(c.period_s)) or ():
+            if type(decision) is Add:
+                if not decision.ready_in_s >= 0 or decision.ready_in_s == float("inf"):
+                    raise DynlabError(f"controller {c.spec!r}: Add(ready_in_s={decision.ready_in_s!r}) must be "
+                                      f"a finite number of seconds >= 0")
+                elastic.add(decision.ready_in_s * 1000.0)
+            elif type(decision) is Retire:
+                elastic.retire(decision.worker, decision.kill)
+            else:
+                raise DynlabError(f"controller {c.spec!r} decided {decision!r}, not an Add or a Retire")
+        loop = elastic.fleet.loop
+        if len(loop):  # something is left to happen: the next call
+            loop.at(loop.now + self.period_ms, STEP_START, self._tick)
