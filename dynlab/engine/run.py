@@ -92,7 +92,8 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
         values[name] = declared[name].convert(text) if isinstance(text, str) else text
     ctx = RunContext(workers=config.workers, block=block_tokens or config.block, rng=rng, options=values,
                      publish=config.publish == "yes", timed=config.timing,
-                     pool_blocks=pool_blocks if pool_blocks is not None else config.capacity)
+                     pool_blocks=pool_blocks if pool_blocks is not None else config.capacity,
+                     max_loras=config.max_loras)
     if config.routers == 1:
         return cls(ctx)
     from dynlab.routing.replicas import RouterReplicas

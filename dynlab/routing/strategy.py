@@ -103,6 +103,8 @@ class RunContext:
     - ``pool_blocks``: each worker's KV pool in blocks as the deployment configures it
       (``--capacity``, or with ``--timing`` the hardware-derived pool), ``None`` when unbounded
       or not known yet (a configuration checked before the run).
+    - ``max_loras``: each worker's LoRA adapter slots as the deployment configures them (``--max-loras``),
+      ``None`` when the workers do not model adapters.
     """
 
     workers: int
@@ -112,6 +114,7 @@ class RunContext:
     publish: bool = True
     timed: bool = False
     pool_blocks: Optional[int] = None
+    max_loras: Optional[int] = None
 
 
 class _ReadOnlyList(Sequence):
@@ -146,15 +149,19 @@ class FleetView:
     - ``fleet.cached_blocks[w]``: blocks in the worker's KV cache.
     - ``fleet.waiting_requests[w]``: requests in flight that have no first token yet (queued or
       prefilling; 0 without ``--timing``).
+    - ``fleet.lora_adapters[w]``: the LoRA adapters of the requests in flight on ``w``, a read-only mapping
+      ``lora_name -> requests`` (do not change it; empty without ``--timing``): what vLLM's ``vllm:lora_requests_info`` metric
+      (its running and waiting adapters) tells llm-d's router, known here at once from the router's own requests.
 
     Each attribute is a live read-only sequence: reading it copies nothing.
     """
 
     __slots__ = ("workers", "requests", "active_requests", "active_blocks", "queued_prefill_tokens", "cached_blocks",
-                 "waiting_requests")
+                 "waiting_requests", "lora_adapters")
 
     def __init__(self, requests: list, active_requests: list, active_blocks: list,
-                 queued_prefill_tokens: list, cached_blocks: list, waiting_requests: Optional[list] = None):
+                 queued_prefill_tokens: list, cached_blocks: list, waiting_requests: Optional[list] = None,
+                 lora_adapters: Optional[list] = None):
         self.workers = len(requests)
         self.requests = _ReadOnlyList(requests)
         self.active_requests = _ReadOnlyList(active_requests)
@@ -163,6 +170,8 @@ class FleetView:
         self.cached_blocks = _ReadOnlyList(cached_blocks)
         self.waiting_requests = _ReadOnlyList(waiting_requests if waiting_requests is not None
                                               else [0] * len(requests))
+        self.lora_adapters = _ReadOnlyList(lora_adapters if lora_adapters is not None
+                                           else [NO_ATTRS] * len(requests))
 
     def __len__(self) -> int:
         return self.workers
