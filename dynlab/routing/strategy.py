@@ -222,6 +222,8 @@ class Strategy(ABC):
     ``options`` declares the ``--opt NAME=VALUE`` the strategy accepts; their
     converted values arrive in ``ctx.options`` (defaults filled in).
     ``uses_events`` marks strategies that learn from KV events, so runs report ``publish``.
+    ``needs_timing`` marks strategies that read what only a timed run has (requests in flight): refused
+    without ``--timing`` (:func:`dynlab.engine.run.build_strategy`).
     A strategy that keeps an index sets ``self.predicted`` in :meth:`route` to the
     number of leading blocks it believes the chosen worker holds; the engine sums
     it into ``predicted_blocks`` and ``prediction_error`` (``None``: no index).
@@ -230,6 +232,7 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     options: ClassVar[Sequence[StrategyOption]] = ()
     uses_events: ClassVar[bool] = False
+    needs_timing: ClassVar[bool] = False
     predicted: Optional[int] = None
     #: ``None`` (default), or a callable ``on_change(worker, stored, removed)`` the count-based replay calls
     #: instead of :meth:`on_event` with a served request's net change when its events reach the strategy at

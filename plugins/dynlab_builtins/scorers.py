@@ -81,6 +81,16 @@ class KvUsageScorer(Scorer):
         return [min(1.0, max(0.0, 1.0 - b / pool)) for b in fleet.active_blocks]
 
 
+def lora_affinity(request, fleet, max_loras) -> list[float]:
+    """llm-d's LoRA affinity score of each worker for ``request`` (:class:`LoraScorer`'s rule): 1.0 where its
+    adapter has requests in flight (``fleet.lora_adapters``), 0.8 where fewer than ``max_loras`` adapters do,
+    else 0.0; ``None`` for a request without an adapter."""
+    a = request.attrs.get("lora_name")
+    if not a:
+        return None
+    return [1.0 if a in held else 0.8 if len(held) < max_loras else 0.0 for held in fleet.lora_adapters]
+
+
 class LoraScorer(Scorer):
     """llm-d's LoRA affinity: 1 where the request's adapter has requests in flight, 0.8 where one more adapter fits.
 
@@ -99,11 +109,8 @@ class LoraScorer(Scorer):
                               "--max-loras, else vLLM's default 1)", minimum=0),)
 
     def score(self, request, fleet, index):
-        a = request.attrs.get("lora_name")
-        if not a:
-            return [0.0] * fleet.workers
-        cap = self.option("max_loras") or self.ctx.max_loras or 1
-        return [1.0 if a in held else 0.8 if len(held) < cap else 0.0 for held in fleet.lora_adapters]
+        scores = lora_affinity(request, fleet, self.option("max_loras") or self.ctx.max_loras or 1)
+        return [0.0] * fleet.workers if scores is None else scores
 
 
 DEFAULT_SCORERS = "prefix:3,queue:2,kv-usage:2"
@@ -228,13 +235,8 @@ class LoraAffinity(Weighted):
     """
 
     name = "lora-affinity"
+    needs_timing = True  # a worker's adapters are those of its requests in flight: none in a count-based run
     default_scorers, default_source = "lora:1,queue:1", "llm-d's lora-affinity and queue scorers"
-
-    def __init__(self, ctx):
-        if not ctx.timed:
-            raise ValueError("strategy 'lora-affinity' needs --timing: a worker's adapters are those of its "
-                             "requests in flight, which a count-based run does not have")
-        super().__init__(ctx)
 
 
 @hookimpl

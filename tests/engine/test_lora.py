@@ -199,3 +199,17 @@ def test_lora_affinity_loads_fewer_adapters_than_round_robin(tmp_path):
     for x in (rr, aff):  # each load's time: every load here is cold (host slots = GPU slots, vLLM's default)
         assert x["load_time_ms"] == pytest.approx(x["cold_loads"] * x["cold_load_ms"]
                                                   + (x["loads"] - x["cold_loads"]) * x["load_ms"], abs=1e-2)
+
+
+def test_kv_costs_lora_penalty():
+    """kv-cost with lora_penalty=10 and one slot: no block, no load (costs 0 but for the term); worker 0 runs a
+    (no penalty), worker 1 runs nothing (a load: 0.2 x 10 = 2), worker 2 runs b (a wait: 10)."""
+    from dynlab_builtins.strategies import KvCost
+
+    fleet = FleetView([0] * 3, [0] * 3, [0] * 3, [0] * 3, [0] * 3, [0] * 3, [{"a": 1}, {}, {"b": 1}])
+    ctx = RunContext(workers=3, timed=True, max_loras=1, options={"lora_penalty": 10.0})
+    costs, _ = KvCost(ctx).costs(Request((), attrs={"lora_name": "a"}), fleet)
+    assert costs == [0.0, 2.0, 10.0]
+    assert KvCost(ctx).costs(Request(()), fleet)[0] == [0.0, 0.0, 0.0]  # the base model: no term
+    with pytest.raises(ValueError, match="lora_penalty"):
+        KvCost(RunContext(workers=3, options={"lora_penalty": 10.0}))
