@@ -306,6 +306,8 @@ NO_EFFECT = [
     (["--mode", "kv-cost", "--routers", "2", "--opt", "shared_load=true"], "shared_load"),  # no load without --timing
     (["--mode", "kv-cost", "--timing", "--opt", "shared_load=true"], "shared_load"),  # one router
     (["--opt", "ttl_s=120"], "ttl_s"),  # a count-based run has no clock
+    (["--mode", "lora-affinity"], "lora-affinity"),  # nor requests in flight (their adapters)
+    (["--mode", "kv-cost", "--opt", "lora_penalty=5"], "lora_penalty"),
     # options that weigh CPU-tier blocks: no tier without --timing, nor with --timing alone
     (["--mode", "kv-cost", "--opt", "host_credit=0.5"], "host_credit"),
     (["--mode", "kv-cost", "--timing", "--opt", "host_credit=0.5"], "host_credit"),

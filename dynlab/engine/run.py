@@ -69,8 +69,8 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
     registry = registry if registry is not None else plugins.strategies()
     cls = registry.get(config.mode)
     if getattr(cls, "needs_timing", False) and not config.timing:
-        raise ValueError(f"strategy {config.mode!r} needs --timing: it reads the requests in flight, which a "
-                         "count-based run does not have")
+        raise ValueError(f"strategy {config.mode!r} has no effect without --timing: it routes by the requests in "
+                         "flight, which a count-based run does not have")
     declared = {o.name: o for o in cls.options}
     values = {o.name: o.default for o in cls.options}
     opts = dict(config.opts)
