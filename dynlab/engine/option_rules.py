@@ -86,15 +86,7 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
             yield name, "with --publish no: no KV event is published"
     if config.routers == 1:
         yield "router_assign", "with one router (--routers 1): there is no replica to choose"
-    if config.cpu_capacity is not None:
-        yield "cpu_memory_gb", "with --cpu-capacity: the CPU tier is sized in blocks already"
-    elif config.cpu_memory_gb is None:
-        if config.max_loras is None:  # (adapters cross PCIe too: dynlab.engine.lora)
-            yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb) or --max-loras"
-        yield "cpu_write", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
-    if config.max_loras is None:
-        for name in LORA_FIELDS:
-            yield name, "without --max-loras (the workers model LoRA adapters only with it)"
+    yield from _tier_and_lora_rules(config)
     if not config.timing:
         for name in TIME_MODEL_FIELDS + PARALLEL_FIELDS:  # the parallel ones: the models helper's (issue 25)
             yield name, _WITHOUT_TIMING
@@ -114,6 +106,19 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
+
+
+def _tier_and_lora_rules(config):
+    """:func:`_no_effect_rules`' rows of the CPU tier's and the LoRA adapters' options (both cross PCIe)."""
+    if config.cpu_capacity is not None:
+        yield "cpu_memory_gb", "with --cpu-capacity: the CPU tier is sized in blocks already"
+    elif config.cpu_memory_gb is None:
+        if config.max_loras is None:  # (adapters cross PCIe too: dynlab.engine.lora)
+            yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb) or --max-loras"
+        yield "cpu_write", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
+    if config.max_loras is None:
+        for name in LORA_FIELDS:
+            yield name, "without --max-loras (the workers model LoRA adapters only with it)"
 
 
 #: the LoRA adapters' options beside --max-loras, which turns them on (issue 42, dynlab.engine.lora)
