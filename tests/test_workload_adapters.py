@@ -64,3 +64,27 @@ def test_bad_adapters_are_refused_by_key(adapters, key):
     with pytest.raises(SpecError) as exc:
         rows({**BASE, "adapters": adapters})
     assert key in str(exc.value)
+
+
+def test_an_adapter_keys_the_block_names_as_in_a_token_trace(tmp_path):
+    """20 requests of one 64-token system prompt + 40 own tokens (104: 6 full 16-token blocks), adapters lora-0 and
+    lora-1: the prompt's 4 blocks are named per adapter (vLLM's extra key), so each adapter's first request misses
+    them and the 18 others hit them: 18 x 4 / (20 x 6) = 0.6 (one name for both would give 19 x 4 / 120). The
+    spec's run equals the run of the trace it writes."""
+    import json
+
+    from dynlab.engine.config import SimConfig
+    from dynlab.sim import run
+    from dynlab.traces.workload_io import write_workload
+
+    spec = {"seed": 1, "requests": 20, "arrival": {"process": "poisson", "rate": 40},
+            "input": {"dist": "constant", "value": 40}, "output": {"dist": "constant", "value": 2},
+            "prefix": {"groups": 1, "length": 64}, "adapters": {"count": 2, "popularity": "uniform"}}
+    assert {r["lora_name"] for r in rows(spec)} == {"lora-0", "lora-1"}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(spec))
+    out = run(SimConfig(workload=str(path), workers=1, mode="rr"))
+    assert out["block_hit_rate"] == 0.6
+    trace = tmp_path / "w.jsonl"
+    write_workload(str(path), str(trace))
+    assert run(SimConfig(trace=str(trace), workers=1, mode="rr"))["block_hit_rate"] == 0.6
