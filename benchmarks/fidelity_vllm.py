@@ -214,7 +214,8 @@ def async_dynlab_table(results: list[dict]) -> str:
 
 
 def all_cases(scale: float = 1.0) -> list:
-    return vllm_traces.hand_cases() + vllm_traces.random_cases(scale) + vllm_traces.priority_cases(scale)
+    return (vllm_traces.hand_cases() + vllm_traces.random_cases(scale) + vllm_traces.priority_cases(scale)
+            + vllm_traces.lora_cases(scale))
 
 
 def main() -> None:

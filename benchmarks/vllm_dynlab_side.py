@@ -34,7 +34,10 @@ class EngineSetup:
     """One run's engine: ``capacity`` blocks of ``block`` tokens, the scheduler's limits (tokens, sequences),
     the linear latency model's ``beta0`` (ms per step), ``beta1`` (ms per prefill token), ``beta2`` (ms
     per decode request) (:class:`dynlab_builtins.latency.Linear`); ``queue_policy``: ``fcfs`` or ``priority`` (vLLM's
-    ``SchedulerConfig.policy``; dynlab's ``--queue-policy``, the rows' ``priority`` field)."""
+    ``SchedulerConfig.policy``; dynlab's ``--queue-policy``, the rows' ``priority`` field); ``max_loras``: LoRA
+    adapters a step may hold (the rows' ``lora_name``; 0: no LoRA config). vLLM's scheduler never waits for an
+    adapter's load (its worker does), so dynlab's loads are made instant: ``--pcie-gbps`` and ``--lora-disk-gbps``
+    1e300, whose bytes per ms overflow to infinity (a load of 0.0 ms exactly)."""
 
     capacity: int
     max_num_batched_tokens: int = 8192
@@ -44,6 +47,7 @@ class EngineSetup:
     beta2: float = 0.10746
     block: int = 16
     queue_policy: str = "fcfs"
+    max_loras: int = 0  # LoRA adapters (vLLM's LoRAConfig.max_loras; dynlab's --max-loras), 0: none
 
 
 def sim_args(setup: EngineSetup, trace: str) -> list[str]:
@@ -54,7 +58,9 @@ def sim_args(setup: EngineSetup, trace: str) -> list[str]:
             "--max-num-seqs", str(setup.max_num_seqs), "--latency-model", "linear",
             "--latency-opt", f"beta0={setup.beta0!r}", "--latency-opt", f"beta1={setup.beta1!r}",
             "--latency-opt", f"beta2={setup.beta2!r}", *_terms_off(), "--quiet",
-            *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else [])]
+            *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else []),
+            *(["--max-loras", str(setup.max_loras), "--pcie-gbps", "1e300", "--lora-disk-gbps", "1e300"]
+              if setup.max_loras else [])]
 
 
 def _terms_off() -> list[str]:

@@ -74,7 +74,13 @@ def build_scheduler(setup, *, reserve_full_isl: bool = True, async_scheduling: b
                             is_encoder_decoder=False, policy=setup.queue_policy)
     cache = CacheConfig(block_size=setup.block, enable_prefix_caching=True)
     spec = speculative(model, ParallelConfig()) if speculative is not None else None
-    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, speculative_config=spec)
+    lora = None
+    if getattr(setup, "max_loras", 0):  # the rows' lora_name (vllm_traces.lora_cases)
+        from vllm.config import LoRAConfig
+
+        lora = LoRAConfig(max_loras=setup.max_loras)
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, speculative_config=spec,
+                        lora_config=lora)
     kv = KVCacheConfig(num_blocks=setup.capacity + 1, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
                            block_size=setup.block, num_kv_heads=1, head_size=16, dtype=torch.float32))])
@@ -151,12 +157,19 @@ def _request(index: int, row: dict, block: int, hash_lookahead: int = 0):
         raise ValueError(f"the harness hashes {_BLOCK[0]}-token blocks, not {block}")
     params = SamplingParams(max_tokens=_out_len(row), ignore_eos=True)
     hasher = _prompt_blocks_only(_HASHER[hash_lookahead]) if _PROMPT_ONLY else _HASHER[hash_lookahead]
+    lora = None
+    if row.get("lora_name"):  # vLLM's LoRARequest: a positive int id per name (the scheduler counts those)
+        from vllm.lora.request import LoRARequest
+
+        name = row["lora_name"]
+        lora = LoRARequest(name, _LORA_IDS.setdefault(name, len(_LORA_IDS) + 1), "/nonexistent/" + name)
     return Request(request_id=str(index), prompt_token_ids=list(row["tokens"]), sampling_params=params,
                    pooling_params=None, arrival_time=float(row["timestamp"]), block_hasher=hasher,
-                   priority=int(row.get("priority", 0)))
+                   priority=int(row.get("priority", 0)), lora_request=lora)
 
 
 _HASHER: dict = {}  # hash lookahead tokens -> vLLM's request block hasher
+_LORA_IDS: dict = {}  # lora_name -> its LoRARequest's int id
 
 
 def _out_len(row: dict) -> int:

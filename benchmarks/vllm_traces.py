@@ -152,6 +152,35 @@ def priority_cases(scale: float = 1.0) -> list[Case]:
     return cases
 
 
+def lora_cases(scale: float = 1.0) -> list[Case]:
+    """The cases of vLLM's LoRA rule (``LoRAConfig.max_loras``; dynlab's ``--max-loras``; issue 42 item 4): two hand
+    cases and three seeded conversation traces whose conversations each name one adapter (zipf over 8 or 16)."""
+    ids = _Ids(800_000)
+    lora = lambda row, name: {**row, "lora_name": name} if name else row  # noqa: E731
+    cases = [
+        Case("lora-third-waits", EngineSetup(64, 256, 256, **HAND, max_loras=2),
+             [lora(_row(0, ids.take(16), 4), "a"), lora(_row(0, ids.take(16), 4), "b"),
+              lora(_row(0, ids.take(16), 2), "c")],
+             "max_loras 2: a and b run (TTFT 42), c is skipped until both finish at 84 (TTFT 110)"),
+        Case("lora-skip-order", EngineSetup(64, 256, 256, **HAND, max_loras=1),
+             [lora(_row(0, ids.take(16), 3), "a"), lora(_row(1, ids.take(16), 3), "b"),
+              lora(_row(2, ids.take(16), 3), "a"), _row(3, ids.take(16), 3), lora(_row(4, ids.take(16), 2), "b"),
+              lora(_row(5, ids.take(16), 2), "c")],
+             "max_loras 1: skipped requests keep their places; a later request of a running adapter, or of none, "
+             "goes on"),
+    ]
+    specs = [  # name, seed, requests, conversations/s, capacity, budget, max_num_seqs, max_loras, adapters
+        ("conv-lora-2-of-8", 11, 500, 1.5, 2000, 8192, 256, 2, 8),
+        ("conv-lora-4-of-16", 12, 1000, 3.0, 800, 8192, 256, 4, 16),
+        ("conv-lora-chunked", 13, 1000, 3.0, 600, 512, 32, 2, 8),
+    ]
+    for name, seed, n, rate, cap, budget, seqs, k, count in specs:
+        rows = _fit(conversations(seed, max(int(n * scale), 1), rate, adapters=count), cap)
+        cases.append(Case(name, EngineSetup(cap, budget, seqs, max_loras=k), rows,
+                          f"max_loras {k}, {count} adapters of zipf popularity, one per conversation"))
+    return cases
+
+
 def _prio(row: dict, priority: int) -> dict:
     row["priority"] = priority
     return row
@@ -159,7 +188,7 @@ def _prio(row: dict, priority: int) -> dict:
 
 def conversations(seed: int, requests: int, rate: float, systems: int = 4, system_len=(200, 1500),
                   user_len=(20, 300), reply_len=(10, 200), turns=(1, 6), think_ms=(500.0, 5000.0),
-                  replies: bool = False) -> list:
+                  replies: bool = False, adapters: int = 0) -> list:
     """Seeded multi-turn conversations over ``systems`` shared system prompts: token-trace rows in time order.
 
     Conversations start as a Poisson process of ``rate`` per second; each has a uniform number of
@@ -170,19 +199,26 @@ def conversations(seed: int, requests: int, rate: float, systems: int = 4, syste
     drawn uniformly from the ranges given; stops at ``requests`` rows. ``replies``: each row also gives the
     reply's ids as ``output_tokens`` (the ids the next turn quotes; vLLM's fake model samples them), so
     both sides name the reply's blocks by the prompt's chain and the next turn hits them; the rows are
-    otherwise the same.
+    otherwise the same. ``adapters``: each conversation names one of that many LoRA adapters (``lora-k``, zipf:
+    ``k`` weighs ``1/(k+1)``), drawn from an RNG of its own, in its rows' ``lora_name`` (0: none; the rows are
+    otherwise the same).
     """
     rng = random.Random(seed)
+    pick = random.Random(seed * 7919 + 1)
+    weights = [1.0 / (k + 1) for k in range(adapters)]
     ids = _Ids()
     prompts = [ids.take(rng.randint(*system_len)) for _ in range(systems)]
     rows, t = [], 0.0
     while len(rows) < requests:
         t += rng.expovariate(rate) * 1000.0
         context, at = list(prompts[rng.randrange(systems)]), t
+        adapter = f"lora-{pick.choices(range(adapters), weights)[0]}" if adapters else None
         for _ in range(rng.randint(*turns)):
             context += ids.take(rng.randint(*user_len))
             reply = rng.randint(*reply_len)
             rows.append(_row(round(at, 3), list(context), reply))
+            if adapter:
+                rows[-1]["lora_name"] = adapter
             said = ids.take(reply)
             if replies:
                 rows[-1]["output_tokens"] = said

@@ -131,3 +131,16 @@ def test_vllm_on_dynlabs_rules_is_dynlab(tmp_path_factory, case):
     theirs = vllm_side.run_vllm(case.setup, case.rows, reserve_full_isl=False, as_dynlab=True)[0]
     c = fidelity_vllm.compare(ours, theirs)
     assert c["identical"]["all"] == c["requests"], (c["differing"], ours, theirs)
+
+
+def test_vllm_holds_a_third_adapter_back_at_max_loras_2_as_dynlab_does(tmp_path):
+    """Issue 42 item 4: a, b and c at 0 with max_loras 2 (loads instant): a and b prefill 32 tokens (10 + 32 =
+    42 ms), decode three steps of 14 ms (finish at 84); c waits, then prefills 16 (10 + 16: TTFT 110), decodes
+    once (12 ms: 122). At max_loras 1, requests of b wait while a runs; a later a and a base-model request go on."""
+    cases = {c.name: c for c in vllm_traces.lora_cases(0.01)}
+    case = cases["lora-third-waits"]
+    out = vllm_side.run_vllm(case.setup, case.rows)[0]
+    assert [(r["first_token_ms"], r["finish_ms"]) for r in out] == [(42.0, 84.0), (42.0, 84.0), (110.0, 122.0)]
+    for name in ("lora-third-waits", "lora-skip-order"):
+        res = fidelity_vllm.run_case(cases[name], str(tmp_path), with_async=False)
+        assert res["full"]["identical"]["all"] == res["chunk"]["identical"]["all"] == res["requests"], (name, res)

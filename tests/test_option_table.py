@@ -67,12 +67,15 @@ PRIO = "prio.jsonl"  # vllm #40004 (issue 42): L (priority 1) runs, H (priority 
 PRIO_TEXT = "".join(json.dumps(r) + "\n" for r in [
     {"timestamp": 0, "tokens": list(range(1, 17)), "output_length": 10, "priority": 1},
     {"timestamp": 30, "tokens": list(range(100, 116)), "output_length": 2, "priority": 0}])
+LORA = "lora.jsonl"  # two requests at once naming two adapters (issue 42 item 4): --max-loras 1 holds one back
+LORA_TEXT = "".join(json.dumps({"timestamp": 0, "tokens": list(range(k, k + 16)), "output_length": 4,
+                                "lora_name": name}) + "\n" for k, name in ((1, "a"), (100, "b")))
 BURST = "burst.csv"  # BurstGPT with a failed row (Response tokens 0), skipped unless --keep-failed (issue 43)
 BURST_TEXT = "Timestamp,Request tokens,Response tokens\n0,64,4\n1,64,0\n2,64,4\n"
 FILES = {BURST: BURST_TEXT, PROFILE: PROFILE_TEXT, CAL: CAL_TEXT, SHAREGPT: open(os.path.join(_SAMPLES, SHAREGPT)).read(),
          TOKENIZER: open(os.path.join(_SAMPLES, TOKENIZER)).read(), SPEC: SPEC_TEXT, RUN: RUN_TEXT,
          REQS: REQS_TEXT, TOKENS: TOKENS_TEXT, MOON: MOON_TEXT, DISAGG: DISAGG_TEXT, OFFLOAD: OFFLOAD_TEXT,
-         MODEL: MODEL_TEXT, PRIO: PRIO_TEXT}
+         MODEL: MODEL_TEXT, PRIO: PRIO_TEXT, LORA: LORA_TEXT}
 
 
 class Out(NamedTuple):
@@ -193,6 +196,12 @@ def sim_rows(cmd: list) -> dict:
                                   ["--queue-policy", "priority-displace"]),
         # all three requests at once: with one queued request per class at most, two are shed
         "--admission-policy": changes(busy, ["--admission-policy", "queue-bound:limit=1"]),
+        # LoRA adapters (issue 42 item 4): with one slot, b waits for a; the other options change the lora section
+        "--max-loras": changes(cmd + ["--timing", "--trace", LORA], ["--max-loras", "1"]),
+        "--max-cpu-loras": changes(cmd + ["--timing", "--trace", LORA, "--max-loras", "1"], ["--max-cpu-loras", "2"]),
+        "--max-lora-rank": changes(cmd + ["--timing", "--trace", LORA, "--max-loras", "1"], ["--max-lora-rank", "8"]),
+        "--lora-disk-gbps": changes(cmd + ["--timing", "--trace", LORA, "--max-loras", "1"],
+                                    ["--lora-disk-gbps", "1"]),
         # async scheduling: request 1 (at 50 ms) joins a step one step later, so its TTFT changes
         "--async-scheduling": changes(busy, ["--async-scheduling"]),
         # BurstGPT's failed row (issue 43): skipped (2 requests), or replayed without an answer (3)
@@ -300,6 +309,8 @@ NO_EFFECT = [
     (["--mode", "kv-cost", "--routers", "2", "--opt", "shared_load=true"], "shared_load"),  # no load without --timing
     (["--mode", "kv-cost", "--timing", "--opt", "shared_load=true"], "shared_load"),  # one router
     (["--opt", "ttl_s=120"], "ttl_s"),  # a count-based run has no clock
+    (["--mode", "lora-affinity"], "lora-affinity"),  # nor requests in flight (their adapters)
+    (["--mode", "kv-cost", "--opt", "lora_penalty=5"], "lora_penalty"),
     # options that weigh CPU-tier blocks: no tier without --timing, nor with --timing alone
     (["--mode", "kv-cost", "--opt", "host_credit=0.5"], "host_credit"),
     (["--mode", "kv-cost", "--timing", "--opt", "host_credit=0.5"], "host_credit"),
@@ -310,6 +321,10 @@ NO_EFFECT = [
     (["--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--cpu-capacity", "8", "--cpu-memory-gb", "1"], "--cpu-memory-gb"),
     (["--timing", "--pcie-gbps", "10"], "--pcie-gbps"),
+    (["--max-loras", "2"], "--max-loras"),  # adapters live on timed workers
+    (["--timing", "--max-cpu-loras", "2"], "--max-cpu-loras"),  # without --max-loras: no adapter modelled
+    (["--timing", "--max-lora-rank", "8"], "--max-lora-rank"),
+    (["--timing", "--lora-disk-gbps", "1"], "--lora-disk-gbps"),
     (["--timing", "--cpu-write", "compute"], "--cpu-write"),
     (["--admission", "chunk"], "--admission"),  # the count-based replay has no admission
     (["--async-scheduling"], "--async-scheduling"),  # nor steps to schedule ahead

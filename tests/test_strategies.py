@@ -20,6 +20,8 @@ from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
 # Collected once, when pytest imports this module: whatever is installed is covered.
 STRATEGY_NAMES = plugins.strategies().names()
 SOURCES = {e.name: e.source for e in plugins.strategies().entries()}
+#: strategies that read what only a timed run has (lora-affinity): built as for a timed run, driven here all the same
+NEEDS_TIMING = {e.name: getattr(e.cls, "needs_timing", False) for e in plugins.strategies().entries()}
 
 
 @st.composite
@@ -63,8 +65,8 @@ def test_registry_has_the_builtins():
        events=EVENTS, publish=st.booleans())
 def test_strategy_returns_a_valid_worker(name, n, block, seed, requests, events, publish):
     """Driven by hand: the FleetView updates between requests, and KV events of every kind arrive."""
-    strategy = build_strategy(SimConfig(mode=name, workers=n, block=block, publish="yes" if publish else "no"),
-                              random.Random(seed))
+    strategy = build_strategy(SimConfig(mode=name, workers=n, block=block, publish="yes" if publish else "no",
+                                        timing=NEEDS_TIMING[name]), random.Random(seed))
     assert isinstance(strategy, Strategy)
     fleet = _Fleet(n)
     for req, event in zip(requests, events):
@@ -88,7 +90,7 @@ def test_strategy_returns_a_valid_worker(name, n, block, seed, requests, events,
        delay=st.integers(0, 3))
 def test_strategy_survives_the_replay_engine(name, n, seed, requests, publish, delay):
     """Through dynlab.engine.run.replay with simulated workers (which rejects an invalid worker)."""
-    strategy = build_strategy(SimConfig(mode=name, workers=n), random.Random(seed))
+    strategy = build_strategy(SimConfig(mode=name, workers=n, timing=NEEDS_TIMING[name]), random.Random(seed))
     metrics = replay(requests, strategy, [Worker(w) for w in range(n)], publish=publish, event_delay=delay)
     assert metrics["requests"] == len(requests)
     assert sum(metrics["requests_per_worker"]) == len(requests)

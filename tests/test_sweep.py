@@ -93,7 +93,8 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
              "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b",
              "concurrency": "4", "num_requests": "2", "latency_profile": str(profile),
-             "slo_classes": "chat:ttft_ms=100"}.get(field, default)
+             "slo_classes": "chat:ttft_ms=100", "max_loras": "2", "max_cpu_loras": "2"}.get(field, default)
+    lora = ("max_cpu_loras", "max_lora_rank", "lora_disk_gbps")  # (with --max-loras: issue 42 item 4)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],
             **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")}}
@@ -108,7 +109,8 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
                "trace_block": ["--trace", TRACE],  # a trace that names its own blocks (a workload has none)
                "think_time_ms": ["--concurrency", "2"],
                "duration_repeat": ["--trace", TRACE, "--duration", "60"],
-               **{f: ["--split", "1:1"] for f in pd}, **spec}.get(field, [])
+               **{f: ["--split", "1:1"] for f in pd}, **{f: ["--max-loras", "1"] for f in lora},
+               **spec}.get(field, [])
     timing = field not in ("policy", "event_delay")
     result = ok(invoke("sweep", "--grid", f"{name}={value}", *(["--timing"] if timing else []), *context,
                        "--dry-run"))
@@ -120,7 +122,7 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              "decode_workers": {"prefill-workers": 1}, "rate_scale": {"trace": TRACE}, "duration": {"trace": TRACE},
              "tokenizer": {"trace": SHAREGPT}, "trace_block": {"trace": TRACE},
              "duration_repeat": {"trace": TRACE, "duration": 60.0}, "think_time_ms": {"concurrency": 2},
-             **{f: {"split": "1:1"} for f in pd},
+             **{f: {"split": "1:1"} for f in pd}, **{f: {"max-loras": 1} for f in lora},
              **{f: {a.lstrip("-"): (int(b) if b.isdigit() else b) for a, b in zip(v[::2], v[1::2])}
                 for f, v in spec.items()}}.get(field, {})
     assert cell == {name: expected, **({"timing": True} if timing else {}), **extra}

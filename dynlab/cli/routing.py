@@ -15,6 +15,7 @@ from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
 from dynlab.cli.common import (INPUT_FIELDS, claim_inputs, echo_table_or_json, input_path, json_text, output_path,
                                parse_opts, progress_bar, refuse_repeats, split_list, stream_output_path, write_atomic)
 from dynlab.engine.config import POISSON_RATE
+from dynlab.engine.lora import DISK_GBPS
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy
 from dynlab.sim.runner import run
@@ -219,7 +220,8 @@ SIM_OPTIONS = [
      "With --timing: the CPU tier sized in GB of host memory per worker, with the model's KV bytes per block "
      "(0: no tier; a value > 0 must hold one block) [default: no tier]."),
     (("--pcie-gbps",), "pcie_gbps", FiniteFloat(min=0, min_open=True), 25.0,
-     "With --timing and a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice)."),
+     "With --timing and a CPU tier or --max-loras: GB/s per direction between host and each GPU (PCIe Gen4 x16 "
+     "in practice)."),
     (("--cpu-write",), "cpu_write", click.Choice(["evict", "compute"]), "compute",
      "With --timing and a CPU tier: when a block is written there: when it is computed (write-through, as "
      "vLLM's OffloadingConnector, LMCache and the cache lab's TwoTierCache store) or when the GPU evicts it "
@@ -245,6 +247,20 @@ SIM_OPTIONS = [
      "priority (vLLM 0.33's --scheduling-policy priority: by the requests' priority attribute, lower first) "
      "or priority-displace (vLLM PR #54530: a more important request also displaces a runner at "
      "--max-num-seqs); see `dynlab plugins`."),
+    # LoRA adapters on the workers (issue 42; dynlab.engine.lora, docs/classes.md)
+    (("--max-loras",), "max_loras", click.IntRange(min=1), None,
+     "With --timing: LoRA adapters in each worker's GPU slots, and distinct adapters a step may hold (vLLM's "
+     "--max-loras; a request names its adapter by its lora_name); loads delay steps by bytes / bandwidth (see "
+     "docs/classes.md) [default: adapters not modelled]."),
+    (("--max-cpu-loras",), "max_cpu_loras", click.IntRange(min=1), None,
+     "With --max-loras: adapters each worker keeps in host memory, loaded to a GPU slot over --pcie-gbps "
+     "instead of from disk (vLLM's --max-cpu-loras, >= --max-loras) [default: --max-loras]."),
+    (("--max-lora-rank",), "max_lora_rank", click.IntRange(min=1), 16,
+     "With --max-loras: the adapters' rank (vLLM's --max-lora-rank: 1, 8, 16, 32, 64, 128, 256, 320 or 512), "
+     "which sizes the bytes each load moves."),
+    (("--lora-disk-gbps",), "lora_disk_gbps", FiniteFloat(min=0, min_open=True), DISK_GBPS,
+     "With --max-loras: GB/s a worker reads an adapter from disk at when host memory lacks it (default: a PCIe "
+     "4.0 x4 NVMe drive's link, an upper bound)."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),

@@ -8,6 +8,7 @@ from typing import Mapping, Optional
 
 from dynlab.engine.arrival_options import check_closed_loop
 from dynlab.engine.class_metrics import parse_class_slos
+from dynlab.engine.lora import DISK_GBPS, check_config as check_lora
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 from dynlab.engine.option_rules import PD_FIELDS, check_effective, defaults_of
 from dynlab.engine.spec import SPEC_METHODS
@@ -42,7 +43,9 @@ class SimConfig(Sectioned):
     GB (``None``: none, no tier keys; 0: none, with the keys) over ``pcie_gbps`` GB/s, written when computed
     (``cpu_write="compute"``: write-through, as vLLM's OffloadingConnector and LMCache) or evicted (``"evict"``).
     ``admission``: ``full`` (vLLM 0.33.0's ``scheduler_reserve_full_isl=True``) or ``chunk``. ``async_scheduling``:
-    vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`). ``queue_policy``: the waiting queue's order and
+    vLLM's ``AsyncScheduler`` (:mod:`dynlab.engine.async_steps`). LoRA adapters (:mod:`dynlab.engine.lora`):
+    ``max_loras`` GPU slots per worker (``None``: not modelled), ``max_cpu_loras``, ``max_lora_rank``,
+    ``lora_disk_gbps``. ``queue_policy``: the waiting queue's order and
     whom a full KV cache preempts (:mod:`dynlab.engine.queues`; ``fcfs``, vLLM's).
 
     Routers: ``routers`` replicas of the strategy (each its own index and load view), reached by ``router_assign``
@@ -147,6 +150,12 @@ class SimConfig(Sectioned):
     num_requests: Optional[int] = None
     warmup: int = 0
     slo_classes: Optional[str] = None  # --slo "CLASS:ttft_ms=X,tpot_ms=Y;..." (dynlab.engine.class_metrics)
+    # --- LoRA adapters on the workers (issue 42; dynlab.engine.lora): max_loras GPU slots (None: not modelled),
+    #     max_cpu_loras host slots (None: max_loras), max_lora_rank, lora_disk_gbps (GB/s of a cold load)
+    max_loras: Optional[int] = None
+    max_cpu_loras: Optional[int] = None
+    max_lora_rank: int = 16
+    lora_disk_gbps: float = DISK_GBPS
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -224,8 +233,12 @@ class SimConfig(Sectioned):
                               ("admission", ("full", "chunk")), ("cpu_write", ("evict", "compute"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
-        if not (self.pcie_gbps > 0 and math.isfinite(self.pcie_gbps)):
-            raise ValueError(f"pcie_gbps must be a finite number > 0, got {self.pcie_gbps}")
+        for name in ("pcie_gbps", "lora_disk_gbps"):
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
+        for name in ("max_loras", "max_cpu_loras"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("event_delay_ms", "slo_ttft_ms", "slo_tpot_ms", "cpu_memory_gb", "think_time_ms",
                      "request_overhead_ms", "detok_us_per_token"):
             v = getattr(self, name)
@@ -262,6 +275,7 @@ class SimConfig(Sectioned):
         if self.workload is not None and self.trace is not None:
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
+        check_lora(self)  # adapter settings vLLM refuses or dynlab does not model
         if self.async_scheduling:
             from dynlab.engine.async_steps import check_config  # what it does not model is refused
             check_config(self)

@@ -48,4 +48,4 @@ class Vllm(EngineKind):
             from dynlab.engine.async_steps import AsyncEngineWorker as worker
         return worker(worker_id, setup.capacity, c.block, setup.latency, cpu_capacity=setup.cpu_capacity or 0,
                       load_ms_per_block=setup.load_ms_per_block, cpu_write=c.cpu_write, runs=setup.runs_of is not None,
-                      spec=setup.spec_decoding(), **common)
+                      spec=setup.spec_decoding(), lora=setup.lora, **common)

@@ -31,7 +31,7 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_se
                      "split", "decode_router", "link_gbps", "link_latency_ms", "overlap_transfer",
                      "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "controller", "engine_kind",
                      "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
-                     "request_overhead_ms", "detok_us_per_token", "slo_classes")
+                     "request_overhead_ms", "detok_us_per_token", "slo_classes", "max_loras")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
 #: options of a disaggregated fleet only (refused for an aggregated one)
@@ -87,11 +87,7 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
             yield name, "with --publish no: no KV event is published"
     if config.routers == 1:
         yield "router_assign", "with one router (--routers 1): there is no replica to choose"
-    if config.cpu_capacity is not None:
-        yield "cpu_memory_gb", "with --cpu-capacity: the CPU tier is sized in blocks already"
-    elif config.cpu_memory_gb is None:
-        yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
-        yield "cpu_write", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
+    yield from _tier_and_lora_rules(config)
     if not config.timing:
         for name in TIME_MODEL_FIELDS + PARALLEL_FIELDS:  # the parallel ones: the models helper's (issue 25)
             yield name, _WITHOUT_TIMING
@@ -137,6 +133,21 @@ def _controller_rules(config):
         yield "controller", "with --async-scheduling: a killed worker's requests in flight are not modelled (for now)"
 
 
+def _tier_and_lora_rules(config):
+    """:func:`_no_effect_rules`' rows of the CPU tier's and the LoRA adapters' options (both cross PCIe)."""
+    if config.cpu_capacity is not None:
+        yield "cpu_memory_gb", "with --cpu-capacity: the CPU tier is sized in blocks already"
+    elif config.cpu_memory_gb is None:
+        if config.max_loras is None:  # (adapters cross PCIe too: dynlab.engine.lora)
+            yield "pcie_gbps", "without a CPU tier (--cpu-capacity or --cpu-memory-gb) or --max-loras"
+        yield "cpu_write", "without a CPU tier (--cpu-capacity or --cpu-memory-gb)"
+    if config.max_loras is None:
+        for name in LORA_FIELDS:
+            yield name, "without --max-loras (the workers model LoRA adapters only with it)"
+
+
+#: the LoRA adapters' options beside --max-loras, which turns them on (issue 42, dynlab.engine.lora)
+LORA_FIELDS = ("max_cpu_loras", "max_lora_rank", "lora_disk_gbps")
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
 SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
 

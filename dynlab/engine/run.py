@@ -68,6 +68,9 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
 
     registry = registry if registry is not None else plugins.strategies()
     cls = registry.get(config.mode)
+    if getattr(cls, "needs_timing", False) and not config.timing:
+        raise ValueError(f"strategy {config.mode!r} has no effect without --timing: it routes by the requests in "
+                         "flight, which a count-based run does not have")
     declared = {o.name: o for o in cls.options}
     values = {o.name: o.default for o in cls.options}
     opts = dict(config.opts)
@@ -92,7 +95,8 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
         values[name] = declared[name].convert(text) if isinstance(text, str) else text
     ctx = RunContext(workers=config.workers, block=block_tokens or config.block, rng=rng, options=values,
                      publish=config.publish == "yes", timed=config.timing,
-                     pool_blocks=pool_blocks if pool_blocks is not None else config.capacity)
+                     pool_blocks=pool_blocks if pool_blocks is not None else config.capacity,
+                     max_loras=config.max_loras)
     if config.routers == 1:
         return cls(ctx)
     from dynlab.routing.replicas import RouterReplicas

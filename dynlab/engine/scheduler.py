@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import List, Tuple
 
+from dynlab.engine.lora import LORA_ATTR
 from dynlab.engine.queues import Fcfs, QueuePolicy
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest
 from dynlab.kv.cache_manager import KvCacheManager
@@ -57,6 +58,9 @@ class Scheduler:
         self.ready: deque = deque()  # requests whose CPU hits have arrived, not yet scheduled
         self.arrived: list = []  # requests queued since the last schedule (their names dropped if they wait)
         self.preemptions = 0
+        #: distinct adapters a step may hold (``--max-loras``, :mod:`dynlab.engine.lora`); 0: no adapter rule
+        self.max_loras = 0
+        self._skipped: list = []  # waiting requests the adapter rule skipped in this admission pass
         self._displaced = 0  # runners displaced by waiting requests in the step being planned
         self._ran = 0  # requests the running loop scheduled in the step being planned
 
@@ -190,6 +194,7 @@ class Scheduler:
         running, waiting, kv, max_seqs = self.running, self.waiting, self.kv, self.max_num_seqs
         B = kv.block
         admitted = 0
+        loras = {a for r in running if (a := r.attrs.get(LORA_ATTR))} if self.max_loras else None  # vLLM's scheduled_loras
         while waiting and budget > 0:
             if len(running) >= max_seqs:
                 back = self._displace(sched) if self.displaces else -1
@@ -197,6 +202,8 @@ class Scheduler:
                     break
                 budget += back
             req = waiting[0]
+            if loras is not None and self._skips(req, loras):
+                continue
             h, hc = kv.find_cached_prefix(req)
             if hc:
                 if not self._admit_loading(req, h, hc, budget, now):
@@ -229,7 +236,29 @@ class Scheduler:
             sched.append((req, n))
             budget -= n
             admitted += 1
+            if loras is not None and (a := req.attrs.get(LORA_ATTR)):
+                loras.add(a)
+        if self._skipped:
+            self._unskip()
         return admitted
+
+    def _skips(self, req: EngineRequest, loras: set) -> bool:
+        """vLLM 0.33's adapter rule in the waiting loop: the head ``req`` is skipped (taken out of the queue
+        until the pass ends, :meth:`_unskip`) when its adapter is not among ``loras`` (the adapters of the running
+        requests and of those admitted so far) and they number ``max_loras`` already. Returns whether it was."""
+        a = req.attrs.get(LORA_ATTR)
+        if not a or a in loras or len(loras) < self.max_loras:
+            return False
+        self._skipped.append(self.waiting.popleft())
+        return True
+
+    def _unskip(self) -> None:
+        """Put the requests the adapter rule skipped back at the front of the waiting queue, in their order
+        (vLLM's ``prepend_requests`` of its skipped requests; a priority queue orders them itself)."""
+        waiting = self.waiting
+        for req in reversed(self._skipped):
+            waiting.appendleft(req)
+        self._skipped = []
 
     def _padded(self, sched: list, computed: int) -> int:
         """Tokens a waiting request with one token left (a resume, a full prefix hit) is admitted with under

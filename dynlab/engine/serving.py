@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from dynlab.engine.config import SimConfig
+from dynlab.engine.lora import lora_spec
 from dynlab.engine.names import MAX_RATIO, engine_block_names, engine_block_runs
 from dynlab.engine.spec import hash_lookahead_tokens
 from dynlab.engine.worker import EngineWorker
@@ -90,6 +91,8 @@ class TimedSetup:
     #: the KV cache groups (:class:`~dynlab.kv.groups.HybridPool`) of a model with window, chunked or state
     #: layers, ``None`` for one whose layers all keep every token (today's one-group engine)
     kv_layout: Any = None
+    #: the workers' LoRA adapter settings (:class:`~dynlab.engine.lora.LoraSpec`), ``None`` without ``--max-loras``
+    lora: Any = None
 
     def engines(self) -> list[EngineWorker]:
         """Fresh workers of an aggregated pool, ``config.workers`` of the run's engine kind (:meth:`engine_kind`)."""
@@ -198,7 +201,8 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
 
         layout, runs_of = replace(layout, name_stride=MAPPED_NAME_STRIDE), None
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
-                      runs_of, cpu_tier_source(config, cpu, per_block, layout), layout)
+                      runs_of, cpu_tier_source(config, cpu, per_block, layout), layout,
+                      lora_spec(config, hardware.model))
 
 
 def _warn_draft_size(config: SimConfig, target) -> None:
@@ -283,6 +287,7 @@ def check_timed(config: SimConfig, requests=None) -> None:
 
     hardware, *_, layout = _hardware_pool(config)
     cpu_tier_size(config, hardware.model, layout)
+    lora_spec(config, hardware.model)  # a model whose adapters dynlab cannot size
     spec_decoding(config)  # a bad --spec-acceptance
     if requests is not None:
         check_arrivals(requests, config.time_scale)

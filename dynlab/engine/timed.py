@@ -92,11 +92,15 @@ class TimedFleet:
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
         self.waiting, self.cached, self.routable = [0] * n, [0] * n, list(range(n))
         # the view's request counts are the recorder's (requests routed to each worker so far)
+        self.lora: list = [{} for _ in range(n)]  # per worker: adapter -> its requests in flight
         self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, self.cached, self.waiting,
-                               self.routable)
+                               self.routable, self.lora)
         self.elastic = None  # an Elastic (dynlab.engine.elastic) when workers join and leave during the run
         # router replicas that each know only their own load: their books follow each request
         self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
+        if self.replicas is not None:  # adapters in flight: a metric every replica scrapes alike (FleetView)
+            for book in self.replicas.books:
+                book.view.lora_adapters = self.fleet.lora_adapters
         self.generation = [0] * n
         for engine in engines:
             engine.cross_boundaries = True  # this driver calls cross_boundary at next_boundary (_on_boundary)
@@ -149,6 +153,7 @@ class TimedFleet:
         for books in (self.active, self.active_blocks, self.queued, self.waiting, self.cached, self.generation,
                       self.routing.counts):
             books.append(0)
+        self.lora.append({})
         self.fleet.workers = w + 1
         return w
 
@@ -249,6 +254,9 @@ class TimedFleet:
             r = self.replicas.last
             self.replicas.books[r].add(w, blocks, prefill)
         self._estimate[ereq.id] = (w, blocks, prefill, True, r)
+        if ereq.attrs and (a := ereq.attrs.get("lora_name")):  # (dynlab.engine.lora.LORA_ATTR)
+            held = self.lora[w]
+            held[a] = held.get(a, 0) + 1
         self.active[w] += 1
         self.active_blocks[w] += blocks
         self.queued[w] += prefill
@@ -264,6 +272,11 @@ class TimedFleet:
 
     def _untrack(self, ereq: EngineRequest) -> None:
         w, blocks, prefill, waiting, r = self._estimate.pop(ereq.id)
+        if ereq.attrs and (a := ereq.attrs.get("lora_name")):
+            held = self.lora[w]
+            held[a] -= 1
+            if not held[a]:
+                del held[a]
         self.active[w] -= 1
         self.active_blocks[w] -= blocks
         self.queued[w] -= prefill

@@ -105,12 +105,14 @@ Metrics: :attr:`preemptions`, :attr:`rejected`, :attr:`steps`, :attr:`used_block
 :attr:`peak_used_blocks`, :meth:`used_block_ms` (blocks held by requests x ms; cached free blocks never
 count), :attr:`busy_ms` and :attr:`busy_block_ms` (time in steps and blocks x ms held in them); per
 :class:`EngineRequest`: ``hit_tokens`` (first lookup), first scheduled/token and finish times.
+LoRA adapters (``lora``, a :class:`~dynlab.engine.lora.LoraSpec`): a step's loads delay it (:mod:`dynlab.engine.lora`).
 """
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 from dynlab.engine.bulk import StepPlan, StepResult, add_busy, cut_run, plan_step
+from dynlab.engine.lora import LoraSlots
 from dynlab.engine.request import DECODE_TOKENS, EngineRequest, peak_tokens
 from dynlab.engine.scheduler import Scheduler
 from dynlab.kv.cache_manager import CPU_WRITES
@@ -147,29 +149,24 @@ class EngineWorker:
     def __init__(self, worker_id: int, capacity: int, block: int, latency: LatencyModel, *,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, bulk: bool = True,
                  cpu_capacity: int = 0, load_ms_per_block: float = 0.0, cpu_write: str = "evict",
-                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None, admission: str = "full", queue_policy=None):
+                 handoff: bool = False, runs: bool = False, kv_layout=None, spec=None, admission: str = "full", queue_policy=None,
+                 lora=None):
         if block < 1:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
-        self.worker_id = worker_id
-        self.block = block
-        self.latency = latency
+        self.worker_id, self.block, self.latency = worker_id, block, latency
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.max_num_seqs = max_num_seqs
-        self.bulk = bulk
-        self.handoff = handoff
-        self.runs = runs
+        self.max_num_seqs, self.bulk, self.handoff, self.runs = max_num_seqs, bulk, handoff, runs
         self.kv = kv_cache_manager(capacity, block, kv_layout, runs=runs, cpu_capacity=cpu_capacity,
                                    load_ms_per_block=load_ms_per_block, cpu_write=cpu_write, admission=admission)
         self._kv_groups = kv_layout is not None  # (dynlab.kv.hybrid) a bulk run never crosses a boundary
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs, spec, queue_policy)
-        self.pool = self.kv.pool
-        self.cpu = self.kv.cpu
-        self.write_through = self.kv.write_through
-        self.load_ms_per_block = load_ms_per_block
-        self.held, self.reserved = self.kv.held, self.kv.reserved
+        self.lora = None if lora is None else LoraSlots(lora)  # adapter slots (dynlab.engine.lora), None: not modelled
+        self.scheduler.max_loras = 0 if lora is None else lora.max_loras
+        self.pool, self.cpu, self.write_through = self.kv.pool, self.kv.cpu, self.kv.write_through
+        self.load_ms_per_block, self.held, self.reserved = load_ms_per_block, self.kv.held, self.kv.reserved
         self.rejected = self.steps = 0
         self.busy_ms = self.busy_block_ms = 0.0  # ms in steps, blocks held x ms in them (mean_kv_usage_busy)
         self._busy_from = 0.0  # used_block_ms at the start of the step in progress
@@ -353,6 +350,9 @@ class EngineWorker:
             raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
         # a bulk run may go on across block boundaries when the driver crosses them and nothing waits
         can_cross = self.cross_boundaries and not (self._kv_groups or sch.waiting or sch.loading or sch.ready or sch.received)
+        if self.lora is not None and (load := self.lora.activate(sched)):  # the forward pass waits for adapter loads
+            self.busy_ms += load
+            now += load
         st = plan_step(sched, preempted, admitted, now, self.latency, kv, self.bulk, len(sch.running), can_cross,
                        self.spec)
         st.stored, st.stored_runs, st.removed, self.removed_runs, st.used = kv.step_events()

@@ -103,6 +103,8 @@ class RunContext:
     - ``pool_blocks``: each worker's KV pool in blocks as the deployment configures it
       (``--capacity``, or with ``--timing`` the hardware-derived pool), ``None`` when unbounded
       or not known yet (a configuration checked before the run).
+    - ``max_loras``: each worker's LoRA adapter slots as the deployment configures them (``--max-loras``),
+      ``None`` when the workers do not model adapters.
     """
 
     workers: int
@@ -112,6 +114,7 @@ class RunContext:
     publish: bool = True
     timed: bool = False
     pool_blocks: Optional[int] = None
+    max_loras: Optional[int] = None
 
 
 class _ReadOnlyList(Sequence):
@@ -150,16 +153,19 @@ class FleetView:
       fleet every id ``0..workers-1``; in an elastic one (``--controller``, :mod:`dynlab.engine.elastic`)
       ``workers`` counts every id given so far (ids are never reused) and ``routable`` leaves out the
       workers not ready yet and those retired. A strategy that picks among ``routable`` works in both.
+    - ``fleet.lora_adapters[w]``: the LoRA adapters of the requests in flight on ``w``, a read-only mapping
+      ``lora_name -> requests`` (do not change it; empty without ``--timing``): what vLLM's ``vllm:lora_requests_info`` metric
+      (its running and waiting adapters) tells llm-d's router, known here at once from the router's own requests.
 
     Each attribute is a live read-only sequence: reading it copies nothing.
     """
 
     __slots__ = ("workers", "requests", "active_requests", "active_blocks", "queued_prefill_tokens", "cached_blocks",
-                 "waiting_requests", "routable")
+                 "waiting_requests", "routable", "lora_adapters")
 
     def __init__(self, requests: list, active_requests: list, active_blocks: list,
                  queued_prefill_tokens: list, cached_blocks: list, waiting_requests: Optional[list] = None,
-                 routable: Optional[list] = None):
+                 routable: Optional[list] = None, lora_adapters: Optional[list] = None):
         self.workers = len(requests)
         self.routable = _ReadOnlyList(routable if routable is not None else list(range(len(requests))))
         self.requests = _ReadOnlyList(requests)
@@ -169,6 +175,8 @@ class FleetView:
         self.cached_blocks = _ReadOnlyList(cached_blocks)
         self.waiting_requests = _ReadOnlyList(waiting_requests if waiting_requests is not None
                                               else [0] * len(requests))
+        self.lora_adapters = _ReadOnlyList(lora_adapters if lora_adapters is not None
+                                           else [NO_ATTRS] * len(requests))
 
     def __len__(self) -> int:
         return self.workers
@@ -219,6 +227,8 @@ class Strategy(ABC):
     ``options`` declares the ``--opt NAME=VALUE`` the strategy accepts; their
     converted values arrive in ``ctx.options`` (defaults filled in).
     ``uses_events`` marks strategies that learn from KV events, so runs report ``publish``.
+    ``needs_timing`` marks strategies that read what only a timed run has (requests in flight): refused
+    without ``--timing`` (:func:`dynlab.engine.run.build_strategy`).
     A strategy that keeps an index sets ``self.predicted`` in :meth:`route` to the
     number of leading blocks it believes the chosen worker holds; the engine sums
     it into ``predicted_blocks`` and ``prediction_error`` (``None``: no index).
@@ -227,6 +237,7 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     options: ClassVar[Sequence[StrategyOption]] = ()
     uses_events: ClassVar[bool] = False
+    needs_timing: ClassVar[bool] = False
     predicted: Optional[int] = None
     #: ``None`` (default), or a callable ``on_change(worker, stored, removed)`` the count-based replay calls
     #: instead of :meth:`on_event` with a served request's net change when its events reach the strategy at

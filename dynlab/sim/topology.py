@@ -27,6 +27,7 @@ from dynlab.engine.elastic import Elastic
 from dynlab.engine.env import RunEnv
 from dynlab.engine.gateway import AdmissionPolicy, Always, parse_policy
 from dynlab.engine.metrics import Recorder, fleet_result
+from dynlab.engine.lora_metrics import LoraRecorder
 from dynlab.engine.tier_metrics import TierRecorder
 from dynlab.engine.serving import TimedSetup
 from dynlab.engine.timed import TimedFleet
@@ -57,6 +58,8 @@ class Aggregated:
         s = self.setup
         if s.cpu_capacity is not None:  # a tier setting (even 0 blocks): the tier keys follow the serving keys
             env.recorders.append(TierRecorder(s.kv_bytes_per_block))
+        if s.lora is not None:  # adapters on the workers (--max-loras): the lora section, when a request names one
+            env.recorders.append(LoraRecorder(s.lora))
         controller = build_controller(s.config.controller)
         if controller is None:
             return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)

@@ -47,8 +47,9 @@ def workload_requests(path: str, block: int = 16, scheme: str = "dynlab", lookah
     workload = open_workload(path)
     for i, row in enumerate(workload.rows()):
         toks = row["tokens"]
-        names, replied = request_names(toks, row.get("output_tokens"), block, scheme=scheme, lookahead=lookahead)
         attrs = _attrs(row, path, i) if not _STANDARD.isdisjoint(row) else NO_ATTRS
+        names, replied = request_names(toks, row.get("output_tokens"), block, scheme=scheme, lookahead=lookahead,
+                                       lora_name=attrs.get("lora_name"))  # (vLLM's extra key, as a tokens trace's)
         out.append(Request(names, len(toks), row["output_length"], row["timestamp"], i, output_hashes=replied,
                            attrs=attrs))
     out.block_tokens, out.own_block_tokens = block, None

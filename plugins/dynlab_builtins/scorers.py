@@ -7,11 +7,13 @@ scheduling profile (``default-plugins.yaml``: prefix-cache-scorer 3, queue-score
 kv-cache-utilization-scorer 2). The built-in scorers are dynlab's forms of those terms, each in
 [0, 1]: ``prefix`` (leading blocks held ÷ request blocks, from KV events), ``queue``
 (``1 / (1 + waiting requests)``), ``kv-usage`` (free share of the pool), ``load``
-(``1 / (1 + active requests)``).
+(``1 / (1 + active requests)``), ``lora`` (llm-d's LoRA affinity). ``lora-affinity`` is ``weighted`` with
+``lora:1,queue:1``.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from dynlab import hookimpl, plugins
 from dynlab.routing.index import KvIndex
@@ -79,6 +81,38 @@ class KvUsageScorer(Scorer):
         return [min(1.0, max(0.0, 1.0 - b / pool)) for b in fleet.active_blocks]
 
 
+def lora_affinity(request, fleet, max_loras) -> list[float]:
+    """llm-d's LoRA affinity score of each worker for ``request`` (:class:`LoraScorer`'s rule): 1.0 where its
+    adapter has requests in flight (``fleet.lora_adapters``), 0.8 where fewer than ``max_loras`` adapters do,
+    else 0.0; ``None`` for a request without an adapter."""
+    a = request.attrs.get("lora_name")
+    if not a:
+        return None
+    return [1.0 if a in held else 0.8 if len(held) < max_loras else 0.0 for held in fleet.lora_adapters]
+
+
+class LoraScorer(Scorer):
+    """llm-d's LoRA affinity: 1 where the request's adapter has requests in flight, 0.8 where one more adapter fits.
+
+    llm-d's ``lora-affinity-scorer`` (llm-d-router, ``pkg/epp/framework/plugins/scheduling/scorer/loraaffinity``)
+    reads vLLM's ``vllm:lora_requests_info`` metric (the adapters of the running and waiting requests, and
+    ``max_lora``) and scores a worker 1.0 when the request's adapter is among them, 0.8 when they number fewer
+    than ``max_lora`` (the adapter can join without waiting), else 0. The router here knows the same from its
+    own requests in flight (``fleet.lora_adapters``, no scrape delay). A request without an adapter scores 0
+    everywhere (the base model needs no slot; llm-d would score its name as an absent adapter). ``max_loras``:
+    the slots a worker has as the router assumes (0: the run's ``--max-loras``, else vLLM's default 1).
+    """
+
+    name = "lora"
+    reads_load = True
+    options = (StrategyOption("max_loras", int, 0, "adapter slots per worker the router assumes (0: the run's "
+                              "--max-loras, else vLLM's default 1)", minimum=0),)
+
+    def score(self, request, fleet, index):
+        scores = lora_affinity(request, fleet, self.option("max_loras") or self.ctx.max_loras or 1)
+        return [0.0] * fleet.workers if scores is None else scores
+
+
 DEFAULT_SCORERS = "prefix:3,queue:2,kv-usage:2"
 
 
@@ -87,8 +121,8 @@ class _Options:
     (read from the scorer registry when asked, so a third-party scorer's options are accepted)."""
 
     def __get__(self, obj, owner):
-        out = [StrategyOption("scorers", str, DEFAULT_SCORERS,
-                              "NAME:WEIGHT,... summed per worker (default: llm-d's default profile)")]
+        out = [StrategyOption("scorers", str, owner.default_scorers,
+                              f"NAME:WEIGHT,... summed per worker (default: {owner.default_source})")]
         for entry in plugins.scorers().entries():
             for o in entry.cls.options:
                 out.append(StrategyOption(f"{entry.name}.{o.name}", o.type, o.default, o.help, o.minimum,
@@ -132,6 +166,7 @@ class Weighted(Strategy):
     name = "weighted"
     uses_events = True
     options = _Options()
+    default_scorers, default_source = DEFAULT_SCORERS, "llm-d's default profile"
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -144,13 +179,12 @@ class Weighted(Strategy):
             cls = registry.get(name)  # UnknownNameError lists the scorers
             named.add(name)
             if cls.reads_load and not ctx.timed:
-                if spec != DEFAULT_SCORERS:
+                if spec != self.default_scorers:
                     raise ValueError(f"scorer {name!r} has no effect without --timing: it reads the router's load, "
                                      f"which is zero there; run with --timing or leave it out of 'scorers'")
                 continue
             values = {o.name: ctx.options.get(f"{name}.{o.name}", o.default) for o in cls.options}
-            sctx = type(ctx)(workers=ctx.workers, block=ctx.block, rng=ctx.rng, options=values,
-                             publish=ctx.publish, timed=ctx.timed, pool_blocks=ctx.pool_blocks)
+            sctx = replace(ctx, options=values)
             self.terms.append((weight, cls(sctx)))
         for key, value in ctx.options.items():
             scorer, dot, opt = key.partition(".")
@@ -194,12 +228,28 @@ class Weighted(Strategy):
         return w
 
 
+class LoraAffinity(Weighted):
+    """llm-d's LoRA affinity with its queue scorer: highest lora + queue score (weighted, scorers=lora:1,queue:1).
+
+    ``weighted`` with the default ``scorers=lora:1,queue:1``: llm-d's ``lora-affinity-scorer`` and
+    ``queue-scorer`` in one scheduling profile at the default weight 1 (an EPP profile that names a scorer
+    without a weight gives it 1); ties to the fewest active requests, then the lower index. It needs
+    ``--timing`` (adapters are in flight only in time; refused without it). Other weights or scorers:
+    ``--opt scorers=lora:3,queue:1,prefix:1``.
+    """
+
+    name = "lora-affinity"
+    needs_timing = True  # a worker's adapters are those of its requests in flight: none in a count-based run
+    default_scorers, default_source = "lora:1,queue:1", "llm-d's lora-affinity and queue scorers"
+
+
 @hookimpl
 def dynlab_register_scorers(register):
-    for cls in (PrefixScorer, QueueScorer, KvUsageScorer, LoadScorer):
+    for cls in (PrefixScorer, QueueScorer, KvUsageScorer, LoadScorer, LoraScorer):
         register(cls)
 
 
 @hookimpl
 def dynlab_register_strategies(register):
     register(Weighted)
+    register(LoraAffinity)

@@ -17,6 +17,7 @@ from dynlab.routing.index import KvIndex
 from dynlab.routing.router import KvRouter
 from dynlab.routing.run_index import RunIndex
 from dynlab.routing.strategy import Strategy, StrategyOption
+from dynlab_builtins.scorers import lora_affinity
 
 
 class RoundRobin(Strategy):
@@ -227,6 +228,10 @@ class KvCost(Strategy):
     so ``--publish no`` shows the same trap as ``kv-events``. It is a
     :class:`~dynlab.routing.run_index.RunIndex`: a KvIndex that works per run when the events and
     requests carry runs (the timed engine on traces naming their own blocks), with the same answers.
+    ``lora_penalty`` (dynlab's own term, Dynamo has none; 0: off): blocks added to the cost of a worker where
+    the request's LoRA adapter has no request in flight, 0.2 times it where another adapter fits (a load) and
+    the whole where ``--max-loras`` adapters are in flight (the request would wait): llm-d's affinity score
+    (:func:`dynlab_builtins.scorers.lora_affinity`) turned into a cost.
     """
 
     name = "kv-cost"
@@ -238,6 +243,9 @@ class KvCost(Strategy):
         StrategyOption("host_credit", float, 0.75, "weight of a block in the worker's CPU tier against a GPU "
                        "block (Dynamo's host credit; 0 to 1; needs a CPU tier)", minimum=0, maximum=1,
                        needs_cpu_tier=True),
+        StrategyOption("lora_penalty", float, 0.0, "blocks added where the request's LoRA adapter has no request "
+                       "in flight: 0.2x where another adapter fits, 1x where it must wait (dynlab's; needs "
+                       "--timing; 0: off)", minimum=0),
     )
 
     def __init__(self, ctx):
@@ -246,6 +254,10 @@ class KvCost(Strategy):
         self.scale = self.option("prefill_load_scale")
         self.temperature = self.option("temperature")
         self.host_credit = self.option("host_credit")
+        self.lora_penalty = self.option("lora_penalty")
+        if self.lora_penalty and not ctx.timed:
+            raise ValueError("option 'lora_penalty' has no effect without --timing: no request is in flight in a "
+                             "count-based run")
         self.index = RunIndex(ctx.block)
         self.on_event = self.index.apply_event  # the hot path: no wrapper per event
 
@@ -271,6 +283,9 @@ class KvCost(Strategy):
         for w in fleet.routable:
             prefill = queued[w] / block + nb - credit * credited.get(w, 0)
             out.append(scale * (prefill if prefill > 0 else 0.0) + active[w] + nb)
+        if self.lora_penalty and (scores := lora_affinity(request, fleet, self.ctx.max_loras or 1)) is not None:
+            pen = self.lora_penalty  # llm-d's affinity 1.0 / 0.8 / 0.0 -> no penalty / a load / a wait
+            out = [c + (0.0 if s == 1.0 else 0.2 * pen if s else pen) for c, s in zip(out, scores)]
         return out, matches
 
     def route(self, request, fleet):

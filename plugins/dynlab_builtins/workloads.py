@@ -29,13 +29,18 @@ Spec keys (docs/workloads.md has the full table; rates in requests/s, lengths in
   give their answer's token ids (``output_tokens``), so a turn's next turn hits the answer's blocks
   (:mod:`dynlab.traces.replies`), as vLLM's prefix cache does.
 
+- ``adapters``: LoRA adapters (``dynlab sim --max-loras``): ``{"count": N, "popularity": "zipf"|"uniform"|[weights],
+  "zipf_s": 1.0, "share": 1.0, "name": "lora-"}``: a session (a request without sessions) names adapter
+  ``lora-k`` (k in 0..N-1, drawn by popularity as ``prefix``'s groups) with probability ``share``, in its rows'
+  ``lora_name`` (vLLM's ``LoRARequest.lora_name``); the others run on the base model.
+
 - ``classes``: a mix instead of top-level ``requests``: ``[{"class": NAME, "requests": N, "priority", "tenant",
   "user", "lora_name", and any of the traffic keys above}]``: each class a workload of its own (the top level's
   traffic keys, its own over them; RNGs seeded by the seed and its name), its rows carrying ``class`` and the
   attributes it gives, merged in time order, token ids apart; open loop only.
 
 Each aspect draws from its own RNG (``random.Random(f"{seed}-arrival")``, ``-input``, ``-output``,
-``-prefix``, ``-sessions``), so changing one key leaves the others' draws as they were.
+``-prefix``, ``-sessions``, ``-adapters``), so changing one key leaves the others' draws as they were.
 """
 from __future__ import annotations
 
@@ -46,11 +51,11 @@ from dynlab import hookimpl
 from dynlab.limits import MAX_PROMPT_TOKENS, MAX_SEED_REQUESTS
 from dynlab.traces.workload import SpecError, Workload
 
-_KEYS = ("generator", "seed", "requests", "arrival", "input", "output", "prefix", "sessions", "classes")
+_KEYS = ("generator", "seed", "requests", "arrival", "input", "output", "prefix", "sessions", "adapters", "classes")
 #: what a class of ``classes`` may give: its name, its requests, their attributes, its own traffic keys
 _CLASS_KEYS = ("class", "requests", "priority", "tenant", "user", "lora_name", "arrival", "input", "output", "prefix",
-               "sessions")
-_TRAFFIC = ("arrival", "input", "output", "prefix", "sessions")
+               "sessions", "adapters")
+_TRAFFIC = ("arrival", "input", "output", "prefix", "sessions", "adapters")
 _PROCESSES = ("poisson", "gamma", "constant", "piecewise", "closed")
 _DISTS = ("lognormal", "uniform", "constant", "empirical")
 
@@ -231,6 +236,7 @@ class SyntheticWorkload(Workload):
         self.output = Lengths(self, spec["output"], "output", 0)
         self._prefix(spec.get("prefix"))
         self._sessions(spec.get("sessions"))
+        self._adapters(spec.get("adapters"))
 
     def _rng(self, aspect: str) -> random.Random:
         return random.Random(f"{self.seed}-{aspect}")
@@ -245,20 +251,47 @@ class SyntheticWorkload(Workload):
         self.share = r.number("share", 1.0, 0.0, False)
         if self.share > 1:
             raise self.fail("prefix.share", f"must be a probability in [0, 1], got {self.share!r}")
+        self.weights = self._popularity(r, table, "prefix", self.groups)
+        if self.groups * self.plen > MAX_PROMPT_TOKENS:
+            raise self.fail("prefix", f"groups x length is over {MAX_PROMPT_TOKENS:,} tokens")
+
+    def _popularity(self, r: "_Reader", table, path: str, n: int) -> list:
+        """The weights of ``n`` items under ``table``'s ``popularity`` (``zipf``: item g weighs ``1/(g+1)^zipf_s``;
+        ``uniform``; or a list of ``n`` weights >= 0)."""
         pop = table.get("popularity", "zipf")
         if pop == "zipf":
             s = r.number("zipf_s", 1.0, 0.0, False)
-            self.weights = [1.0 / (g + 1) ** s for g in range(self.groups)]
-        elif pop == "uniform":
-            self.weights = [1.0] * self.groups
-        elif isinstance(pop, list) and len(pop) == self.groups and all(
+            return [1.0 / (g + 1) ** s for g in range(n)]
+        if pop == "uniform":
+            return [1.0] * n
+        if isinstance(pop, list) and len(pop) == n and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in pop) and sum(pop) > 0:
-            self.weights = [float(v) for v in pop]
-        else:
-            raise self.fail("prefix.popularity", f"must be zipf, uniform or a list of {self.groups} weights >= 0, "
-                            f"got {pop!r}")
-        if self.groups * self.plen > MAX_PROMPT_TOKENS:
-            raise self.fail("prefix", f"groups x length is over {MAX_PROMPT_TOKENS:,} tokens")
+            return [float(v) for v in pop]
+        raise self.fail(f"{path}.popularity", f"must be zipf, uniform or a list of {n} weights >= 0, got {pop!r}")
+
+    def _adapters(self, table) -> None:
+        """``adapters``: ``{"count": N, "popularity": ..., "zipf_s": 1.0, "share": 1.0, "name": "lora-"}``: a
+        session (each request without sessions) names adapter ``NAME + k`` (k in 0..N-1, drawn by popularity from
+        its own RNG, ``-adapters``) with probability ``share``, in its rows' ``lora_name``."""
+        self.adapter_names, self.adapter_weights, self.adapter_share = [], [], 0.0
+        if table is None:
+            return
+        r = _Reader(self, table, "adapters", ("count", "popularity", "zipf_s", "share", "name"))
+        count = r.number("count", integer=True)
+        self.adapter_share = r.number("share", 1.0, 0.0, False)
+        if self.adapter_share > 1:
+            raise self.fail("adapters.share", f"must be a probability in [0, 1], got {self.adapter_share!r}")
+        name = table.get("name", "lora-")
+        if not isinstance(name, str) or not name:
+            raise self.fail("adapters.name", f"must be a non-empty string, got {name!r}")
+        self.adapter_weights = self._popularity(r, table, "adapters", count)
+        self.adapter_names = [f"{name}{k}" for k in range(count)]
+
+    def _adapter(self, rng: random.Random):
+        """A session's adapter name (``None``: the base model), drawn from ``rng``."""
+        if not self.adapter_names or (self.adapter_share < 1 and rng.random() >= self.adapter_share):
+            return None
+        return rng.choices(self.adapter_names, self.adapter_weights)[0]
 
     def _sessions(self, table) -> None:
         self.turns, self.think_ms, self.closed_turns = None, 0.0, False
@@ -287,6 +320,7 @@ class SyntheticWorkload(Workload):
         self.arrivals = _gaps(self, self.spec["arrival"], self._rng("arrival"))
         self.rng_prefix, self.rng_sessions = self._rng("prefix"), self._rng("sessions")
         rin, rout = self._rng("input"), self._rng("output")
+        rlora = self._rng("adapters") if self.adapter_names else None
         next_token = self.token_base
         prompts = []
         for _ in range(self.groups):
@@ -299,6 +333,7 @@ class SyntheticWorkload(Workload):
             if self.groups and (self.share >= 1 or self.rng_prefix.random() < self.share):
                 system = prompts[self.rng_prefix.choices(range(self.groups), self.weights)[0]]
             turns = self.turns.draw(self.rng_sessions) if self.turns is not None else 1
+            lora = self._adapter(rlora) if rlora is not None else None
             history = list(system)
             for k in range(min(turns, self.requests - len(made))):
                 if k and self.closed_turns:  # sent think_time_s after the previous answer: the run times it
@@ -314,7 +349,7 @@ class SyntheticWorkload(Workload):
                     raise self.fail("requests", f"the workload's prompts add up to over {MAX_PROMPT_TOKENS:,} "
                                     "tokens: fewer requests, shorter inputs or fewer turns")
                 answer = list(range(next_token, next_token + out))
-                made.append((round(t, 3), len(made), prompt, out, answer))
+                made.append((round(t, 3), len(made), prompt, out, answer, lora))
                 history = prompt + answer  # the answer joins the history
                 next_token += out
         self.token_end = next_token
@@ -323,11 +358,13 @@ class SyntheticWorkload(Workload):
             where = {m[1]: i for i, m in enumerate(made)}
             self.follows = {where[c]: (where[p], self.think_ms) for c, p in parents.items()}
         replies = self.turns is not None  # sessions: each row says its answer's ids, which the next turn quotes
-        for t, _, prompt, out, answer in made:
-            if replies:
-                yield {"timestamp": t, "tokens": prompt, "output_length": out, "output_tokens": answer}
-            else:
-                yield {"timestamp": t, "tokens": prompt, "output_length": out}
+        for t, _, prompt, out, answer, lora in made:
+            row = {"timestamp": t, "tokens": prompt, "output_length": out}
+            if replies:  # each row says its answer's ids, which the next turn quotes
+                row["output_tokens"] = answer
+            if lora is not None:
+                row["lora_name"] = lora
+            yield row
 
 
 def _classes(parent: SyntheticWorkload, spec: dict) -> list:
@@ -359,6 +396,9 @@ def _classes(parent: SyntheticWorkload, spec: dict) -> list:
                     kind = "an integer" if key == "priority" else "a string"
                     raise parent.fail(f"{path}.{key}", f"must be {kind}, got {value!r}")
                 attrs[key] = value
+        if "lora_name" in attrs and ("adapters" in table or "adapters" in spec):
+            raise parent.fail(f"{path}.lora_name", "a class names one adapter (lora_name) or draws them (adapters), "
+                              "not both")
         own = {k: v for k, v in spec.items() if k in _TRAFFIC}
         own.update({k: table[k] for k in _TRAFFIC if k in table})
         own["requests"] = table["requests"]
