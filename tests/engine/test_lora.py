@@ -172,7 +172,8 @@ def test_lora_slots_keep_the_batchs_own_adapters():
 
 def test_lora_scorer_is_llm_ds_affinity_score():
     """Slots 2: worker 0 runs a (1.0 for a), worker 1 runs b and c (full: 0.0), worker 2 none (room: 0.8)."""
-    fleet = FleetView([0] * 3, [1, 2, 0], [0] * 3, [0] * 3, [0] * 3, [0] * 3, [{"a": 1}, {"b": 1, "c": 2}, {}])
+    fleet = FleetView([0] * 3, [1, 2, 0], [0] * 3, [0] * 3, [0] * 3, [0] * 3,
+                      lora_adapters=[{"a": 1}, {"b": 1, "c": 2}, {}])
     scorer = LoraScorer(RunContext(workers=3, timed=True, max_loras=2))
     assert scorer.score(Request((), attrs={"lora_name": "a"}), fleet, None) == [1.0, 0.0, 0.8]
     assert scorer.score(Request(()), fleet, None) == [0.0, 0.0, 0.0]  # the base model: no preference
@@ -206,7 +207,8 @@ def test_kv_costs_lora_penalty():
     (no penalty), worker 1 runs nothing (a load: 0.2 x 10 = 2), worker 2 runs b (a wait: 10)."""
     from dynlab_builtins.strategies import KvCost
 
-    fleet = FleetView([0] * 3, [0] * 3, [0] * 3, [0] * 3, [0] * 3, [0] * 3, [{"a": 1}, {}, {"b": 1}])
+    fleet = FleetView([0] * 3, [0] * 3, [0] * 3, [0] * 3, [0] * 3, [0] * 3,
+                      lora_adapters=[{"a": 1}, {}, {"b": 1}])
     ctx = RunContext(workers=3, timed=True, max_loras=1, options={"lora_penalty": 10.0})
     costs, _ = KvCost(ctx).costs(Request((), attrs={"lora_name": "a"}), fleet)
     assert costs == [0.0, 2.0, 10.0]

@@ -270,15 +270,19 @@ def test_a_builtin_strategy_routes_only_to_routable_workers(name, n, seed, ops):
     from dynlab.routing.events import BlockStored
     from dynlab.routing.strategy import FleetView, Request
 
-    strategy = build_strategy(SimConfig(mode=name, workers=n), random.Random(seed))
+    from dynlab import plugins
+
+    timed = getattr(plugins.strategies().get(name), "needs_timing", False)  # lora-affinity: timed runs only
+    strategy = build_strategy(SimConfig(mode=name, workers=n, timing=timed), random.Random(seed))
     books = [[0] * n for _ in range(6)]
-    routable = list(range(n))
-    view = FleetView(*books, routable)
+    routable, adapters = list(range(n)), [{} for _ in range(n)]
+    view = FleetView(*books, routable, adapters)
     for i, (op, pick, path) in enumerate(ops):
         names = tuple(path[: j + 1] for j in range(len(path)))
         if op == "join":
             for b in books:
                 b.append(0)
+            adapters.append({})
             view.workers += 1
             routable.append(view.workers - 1)
             strategy.on_join(view.workers - 1)
