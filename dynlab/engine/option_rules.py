@@ -33,6 +33,23 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_se
                      "request_overhead_ms", "detok_us_per_token", "slo_classes")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
+#: SGLang's options (``--engine sglang``, :mod:`dynlab.engine.sglang`): refused with any other engine kind
+SGLANG_FIELDS = ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "page_size",
+                 "disable_radix_cache", "enable_mixed_chunk", "mem_fraction_static", "schedule_conservativeness",
+                 "init_new_token_ratio", "new_token_ratio_decay_steps")
+#: vLLM's options (and what dynlab's SGLang worker does not model), each refused with ``--engine sglang``
+VLLM_ONLY = (
+    ("max_num_seqs", "vLLM's running cap; SGLang's is --max-running-requests"),
+    ("max_num_batched_tokens", "vLLM's step budget; SGLang's are --chunked-prefill-size and --max-prefill-tokens"),
+    ("gpu_memory_utilization", "vLLM's share of GPU memory; SGLang's is --mem-fraction-static"),
+    ("admission", "vLLM's admission rule; SGLang admits by its new-token ratio (PrefillAdder)"),
+    ("queue_policy", "vLLM's waiting order; SGLang's is --schedule-policy"),
+    ("async_scheduling", "vLLM's AsyncScheduler; SGLang's overlap scheduler is not modelled"),
+    ("cpu_capacity", "dynlab does not model SGLang's CPU tier (HiCache)"),
+    ("cpu_memory_gb", "dynlab does not model SGLang's CPU tier (HiCache)"),
+    ("spec_tokens", "dynlab does not model SGLang's speculative decoding"),
+    ("spec_method", "dynlab does not model SGLang's speculative decoding"),
+)
 #: options of a disaggregated fleet only (refused for an aggregated one)
 PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 
@@ -106,10 +123,29 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
+    yield from _engine_rules(config)
     if config.ep == 1:
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
+
+
+def _engine_rules(config):
+    """The engine kinds' rules: SGLang's options without ``--engine sglang``, vLLM's with it (and what the
+    SGLang worker does not model), and SGLang's options that do nothing in some combination."""
+    if config.engine_kind != "sglang":
+        for name in SGLANG_FIELDS:
+            yield name, "without --engine sglang (an option of SGLang's scheduler)"
+        return
+    for name, why in VLLM_ONLY:
+        yield name, f"with --engine sglang ({why})"
+    if not _aggregated(config):
+        for name in ("split", "prefill_workers", "decode_workers"):
+            yield name, "with --engine sglang (dynlab does not model SGLang's P/D disaggregation yet)"
+    if config.chunked_prefill_size == -1:
+        yield "enable_mixed_chunk", "with --chunked-prefill-size -1 (SGLang mixes decodes only into chunked prefills)"
+    if config.disable_radix_cache and config.schedule_policy == "lpm":
+        yield "schedule_policy", "as lpm with --disable-radix-cache (no prefix is cached: SGLang runs it as fcfs)"
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
