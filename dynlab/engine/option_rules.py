@@ -70,9 +70,8 @@ def _flag(name: str) -> str:
 def _no_effect_rules(config, own_block_tokens: Optional[int]):
     """``(field, why it has no effect)`` for each option that would do nothing in ``config``.
 
-    The one table of the combinations where an option is refused; each reason completes
-    "``--NAME`` has no effect ...". A new option with such a combination gets a row here.
-    """
+    The one table of the combinations where an option is refused (each reason completes "``--NAME`` has no
+    effect ..."); a new option with such a combination gets a row here (engine kinds': ``_engine_rules``)."""
     for name in WORKLOAD_FIELDS:
         if config.trace is not None:
             yield name, "with --trace: it shapes the synthetic workload only"
@@ -86,7 +85,8 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
         yield "trace_block", "without --trace (the block size of a trace that names its own blocks)"
-    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING))  # workloads', spec's
+    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING),
+                *_engine_rules(config))  # workloads', spec's, the engine kinds'
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -123,7 +123,6 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
             yield name, "with --split (it sets the fleet: P:D prefill and decode workers, P:0 aggregated)"
     elif config.prefill_workers is not None or config.decode_workers is not None:
         yield "workers", "with --prefill-workers/--decode-workers (they size the disaggregated fleet)"
-    yield from _engine_rules(config)
     if config.ep == 1:
         yield "dp_attention", "without --ep > 1 (attention replicas share the expert-parallel GPUs)"
     elif config.ep == config.tp:
