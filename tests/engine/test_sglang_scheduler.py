@@ -116,3 +116,24 @@ def test_max_running_requests_caps_the_batch():
     times = serve(sglang(1000, max_running_requests=1), [(0.0, a), (0.0, b)])
     # A prefills (10.32), decodes (11 -> 21.32); B then (-> 31.64, 42.64)
     assert times[1] == pytest.approx((10.32, 21.32)) and times[2] == pytest.approx((31.64, 42.64))
+
+
+def test_a_timed_run_through_the_fleet(tmp_path):
+    """The same rule end to end (TimedFleet, --engine sglang, --latency-model linear with every overhead term off)."""
+    import json
+
+    from dynlab.engine.config import SimConfig
+    from dynlab.sim import run
+
+    from helpers import terms_off
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"timestamp": 0, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]},
+        {"timestamp": 5, "input_length": 512, "output_length": 2, "hash_ids": [9]}]))
+    out = run(SimConfig(trace=str(trace), timing=True, workers=1, engine_kind="sglang", latency_model="linear",
+                        **terms_off("linear", {"beta0": 10, "beta1": 0.01, "beta2": 1})))
+    # A prefills 1,024 tokens: 10 + 10.24 = 20.24; B (at 5) prefills alone: 10 + 5.12 -> 35.36; both decode:
+    # 12 -> 47.36 (B's last); A: 11 -> 58.36. TTFT 20.24 and 30.36 (mean 25.3), E2E 58.36 and 42.36 (mean 50.36)
+    assert out["ttft_ms"]["mean"] == pytest.approx(25.3) and out["e2e_ms"]["mean"] == pytest.approx(50.36, abs=0.05)  # (rounded to 0.1)
+    assert out["engine_steps"] == 4 and out["preemptions"] == 0
