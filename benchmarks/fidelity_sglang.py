@@ -4,11 +4,10 @@ Drives both with the same seeded random operations (insert a chain of blocks, ma
 unlock a matched path, evict N tokens) and reports, per seed, how many matches agree and how many
 evictions leave the same cached blocks. A dynlab block of ``BLOCK`` tokens is ``BLOCK`` token ids in
 SGLang (ids unique to the block's name), and SGLang runs at ``page_size = BLOCK``, so both match whole
-blocks. SGLang's tree compresses a chain of blocks into one node: it evicts a whole node, and a match that
-ends inside a node refreshes the whole node's LRU time (``_match_prefix_helper`` touches the child before
-splitting it); dynlab's one node per block evicts block by block and refreshes only the blocks matched. So
-evictions differ by design (docs/engine.md, "SGLang"); after each eviction dynlab's tree is set to SGLang's
-content, so that the matches compare like for like.
+blocks. dynlab's tree keeps SGLang's nodes as segments of blocks (a chain inserted together, split where a
+branch or a match ends inside it), so its LRU refreshes and whole-node evictions should be SGLang's; after
+each eviction, if the two differ, dynlab's tree is set to SGLang's content so that later matches still
+compare like for like (the report counts the evictions that differed).
 
 Needs sglang importable (its ``srt`` package and torch; see docs/engine.md for the environment it was
 run in) and this repository on ``sys.path``::

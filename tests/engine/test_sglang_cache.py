@@ -19,7 +19,8 @@ from sglang_helpers import linear, req, serve
 
 # -- radix_cache.py -----------------------------------------------------------------------------
 def test_lru_evicts_unlocked_leaves_oldest_first():
-    """radix_cache.py RadixCache.evict: the least recently used leaf first; a parent once its last child is gone."""
+    """radix_cache.py RadixCache.evict: the least recently used leaf node first, whole; a parent once its last child
+    is gone. [1, 2, 3] is one node until [1, 2, 4] splits it into [1, 2] -> [3] and [4] (_split_node)."""
     c = RadixCache(16)
     c.insert([1, 2, 3])  # time 1
     c.insert([1, 2, 4])  # time 2: 1 and 2 touched
@@ -28,9 +29,9 @@ def test_lru_evicts_unlocked_leaves_oldest_first():
     assert c.total_size == 5 * 16
     # leaves: 3 (time 4), 4 (time 2), 5 (time 3): 16 tokens evict 4
     assert c.evict(16) == [4]
-    # then 5 (3) and 3 (4); 2 (time 4) becomes a leaf, then 1: the whole tree
+    # then 5 (3) and 3 (4); [1, 2] (time 4) becomes a leaf, one node: both its blocks go at once
     assert c.evict(17) == [5, 3]
-    assert c.evict(1000) == [2, 1] and c.total_size == 0
+    assert c.evict(1) == [2, 1] and c.total_size == 0
 
 
 def test_locked_paths_are_never_evicted():
@@ -42,7 +43,8 @@ def test_locked_paths_are_never_evicted():
     assert (c.protected_size, c.evictable_size) == (48, 16)
     assert c.evict(1000) == [7]  # 1, 2, 3 locked
     c.unlock(node)
-    assert c.evict(1000) == [3, 2, 1]
+    assert c.evict(16) == [3, 2]  # [1, 7] split [1, 2, 3] into [1] -> [2, 3]: a whole node for 16 tokens
+    assert c.evict(1) == [1]
     c.check()
 
 
@@ -208,8 +210,9 @@ def test_events_publish_the_cached_blocks():
     w.submit(b, 100.0)
     w.start_step(100.0)
     # 96 tokens: A's 4 blocks stay cached (64 tokens, unlocked) and 32 are free; B (48 + 2 + 1 = 51 < 96) takes
-    # 48 slots: 16 short, so the least recently used leaf, A's last block, goes
-    assert w.removed == (1003,)
+    # 48 slots: 16 short, so the least recently used leaf goes: A's 4 blocks, one SGLang node (inserted together),
+    # whole
+    assert w.removed == (1003, 1002, 1001, 1000)
 
 
 def test_a_kv_events_router_sees_sglang_workers_exactly():

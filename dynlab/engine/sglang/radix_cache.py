@@ -7,11 +7,13 @@ through ``release_kv_cache``). Eviction (``RadixCache.evict``) frees the least r
 leaves, one after another, a parent becoming a candidate when its last child goes.
 
 What dynlab knows of a request's content is its engine block names (the chained hashes the routers key
-on, one per ``block`` tokens), so here a node is one block: a match, an insert and an eviction move whole
-blocks, and each node holds ``block`` tokens of the token pool. SGLang compresses chains of tokens into
-one node and evicts a whole node; with one node per block eviction is finer (never more than asked, to
-the block). The LRU order is SGLang's ``last_access_time``, taken from a counter instead of the clock
-(every match and insert touches its path, in order), so ties cannot happen.
+on, one per ``block`` tokens), so a match, an insert and an eviction move whole blocks, and each block
+holds ``block`` tokens of the token pool. The tree keeps one :class:`Node` per block, grouped into
+*segments*, SGLang's nodes: a chain of blocks inserted together is one segment until a branch or a match
+ending inside it splits it (``_split_node``). SGLang's LRU works on those: a match or insert refreshes the
+whole of every segment it enters (``_match_prefix_helper`` touches a node before splitting it; the split-off
+prefix is newer, a node made now), and eviction frees the least recently used leaf segment whole. The LRU
+order is ``last_access_time``, here a counter ticked where SGLang reads the clock, so ties cannot happen.
 
 The cache reports what it gains and loses as names: :meth:`insert` returns the names it stored (publish
 them as ``BlockStored``), :meth:`evict` those it removed (``BlockRemoved``): the same names vLLM workers
@@ -27,15 +29,17 @@ __all__ = ["Node", "RadixCache"]
 
 class Node:
     """One cached block: its ``name``, ``parent``, ``children`` (name -> node), ``lock_ref`` (requests using it),
-    ``last_access`` (the LRU counter when last matched or inserted)."""
+    ``head`` (the first block of its segment); a head also keeps the segment's ``end`` (its last block) and
+    ``last_access`` (the LRU counter when the segment was last matched or inserted)."""
 
-    __slots__ = ("name", "parent", "children", "lock_ref", "last_access")
+    __slots__ = ("name", "parent", "children", "lock_ref", "last_access", "head", "end")
 
     def __init__(self, name, parent: Optional["Node"]):
         self.name, self.parent = name, parent
         self.children: dict = {}
         self.lock_ref = 0
         self.last_access = 0
+        self.head = self.end = self
 
 
 class RadixCache:
@@ -54,7 +58,7 @@ class RadixCache:
         self.nodes = 0  # nodes besides the root
         self.locked_nodes = 0  # nodes with lock_ref > 0 (the root excluded)
         self._clock = 0
-        # eviction candidates (last_access, node): unlocked leaves, checked when popped (SGLang keeps the set
+        # eviction candidates (last_access, head): leaf segments, checked when popped (SGLang keeps the set
         # evictable_leaves; a lazy heap gives the same LRU order without a walk of the tree per eviction)
         self._heap: list = []
 
@@ -71,10 +75,41 @@ class RadixCache:
     def protected_size(self) -> int:
         return self.locked_nodes * self.block
 
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    # -- segments ------------------------------------------------------------------------
+    @staticmethod
+    def _members(head: Node) -> list:
+        out, node = [head], head
+        while node is not head.end:
+            (node,) = node.children.values()
+            out.append(node)
+        return out
+
+    def _split(self, node: Node, stamp: int) -> None:
+        """End ``node``'s segment at ``node`` (SGLang's ``_split_node``): the blocks after it become a segment of
+        their own keeping ``stamp``; the part up to ``node`` is newer (a node SGLang makes now)."""
+        head = node.head
+        if node is head.end:
+            return
+        (tail,) = node.children.values()
+        tail.end, tail.last_access = head.end, stamp
+        for member in self._members(tail):
+            member.head = tail
+        head.end, head.last_access = node, self._tick()
+        self._candidate(tail)
+
+    def _candidate(self, head: Node) -> None:
+        if head is not self.root and not head.end.children and head.lock_ref == 0:
+            heapq.heappush(self._heap, (head.last_access, id(head), head))
+
     # -- lookups ---------------------------------------------------------------------------
     def match_prefix(self, names: Sequence, limit: Optional[int] = None, touch: bool = True) -> tuple[int, Node]:
-        """``(blocks matched, last node)``: the longest cached prefix of ``names`` (at most ``limit`` blocks);
-        ``touch`` refreshes the path's LRU time, as SGLang's ``_match_prefix_helper`` does."""
+        """``(blocks matched, last node)``: the longest cached prefix of ``names`` (at most ``limit`` blocks).
+        ``touch`` (SGLang's ``match_prefix``): refresh every segment entered and split the last one where the
+        match ends; without it (what a router or a metric asks) nothing changes."""
         node = self.root
         if self.disable:
             return 0, node
@@ -85,39 +120,45 @@ class RadixCache:
             child = node.children.get(names[i])
             if child is None:
                 break
+            if touch and child.head is child:
+                child.last_access = stamp
             node = child
-            if touch:
-                node.last_access = stamp
             i += 1
         if touch and i:
-            self._candidate(node)
+            self._split(node, stamp)
+            self._candidate(node.head)
         return i, node
-
-    def _candidate(self, node: Node) -> None:
-        if not node.children and node.lock_ref == 0 and node is not self.root:
-            heapq.heappush(self._heap, (node.last_access, id(node), node))
-
-    def _tick(self) -> int:
-        self._clock += 1
-        return self._clock
 
     # -- changes ---------------------------------------------------------------------------
     def insert(self, names: Sequence) -> tuple[list, Node]:
-        """Insert ``names`` (a prefix chain); returns ``(names newly stored, the chain's last node)``."""
+        """Insert ``names`` (a prefix chain); returns ``(names newly stored, the chain's last node)``. The new
+        blocks are one segment; a branch from inside a segment splits it."""
         node = self.root
         if self.disable:
             return [], node
         stamp = self._tick()
-        stored = []
-        for name in names:
-            child = node.children.get(name)
-            if child is None:
-                child = node.children[name] = Node(name, node)
-                self.nodes += 1
-                stored.append(name)
-            child.last_access = stamp
-            node = child
-        self._candidate(node)
+        i = 0
+        while i < len(names) and (child := node.children.get(names[i])) is not None:
+            if child.head is child:
+                child.last_access = stamp
+            node, i = child, i + 1
+        if node is not self.root:  # the chain ends, or branches, inside a segment: split it there
+            self._split(node, stamp)
+        stored = list(names[i:])
+        if stored:
+            head, parent = None, node
+            for name in stored:
+                child = parent.children[name] = Node(name, parent)
+                if head is None:
+                    head = child
+                child.head = head
+                parent = child
+            head.end, head.last_access = parent, self._tick()
+            self.nodes += len(stored)
+            node = parent
+            self._candidate(head)
+        elif node is not self.root:
+            self._candidate(node.head)
         return stored, node
 
     def lock(self, node: Node) -> None:
@@ -134,41 +175,48 @@ class RadixCache:
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 self.locked_nodes -= 1
-                self._candidate(node)
+                if node.head is node:
+                    self._candidate(node)
             node = node.parent
 
     def evict(self, tokens: int) -> list:
-        """Free at least ``tokens`` tokens (fewer when not enough is evictable) from the least recently used
-        unlocked leaves (SGLang's ``evict`` with its LRU strategy); returns the names removed, in order."""
+        """Free at least ``tokens`` tokens (fewer when not enough is evictable): the least recently used
+        unlocked leaf segments, whole (SGLang's ``evict`` with its LRU strategy); returns the names removed,
+        each segment's deepest block first."""
         if self.disable or tokens <= 0:
             return []
         heap, removed, freed = self._heap, [], 0
         while freed < tokens and heap:
-            stamp, _, node = heapq.heappop(heap)
-            if node.parent is None or node.children or node.lock_ref or node.last_access != stamp:
-                continue  # gone, no longer a leaf, locked, or touched since (a newer entry stands for it)
-            parent = node.parent
-            del parent.children[node.name]
-            node.parent = None
-            self.nodes -= 1
-            removed.append(node.name)
-            freed += self.block
+            stamp, _, head = heapq.heappop(heap)
+            if head.parent is None or head.head is not head or head.end.children or head.lock_ref \
+                    or head.last_access != stamp:
+                continue  # gone, split, not a leaf, locked, or touched since (a newer entry stands for it)
+            members = self._members(head)
+            parent = head.parent
+            del parent.children[head.name]
+            for member in members:
+                member.parent = None
+            self.nodes -= len(members)
+            removed += [m.name for m in reversed(members)]
+            freed += self.block * len(members)
             if parent is not self.root:
-                self._candidate(parent)
+                self._candidate(parent.head)
         if len(heap) > 4 * self.nodes + 64:  # drop stale entries now and then
-            self._heap = [e for e in heap if e[2].parent is not None and e[2].last_access == e[0]]
+            self._heap = [e for e in heap if e[2].parent is not None and e[2].head is e[2]]
             heapq.heapify(self._heap)
         return removed
 
     def check(self) -> None:
-        """Assert the counters match the tree (tests)."""
+        """Assert the counters and segments match the tree (tests)."""
         count = locked = 0
         stack = list(self.root.children.values())
         while stack:
             node = stack.pop()
             count += 1
             locked += node.lock_ref > 0
-            assert node.lock_ref >= 0
-            assert node.lock_ref >= sum(c.lock_ref for c in node.children.values())
+            assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()) >= 0
+            head = node.head
+            assert head.head is head and node in self._members(head)
+            assert node is head.end or len(node.children) == 1
             stack.extend(node.children.values())
         assert (count, locked) == (self.nodes, self.locked_nodes), (count, locked, self.nodes, self.locked_nodes)

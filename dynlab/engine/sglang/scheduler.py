@@ -249,11 +249,12 @@ class SglangScheduler:
         stored."""
         req, cache = r.req, self.cache
         n = min(req.n_names, req.computed // cache.block)
-        if cache.disable or n <= r.tree_blocks:
+        if cache.disable or n == 0:
             return []
-        stored, node = cache.insert(req.names[:n])
-        cache.lock(node)
-        cache.unlock(r.node)
+        stored, node = cache.insert(req.names[:n])  # (also refreshes the LRU time of what it holds already)
+        if node is not r.node:
+            cache.lock(node)
+            cache.unlock(r.node)
         r.node, r.tree_blocks = node, n
         self.pool.settle(r, r.alloc)  # its blocks now cached: its own tokens shrink
         return stored
