@@ -87,6 +87,14 @@ def test_retraction_raises_the_ratio_and_recomputes():
     assert times[1] == pytest.approx((10.48, 701.96))
     assert times[2] == pytest.approx((20.96, 998.29))
     assert w.preemptions == 1 and b.preemptions == 1 and b.hit_tokens == 0
+    assert w.ratio.current == 0.05  # idle again: Scheduler.on_idle reset it
+
+
+def test_a_request_the_empty_engine_could_not_always_admit_is_rejected():
+    """PrefillAdder.add_one_req asks prompt + tokens to come + a page below the pool: 160 tokens here."""
+    w = sglang(10)
+    assert not w.submit(req(1, 100, 59), 0.0) and w.rejected == 1  # 100 + 59 + 1 = 160, not below 160
+    assert w.submit(req(2, 100, 58), 0.0)  # 159
 
 
 def test_ratio_decays_to_its_floor_and_resets_when_idle():

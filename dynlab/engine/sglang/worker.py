@@ -21,9 +21,9 @@ import random
 from typing import Optional, Sequence
 
 from dynlab.engine.bulk import StepResult
-from dynlab.engine.request import EngineRequest, peak_tokens
+from dynlab.engine.request import EngineRequest
 from dynlab.engine.sglang.radix_cache import RadixCache
-from dynlab.engine.sglang.schedule_policy import CLIP_MAX_NEW_TOKENS, NewTokenRatio, SchedulePolicy
+from dynlab.engine.sglang.schedule_policy import NewTokenRatio, SchedulePolicy
 from dynlab.engine.sglang.scheduler import SglangScheduler, SgReq, Step, TokenPool
 from dynlab.latency.base import LatencyModel, StepBatch
 
@@ -118,12 +118,11 @@ class SglangWorker:
 
     # -- driving --------------------------------------------------------------------------
     def submit(self, req: EngineRequest, now: float) -> bool:
-        """Queue ``req`` at ``now`` (ms); ``False`` (counted in :attr:`rejected`) when it could never be
-        admitted to this engine empty: ``input_length + min(output_length, 4096) + page_size`` tokens not below
-        the pool (``PrefillAdder.add_one_req``'s test) or its peak KV (``input + output - 1``) over it."""
-        size, page = self.pool.size, self.pool.page
-        if not (req.input_length + min(req.output_length, CLIP_MAX_NEW_TOKENS) + page < size) \
-                or peak_tokens(req) > size:
+        """Queue ``req`` at ``now`` (ms); ``False`` (counted in :attr:`rejected`) when this engine, empty, could
+        not always admit it: ``input_length + output_length + page_size`` tokens not below the pool (what
+        ``PrefillAdder.add_one_req`` asks of a prompt and its tokens to come, at any point of its life; SGLang
+        itself clips ``max_new_tokens`` to its ``max_req_len`` instead)."""
+        if not req.input_length + req.output_length + self.pool.page < self.pool.size:
             req.rejected = True
             self.rejected += 1
             return False
@@ -139,6 +138,8 @@ class SglangWorker:
         step = self.scheduler.schedule()
         self.removed, self.pool.removed = tuple(self.pool.removed), []
         if step is None:
+            if not self.idle:
+                raise RuntimeError(f"worker {self.worker_id}: nothing schedulable although requests wait (bug)")
             self.ratio.reset()
             return None
         for r, _, _ in step.prefill:
@@ -175,6 +176,8 @@ class SglangWorker:
             done = {id(req) for req, _ in finished}
             sch.running = [r for r in sch.running if id(r.req) not in done]
             sch.batch_is_full = False  # a request left the batch (filter_batch)
+        if self.idle:  # nothing left to run: Scheduler.on_idle resets the ratio
+            self.ratio.reset()
         prefill_tokens = sum(n for _, _, n in step.prefill)
         return StepResult(start, end, 1, tuple(stored), self.removed, first, finished, len(step.retracted),
                           len(step.prefill) + len(step.decodes), prefill_tokens, len(step.decodes), used)
