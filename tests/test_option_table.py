@@ -124,6 +124,7 @@ def sim_rows(cmd: list) -> dict:
     t = ["--trace", MOON]
     timed = cmd + ["--timing", "--trace", MOON]
     busy = timed + ["--time-scale", "0.001"]  # all three requests at once
+    sg = ["--engine", "sglang"]
     return {
         "--mode": changes(cmd, ["--mode", "rr"]),
         "--workers": changes(cmd, ["--workers", "3"]),
@@ -185,9 +186,21 @@ def sim_rows(cmd: list) -> dict:
         # (600 tokens) arrives: full admission waits for its 38 blocks, chunk admits 64-token chunks and preempts
         "--admission": changes(busy + ["--mode", "rr", "--capacity", "70", "--block", "16",
                                        "--max-num-batched-tokens", "64"], ["--admission", "chunk"]),
-        # one built-in engine kind: naming it is refused where it would do nothing (NO_EFFECT); a third-party
-        # kind changes a run (tests/test_thirdparty_plugin.py)
-        "--engine": refuses(cmd + ["--engine", "vllm"], "--engine"),
+        # SGLang's separate prefill and decode passes time the trace differently (refused without --timing: NO_EFFECT)
+        "--engine": changes(busy, ["--engine", "sglang"]),
+        # SGLang's options (issue 40): each changes an SGLang run (the resolved options are in its keys too) and
+        # is refused with another engine (NO_EFFECT)
+        "--max-running-requests": changes(busy + sg, ["--max-running-requests", "1"]),
+        "--chunked-prefill-size": changes(timed + sg, ["--chunked-prefill-size", "256"]),
+        "--max-prefill-tokens": changes(busy + sg, ["--max-prefill-tokens", "512"]),
+        "--schedule-policy": changes(busy + sg, ["--schedule-policy", "lof"]),
+        "--page-size": changes(timed + sg, ["--page-size", "4"]),
+        "--disable-radix-cache": changes(timed + sg, ["--disable-radix-cache"]),
+        "--enable-mixed-chunk": changes(busy + sg, ["--enable-mixed-chunk"]),
+        "--mem-fraction-static": changes(timed + sg, ["--mem-fraction-static", "0.5"]),
+        "--schedule-conservativeness": changes(busy + sg, ["--schedule-conservativeness", "0.5"]),
+        "--init-new-token-ratio": changes(busy + sg, ["--init-new-token-ratio", "0.3"]),
+        "--new-token-ratio-decay-steps": changes(busy + sg, ["--new-token-ratio-decay-steps", "10"]),
         # one built-in controller, none: named, it is refused where it would do nothing (NO_EFFECT); a third-party
         # controller changes a run (tests/test_thirdparty_plugin.py: add-then-retire)
         "--controller": refuses(cmd + ["--controller", "none"], "--controller"),
@@ -326,6 +339,20 @@ NO_EFFECT = [
     (["--timing", "--max-lora-rank", "8"], "--max-lora-rank"),
     (["--timing", "--lora-disk-gbps", "1"], "--lora-disk-gbps"),
     (["--timing", "--cpu-write", "compute"], "--cpu-write"),
+    # SGLang (issue 40): its options with another engine, vLLM's with it, and its own dead combinations
+    (["--engine", "sglang"], "--engine"),  # without --timing
+    (["--timing", "--page-size", "4"], "--page-size"),
+    (["--timing", "--schedule-policy", "fcfs"], "--schedule-policy"),
+    (["--timing", "--disable-radix-cache"], "--disable-radix-cache"),
+    (["--timing", "--engine", "sglang", "--max-num-seqs", "4"], "--max-num-seqs"),
+    (["--timing", "--engine", "sglang", "--max-num-batched-tokens", "8192"], "--max-num-batched-tokens"),
+    (["--timing", "--engine", "sglang", "--async-scheduling"], "--async-scheduling"),
+    (["--timing", "--engine", "sglang", "--queue-policy", "fcfs"], "--queue-policy"),
+    (["--timing", "--engine", "sglang", "--gpu-memory-utilization", "0.8"], "--gpu-memory-utilization"),
+    (["--timing", "--engine", "sglang", "--cpu-capacity", "8"], "--cpu-capacity"),
+    (["--timing", "--engine", "sglang", "--split", "1:1"], "--split"),
+    (["--timing", "--engine", "sglang", "--chunked-prefill-size", "-1", "--enable-mixed-chunk"], "--enable-mixed-chunk"),
+    (["--timing", "--engine", "sglang", "--disable-radix-cache", "--schedule-policy", "lpm"], "--schedule-policy"),
     (["--admission", "chunk"], "--admission"),  # the count-based replay has no admission
     (["--async-scheduling"], "--async-scheduling"),  # nor steps to schedule ahead
     (["--queue-policy", "priority"], "--queue-policy"),  # nor queues

@@ -17,6 +17,7 @@ from dynlab import sweep as lib
 from helpers import HANG, dynlab_command, interruptible, invoke, lines_of, ok, wait_for
 from dynlab.cli.routing import SIM_OPTIONS
 from dynlab.engine.config import SimConfig
+from dynlab.engine.option_rules import SGLANG_FIELDS
 from dynlab.sim.runner import run
 from dynlab.errors import DynlabError
 
@@ -93,11 +94,14 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
              "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b",
              "concurrency": "4", "num_requests": "2", "latency_profile": str(profile),
-             "slo_classes": "chat:ttft_ms=100", "max_loras": "2", "max_cpu_loras": "2"}.get(field, default)
+             "slo_classes": "chat:ttft_ms=100", "max_loras": "2", "max_cpu_loras": "2", "max_running_requests": "8",
+             "chunked_prefill_size": "256", "mem_fraction_static": "0.5"}.get(field, default)
     lora = ("max_cpu_loras", "max_lora_rank", "lora_disk_gbps")  # (with --max-loras: issue 42 item 4)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],
-            **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")}}
+            **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")},
+            # SGLang's options (issue 40): with --engine sglang
+            **{f: ["--engine", "sglang"] for f in SGLANG_FIELDS}}
     # --timing: the timed engine's options (count-based-only --policy and --event-delay go without it);
     # --capacity and --trace: where --policy and --trace-format have an effect; a P/D fleet for its options
     pd = {"decode_router", "link_gbps", "link_latency_ms"}
@@ -126,7 +130,7 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              **{f: {a.lstrip("-"): (int(b) if b.isdigit() else b) for a, b in zip(v[::2], v[1::2])}
                 for f, v in spec.items()}}.get(field, {})
     assert cell == {name: expected, **({"timing": True} if timing else {}), **extra}
-    grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field})
+    grid = lib.Grid((lib.Axis(name, (expected,)),), fields={name: field, "engine": "engine_kind"})
     assert getattr(grid.config(cell), field) == expected
 
 

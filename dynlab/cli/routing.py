@@ -240,8 +240,9 @@ SIM_OPTIONS = [
      "seconds (default 1): none (a fixed fleet) or a controller plugin's NAME:period=S,...; the result then lists "
      "each worker's lifetime (see docs/plugins.md and `dynlab plugins`)."),
     (("--engine",), "engine_kind", RegistryName("engine kind", plugins.engine_kinds), "vllm",
-     "With --timing: what each worker is: vllm (vLLM 0.33's scheduler and KV cache manager, the only built-in "
-     "kind; --async-scheduling is its AsyncScheduler); see `dynlab plugins`."),
+     "With --timing: what each worker is: vllm (vLLM 0.33's scheduler and KV cache manager; --async-scheduling "
+     "is its AsyncScheduler) or sglang (SGLang 0.5.23's scheduler and radix cache, set by the SGLang options "
+     "below; see docs/engine.md); see `dynlab plugins`."),
     (("--queue-policy",), "queue_policy", RegistryName("queue policy", plugins.queue_policies), "fcfs",
      "With --timing: the order of each engine's waiting queue and whom it preempts: fcfs (vLLM's default), "
      "priority (vLLM 0.33's --scheduling-policy priority: by the requests' priority attribute, lower first) "
@@ -261,6 +262,31 @@ SIM_OPTIONS = [
     (("--lora-disk-gbps",), "lora_disk_gbps", FiniteFloat(min=0, min_open=True), DISK_GBPS,
      "With --max-loras: GB/s a worker reads an adapter from disk at when host memory lacks it (default: a PCIe "
      "4.0 x4 NVMe drive's link, an upper bound)."),
+    # SGLang's options (issue 40, --engine sglang; dynlab.engine.sglang), under SGLang's names and defaults
+    (("--max-running-requests",), "max_running_requests", click.IntRange(min=1), None,
+     "With --engine sglang: running requests per worker at most (SGLang's) [default: SGLang's rule from the "
+     "pool's tokens and the model's context length, 2048 for most]."),
+    (("--chunked-prefill-size",), "chunked_prefill_size", click.IntRange(min=-1), None,
+     "With --engine sglang: tokens of a prefill chunk at most (SGLang's; -1: no chunking) [default: by the "
+     "GPU's memory, 8192 on an H100]."),
+    (("--max-prefill-tokens",), "max_prefill_tokens", click.IntRange(min=1), 16384,
+     "With --engine sglang: tokens of one prefill pass at most (SGLang's)."),
+    (("--schedule-policy",), "schedule_policy", click.Choice(["fcfs", "lpm", "lof", "random"]), "fcfs",
+     "With --engine sglang: the waiting queue's order (SGLang's): fcfs, lpm (longest cached prefix first; "
+     "fcfs above 128 waiting), lof (longest output first) or random."),
+    (("--page-size",), "page_size", click.IntRange(min=1), 1,
+     "With --engine sglang: tokens per KV page (SGLang's); must divide --block."),
+    (("--mem-fraction-static",), "mem_fraction_static", FiniteFloat(0.0, 1.0, min_open=True), None,
+     "With --engine sglang: share of GPU memory for weights and KV (SGLang's); sizes the pool without "
+     "--capacity [default: vLLM's 0.9 rule, see docs/engine.md]."),
+    (("--schedule-conservativeness",), "schedule_conservativeness", FiniteFloat(min=0, min_open=True), 1.0,
+     "With --engine sglang: scales the initial new-token ratio (SGLang's; larger admits fewer requests)."),
+    (("--init-new-token-ratio",), "init_new_token_ratio", FiniteFloat(min=0, min_open=True), 0.7,
+     "With --engine sglang: the share of its remaining output each running request reserves at admission "
+     "(SGLang's SGLANG_INIT_NEW_TOKEN_RATIO)."),
+    (("--new-token-ratio-decay-steps",), "new_token_ratio_decay_steps", click.IntRange(min=1), 600,
+     "With --engine sglang: decode passes for the new-token ratio to decay to its floor (SGLang's "
+     "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)."),
     (("--prefill-workers",), "prefill_workers", click.IntRange(min=1), None,
      "With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; "
      "see docs/disagg.md)."),
@@ -314,6 +340,11 @@ SIM_FLAGS = [
      "With --timing: schedule each step while the one before it runs, as vLLM's AsyncScheduler (its default "
      "on GPUs): requests join a step later, finished requests free their blocks a step later (see "
      "docs/engine.md) [default: off]."),
+    ("--disable-radix-cache", "disable_radix_cache",
+     "With --engine sglang: no prefix cache (SGLang's): nothing is matched, cached or published."),
+    ("--enable-mixed-chunk", "enable_mixed_chunk",
+     "With --engine sglang: the running requests decode inside each chunked prefill pass (SGLang's), instead "
+     "of a decode pass of their own."),
     ("--keep-failed", "keep_failed",
      "With a BurstGPT --trace: replay its failed requests (Response tokens 0), which are skipped by default (as "
      "vLLM's loader drops them), as prompts without an answer: prefilled, no output token counted (see "

@@ -156,6 +156,19 @@ class SimConfig(Sectioned):
     max_cpu_loras: Optional[int] = None
     max_lora_rank: int = 16
     lora_disk_gbps: float = DISK_GBPS
+    # --- SGLang's options (--engine sglang, dynlab.engine.sglang; issue 40), under SGLang's names; None: resolved
+    #     as sglang 0.5.23 does (dynlab.engine.sglang.defaults); chunked_prefill_size -1: no chunking
+    max_running_requests: Optional[int] = None
+    chunked_prefill_size: Optional[int] = None
+    max_prefill_tokens: int = 16384
+    schedule_policy: str = "fcfs"
+    page_size: int = 1
+    disable_radix_cache: bool = False
+    enable_mixed_chunk: bool = False
+    mem_fraction_static: Optional[float] = None
+    schedule_conservativeness: float = 1.0
+    init_new_token_ratio: float = 0.7
+    new_token_ratio_decay_steps: int = 600
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -276,9 +289,32 @@ class SimConfig(Sectioned):
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
         check_lora(self)  # adapter settings vLLM refuses or dynlab does not model
+        self._check_sglang()
         if self.async_scheduling:
             from dynlab.engine.async_steps import check_config  # what it does not model is refused
             check_config(self)
+
+    def _check_sglang(self) -> None:
+        """SGLang's options' ranges (:mod:`dynlab.engine.sglang`)."""
+        from dynlab.engine.sglang.schedule_policy import SCHEDULE_POLICIES
+
+        for name in ("max_running_requests", "max_prefill_tokens", "page_size", "new_token_ratio_decay_steps"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        if self.chunked_prefill_size is not None and not (self.chunked_prefill_size == -1 or self.chunked_prefill_size >= 1):
+            raise ValueError(f"chunked_prefill_size must be >= 1 or -1 (no chunking), got {self.chunked_prefill_size}")
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(f"schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}")
+        if self.mem_fraction_static is not None and not 0.0 < self.mem_fraction_static <= 1.0:
+            raise ValueError(f"mem_fraction_static must be in (0, 1], got {self.mem_fraction_static}")
+        for name in ("schedule_conservativeness", "init_new_token_ratio"):
+            v = getattr(self, name)
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number > 0, got {v}")
+        if self.engine_kind == "sglang" and self.block % self.page_size:
+            raise ValueError(f"--page-size {self.page_size} must divide --block {self.block} (dynlab names the KV "
+                             "of each block; a page is part of one)")
 
 
 #: the section classes (named tuples with SimConfig's defaults; :mod:`dynlab.engine.sections`)

@@ -9,11 +9,12 @@ kind that subclasses it, or wraps its parts, inherits that interface.
 
 ``vllm`` (:class:`Vllm`, the default) is vLLM 0.33's engine: :class:`~dynlab.engine.worker.EngineWorker`, or
 with ``--async-scheduling`` :class:`~dynlab.engine.async_steps.AsyncEngineWorker` (vLLM's ``AsyncScheduler``:
-an option of this kind, not a kind of its own). The built-in plugin (``dynlab_builtins.engines``) registers it.
+an option of this kind, not a kind of its own). ``sglang`` (:class:`Sglang`) is SGLang 0.5.23's scheduler and
+radix cache (:mod:`dynlab.engine.sglang`). The built-in plugin (``dynlab_builtins.engines``) registers both.
 """
 from __future__ import annotations
 
-__all__ = ["EngineKind", "Vllm"]
+__all__ = ["EngineKind", "Sglang", "Vllm"]
 
 
 class EngineKind:
@@ -49,3 +50,14 @@ class Vllm(EngineKind):
         return worker(worker_id, setup.capacity, c.block, setup.latency, cpu_capacity=setup.cpu_capacity or 0,
                       load_ms_per_block=setup.load_ms_per_block, cpu_write=c.cpu_write, runs=setup.runs_of is not None,
                       spec=setup.spec_decoding(), lora=setup.lora, **common)
+
+
+class Sglang(EngineKind):
+    """SGLang 0.5.23: separate prefill and decode passes, new-token-ratio admission, retraction, a radix cache."""
+
+    name = "sglang"
+
+    def build(self, setup, worker_id: int, *, handoff: bool = False, decode: bool = False):
+        from dynlab.engine.sglang.defaults import sglang_worker
+
+        return sglang_worker(setup, worker_id, handoff, decode)

@@ -34,6 +34,25 @@ TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_se
                      "request_overhead_ms", "detok_us_per_token", "slo_classes", "max_loras")
 #: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
 PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
+#: SGLang's options (``--engine sglang``, :mod:`dynlab.engine.sglang`): refused with any other engine kind
+SGLANG_FIELDS = ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "page_size",
+                 "disable_radix_cache", "enable_mixed_chunk", "mem_fraction_static", "schedule_conservativeness",
+                 "init_new_token_ratio", "new_token_ratio_decay_steps")
+#: vLLM's options (and what dynlab's SGLang worker does not model), each refused with ``--engine sglang``
+VLLM_ONLY = (
+    ("max_num_seqs", "vLLM's running cap; SGLang's is --max-running-requests"),
+    ("max_num_batched_tokens", "vLLM's step budget; SGLang's are --chunked-prefill-size and --max-prefill-tokens"),
+    ("gpu_memory_utilization", "vLLM's share of GPU memory; SGLang's is --mem-fraction-static"),
+    ("admission", "vLLM's admission rule; SGLang admits by its new-token ratio (PrefillAdder)"),
+    ("queue_policy", "vLLM's waiting order; SGLang's is --schedule-policy"),
+    ("async_scheduling", "vLLM's AsyncScheduler; SGLang's overlap scheduler is not modelled"),
+    ("cpu_capacity", "dynlab does not model SGLang's CPU tier (HiCache)"),
+    ("cpu_memory_gb", "dynlab does not model SGLang's CPU tier (HiCache)"),
+    ("spec_tokens", "dynlab does not model SGLang's speculative decoding"),
+    ("spec_method", "dynlab does not model SGLang's speculative decoding"),
+    ("max_loras", "dynlab models LoRA adapters on vLLM workers only"),
+    ("controller", "workers join and leave a fleet of vLLM workers only, for now"),
+)
 #: options of a disaggregated fleet only (refused for an aggregated one)
 PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
 
@@ -54,9 +73,8 @@ def _flag(name: str) -> str:
 def _no_effect_rules(config, own_block_tokens: Optional[int]):
     """``(field, why it has no effect)`` for each option that would do nothing in ``config``.
 
-    The one table of the combinations where an option is refused; each reason completes
-    "``--NAME`` has no effect ...". A new option with such a combination gets a row here.
-    """
+    The one table of the combinations where an option is refused (each reason completes "``--NAME`` has no
+    effect ..."); a new option with such a combination gets a row here (engine kinds': ``_engine_rules``)."""
     for name in WORKLOAD_FIELDS:
         if config.trace is not None:
             yield name, "with --trace: it shapes the synthetic workload only"
@@ -70,7 +88,8 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "trace_format", "without --trace"
         yield "tokenizer", "without --trace (it turns the text of a trace into tokens)"
         yield "trace_block", "without --trace (the block size of a trace that names its own blocks)"
-    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING), *_gateway_rules(config))
+    yield from (*workload_rules(config, _WITHOUT_TIMING), *_spec_rules(config, SPEC_FIELDS, _WITHOUT_TIMING),
+                *_gateway_rules(config), *_engine_rules(config))  # workloads', spec's, the gateway's, the engine kinds'
     if config.trace is not None and own_block_tokens is not None and not config.timing:
         yield "block", (f"on this trace: its ids already name {own_block_tokens}-token blocks, and the "
                         "count-based replay never hashes tokens (with --timing it is the engine's block)")
@@ -148,6 +167,26 @@ def _tier_and_lora_rules(config):
 
 #: the LoRA adapters' options beside --max-loras, which turns them on (issue 42, dynlab.engine.lora)
 LORA_FIELDS = ("max_cpu_loras", "max_lora_rank", "lora_disk_gbps")
+
+
+def _engine_rules(config):
+    """The engine kinds' rules: SGLang's options without ``--engine sglang``, vLLM's with it (and what the
+    SGLang worker does not model), and SGLang's options that do nothing in some combination."""
+    if config.engine_kind != "sglang":
+        for name in SGLANG_FIELDS:
+            yield name, "without --engine sglang (an option of SGLang's scheduler)"
+        return
+    for name, why in VLLM_ONLY:
+        yield name, f"with --engine sglang ({why})"
+    if not _aggregated(config):
+        for name in ("split", "prefill_workers", "decode_workers"):
+            yield name, "with --engine sglang (dynlab does not model SGLang's P/D disaggregation yet)"
+    if config.chunked_prefill_size == -1:
+        yield "enable_mixed_chunk", "with --chunked-prefill-size -1 (SGLang mixes decodes only into chunked prefills)"
+    if config.disable_radix_cache and config.schedule_policy == "lpm":
+        yield "schedule_policy", "as lpm with --disable-radix-cache (no prefix is cached: SGLang runs it as fcfs)"
+
+
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
 SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
 

@@ -20,7 +20,10 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "engine_kind", "admission", "queue_policy",
                "async_scheduling",
                "spec_method", "spec_tokens", "spec_acceptance", "spec_draws", "spec_model",  # spec: issue 26
-               "max_loras", "max_cpu_loras", "max_lora_rank", "lora_disk_gbps"),  # LoRA adapters: issue 42
+               "max_loras", "max_cpu_loras", "max_lora_rank", "lora_disk_gbps",  # LoRA adapters: issue 42
+               "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",  # SGLang's
+               "page_size", "disable_radix_cache", "enable_mixed_chunk", "mem_fraction_static",
+               "schedule_conservativeness", "init_new_token_ratio", "new_token_ratio_decay_steps"),
     "kv": ("block", "trace_block", "capacity", "policy", "kv_cache_dtype", "cpu_capacity", "cpu_memory_gb",
            "pcie_gbps", "cpu_write"),
     "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),

@@ -144,6 +144,11 @@ class TimedSetup:
                "latency_model": c.latency_model, "admission": c.admission, "async_scheduling": c.async_scheduling}
         if c.engine_kind != "vllm":
             out["engine"] = c.engine_kind
+        if c.engine_kind == "sglang":  # its options as resolved (dynlab.engine.sglang.defaults), vLLM's left out
+            from dynlab.engine.sglang.defaults import describe
+
+            del out["admission"], out["async_scheduling"]
+            out.update(describe(self))
         if c.queue_policy != "fcfs":
             out["queue_policy"] = c.queue_policy
         out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
@@ -243,7 +248,7 @@ def _hardware_pool(config: SimConfig) -> tuple:
                 layout and layout[2])
     if layout is not None:
         return hardware, latency, layout[0], layout[1], layout[2]
-    capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization,
+    capacity, source = kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, _memory_share(config),
                                  parallel=hardware.parallel, draft=_draft_model(config))
     return hardware, latency, capacity, source, None
 
@@ -267,7 +272,14 @@ def _kv_layout(config: SimConfig, hardware) -> tuple:
     if hardware.parallel is not None and not hardware.parallel.plain:
         raise ValueError(f"{hardware.model.name} has KV cache groups, which dynlab models with --tp only "
                          f"(not {hardware.parallel.describe()})")
-    return hybrid_kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, config.gpu_memory_utilization)
+    return hybrid_kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, _memory_share(config))
+
+
+def _memory_share(config: SimConfig) -> float:
+    """The share of GPU memory for weights and KV: ``--mem-fraction-static`` when given (SGLang's), else
+    ``--gpu-memory-utilization`` (vLLM's; :mod:`dynlab.engine.sglang.defaults` says why SGLang's default is it)."""
+    share = config.mem_fraction_static
+    return config.gpu_memory_utilization if share is None else share
 
 
 def check_timed(config: SimConfig, requests=None) -> None:
