@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import vllm_side  # noqa: E402
 from fidelity_vllm import _check_vllm, compare  # noqa: E402
-from vllm_dynlab_side import run_dynlab  # noqa: E402
+from vllm_dynlab_side import EngineSetup, run_dynlab  # noqa: E402
 from fidelity_vllm import all_cases  # noqa: E402
 
 
@@ -179,6 +179,69 @@ def spec_cases() -> list:
     ]
 
 
+#: the hybrid traces' models: gpt-oss (one full-attention and one 128-token sliding-window group) and Gemma 3
+#: (one full-attention and six 1,024-token sliding-window groups); both ship EAGLE-3 heads
+HYBRID_MODELS = {"gptoss": "gpt-oss-120b", "gemma3": "gemma-3-27b"}
+
+
+def _groups(model: str) -> int:
+    from dynlab.kv.groups import hybrid_pool
+    from dynlab.latency.hardware import model_spec
+
+    pool = hybrid_pool(model_spec(model), 16)
+    return pool.full_groups + len(pool.groups)
+
+
+def _fit_groups(rows: list, capacity: int, model: str, k: int = 8) -> list:
+    """``rows`` whose whole sequence (``input + output - 1`` tokens, plus ``2 K`` for a last verify's drafts and
+    lookahead slots) takes at most half the pool in every group at once (what a one-chunk prefill holds)."""
+    n = _groups(model)
+    return [r for r in rows if n * -(-(len(r["tokens"]) + r["output_length"] - 1 + 2 * k) // 16) <= capacity // 2]
+
+
+def hybrid_cases(scale: float = 1.0) -> list:
+    """Speculative decoding on models with KV cache groups (issue 43 item 2): hand cases on gpt-oss's two groups
+    (128-token window, 16-token blocks: the window drops a block every 16 tokens once 127 are computed) and
+    Gemma 3's seven, and seeded conversations on both, ample and tight pools, one with a 256-token budget."""
+    from vllm_traces import HAND, Case, _Ids, _row, conversations
+
+    ids = _Ids(700_000)
+    gpt, gemma = HYBRID_MODELS["gptoss"], HYBRID_MODELS["gemma3"]
+
+    def hand(capacity: int, budget: int, model: str, seqs: int = 256):
+        return EngineSetup(capacity, budget, min(seqs, budget), **HAND, model=model)
+
+    long, shared, tail = ids.take(200), ids.take(300), ids.take(40)
+    g_long = ids.take(1100)
+    cases = [
+        Case("swa-decode-window", hand(64, 8192, gpt), [_row(0, long, 60)],
+             "gpt-oss: 200 + 60 tokens alone: the window frees a block as decoding passes each 16 tokens"),
+        Case("swa-prefix-hit", hand(256, 8192, gpt), [_row(0, shared, 4), _row(1000, shared + tail, 3)],
+             "gpt-oss: a second turn hits the first's 300 tokens: the full group's prefix and the window's "
+             "blocks before it, the names covering the token after each block"),
+        Case("swa-whole-blocks", hand(256, 8192, gpt), [_row(0, shared[:256], 3), _row(1000, shared[:256], 2)],
+             "gpt-oss: a prompt of whole blocks sent twice: the hit stops a block short of the last"),
+        Case("swa-tight", hand(40, 8192, gpt), [_row(0, ids.take(150), 40), _row(5, ids.take(150), 40),
+                                               _row(10, ids.take(100), 30)],
+             "gpt-oss: three requests in 40 blocks of two groups: preemptions, the lookahead slots in both"),
+        Case("swa-chunked", hand(128, 48, gpt), [_row(0, ids.take(400), 20), _row(30, ids.take(60), 30)],
+             "gpt-oss: a 400-token prompt chunked at 48 tokens beside a verifying decode"),
+        Case("gemma-long-window", hand(1024, 8192, gemma), [_row(0, g_long, 40), _row(2000, g_long + tail, 5)],
+             "Gemma 3: 1,100 tokens past its 1,024-token windows in six groups, then a hit on them"),
+    ]
+    specs = [  # name, model, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
+        ("conv-gptoss-ample", gpt, 11, 200, 0.5, 8192, 8192, 256, "gpt-oss, ample pool"),
+        ("conv-gptoss-tight", gpt, 12, 500, 1.0, 1200, 8192, 256, "gpt-oss, tight pool: evictions, preemptions"),
+        ("conv-gptoss-chunked", gpt, 13, 300, 1.0, 1600, 256, 64, "gpt-oss, 256-token budget, 64 seqs"),
+        ("conv-gemma3-ample", gemma, 14, 150, 0.5, 16384, 8192, 256, "Gemma 3, ample pool"),
+        ("conv-gemma3-tight", gemma, 15, 300, 1.0, 3000, 8192, 256, "Gemma 3, tight pool"),
+    ]
+    for name, model, seed, n, rate, cap, budget, seqs, what in specs:
+        rows = _fit_groups(conversations(seed, max(int(n * scale), 1), rate), cap, model)
+        cases.append(Case(name, EngineSetup(cap, budget, seqs, model=model), rows, what))
+    return cases
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=2, help="draft tokens per step")
@@ -192,7 +255,7 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
-    cases = all_cases() + spec_cases()
+    cases = all_cases() + spec_cases() + hybrid_cases()
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
     gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"

@@ -33,7 +33,8 @@ KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_ms", "f
 class EngineSetup:
     """One run's engine: ``capacity`` blocks of ``block`` tokens, the scheduler's limits (tokens, sequences),
     the linear latency model's ``beta0`` (ms per step), ``beta1`` (ms per prefill token), ``beta2`` (ms
-    per decode request) (:class:`dynlab_builtins.latency.Linear`); ``queue_policy``: ``fcfs`` or ``priority`` (vLLM's
+    per decode request) (:class:`dynlab_builtins.latency.Linear`); ``model``: a model with KV cache groups or
+    ``None``; ``queue_policy``: ``fcfs`` or ``priority`` (vLLM's
     ``SchedulerConfig.policy``; dynlab's ``--queue-policy``, the rows' ``priority`` field)."""
 
     capacity: int
@@ -44,6 +45,9 @@ class EngineSetup:
     beta2: float = 0.10746
     block: int = 16
     queue_policy: str = "fcfs"
+    #: a catalogue model with KV cache groups (``gpt-oss-120b``, ``gemma-3-27b``: ``--model``), ``None``: one
+    #: full-attention group (the model then changes nothing: the linear latency model ignores it)
+    model: Optional[str] = None
 
 
 def sim_args(setup: EngineSetup, trace: str) -> list[str]:
@@ -54,7 +58,8 @@ def sim_args(setup: EngineSetup, trace: str) -> list[str]:
             "--max-num-seqs", str(setup.max_num_seqs), "--latency-model", "linear",
             "--latency-opt", f"beta0={setup.beta0!r}", "--latency-opt", f"beta1={setup.beta1!r}",
             "--latency-opt", f"beta2={setup.beta2!r}", *_terms_off(), "--quiet",
-            *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else [])]
+            *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else []),
+            *(["--model", setup.model] if setup.model is not None else [])]
 
 
 def _terms_off() -> list[str]:
