@@ -62,9 +62,11 @@ _NO_WINDOW = 1 << 62  # an extra full-attention group: a window nothing leaves
 
 class HybridKvCacheManager(KvCacheManager):
     """One engine's KV cache over the groups of ``layout`` (:class:`~dynlab.kv.groups.HybridPool`), one pool
-    of ``capacity`` blocks of ``block`` tokens. Raises ``ValueError`` with ``runs``."""
+    of ``capacity`` blocks of ``block`` tokens; ``in_flight``: tokens one step may schedule (the engine's
+    ``max_num_batched_tokens``), which caps a window group's blocks in the whole-sequence admission check
+    (``None``: no cap). Raises ``ValueError`` with ``runs``."""
 
-    def __init__(self, capacity: int, block: int, layout: HybridPool, **kw):
+    def __init__(self, capacity: int, block: int, layout: HybridPool, in_flight: Optional[int] = None, **kw):
         if kw.get("runs"):
             raise ValueError("KV cache groups (sliding-window, chunked-local or state layers) are not modelled "
                              "with trace blocks other than --block")
@@ -73,6 +75,7 @@ class HybridKvCacheManager(KvCacheManager):
         self.extra = extra + layout.groups
         self.groups = (FullAttentionGroup(block),) + self.extra
         self.layout = layout
+        self.in_flight = in_flight  # tokens a step may schedule (vLLM's max_in_flight_tokens, synchronous); None: no cap
         self.stride = layout.name_stride
         self.tables: dict = {}  # request -> [[skip, keys] per extra group]
         self.held_tables: dict = {}
@@ -167,13 +170,15 @@ class HybridKvCacheManager(KvCacheManager):
               reserve: int = 0) -> Optional[tuple]:
         """Full keys and tables for ``req`` holding nothing: ``h`` hits, slots to ``tokens``, windows at
         ``computed``; ``None`` (nothing taken) when the free queue cannot give them, or the blocks of
-        ``max(tokens, reserve)`` tokens (full admission, :meth:`admission_tokens`) are not free now. ``gpu``:
+        ``reserve`` tokens (full admission, :meth:`admission_tokens`; a window group's at most its
+        :meth:`~dynlab.kv.groups.SlidingWindowGroup.admission_cap`, vLLM's ``apply_admission_cap``) are not free now. ``gpu``:
         ``(full GPU hits, [each extra group's GPU hits])`` when the CPU tier gives the rest of the ``h`` (new
         blocks are taken for them), else all ``h`` are GPU hits."""
         pool = self.pool
         hf = h if gpu is None else gpu[0]
-        check_tokens = max(tokens, reserve)
-        need = self.blocks_needed(check_tokens) - hf
+        whole = reserve > tokens  # the whole-sequence check, each window group's blocks capped (admission_cap)
+        need = self.blocks_needed(tokens) - hf
+        seq_need = self.blocks_needed(reserve) - hf if whole else 0
         evict = pool.evictable_hits(req.seq, hf) if hf else 0
         plan = []
         for i, g in enumerate(self.extra):
@@ -182,9 +187,11 @@ class HybridKvCacheManager(KvCacheManager):
             hits = self.seq_of(req, i)[s:s + a] if a else []
             new = g.blocks_needed(tokens) - (s + a)
             plan.append((s, hits, new))
-            need += max(g.blocks_needed(check_tokens) - (s + a), 0)
+            need += max(new, 0)
+            if whole:
+                seq_need += max(min(g.blocks_needed(reserve), g.admission_cap(self.in_flight)) - (s + a), 0)
             evict += pool.evictable_hits(hits, len(hits)) if hits else 0
-        if need + evict > pool.num_free:
+        if max(need, seq_need) + evict > pool.num_free:
             return None
         keys = pool.take_hits(req.seq, hf)  # every group's hits first: an allocation must not evict a hit
         taken = [pool.take_hits(hits, len(hits)) for _, hits, _ in plan]  # (a copy's key where a name has copies)
@@ -203,13 +210,14 @@ class HybridKvCacheManager(KvCacheManager):
         return got[0]
 
     def _drop_skipped(self, req) -> None:
-        """Free each window group's blocks that left the window at ``req.computed`` tokens."""
-        pool = self.pool
+        """Free each window group's blocks that left the window at ``req.computed`` tokens. Each is a computed
+        full block, which vLLM has hashed: all go to the free-queue tail (reversed), a generated token's
+        block as an unnamed block in a named block's place (:meth:`_release_table`)."""
         for g, table in zip(self.extra, self.tables[req]):
             s = g.skipped(req.computed)
             d = min(s - table[0], len(table[1]))
             if d > 0:
-                pool.release(table[1][:d])
+                self._release_table(table[0], table[1][:d], req.nreg, table[0] + d)
                 del table[1][:d]
                 table[0] += d
 
@@ -249,12 +257,41 @@ class HybridKvCacheManager(KvCacheManager):
         for _, keys in tables:
             self.pool.release(keys)
 
+    def _release_table(self, skip: int, keys: list, named: int, hashed: int) -> None:
+        """Free ``keys``, a table's blocks from block ``skip`` on, reversed: those before block ``named`` (named)
+        and the unnamed full blocks of generated tokens before block ``hashed`` (vLLM hashes them) to the tail,
+        the rest (a partial block, lookahead slots) to the head (:meth:`BlockPool.release`'s ``out``)."""
+        at = min(max(named - skip, 0), len(keys))
+        self.pool.release(keys, (), at, max(min(hashed - skip, len(keys)) - at, 0))
+
     def free(self, req) -> None:
-        """Return every group's blocks to the free queue, the full group's first (named ones stay cached)."""
+        """Return every group's blocks to the free queue, the full group's first (named ones stay cached). The
+        extra groups' blocks of generated tokens follow the full group's (:meth:`KvCacheManager.free`): named
+        under the names a preemption gives them there, or, at a finish, to the tail unnamed."""
+        old = req.nreg
         super().free(req)
-        self._release_tables(self.tables.pop(req, ()))
+        tables = self.tables.pop(req, ())
         self._seqs.pop(req, None)
         self._loads.pop(req, None)
+        hashed = req.nreg
+        if req.nreg > old:  # a preemption named the generated tokens' full blocks (name_output): here too
+            self._name_extra(req, tables, old)
+        elif req.generated >= req.output_length:
+            hashed = req.computed // self.block
+        for skip, keys in tables:
+            self._release_table(skip, keys, req.nreg, hashed)
+
+    def _name_extra(self, req, tables, old: int) -> None:
+        """Register every extra group's blocks ``old .. req.nreg - 1`` (the names :func:`name_output` gave),
+        without a ``BlockStored`` (as that function)."""
+        pool = self.pool
+        stored = len(pool.stored)
+        for i, (g, (skip, keys)) in enumerate(zip(self.extra, tables)):
+            end = min(req.nreg, skip + len(keys))
+            if g.prefix_cache and end > max(old, skip):
+                pool.register(keys, self.seq_of(req, i)[skip:], max(old, skip) - skip, end - skip)
+        del pool.stored[stored:]
+        self._seqs.pop(req, None)
 
     # -- the CPU tier, per group --------------------------------------------------------------
     def begin_step(self, now: float) -> None:
@@ -360,13 +397,15 @@ class HybridKvCacheManager(KvCacheManager):
         raise RuntimeError("bulk decode runs are not modelled with KV cache groups")
 
 
-def kv_cache_manager(capacity: int, block: int, kv_layout=None, **kwargs) -> KvCacheManager:
+def kv_cache_manager(capacity: int, block: int, kv_layout=None, in_flight: Optional[int] = None,
+                     **kwargs) -> KvCacheManager:
     """The KV cache manager of one engine: a :class:`KvCacheManager` (one full-attention group) when
-    ``kv_layout`` is ``None``, else a :class:`HybridKvCacheManager` over its KV cache groups; ``kwargs``
-    are :class:`KvCacheManager`'s (``runs``, ``cpu_capacity``, ``load_ms_per_block``, ``cpu_write``)."""
+    ``kv_layout`` is ``None``, else a :class:`HybridKvCacheManager` over its KV cache groups (``in_flight``:
+    its admission cap's tokens per step); ``kwargs`` are :class:`KvCacheManager`'s (``runs``,
+    ``cpu_capacity``, ``load_ms_per_block``, ``cpu_write``)."""
     if kv_layout is None:
         return KvCacheManager(capacity, block, **kwargs)
-    return HybridKvCacheManager(capacity, block, kv_layout, **kwargs)
+    return HybridKvCacheManager(capacity, block, kv_layout, in_flight, **kwargs)
 
 
 def _own_change(change, stride: int):
