@@ -232,9 +232,11 @@ def hybrid_cases(scale: float = 1.0) -> list:
     specs = [  # name, model, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
         ("conv-gptoss-ample", gpt, 11, 200, 0.5, 8192, 8192, 256, "gpt-oss, ample pool"),
         ("conv-gptoss-tight", gpt, 12, 500, 1.0, 1200, 8192, 256, "gpt-oss, tight pool: evictions, preemptions"),
+        ("conv-gptoss-overloaded", gpt, 16, 500, 3.0, 700, 8192, 256, "gpt-oss, overloaded pool: preemptions"),
         ("conv-gptoss-chunked", gpt, 13, 300, 1.0, 1600, 256, 64, "gpt-oss, 256-token budget, 64 seqs"),
         ("conv-gemma3-ample", gemma, 14, 150, 0.5, 16384, 8192, 256, "Gemma 3, ample pool"),
         ("conv-gemma3-tight", gemma, 15, 300, 1.0, 3000, 8192, 256, "Gemma 3, tight pool"),
+        ("conv-gemma3-overloaded", gemma, 17, 300, 3.0, 2000, 1024, 64, "Gemma 3, overloaded, 1,024-token budget"),
     ]
     for name, model, seed, n, rate, cap, budget, seqs, what in specs:
         rows = _fit_groups(conversations(seed, max(int(n * scale), 1), rate), cap, model)

@@ -186,9 +186,6 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         def runs_of(req) -> tuple:
             return engine_block_runs(req.hashes, req.input_length - la, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model, layout)
-    if layout is not None and config.spec_tokens:
-        raise ValueError(f"{hardware.model.name} has {layout.describe()}; dynlab does not model them with "
-                         "speculative decoding (--spec-tokens)")
     if layout is not None and runs_of is not None:
         # KV cache groups over mapped names: every group named from the same engine block names, on the
         # plain pool (dynlab.kv.hybrid; no runs), the extra groups' names above the mapped ones

@@ -20,6 +20,16 @@ state, extra full-attention groups) holds its own block table per request, from 
   state group serves none (``h = 0``);
 - P/D (:meth:`reserve`): the decode side reserves what is resident after the prompt: every full
   group's ``ceil(tokens / block)``, a window group's blocks in its window.
+- freeing (vLLM frees every full block it has hashed to the free-queue tail, generated tokens' too): a
+  window group's blocks that leave the window, and at a finish its full blocks of generated tokens, go
+  to the tail (unnamed: no one can hit them), a partial block to the head; a preemption names them as
+  the full group's (:func:`~dynlab.kv.output_blocks.name_output`, each group under its own names);
+- admission (``admission="full"``): the whole-sequence check counts a window group's blocks up to its
+  :meth:`~dynlab.kv.groups.SlidingWindowGroup.admission_cap` (``in_flight``: the engine's token budget);
+- speculative decoding (:mod:`dynlab.engine.spec`): the ``K`` lookahead slots of each allocation are
+  taken in every group, a window group's before its drop at the computed tokens (vLLM rolls rejected
+  drafts back first); names cover the token after each block (EAGLE's hash lookahead) in every group,
+  since every group's names come from the full group's.
 
 CPU tier (``cpu_capacity > 0``), per group: one LRU tier of blocks (each one pool page of every layer of
 one group, so one size for all groups), holding each group's blocks under that group's names:
