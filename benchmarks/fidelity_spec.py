@@ -99,7 +99,7 @@ class _State:
         self.id, self.spec_state = i, None
 
 
-def _speculative(method: str, k: int, legacy_hashes: bool = False):
+def _speculative(method: str, k: int, legacy_hashes: bool = False, hash_rule: str = "lookahead"):
     """``(target ModelConfig, ParallelConfig) -> SpeculativeConfig`` for :func:`vllm_side.build_scheduler`.
 
     ``ngram`` is built as vLLM builds it. ``eagle``/``eagle3``/``mtp`` need a draft checkpoint that the
@@ -119,28 +119,33 @@ def _speculative(method: str, k: int, legacy_hashes: bool = False):
             spec.prompt_lookup_max = spec.prompt_lookup_min = 0
             if legacy_hashes:  # vLLM's own switches: no hash lookahead, no trailing-block drop
                 spec.disable_lookahead_block_hashes = spec.disable_eagle_block_drop = True
+            elif hash_rule == "drop":  # plain hashes, the trailing-block drop (dynlab's --spec-hash-rule drop)
+                spec.disable_lookahead_block_hashes = True
         return spec
     return build
 
 
-def build_spec_scheduler(setup, k: int, method: str = "ngram", legacy_hashes: bool = False):
+def build_spec_scheduler(setup, k: int, method: str = "ngram", legacy_hashes: bool = False, hash_rule: str = "lookahead"):
     """vLLM's ``Scheduler`` for ``setup`` with ``SpeculativeConfig(method, num_speculative_tokens=k)``
-    (:func:`vllm_side.build_scheduler` at vLLM 0.33.0's default admission, ``scheduler_reserve_full_isl=True``)."""
-    return vllm_side.build_scheduler(setup, reserve_full_isl=True, speculative=_speculative(method, k, legacy_hashes))
+    (:func:`vllm_side.build_scheduler` at vLLM 0.33.0's default admission, ``scheduler_reserve_full_isl=True``);
+    ``hash_rule`` ``drop``: ``disable_lookahead_block_hashes`` (dynlab's ``--spec-hash-rule drop``)."""
+    return vllm_side.build_scheduler(setup, reserve_full_isl=True,
+                                     speculative=_speculative(method, k, legacy_hashes, hash_rule))
 
 
 def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram", gamma: float = 0.0,
-                  legacy_hashes: bool = False) -> list:
+                  legacy_hashes: bool = False, hash_rule: str = "lookahead") -> list:
     """Per-request records of vLLM's scheduler with ``method`` speculation, ``k`` drafts, constant rate ``rate``."""
     from dynlab.engine.spec import Acceptance, parse_acceptance
 
-    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method, legacy_hashes), k,
+    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method, legacy_hashes, hash_rule), k,
                     Acceptance(parse_acceptance(str(rate), k), "expected"), 0.0 if method == "ngram" else gamma)
     vllm_side._run_sync(d)  # vLLM 0.33's own rules, which dynlab's engine follows by default (issue 24)
     return d.records()
 
 
-def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram", gamma: float = 0.0) -> list:
+def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram", gamma: float = 0.0,
+                    hash_rule: str = "lookahead") -> list:
     import vllm_dynlab_side as side
 
     original = side.sim_args
@@ -148,7 +153,8 @@ def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram"
     def spec_args(setup, trace):
         return original(setup, trace) + ["--spec-method", method, "--spec-tokens", str(k),
                                          "--spec-acceptance", str(rate), "--spec-draws", "expected"] + (
-            [] if method == "ngram" else ["--latency-opt", f"spec_gamma={gamma!r}"])
+            [] if method == "ngram" else ["--latency-opt", f"spec_gamma={gamma!r}"]) + (
+            ["--spec-hash-rule", hash_rule] if hash_rule != "lookahead" else [])
 
     side.sim_args = spec_args
     try:
@@ -179,9 +185,10 @@ def spec_cases() -> list:
     ]
 
 
-#: the hybrid traces' models: gpt-oss (one full-attention and one 128-token sliding-window group) and Gemma 3
-#: (one full-attention and six 1,024-token sliding-window groups); both ship EAGLE-3 heads
-HYBRID_MODELS = {"gptoss": "gpt-oss-120b", "gemma3": "gemma-3-27b"}
+#: the hybrid traces' models: gpt-oss (one full-attention and one 128-token sliding-window group), Gemma 3
+#: (one full-attention and six 1,024-token sliding-window groups), Llama 4 Scout (one full-attention and three
+#: 8,192-token chunked-local groups); all three ship EAGLE-3 heads
+HYBRID_MODELS = {"gptoss": "gpt-oss-120b", "gemma3": "gemma-3-27b", "llama4": "llama-4-scout"}
 
 
 def _groups(model: str) -> int:
@@ -208,11 +215,11 @@ def hybrid_cases(scale: float = 1.0) -> list:
     ids = _Ids(700_000)
     gpt, gemma = HYBRID_MODELS["gptoss"], HYBRID_MODELS["gemma3"]
 
-    def hand(capacity: int, budget: int, model: str, seqs: int = 256):
-        return EngineSetup(capacity, budget, min(seqs, budget), **HAND, model=model)
+    def hand(capacity: int, budget: int, model: str, seqs: int = 256, tp: int = 1):
+        return EngineSetup(capacity, budget, min(seqs, budget), **HAND, model=model, tp=tp)
 
     long, shared, tail = ids.take(200), ids.take(300), ids.take(40)
-    g_long = ids.take(1100)
+    g_long, l_long = ids.take(1100), ids.take(9000)
     cases = [
         Case("swa-decode-window", hand(64, 8192, gpt), [_row(0, long, 60)],
              "gpt-oss: 200 + 60 tokens alone: the window frees a block as decoding passes each 16 tokens"),
@@ -228,6 +235,9 @@ def hybrid_cases(scale: float = 1.0) -> list:
              "gpt-oss: a 400-token prompt chunked at 48 tokens beside a verifying decode"),
         Case("gemma-long-window", hand(1024, 8192, gemma), [_row(0, g_long, 40), _row(2000, g_long + tail, 5)],
              "Gemma 3: 1,100 tokens past its 1,024-token windows in six groups, then a hit on them"),
+        Case("llama4-chunk", hand(4096, 8192, HYBRID_MODELS["llama4"], tp=4), [_row(0, l_long, 30),
+                                                                       _row(20000, l_long + tail, 4)],
+             "Llama 4 Scout: 9,000 tokens past its 8,192-token attention chunk in three groups, then a hit"),
     ]
     specs = [  # name, model, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
         ("conv-gptoss-ample", gpt, 11, 200, 0.5, 8192, 8192, 256, "gpt-oss, ample pool"),
@@ -254,24 +264,30 @@ def main() -> None:
                     help="linear's spec_gamma (ms per draft token per decode) on both sides, eagle/eagle3/mtp")
     ap.add_argument("--legacy-hashes", action="store_true",
                     help="eagle/eagle3/mtp with vLLM's disable_lookahead_block_hashes and disable_eagle_block_drop")
+    ap.add_argument("--hash-rule", default="lookahead", choices=["lookahead", "drop"],
+                    help="eagle/eagle3/mtp: drop = vLLM's disable_lookahead_block_hashes, dynlab's --spec-hash-rule drop "
+                         "(traces on chunked-local models left out: vLLM refuses the drop there)")
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
     cases = all_cases() + spec_cases() + hybrid_cases()
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
+    if args.hash_rule == "drop":
+        cases = [c for c in cases if c.setup.model != HYBRID_MODELS["llama4"]]
     gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"
+    rule = " (legacy hashes)" if args.legacy_hashes else " (hash rule drop)" if args.hash_rule == "drop" else ""
     print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws){gamma}, "
-          f"vLLM 0.33 {args.method}{' (legacy hashes)' if args.legacy_hashes else ''} at its defaults")
+          f"vLLM 0.33 {args.method}{rule} at its defaults")
     print(f"{'trace':<22} {'requests':>8} {'identical':>9} {'TTFT':>5} {'E2E':>5} {'preempt':>7} {'hits':>5} "
           f"{'worst E2E ms':>12} {'preemptions d/v':>15}")
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             path = os.path.join(tmp, f"{case.name}.jsonl")
             case.write(path)
-            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method, args.gamma)
+            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method, args.gamma, args.hash_rule)
             theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance, args.method, args.gamma,
-                                   args.legacy_hashes)
+                                   args.legacy_hashes, args.hash_rule)
             c = compare(ours, theirs)
             same = c["identical"]
             print(f"{case.name:<22} {c['requests']:>8} {same['all']:>9} {same['ttft']:>5} {same['e2e']:>5} "

@@ -48,6 +48,8 @@ class EngineSetup:
     #: a catalogue model with KV cache groups (``gpt-oss-120b``, ``gemma-3-27b``: ``--model``), ``None``: one
     #: full-attention group (the model then changes nothing: the linear latency model ignores it)
     model: Optional[str] = None
+    #: GPUs per worker (``--tp``) for a model too big for one (the pool is ``capacity`` either way)
+    tp: int = 1
 
 
 def sim_args(setup: EngineSetup, trace: str) -> list[str]:
@@ -59,7 +61,8 @@ def sim_args(setup: EngineSetup, trace: str) -> list[str]:
             "--latency-opt", f"beta0={setup.beta0!r}", "--latency-opt", f"beta1={setup.beta1!r}",
             "--latency-opt", f"beta2={setup.beta2!r}", *_terms_off(), "--quiet",
             *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else []),
-            *(["--model", setup.model] if setup.model is not None else [])]
+            *(["--model", setup.model] if setup.model is not None else []),
+            *(["--tp", str(setup.tp)] if setup.tp != 1 else [])]
 
 
 def _terms_off() -> list[str]:

@@ -113,7 +113,7 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
-SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
+SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model", "spec_hash_rule")
 
 
 def _aggregated(config) -> bool:

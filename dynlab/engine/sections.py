@@ -19,7 +19,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "latency_profile",
                "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "engine_kind", "admission", "queue_policy",
                "async_scheduling",
-               "spec_method", "spec_tokens", "spec_acceptance", "spec_draws", "spec_model"),  # spec: issue 26
+               "spec_method", "spec_tokens", "spec_acceptance", "spec_draws", "spec_model",  # spec: issue 26
+               "spec_hash_rule"),  # issue 43
     "kv": ("block", "trace_block", "capacity", "policy", "kv_cache_dtype", "cpu_capacity", "cpu_memory_gb",
            "pcie_gbps", "cpu_write"),
     "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),

@@ -125,24 +125,38 @@ class HybridKvCacheManager(KvCacheManager):
         """Blocks ``req`` holds in each group, full group first (tests, docs)."""
         return [len(req.keys)] + [len(keys) for _, keys in self.tables.get(req, ())]
 
-    def _window_cached(self, req, h: int) -> bool:
+    def _window_cached(self, req, h: int, peek: int = 0) -> bool:
+        """Whether every extra group has its window's blocks before token ``h * block`` cached, and with
+        ``peek`` 1 block ``h`` too (the block a drop took back: vLLM's ``tail + 1`` rule, PR #44082)."""
         pool = self.pool
+        e = h + peek
         for i, g in enumerate(self.extra):
             if not g.prefix_cache:
                 return h == 0
             s = g.skipped(h * self.block)
-            if h > s and pool.lookup(self.seq_of(req, i)[s:h], h - s) < h - s:
+            if e > s and pool.lookup(self.seq_of(req, i)[s:e], e - s) < e - s:
                 return False
         return True
 
-    def _hit(self, req, h: int) -> int:
-        while h > 0 and not self._window_cached(req, h):
+    def _hit(self, req, h: int, peek: int = 0) -> int:
+        while h > 0 and not self._window_cached(req, h, peek):
             h -= 1
         return h
+
+    def _dropped_hit(self, req) -> int:
+        """The hit with a drop of its last block (:attr:`drop_last`), vLLM 0.33's hybrid coordinator with
+        ``use_eagle_block_drop``: the full group matches up to one block past the usual cap (its EAGLE
+        margin: at most the request's whole blocks) and drops its last, ``h = L - 1``; a window group
+        matches its window's blocks before ``h`` plus block ``h`` itself and drops that one (the window's
+        tail + 1 contiguous blocks), so the hit is the largest ``h <= L - 1`` with both."""
+        top = self.pool.lookup(req.seq, min(len(req.names), req.num_tokens // self.block))
+        return self._hit(req, top - 1, peek=1) if top > 1 else 0
 
     def find_cached_prefix(self, req) -> Tuple[int, int]:
         """``(h, hc)``: ``h`` the longest prefix every group serves from the GPU pool, ``h + hc`` the longest
         one they serve from the pool and the CPU tier (module docstring; ``hc`` 0 without a tier)."""
+        if self.drop_last:
+            return self._dropped_hit(req), 0  # (no CPU tier with the drop: refused)
         cap = min(len(req.names), (req.num_tokens - 1) // self.block)
         g0 = self.pool.lookup(req.seq, cap)
         h = self._hit(req, g0)

@@ -135,6 +135,59 @@ def test_a_finished_requests_window_blocks_of_generated_tokens_go_to_the_tail():
     assert [r.hit_tokens for r in reqs] == [0, 0, 0]
 
 
+def _cached_then_evicted(kv):
+    """A (96 tokens, names 1-6) prefilled in one chunk on ``kv`` (window 32: c = ceil(31 / 16) = 2 blocks before
+    a hit), its window dropping blocks 0-3 at its next allocation ((96 - 31) // 16 = 4), then freed; then 3
+    blocks allocated from the queue's head, which evicts window block 3 only. Returns ``kv``."""
+    a = EngineRequest(0, 0.0, 96, 1, [1, 2, 3, 4, 5, 6])
+    kv.sequence(a)
+    a.keys = kv.allocate_new(a, 0, 96)
+    kv.name_blocks(a, 96)
+    a.computed = a.nreg = 96
+    assert kv.allocate_slots(a, 97)  # queue: [w3 w2 w1 w0] (named, reversed); 7 full + 3 window blocks held
+    kv.free(a)  # queue: [f6 w6 (unnamed, head) | w3 w2 w1 w0 | f5 .. f0 | w5 w4]
+    assert kv.used_blocks == 0
+    kv.pool.allocate(3)  # f6, w6, then w3: evicted
+    return kv
+
+
+@pytest.mark.parametrize("drop, hit", [(False, 6), (True, 2)])
+def test_a_dropped_hit_needs_the_windows_tail_plus_one_block(drop, hit):
+    # B: A's 96 tokens + 16 (112 tokens, 7 names). Without the drop: the cap is (112 - 1) // 16 = 6 blocks,
+    # all cached in the full group, and the window's blocks before token 96, (96 - 31) // 16 = 4 .. 5: hit 6.
+    # With it (vLLM's hybrid coordinator, use_eagle_block_drop): the full group matches up to B's whole
+    # blocks, 112 // 16 = 7, finds 6 and drops one: 5; the window needs its tail before block h AND block
+    # h (the tail + 1 rule, vLLM PR #44082): h = 5 needs window blocks 3-5 (3 evicted), h = 4 needs 2-4,
+    # h = 3 needs 1-3, h = 2 needs 0-2: hit 2 blocks. (The tail alone would give 3: blocks 1-2.)
+    kv = _cached_then_evicted(HybridKvCacheManager(14, 16, _layout(32), 16))
+    kv.drop_last = drop
+    b = EngineRequest(1, 0.0, 112, 1, [1, 2, 3, 4, 5, 6, 7])
+    kv.sequence(b)
+    assert kv.find_cached_prefix(b) == (hit, 0)
+
+
+@pytest.mark.parametrize("tokens, names, one_group, groups", [(112, 7, 5, 5), (96, 6, 4, 5)])
+def test_the_drop_in_one_group_and_over_groups(tokens, names, one_group, groups):
+    # A's 6 blocks cached (nothing evicted in the window: capacity 28). One group (vLLM's unitary coordinator):
+    # the usual cap (tokens - 1) // 16 blocks, the last dropped: 112 tokens: 6 - 1 = 5; 96 tokens (A's prompt
+    # again): 95 // 16 = 5 - 1 = 4. Over groups the full group matches up to the request's whole blocks,
+    # tokens // 16 (one block past the cap, its EAGLE margin), then drops: 6 - 1 = 5 both times; the window's
+    # blocks 3-5 are cached
+    from dynlab.kv.cache_manager import KvCacheManager
+
+    for kv, want in ((KvCacheManager(28, 16), one_group), (HybridKvCacheManager(28, 16, _layout(32), 16), groups)):
+        a = EngineRequest(0, 0.0, 96, 1, [1, 2, 3, 4, 5, 6])
+        kv.sequence(a)
+        a.keys = kv.allocate_new(a, 0, 96)
+        kv.name_blocks(a, 96)
+        a.computed = a.nreg = 96
+        kv.free(a)
+        kv.drop_last = True
+        b = EngineRequest(1, 0.0, tokens, 1, list(range(1, names + 1)))
+        kv.sequence(b)
+        assert kv.find_cached_prefix(b) == (want, 0)
+
+
 def _trace(tmp_path, rows):
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -171,3 +224,19 @@ def test_a_window_models_prefix_hit_under_the_hash_lookahead(tmp_path, method, h
             {"timestamp": 1000, "tokens": shared + list(range(500, 516)), "output_length": 2}]
     recs = _sim(tmp_path, _trace(tmp_path, rows), method, "gpt-oss-120b")
     assert [r["hit_tokens"] for r in recs] == [0, hit]
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--cpu-capacity", "100"], "not modelled with a CPU tier"),
+    (["--model", "llama-4-scout", "--tp", "4"], "vLLM 0.33 does not drop a hit's last block"),  # chunked local
+])
+def test_the_drop_is_refused_where_it_is_not_modelled(tmp_path, extra, says):
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    trace = _trace(tmp_path, [{"timestamp": 0, "tokens": list(range(1, 40)), "output_length": 4}])
+    r = CliRunner().invoke(main, ["sim", "--timing", "--workers", "1", "--trace", trace, "--trace-format", "tokens",
+                                  "--capacity", "1000", "--spec-method", "eagle", "--spec-tokens", "2",
+                                  "--spec-hash-rule", "drop", "--quiet", *extra])
+    assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
