@@ -302,8 +302,11 @@ class HybridKvCacheManager(KvCacheManager):
             self._name_extra(req, tables, old)
         elif req.generated >= req.output_length:
             hashed = req.computed // self.block
-        for skip, keys in tables:
-            self._release_table(skip, keys, req.nreg, hashed)
+        for g, (skip, keys) in zip(self.extra, tables):
+            if g.prefix_cache:
+                self._release_table(skip, keys, req.nreg, hashed)
+            else:  # a state group's blocks: never hashed, to the head
+                self.pool.release(keys)
 
     def _name_extra(self, req, tables, old: int) -> None:
         """Register every extra group's blocks ``old .. req.nreg - 1`` (the names :func:`name_output` gave),
