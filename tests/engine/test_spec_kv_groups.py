@@ -240,3 +240,36 @@ def test_the_drop_is_refused_where_it_is_not_modelled(tmp_path, extra, says):
                                   "--capacity", "1000", "--spec-method", "eagle", "--spec-tokens", "2",
                                   "--spec-hash-rule", "drop", "--quiet", *extra])
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
+
+
+# -- properties: speculation over KV cache groups -----------------------------------------------
+
+from hypothesis import assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.engine.test_worker import workloads  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads(), st.integers(1, 12), st.booleans(), st.integers(1, 3), st.booleans())
+def test_speculation_over_groups_keeps_the_workers_invariants(wl, window, chunked, k, drop):
+    # any workload, window or chunk, K and hash rule: the pool stays consistent at every step (run's check:
+    # every held key counted, the events as published), every admitted request finishes once, the pool
+    # ends empty, and a hit is never longer than the full group alone allows (one block less with the drop)
+    block, capacity, budget, seqs, betas, specs = wl
+    assume(budget > k)
+    spec = _spec("eagle", k)
+    spec.drop_last = drop
+    group = ChunkedLocalGroup(block, window) if chunked else SlidingWindowGroup(block, window)
+    layout = HybridPool((group,), 1, 1, 1.0, {"full": 1, group.kind: 1}, 0)
+    w = EngineWorker(0, 2 * capacity, block, Linear(*betas), max_num_batched_tokens=budget, max_num_seqs=seqs,
+                     kv_layout=layout, spec=spec)
+    w.pool = _OwnNames(w.pool)
+    reqs = [EngineRequest(i, float(a), inp, out, names) for i, (a, inp, out, names) in enumerate(specs)]
+    results = run(w, reqs, check=True)
+    finished = sorted(r.id for res in results for r, _ in res.finished)
+    assert finished == sorted(r.id for r in reqs if not r.rejected)
+    assert w.used_blocks == 0 and w.kv.tables == {}
+    for r in reqs:  # without the drop: (input - 1) // block blocks; with it: the whole blocks less the dropped one
+        top = max(r.input_length // block - 1, 0) if drop else (r.input_length - 1) // block
+        assert r.rejected or r.hit_tokens <= top * block
