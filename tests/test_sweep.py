@@ -91,12 +91,13 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
              "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
-             "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b",
+             "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b", "spec_hash_rule": "drop",
              "concurrency": "4", "num_requests": "2", "latency_profile": str(profile),
              "slo_classes": "chat:ttft_ms=100"}.get(field, default)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],
-            **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")}}
+            **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws",
+                                                                             "spec_hash_rule")}}
     # --timing: the timed engine's options (count-based-only --policy and --event-delay go without it);
     # --capacity and --trace: where --policy and --trace-format have an effect; a P/D fleet for its options
     pd = {"decode_router", "link_gbps", "link_latency_ms"}
