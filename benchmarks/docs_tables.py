@@ -72,6 +72,8 @@ BLOCKS = (
     Block("docs/engine.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --time-scale 0.5 "
           "--modes rr,least-loaded,kv-events,kv-cost,cache-aware --slo-ttft-ms 2000 --slo-tpot-ms 50"),
     Block("docs/engine.md", "dynlab sim --trace mooncake-conversation --timing --model gpt-oss-120b --gpu h200"),
+    Block("docs/engine.md", "dynlab sim --trace mooncake-conversation --timing --model gpt-oss-120b --gpu h200 "
+          "--spec-method eagle3 --spec-tokens 3"),
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "
           "--routers 1,2,4"),
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import vllm_side  # noqa: E402
 from fidelity_vllm import _check_vllm, compare  # noqa: E402
-from vllm_dynlab_side import run_dynlab  # noqa: E402
+from vllm_dynlab_side import EngineSetup, run_dynlab  # noqa: E402
 from fidelity_vllm import all_cases  # noqa: E402
 
 
@@ -99,7 +99,7 @@ class _State:
         self.id, self.spec_state = i, None
 
 
-def _speculative(method: str, k: int, legacy_hashes: bool = False):
+def _speculative(method: str, k: int, legacy_hashes: bool = False, hash_rule: str = "lookahead"):
     """``(target ModelConfig, ParallelConfig) -> SpeculativeConfig`` for :func:`vllm_side.build_scheduler`.
 
     ``ngram`` is built as vLLM builds it. ``eagle``/``eagle3``/``mtp`` need a draft checkpoint that the
@@ -119,28 +119,33 @@ def _speculative(method: str, k: int, legacy_hashes: bool = False):
             spec.prompt_lookup_max = spec.prompt_lookup_min = 0
             if legacy_hashes:  # vLLM's own switches: no hash lookahead, no trailing-block drop
                 spec.disable_lookahead_block_hashes = spec.disable_eagle_block_drop = True
+            elif hash_rule == "drop":  # plain hashes, the trailing-block drop (dynlab's --spec-hash-rule drop)
+                spec.disable_lookahead_block_hashes = True
         return spec
     return build
 
 
-def build_spec_scheduler(setup, k: int, method: str = "ngram", legacy_hashes: bool = False):
+def build_spec_scheduler(setup, k: int, method: str = "ngram", legacy_hashes: bool = False, hash_rule: str = "lookahead"):
     """vLLM's ``Scheduler`` for ``setup`` with ``SpeculativeConfig(method, num_speculative_tokens=k)``
-    (:func:`vllm_side.build_scheduler` at vLLM 0.33.0's default admission, ``scheduler_reserve_full_isl=True``)."""
-    return vllm_side.build_scheduler(setup, reserve_full_isl=True, speculative=_speculative(method, k, legacy_hashes))
+    (:func:`vllm_side.build_scheduler` at vLLM 0.33.0's default admission, ``scheduler_reserve_full_isl=True``);
+    ``hash_rule`` ``drop``: ``disable_lookahead_block_hashes`` (dynlab's ``--spec-hash-rule drop``)."""
+    return vllm_side.build_scheduler(setup, reserve_full_isl=True,
+                                     speculative=_speculative(method, k, legacy_hashes, hash_rule))
 
 
 def run_vllm_spec(setup, rows: list, k: int, rate: float, method: str = "ngram", gamma: float = 0.0,
-                  legacy_hashes: bool = False) -> list:
+                  legacy_hashes: bool = False, hash_rule: str = "lookahead") -> list:
     """Per-request records of vLLM's scheduler with ``method`` speculation, ``k`` drafts, constant rate ``rate``."""
     from dynlab.engine.spec import Acceptance, parse_acceptance
 
-    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method, legacy_hashes), k,
+    d = _SpecDriver(setup, rows, build_spec_scheduler(setup, k, method, legacy_hashes, hash_rule), k,
                     Acceptance(parse_acceptance(str(rate), k), "expected"), 0.0 if method == "ngram" else gamma)
     vllm_side._run_sync(d)  # vLLM 0.33's own rules, which dynlab's engine follows by default (issue 24)
     return d.records()
 
 
-def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram", gamma: float = 0.0) -> list:
+def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram", gamma: float = 0.0,
+                    hash_rule: str = "lookahead") -> list:
     import vllm_dynlab_side as side
 
     original = side.sim_args
@@ -148,7 +153,8 @@ def run_dynlab_spec(setup, path: str, k: int, rate: float, method: str = "ngram"
     def spec_args(setup, trace):
         return original(setup, trace) + ["--spec-method", method, "--spec-tokens", str(k),
                                          "--spec-acceptance", str(rate), "--spec-draws", "expected"] + (
-            [] if method == "ngram" else ["--latency-opt", f"spec_gamma={gamma!r}"])
+            [] if method == "ngram" else ["--latency-opt", f"spec_gamma={gamma!r}"]) + (
+            ["--spec-hash-rule", hash_rule] if hash_rule != "lookahead" else [])
 
     side.sim_args = spec_args
     try:
@@ -179,6 +185,75 @@ def spec_cases() -> list:
     ]
 
 
+#: the hybrid traces' models: gpt-oss (one full-attention and one 128-token sliding-window group), Gemma 3
+#: (one full-attention and six 1,024-token sliding-window groups), Llama 4 Scout (one full-attention and three
+#: 8,192-token chunked-local groups); all three ship EAGLE-3 heads
+HYBRID_MODELS = {"gptoss": "gpt-oss-120b", "gemma3": "gemma-3-27b", "llama4": "llama-4-scout"}
+
+
+def _groups(model: str) -> int:
+    from dynlab.kv.groups import hybrid_pool
+    from dynlab.latency.hardware import model_spec
+
+    pool = hybrid_pool(model_spec(model), 16)
+    return pool.full_groups + len(pool.groups)
+
+
+def _fit_groups(rows: list, capacity: int, model: str, k: int = 8) -> list:
+    """``rows`` whose whole sequence (``input + output - 1`` tokens, plus ``2 K`` for a last verify's drafts and
+    lookahead slots) takes at most half the pool in every group at once (what a one-chunk prefill holds)."""
+    n = _groups(model)
+    return [r for r in rows if n * -(-(len(r["tokens"]) + r["output_length"] - 1 + 2 * k) // 16) <= capacity // 2]
+
+
+def hybrid_cases(scale: float = 1.0) -> list:
+    """Speculative decoding on models with KV cache groups (issue 43 item 2): hand cases on gpt-oss's two groups
+    (128-token window, 16-token blocks: the window drops a block every 16 tokens once 127 are computed) and
+    Gemma 3's seven, and seeded conversations on both, ample and tight pools, one with a 256-token budget."""
+    from vllm_traces import HAND, Case, _Ids, _row, conversations
+
+    ids = _Ids(700_000)
+    gpt, gemma = HYBRID_MODELS["gptoss"], HYBRID_MODELS["gemma3"]
+
+    def hand(capacity: int, budget: int, model: str, seqs: int = 256, tp: int = 1):
+        return EngineSetup(capacity, budget, min(seqs, budget), **HAND, model=model, tp=tp)
+
+    long, shared, tail = ids.take(200), ids.take(300), ids.take(40)
+    g_long, l_long = ids.take(1100), ids.take(9000)
+    cases = [
+        Case("swa-decode-window", hand(64, 8192, gpt), [_row(0, long, 60)],
+             "gpt-oss: 200 + 60 tokens alone: the window frees a block as decoding passes each 16 tokens"),
+        Case("swa-prefix-hit", hand(256, 8192, gpt), [_row(0, shared, 4), _row(1000, shared + tail, 3)],
+             "gpt-oss: a second turn hits the first's 300 tokens: the full group's prefix and the window's "
+             "blocks before it, the names covering the token after each block"),
+        Case("swa-whole-blocks", hand(256, 8192, gpt), [_row(0, shared[:256], 3), _row(1000, shared[:256], 2)],
+             "gpt-oss: a prompt of whole blocks sent twice: the hit stops a block short of the last"),
+        Case("swa-tight", hand(40, 8192, gpt), [_row(0, ids.take(150), 40), _row(5, ids.take(150), 40),
+                                               _row(10, ids.take(100), 30)],
+             "gpt-oss: three requests in 40 blocks of two groups: preemptions, the lookahead slots in both"),
+        Case("swa-chunked", hand(128, 48, gpt), [_row(0, ids.take(400), 20), _row(30, ids.take(60), 30)],
+             "gpt-oss: a 400-token prompt chunked at 48 tokens beside a verifying decode"),
+        Case("gemma-long-window", hand(1024, 8192, gemma), [_row(0, g_long, 40), _row(2000, g_long + tail, 5)],
+             "Gemma 3: 1,100 tokens past its 1,024-token windows in six groups, then a hit on them"),
+        Case("llama4-chunk", hand(4096, 8192, HYBRID_MODELS["llama4"], tp=4), [_row(0, l_long, 30),
+                                                                       _row(20000, l_long + tail, 4)],
+             "Llama 4 Scout: 9,000 tokens past its 8,192-token attention chunk in three groups, then a hit"),
+    ]
+    specs = [  # name, model, seed, requests, conversations/s, capacity, budget, max_num_seqs, what
+        ("conv-gptoss-ample", gpt, 11, 200, 0.5, 8192, 8192, 256, "gpt-oss, ample pool"),
+        ("conv-gptoss-tight", gpt, 12, 500, 1.0, 1200, 8192, 256, "gpt-oss, tight pool: evictions, preemptions"),
+        ("conv-gptoss-overloaded", gpt, 16, 500, 3.0, 700, 8192, 256, "gpt-oss, overloaded pool: preemptions"),
+        ("conv-gptoss-chunked", gpt, 13, 300, 1.0, 1600, 256, 64, "gpt-oss, 256-token budget, 64 seqs"),
+        ("conv-gemma3-ample", gemma, 14, 150, 0.5, 16384, 8192, 256, "Gemma 3, ample pool"),
+        ("conv-gemma3-tight", gemma, 15, 300, 1.0, 3000, 8192, 256, "Gemma 3, tight pool"),
+        ("conv-gemma3-overloaded", gemma, 17, 300, 3.0, 2000, 1024, 64, "Gemma 3, overloaded, 1,024-token budget"),
+    ]
+    for name, model, seed, n, rate, cap, budget, seqs, what in specs:
+        rows = _fit_groups(conversations(seed, max(int(n * scale), 1), rate), cap, model)
+        cases.append(Case(name, EngineSetup(cap, budget, seqs, model=model), rows, what))
+    return cases
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=2, help="draft tokens per step")
@@ -189,24 +264,30 @@ def main() -> None:
                     help="linear's spec_gamma (ms per draft token per decode) on both sides, eagle/eagle3/mtp")
     ap.add_argument("--legacy-hashes", action="store_true",
                     help="eagle/eagle3/mtp with vLLM's disable_lookahead_block_hashes and disable_eagle_block_drop")
+    ap.add_argument("--hash-rule", default="lookahead", choices=["lookahead", "drop"],
+                    help="eagle/eagle3/mtp: drop = vLLM's disable_lookahead_block_hashes, dynlab's --spec-hash-rule drop "
+                         "(traces on chunked-local models left out: vLLM refuses the drop there)")
     ap.add_argument("--only", default=None, help="comma list of trace names (default: all)")
     args = ap.parse_args()
     _check_vllm()
-    cases = all_cases() + spec_cases()
+    cases = all_cases() + spec_cases() + hybrid_cases()
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
+    if args.hash_rule == "drop":
+        cases = [c for c in cases if c.setup.model != HYBRID_MODELS["llama4"]]
     gamma = "" if args.method == "ngram" else f", spec_gamma {args.gamma} ms"
+    rule = " (legacy hashes)" if args.legacy_hashes else " (hash rule drop)" if args.hash_rule == "drop" else ""
     print(f"K = {args.k}, acceptance {args.acceptance} per token (expected draws){gamma}, "
-          f"vLLM 0.33 {args.method}{' (legacy hashes)' if args.legacy_hashes else ''} at its defaults")
+          f"vLLM 0.33 {args.method}{rule} at its defaults")
     print(f"{'trace':<22} {'requests':>8} {'identical':>9} {'TTFT':>5} {'E2E':>5} {'preempt':>7} {'hits':>5} "
           f"{'worst E2E ms':>12} {'preemptions d/v':>15}")
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             path = os.path.join(tmp, f"{case.name}.jsonl")
             case.write(path)
-            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method, args.gamma)
+            ours = run_dynlab_spec(case.setup, path, args.k, args.acceptance, args.method, args.gamma, args.hash_rule)
             theirs = run_vllm_spec(case.setup, case.rows, args.k, args.acceptance, args.method, args.gamma,
-                                   args.legacy_hashes)
+                                   args.legacy_hashes, args.hash_rule)
             c = compare(ours, theirs)
             same = c["identical"]
             print(f"{case.name:<22} {c['requests']:>8} {same['all']:>9} {same['ttft']:>5} {same['e2e']:>5} "

@@ -33,7 +33,8 @@ KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_ms", "f
 class EngineSetup:
     """One run's engine: ``capacity`` blocks of ``block`` tokens, the scheduler's limits (tokens, sequences),
     the linear latency model's ``beta0`` (ms per step), ``beta1`` (ms per prefill token), ``beta2`` (ms
-    per decode request) (:class:`dynlab_builtins.latency.Linear`); ``queue_policy``: ``fcfs`` or ``priority`` (vLLM's
+    per decode request) (:class:`dynlab_builtins.latency.Linear`); ``model``: a model with KV cache groups or
+    ``None``; ``queue_policy``: ``fcfs`` or ``priority`` (vLLM's
     ``SchedulerConfig.policy``; dynlab's ``--queue-policy``, the rows' ``priority`` field); ``max_loras``: LoRA
     adapters a step may hold (the rows' ``lora_name``; 0: no LoRA config). vLLM's scheduler never waits for an
     adapter's load (its worker does), so dynlab's loads are made instant: ``--pcie-gbps`` and ``--lora-disk-gbps``
@@ -48,6 +49,11 @@ class EngineSetup:
     block: int = 16
     queue_policy: str = "fcfs"
     max_loras: int = 0  # LoRA adapters (vLLM's LoRAConfig.max_loras; dynlab's --max-loras), 0: none
+    #: a catalogue model with KV cache groups (``gpt-oss-120b``, ``gemma-3-27b``: ``--model``), ``None``: one
+    #: full-attention group (the model then changes nothing: the linear latency model ignores it)
+    model: Optional[str] = None
+    #: GPUs per worker (``--tp``) for a model too big for one (the pool is ``capacity`` either way)
+    tp: int = 1
 
 
 def sim_args(setup: EngineSetup, trace: str) -> list[str]:
@@ -61,6 +67,8 @@ def sim_args(setup: EngineSetup, trace: str) -> list[str]:
             *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else []),
             *(["--max-loras", str(setup.max_loras), "--pcie-gbps", "1e300", "--lora-disk-gbps", "1e300"]
               if setup.max_loras else [])]
+            *(["--model", setup.model] if setup.model is not None else []),
+            *(["--tp", str(setup.tp)] if setup.tp != 1 else [])]
 
 
 def _terms_off() -> list[str]:

@@ -63,7 +63,7 @@ def build_scheduler(setup, *, reserve_full_isl: bool = True, async_scheduling: b
     from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.structured_output import StructuredOutputManager
 
     model = ModelConfig(model=_model_dir(), skip_tokenizer_init=True, max_model_len=max_model_len,
@@ -81,13 +81,40 @@ def build_scheduler(setup, *, reserve_full_isl: bool = True, async_scheduling: b
         lora = LoRAConfig(max_loras=setup.max_loras)
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, speculative_config=spec,
                         lora_config=lora)
-    kv = KVCacheConfig(num_blocks=setup.capacity + 1, kv_cache_tensors=[],
-                       kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
-                           block_size=setup.block, num_kv_heads=1, head_size=16, dtype=torch.float32))])
+    kv = KVCacheConfig(num_blocks=setup.capacity + 1, kv_cache_tensors=[], kv_cache_groups=kv_cache_groups(setup))
     cache.num_gpu_blocks = setup.capacity + 1
     cls = AsyncScheduler if async_scheduling else Scheduler
     return cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
                block_size=setup.block, log_stats=False)
+
+
+def kv_cache_groups(setup) -> list:
+    """vLLM's ``KVCacheGroupSpec`` list for ``setup``: one ``FullAttentionSpec`` group, or, when ``setup.model``
+    names a model with KV cache groups, the groups dynlab gives it (:func:`dynlab.kv.groups.hybrid_pool`, the
+    one source of both sides' layouts): ``full_groups`` full-attention groups, then a ``SlidingWindowSpec`` or
+    ``ChunkedLocalAttentionSpec`` group per extra group, in dynlab's order (each one layer: only the block
+    rules matter here, the pool's size is ``setup.capacity`` on both sides)."""
+    import torch
+    from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheGroupSpec,
+                                            SlidingWindowSpec)
+
+    shape = dict(block_size=setup.block, num_kv_heads=1, head_size=16, dtype=torch.float32)
+    if getattr(setup, "model", None) is None:
+        return [KVCacheGroupSpec(["layer"], FullAttentionSpec(**shape))]
+    from dynlab.kv.groups import hybrid_pool
+    from dynlab.latency.hardware import model_spec
+
+    pool = hybrid_pool(model_spec(setup.model), setup.block)
+    groups = [KVCacheGroupSpec([f"full.{i}"], FullAttentionSpec(**shape)) for i in range(pool.full_groups)]
+    for i, g in enumerate(pool.groups):
+        if g.kind == "sliding_window":
+            spec = SlidingWindowSpec(sliding_window=g.window, **shape)
+        elif g.kind == "chunked_local":
+            spec = ChunkedLocalAttentionSpec(attention_chunk_size=g.window, **shape)
+        else:
+            raise ValueError(f"{setup.model}: the harness builds no vLLM group for a {g.kind} group")
+        groups.append(KVCacheGroupSpec([f"{g.kind}.{i}"], spec))
+    return groups
 
 
 @contextlib.contextmanager

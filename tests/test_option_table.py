@@ -246,6 +246,9 @@ def sim_rows(cmd: list) -> dict:
                                 ["--spec-model", "qwen3-0.6b"]),
         "--spec-draws": changes(timed + ["--spec-method", "eagle", "--spec-tokens", "3", "--spec-acceptance", "0.5"],
                                 ["--spec-draws", "expected"]),
+        # issue 43: plain names and a hit's last block dropped (the run's spec_hash_rule key says so)
+        "--spec-hash-rule": changes(timed + ["--spec-method", "eagle", "--spec-tokens", "2"],
+                                    ["--spec-hash-rule", "drop"]),
         **pd_rows(cmd),
     }
 
@@ -377,6 +380,11 @@ NO_EFFECT = [
     (["--timing", "--spec-acceptance", "0.5"], "--spec-acceptance"),
     (["--timing", "--spec-method", "eagle", "--spec-tokens", "2", "--spec-model", "qwen3-0.6b"], "--spec-model"),
     (["--timing", "--spec-model", "qwen3-0.6b"], "--spec-model"),
+    (["--spec-hash-rule", "drop"], "--spec-hash-rule"),  # untimed
+    (["--timing", "--spec-hash-rule", "drop"], "--spec-hash-rule"),  # no speculation
+    (["--timing", "--spec-method", "ngram", "--spec-tokens", "2", "--spec-hash-rule", "drop"], "--spec-hash-rule"),
+    (["--timing", "--split", "1:1", "--spec-method", "eagle", "--spec-tokens", "2", "--spec-hash-rule", "drop"],
+     "--spec-hash-rule"),  # a P/D decode pool keeps plain names (its drop is not modelled)
     # a draft model in a P/D fleet: not modelled (one pool size for prefill and decode workers alike)
     (["--timing", "--split", "1:1", "--spec-method", "draft", "--spec-tokens", "2", "--spec-model", "qwen3-0.6b"],
      "--spec-model"),

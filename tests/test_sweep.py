@@ -92,14 +92,15 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              "prefill_workers": "3", "decode_workers": "3", "split": "6:2",
              "rate": "5.0", "rate_scale": "2.0", "duration": "60.0", "workload": "spec.json",
              "tokenizer": os.path.join(SAMPLES, "tokenizer.json"), "spec_method": "eagle", "spec_tokens": "2",
-             "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b",
+             "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b", "spec_hash_rule": "drop",
              "concurrency": "4", "num_requests": "2", "latency_profile": str(profile),
              "slo_classes": "chat:ttft_ms=100", "max_loras": "2", "max_cpu_loras": "2", "max_running_requests": "8",
              "chunked_prefill_size": "256", "mem_fraction_static": "0.5"}.get(field, default)
     lora = ("max_cpu_loras", "max_lora_rank", "lora_disk_gbps")  # (with --max-loras: issue 42 item 4)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],
-            **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws")},
+            **{f: ["--spec-method", "eagle", "--spec-tokens", "2"] for f in ("spec_acceptance", "spec_draws",
+                                                                             "spec_hash_rule")},
             # SGLang's options (issue 40): with --engine sglang
             **{f: ["--engine", "sglang"] for f in SGLANG_FIELDS}}
     # --timing: the timed engine's options (count-based-only --policy and --event-delay go without it);

@@ -327,6 +327,10 @@ SIM_OPTIONS = [
     (("--spec-model",), "spec_model", click.STRING, None,
      "With --spec-method draft: the draft model (a bundled model name or a config.json path), its K "
      "steps priced with its own config through the roofline [default: a tenth of the target's step]."),
+    (("--spec-hash-rule",), "spec_hash_rule", click.Choice(["lookahead", "drop"]), "lookahead",
+     "With --spec-method eagle|eagle3|mtp: how prefix caching stays exact (vLLM 0.33): lookahead (a block's "
+     "name covers the token after it) or drop (vLLM's disable_lookahead_block_hashes: plain names, a prefix "
+     "hit's last block dropped, a window group's hit needing its window plus that block)."),
 ]
 
 # on/off flags of sim, compare and sweep that are SimConfig fields (compare and sweep apply them to every run)

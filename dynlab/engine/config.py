@@ -11,7 +11,7 @@ from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.lora import DISK_GBPS, check_config as check_lora
 from dynlab.engine.sections import SECTIONS, Sectioned, make_sections
 from dynlab.engine.option_rules import PD_FIELDS, check_effective, defaults_of
-from dynlab.engine.spec import SPEC_METHODS
+from dynlab.engine.spec import SPEC_HASH_RULES, SPEC_METHODS
 from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
 
 #: requests/s of the Poisson arrivals of a timed workload without timestamps
@@ -139,6 +139,9 @@ class SimConfig(Sectioned):
     spec_draws: str = "seeded"
     #     spec_model: the draft model of spec_method draft (a bundled name or config.json; None: dynlab's /10 rule)
     spec_model: Optional[str] = None
+    #     spec_hash_rule (issue 43): lookahead (vLLM 0.33's EAGLE hash lookahead) | drop (its
+    #     disable_lookahead_block_hashes: plain names, a prefix hit's last block dropped)
+    spec_hash_rule: str = "lookahead"
     #     request_overhead_ms: the front end before the engine sees a request (every TTFT and E2E); detok_us_per_token:
     #     detokenisation per output token at the client; defaults: BLIS's (dynlab.latency.overheads)
     request_overhead_ms: float = FRONT_END_MS
@@ -242,7 +245,7 @@ class SimConfig(Sectioned):
         parse_class_slos(self.slo_classes)
         if self.spec_tokens < 0:
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
-        for name, allowed in (("spec_method", (None, *SPEC_METHODS)),
+        for name, allowed in (("spec_method", (None, *SPEC_METHODS)), ("spec_hash_rule", SPEC_HASH_RULES),
                               ("admission", ("full", "chunk")), ("cpu_write", ("evict", "compute"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")

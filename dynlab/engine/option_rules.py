@@ -188,7 +188,7 @@ def _engine_rules(config):
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
-SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model")
+SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model", "spec_hash_rule")
 
 
 def _aggregated(config) -> bool:

@@ -49,6 +49,8 @@ class Scheduler:
         self.spec = spec
         self.lookahead = spec.lookahead if spec is not None else 0  # KV slots reserved past the scheduled tokens
         self.hash_lookahead = spec.hash_lookahead if spec is not None else 0  # tokens after a block its name covers
+        if spec is not None and spec.drop_last:
+            kv.drop_last = True  # a prefix hit's last block is recomputed (the KV cache manager's rule)
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting = policy.waiting_queue()

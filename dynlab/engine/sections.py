@@ -23,7 +23,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                "max_loras", "max_cpu_loras", "max_lora_rank", "lora_disk_gbps",  # LoRA adapters: issue 42
                "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",  # SGLang's
                "page_size", "disable_radix_cache", "enable_mixed_chunk", "mem_fraction_static",
-               "schedule_conservativeness", "init_new_token_ratio", "new_token_ratio_decay_steps"),
+               "schedule_conservativeness", "init_new_token_ratio", "new_token_ratio_decay_steps",
+               "spec_hash_rule"),  # spec_hash_rule: issue 43
     "kv": ("block", "trace_block", "capacity", "policy", "kv_cache_dtype", "cpu_capacity", "cpu_memory_gb",
            "pcie_gbps", "cpu_write"),
     "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),

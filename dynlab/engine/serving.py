@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from dynlab.engine.config import SimConfig
 from dynlab.engine.lora import lora_spec
 from dynlab.engine.names import MAX_RATIO, engine_block_names, engine_block_runs
-from dynlab.engine.spec import hash_lookahead_tokens
+from dynlab.engine.spec import drops_last_block, hash_lookahead_tokens
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
 
@@ -32,6 +32,9 @@ def spec_decoding(c: SimConfig):
     rates = parse_acceptance(text, c.spec_tokens)
     spec = SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
     spec.hash_lookahead = hash_lookahead_tokens(c)  # (none in a P/D fleet: vLLM's KV connectors keep plain hashes)
+    spec.drop_last = drops_last_block(c)
+    if spec.drop_last and (c.cpu_capacity or c.cpu_memory_gb):
+        raise ValueError("--spec-hash-rule drop is not modelled with a CPU tier (--cpu-capacity, --cpu-memory-gb)")
     if c.spec_model is not None and c.spec_method == "draft" and "spec_gamma" not in c.latency_opts:
         from dynlab.latency.grid import build_latency_model, hardware_for
 
@@ -54,6 +57,8 @@ def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
     out: dict = {"spec_method": c.spec_method, "spec_tokens": c.spec_tokens,
                  "spec_lookahead_tokens": lookahead_tokens(c.spec_method, c.spec_tokens),
                  "spec_rates": [round(r, 4) for r in spec.acceptance.rates], "spec_draws": c.spec_draws}
+    if spec.drop_last:
+        out["spec_hash_rule"] = c.spec_hash_rule
     if c.spec_model is not None:
         out["spec_model"] = c.spec_model
     why = None
@@ -194,9 +199,6 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         def runs_of(req) -> tuple:
             return engine_block_runs(req.hashes, req.input_length - la, trace_block, block)
     cpu, per_block, load_ms = cpu_tier_size(config, hardware.model, layout)
-    if layout is not None and config.spec_tokens:
-        raise ValueError(f"{hardware.model.name} has {layout.describe()}; dynlab does not model them with "
-                         "speculative decoding (--spec-tokens)")
     if layout is not None and runs_of is not None:
         # KV cache groups over mapped names: every group named from the same engine block names, on the
         # plain pool (dynlab.kv.hybrid; no runs), the extra groups' names above the mapped ones
@@ -272,6 +274,9 @@ def _kv_layout(config: SimConfig, hardware) -> tuple:
     if hardware.parallel is not None and not hardware.parallel.plain:
         raise ValueError(f"{hardware.model.name} has KV cache groups, which dynlab models with --tp only "
                          f"(not {hardware.parallel.describe()})")
+    if drops_last_block(config) and any(g.kind == "chunked_local" for g in hardware.model.kv_groups):
+        raise ValueError(f"--spec-hash-rule drop: {hardware.model.name} has chunked-local attention, with which "
+                         "vLLM 0.33 does not drop a hit's last block (ChunkedLocalAttentionManager refuses it)")
     return hybrid_kv_blocks(hardware.model, hardware.gpu, config.block, config.tp, _memory_share(config))
 
 

@@ -32,7 +32,8 @@ import dataclasses
 import random
 from typing import Optional, Sequence, Tuple
 
-__all__ = ["SPEC_METHODS", "SPEC_DRAWS", "lookahead_tokens", "hash_lookahead_tokens", "parse_acceptance", "Acceptance", "SpecDecoding"]
+__all__ = ["SPEC_METHODS", "SPEC_DRAWS", "SPEC_HASH_RULES", "lookahead_tokens", "hash_lookahead_tokens", "drops_last_block",
+           "parse_acceptance", "Acceptance", "SpecDecoding"]
 
 #: the methods of ``--spec-method`` (vLLM's ``SpeculativeConfig.method``; ``draft`` is ``draft_model``)
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft")
@@ -40,6 +41,11 @@ SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft")
 HASH_LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp")
 #: how accepted lengths are drawn: ``seeded`` (random, per request) or ``expected`` (expected value)
 SPEC_DRAWS = ("seeded", "expected")
+#: how an EAGLE-family drafter keeps prefix caching exact (``--spec-hash-rule``, vLLM 0.33's
+#: ``SpeculativeConfig.disable_lookahead_block_hashes``): ``lookahead`` (a block's name covers the token after
+#: it, :func:`hash_lookahead_tokens`) or ``drop`` (plain names; a prefix hit drops its last block,
+#: :func:`drops_last_block`)
+SPEC_HASH_RULES = ("lookahead", "drop")
 
 #: per-position acceptance when ``--spec-acceptance`` is not given, per method: EAGLE-3's published
 #: acceptance on MT-Bench (Li et al. 2025, "EAGLE-3", Table 1: mean acceptance length ~6 at K = 7
@@ -64,7 +70,18 @@ def hash_lookahead_tokens(config) -> int:
     does a P/D fleet (vLLM: an engine with a KV connector keeps them)."""
     if not getattr(config, "timing", False) or not getattr(config, "spec_tokens", 0) or config.pd() is not None:
         return 0
+    if getattr(config, "spec_hash_rule", "lookahead") != "lookahead":
+        return 0
     return 1 if config.spec_method in HASH_LOOKAHEAD_METHODS else 0
+
+
+def drops_last_block(config) -> bool:
+    """Whether a timed run of ``config`` drops a prefix hit's last block: ``--spec-hash-rule drop`` with
+    ``eagle``, ``eagle3`` or ``mtp`` and ``--spec-tokens K`` > 0 (vLLM 0.33's ``use_eagle_block_drop`` with
+    ``disable_lookahead_block_hashes``: the drafter's KV at a block's last position depends on the next
+    token, so a hit recomputes its last block; ``KvCacheManager.find_cached_prefix`` applies it)."""
+    return (bool(getattr(config, "timing", False)) and bool(getattr(config, "spec_tokens", 0))
+            and getattr(config, "spec_hash_rule", "lookahead") == "drop" and config.spec_method in HASH_LOOKAHEAD_METHODS)
 
 
 def parse_acceptance(text: str, k: int) -> Tuple[float, ...]:
@@ -171,6 +188,7 @@ class SpecDecoding:
         self.k = k
         self.lookahead = lookahead_tokens(method, k)
         self.hash_lookahead = 0  # tokens after a block its name covers: a run's rule, hash_lookahead_tokens(config)
+        self.drop_last = False  # a prefix hit drops its last block: a run's rule, drops_last_block(config)
         self.acceptance = acceptance
         self.num_drafts = 0
         self.draft_tokens = 0
@@ -295,7 +313,8 @@ def align_rates(configs: list) -> list:
 def no_effect_rules(config, fields: Sequence[str], without_timing: str):
     """The rows ``(field, why)`` of :func:`dynlab.engine.option_rules._no_effect_rules` for speculative decoding:
     ``fields`` (the spec options other than ``spec_tokens``) need ``--timing`` and ``--spec-tokens K``,
-    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method and no P/D split, linear's ``spec_gamma`` a drafter (with
+    ``spec_tokens`` a method, ``spec_model`` the ``draft`` method and no P/D split, ``spec_hash_rule drop`` an
+    EAGLE-family method and no P/D split, linear's ``spec_gamma`` a drafter (with
     ``--spec-model`` too: spec_gamma prices the drafter's steps, the draft model still sizes the pool)."""
     if not config.timing:
         for name in tuple(fields) + ("spec_tokens",):
@@ -310,6 +329,10 @@ def no_effect_rules(config, fields: Sequence[str], without_timing: str):
                              "workers would not load it, its decode workers would need the draft's KV of the prompt)")
     if config.spec_model is not None and config.spec_method != "draft":
         yield "spec_model", "without --spec-method draft (the other drafters are the target's own layers or a lookup)"
+    if config.spec_hash_rule != "lookahead" and config.spec_method not in HASH_LOOKAHEAD_METHODS:
+        yield "spec_hash_rule", "without --spec-method eagle, eagle3 or mtp (ngram and draft name blocks plainly, drop none)"
+    if config.spec_hash_rule != "lookahead" and _disaggregated(config):
+        yield "spec_hash_rule", "with a P/D split (its decode pool keeps plain names: the block drop there is not modelled)"
     if "spec_gamma" in config.latency_opts and (config.spec_tokens == 0 or config.spec_method in (None, "ngram")):
         yield "latency_opts", ("as spec_gamma without a drafter to price (--spec-method eagle|eagle3|mtp|draft, "
                                "--spec-tokens K)")

@@ -158,7 +158,7 @@ class EngineWorker:
         self.worker_id, self.block, self.latency = worker_id, block, latency
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs, self.bulk, self.handoff, self.runs = max_num_seqs, bulk, handoff, runs
-        self.kv = kv_cache_manager(capacity, block, kv_layout, runs=runs, cpu_capacity=cpu_capacity,
+        self.kv = kv_cache_manager(capacity, block, kv_layout, max_num_batched_tokens, runs=runs, cpu_capacity=cpu_capacity,
                                    load_ms_per_block=load_ms_per_block, cpu_write=cpu_write, admission=admission)
         self._kv_groups = kv_layout is not None  # (dynlab.kv.hybrid) a bulk run never crosses a boundary
         self.spec = spec  # speculative decoding (dynlab.engine.spec.SpecDecoding) or None

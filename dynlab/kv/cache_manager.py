@@ -92,6 +92,8 @@ class KvCacheManager:
     ``cpu_hit_blocks`` (first admissions' hits per tier), ``peak_used_blocks``, :meth:`used_block_ms`.
     """
 
+    drop_last = False  #: a prefix hit drops its last block (--spec-hash-rule drop, spec.drops_last_block; the scheduler sets it)
+
     def __init__(self, capacity: int, block: int, *, runs: bool = False, cpu_capacity: int = 0,
                  load_ms_per_block: float = 0.0, cpu_write: str = "evict", admission: str = "full"):
         if admission not in ADMISSIONS:
@@ -185,10 +187,11 @@ class KvCacheManager:
     def find_cached_prefix(self, req) -> Tuple[int, int]:
         """``(h, hc)``: the leading full prompt blocks of ``req`` cached in the pool (``h``), then in
         the CPU tier (``hc``, contiguous after them), at most ``min(len(names), (num_tokens - 1) // block)``
-        in all (vLLM recomputes the last token)."""
+        in all (vLLM recomputes the last token); with :attr:`drop_last` one block fewer in the pool."""
         names = req.names
         cap = min(len(names), (req.num_tokens - 1) // self.block)
         h = self.pool.lookup(req.seq, cap)
+        h = h - 1 if self.drop_last and h else h  # (vLLM's one-group hit with use_eagle_block_drop: its last block recomputed)
         cpu = self.cpu
         if cpu is not None and h < cap:
             return h, cpu.lookup(names, h, cap - h)

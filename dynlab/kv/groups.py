@@ -67,6 +67,17 @@ class SlidingWindowGroup:
         window): ``W - 1 + block * (skipped(computed) + 1)``. A bulk decode run stops there."""
         return self.window - 1 + self.block * (self.skipped(computed) + 1)
 
+    def admission_cap(self, in_flight) -> float:
+        """Blocks the whole-sequence admission check counts for this group at most, with ``in_flight`` tokens
+        scheduled per step (``None``: no cap): the window's tail, ``W - 1`` tokens, plus ``in_flight``, in
+        blocks, plus 1 for a window that starts inside a block: ``ceil((W - 1 + in_flight) / block) + 1``
+        (vLLM 0.33's ``SlidingWindowSpec.max_admission_blocks_per_request``; what a request holds at most,
+        the blocks out of the window being freed before each chunk). A request with a longer prompt is
+        admitted once that many are free (without ``max_model_len``'s cap: dynlab has none)."""
+        if in_flight is None:
+            return math.inf
+        return -(-(self.window - 1 + in_flight) // self.block) + 1
+
 
 class ChunkedLocalGroup(SlidingWindowGroup):
     """A chunked-local KV cache group (Llama 4): attention within chunks of ``window`` tokens (``C``)."""
@@ -80,6 +91,13 @@ class ChunkedLocalGroup(SlidingWindowGroup):
     def next_drop(self, computed: int) -> int:
         """The next chunk's start, ``(computed // C + 1) * C`` (where :meth:`skipped` may grow)."""
         return (computed // self.window + 1) * self.window
+
+    def admission_cap(self, in_flight) -> float:
+        """``ceil((C + in_flight) / block)`` (vLLM 0.33's ``ChunkedLocalAttentionSpec.max_admission_blocks_per_request``;
+        ``None``: no cap): one chunk and the tokens in flight."""
+        if in_flight is None:
+            return math.inf
+        return -(-(self.window + in_flight) // self.block)
 
 
 class StateGroup:
@@ -105,6 +123,10 @@ class StateGroup:
 
     def next_drop(self, computed: int) -> float:
         """Never: nothing is freed."""
+        return math.inf
+
+    def admission_cap(self, in_flight) -> float:
+        """None: its ``per_request`` blocks are what it holds."""
         return math.inf
 
 

@@ -20,6 +20,16 @@ state, extra full-attention groups) holds its own block table per request, from 
   state group serves none (``h = 0``);
 - P/D (:meth:`reserve`): the decode side reserves what is resident after the prompt: every full
   group's ``ceil(tokens / block)``, a window group's blocks in its window.
+- freeing (vLLM frees every full block it has hashed to the free-queue tail, generated tokens' too): a
+  window group's blocks that leave the window, and at a finish its full blocks of generated tokens, go
+  to the tail (unnamed: no one can hit them), a partial block to the head; a preemption names them as
+  the full group's (:func:`~dynlab.kv.output_blocks.name_output`, each group under its own names);
+- admission (``admission="full"``): the whole-sequence check counts a window group's blocks up to its
+  :meth:`~dynlab.kv.groups.SlidingWindowGroup.admission_cap` (``in_flight``: the engine's token budget);
+- speculative decoding (:mod:`dynlab.engine.spec`): the ``K`` lookahead slots of each allocation are
+  taken in every group, a window group's before its drop at the computed tokens (vLLM rolls rejected
+  drafts back first); names cover the token after each block (EAGLE's hash lookahead) in every group,
+  since every group's names come from the full group's.
 
 CPU tier (``cpu_capacity > 0``), per group: one LRU tier of blocks (each one pool page of every layer of
 one group, so one size for all groups), holding each group's blocks under that group's names:
@@ -62,9 +72,11 @@ _NO_WINDOW = 1 << 62  # an extra full-attention group: a window nothing leaves
 
 class HybridKvCacheManager(KvCacheManager):
     """One engine's KV cache over the groups of ``layout`` (:class:`~dynlab.kv.groups.HybridPool`), one pool
-    of ``capacity`` blocks of ``block`` tokens. Raises ``ValueError`` with ``runs``."""
+    of ``capacity`` blocks of ``block`` tokens; ``in_flight``: tokens one step may schedule (the engine's
+    ``max_num_batched_tokens``), which caps a window group's blocks in the whole-sequence admission check
+    (``None``: no cap). Raises ``ValueError`` with ``runs``."""
 
-    def __init__(self, capacity: int, block: int, layout: HybridPool, **kw):
+    def __init__(self, capacity: int, block: int, layout: HybridPool, in_flight: Optional[int] = None, **kw):
         if kw.get("runs"):
             raise ValueError("KV cache groups (sliding-window, chunked-local or state layers) are not modelled "
                              "with trace blocks other than --block")
@@ -73,6 +85,7 @@ class HybridKvCacheManager(KvCacheManager):
         self.extra = extra + layout.groups
         self.groups = (FullAttentionGroup(block),) + self.extra
         self.layout = layout
+        self.in_flight = in_flight  # tokens a step may schedule (vLLM's max_in_flight_tokens, synchronous); None: no cap
         self.stride = layout.name_stride
         self.tables: dict = {}  # request -> [[skip, keys] per extra group]
         self.held_tables: dict = {}
@@ -112,24 +125,38 @@ class HybridKvCacheManager(KvCacheManager):
         """Blocks ``req`` holds in each group, full group first (tests, docs)."""
         return [len(req.keys)] + [len(keys) for _, keys in self.tables.get(req, ())]
 
-    def _window_cached(self, req, h: int) -> bool:
+    def _window_cached(self, req, h: int, peek: int = 0) -> bool:
+        """Whether every extra group has its window's blocks before token ``h * block`` cached, and with
+        ``peek`` 1 block ``h`` too (the block a drop took back: vLLM's ``tail + 1`` rule, PR #44082)."""
         pool = self.pool
+        e = h + peek
         for i, g in enumerate(self.extra):
             if not g.prefix_cache:
                 return h == 0
             s = g.skipped(h * self.block)
-            if h > s and pool.lookup(self.seq_of(req, i)[s:h], h - s) < h - s:
+            if e > s and pool.lookup(self.seq_of(req, i)[s:e], e - s) < e - s:
                 return False
         return True
 
-    def _hit(self, req, h: int) -> int:
-        while h > 0 and not self._window_cached(req, h):
+    def _hit(self, req, h: int, peek: int = 0) -> int:
+        while h > 0 and not self._window_cached(req, h, peek):
             h -= 1
         return h
+
+    def _dropped_hit(self, req) -> int:
+        """The hit with a drop of its last block (:attr:`drop_last`), vLLM 0.33's hybrid coordinator with
+        ``use_eagle_block_drop``: the full group matches up to one block past the usual cap (its EAGLE
+        margin: at most the request's whole blocks) and drops its last, ``h = L - 1``; a window group
+        matches its window's blocks before ``h`` plus block ``h`` itself and drops that one (the window's
+        tail + 1 contiguous blocks), so the hit is the largest ``h <= L - 1`` with both."""
+        top = self.pool.lookup(req.seq, min(len(req.names), req.num_tokens // self.block))
+        return self._hit(req, top - 1, peek=1) if top > 1 else 0
 
     def find_cached_prefix(self, req) -> Tuple[int, int]:
         """``(h, hc)``: ``h`` the longest prefix every group serves from the GPU pool, ``h + hc`` the longest
         one they serve from the pool and the CPU tier (module docstring; ``hc`` 0 without a tier)."""
+        if self.drop_last:
+            return self._dropped_hit(req), 0  # (no CPU tier with the drop: refused)
         cap = min(len(req.names), (req.num_tokens - 1) // self.block)
         g0 = self.pool.lookup(req.seq, cap)
         h = self._hit(req, g0)
@@ -167,13 +194,15 @@ class HybridKvCacheManager(KvCacheManager):
               reserve: int = 0) -> Optional[tuple]:
         """Full keys and tables for ``req`` holding nothing: ``h`` hits, slots to ``tokens``, windows at
         ``computed``; ``None`` (nothing taken) when the free queue cannot give them, or the blocks of
-        ``max(tokens, reserve)`` tokens (full admission, :meth:`admission_tokens`) are not free now. ``gpu``:
+        ``reserve`` tokens (full admission, :meth:`admission_tokens`; a window group's at most its
+        :meth:`~dynlab.kv.groups.SlidingWindowGroup.admission_cap`, vLLM's ``apply_admission_cap``) are not free now. ``gpu``:
         ``(full GPU hits, [each extra group's GPU hits])`` when the CPU tier gives the rest of the ``h`` (new
         blocks are taken for them), else all ``h`` are GPU hits."""
         pool = self.pool
         hf = h if gpu is None else gpu[0]
-        check_tokens = max(tokens, reserve)
-        need = self.blocks_needed(check_tokens) - hf
+        whole = reserve > tokens  # the whole-sequence check, each window group's blocks capped (admission_cap)
+        need = self.blocks_needed(tokens) - hf
+        seq_need = self.blocks_needed(reserve) - hf if whole else 0
         evict = pool.evictable_hits(req.seq, hf) if hf else 0
         plan = []
         for i, g in enumerate(self.extra):
@@ -182,9 +211,11 @@ class HybridKvCacheManager(KvCacheManager):
             hits = self.seq_of(req, i)[s:s + a] if a else []
             new = g.blocks_needed(tokens) - (s + a)
             plan.append((s, hits, new))
-            need += max(g.blocks_needed(check_tokens) - (s + a), 0)
+            need += max(new, 0)
+            if whole:
+                seq_need += max(min(g.blocks_needed(reserve), g.admission_cap(self.in_flight)) - (s + a), 0)
             evict += pool.evictable_hits(hits, len(hits)) if hits else 0
-        if need + evict > pool.num_free:
+        if max(need, seq_need) + evict > pool.num_free:
             return None
         keys = pool.take_hits(req.seq, hf)  # every group's hits first: an allocation must not evict a hit
         taken = [pool.take_hits(hits, len(hits)) for _, hits, _ in plan]  # (a copy's key where a name has copies)
@@ -203,13 +234,14 @@ class HybridKvCacheManager(KvCacheManager):
         return got[0]
 
     def _drop_skipped(self, req) -> None:
-        """Free each window group's blocks that left the window at ``req.computed`` tokens."""
-        pool = self.pool
+        """Free each window group's blocks that left the window at ``req.computed`` tokens. Each is a computed
+        full block, which vLLM has hashed: all go to the free-queue tail (reversed), a generated token's
+        block as an unnamed block in a named block's place (:meth:`_release_table`)."""
         for g, table in zip(self.extra, self.tables[req]):
             s = g.skipped(req.computed)
             d = min(s - table[0], len(table[1]))
             if d > 0:
-                pool.release(table[1][:d])
+                self._release_table(table[0], table[1][:d], req.nreg, table[0] + d)
                 del table[1][:d]
                 table[0] += d
 
@@ -249,12 +281,44 @@ class HybridKvCacheManager(KvCacheManager):
         for _, keys in tables:
             self.pool.release(keys)
 
+    def _release_table(self, skip: int, keys: list, named: int, hashed: int) -> None:
+        """Free ``keys``, a table's blocks from block ``skip`` on, reversed: those before block ``named`` (named)
+        and the unnamed full blocks of generated tokens before block ``hashed`` (vLLM hashes them) to the tail,
+        the rest (a partial block, lookahead slots) to the head (:meth:`BlockPool.release`'s ``out``)."""
+        at = min(max(named - skip, 0), len(keys))
+        self.pool.release(keys, (), at, max(min(hashed - skip, len(keys)) - at, 0))
+
     def free(self, req) -> None:
-        """Return every group's blocks to the free queue, the full group's first (named ones stay cached)."""
+        """Return every group's blocks to the free queue, the full group's first (named ones stay cached). The
+        extra groups' blocks of generated tokens follow the full group's (:meth:`KvCacheManager.free`): named
+        under the names a preemption gives them there, or, at a finish, to the tail unnamed."""
+        old = req.nreg
         super().free(req)
-        self._release_tables(self.tables.pop(req, ()))
+        tables = self.tables.pop(req, ())
         self._seqs.pop(req, None)
         self._loads.pop(req, None)
+        hashed = req.nreg
+        if req.nreg > old:  # a preemption named the generated tokens' full blocks (name_output): here too
+            self._name_extra(req, tables, old)
+        elif req.generated >= req.output_length:
+            hashed = req.computed // self.block
+        for g, (skip, keys) in zip(self.extra, tables):
+            if g.prefix_cache:
+                self._release_table(skip, keys, req.nreg, hashed)
+            else:  # a state group's blocks: never hashed, to the head
+                self.pool.release(keys)
+
+    def _name_extra(self, req, tables, old: int) -> None:
+        """Register every extra group's blocks ``old .. req.nreg - 1`` (the names :func:`name_output` gave),
+        without a ``BlockStored`` (as that function)."""
+        pool = self.pool
+        stored = len(pool.stored)
+        for i, (g, (skip, keys)) in enumerate(zip(self.extra, tables)):
+            end = min(req.nreg, skip + len(keys))
+            if g.prefix_cache and end > max(old, skip):
+                pool.register(keys, self.seq_of(req, i)[skip:], max(old, skip) - skip, end - skip)
+        del pool.stored[stored:]
+        self._seqs.pop(req, None)
 
     # -- the CPU tier, per group --------------------------------------------------------------
     def begin_step(self, now: float) -> None:
@@ -360,13 +424,15 @@ class HybridKvCacheManager(KvCacheManager):
         raise RuntimeError("bulk decode runs are not modelled with KV cache groups")
 
 
-def kv_cache_manager(capacity: int, block: int, kv_layout=None, **kwargs) -> KvCacheManager:
+def kv_cache_manager(capacity: int, block: int, kv_layout=None, in_flight: Optional[int] = None,
+                     **kwargs) -> KvCacheManager:
     """The KV cache manager of one engine: a :class:`KvCacheManager` (one full-attention group) when
-    ``kv_layout`` is ``None``, else a :class:`HybridKvCacheManager` over its KV cache groups; ``kwargs``
-    are :class:`KvCacheManager`'s (``runs``, ``cpu_capacity``, ``load_ms_per_block``, ``cpu_write``)."""
+    ``kv_layout`` is ``None``, else a :class:`HybridKvCacheManager` over its KV cache groups (``in_flight``:
+    its admission cap's tokens per step); ``kwargs`` are :class:`KvCacheManager`'s (``runs``,
+    ``cpu_capacity``, ``load_ms_per_block``, ``cpu_write``)."""
     if kv_layout is None:
         return KvCacheManager(capacity, block, **kwargs)
-    return HybridKvCacheManager(capacity, block, kv_layout, **kwargs)
+    return HybridKvCacheManager(capacity, block, kv_layout, in_flight, **kwargs)
 
 
 def _own_change(change, stride: int):
