@@ -40,13 +40,16 @@ class WorkerState(NamedTuple):
 class FleetState(NamedTuple):
     """What :meth:`Controller.decide` observes at ``now_s`` (s of simulated time): ``workers`` (every worker
     that has not left, ascending ids), ``arrivals`` (requests that arrived in the last ``period_s`` seconds,
-    shed ones included; requeued ones not) and ``ttft_ms`` (the client TTFTs, ms, of the first tokens in it)."""
+    shed ones included; requeued ones not), ``ttft_ms`` (the client TTFTs, ms, of the first tokens in it) and
+    ``weight_bytes`` (B of one worker's model weights, the catalogue's: what a cold start loads,
+    :func:`dynlab.engine.autoscale.cold_start_s`; 0 when unknown)."""
 
     now_s: float
     period_s: float
     workers: tuple
     arrivals: int
     ttft_ms: tuple
+    weight_bytes: float = 0.0
 
 
 class Add(NamedTuple):
@@ -76,11 +79,13 @@ class Controller:
     ``controller`` (the spec) and the per-worker lifetimes (:class:`dynlab.engine.elastic.Elastic`)."""
 
     name: str = ""
+    #: ``period``'s default (s), a subclass's to change (Kubernetes HPA's sync period is 15 s)
+    default_period_s: float = 1.0
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         self.spec = spec or self.name
         self._opts = dict(opts)
-        self.period_s = self.number("period", 1.0, minimum=0.0)
+        self.period_s = self.number("period", self.default_period_s, minimum=0.0)
         if not self.period_s > 0:
             raise ValueError(f"controller {self.spec!r}: period={self.period_s:g} must be > 0 seconds")
 
@@ -103,6 +108,10 @@ class Controller:
             kind = "an integer" if integer else "a finite number"
             raise ValueError(f"controller {self.spec!r}: {key}={text} must be {kind} >= {minimum:g}")
         return int(value) if integer else value
+
+    def text(self, key: str, default: Optional[str] = None) -> Optional[str]:
+        """The option ``key`` as text (``default`` when absent). Reading an option marks it read."""
+        return self._opts.pop(key, default)
 
     def unread(self) -> list:
         """The options given that no one read (unknown to this controller)."""

@@ -48,8 +48,9 @@ class Elastic(Recorder):
     controller's (``--controller``), reported as ``controller``. Give it to the run's recorders before the fleet
     is built (its hooks are read then), then :meth:`attach` the fleet."""
 
-    def __init__(self, build: Callable[[int], Any], spec: str = ""):
-        self.build, self.spec = build, spec
+    def __init__(self, build: Callable[[int], Any], spec: str = "", weight_bytes: float = 0.0):
+        self.build, self.spec, self.weight_bytes = build, spec, weight_bytes
+        self.events: list = []  # (ms, "add" or "retire", worker id) of every decision applied, in order
         self.fleet = None
         self.origin: dict = {}  # request id -> the workload's Request, while in flight (a kill requeues it)
         self.state: list = []
@@ -88,6 +89,7 @@ class Elastic(Recorder):
         fleet = self.fleet
         now = fleet.loop.now
         w = fleet.grow(self.build(len(fleet.engines)))
+        self.events.append((now, "add", w))
         for books, value in ((self.state, STARTING), (self.joined, now), (self.ready, now + ready_in_ms),
                              (self.left, None), (self.left_by, None)):
             books.append(value)
@@ -110,6 +112,7 @@ class Elastic(Recorder):
         if type(w) is not int or not 0 <= w < len(self.state) or self.state[w] not in (STARTING, LIVE):
             raise DynlabError(f"controller {self.spec!r}: cannot retire worker {w!r}: not a starting or live worker")
         now = fleet.loop.now
+        self.events.append((now, "retire", w))
         if self.state[w] == STARTING:  # never routable, holds nothing
             return self._leave(w, "drain", now)
         if len(fleet.routable) == 1:
@@ -184,7 +187,8 @@ class Elastic(Recorder):
             e = fleet.engines[w]
             workers.append(WorkerState(w, state, self.ready[w] / 1000.0, len(e.waiting), len(e.running),
                                        e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w]))
-        out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts))
+        out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts),
+                         self.weight_bytes)
         self._arrivals, self._ttfts = 0, []
         return out
 
