@@ -71,13 +71,13 @@ class Hpa(Autoscaler):
         current = len(live) + starting
         total = sum(self.metric(w) for w in live)
         ratio = total / (len(live) * self.target)
-        if abs(ratio - 1.0) <= self.tolerance:
+        if abs(ratio - 1.0) <= self.tolerance + 1e-9:  # 1e-9: 11 / 10 - 1 is a hair above 0.1 in floats
             return current
         if not starting:
             return ceil_ratio(len(live), ratio)
         unready = 0.0 if ratio > 1.0 else self.target  # not-ready pods: 0 scaling up, the target scaling down
         ratio2 = (total + starting * unready) / (current * self.target)
-        if abs(ratio2 - 1.0) <= self.tolerance or (ratio2 > 1.0) != (ratio > 1.0):
+        if abs(ratio2 - 1.0) <= self.tolerance + 1e-9 or (ratio2 > 1.0) != (ratio > 1.0):
             return current
         return ceil_ratio(current, ratio2)
 
