@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
-__all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "WorkerState"]
+__all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "StepSample", "WorkerState"]
 
 #: a worker's states: added, not routable before its ready time; routable; retired, finishing what it holds
 STARTING, LIVE, DRAINING = "starting", "live", "draining"
@@ -26,7 +26,11 @@ class WorkerState(NamedTuple):
     """One worker (not yet left) as a controller sees it: ``id`` (never reused), ``state`` (``starting``,
     ``live`` or ``draining``), ``ready_s`` (when it became or becomes routable, s), ``waiting`` and
     ``running`` (requests in its engine's waiting queue and running batch), ``kv_usage`` (blocks held by
-    requests / its pool's blocks, 0 to 1) and ``active`` (requests routed to it and not finished)."""
+    requests / its pool's blocks, 0 to 1), ``active`` (requests routed to it and not finished), and what a
+    latency estimate needs (NVIDIA Dynamo's ForwardPassMetrics, ``queued_requests``): ``queued_prefill_tokens``
+    (prompt tokens its waiting and running requests have still to compute), ``kv_tokens`` (tokens of KV its
+    requests hold: blocks x block size), ``kv_capacity_tokens`` (its pool's) and ``max_batched_tokens`` (its step's
+    token budget)."""
 
     id: int
     state: str
@@ -35,6 +39,10 @@ class WorkerState(NamedTuple):
     running: int
     kv_usage: float
     active: int
+    queued_prefill_tokens: int = 0
+    kv_tokens: int = 0
+    kv_capacity_tokens: int = 0
+    max_batched_tokens: int = 0
 
 
 class FleetState(NamedTuple):
@@ -42,7 +50,8 @@ class FleetState(NamedTuple):
     that has not left, ascending ids), ``arrivals`` (requests that arrived in the last ``period_s`` seconds,
     shed ones included; requeued ones not), ``ttft_ms`` (the client TTFTs, ms, of the first tokens in it) and
     ``weight_bytes`` (B of one worker's model weights, the catalogue's: what a cold start loads,
-    :func:`dynlab.engine.autoscale.cold_start_s`; 0 when unknown)."""
+    :func:`dynlab.engine.autoscale.cold_start_s`; 0 when unknown) and ``steps``: the engine iterations that ended in
+    the period, each a :class:`StepSample` (a bulk run of decode steps: one sample per run, at its mean step time)."""
 
     now_s: float
     period_s: float
@@ -50,6 +59,20 @@ class FleetState(NamedTuple):
     arrivals: int
     ttft_ms: tuple
     weight_bytes: float = 0.0
+    steps: tuple = ()
+
+
+class StepSample(NamedTuple):
+    """One engine iteration as NVIDIA Dynamo's ForwardPassMetrics report it: ``worker``, ``prefill_tokens`` (prompt
+    tokens computed), ``prefill_requests``, ``decode_requests``, ``kv_tokens`` (tokens of KV held by requests during
+    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``) and ``ms`` (its wall time)."""
+
+    worker: int
+    prefill_tokens: int
+    prefill_requests: int
+    decode_requests: int
+    kv_tokens: int
+    ms: float
 
 
 class Add(NamedTuple):

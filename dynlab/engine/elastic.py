@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Callable, Optional, Sequence
 
-from dynlab.engine.controller import DRAINING, LIVE, STARTING, FleetState, WorkerState
+from dynlab.engine.controller import DRAINING, LIVE, STARTING, FleetState, StepSample, WorkerState
 from dynlab.engine.loop import DELIVER
 from dynlab.engine.metrics import Recorder, ratio
 from dynlab.errors import DynlabError
@@ -63,6 +63,7 @@ class Elastic(Recorder):
         self._gone: set = set()  # retired workers, whose KV events no longer reach the strategy
         self._arrivals = 0  # in the controller's period so far
         self._ttfts: list = []
+        self._steps: list = []  # StepSample of the steps ended in the controller's period so far
         self._front = 0.0
 
     def attach(self, fleet) -> None:
@@ -185,12 +186,22 @@ class Elastic(Recorder):
             if state == GONE:
                 continue
             e = fleet.engines[w]
+            queued = sum(r.num_tokens - r.computed for r in e.waiting)
+            queued += sum(r.input_length - r.computed for r in e.running if r.computed < r.input_length)
             workers.append(WorkerState(w, state, self.ready[w] / 1000.0, len(e.waiting), len(e.running),
-                                       e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w]))
+                                       e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w],
+                                       queued, e.used_blocks * e.block, e.capacity * e.block,
+                                       e.max_num_batched_tokens))
         out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts),
-                         self.weight_bytes)
-        self._arrivals, self._ttfts = 0, []
+                         self.weight_bytes, tuple(self._steps))
+        self._arrivals, self._ttfts, self._steps = 0, [], []
         return out
+
+    def on_step(self, worker: int, result) -> None:
+        block = self.fleet.engines[worker].block
+        self._steps.append(StepSample(worker, result.prefill_tokens, result.batch_size - result.decode_requests,
+                                      result.decode_requests, result.used_blocks * block,
+                                      (result.end - result.start) / result.steps))
 
     def on_arrival(self, req, t: float) -> None:
         self._arrivals += 1

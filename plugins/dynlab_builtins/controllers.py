@@ -1,5 +1,6 @@
-"""Built-in controllers (``--controller``), registered through the ``dynlab`` entry-point group: ``none``, ``static``
-and ``hpa`` (docs/autoscaling.md: each one's algorithm and source)."""
+"""Built-in controllers (``--controller``), registered through the ``dynlab`` entry-point group: ``none``, ``static``,
+``hpa`` and ``dynamo-load`` (:mod:`dynlab_builtins.dynamo_planner`; docs/autoscaling.md: each one's algorithm and
+source)."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ import math
 from dynlab import hookimpl
 from dynlab.engine.autoscale import Autoscaler, ceil_ratio
 from dynlab.engine.controller import LIVE, STARTING, Controller, NoController
+from dynlab_builtins.dynamo_planner import DynamoLoad
 
 #: HPA's metrics: a worker's figure of :class:`dynlab.engine.controller.WorkerState`
 METRICS = {"queue": lambda w: w.waiting, "running": lambda w: w.running, "kv": lambda w: w.kv_usage}
@@ -113,3 +115,4 @@ def dynlab_register_controllers(register):
     register(NoController)
     register(Static)
     register(Hpa)
+    register(DynamoLoad)

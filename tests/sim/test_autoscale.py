@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dynlab.engine.autoscale import cold_start_s
 from dynlab.engine.config import SimConfig
-from dynlab.engine.controller import Add, FleetState, Retire, WorkerState
+from dynlab.engine.controller import Add, FleetState, Retire, StepSample, WorkerState
 from dynlab.sim import run
 from dynlab.sim.control import build_controller
 from helpers import terms_off
@@ -155,3 +155,48 @@ def test_hpa_stays_within_its_bounds_and_its_scale_up_policy(calls, lo, hi):
         assert n == current or lo <= n <= hi  # a change lands within [min, max]
         assert adds <= max(4, current)  # the default scale-up policy: +4 pods or +100 % per 15 s
         assert retires <= current - 1  # never the last worker
+
+
+# dynamo-load on a hand model: step ms = 10 + 0.5 x prefill tokens + 0.01 x KV tokens, five samples that fit it
+# exactly (worker, prefill tokens, prefill requests, decode requests, KV tokens, ms): avg_isl = mean(100/1, 200/2,
+# 100/1) = 100 tokens, avg_decode_len = mean(1000/10, 2000/20, 1000/10) = 100, prompt tokens per step = mean(100,
+# 200, 0, 0, 100) = 80
+SAMPLES = tuple(StepSample(*s) for s in ((0, 100, 1, 0, 0, 60.0), (0, 200, 2, 0, 0, 110.0), (0, 0, 0, 10, 1000, 20.0),
+                                         (0, 0, 0, 20, 2000, 30.0), (0, 100, 1, 10, 1000, 70.0)))
+
+
+def _load_state(queued, kv, live=1, starting=0, steps=SAMPLES):
+    workers = [WorkerState(i, "live", 0.0, 0, 0, 0.0, 0, queued, kv, 100_000, 2048) for i in range(live)]
+    workers += [WorkerState(live + i, "starting", 9.0, 0, 0, 0.0, 0) for i in range(starting)]
+    return FleetState(5.0, 5.0, tuple(workers), 0, (), 0.0, steps)
+
+
+def test_dynamo_load_regression_and_its_decisions_by_hand():
+    from dynlab_builtins.dynamo_planner import fit
+
+    assert fit(SAMPLES) == pytest.approx((10.0, 0.5, 0.01), abs=1e-6)
+    make = lambda extra="": build_controller("dynamo-load:cold_start_s=0" + extra)  # noqa: E731
+    # one worker, 4,000 prompt tokens queued, 1,000 KV tokens: 4,000 + 100 tokens in chunks of 2,048: 2 x (10 +
+    # 1,024 + 10) + (10 + 2 + 10) = 2,110 ms > 500: every worker above the TTFT target, one more
+    assert make().decide(_load_state(4000, 1000)) == [Add(0.0)]
+    # fewer than 5 samples, or a worker still starting: no decision
+    assert make().decide(_load_state(4000, 1000, steps=SAMPLES[:4])) == ()
+    assert make().decide(_load_state(4000, 1000, starting=1)) == ()
+    # two idle-ish workers (nothing queued, 1,000 KV tokens), itl=100: no side says up (TTFT 10 + 50 + 10 = 70 ms,
+    # ITL 10 + 40 + 0.01 x 1,100 = 61 ms); one retired, its load on the other (x 2): TTFT own = queued = 10 + 50 + 20
+    # = 80 ms, its queue part 0 < (500 - 80) x 0.8; ITL at 2,000 KV: 10 + 40 + 21 = 71 < 100 x 0.8 = 80: down, newest
+    assert make(",itl=100").decide(_load_state(0, 1000, live=2)) == [Retire(1)]
+    # 600 tokens queued each: TTFT 10 + 350 + 10 = 370 < 500 (no up); after consolidation 1,200 queued at 2,000 KV:
+    # 1,300 tokens, 10 + 650 + 20 = 680 ms, its queue part 680 - 80 = 600 >= 336: the prefill side holds (and the
+    # decode side: (1,000 + 600) x 2 = 3,200 KV, ITL 10 + 40 + 33 = 83 >= 80)
+    assert make(",itl=100").decide(_load_state(600, 1000, live=2)) == ()
+
+
+def test_dynamo_load_does_not_see_a_queue_of_requests_held_by_max_num_seqs(tmp_path):
+    out = _step(tmp_path, controller="dynamo-load:period=5,ttft=1000,itl=150,max=4,cold_start_s=10")
+    # the flat model: every step 100 ms whatever its tokens, so the fit is 100 ms flat; the TTFT estimate simulates the
+    # queued prompt tokens in chunks of the token budget (8,192): at most 240 requests x 16 tokens + 16 = 3,856 tokens,
+    # one chunk, 100 ms < 1,000; the ITL estimate 100 < 150. The queue here is held by max_num_seqs = 1, which Dynamo's
+    # estimate does not model: no scale-up (and one worker cannot scale down), whatever the SLO windows say.
+    assert out["scale_events"] == []
+    assert out["worst_window_goodput"] == 0.0
