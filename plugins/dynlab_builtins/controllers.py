@@ -15,8 +15,9 @@ METRICS = {"queue": lambda w: w.waiting, "running": lambda w: w.running, "kv": l
 
 
 class Static(Controller):
-    """Keep the fleet at --workers for the whole run (a controller that never decides: the baseline whose result
-    carries the elastic keys, gpu_hours among them, to compare with an autoscaler's)."""
+    """Keep the fleet at --workers for the whole run, the scaling keys (gpu_hours, ...) in its result.
+
+    A controller that never decides: the baseline to compare an autoscaler's result with."""
 
     name = "static"
 
@@ -25,8 +26,10 @@ class Static(Controller):
 
 
 class Hpa(Autoscaler):
-    """Kubernetes' Horizontal Pod Autoscaler on a worker metric (queue, running or kv): desired = ceil(current x
-    metric / target) outside a tolerance, a scale-down stabilisation window, a scale-up rate policy.
+    """Kubernetes' Horizontal Pod Autoscaler on a worker metric: queue, running or kv (docs/autoscaling.md).
+
+    desired = ceil(current x metric / target) outside a tolerance, a scale-down stabilisation window, a scale-up
+    rate policy.
 
     The rule is kube-controller-manager's (``pkg/controller/podautoscaler``: ``replica_calculator.go``,
     ``horizontal.go``), as the Kubernetes documentation "Horizontal Pod Autoscaling" states it:

@@ -60,8 +60,10 @@ def _mean(values) -> float:
 
 
 class DynamoLoad(Autoscaler):
-    """NVIDIA Dynamo Planner's load-based scaling (aggregated): per-interval regression of step time on load,
-    +/-1 worker to keep every worker's estimated TTFT and ITL within ttft / itl ms (docs/autoscaling.md)."""
+    """NVIDIA Dynamo Planner's load-based scaling of an aggregated fleet (docs/autoscaling.md).
+
+    A per-interval regression of step time on load, +/-1 worker to keep every worker's estimated TTFT and ITL within
+    ttft / itl ms (module docstring)."""
 
     name = "dynamo-load"
     default_period_s = 5.0
