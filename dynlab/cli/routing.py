@@ -237,8 +237,10 @@ SIM_OPTIONS = [
      "goodput (see docs/engine.md and `dynlab plugins`)."),
     (("--controller",), "controller", CheckedText("NAME:KEY=VALUE,...", _controller), "none",
      "With --timing (an aggregated fleet): what adds and retires workers during the run, called every period=S "
-     "seconds (default 1): none (a fixed fleet) or a controller plugin's NAME:period=S,...; the result then lists "
-     "each worker's lifetime (see docs/plugins.md and `dynlab plugins`)."),
+     "seconds (default 1; hpa 15, dynamo-load 5): none (a fixed fleet), static, "
+     "hpa:metric=queue|running|kv,target=X,max=N (Kubernetes' HPA, with cold starts), dynamo-load:ttft=MS,itl=MS "
+     "(NVIDIA Dynamo Planner's load-based mode) or a controller plugin's NAME:period=S,...; the result then lists "
+     "each worker's lifetime and the GPU-hours (see docs/autoscaling.md and `dynlab plugins`)."),
     (("--engine",), "engine_kind", RegistryName("engine kind", plugins.engine_kinds), "vllm",
      "With --timing: what each worker is: vllm (vLLM 0.33's scheduler and KV cache manager; --async-scheduling "
      "is its AsyncScheduler) or sglang (SGLang 0.5.23's scheduler and radix cache, set by the SGLang options "

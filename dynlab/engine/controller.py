@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
-__all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "WorkerState"]
+__all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "StepSample", "WorkerState"]
 
 #: a worker's states: added, not routable before its ready time; routable; retired, finishing what it holds
 STARTING, LIVE, DRAINING = "starting", "live", "draining"
@@ -26,7 +26,11 @@ class WorkerState(NamedTuple):
     """One worker (not yet left) as a controller sees it: ``id`` (never reused), ``state`` (``starting``,
     ``live`` or ``draining``), ``ready_s`` (when it became or becomes routable, s), ``waiting`` and
     ``running`` (requests in its engine's waiting queue and running batch), ``kv_usage`` (blocks held by
-    requests / its pool's blocks, 0 to 1) and ``active`` (requests routed to it and not finished)."""
+    requests / its pool's blocks, 0 to 1), ``active`` (requests routed to it and not finished), and what a
+    latency estimate needs (NVIDIA Dynamo's ForwardPassMetrics, ``queued_requests``): ``queued_prefill_tokens``
+    (prompt tokens its waiting and running requests have still to compute), ``kv_tokens`` (tokens of KV its
+    requests hold: blocks x block size), ``kv_capacity_tokens`` (its pool's) and ``max_batched_tokens`` (its step's
+    token budget)."""
 
     id: int
     state: str
@@ -35,18 +39,40 @@ class WorkerState(NamedTuple):
     running: int
     kv_usage: float
     active: int
+    queued_prefill_tokens: int = 0
+    kv_tokens: int = 0
+    kv_capacity_tokens: int = 0
+    max_batched_tokens: int = 0
 
 
 class FleetState(NamedTuple):
     """What :meth:`Controller.decide` observes at ``now_s`` (s of simulated time): ``workers`` (every worker
     that has not left, ascending ids), ``arrivals`` (requests that arrived in the last ``period_s`` seconds,
-    shed ones included; requeued ones not) and ``ttft_ms`` (the client TTFTs, ms, of the first tokens in it)."""
+    shed ones included; requeued ones not), ``ttft_ms`` (the client TTFTs, ms, of the first tokens in it) and
+    ``weight_bytes`` (B of one worker's model weights, the catalogue's: what a cold start loads,
+    :func:`dynlab.engine.autoscale.cold_start_s`; 0 when unknown) and ``steps``: the engine iterations that ended in
+    the period, each a :class:`StepSample` (a bulk run of decode steps: one sample per run, at its mean step time)."""
 
     now_s: float
     period_s: float
     workers: tuple
     arrivals: int
     ttft_ms: tuple
+    weight_bytes: float = 0.0
+    steps: tuple = ()
+
+
+class StepSample(NamedTuple):
+    """One engine iteration as NVIDIA Dynamo's ForwardPassMetrics report it: ``worker``, ``prefill_tokens`` (prompt
+    tokens computed), ``prefill_requests``, ``decode_requests``, ``kv_tokens`` (tokens of KV held by requests during
+    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``) and ``ms`` (its wall time)."""
+
+    worker: int
+    prefill_tokens: int
+    prefill_requests: int
+    decode_requests: int
+    kv_tokens: int
+    ms: float
 
 
 class Add(NamedTuple):
@@ -76,11 +102,13 @@ class Controller:
     ``controller`` (the spec) and the per-worker lifetimes (:class:`dynlab.engine.elastic.Elastic`)."""
 
     name: str = ""
+    #: ``period``'s default (s), a subclass's to change (Kubernetes HPA's sync period is 15 s)
+    default_period_s: float = 1.0
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         self.spec = spec or self.name
         self._opts = dict(opts)
-        self.period_s = self.number("period", 1.0, minimum=0.0)
+        self.period_s = self.number("period", self.default_period_s, minimum=0.0)
         if not self.period_s > 0:
             raise ValueError(f"controller {self.spec!r}: period={self.period_s:g} must be > 0 seconds")
 
@@ -103,6 +131,10 @@ class Controller:
             kind = "an integer" if integer else "a finite number"
             raise ValueError(f"controller {self.spec!r}: {key}={text} must be {kind} >= {minimum:g}")
         return int(value) if integer else value
+
+    def text(self, key: str, default: Optional[str] = None) -> Optional[str]:
+        """The option ``key`` as text (``default`` when absent). Reading an option marks it read."""
+        return self._opts.pop(key, default)
 
     def unread(self) -> list:
         """The options given that no one read (unknown to this controller)."""

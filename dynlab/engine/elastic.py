@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Callable, Optional, Sequence
 
-from dynlab.engine.controller import DRAINING, LIVE, STARTING, FleetState, WorkerState
+from dynlab.engine.controller import DRAINING, LIVE, STARTING, FleetState, StepSample, WorkerState
 from dynlab.engine.loop import DELIVER
 from dynlab.engine.metrics import Recorder, ratio
 from dynlab.errors import DynlabError
@@ -48,8 +48,9 @@ class Elastic(Recorder):
     controller's (``--controller``), reported as ``controller``. Give it to the run's recorders before the fleet
     is built (its hooks are read then), then :meth:`attach` the fleet."""
 
-    def __init__(self, build: Callable[[int], Any], spec: str = ""):
-        self.build, self.spec = build, spec
+    def __init__(self, build: Callable[[int], Any], spec: str = "", weight_bytes: float = 0.0):
+        self.build, self.spec, self.weight_bytes = build, spec, weight_bytes
+        self.events: list = []  # (ms, "add" or "retire", worker id) of every decision applied, in order
         self.fleet = None
         self.origin: dict = {}  # request id -> the workload's Request, while in flight (a kill requeues it)
         self.state: list = []
@@ -62,6 +63,7 @@ class Elastic(Recorder):
         self._gone: set = set()  # retired workers, whose KV events no longer reach the strategy
         self._arrivals = 0  # in the controller's period so far
         self._ttfts: list = []
+        self._steps: list = []  # StepSample of the steps ended in the controller's period so far
         self._front = 0.0
 
     def attach(self, fleet) -> None:
@@ -88,6 +90,7 @@ class Elastic(Recorder):
         fleet = self.fleet
         now = fleet.loop.now
         w = fleet.grow(self.build(len(fleet.engines)))
+        self.events.append((now, "add", w))
         for books, value in ((self.state, STARTING), (self.joined, now), (self.ready, now + ready_in_ms),
                              (self.left, None), (self.left_by, None)):
             books.append(value)
@@ -110,6 +113,7 @@ class Elastic(Recorder):
         if type(w) is not int or not 0 <= w < len(self.state) or self.state[w] not in (STARTING, LIVE):
             raise DynlabError(f"controller {self.spec!r}: cannot retire worker {w!r}: not a starting or live worker")
         now = fleet.loop.now
+        self.events.append((now, "retire", w))
         if self.state[w] == STARTING:  # never routable, holds nothing
             return self._leave(w, "drain", now)
         if len(fleet.routable) == 1:
@@ -182,11 +186,22 @@ class Elastic(Recorder):
             if state == GONE:
                 continue
             e = fleet.engines[w]
+            queued = sum(r.num_tokens - r.computed for r in e.waiting)
+            queued += sum(r.input_length - r.computed for r in e.running if r.computed < r.input_length)
             workers.append(WorkerState(w, state, self.ready[w] / 1000.0, len(e.waiting), len(e.running),
-                                       e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w]))
-        out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts))
-        self._arrivals, self._ttfts = 0, []
+                                       e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w],
+                                       queued, e.used_blocks * e.block, e.capacity * e.block,
+                                       e.max_num_batched_tokens))
+        out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts),
+                         self.weight_bytes, tuple(self._steps))
+        self._arrivals, self._ttfts, self._steps = 0, [], []
         return out
+
+    def on_step(self, worker: int, result) -> None:
+        block = self.fleet.engines[worker].block
+        self._steps.append(StepSample(worker, result.prefill_tokens, result.batch_size - result.decode_requests,
+                                      result.decode_requests, result.used_blocks * block,
+                                      (result.end - result.start) / result.steps))
 
     def on_arrival(self, req, t: float) -> None:
         self._arrivals += 1

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional, Protocol, Sequence
 from dynlab.disagg.fleet import DisaggFleet
 from dynlab.engine.config import SimConfig
 from dynlab.engine.elastic import Elastic
+from dynlab.engine.scaling_metrics import ScalingRecorder
 from dynlab.engine.env import RunEnv
 from dynlab.engine.gateway import AdmissionPolicy, Always, parse_policy
 from dynlab.engine.metrics import Recorder, fleet_result
@@ -64,8 +65,10 @@ class Aggregated:
         if controller is None:
             return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
         kind = s.engine_kind()  # an elastic fleet (--controller): its recorder before the fleet reads the hooks
-        elastic = Elastic(lambda w: kind.build(s, w), controller.spec)
+        hardware = s.latency.hardware
+        elastic = Elastic(lambda w: kind.build(s, w), controller.spec, hardware.model.weight_bytes)
         env.recorders.append(elastic)
+        env.recorders.append(ScalingRecorder(elastic, hardware.parallel.gpus, controller.period_s))
         fleet = TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
         elastic.attach(fleet)
         Control(controller, elastic).start()

@@ -1,0 +1,107 @@
+"""What autoscaling controllers share (``--controller hpa:...``, ``static``, a plugin's own): replica bounds, the
+cold start of a new worker and how a worker is retired, read from the controller's options.
+
+:class:`Autoscaler` is a :class:`~dynlab.engine.controller.Controller` that reads, besides ``period`` (s):
+
+- ``min`` / ``max``: the replica bounds (workers, starting ones counted; Kubernetes HPA's ``minReplicas``, default
+  1, and ``maxReplicas``); ``max`` has no default where a controller needs it (HPA requires it too);
+- ``cold_start_s``: seconds from :class:`~dynlab.engine.controller.Add` to routable, overriding the computed
+  :func:`cold_start_s` (``load_gbps`` and ``startup_s`` set its terms instead);
+- ``scale_down``: ``drain`` (default: no new route, the worker finishes what it holds) or ``kill`` (its requests
+  requeued, counted in the result's ``requeued``).
+
+The cold start (:func:`cold_start_s`) is ``weight_bytes / (load_gbps x 1e9) + startup_s``: one worker reads its
+model's weights (the catalogue's :attr:`dynlab.models.spec.ModelSpec.weight_bytes`, every GPU of the worker
+together) at ``load_gbps`` GB/s (1e9 B/s), then the engine starts up (torch.compile, CUDA-graph capture, the KV
+cache's allocation and the server's start: the six steps "Breaking the Ice: Analyzing Cold Start Latency in
+vLLM", arXiv 2606.07362, measures). Both defaults are dynlab's assumptions, not measurements of one deployment
+(docs/autoscaling.md says why these numbers): ``DEFAULT_LOAD_GBPS`` 2 GB/s (weights cached on a local NVMe
+volume or read from a fast network volume; a cold download from a hub is slower), ``DEFAULT_STARTUP_S`` 30 s.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional
+
+from dynlab.engine.controller import LIVE, STARTING, Add, Controller, Retire
+
+__all__ = ["Autoscaler", "DEFAULT_LOAD_GBPS", "DEFAULT_STARTUP_S", "ceil_ratio", "cold_start_s", "retire_order"]
+
+#: GB/s (1e9 B/s) a new worker reads its weights at (an assumption: docs/autoscaling.md)
+DEFAULT_LOAD_GBPS = 2.0
+#: s of engine start-up after the weights are loaded: compile, CUDA graphs, KV allocation (an assumption)
+DEFAULT_STARTUP_S = 30.0
+
+
+def cold_start_s(weight_bytes: float, load_gbps: float = DEFAULT_LOAD_GBPS,
+                 startup_s: float = DEFAULT_STARTUP_S) -> float:
+    """Seconds from adding a worker to its first route: ``weight_bytes`` (B) / (``load_gbps`` x 1e9 B/s) +
+    ``startup_s`` (module docstring). Llama-3.1-8B (16.06e9 B in bf16) at the defaults: 8.03 + 30 = 38.03 s."""
+    return weight_bytes / (load_gbps * 1e9) + startup_s
+
+
+def retire_order(workers) -> list:
+    """The ids to retire first, in order: starting workers (newest first), then live ones (newest first); Kubernetes'
+    ReplicaSet controller deletes a not-ready pod before a ready one and, among equals, the newest first
+    (``pkg/controller/replicaset``, ``getPodsToDelete`` over ``ActivePodsWithRanks``; simplified to these two keys).
+    ``workers``: :class:`~dynlab.engine.controller.WorkerState` of a :class:`FleetState`."""
+    starting = sorted((w.id for w in workers if w.state == STARTING), reverse=True)
+    live = sorted((w.id for w in workers if w.state == LIVE), reverse=True)
+    return starting + live
+
+
+class Autoscaler(Controller):
+    """A controller with replica bounds, a cold start and a scale-down mode (module docstring). ``need_max``: the
+    subclass requires ``max``. Subclasses implement :meth:`desired` (the replica count wanted now) or
+    :meth:`decide`; :meth:`scale_to` turns a count into decisions."""
+
+    need_max = False
+
+    def __init__(self, opts: Mapping[str, str], spec: str = ""):
+        super().__init__(opts, spec)
+        self.min = self.number("min", 1, minimum=1, integer=True)
+        self.max = self.number("max", None, minimum=1, integer=True)
+        if self.max is None and self.need_max:
+            raise ValueError(f"controller {self.spec!r}: max=N (the most workers) is required")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"controller {self.spec!r}: max={self.max} is below min={self.min}")
+        self.cold_override = self.number("cold_start_s", None)
+        self.load_gbps = self.number("load_gbps", DEFAULT_LOAD_GBPS, minimum=1e-9)
+        self.startup_s = self.number("startup_s", DEFAULT_STARTUP_S)
+        self.kill = self.choice("scale_down", ("drain", "kill"), "drain") == "kill"
+
+    def choice(self, key: str, choices: tuple, default: str) -> str:
+        """The option ``key``, one of ``choices`` (``default`` when absent); ``ValueError`` otherwise."""
+        text = self.text(key, default)
+        if text not in choices:
+            raise ValueError(f"controller {self.spec!r}: {key}={text} must be one of {', '.join(choices)}")
+        return text
+
+    def cold_start(self, state) -> float:
+        """Seconds until a worker added now is routable: ``cold_start_s`` if given, else :func:`cold_start_s` of the
+        run's model (``state.weight_bytes``)."""
+        if self.cold_override is not None:
+            return self.cold_override
+        return cold_start_s(state.weight_bytes, self.load_gbps, self.startup_s)
+
+    def bounded(self, n: int) -> int:
+        """``n`` within ``[min, max]``."""
+        n = max(n, self.min)
+        return n if self.max is None else min(n, self.max)
+
+    def scale_to(self, state, n: int) -> list:
+        """Decisions taking the fleet's replicas (starting and live workers) to ``n``: adds, each ready after
+        :meth:`cold_start`, or retires in :func:`retire_order`."""
+        workers = [w for w in state.workers if w.state in (STARTING, LIVE)]
+        current = len(workers)
+        if n > current:
+            ready = self.cold_start(state)
+            return [Add(ready) for _ in range(n - current)]
+        return [Retire(w, kill=self.kill) for w in retire_order(workers)[:current - n]]
+
+
+def ceil_ratio(current: int, ratio: float) -> int:
+    """``ceil(current x ratio)``, robust to a product that float arithmetic lands a hair above an integer."""
+    x = current * ratio
+    return int(math.ceil(x - 1e-9))
+

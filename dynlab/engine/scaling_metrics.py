@@ -1,0 +1,93 @@
+"""What an elastic fleet's scaling cost and how the SLOs fared while it scaled (``--controller``): a recorder whose
+keys follow :class:`~dynlab.engine.elastic.Elastic`'s.
+
+- ``gpu_hours``: the sum over workers of ``(left - joined) x GPUs per worker``, in hours; a worker still there at
+  the end counts to the run's last finish, a starting worker counts from its add (it holds its GPUs while loading);
+- ``scale_events``: ``[s, "add" | "retire", worker]`` of every decision applied, in order;
+- ``oscillations``: reversals: a controller call whose net decisions (adds minus retires) go the opposite way of the
+  previous call that changed anything, within ``OSCILLATION_PERIODS`` (4) periods of it; the count of 2<->1 flapping
+  (issue 41), 0 under HPA's default scale-down stabilisation window (300 s, 20 of its 15 s periods);
+- with an SLO (``--slo-ttft-ms``, ``--slo-tpot-ms`` or ``--slo``): ``goodput_over_time`` (``[window start s,
+  goodput]`` per controller period of arrival times, windows without arrivals left out) and
+  ``worst_window_goodput``, the lowest of them. A request counts in the window of its (first) arrival, as the
+  run's ``goodput`` counts it (a rejected or shed request fails; a requeued one counts once, at its finish).
+
+No price table exists for ``sim`` yet (only ``plan --price``), so no ``cost_usd``: gpu_hours times a price is the
+bill.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from dynlab.engine.metrics import Recorder, client_times, client_tpot, failed, meets, ratio
+from dynlab.routing.strategy import request_class
+
+#: a reversal of direction within this many controller periods is an oscillation
+OSCILLATION_PERIODS = 4
+
+
+class ScalingRecorder(Recorder):
+    """The scaling figures (module docstring) of ``elastic`` (an :class:`~dynlab.engine.elastic.Elastic`) with
+    ``gpus`` GPUs per worker and a controller called every ``period_s`` seconds."""
+
+    def __init__(self, elastic, gpus: int, period_s: float):
+        self.elastic, self.gpus, self.period_ms = elastic, gpus, period_s * 1000.0
+        self.total: dict = {}  # window index -> requests arrived (outside warm-up, not failed ones)
+        self.good: dict = {}
+
+    def _slo(self):
+        serving = self.elastic.fleet.env.serving
+        return serving, serving.slo_ttft_ms is not None or serving.slo_tpot_ms is not None or serving.class_slos
+
+    def _window(self, req) -> int:
+        return int(req.arrival_ms // self.period_ms)
+
+    def on_arrival(self, req, t: float) -> None:
+        serving, on = self._slo()
+        if on and not (serving.warmup and req.id < serving.warmup) and not failed(req):
+            k = self._window(req)
+            self.total[k] = self.total.get(k, 0) + 1
+
+    def on_finish(self, req, t: float) -> None:
+        serving, on = self._slo()
+        if not on or (serving.warmup and req.id < serving.warmup) or failed(req):
+            return
+        ttft, _ = client_times(req, t, serving.front_ms, serving.token_ms)
+        slo = (serving.slo_ttft_ms, serving.slo_tpot_ms)
+        if serving.class_slos is not None:
+            slo = serving.class_slos.get(request_class(req.attrs), slo)
+        if meets(slo, ttft, client_tpot(req, t, serving.token_ms)):
+            k = self._window(req)
+            self.good[k] = self.good.get(k, 0) + 1
+
+    def result(self, engines: Sequence) -> dict[str, Any]:
+        e = self.elastic
+        end = e.fleet.env.serving.last_finish
+        alive_ms = sum((e.left[w] if e.left[w] is not None else max(end, e.joined[w])) - e.joined[w]
+                       for w in range(len(e.state)))
+        out = {"gpu_hours": round(alive_ms * self.gpus / 3.6e6, 6),
+               "scale_events": [[round(t / 1000.0, 3), kind, w] for t, kind, w in e.events],
+               "oscillations": oscillations(e.events, self.period_ms)}
+        if self._slo()[1]:
+            windows = [[round(k * self.period_ms / 1000.0, 3), ratio(self.good.get(k, 0), n)]
+                       for k, n in sorted(self.total.items())]
+            out["goodput_over_time"] = windows
+            out["worst_window_goodput"] = min((g for _, g in windows), default=None)
+        return out
+
+
+def oscillations(events: Sequence, period_ms: float, periods: int = OSCILLATION_PERIODS) -> int:
+    """Reversals in ``events`` (``(ms, "add" | "retire", worker)``): calls (events of one time) whose net direction
+    opposes the previous changing call's and come within ``periods x period_ms`` of it."""
+    net: dict = {}
+    for t, kind, _ in events:
+        net[t] = net.get(t, 0) + (1 if kind == "add" else -1)
+    count, last = 0, None  # last: (ms, direction) of the previous call that changed the count
+    for t in sorted(net):
+        if net[t] == 0:
+            continue
+        direction = 1 if net[t] > 0 else -1
+        if last is not None and direction != last[1] and t - last[0] <= periods * period_ms + 1e-9:
+            count += 1
+        last = (t, direction)
+    return count
