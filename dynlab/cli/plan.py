@@ -54,7 +54,8 @@ def _help(text: str, own_default: bool = False) -> str:
 
 
 #: plan's own wording where sim's would mislead (every replay is timed)
-_HELP = {"capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory and "
+_HELP = {"pcie_gbps": "With a CPU tier: GB/s per direction between host and each GPU (PCIe Gen4 x16 in practice).",
+         "capacity": "KV blocks per worker (at least 1) [default: derived from the GPU memory and "
                      "--gpu-memory-utilization].",
          "spec_tokens": "With --spec-method: draft tokens K per decode step (vLLM's num_speculative_tokens; 0: off; "
                         "plan --spec-tokens 0,2,4 sizes the fleet for each K, 0 without speculation, the baseline; "
