@@ -168,3 +168,43 @@ def test_inferencemax_rows_hold_together(name):
     for metric in ("ttft", "tpot", "e2el"):
         assert float(row[f"median_{metric}_ms"]) <= float(row[f"p99_{metric}_ms"]), metric
     assert row["per_gpu"] == "true" and float(row["output_throughput"]) < float(row["total_token_throughput"])
+
+
+def _fidelity_real():
+    import sys
+
+    sys.path.insert(0, str(REAL.parent.parent))
+    import fidelity_real
+
+    return fidelity_real
+
+
+def test_inferencemax_replays_as_its_client_drove_it():
+    # read as fidelity_real reads it: a closed loop of 4 users (vllm bench's --max-concurrency at rate inf),
+    # the server's max_num_seqs 4 and max_num_batched_tokens 8192, 40 requests whose lengths fall on
+    # InferenceMAX's [int(0.8 x 1024), 1024] = [819, 1024] (dynlab draws [int(922 x 8/9), int(922 x 10/9)])
+    from dynlab.calibrate.replay import arrival, lengths
+    from dynlab.engine.config import SimConfig
+
+    fr = _fidelity_real()
+    points = {p.source: p for p in fr.read_rows(str(REAL / "inferencemax_gptoss.csv"))}
+    point = points["run_20218553330/h100-tp2-isl1024-osl1024-conc4"]
+    assert fr.SERVER[point.source] == {"max_num_seqs": 4, "max_num_batched_tokens": 8192}
+    assert fr.model_for(point.model) == "gpt-oss-120b" and point.per_gpu
+    config = arrival(point, SimConfig(timing=True), 40)
+    assert (config.concurrency, config.rate) == (4, None)
+    pairs = lengths(point)
+    assert len(pairs) == 40
+    assert all(819 <= n_in <= 1024 and 819 <= n_out <= 1024 for n_in, n_out in pairs)
+    long_out = lengths(points["run_20218553330/h200-tp8-isl1024-osl8192-conc4"])
+    assert all(6553 <= n_out <= 8192 for _, n_out in long_out)  # int(0.8 x 8192) = 6553
+
+
+def test_fidelity_real_files_choose_csvs_and_refuse_unknown_names():
+    fr = _fidelity_real()
+    assert fr.chosen("blis_h100.csv") == ["blis_h100.csv"]
+    assert fr.chosen("all") == [p.name for p in CSVS]
+    assert fr.chosen("inferencemax_gptoss.csv,blis_h100.csv") == ["blis_h100.csv", "inferencemax_gptoss.csv"]
+    with pytest.raises(SystemExit) as exc:
+        fr.chosen("blis_h100.csv,nope.csv")
+    assert "no nope.csv" in str(exc.value) and "inferencemax_gptoss.csv" in str(exc.value)
