@@ -208,3 +208,16 @@ def test_fidelity_real_files_choose_csvs_and_refuse_unknown_names():
     with pytest.raises(SystemExit) as exc:
         fr.chosen("blis_h100.csv,nope.csv")
     assert "no nope.csv" in str(exc.value) and "inferencemax_gptoss.csv" in str(exc.value)
+
+
+def test_a_fit_applies_run_settings_as_fields_and_the_rest_as_latency_options():
+    # calibrate's opts {"mfu": 0.7, "request_overhead_ms": 3.0}: the front end is a SimConfig field
+    # (dynlab.calibrate.fit.RUN_PARAMS), mfu a roofline option; the options already set stay
+    from dynlab.engine.config import SimConfig
+
+    fr = _fidelity_real()
+    base = SimConfig(timing=True, latency_model="roofline", latency_opts={"mfu": "0.5", "mbu": "0.8"})
+    fitted = fr.fitted_config(base, {"mfu": 0.7, "request_overhead_ms": 3.0})
+    assert fitted.request_overhead_ms == 3.0
+    assert fitted.latency_opts == {"mfu": "0.7", "mbu": "0.8"}
+    assert base.latency_opts == {"mfu": "0.5", "mbu": "0.8"}
