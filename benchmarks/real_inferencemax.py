@@ -12,7 +12,10 @@ lengths uniformly on ``[0.8 L, L]`` (its ``benchmark_serving.py``: ``randint(int
 ratio 0.8), not vLLM's ``[L(1-r), L(1+r)]``. The same uniform law in vLLM's terms is a mean of ``0.9 L``
 and ``r = 1/9``, which is what ``random_input_len``, ``random_output_len`` and ``random_range_ratio`` hold.
 
-    python benchmarks/real_inferencemax.py GIT_DIR [--rev 1d3c259] [--run 20218553330] [--gpus h100,h200]
+    python benchmarks/real_inferencemax.py GIT_DIR [--rev 1d3c259] [--run 20218553330] [--gpus h100,h200] [--out NAME]
+
+``inferencemax_gptoss.csv`` is run 20218553330 (vLLM v0.11.2); ``inferencemax_gptoss_v0130.csv`` is
+``--run 20667906037 --out inferencemax_gptoss_v0130.csv`` (the same sweep on vLLM v0.13.0).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import subprocess
 from real_blis import COLUMNS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "data", "real", "inferencemax_gptoss.csv")
+REAL = os.path.join(HERE, "data", "real")
 #: the client's lower bound as a share of the stated length (benchmark_lib.sh's RANDOM_RANGE_RATIO default)
 LOW = 0.8
 #: vllm serve's settings in InferenceMAX's gptoss_fp4_h100/h200 scripts (max-num-seqs is the concurrency)
@@ -63,6 +66,7 @@ def main() -> None:
     ap.add_argument("--rev", default="1d3c259")
     ap.add_argument("--run", default="20218553330")
     ap.add_argument("--gpus", default="h100,h200")
+    ap.add_argument("--out", default="inferencemax_gptoss.csv", help="the CSV's name under data/real")
     args = ap.parse_args()
     path = f"reconcile/sources/inferencemax/raw/run_{args.run}/agg_bmk.json"
     text = subprocess.run(["git", "-C", args.git_dir, "show", f"{args.rev}:{path}"], check=True,
@@ -71,11 +75,12 @@ def main() -> None:
     points = [p for p in json.loads(text) if p["hw"] in gpus and p["framework"] == "vllm" and not p["disagg"]]
     points.sort(key=lambda p: (gpus.index(p["hw"]), p["tp"], p["isl"], p["osl"], p["conc"]))
     rows = [row(args.run, p) for p in points]
-    with open(OUT, "w", newline="") as fh:
+    out = os.path.join(REAL, args.out)
+    with open(out, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    print(f"{len(rows)} rows -> {OUT}")
+    print(f"{len(rows)} rows -> {out}")
 
 
 if __name__ == "__main__":

@@ -40,10 +40,12 @@ def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 def test_there_is_real_data():
     assert (REAL / "blis_h100.csv") in CSVS
     assert (REAL / "inferencemax_gptoss.csv") in CSVS
+    assert (REAL / "inferencemax_gptoss_v0130.csv") in CSVS
 
 
-#: rows per file: BLIS's 21 stages; InferenceMAX run 20218553330's 43 H100 and 51 H200 points
-ROW_COUNTS = {"blis_h100.csv": 21, "inferencemax_gptoss.csv": 94}
+#: rows per file: BLIS's 21 stages; InferenceMAX's 43 H100 and 51 H200 points, in run 20218553330 (vLLM
+#: v0.11.2) and in run 20667906037 (v0.13.0)
+ROW_COUNTS = {"blis_h100.csv": 21, "inferencemax_gptoss.csv": 94, "inferencemax_gptoss_v0130.csv": 94}
 
 
 def test_every_csv_is_pinned_with_its_row_count():
@@ -129,7 +131,20 @@ def test_each_model_config_loads_as_dynlab_reads_it(path):
 
 
 def _inferencemax() -> dict[str, dict[str, str]]:
-    return {r["experiment"]: r for r in _rows(REAL / "inferencemax_gptoss.csv")[1]}
+    return {r["experiment"]: r for name in ("inferencemax_gptoss.csv", "inferencemax_gptoss_v0130.csv")
+            for r in _rows(REAL / name)[1]}
+
+
+def test_inferencemax_v0130_is_the_same_sweep_on_another_vllm():
+    # the same 94 (GPU, tp, isl, osl, concurrency) points, vLLM 0.13.0's; one row by hand: run 20667906037's
+    # H100 tp2 1k/1k conc4 median TTFT 0.051322 s -> 51.322 ms
+    rows = _inferencemax()
+    old = {k.split("/", 1)[1] for k, r in rows.items() if r["version"] == "0.11.2"}
+    new = {k.split("/", 1)[1] for k, r in rows.items() if r["version"] == "0.13.0"}
+    assert old == new and len(new) == 94
+    row = rows["run_20667906037/h100-tp2-isl1024-osl1024-conc4"]
+    assert float(row["median_ttft_ms"]) == pytest.approx(51.322, abs=0.001)
+    assert (row["max_num_seqs"], row["max_num_batched_tokens"], row["num_prompts"]) == ("4", "8192", "40")
 
 
 def test_inferencemax_one_row_checked_by_hand():
