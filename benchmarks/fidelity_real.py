@@ -14,7 +14,9 @@ For each latency model and each (model, GPU, tp) group it reports the error of e
 
 - ``uncalibrated``: the model's defaults;
 - ``calibrated (cv)``: k-fold cross-validated (:func:`dynlab.calibrate.fit.calibrate`, k = min(5, rows in the
-  group)): each row predicted by a fit on the group's other rows, so no row's error comes from a fit that saw it.
+  group)): each row predicted by a fit on the group's other rows, so no row's error comes from a fit that saw it;
+  or, with ``--fit-on REGEX``, one fit per group on its rows whose experiment matches, the others predicted by
+  it (held out as well; cheaper: InferenceMAX's groups fit on their concurrency-4 points, docs/fidelity.md).
 
 The summary table is the median over rows of ``|error|`` per metric, in percent (docs/fidelity.md). Models a
 row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
