@@ -14,12 +14,18 @@ For each latency model and each (model, GPU, tp) group it reports the error of e
 
 - ``uncalibrated``: the model's defaults;
 - ``calibrated (cv)``: k-fold cross-validated (:func:`dynlab.calibrate.fit.calibrate`, k = min(5, rows in the
-  group)): each row predicted by a fit on the group's other rows, so no row's error comes from a fit that saw it.
+  group)): each row predicted by a fit on the group's other rows, so no row's error comes from a fit that saw it;
+  or, with ``--fit-on REGEX``, one fit per group on its rows whose experiment matches, the others predicted by
+  it (held out as well; cheaper: InferenceMAX's groups fit on their concurrency-4 points, docs/fidelity.md).
 
 The summary table is the median over rows of ``|error|`` per metric, in percent (docs/fidelity.md). Models a
 row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
 
-    python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--only SUBSTRING] [--json FILE]
+    python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--files A.csv[,B.csv]] [--only SUBSTRING]
+        [--uncalibrated | --fit-on REGEX] [--max-nfev N] [--json FILE]
+
+``--files`` defaults to BLIS's ``blis_h100.csv`` (the run docs/fidelity.md quotes first); each CSV named is
+scored on its own (its own fits, its own table), so adding a file leaves the others' figures as they were.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections import defaultdict
@@ -38,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "data", "real")
 sys.path.insert(0, os.path.dirname(HERE))
 
-from dynlab.calibrate.fit import calibrate  # noqa: E402
+from dynlab.calibrate.fit import RUN_PARAMS, calibrate  # noqa: E402
 from dynlab.calibrate.formats import MeasuredPoint  # noqa: E402
 from dynlab.calibrate.replay import MAX_REQUESTS, METRICS, lengths, measured, replay  # noqa: E402
 from dynlab.engine.config import SimConfig  # noqa: E402
@@ -121,8 +128,36 @@ def _errors(point, config) -> dict:
     return {m: 100.0 * (got[m] / want[m] - 1.0) for m in want if m in got and math.isfinite(got[m])}
 
 
-def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15) -> list[dict]:
-    """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}``."""
+def fitted_config(config: SimConfig, opts: dict) -> SimConfig:
+    """``config`` with a fit's values: run settings (``RUN_PARAMS``) as fields, the rest as latency options."""
+    run = {k: float(v) for k, v in opts.items() if k in RUN_PARAMS}
+    latency = dict(config.latency_opts, **{k: repr(float(v)) for k, v in opts.items() if k not in RUN_PARAMS})
+    return replace(config, latency_opts=latency, **run)
+
+
+def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int, fit: bool, fit_on) -> list[dict]:
+    """One group's rows (:func:`score`): k-fold held out, or (``fit_on``) one fit on the matching rows and the
+    others predicted by it; the defaults' errors unless ``fit_on`` is given."""
+    cal, held = None, [{} for _ in members]
+    if fit_on is not None:
+        train = [i for i, p in enumerate(members) if fit_on.search(p.source)]
+        if train and len(train) < len(members):
+            cal = calibrate([members[i] for i in train], [configs[i] for i in train], folds=1, max_nfev=max_nfev)
+            held = [{} if i in train else _errors(p, fitted_config(configs[i], cal.opts))
+                    for i, p in enumerate(members)]
+    elif fit and len(members) >= 3:
+        cal = calibrate(members, configs, folds=folds, max_nfev=max_nfev)
+        held = [row["error_pct"] for row in cal.cv_points]
+    return [{"source": p.source, "uncalibrated": _errors(p, configs[i]) if fit_on is None else {}, "cv": held[i],
+             "fitted": cal.opts if cal is not None else {}} for i, p in enumerate(members)]
+
+
+def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, fit: bool = True,
+          fit_on=None) -> list[dict]:
+    """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}`` (``cv``
+    empty when ``fit`` is false or the group has fewer than 3 rows). ``fit_on`` (a compiled regular
+    expression): instead of k folds, fit each group once on its rows whose experiment matches and predict
+    the others with it (their ``cv``; the fitted rows' is empty), without the defaults (``uncalibrated`` empty)."""
     groups = defaultdict(list)
     for p in points:
         groups[(p.model, p.gpu, p.tp or 1)].append(p)
@@ -130,16 +165,10 @@ def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15) 
     for (model, gpu, tp), members in groups.items():
         base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp)
         configs = [replace(base, **SERVER.get(p.source, {})) for p in members]
-        cal = None
-        if len(members) >= 3:
-            cal = calibrate(members, configs, folds=folds, max_nfev=max_nfev)
-        for i, p in enumerate(members):
-            rows.append({"source": p.source, "group": f"{model} tp{tp} {gpu}", "uncalibrated": _errors(p, configs[i]),
-                         "cv": cal.cv_points[i]["error_pct"] if cal is not None else {},
-                         "fitted": cal.opts if cal is not None else {}})
-        print(f"# {latency_model} {model} tp{tp}: fitted {cal.opts if cal else '-'}; held out "
-              f"{summary(rows[-len(members):], 'cv')}; defaults {summary(rows[-len(members):], 'uncalibrated')}",
-              file=sys.stderr, flush=True)
+        mine = _group_rows(members, configs, latency_model, folds, max_nfev, fit, fit_on)
+        rows.extend(dict(r, group=f"{model} tp{tp} {gpu}") for r in mine)
+        print(f"# {latency_model} {model} tp{tp} {gpu}: fitted {mine[0]['fitted'] or '-'}; held out "
+              f"{summary(mine, 'cv')}; defaults {summary(mine, 'uncalibrated')}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -154,42 +183,74 @@ def summary(rows: list[dict], stage: str) -> dict:
 
 
 def table(results: dict) -> str:
-    metrics = [m for m in METRICS if any(m in summary(rows, "uncalibrated") for rows in results.values())]
+    metrics = [m for m in METRICS if any(m in summary(rows, stage) for rows in results.values()
+                                         for stage in ("uncalibrated", "cv"))]
     head = ["latency model", "stage"] + [SHORT[m] for m in metrics]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, rows in results.items():
         for stage, label in (("uncalibrated", "defaults"), ("cv", "calibrated, held out")):
             s = summary(rows, stage)
+            if not s:  # no fit was made (--uncalibrated, or groups of fewer than 3 rows)
+                continue
             cells = [f"{s[m][0]:.1f} % ({s[m][1]})" if m in s else "-" for m in metrics]
             lines.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def chosen(files: str) -> list[str]:
+    """The CSV names of data/real that ``--files`` names (a comma list, or ``all``), sorted; exits with one
+    line naming the files there when a name is not one of them."""
+    names = sorted(n for n in os.listdir(REAL) if n.endswith(".csv"))
+    if files == "all":
+        return names
+    unknown = sorted(set(files.split(",")) - set(names))
+    if unknown:
+        sys.exit(f"fidelity_real.py: no {', '.join(unknown)} under {REAL} (there: {', '.join(names)})")
+    return [n for n in names if n in files.split(",")]
+
+
+def _per_row(name: str, rows: list) -> None:
+    for r in rows:
+        nan = float("nan")
+        cells = ", ".join(f"{SHORT[m]} {r['uncalibrated'].get(m, nan):+.0f} -> {r['cv'].get(m, nan):+.0f}"
+                          for m in METRICS if m in r["uncalibrated"] or m in r["cv"])
+        print(f"  {name} {r['source']}: {cells}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--latency-model", default="roofline,linear")
+    ap.add_argument("--files", default="blis_h100.csv",
+                    help="the CSVs of data/real to score, a table each (comma list of names, or 'all')")
     ap.add_argument("--only", default=None, help="only the rows whose experiment contains this")
+    ap.add_argument("--uncalibrated", action="store_true", help="the defaults only: no fit, no held-out column")
+    ap.add_argument("--max-nfev", type=int, default=15, help="least_squares evaluations per start of each fit")
+    ap.add_argument("--fit-on", default=None, metavar="REGEX",
+                    help="fit each group once on its rows whose experiment matches; score the others (no defaults)")
     ap.add_argument("--json", default=None, help="also write every row's errors here")
     args = ap.parse_args()
-    points = [p for name in sorted(os.listdir(REAL)) if name.endswith(".csv")
-              for p in read_rows(os.path.join(REAL, name))]
-    if args.only:
-        points = [p for p in points if args.only in p.source]
-    results = {}
-    for name in args.latency_model.split(","):
-        start = time.perf_counter()
-        results[name] = score(points, name)
-        print(f"# {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    print(table(results))
-    print("\nper row (error %, uncalibrated -> held out):")
-    for name, rows in results.items():
-        for r in rows:
-            cells = ", ".join(f"{SHORT[m]} {e:+.0f} -> {r['cv'].get(m, float('nan')):+.0f}"
-                              for m, e in r["uncalibrated"].items())
-            print(f"  {name} {r['source']}: {cells}")
+    names = chosen(args.files)
+    out: dict = {}
+    for file in names:
+        points = [p for p in read_rows(os.path.join(REAL, file)) if not args.only or args.only in p.source]
+        if not points:
+            continue
+        results = {}
+        for name in args.latency_model.split(","):
+            start = time.perf_counter()
+            results[name] = score(points, name, max_nfev=args.max_nfev, fit=not args.uncalibrated,
+                                  fit_on=re.compile(args.fit_on) if args.fit_on else None)
+            print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
+        if len(names) > 1:
+            print(f"\n{file}:")
+        print(table(results))
+        print("\nper row (error %, uncalibrated -> held out):")
+        for name, rows in results.items():
+            _per_row(name, rows)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+            json.dump(out, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,19 @@ def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 def test_there_is_real_data():
     assert (REAL / "blis_h100.csv") in CSVS
+    assert (REAL / "inferencemax_gptoss.csv") in CSVS
+    assert (REAL / "inferencemax_gptoss_v0130.csv") in CSVS
+
+
+#: rows per file: BLIS's 21 stages; InferenceMAX's 43 H100 and 51 H200 points, in run 20218553330 (vLLM
+#: v0.11.2) and in run 20667906037 (v0.13.0)
+ROW_COUNTS = {"blis_h100.csv": 21, "inferencemax_gptoss.csv": 94, "inferencemax_gptoss_v0130.csv": 94}
+
+
+def test_every_csv_is_pinned_with_its_row_count():
+    assert {p.name for p in CSVS} == set(ROW_COUNTS)
+    for name, count in ROW_COUNTS.items():
+        assert len(_rows(REAL / name)[1]) == count, name
 
 
 @pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
@@ -115,3 +128,111 @@ def test_each_model_config_loads_as_dynlab_reads_it(path):
     billions = {"llama-2-7b": 6.74, "llama-2-70b": 68.98, "codellama-34b": 33.74}[path.parent.name]
     assert spec.params / 1e9 == pytest.approx(billions, rel=0.03)
     assert spec.kv_bytes_per_token == 2 * spec.num_layers * spec.kv_heads * spec.head_dim * 2
+
+
+def _inferencemax() -> dict[str, dict[str, str]]:
+    return {r["experiment"]: r for name in ("inferencemax_gptoss.csv", "inferencemax_gptoss_v0130.csv")
+            for r in _rows(REAL / name)[1]}
+
+
+def test_inferencemax_v0130_is_the_same_sweep_on_another_vllm():
+    # the same 94 (GPU, tp, isl, osl, concurrency) points, vLLM 0.13.0's; one row by hand: run 20667906037's
+    # H100 tp2 1k/1k conc4 median TTFT 0.051322 s -> 51.322 ms
+    rows = _inferencemax()
+    old = {k.split("/", 1)[1] for k, r in rows.items() if r["version"] == "0.11.2"}
+    new = {k.split("/", 1)[1] for k, r in rows.items() if r["version"] == "0.13.0"}
+    assert old == new and len(new) == 94
+    row = rows["run_20667906037/h100-tp2-isl1024-osl1024-conc4"]
+    assert float(row["median_ttft_ms"]) == pytest.approx(51.322, abs=0.001)
+    assert (row["max_num_seqs"], row["max_num_batched_tokens"], row["num_prompts"]) == ("4", "8192", "40")
+
+
+def test_inferencemax_one_row_checked_by_hand():
+    # run 20218553330's object {"hw": "h100", "conc": 4, "tp": 2, "isl": 1024, "osl": 1024, "median_ttft":
+    # 0.0532..., "tput_per_gpu": 744.66...}: seconds there, ms here; the server's max-num-seqs is the concurrency
+    row = _inferencemax()["run_20218553330/h100-tp2-isl1024-osl1024-conc4"]
+    assert (row["gpu"], row["tp"], row["ep"], row["engine"], row["version"]) == ("h100", "2", "1", "vllm", "0.11.2")
+    assert (row["max_num_seqs"], row["max_concurrency"], row["request_rate"]) == ("4", "4", "")
+    assert row["max_num_batched_tokens"] == "8192"
+    assert row["num_prompts"] == "40"  # --num-prompts $(( CONC * 10 ))
+    assert float(row["median_ttft_ms"]) == pytest.approx(53.21, abs=0.01)
+    assert float(row["total_token_throughput"]) == pytest.approx(744.66, abs=0.01)
+    # lengths uniform on [int(0.8 x 1024), 1024]: mean 921.6, half-width 102.4 = 921.6 / 9
+    mean, r = float(row["random_input_len"]), float(row["random_range_ratio"])
+    assert mean == pytest.approx(921.6) and mean * (1 - r) == pytest.approx(819.2, abs=0.01)
+    assert mean * (1 + r) == pytest.approx(1024.0, abs=0.01)
+    # the median request: TTFT + TPOT x (921.6 - 1) = 53.2 + 5.222 x 920.6 = 4,860 ms against 4,826 measured
+    predicted = float(row["median_ttft_ms"]) + float(row["median_tpot_ms"]) * (mean - 1)
+    assert predicted == pytest.approx(float(row["median_e2el_ms"]), rel=0.01)
+    # 4 users, each 921.6 + 921.6 tokens per 4.826 s, over 2 GPUs: 4 x 1843.2 / 4.826 / 2 = 764 tok/s/GPU,
+    # against 744.66 measured (the run's ramp and tail: the last requests run with fewer than 4 beside them)
+    users = 4 * 2 * mean / (float(row["median_e2el_ms"]) / 1000.0) / 2
+    assert users == pytest.approx(float(row["total_token_throughput"]), rel=0.04)
+
+
+@pytest.mark.parametrize("name", sorted(_inferencemax()))
+def test_inferencemax_rows_hold_together(name):
+    # every point: a closed loop at the server's own max_num_seqs, 10 requests per user, the median request's
+    # E2E within 6 % of TTFT + TPOT x (0.9 osl - 1), and p50 <= p99 for TTFT, TPOT and E2E
+    row = _inferencemax()[name]
+    conc = int(row["max_concurrency"])
+    assert int(row["max_num_seqs"]) == conc and int(row["num_prompts"]) == 10 * conc
+    osl = float(row["random_output_len"])
+    e2e = float(row["median_ttft_ms"]) + float(row["median_tpot_ms"]) * (osl - 1)
+    assert e2e == pytest.approx(float(row["median_e2el_ms"]), rel=0.06)
+    for metric in ("ttft", "tpot", "e2el"):
+        assert float(row[f"median_{metric}_ms"]) <= float(row[f"p99_{metric}_ms"]), metric
+    assert row["per_gpu"] == "true" and float(row["output_throughput"]) < float(row["total_token_throughput"])
+
+
+def _fidelity_real():
+    import sys
+
+    sys.path.insert(0, str(REAL.parent.parent))
+    import fidelity_real
+
+    return fidelity_real
+
+
+def test_inferencemax_replays_as_its_client_drove_it():
+    # read as fidelity_real reads it: a closed loop of 4 users (vllm bench's --max-concurrency at rate inf),
+    # the server's max_num_seqs 4 and max_num_batched_tokens 8192, 40 requests whose lengths fall on
+    # InferenceMAX's [int(0.8 x 1024), 1024] = [819, 1024] (dynlab draws [int(922 x 8/9), int(922 x 10/9)])
+    from dynlab.calibrate.replay import arrival, lengths
+    from dynlab.engine.config import SimConfig
+
+    fr = _fidelity_real()
+    points = {p.source: p for p in fr.read_rows(str(REAL / "inferencemax_gptoss.csv"))}
+    point = points["run_20218553330/h100-tp2-isl1024-osl1024-conc4"]
+    assert fr.SERVER[point.source] == {"max_num_seqs": 4, "max_num_batched_tokens": 8192}
+    assert fr.model_for(point.model) == "gpt-oss-120b" and point.per_gpu
+    config = arrival(point, SimConfig(timing=True), 40)
+    assert (config.concurrency, config.rate) == (4, None)
+    pairs = lengths(point)
+    assert len(pairs) == 40
+    assert all(819 <= n_in <= 1024 and 819 <= n_out <= 1024 for n_in, n_out in pairs)
+    long_out = lengths(points["run_20218553330/h200-tp8-isl1024-osl8192-conc4"])
+    assert all(6553 <= n_out <= 8192 for _, n_out in long_out)  # int(0.8 x 8192) = 6553
+
+
+def test_fidelity_real_files_choose_csvs_and_refuse_unknown_names():
+    fr = _fidelity_real()
+    assert fr.chosen("blis_h100.csv") == ["blis_h100.csv"]
+    assert fr.chosen("all") == [p.name for p in CSVS]
+    assert fr.chosen("inferencemax_gptoss.csv,blis_h100.csv") == ["blis_h100.csv", "inferencemax_gptoss.csv"]
+    with pytest.raises(SystemExit) as exc:
+        fr.chosen("blis_h100.csv,nope.csv")
+    assert "no nope.csv" in str(exc.value) and "inferencemax_gptoss.csv" in str(exc.value)
+
+
+def test_a_fit_applies_run_settings_as_fields_and_the_rest_as_latency_options():
+    # calibrate's opts {"mfu": 0.7, "request_overhead_ms": 3.0}: the front end is a SimConfig field
+    # (dynlab.calibrate.fit.RUN_PARAMS), mfu a roofline option; the options already set stay
+    from dynlab.engine.config import SimConfig
+
+    fr = _fidelity_real()
+    base = SimConfig(timing=True, latency_model="roofline", latency_opts={"mfu": "0.5", "mbu": "0.8"})
+    fitted = fr.fitted_config(base, {"mfu": 0.7, "request_overhead_ms": 3.0})
+    assert fitted.request_overhead_ms == 3.0
+    assert fitted.latency_opts == {"mfu": "0.7", "mbu": "0.8"}
+    assert base.latency_opts == {"mfu": "0.5", "mbu": "0.8"}
