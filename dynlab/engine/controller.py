@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
+from dynlab.engine.gateway import option_number
+
 __all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "StepSample", "WorkerState"]
 
 #: a worker's states: added, not routable before its ready time; routable; retired, finishing what it holds
@@ -120,17 +122,8 @@ class Controller:
                integer: bool = False) -> Optional[float]:
         """The option ``key`` as a finite number >= ``minimum`` (an integer with ``integer``; ``default`` when
         absent); ``ValueError`` naming it otherwise. Reading an option marks it read."""
-        text = self._opts.pop(key, None)
-        if text is None:
-            return default
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not value >= minimum or value == float("inf") or (integer and value != int(value)):
-            kind = "an integer" if integer else "a finite number"
-            raise ValueError(f"controller {self.spec!r}: {key}={text} must be {kind} >= {minimum:g}")
-        return int(value) if integer else value
+        return option_number(f"controller {self.spec!r}", key, self._opts.pop(key, None), default, minimum=minimum,
+                             integer=integer)
 
     def text(self, key: str, default: Optional[str] = None) -> Optional[str]:
         """The option ``key`` as text (``default`` when absent). Reading an option marks it read."""

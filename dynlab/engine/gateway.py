@@ -62,6 +62,23 @@ class GatewayContext:
     budget: int
     class_slos: Mapping[str, tuple] = field(default_factory=dict)
 
+def option_number(what: str, key: str, text: Optional[str], default: Optional[float] = None, *,
+                  minimum: float = 0.0, integer: bool = False) -> Optional[float]:
+    """A plugin option's ``text`` (``KEY=VALUE`` of a :func:`parse_policy` spec; ``None``: absent, ``default``)
+    as a finite number >= ``minimum`` (an integer with ``integer``). Raises ``ValueError``
+    (``WHAT: KEY=TEXT must be ...``; ``what`` names the plugin, e.g. ``admission policy 'NAME:...'``)."""
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= minimum or value == float("inf") or (integer and value != int(value)):
+        kind = "an integer" if integer else "a finite number"
+        raise ValueError(f"{what}: {key}={text} must be {kind} >= {minimum:g}")
+    return int(value) if integer else value
+
+
 def parse_policy(spec: str, kind: str = "admission policy") -> tuple[str, dict]:
     """``"NAME:KEY=VALUE,KEY=VALUE"`` -> ``(NAME, {KEY: VALUE})`` (text values; ``"NAME"`` alone: no options).
     Raises ``ValueError`` (one line, naming the ``kind`` of plugin: ``--controller`` parses its spec here too)
@@ -121,18 +138,9 @@ class AdmissionPolicy(Recorder):
     def number(opts: Mapping[str, str], key: str, default: Optional[float] = None, *, minimum: float = 0.0,
                spec: str = "", integer: bool = False) -> Optional[float]:
         """The option ``key`` of ``opts`` as a finite number >= ``minimum`` (an integer with ``integer``;
-        ``default`` when absent); ``ValueError`` naming it otherwise."""
-        text = opts.get(key)
-        if text is None:
-            return default
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not value >= minimum or value == float("inf") or (integer and value != int(value)):
-            kind = "an integer" if integer else "a finite number"
-            raise ValueError(f"admission policy {spec!r}: {key}={text} must be {kind} >= {minimum:g}")
-        return int(value) if integer else value
+        ``default`` when absent); ``ValueError`` naming it otherwise (:func:`option_number`)."""
+        return option_number(f"admission policy {spec!r}", key, opts.get(key), default, minimum=minimum,
+                             integer=integer)
 
 
 class Always(AdmissionPolicy):
