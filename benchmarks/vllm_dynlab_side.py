@@ -66,7 +66,7 @@ def sim_args(setup: EngineSetup, trace: str) -> list[str]:
             "--latency-opt", f"beta2={setup.beta2!r}", *_terms_off(), "--quiet",
             *(["--queue-policy", setup.queue_policy] if setup.queue_policy != "fcfs" else []),
             *(["--max-loras", str(setup.max_loras), "--pcie-gbps", "1e300", "--lora-disk-gbps", "1e300"]
-              if setup.max_loras else [])]
+              if setup.max_loras else []),
             *(["--model", setup.model] if setup.model is not None else []),
             *(["--tp", str(setup.tp)] if setup.tp != 1 else [])]
 
