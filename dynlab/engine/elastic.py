@@ -51,6 +51,7 @@ class Elastic(Recorder):
     def __init__(self, build: Callable[[int], Any], spec: str = "", weight_bytes: float = 0.0):
         self.build, self.spec, self.weight_bytes = build, spec, weight_bytes
         self.events: list = []  # (ms, "add" or "retire", worker id) of every decision applied, in order
+        self.pending_ready = 0  # workers added whose ready time has not come (Control stops calling past them)
         self.fleet = None
         self.origin: dict = {}  # request id -> the workload's Request, while in flight (a kill requeues it)
         self.state: list = []
@@ -95,9 +96,11 @@ class Elastic(Recorder):
                              (self.left, None), (self.left_by, None)):
             books.append(value)
         fleet.loop.at(now + ready_in_ms, DELIVER, self._on_ready, w)  # before the arrivals at that time
+        self.pending_ready += 1
         return w
 
     def _on_ready(self, w: int) -> None:
+        self.pending_ready -= 1
         if self.state[w] != STARTING:
             return  # retired before it was ready
         self.state[w] = LIVE

@@ -3,8 +3,8 @@ calls it every ``period`` seconds of simulated time and applies its decisions to
 :class:`~dynlab.engine.elastic.Elastic`.
 
 Calls happen at ``period``, ``2 period``, ... (ms on the run's clock), after every step end, KV event and
-arrival of that time; they stop when nothing else is left to happen (the last request has finished and
-no worker is still to become ready), so a controller never keeps a finished run alive.
+arrival of that time; they stop when nothing is left to happen but workers becoming ready (the last request
+has finished), so a controller that keeps adding workers to an idle fleet never keeps a finished run alive.
 """
 from __future__ import annotations
 
@@ -59,5 +59,5 @@ class Control:
             else:
                 raise DynlabError(f"controller {c.spec!r} decided {decision!r}, not an Add or a Retire")
         loop = elastic.fleet.loop
-        if len(loop):  # something is left to happen: the next call
+        if len(loop) > elastic.pending_ready:  # work is left (not only workers to become ready): the next call
             loop.at(loop.now + self.period_ms, STEP_START, self._tick)

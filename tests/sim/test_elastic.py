@@ -311,3 +311,16 @@ def test_kv_router_takes_a_joining_worker_and_forgets_a_leaving_one():
     assert r.route_hashes(("d",)) == 2  # counts (-, 2, 1)
     with pytest.raises(ValueError, match="already added or retired"):
         r.add_worker(0)
+
+
+def test_a_controller_adding_workers_to_an_idle_fleet_does_not_keep_the_run_alive(tmp_path):
+    """A fresh user's dynamo-load run never ended: a controller adding a worker at every call kept an event (its
+    ready time) in the loop, so the calls never stopped. One request (16 tokens, 4 out: done at 10 + 16 = 26 ms
+    plus three 12 ms decodes, 62 ms) and calls every 50 ms that each add a worker ready 1 s later: the call at
+    50 ms finds work left (the request), the one at 100 ms none but the first add's ready time, so it is the last:
+    two adds, and the run ends at the second worker's ready time, 1.1 s."""
+    script = [(i * 0.05, Add(1.0)) for i in range(1, 1000)]
+    out, records = _serve(tmp_path, [_row(0, 0)], script)
+    assert records[0]["finish_ms"] == pytest.approx(62.0)
+    assert [w["joined_s"] for w in out["worker_lifetimes"]] == [0, 0, 0.05, 0.1]
+    assert [w["ready_s"] for w in out["worker_lifetimes"]][2:] == [1.05, 1.1]
