@@ -128,7 +128,8 @@ def run_case(case, tmp: str, with_async: bool = True) -> dict:
         asyn, steps, wall = vllm_side.run_vllm(case.setup, case.rows, async_scheduling=True)
         out["async"] = {**compare_async(*sync_runs["full"][:1], asyn, sync_runs["full"][1], steps),
                         "wall_s": round(wall, 3)}
-        if sim_has("--async-scheduling"):  # dynlab's async mode against vLLM's AsyncScheduler, per request
+        # dynlab's async mode against vLLM's AsyncScheduler, per request (dynlab refuses LoRA with it: not modelled)
+        if sim_has("--async-scheduling") and not case.setup.max_loras:
             ours, _, dyn_wall = run_dynlab(case.setup, path, admission="full", async_scheduling=True)
             out["async-dynlab"] = {**compare(ours, asyn), "wall_s": [round(dyn_wall, 3), round(wall, 3)]}
     return out
