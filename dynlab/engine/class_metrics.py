@@ -33,8 +33,8 @@ def parse_class_slos(text: Optional[str]) -> dict:
     None)}``: each class's ``(TTFT, TPOT)`` SLO in ms (``None``: none). Raises ``ValueError`` (one line) for
     an empty class, an unknown key, a number that is not finite and >= 0, or a class given twice."""
     out: dict = {}
-    if text is not None and not text.strip():
-        raise ValueError("--slo '': give CLASS:ttft_ms=X,tpot_ms=Y (classes apart by ';')")
+    if text is not None and not text.replace(";", "").strip():  # '' or ';;;': no class at all
+        raise ValueError(f"--slo {text!r}: give CLASS:ttft_ms=X,tpot_ms=Y (classes apart by ';')")
     for part in filter(None, (p.strip() for p in (text or "").split(";"))):
         name, colon, rest = part.partition(":")
         name = name.strip()

@@ -144,9 +144,11 @@ def gpu_from_file(path: str) -> GpuSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(path, getattr(exc, "strerror", None) or str(exc)) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    except _Duplicate as exc:
+        raise ValueError(f"{path}: key {exc.args[0]!r} is given twice") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a GPU file holds one JSON object (GpuSpec's fields), got {type(data).__name__}")
     keys = [f.name for f in fields(GpuSpec)]
@@ -157,6 +159,20 @@ def gpu_from_file(path: str) -> GpuSpec:
         if key not in data and key not in OPTIONAL_GPU_KEYS:
             raise ValueError(f"{path}: missing key {key!r}")
     return GpuSpec(**{"name": os.path.splitext(os.path.basename(path))[0], **_checked(path, data)})
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def _no_duplicates(pairs: list) -> dict:
+    """A JSON object's pairs as a dict; :class:`_Duplicate` (naming it) for a key given twice."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
 
 
 def _checked(path: str, data: dict) -> dict:

@@ -98,6 +98,7 @@ def test_shed_requests_count_in_their_class(tmp_path):
     ("chat:", "give ttft_ms=X, tpot_ms=Y or both"),
     ("chat:ttft_ms=5,ttft_ms=6", "ttft_ms is given twice"),
     ("", "give CLASS:ttft_ms=X,tpot_ms=Y"),
+    (";;;", "--slo ';;;': give CLASS:ttft_ms=X,tpot_ms=Y"),  # no class at all (a fresh user's run went on)
 ])
 def test_a_bad_class_slo_is_one_line_exit_2(text, words):
     res = invoke("sim", "--timing", "--slo", text)

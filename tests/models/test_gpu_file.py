@@ -43,6 +43,8 @@ def test_the_name_defaults_to_the_file_stem_and_the_optional_keys_to_the_catalog
     ({**H20, "source": ""}, "key 'source' must be a non-empty string"),
     ([1, 2], "a GPU file holds one JSON object"),
     ('{"memory_gb": 96,\n "bf16_tflops": }', ":2: not JSON"),
+    ('{"memory_gb": 96, "memory_gb": 80, "bf16_tflops": 1, "hbm_gbps": 1, "source": "s"}',
+     "key 'memory_gb' is given twice"),
 ])
 def test_a_bad_gpu_file_is_refused_in_one_line_naming_the_file(tmp_path, data, message):
     path = _write(tmp_path, data)
