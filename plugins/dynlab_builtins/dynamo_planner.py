@@ -73,6 +73,8 @@ class DynamoLoad(Autoscaler):
         self.ttft = self.number("ttft", 500.0, minimum=1e-9)
         self.itl = self.number("itl", 50.0, minimum=1e-9)
         self.sensitivity = self.number("sensitivity", 80.0) / 100.0
+        if not self.sensitivity <= 1.0:  # a share of the target, in %: over 100 would scale down past it
+            raise ValueError(f"controller {self.spec!r}: sensitivity is a percentage of the targets, 0 to 100")
         self.samples = self.number("samples", 64, minimum=1, integer=True)
         self.min_observations = self.number("min_observations", 5, minimum=1, integer=True)
         self.window: list = []

@@ -114,6 +114,7 @@ def test_the_default_cold_start_is_the_catalogue_weights_over_the_load_bandwidth
     ("hpa:target=1", "max=N"), ("hpa:max=4", "target=X"), ("hpa:max=4,target=1,metric=gpu", "metric=gpu"),
     ("hpa:max=2,min=3,target=1", "below min"), ("hpa:max=4,target=1,scale_down=evict", "scale_down"),
     ("static:max=4", "unknown option"), ("hpa:max=4,target=1,window=3", "unknown option"),
+    ("dynamo-load:sensitivity=200", "a percentage of the targets, 0 to 100"),
 ])
 def test_bad_controller_options_are_one_line_errors(spec, words):
     with pytest.raises(ValueError, match=words):
