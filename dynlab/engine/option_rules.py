@@ -206,6 +206,8 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
     from dynlab.engine.spec import align_rates, spec_baseline
 
     configs = align_rates(configs)
+    if len({c.engine_kind for c in configs}) > 1:  # compare --engine vllm,sglang: each engine's own options
+        return [(c, g & given) for c, g in _align_engines(configs, given)]
     if any(c.spec_tokens for c in configs) and any(not c.spec_tokens for c in configs):
         # compare --spec-tokens 0,2,4: the K = 0 run is the baseline, without the other spec options
         configs = [c if c.spec_tokens else spec_baseline(c, {f: defaults_of(type(c))[f] for f in SPEC_FIELDS}) for c in configs]
@@ -213,6 +215,24 @@ def align_split(configs: list, given: AbstractSet[str] = frozenset()) -> list[tu
         return [(c, g if c.spec_tokens else g - off | ({"latency_opts"} & g if c.latency_opts else set()))
                 for c, g in _align_pd(configs, given)]
     return _align_pd(configs, given)
+
+
+#: vLLM's scheduler options that an SGLang run of an engine comparison leaves out (SGLang's own: SGLANG_FIELDS)
+VLLM_SCHEDULER_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "admission",
+                         "queue_policy", "async_scheduling")
+
+
+def _align_engines(configs: list, given: AbstractSet[str]) -> list[tuple]:
+    """:func:`align_split`'s engine part, when the configurations compare engine kinds: each run keeps only
+    its own engine's scheduler options (SGLang's names for ``sglang``, vLLM's for the others), as a P/D
+    fleet's options apply only to its disaggregated runs; every other option applies to all (and is refused
+    where it has no effect). Then the P/D part."""
+    out = []
+    for c in configs:
+        other = VLLM_SCHEDULER_FIELDS if c.engine_kind == "sglang" else SGLANG_FIELDS
+        out.append(replace(c, **{f: defaults_of(type(c))[f] for f in other}))
+    pairs = _align_pd(out, given)
+    return [(c, g - set(VLLM_SCHEDULER_FIELDS if c.engine_kind == "sglang" else SGLANG_FIELDS)) for c, g in pairs]
 
 
 def _align_pd(configs: list, given: AbstractSet[str]) -> list[tuple]:
