@@ -69,7 +69,9 @@ class RegistryName(click.ParamType):
             return value  # the option's own default, not given (a grid cell's value is checked: sweep)
         registry = self._registry_fn()
         if value not in registry:
-            self.fail(f"unknown {self.name} {value!r}; available: {', '.join(registry.names())}", param, ctx)
+            listed = isinstance(value, str) and "," in value and all(v.strip() in registry for v in value.split(","))
+            hint = "; a comma list compares them: dynlab compare (or a sweep's --grid)" if listed else ""
+            self.fail(f"unknown {self.name} {value!r}; available: {', '.join(registry.names())}{hint}", param, ctx)
         return value
 
 

@@ -23,3 +23,11 @@ def test_each_engine_takes_its_own_scheduler_options():
 def test_an_option_neither_engine_scheduler_owns_is_still_refused_where_it_does_nothing():
     res = invoke(*BASE, "--cpu-capacity", "64")
     assert res.exit_code == 2 and "--cpu-capacity has no effect with --engine sglang" in res.stderr
+
+
+def test_sim_given_a_list_of_engines_points_to_compare():
+    res = invoke("sim", "--timing", "--engine", "vllm,sglang")
+    assert res.exit_code == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert "unknown engine kind 'vllm,sglang'" in line and "a comma list compares them: dynlab compare" in line
+    assert "compares them" not in invoke("sim", "--timing", "--engine", "vllm,nope").stderr  # not a list of names
