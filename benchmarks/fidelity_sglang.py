@@ -66,15 +66,6 @@ def _sg_cached(cache) -> set:
     return out
 
 
-def _dyn_cached(cache) -> set:
-    out, stack = set(), list(cache.root.children.values())
-    while stack:
-        node = stack.pop()
-        out.add(node.name)
-        stack.extend(node.children.values())
-    return out
-
-
 def run_seed(seed: int, ops: int = 300) -> dict:
     """One seeded sequence of operations on both caches; counts of agreeing matches and evictions."""
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
@@ -112,7 +103,7 @@ def run_seed(seed: int, ops: int = 300) -> dict:
             n = BLOCK * rng.randint(1, 4)
             sg.evict(EvictParams(num_tokens=n))
             dyn.evict(n)
-            a, b = _sg_cached(sg), _dyn_cached(dyn)
+            a, b = _sg_cached(sg), dyn.cached_names()
             out["evictions"] += 1
             out["evictions_equal"] += a == b
             out["dyn_keeps_more"] += a < b
@@ -121,7 +112,7 @@ def run_seed(seed: int, ops: int = 300) -> dict:
             if b - a:
                 _drop(dyn, b - a)
             chains = {v: k for k, v in names.items()}
-            for name in sorted(a - _dyn_cached(dyn)):
+            for name in sorted(a - dyn.cached_names()):
                 prefix = chains[name]
                 dyn.insert([names[prefix[:i + 1]] for i in range(len(prefix))])
     return out

@@ -131,7 +131,7 @@ def test_every_request_finishes_within_the_pool(rows, capacity, policy, page, mi
 
     w.start_step = _wrap(w.start_step, lambda: removed_at_start(w))
     serve(w, arrivals, check)
-    assert held == _cached(w.cache)
+    assert held == w.cache.cached_names()
     for _, r in arrivals:
         assert r.rejected or (r.finish_ms is not None and r.generated == r.output_length)
         assert r.rejected or r.hit_tokens % 16 == 0 and r.hit_tokens <= r.input_length - 1
@@ -143,15 +143,6 @@ def _wrap(start_step, after):
         after()
         return end
     return wrapped
-
-
-def _cached(cache) -> set:
-    out, stack = set(), list(cache.root.children.values())
-    while stack:
-        node = stack.pop()
-        out.add(node.name)
-        stack.extend(node.children.values())
-    return out
 
 
 # -- schedule_policy.py --------------------------------------------------------------------------

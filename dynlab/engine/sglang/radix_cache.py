@@ -75,6 +75,15 @@ class RadixCache:
     def protected_size(self) -> int:
         return self.locked_nodes * self.block
 
+    def cached_names(self) -> set:
+        """Every block name the tree holds (a walk of it: for checks and tests, not the hot path)."""
+        out, stack = set(), list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            out.add(node.name)
+            stack.extend(node.children.values())
+        return out
+
     def _tick(self) -> int:
         self._clock += 1
         return self._clock
