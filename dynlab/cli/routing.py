@@ -518,14 +518,14 @@ def _format_table(results: dict) -> str:
     GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``; ``ttft_p99_ms`` and ``tpot_p99_ms``
     beside the medians, as SLOs are p99). When some run speculates (``compare --spec-tokens 0,2,4``) the
     table also has ``accept_len`` (the mean acceptance length); ``goodput`` shows with an SLO, ``shed`` with an
-    admission policy."""
+    admission policy, ``held`` when a gateway held requests, ``gpu_hours`` with an autoscaler."""
     cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
             ("block_hit_rate", "block_hit_rate"), ("prefix_hit_rate", "prefix_hit_rate"),
             ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
             ("tpot_p50_ms", "tpot_ms.p50"), ("tpot_p99_ms", "tpot_ms.p99"), ("goodput", "goodput"), ("shed", "shed"),
-            ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("xfer_p50_ms", "transfer_ms.p50"),
+            ("held", "held"), ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("gpu_hours", "gpu_hours"), ("xfer_p50_ms", "transfer_ms.p50"),
             ("xfer_p99_ms", "transfer_ms.p99"), ("dwait_p99_ms", "decode_wait_ms.p99"), ("preempted", "preemptions"),
             ("gpu_hit_blocks", "gpu_hit_blocks"), ("cpu_hit_blocks", "cpu_hit_blocks"), ("pcie_gb", "pcie_gb")]
 

@@ -31,3 +31,15 @@ def test_sim_given_a_list_of_engines_points_to_compare():
     (line,) = res.stderr.strip().splitlines()
     assert "unknown engine kind 'vllm,sglang'" in line and "a comma list compares them: dynlab compare" in line
     assert "compares them" not in invoke("sim", "--timing", "--engine", "vllm,nope").stderr  # not a list of names
+
+
+def test_compare_table_shows_held_requests_and_gpu_hours_when_a_run_has_them():
+    """A fresh user's compare behind a holding gateway, or with an autoscaler, showed neither figure."""
+    from dynlab.cli.routing import _format_table
+
+    header, a, b = _format_table({"a": {"requests": 3, "shed": 0, "held": 2, "gpu_hours": 0.5},
+                                  "b": {"requests": 3, "shed": 1}}).splitlines()
+    cols = header.split()
+    assert cols == ["run", "requests", "shed", "held", "gpu_hours"]
+    assert a.split() == ["a", "3", "0", "2", "0.5"] and b.split() == ["b", "3", "1", "-", "-"]
+    assert "held" not in _format_table({"c": {"requests": 3, "shed": 0}}).split()
