@@ -184,7 +184,7 @@ class SloShed(AdmissionPolicy):
         if slo is None:
             return True
         tokens = max(request.input_length, 1)
-        best = min(self.predicted_ttft(tokens, w) for w in range(len(self.context.fleet)))
+        best = min(self.predicted_ttft(tokens, w) for w in self.context.fleet.routable)  # not retired or starting
         return self.margin * best <= slo
 
 

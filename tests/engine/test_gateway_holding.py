@@ -87,6 +87,20 @@ def test_the_prediction_chunks_by_the_budget_beside_the_decodes():
     assert policy.predicted_ttft(50, 0) == 406.0 and policy.predicted_ttft(50, 1) == 60.0
 
 
+def test_slo_shed_predicts_on_routable_workers_only():
+    """An elastic fleet (--controller): worker 1 is idle but retired, so only worker 0 (406 ms, as above) can
+    serve the request; over a 400 ms SLO it is shed. With both routable the idle one (60 ms) admits it."""
+    from dynlab.routing.strategy import Request
+
+    latency = build_latency_model("linear", hardware_for(), LINEAR["latency_opts"])
+    request = Request((), input_length=50, attrs={"class": "chat"})
+    for routable, admitted in (([0], False), ([0, 1], True)):
+        policy = build_policy("slo-shed")
+        view = FleetView([0, 0], [3, 0], [0, 0], [300, 0], [0, 0], [1, 0], routable)
+        policy.bind(GatewayContext(view, latency, 100, {"chat": (400.0, None)}))
+        assert policy.admit(request, 0.0) is admitted
+
+
 def test_slo_shed_without_a_class_ttft_slo_is_refused():
     res = invoke("sim", "--timing", "--admission-policy", "slo-shed", "--slo", "chat:tpot_ms=50")
     assert res.exit_code == 2 and "Traceback" not in res.stderr
