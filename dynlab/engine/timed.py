@@ -28,6 +28,7 @@ import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
+from dynlab.engine.lora import LORA_ATTR
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
 from dynlab.engine.metrics import fleet_result, hooks
 from dynlab.engine.tier_metrics import TierRecorder
@@ -254,7 +255,7 @@ class TimedFleet:
             r = self.replicas.last
             self.replicas.books[r].add(w, blocks, prefill)
         self._estimate[ereq.id] = (w, blocks, prefill, True, r)
-        if ereq.attrs and (a := ereq.attrs.get("lora_name")):  # (dynlab.engine.lora.LORA_ATTR)
+        if ereq.attrs and (a := ereq.attrs.get(LORA_ATTR)):
             held = self.lora[w]
             held[a] = held.get(a, 0) + 1
         self.active[w] += 1
@@ -272,7 +273,7 @@ class TimedFleet:
 
     def _untrack(self, ereq: EngineRequest) -> None:
         w, blocks, prefill, waiting, r = self._estimate.pop(ereq.id)
-        if ereq.attrs and (a := ereq.attrs.get("lora_name")):
+        if ereq.attrs and (a := ereq.attrs.get(LORA_ATTR)):
             held = self.lora[w]
             held[a] -= 1
             if not held[a]:

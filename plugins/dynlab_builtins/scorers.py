@@ -16,6 +16,7 @@ import math
 from dataclasses import replace
 
 from dynlab import hookimpl, plugins
+from dynlab.engine.lora import LORA_ATTR
 from dynlab.routing.index import KvIndex
 from dynlab.routing.scorer import Scorer
 from dynlab.routing.strategy import Strategy, StrategyOption
@@ -85,7 +86,7 @@ def lora_affinity(request, fleet, max_loras) -> list[float]:
     """llm-d's LoRA affinity score of each worker for ``request`` (:class:`LoraScorer`'s rule): 1.0 where its
     adapter has requests in flight (``fleet.lora_adapters``), 0.8 where fewer than ``max_loras`` adapters do,
     else 0.0; ``None`` for a request without an adapter."""
-    a = request.attrs.get("lora_name")
+    a = request.attrs.get(LORA_ATTR)
     if not a:
         return None
     return [1.0 if a in held else 0.8 if len(held) < max_loras else 0.0 for held in fleet.lora_adapters]
