@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Sequence
 from dynlab.report.figures import Figure, hit_rates, latency_percentiles, metric, per_worker
 from dynlab.report.record_figures import record_figures
 from dynlab.report.runs import Run, shared_and_varied, short_labels
+from dynlab.report.scaling_figures import fleet_over_time
 from dynlab.report.sweep_figures import frontier_figure, sweep_figure, sweep_metrics
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -125,6 +126,7 @@ def figures(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]]
         from dynlab.report.usage_figures import usage_over_time
 
         out += [f for f in (usage_over_time(usage),) if f]
+    out += [f for f in (fleet_over_time(runs, records),) if f]
     if any(r.cell is not None for r in runs):
         out += [f for f in (frontier_figure(runs), *(sweep_figure(runs, m) for m in sweep_metrics(runs))) if f]
     return out

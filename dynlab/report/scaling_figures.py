@@ -1,0 +1,120 @@
+"""The report's figure of an autoscaled fleet over time (issue 41): workers, arrival rate, SLO attainment per window
+and scale events, for runs with a controller (``--controller``; :mod:`dynlab.engine.scaling_metrics` keys).
+
+It reads the run's result only: ``workers_over_time`` (``[s, live workers]`` at each change, a worker counted
+from when it is ready), ``scale_events`` (``[s, "add" | "retire", worker]``, the decisions),
+``goodput_over_time`` (``[window start s, goodput]`` per controller period, only with an SLO) and, when the
+report has the run's per-request records (``--requests-out``), the arrival rate per window of the same width.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from dynlab.report.figures import COLOURS, Figure, pyplot, to_svg
+from dynlab.report.runs import Run
+
+#: runs drawn (a column of panels each); the table lists every run
+MAX_RUNS = 4
+
+
+def scaled(runs: Sequence[Run]) -> list[Run]:
+    """The runs whose result has a controller's figures (``workers_over_time``)."""
+    return [r for r in runs if isinstance(r.result.get("workers_over_time"), list) and r.result["workers_over_time"]]
+
+
+def window_s(result: Mapping) -> Optional[float]:
+    """The controller period in seconds, read from ``goodput_over_time``'s window starts (``None`` with fewer than
+    two windows)."""
+    starts = [w[0] for w in result.get("goodput_over_time") or []]
+    gaps = [b - a for a, b in zip(starts, starts[1:]) if b > a]
+    return min(gaps) if gaps else None
+
+
+def arrivals_per_s(records: Sequence[dict], width_s: float) -> list[list]:
+    """``[[window start s, requests/s]]`` of the records' arrivals in windows of ``width_s`` seconds (> 0), from the
+    first window with an arrival to the last."""
+    counts: dict = {}
+    for rec in records:
+        if rec.get("arrival_ms") is not None:
+            k = int(rec["arrival_ms"] / 1000.0 // width_s)
+            counts[k] = counts.get(k, 0) + 1
+    if not counts:
+        return []
+    return [[round(k * width_s, 3), round(counts.get(k, 0) / width_s, 3)] for k in range(min(counts), max(counts) + 1)]
+
+
+def _steps(points: Sequence[Sequence], end: float) -> tuple[list, list]:
+    """A step line's x and y through ``points`` (``[x, y]`` at each change, in order) up to ``end``; of equal x the
+    last y holds."""
+    xs, ys = [], []
+    for x, y in points:
+        if xs and xs[-1] == x:
+            ys[-1] = y
+            continue
+        xs.append(x)
+        ys.append(y)
+    xs.append(max(end, xs[-1]))
+    ys.append(ys[-1])
+    return xs, ys
+
+
+def _draw(axes, r: Run, records: Optional[Sequence[dict]], colour: str) -> list:
+    """One run's panels (workers; goodput and arrival rate); returns its table row."""
+    res = r.result
+    good = res.get("goodput_over_time") or []
+    end = max([w[0] for w in good] + [e[0] for e in res.get("scale_events") or []] + [res["workers_over_time"][-1][0]])
+    xs, ys = _steps(res["workers_over_time"], end)
+    ax_w, ax_g = axes
+    ax_w.step(xs, ys, where="post", color=colour, lw=1.5, label="live workers")
+    for t, kind, _ in res.get("scale_events") or []:
+        ax_w.axvline(t, color="#009E73" if kind == "add" else "#D55E00", lw=0.6, alpha=0.6)
+    ax_w.set_ylabel(f"{r.label}\nworkers", fontsize=8)
+    ax_w.set_ylim(0, max(ys) + 1)
+    if good:
+        ax_g.plot([w[0] for w in good], [w[1] for w in good], color=colour, lw=1, marker=".", ms=3, label="goodput")
+        ax_g.set_ylim(-0.02, 1.02)
+    ax_g.set_ylabel("goodput per window", fontsize=8)
+    width = window_s(res)
+    if records and width:
+        rates = arrivals_per_s(records, width)
+        twin = ax_g.twinx()
+        twin.plot([w[0] for w in rates], [w[1] for w in rates], color="#999999", lw=1, label="arrivals/s")
+        twin.set_ylabel("arrivals (requests/s)", fontsize=8)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    return _row(r)
+
+
+def _row(r: Run) -> list:
+    """The table row of an autoscaled run."""
+    res = r.result
+    events = res.get("scale_events") or []
+    adds = sum(1 for e in events if e[1] == "add")
+    return [r.label, max(w[1] for w in res["workers_over_time"]), adds, len(events) - adds, res.get("oscillations"),
+            res.get("gpu_hours"), res.get("worst_window_goodput")]
+
+
+def fleet_over_time(runs: Sequence[Run], records: Optional[Mapping[str, Sequence[dict]]] = None) -> Optional[Figure]:
+    """Live workers (a step line, scale decisions as vertical lines: green add, red retire) and goodput per
+    controller window (with the arrival rate per window when the run's records are given), a row per autoscaled
+    run (the first :data:`MAX_RUNS`); the table gives every such run's peak workers, adds, retires, oscillations,
+    GPU-hours and worst window. ``None`` when no run has a controller's figures."""
+    have = scaled(runs)
+    if not have:
+        return None
+    plt = pyplot()
+    drawn = have[:MAX_RUNS]
+    fig, axes = plt.subplots(len(drawn), 2, figsize=(10, 2.3 * len(drawn) + 0.6), squeeze=False, sharex="row")
+    rows = [_draw(ax_row, r, (records or {}).get(r.label), COLOURS[k % len(COLOURS)])
+            for k, (r, ax_row) in enumerate(zip(drawn, axes))]
+    rows += [_row(r) for r in have[MAX_RUNS:]]
+    for ax in axes[-1]:
+        ax.set_xlabel("time (s)")
+    worst = min(have, key=lambda r: 1.0 if r.result.get("worst_window_goodput") is None
+                else r.result["worst_window_goodput"])
+    caption = ("Workers over time in each autoscaled run (a worker counts from when it is ready; green lines mark "
+               "add decisions, red retire decisions) and the share of each controller window's requests that met the "
+               "SLOs" + (" beside the arrival rate" if records else "") + ". Worst window: "
+               f"{worst.label} ({worst.result.get('worst_window_goodput')}).")
+    header = ["run", "peak workers", "adds", "retires", "oscillations", "gpu_hours", "worst_window_goodput"]
+    return Figure("scaling", "The fleet over time", caption, to_svg(fig, "scaling"), header, rows)

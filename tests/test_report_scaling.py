@@ -1,0 +1,43 @@
+"""The report's figure of an autoscaled fleet over time (dynlab.report.scaling_figures): hand-made results."""
+from dynlab.report.html import build_report
+from dynlab.report.runs import Run
+from dynlab.report.scaling_figures import _steps, arrivals_per_s, fleet_over_time, window_s
+
+HPA = {"requests": 10, "mode": "least-loaded", "gpu_hours": 0.5, "oscillations": 0, "worst_window_goodput": 0.25,
+       "scale_events": [[15, "add", 1], [15, "add", 2], [45, "retire", 2]],
+       "workers_over_time": [[0, 1], [53, 2], [53, 3], [60, 2]],
+       "goodput_over_time": [[0, 1.0], [15, 0.25], [30, 0.5], [45, 1.0]]}
+
+
+def test_arrivals_per_window_counted_by_hand():
+    # windows of 15 s: arrivals at 1 s, 2 s (window 0), none in window 1, 31 s (window 2) -> 2/15, 0, 1/15
+    recs = [{"arrival_ms": 1000.0}, {"arrival_ms": 2000.0}, {"arrival_ms": 31000.0}, {"arrival_ms": None}]
+    assert arrivals_per_s(recs, 15.0) == [[0.0, 0.133], [15.0, 0.0], [30.0, 0.067]]
+    assert arrivals_per_s([], 15.0) == []
+
+
+def test_window_is_the_controller_period():
+    assert window_s(HPA) == 15
+    assert window_s({"goodput_over_time": [[0, 1.0]]}) is None
+
+
+def test_steps_keep_the_last_value_of_equal_times_and_run_to_the_end():
+    # two workers become ready at 53 s: one step from 1 to 3, held to the end at 90 s
+    assert _steps([[0, 1], [53, 2], [53, 3]], 90) == ([0, 53, 90], [1, 3, 3])
+
+
+def test_figure_rows_say_peak_adds_retires_and_worst_window():
+    fig = fleet_over_time([Run("hpa", HPA), Run("fixed", {"requests": 10, "mode": "rr"})])
+    assert fig is not None and fig.key == "scaling"
+    # peak 3 live workers; 2 adds, 1 retire; the rest read from the result
+    assert fig.rows == [["hpa", 3, 2, 1, 0, 0.5, 0.25]]
+    assert "hpa (0.25)" in fig.caption and "<svg" in fig.svg
+
+
+def test_no_figure_without_a_controller():
+    assert fleet_over_time([Run("rr", {"requests": 10, "mode": "rr"})]) is None
+
+
+def test_report_holds_the_figure_only_for_autoscaled_runs():
+    assert 'id="scaling"' in build_report([Run("hpa", HPA)])
+    assert 'id="scaling"' not in build_report([Run("rr", {"requests": 10, "mode": "rr", "hit_rate": 0.5})])
