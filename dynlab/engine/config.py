@@ -172,6 +172,8 @@ class SimConfig(Sectioned):
     schedule_conservativeness: float = 1.0
     init_new_token_ratio: float = 0.7
     new_token_ratio_decay_steps: int = 600
+    # --- mixed GPU pools (issue 41 item 5; dynlab.engine.pools): "GPU:tpN:COUNT" texts, in worker order; () : none
+    pools: tuple = ()
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
@@ -193,6 +195,13 @@ class SimConfig(Sectioned):
         if d:
             return replace(self, split=None, workers=DEFAULTS["workers"], prefill_workers=p, decode_workers=d)
         return replace(self, split=None, workers=p, **{f: DEFAULTS[f] for f in PD_FIELDS})
+
+    @property
+    def fleet_workers(self) -> int:
+        """The workers of an aggregated fleet: the sum of ``pools``' counts (:mod:`dynlab.engine.pools`), else ``workers``."""
+        from dynlab.engine.pools import pooled_workers
+
+        return pooled_workers(self)
 
     @property
     def detok_ms(self) -> float:
@@ -290,6 +299,10 @@ class SimConfig(Sectioned):
                              f"got {self.duration_repeat!r}")
         if self.workload is not None and self.trace is not None:
             raise ValueError("--workload and --trace are two workloads: give one")
+        if self.pools:
+            from dynlab.engine.pools import parse_pools
+
+            parse_pools(self.pools)  # a malformed --pool, named
         check_effective(self)
         check_lora(self)  # adapter settings vLLM refuses or dynlab does not model
         self._check_sglang()

@@ -53,7 +53,7 @@ class Aggregated:
 
     def __init__(self, setup: TimedSetup):
         self.setup = setup
-        self.routed_workers = setup.config.workers
+        self.routed_workers = setup.config.fleet_workers  # --pool: the pools' workers summed
 
     def build(self, strategy: Strategy, env: RunEnv) -> TimedFleet:
         s = self.setup
@@ -61,6 +61,12 @@ class Aggregated:
             env.recorders.append(TierRecorder(s.kv_bytes_per_block))
         if s.lora is not None:  # adapters on the workers (--max-loras): the lora section, when a request names one
             env.recorders.append(LoraRecorder(s.lora))
+        if s.pools:  # --pool: each pool's figures (dynlab.engine.pools), and the router sees each worker's pool
+            from dynlab.engine.pool_metrics import PoolRecorder
+
+            pools = PoolRecorder(s)
+            env.recorders.append(pools)
+            return pools.attach(TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of))
         controller = build_controller(s.config.controller)
         if controller is None:
             return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
