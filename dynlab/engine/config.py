@@ -177,7 +177,12 @@ class SimConfig(Sectioned):
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
-        (``split`` ``"P:0"`` is ``P`` aggregated workers). Raises ``ValueError`` for a bad ``split``."""
+        (``split`` ``"P:0"`` is ``P`` aggregated workers; ``pools`` with roles: their counts, :func:`dynlab.engine.pools.pd_pools`).
+        Raises ``ValueError`` for a bad ``split`` or ``pools``."""
+        if self.pools:
+            from dynlab.engine.pools import pd_pools
+
+            return pd_pools(self)
         if self.split is not None:
             p, d = parse_split(self.split)
             return (p, d) if d else None
@@ -198,7 +203,8 @@ class SimConfig(Sectioned):
 
     @property
     def fleet_workers(self) -> int:
-        """The workers of an aggregated fleet: the sum of ``pools``' counts (:mod:`dynlab.engine.pools`), else ``workers``."""
+        """The workers the router routes to: ``workers``, or with ``pools`` their counts summed (a P/D fleet's prefill
+        pool's: :func:`dynlab.engine.pools.pooled_workers`)."""
         from dynlab.engine.pools import pooled_workers
 
         return pooled_workers(self)
@@ -278,7 +284,7 @@ class SimConfig(Sectioned):
         check_sim(self)  # sizes the machine cannot hold (dynlab/limits.py)
         if self.split is not None:
             parse_split(self.split)
-        if (self.prefill_workers is None) != (self.decode_workers is None):
+        if not self.pools and (self.prefill_workers is None) != (self.decode_workers is None):  # --pool: its rule
             raise ValueError("--prefill-workers and --decode-workers go together (a disaggregated fleet has both pools)")
         for name in ("prefill_workers", "decode_workers"):
             v = getattr(self, name)

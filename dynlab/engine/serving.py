@@ -113,8 +113,9 @@ class TimedSetup:
 
     @property
     def pool_blocks(self) -> Optional[int]:
-        """Each worker's KV pool (blocks) when every worker has the same (``RunContext.pool_blocks``), else ``None``."""
-        sizes = {sub.capacity for _, sub in self.pools} or {self.capacity}
+        """Each routed worker's KV pool (blocks) when every one has the same (``RunContext.pool_blocks``; a P/D fleet's
+        prefill pool), else ``None``."""
+        sizes = {sub.capacity for pool, sub in self.pools if pool.role != "decode"} or {self.capacity}
         return sizes.pop() if len(sizes) == 1 else None
 
     def spec_decoding(self):
@@ -140,6 +141,10 @@ class TimedSetup:
         their first token (``handoff=True``); neither has a CPU tier or works on runs."""
         p, d = self.config.pd()
         kind = self.engine_kind()
+        if self.pools:  # --pool prefill:... --pool decode:...: each role's workers from its pool's setup
+            role = {pool.role: sub for pool, sub in self.pools}
+            return ([kind.build(role["prefill"], w, handoff=True) for w in range(p)],
+                    [kind.build(role["decode"], w, decode=True) for w in range(d)])
         return ([kind.build(self, w, handoff=True) for w in range(p)],
                 [kind.build(self, w, decode=True) for w in range(d)])
 
@@ -155,13 +160,14 @@ class TimedSetup:
 
     def describe(self) -> dict[str, Any]:
         """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency, the
-        scheduler's admission rule and async scheduling; ``queue_policy`` unless FCFS). With one ``--pool``, the
-        keys of the same fleet given by ``--workers/--gpu/--tp``; with more, pool 0's without the keys that differ
-        per pool (``gpu``, ``tp``, ``kv_blocks``, ...: the ``pools`` section has each pool's)."""
+        scheduler's admission rule and async scheduling; ``queue_policy`` unless FCFS). With ``--pool``, pool 0's,
+        without the keys whose values differ between pools (:data:`POOL_KEYS`: ``gpu``, ``tp``, ``kv_blocks``, ...;
+        the ``pools`` section has each pool's): one pool's keys are those of ``--workers/--gpu/--tp``."""
         if self.pools:
-            out = self.pools[0][1].describe()
-            if len(self.pools) > 1:
-                for key in POOL_KEYS:
+            each = [sub.describe() for _, sub in self.pools]
+            out = each[0]
+            for key in POOL_KEYS:  # a key whose value differs between pools: in the pools section only
+                if any(d.get(key) != out.get(key) for d in each[1:]):
                     out.pop(key, None)
             return out
         c = self.config

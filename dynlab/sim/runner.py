@@ -73,7 +73,7 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
             config, shaped = _profiled(config, shaped)
         topology = topology_for(build_engines(config, own))
         block_tokens = config.block
-    strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
+    strategy = build_strategy(config if pd is None or config.pools else replace(config, workers=pd[0]), rng,
                               block_tokens=block_tokens, pool_blocks=topology.setup.pool_blocks if topology is not None else None)
     if _benchmark(config):
         from dynlab.sim.benchmark import BenchmarkRecorder
@@ -173,10 +173,15 @@ def _run_gpus(config: SimConfig) -> int:
     if config.pools:
         from dynlab.engine.pools import pool_configs
 
-        return sum(_run_gpus(sub) for _, sub in pool_configs(config))
+        return sum(pool.workers * _worker_gpus(sub) for pool, sub in pool_configs(config))
     pd = config.pd()
     workers = config.workers if pd is None else sum(pd)
-    return workers * config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
+    return workers * _worker_gpus(config)
+
+
+def _worker_gpus(config: SimConfig) -> int:
+    """One worker's GPUs: tp x pp, x the attention replicas with ``dp_attention``."""
+    return config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
 
 
 def _benchmark(config: SimConfig) -> bool:

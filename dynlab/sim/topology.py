@@ -64,7 +64,7 @@ class Aggregated:
         if s.pools:  # --pool: each pool's figures (dynlab.engine.pools), and the router sees each worker's pool
             from dynlab.engine.pool_metrics import PoolRecorder
 
-            pools = PoolRecorder(s)
+            pools = PoolRecorder(s, env.serving)
             env.recorders.append(pools)
             return pools.attach(TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of))
         controller = build_controller(s.config.controller)
@@ -94,6 +94,10 @@ class Disaggregated:
     def build(self, strategy: Strategy, env: RunEnv) -> DisaggFleet:
         s = self.setup
         prefill, decode = s.pd_engines()
+        if s.pools:  # --pool prefill:... --pool decode:...: each pool's figures (dynlab.engine.pool_metrics)
+            from dynlab.engine.pool_metrics import PoolRecorder
+
+            env.recorders.append(PoolRecorder(s, env.serving))
         return DisaggFleet(strategy, prefill, decode, env, s.names_of,
                            kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg,
                            transfer_bytes=s.transfer_bytes())

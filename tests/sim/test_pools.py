@@ -29,6 +29,8 @@ def test_parse_pool_reads_gpu_tp_count_from_the_right():
     for bad in ("h100", "h100:1:4", "h100:tp1", ":tp1:2", "h100:tpx:2", "h100:tp0:2", "h100:tp1:0"):
         with pytest.raises(ValueError, match="--pool"):
             parse_pool(bad)
+    assert parse_pool("decode:h200:tp2:2") == Pool("h200", 2, 2, "decode")
+    assert parse_pool("prefill:h100:tp1:3").text == "prefill:h100:tp1:3"
     # 4 workers of pool 0 then 2 of pool 1: ids 0..3 and 4..5
     assert pool_of_worker([Pool("h100", 1, 4), Pool("h200", 2, 2)]) == [0, 0, 0, 0, 1, 1]
 
@@ -90,6 +92,37 @@ def test_kv_cost_sends_more_requests_to_the_faster_pool(tmp_path):
         "requests_per_worker"] == [3, 3]
 
 
+def test_pools_of_one_gpu_and_tp_are_the_plain_runs(tmp_path):
+    # pools that differ in nothing give the run of the same fleet without --pool, P/D pools too (any order)
+    trace = _trace(tmp_path / "t.jsonl", 8, 40.0)
+    for pools, plain in ((("h100:tp1:1", "h100:tp1:2"), dict(workers=3)),
+                         (("prefill:h100:tp1:1", "decode:h100:tp1:1"), dict(split="1:1")),
+                         (("decode:h100:tp1:2", "prefill:h100:tp1:1"), dict(prefill_workers=1, decode_workers=2))):
+        a = run(SimConfig(trace=trace, timing=True, mode="kv-cost", pools=pools))
+        b = run(SimConfig(trace=trace, timing=True, mode="kv-cost", **plain))
+        for key in ("gpus", "pools", "gpu_hours_by_gpu"):
+            a.pop(key)
+        assert json.dumps(a) == json.dumps(b), pools
+
+
+def test_pd_pools_put_prefill_and_decode_on_their_own_gpus(tmp_path):
+    trace = _trace(tmp_path / "t.jsonl", 6, 200.0)
+    mixed = run(SimConfig(trace=trace, timing=True, pools=("prefill:h100:tp1:1", "decode:h200:tp2:1")))
+    same = run(SimConfig(trace=trace, timing=True, split="1:1"))  # both on one H100 each
+    h200 = run(SimConfig(trace=trace, timing=True, gpu="h200", tp=2, split="1:1"))
+    pre, dec = mixed["pools"]
+    assert (mixed["prefill_workers"], mixed["decode_workers"]) == (1, 1) and mixed["gpus"] == 1 * 1 + 1 * 2
+    assert (pre["role"], pre["gpu"], pre["worker_ids"]) == ("prefill", "h100", [0, 0])
+    assert (dec["role"], dec["gpu"], dec["worker_ids"]) == ("decode", "h200", [1, 1])
+    assert dec["kv_blocks"] == h200["kv_blocks"] and pre["kv_blocks"] == same["kv_blocks"]
+    assert pre["requests"] == dec["requests"] == 6  # every request prefilled on one pool, decoded on the other
+    # the prefill is the H100's as in the plain split: the same prompt time; decoding on two H200s (2 x 4.8 TB/s
+    # against 3.35 TB/s, the weights read per step split in two) makes every output token faster
+    assert mixed["ttft_prefill_ms"] == same["ttft_prefill_ms"]
+    assert mixed["tpot_ms"]["p50"] < same["tpot_ms"]["p50"]
+    assert mixed["tpot_ms"]["p50"] == h200["tpot_ms"]["p50"]
+
+
 def test_kv_usage_scorer_weighs_each_workers_own_pool():
     # mixed pools: no single pool size (ctx.pool_blocks None); worker 0 holds 50 of 100 blocks, worker 1 50 of 400
     view = FleetView([0, 0], [1, 1], [50, 50], [0, 0], [0, 0])
@@ -109,6 +142,12 @@ def test_kv_usage_scorer_weighs_each_workers_own_pool():
     (["--timing", "--pool", "h100:tp1:2", "--split", "1:1"], "--pool"),
     (["--timing", "--pool", "h100:tp1:2", "--controller", "static"], "--pool"),
     (["--timing", "--pool", "h100:1:2"], "--pool"),
+    (["--timing", "--pool", "prefill:h100:tp1:1", "--pool", "h200:tp1:1"], "--pool"),  # roles on all or none
+    (["--timing", "--pool", "prefill:h100:tp1:1", "--pool", "prefill:h200:tp1:1"], "--pool"),  # one of each
+    (["--timing", "--pool", "prefill:h100:tp1:1", "--pool", "decode:h200:tp1:1", "--decode-workers", "1"],
+     "--decode-workers"),
+    (["--timing", "--pool", "prefill:h100:tp1:1", "--pool", "decode:h200:tp1:1", "--cpu-capacity", "8"],
+     "--cpu-capacity"),  # a P/D fleet's workers have no CPU tier
 ])
 def test_refused_in_one_line(tmp_path, args, flag):
     trace = _trace(tmp_path / "t.jsonl", 2, 10.0)
