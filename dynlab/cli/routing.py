@@ -365,10 +365,11 @@ SIM_FLAGS = [
 
 def pool_option(fn):
     """``--pool GPU:tpN:COUNT``, repeatable (sim and compare): a mixed fleet (:mod:`dynlab.engine.pools`)."""
-    return click.option("--pool", "pools", multiple=True, metavar="GPU:tpN:COUNT",
+    return click.option("--pool", "pools", multiple=True, metavar="[ROLE:]GPU:tpN:COUNT",
                         help="With --timing: a pool of COUNT workers of GPU at tp N GPUs each, instead of --workers, "
                              "--gpu and --tp; repeatable (--pool h100:tp1:4 --pool h200:tp2:2), worker ids in pool "
-                             "order; the result has each pool's figures (see docs/engine.md).")(fn)
+                             "order; prefill:/decode: before each of two pools makes a P/D fleet on two GPUs; the "
+                             "result has each pool's figures (see docs/engine.md).")(fn)
 
 
 def given_fields(ctx: click.Context) -> set[str]:

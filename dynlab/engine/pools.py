@@ -72,7 +72,7 @@ def parse_pools(texts: Sequence[str]) -> tuple[Pool, ...]:
     """Every ``--pool`` value, parsed (:func:`parse_pool`), in the order given. Raises ``ValueError`` (one line)
     when some pools have a role and others none, or a P/D fleet has not exactly one pool of each role (several
     GPUs within a role are not modelled yet)."""
-    pools = tuple(parse_pool(t) for t in texts)
+    pools = tuple(parse_pool(t) for t in ((texts,) if isinstance(texts, str) else texts))  # one text: one pool
     roles = [p.role for p in pools]
     if any(roles) and not all(roles):
         raise ValueError("--pool: give every pool a role (prefill:GPU:tpN:P, decode:GPU:tpN:D) or none")
