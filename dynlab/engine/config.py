@@ -177,8 +177,8 @@ class SimConfig(Sectioned):
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
-        (``split`` ``"P:0"`` is ``P`` aggregated workers; ``pools`` with roles: their counts, :func:`dynlab.engine.pools.pd_pools`).
-        Raises ``ValueError`` for a bad ``split`` or ``pools``."""
+        (``split`` ``"P:0"`` is ``P`` aggregated workers; ``pools`` with roles: their counts,
+        :func:`dynlab.engine.pools.pd_pools`). Raises ``ValueError`` for a bad ``split`` or ``pools``."""
         if self.pools:
             from dynlab.engine.pools import pd_pools
 
