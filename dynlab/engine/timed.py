@@ -112,7 +112,6 @@ class TimedFleet:
         if self.replicas is not None:  # adapters in flight: a metric every replica scrapes alike (FleetView)
             for book in self.replicas.books:
                 book.view.lora_adapters = self.fleet.lora_adapters
-                book.view.set_hardware(self.pools, self.gpus, self.kv_blocks)  # configuration: every replica's
         self.generation = [0] * n
         for engine in engines:
             engine.cross_boundaries = True  # this driver calls cross_boundary at next_boundary (_on_boundary)

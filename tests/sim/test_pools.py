@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -133,6 +134,23 @@ def test_kv_usage_scorer_weighs_each_workers_own_pool():
     # one pool size (a homogeneous fleet): the configured pool, as before
     same = KvUsageScorer(RunContext(workers=2, timed=True, pool_blocks=200))
     assert same.score(Request((1,)), view, None) == [0.75, 0.75]
+
+
+def test_kv_usage_routes_by_each_pools_share_in_a_run(tmp_path):
+    # six requests at 0 ms, 2,048 + 64 tokens = 132 blocks of 16 each (the router's estimate); an H100 worker
+    # (29,205 blocks) and two L4 workers (3,400 each). kv-usage scores 1 - blocks / pool, ties to the fewest
+    # requests in flight, then the lowest id. r0: all 1.0 -> w0; r1: w0 1 - 132/29205 = 0.9955, w1 = w2 = 1.0 ->
+    # w1; r2: w2 (1.0); r3..r5: w0 (0.9955, 0.9910, 0.9864, each above w1/w2's 1 - 132/3400 = 0.9612): [4, 1, 1]
+    trace = _trace(tmp_path / "t.jsonl", 6, 0.0)
+    config = SimConfig(trace=trace, timing=True, pools=("h100:tp1:1", "l4:tp1:2"), mode="weighted",
+                       opts={"scorers": "kv-usage:1"})
+    r = run(config)
+    alone = [run(SimConfig(trace=trace, timing=True, gpu=g, workers=1, num_requests=1))["kv_blocks"] for g in ("h100", "l4")]
+    assert [p["kv_blocks"] for p in r["pools"]] == alone == [29205, 3400]  # the pools the arithmetic above uses
+    assert r["requests_per_worker"] == [4, 1, 1]
+    # two router replicas (rr: r0, r2, r4 to replica 0), each seeing only its own requests' blocks but every
+    # worker's pool: replica 0 sends r0 -> w0, r2 -> w1 (w0 0.9955 < 1.0), r4 -> w2; replica 1 the same: [2, 2, 2]
+    assert run(replace(config, routers=2))["requests_per_worker"] == [2, 2, 2]
 
 
 @pytest.mark.parametrize("args, flag", [
