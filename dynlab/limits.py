@@ -119,6 +119,10 @@ def check_sim(config) -> None:
     """
     if config.workers > MAX_WORKERS:
         raise _over(f"--workers {config.workers}", config.workers, MAX_WORKERS, "workers", WORKER_BYTES)
+    if getattr(config, "pools", ()):  # --pool: the pools' counts summed (SimConfig.fleet_workers)
+        n = config.fleet_workers
+        if n > MAX_WORKERS:
+            raise _over("--pool", n, MAX_WORKERS, "workers", WORKER_BYTES)
     duration = getattr(config, "duration", None)  # seconds of arrivals from the first: past the horizon, refused
     if duration is not None and not duration * 1000.0 <= HORIZON_MS:
         raise past_horizon(duration * 1000.0, f"--duration {duration:g} s of arrivals", "use a shorter --duration")

@@ -421,6 +421,11 @@ TABLE[("sim", "--timeline")] = changes(["sim", "--trace", MOON, "--timing"], ["-
 TABLE[("sim", "--timeline-max-requests")] = swaps(
     ["sim", "--trace", MOON, "--timing", "--timeline", "t.json", "--timeline-max-requests", "1"],
     ["sim", "--trace", MOON, "--timing", "--timeline", "t.json", "--timeline-max-requests", "2"])
+# mixed pools (issue 41 item 5; sim and compare): the fleet's second worker on an H200, and the pools section;
+# its refusals (without --timing, with --workers/--gpu/--tp, P/D, --controller) are in tests/sim/test_pools.py
+for _name, _cmd in (("sim", ["sim"]), ("compare", ["compare", "--format", "json"])):
+    TABLE[(_name, "--pool")] = changes(_cmd + ["--timing", "--trace", MOON],
+                                       ["--pool", "h100:tp1:1", "--pool", "h200:tp1:1"])
 TABLE[("compare", "--quiet")] = on_a_terminal(["compare", "--trace", "mooncake-conversation", "--format", "json",
                                                "--mode", "rr"])
 TABLE.update({

@@ -363,6 +363,15 @@ SIM_FLAGS = [
 ]
 
 
+def pool_option(fn):
+    """``--pool GPU:tpN:COUNT``, repeatable (sim and compare): a mixed fleet (:mod:`dynlab.engine.pools`)."""
+    return click.option("--pool", "pools", multiple=True, metavar="[ROLE:]GPU:tpN:COUNT",
+                        help="With --timing: a pool of COUNT workers of GPU at tp N GPUs each, instead of --workers, "
+                             "--gpu and --tp; repeatable (--pool h100:tp1:4 --pool h200:tp2:2), worker ids in pool "
+                             "order; prefill:/decode: before each of two pools makes a P/D fleet on two GPUs; the "
+                             "result has each pool's figures (see docs/engine.md).")(fn)
+
+
 def given_fields(ctx: click.Context) -> set[str]:
     """The :class:`SimConfig` fields the user wrote on the command line (or in the environment)."""
     from click.core import ParameterSource
@@ -432,6 +441,7 @@ def common_flags(quiet_help: str = "No progress bar on stderr (shown only when s
 
 @main.command()
 @sim_options
+@pool_option
 @common_flags()
 @click.option("--requests-out", "requests_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               callback=stream_output_path, metavar="FILE",
@@ -556,6 +566,7 @@ def _format_table(results: dict) -> str:
 
 @main.command()
 @_compare_options
+@pool_option
 @common_flags("No progress bar per run on stderr (shown only when stderr is a terminal).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the keyed JSON object [default: table on a terminal, else json].")
@@ -564,7 +575,7 @@ def _format_table(results: dict) -> str:
                    "and TTFT.")
 @report_option
 @click.pass_context
-def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, report_path, **options):
+def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, report_path, pools, **options):
     """Run `sim` once per value of ONE option given as a comma list; print the runs keyed by value.
 
     Example: `dynlab compare --modes rr,random,kv` (the KV-aware router lab's modes.json) or
@@ -574,7 +585,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
                        for v in options[f].split(",")])  # --trace a.jsonl,b.jsonl: each a file it reads
     fixed, varied = _split_compared(ctx, options)
     base = SimConfig(**fixed, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"),
-                     all_metrics=all_metrics, timing=timing)
+                     all_metrics=all_metrics, timing=timing, pools=tuple(pools))
     if varied is None:
         flag, field = "--mode", "mode"
         items, values = [base.mode], [base.mode]
@@ -582,6 +593,7 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
         flag, field, items, values = varied
     configs = {item: replace(base, **{field: value}) for item, value in zip(items, values)}
     given = {f for f, text in options.items() if text is not None} | ({"all_metrics"} if all_metrics else set())
+    given |= {"pools"} if pools else set()
     given |= {f for _, f, _ in SIM_FLAGS if fixed.get(f)}
     configs = _check_compared(configs, given, flag)
     if plot_path:

@@ -172,10 +172,17 @@ class SimConfig(Sectioned):
     schedule_conservativeness: float = 1.0
     init_new_token_ratio: float = 0.7
     new_token_ratio_decay_steps: int = 600
+    # --- mixed GPU pools (issue 41 item 5; dynlab.engine.pools): "GPU:tpN:COUNT" texts, in worker order; () : none
+    pools: tuple = ()
 
     def pd(self) -> Optional[tuple[int, int]]:
         """``(prefill workers, decode workers)`` of a disaggregated fleet, ``None`` for an aggregated one
-        (``split`` ``"P:0"`` is ``P`` aggregated workers). Raises ``ValueError`` for a bad ``split``."""
+        (``split`` ``"P:0"`` is ``P`` aggregated workers; ``pools`` with roles: their counts,
+        :func:`dynlab.engine.pools.pd_pools`). Raises ``ValueError`` for a bad ``split`` or ``pools``."""
+        if self.pools:
+            from dynlab.engine.pools import pd_pools
+
+            return pd_pools(self)
         if self.split is not None:
             p, d = parse_split(self.split)
             return (p, d) if d else None
@@ -193,6 +200,14 @@ class SimConfig(Sectioned):
         if d:
             return replace(self, split=None, workers=DEFAULTS["workers"], prefill_workers=p, decode_workers=d)
         return replace(self, split=None, workers=p, **{f: DEFAULTS[f] for f in PD_FIELDS})
+
+    @property
+    def fleet_workers(self) -> int:
+        """The workers the router routes to: ``workers``, or with ``pools`` their counts summed (a P/D fleet's prefill
+        pool's: :func:`dynlab.engine.pools.pooled_workers`)."""
+        from dynlab.engine.pools import pooled_workers
+
+        return pooled_workers(self)
 
     @property
     def detok_ms(self) -> float:
@@ -269,7 +284,7 @@ class SimConfig(Sectioned):
         check_sim(self)  # sizes the machine cannot hold (dynlab/limits.py)
         if self.split is not None:
             parse_split(self.split)
-        if (self.prefill_workers is None) != (self.decode_workers is None):
+        if not self.pools and (self.prefill_workers is None) != (self.decode_workers is None):  # --pool: its rule
             raise ValueError("--prefill-workers and --decode-workers go together (a disaggregated fleet has both pools)")
         for name in ("prefill_workers", "decode_workers"):
             v = getattr(self, name)
@@ -290,6 +305,10 @@ class SimConfig(Sectioned):
                              f"got {self.duration_repeat!r}")
         if self.workload is not None and self.trace is not None:
             raise ValueError("--workload and --trace are two workloads: give one")
+        if self.pools:
+            from dynlab.engine.pools import parse_pools
+
+            parse_pools(self.pools)  # a malformed --pool, named
         check_effective(self)
         check_lora(self)  # adapter settings vLLM refuses or dynlab does not model
         self._check_sglang()

@@ -12,6 +12,7 @@ from typing import AbstractSet, Optional
 
 from dynlab.engine.arrival_options import workload_rules
 from dynlab.engine.class_metrics import parse_class_slos
+from dynlab.engine.pools import pool_rules
 from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 
@@ -63,7 +64,7 @@ WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
 
 #: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
 _FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests", "slo_classes": "--slo",
-          "engine_kind": "--engine"}
+          "engine_kind": "--engine", "pools": "--pool"}
 
 
 def _flag(name: str) -> str:
@@ -75,6 +76,7 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
 
     The one table of the combinations where an option is refused (each reason completes "``--NAME`` has no
     effect ..."); a new option with such a combination gets a row here (engine kinds': ``_engine_rules``)."""
+    yield from pool_rules(config)  # --pool (dynlab.engine.pools): what it replaces, what it does not model
     for name in WORKLOAD_FIELDS:
         if config.trace is not None:
             yield name, "with --trace: it shapes the synthetic workload only"

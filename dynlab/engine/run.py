@@ -93,7 +93,7 @@ def build_strategy(config: SimConfig, rng: random.Random, registry=None, block_t
             raise ValueError(f"option {name!r} has no effect without a CPU tier (--timing with --cpu-capacity "
                              "or --cpu-memory-gb): it weighs blocks in the workers' CPU tiers")
         values[name] = declared[name].convert(text) if isinstance(text, str) else text
-    ctx = RunContext(workers=config.workers, block=block_tokens or config.block, rng=rng, options=values,
+    ctx = RunContext(workers=config.fleet_workers, block=block_tokens or config.block, rng=rng, options=values,
                      publish=config.publish == "yes", timed=config.timing,
                      pool_blocks=pool_blocks if pool_blocks is not None else config.capacity,
                      max_loras=config.max_loras)

@@ -15,7 +15,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                 "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat",
                 "concurrency", "think_time_ms", "num_requests", "warmup"),
     "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split",
-              "admission_policy", "controller"),
+              "admission_policy", "controller", "pools"),
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "latency_profile",
                "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "engine_kind", "admission", "queue_policy",
                "async_scheduling",

@@ -98,11 +98,25 @@ class TimedSetup:
     kv_layout: Any = None
     #: the workers' LoRA adapter settings (:class:`~dynlab.engine.lora.LoraSpec`), ``None`` without ``--max-loras``
     lora: Any = None
+    #: ``--pool`` (:mod:`dynlab.engine.pools`): ``(Pool, TimedSetup of that pool alone)`` per pool in worker order;
+    #: ``()`` for a fleet of one GPU and tp (the other fields are then the run's; with pools, pool 0's)
+    pools: tuple = ()
 
     def engines(self) -> list[EngineWorker]:
-        """Fresh workers of an aggregated pool, ``config.workers`` of the run's engine kind (:meth:`engine_kind`)."""
+        """Fresh workers of an aggregated pool, ``config.workers`` of the run's engine kind (:meth:`engine_kind`);
+        with ``pools``, each pool's workers built from its own setup, ids ``0 .. N-1`` in pool order."""
         kind = self.engine_kind()
+        if self.pools:
+            subs = [sub for pool, sub in self.pools for _ in range(pool.workers)]  # each worker's pool's setup
+            return [kind.build(sub, w) for w, sub in enumerate(subs)]
         return [kind.build(self, w) for w in range(self.config.workers)]
+
+    @property
+    def pool_blocks(self) -> Optional[int]:
+        """Each routed worker's KV pool (blocks) when every one has the same (``RunContext.pool_blocks``; a P/D fleet's
+        prefill pool), else ``None``."""
+        sizes = {sub.capacity for pool, sub in self.pools if pool.role != "decode"} or {self.capacity}
+        return sizes.pop() if len(sizes) == 1 else None
 
     def spec_decoding(self):
         """A worker's speculative decoding for this run (:func:`spec_decoding`; ``None``: off)."""
@@ -127,6 +141,10 @@ class TimedSetup:
         their first token (``handoff=True``); neither has a CPU tier or works on runs."""
         p, d = self.config.pd()
         kind = self.engine_kind()
+        if self.pools:  # --pool prefill:... --pool decode:...: each role's workers from its pool's setup
+            role = {pool.role: sub for pool, sub in self.pools}
+            return ([kind.build(role["prefill"], w, handoff=True) for w in range(p)],
+                    [kind.build(role["decode"], w, decode=True) for w in range(d)])
         return ([kind.build(self, w, handoff=True) for w in range(p)],
                 [kind.build(self, w, decode=True) for w in range(d)])
 
@@ -142,7 +160,16 @@ class TimedSetup:
 
     def describe(self) -> dict[str, Any]:
         """The keys that say where a timed run's numbers come from (block sizes, pool, hardware, latency, the
-        scheduler's admission rule and async scheduling; ``queue_policy`` unless FCFS)."""
+        scheduler's admission rule and async scheduling; ``queue_policy`` unless FCFS). With ``--pool``, pool 0's,
+        without the keys whose values differ between pools (:data:`POOL_KEYS`: ``gpu``, ``tp``, ``kv_blocks``, ...;
+        the ``pools`` section has each pool's): one pool's keys are those of ``--workers/--gpu/--tp``."""
+        if self.pools:
+            each = [sub.describe() for _, sub in self.pools]
+            out = each[0]
+            for key in POOL_KEYS:  # a key whose value differs between pools: in the pools section only
+                if any(d.get(key) != out.get(key) for d in each[1:]):
+                    out.pop(key, None)
+            return out
         c = self.config
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
@@ -167,14 +194,37 @@ class TimedSetup:
         return out
 
 
+#: the keys of :meth:`TimedSetup.describe` that differ per pool: a mixed fleet's result has them in its ``pools``
+POOL_KEYS = ("gpu", "tp", "kv_blocks", "kv_blocks_source", "cpu_kv_blocks", "cpu_kv_blocks_source",
+             "load_ms_per_block", "latency_domain")
+
+
+def _pooled(config: SimConfig, own_block_tokens: Optional[int], bulk: bool) -> TimedSetup:
+    """The :class:`TimedSetup` of a ``--pool`` fleet: each pool's own (:func:`dynlab.engine.pools.pool_configs`),
+    gathered in pool 0's; raises ``ValueError`` as :func:`build_engines` for any pool, or when the pools' KV
+    bytes per block differ with a CPU tier (its PCIe figures are the run's, one block size)."""
+    from dataclasses import replace
+
+    from dynlab.engine.pools import pool_configs
+
+    pools = tuple((pool, build_engines(sub, own_block_tokens, bulk)) for pool, sub in pool_configs(config))
+    first = pools[0][1]
+    if first.cpu_capacity is not None and len({sub.kv_bytes_per_block for _, sub in pools}) > 1:
+        raise ValueError("--pool with a CPU tier: the pools' KV bytes per block differ (their tp splits the KV "
+                         "heads differently), which one tier's figures cannot hold")
+    return replace(first, config=config, pools=pools)
+
+
 def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool = True) -> TimedSetup:
     """The :class:`TimedSetup` of ``config``; ``own_block_tokens``: tokens per block of the names a trace
     carries itself (512 for Mooncake), ``None`` when the workload's tokens are hashed at ``config.block``.
 
     Raises ``ValueError`` (one line) for an unknown model, GPU or latency model, a model that
     does not fit the GPUs, a ``--trace-block`` that has no effect, or block sizes whose ratio
-    exceeds what engine block names can carry.
+    exceeds what engine block names can carry. With ``config.pools``: one setup per pool (:func:`_pooled`).
     """
+    if config.pools:
+        return _pooled(config, own_block_tokens, bulk)
     hardware, latency, capacity, source, layout = _hardware_pool(config)
     _warn_draft_size(config, hardware.model)
     trace_block = own_block_tokens or config.block
@@ -301,11 +351,13 @@ def check_timed(config: SimConfig, requests=None) -> None:
     """
     from dynlab.engine.arrival_options import check_arrival_options
     from dynlab.engine.env import check_arrivals
+    from dynlab.engine.pools import pool_configs
 
-    hardware, *_, layout = _hardware_pool(config)
-    cpu_tier_size(config, hardware.model, layout)
-    lora_spec(config, hardware.model)  # a model whose adapters dynlab cannot size
-    spec_decoding(config)  # a bad --spec-acceptance
+    for one in [sub for _, sub in pool_configs(config)] if config.pools else [config]:  # --pool: each pool's
+        hardware, *_, layout = _hardware_pool(one)
+        cpu_tier_size(one, hardware.model, layout)
+        lora_spec(one, hardware.model)  # a model whose adapters dynlab cannot size
+        spec_decoding(one)  # a bad --spec-acceptance
     if requests is not None:
         check_arrivals(requests, config.time_scale)
     if requests or (config.trace is None and config.workload is None):  # a loaded trace, or the seed workload

@@ -48,6 +48,12 @@ def step_past_horizon(engine: EngineWorker, who: str, now: float, end: float) ->
                         "check --latency-opt (and --pcie-gbps with a CPU tier)")
 
 
+def _gpu_name(engine) -> Optional[str]:
+    """The name of ``engine``'s GPU (its latency model's hardware; ``None`` for a model without one)."""
+    gpu = getattr(getattr(engine.latency, "hardware", None), "gpu", None)
+    return getattr(gpu, "name", None)
+
+
 class TimedFleet:
     """Drives ``engines`` in ``env`` (a :class:`~dynlab.engine.env.RunEnv`: loop, bus, arrivals, recorders,
     progress): arrivals, steps, KV events, the router's view.
@@ -96,6 +102,10 @@ class TimedFleet:
         self.lora: list = [{} for _ in range(n)]  # per worker: adapter -> its requests in flight
         self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, self.cached, self.waiting,
                                self.routable, self.lora)
+        # what the deployment configures per worker (FleetView.pool, gpu, kv_blocks); --pool sets the pools
+        self.pools = [0] * n
+        self.gpus, self.kv_blocks = [_gpu_name(e) for e in engines], [getattr(e, "capacity", None) for e in engines]
+        self.fleet.set_hardware(self.pools, self.gpus, self.kv_blocks)
         self.elastic = None  # an Elastic (dynlab.engine.elastic) when workers join and leave during the run
         # router replicas that each know only their own load: their books follow each request
         self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
@@ -155,6 +165,9 @@ class TimedFleet:
                       self.routing.counts):
             books.append(0)
         self.lora.append({})
+        self.pools.append(0)
+        self.gpus.append(_gpu_name(engine))
+        self.kv_blocks.append(getattr(engine, "capacity", None))
         self.fleet.workers = w + 1
         return w
 

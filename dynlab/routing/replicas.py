@@ -109,6 +109,8 @@ class RouterReplicas(Strategy):
     def route(self, request: Request, fleet: FleetView) -> int:
         if not self.books:  # built on first use: the own views share the fleet's cached_blocks
             self.books = [LoadBook(fleet.workers, fleet.cached_blocks) for _ in self.instances]
+            for book in self.books:  # each worker's pool, GPU and KV pool: configuration every replica knows alike
+                book.view.set_hardware(fleet.pool, fleet.gpu, fleet.kv_blocks)
         r = self.pick(request)
         inner = self.instances[r]
         inner.predicted = None

@@ -156,12 +156,17 @@ class FleetView:
     - ``fleet.lora_adapters[w]``: the LoRA adapters of the requests in flight on ``w``, a read-only mapping
       ``lora_name -> requests`` (do not change it; empty without ``--timing``): what vLLM's ``vllm:lora_requests_info`` metric
       (its running and waiting adapters) tells llm-d's router, known here at once from the router's own requests.
+    - ``fleet.pool[w]``: the index of ``w``'s pool (``--pool``, :mod:`dynlab.engine.pools`; 0 in a fleet of one GPU
+      and tp); ``fleet.gpu[w]``: its GPU's name (``None`` without ``--timing``); ``fleet.kv_blocks[w]``: its KV pool
+      in blocks as the deployment configures it (what vLLM logs at start-up as its GPU blocks; ``None`` without
+      ``--timing``). What a router knows of a mixed fleet from its configuration: it may weigh a worker's load
+      against its own pool (the built-ins' choices: docs/engine.md, mixed GPU pools).
 
     Each attribute is a live read-only sequence: reading it copies nothing.
     """
 
     __slots__ = ("workers", "requests", "active_requests", "active_blocks", "queued_prefill_tokens", "cached_blocks",
-                 "waiting_requests", "routable", "lora_adapters")
+                 "waiting_requests", "routable", "lora_adapters", "pool", "gpu", "kv_blocks")
 
     def __init__(self, requests: list, active_requests: list, active_blocks: list,
                  queued_prefill_tokens: list, cached_blocks: list, waiting_requests: Optional[list] = None,
@@ -177,6 +182,12 @@ class FleetView:
                                               else [0] * len(requests))
         self.lora_adapters = _ReadOnlyList(lora_adapters if lora_adapters is not None
                                            else [NO_ATTRS] * len(requests))
+        self.pool = _ReadOnlyList([0] * len(requests))  # a timed fleet sets these three (set_hardware)
+        self.gpu = self.kv_blocks = _ReadOnlyList([None] * len(requests))
+
+    def set_hardware(self, pool: list, gpu: list, kv_blocks: list) -> None:
+        """Show ``pool``, ``gpu`` and ``kv_blocks`` (per-worker lists the fleet keeps, read live) as the view's."""
+        self.pool, self.gpu, self.kv_blocks = _ReadOnlyList(pool), _ReadOnlyList(gpu), _ReadOnlyList(kv_blocks)
 
     def __len__(self) -> int:
         return self.workers

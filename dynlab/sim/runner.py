@@ -73,8 +73,8 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
             config, shaped = _profiled(config, shaped)
         topology = topology_for(build_engines(config, own))
         block_tokens = config.block
-    strategy = build_strategy(config if pd is None else replace(config, workers=pd[0]), rng,
-                              block_tokens=block_tokens, pool_blocks=topology.setup.capacity if topology is not None else None)
+    strategy = build_strategy(config if pd is None or config.pools else replace(config, workers=pd[0]), rng,
+                              block_tokens=block_tokens, pool_blocks=topology.setup.pool_blocks if topology is not None else None)
     if _benchmark(config):
         from dynlab.sim.benchmark import BenchmarkRecorder
 
@@ -112,7 +112,7 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own:
     run's (``None`` without ``--timing``), ``own``: the trace's own block size, ``block_tokens``: the
     block size replayed."""
     pd = config.pd()
-    out: dict[str, Any] = {"mode": config.mode, "workers": config.workers if pd is None else sum(pd)}
+    out: dict[str, Any] = {"mode": config.mode, "workers": config.fleet_workers if pd is None else sum(pd)}
     for key in SEED_KEYS[2:]:
         out[key] = metrics[key]
     if strategy.uses_events:
@@ -169,10 +169,19 @@ def _spec_users(config: SimConfig, requests) -> SimConfig:
 
 def _run_gpus(config: SimConfig) -> int:
     """The GPUs of a timed run: workers (both P/D pools) x GPUs per worker (tp x pp, x the attention
-    replicas with ``dp_attention``)."""
+    replicas with ``dp_attention``); with ``--pool``, the sum over the pools of the same."""
+    if config.pools:
+        from dynlab.engine.pools import pool_configs
+
+        return sum(pool.workers * _worker_gpus(sub) for pool, sub in pool_configs(config))
     pd = config.pd()
     workers = config.workers if pd is None else sum(pd)
-    return workers * config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
+    return workers * _worker_gpus(config)
+
+
+def _worker_gpus(config: SimConfig) -> int:
+    """One worker's GPUs: tp x pp, x the attention replicas with ``dp_attention``."""
+    return config.tp * config.pp * (config.ep // config.tp if config.dp_attention else 1)
 
 
 def _benchmark(config: SimConfig) -> bool:

@@ -53,7 +53,7 @@ class Aggregated:
 
     def __init__(self, setup: TimedSetup):
         self.setup = setup
-        self.routed_workers = setup.config.workers
+        self.routed_workers = setup.config.fleet_workers  # --pool: the pools' workers summed
 
     def build(self, strategy: Strategy, env: RunEnv) -> TimedFleet:
         s = self.setup
@@ -61,6 +61,12 @@ class Aggregated:
             env.recorders.append(TierRecorder(s.kv_bytes_per_block))
         if s.lora is not None:  # adapters on the workers (--max-loras): the lora section, when a request names one
             env.recorders.append(LoraRecorder(s.lora))
+        if s.pools:  # --pool: each pool's figures (dynlab.engine.pools), and the router sees each worker's pool
+            from dynlab.engine.pool_metrics import PoolRecorder
+
+            pools = PoolRecorder(s, env.serving)
+            env.recorders.append(pools)
+            return pools.attach(TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of))
         controller = build_controller(s.config.controller)
         if controller is None:
             return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
@@ -88,6 +94,10 @@ class Disaggregated:
     def build(self, strategy: Strategy, env: RunEnv) -> DisaggFleet:
         s = self.setup
         prefill, decode = s.pd_engines()
+        if s.pools:  # --pool prefill:... --pool decode:...: each pool's figures (dynlab.engine.pool_metrics)
+            from dynlab.engine.pool_metrics import PoolRecorder
+
+            env.recorders.append(PoolRecorder(s, env.serving))
         return DisaggFleet(strategy, prefill, decode, env, s.names_of,
                            kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg,
                            transfer_bytes=s.transfer_bytes())

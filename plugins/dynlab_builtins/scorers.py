@@ -64,7 +64,10 @@ class KvUsageScorer(Scorer):
     (``fleet.active_blocks``: ``ceil((input + output) / block)`` each). Pool size: ``pool_blocks``
     when given, else the pool the run configures per worker (``--capacity``, or with ``--timing``
     the hardware-derived pool: what vLLM logs at start-up as its GPU blocks), which a router knows
-    only as configuration. Clamped to [0, 1]; raises ``ValueError`` when no pool size is known.
+    only as configuration; in a fleet of mixed pools (``--pool``), whose workers' pools differ, each worker's
+    own (``fleet.kv_blocks``): llm-d's ``kv-cache-utilization`` scorer reads each pod's own usage share, so a
+    bigger pool holding the same blocks scores freer. Clamped to [0, 1]; raises ``ValueError`` when no pool
+    size is known.
     """
 
     name = "kv-usage"
@@ -74,6 +77,9 @@ class KvUsageScorer(Scorer):
 
     def score(self, request, fleet, index):
         pool = self.option("pool_blocks") or self.ctx.pool_blocks
+        if pool is None and fleet.workers and None not in fleet.kv_blocks:  # mixed pools: each worker's own
+            return [min(1.0, max(0.0, 1.0 - b / k)) if k > 0 else 0.0
+                    for b, k in zip(fleet.active_blocks, fleet.kv_blocks)]
         if pool is None:
             raise ValueError("scorer 'kv-usage' needs the pool size: run with --timing or --capacity, "
                              "or give --opt kv-usage.pool_blocks=N")

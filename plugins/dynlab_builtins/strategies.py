@@ -4,6 +4,13 @@
 ``least-loaded``, ``power-of-two``, ``kv-cost`` (NVIDIA Dynamo's KV router cost) and
 ``cache-aware`` (SGLang's router policy) weigh load; they read the fleet view's
 load, which is only non-zero with ``--timing`` (without it every worker's load is 0).
+
+In a fleet of mixed pools (``--pool``, :mod:`dynlab.engine.pools`) each compares load as its source does:
+``kv-cost`` in raw blocks (Dynamo's ``DefaultWorkerSelector::select_worker``,
+``lib/kv-router/src/scheduling/selector.rs``: ``overlap_weight x potential prefill blocks + decode blocks``, no
+share of the worker's pool or speed), ``least-loaded``, ``power-of-two`` and ``cache-aware`` in requests (SGLang's
+router counts requests per worker); a faster pool still gets more requests because its load drains sooner. The
+``kv-usage`` scorer weighs each worker's own pool (llm-d's ``kv-cache-utilization`` scorer reads each pod's share).
 """
 from __future__ import annotations
 
