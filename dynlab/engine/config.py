@@ -108,6 +108,10 @@ class SimConfig(Sectioned):
     queue_policy: str = "fcfs"
     admission_policy: str = "always"
     controller: str = "none"  # --controller NAME[:KEY=VALUE,...]: adds and retires workers (dynlab.engine.controller)
+    # --- what the fleet's GPU-hours cost (issue 41 item 4; dynlab.models.prices): price "table" or "GPU=USD,...",
+    #     spot_discount the fraction off on-demand; either one adds gpu_hours, cost_usd and price_source (timed runs)
+    price: Optional[str] = None
+    spot_discount: float = 0.0
     async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
@@ -291,11 +295,24 @@ class SimConfig(Sectioned):
         if self.workload is not None and self.trace is not None:
             raise ValueError("--workload and --trace are two workloads: give one")
         check_effective(self)
+        self._check_cost()
         check_lora(self)  # adapter settings vLLM refuses or dynlab does not model
         self._check_sglang()
         if self.async_scheduling:
             from dynlab.engine.async_steps import check_config  # what it does not model is refused
             check_config(self)
+
+    def _check_cost(self) -> None:
+        """``--price`` and ``--spot-discount`` (:mod:`dynlab.models.prices`): their values, every GPU named in the
+        catalogue (or the run's ``--gpu`` file), and a price for the run's GPU when a cost is asked for."""
+        from dynlab.models.prices import check_discount, check_names, gpu_name, price_of, parse_prices
+
+        given = parse_prices(self.price)
+        check_discount(self.spot_discount)
+        if self.timing and (self.price is not None or self.spot_discount):
+            gpu = gpu_name(self.gpu)
+            check_names(given, {gpu})
+            price_of(gpu, given)
 
     def _check_sglang(self) -> None:
         """SGLang's options' ranges (:mod:`dynlab.engine.sglang`)."""
