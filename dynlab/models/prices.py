@@ -135,7 +135,7 @@ def price_of(gpu: str, given: Optional[Mapping[str, float]] = None) -> tuple[flo
 def cost(gpu_hours: Mapping[str, float], given: Optional[Mapping[str, float]] = None, discount: float = 0.0) -> dict:
     """What ``gpu_hours`` (GPU name -> GPU-hours, one entry per GPU type of the fleet) cost:
     ``{"cost_usd": sum of gpu_hours x price x (1 - discount), "price_source": {gpu: source}}`` (``cost_usd``
-    rounded to the cent's hundredth, 4 decimals), with ``discount`` the fraction off on-demand (``--spot-discount``)
+    to 6 decimals, as ``gpu_hours``), with ``discount`` the fraction off on-demand (``--spot-discount``)
     and ``spot_discount`` in the keys when it is not 0. Prices: :func:`price_of`. Raises ``ValueError`` for a GPU
     without a price or a bad discount."""
     check_discount(discount)
@@ -144,7 +144,7 @@ def cost(gpu_hours: Mapping[str, float], given: Optional[Mapping[str, float]] = 
     for gpu, hours in gpu_hours.items():
         usd, sources[gpu] = price_of(gpu, given)
         total += hours * usd * (1.0 - discount)
-    out = {"cost_usd": round(total, 4), "price_source": sources}
+    out = {"cost_usd": round(total, 6), "price_source": sources}
     if discount:
         out["spot_discount"] = discount
     return out

@@ -3,8 +3,10 @@
 
 The GPU-hours: an elastic fleet's (``--controller``) are its :class:`~dynlab.engine.scaling_metrics.ScalingRecorder`'s
 (each worker from its add to its leaving, or to the last finish); a fixed fleet's are its GPUs (workers x GPUs per
-worker, both pools of a P/D fleet) times the run's ``makespan_s`` (first arrival to last finish). The cost keys follow
-``gpu_hours`` where the result has it, else they close the result. Without either option the result is unchanged.
+worker, both pools of a P/D fleet) times the run's ``makespan_s`` (first arrival to last finish), to 6 decimals. The
+cost is of ``gpu_hours`` as shown, so ``cost_usd`` = ``gpu_hours`` x price x (1 - discount) can be checked by hand. The
+cost keys follow ``gpu_hours`` where the result has it, else they close the result. Without either option the result
+is unchanged.
 """
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ def with_cost(result: dict[str, Any], config, gpus: int) -> dict[str, Any]:
     """``result`` with ``gpu_hours`` (when it lacks it: ``gpus`` x ``makespan_s`` / 3600), ``cost_usd``,
     ``price_source`` (GPU -> where its price came from) and ``spot_discount`` (when above 0) after it."""
     hours = result.get("gpu_hours")
-    own = {} if hours is not None else {"gpu_hours": round(gpus * result["makespan_s"] / 3600.0, 6)}
-    hours = own.get("gpu_hours", hours)
-    keys = {**own, **cost({gpu_name(config.gpu): hours}, parse_prices(config.price), config.spot_discount)}
+    own = hours is None  # a fixed fleet: its GPU-hours to 6 decimals, as an elastic fleet's
+    if own:
+        hours = round(gpus * result["makespan_s"] / 3600.0, 6)
+    keys = {**({"gpu_hours": hours} if own else {}),  # priced as shown: cost_usd = gpu_hours x price x (1 - F)
+            **cost({gpu_name(config.gpu): hours}, parse_prices(config.price), config.spot_discount)}
     if own:
         return {**result, **keys}
     out: dict[str, Any] = {}
