@@ -134,7 +134,8 @@ def cost_lines(plan: Mapping) -> list[str]:
     if plan.get("objective") != "cost":
         return []
     c = plan.get("cheapest")
-    out = [f"cheapest meeting the target: {c['shape']}, {c['workers']} workers ({c['gpus']} GPUs), "
+    out = [f"cheapest meeting the target: {c['shape']}, {c['workers']} worker{'' if c['workers'] == 1 else 's'} "
+           f"({c['gpus']} GPU{'' if c['gpus'] == 1 else 's'}), "
            f"${c['usd_per_hour']:.2f}/h; binding: {c['binding']}" if c else
            "cheapest meeting the target: none (no shape meets it)"]
     out += [f"price of {gpu}: {source}" for gpu, source in plan["price_source"].items()]
