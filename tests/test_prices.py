@@ -90,7 +90,8 @@ def queue_trace(tmp_path):
 
 def _run(trace, **kw) -> dict:
     # the linear step model alone: a step of one 1,000-token prefill takes 1 + 0.01 x 1000 = 11 ms
-    return run(SimConfig(trace=trace, timing=True, workers=1, mode="rr", latency_model="linear",
+    kw.setdefault("workers", 1)
+    return run(SimConfig(trace=trace, timing=True, mode="rr", latency_model="linear",
                          max_num_batched_tokens=1000, **terms_off("linear", {"beta0": 1.0, "beta1": 0.01, "beta2": 0.0}),
                          **kw))
 
@@ -164,3 +165,11 @@ def test_compare_shows_cost_next_to_gpu_hours(queue_trace):
     costs = [float(r.split()[cols.index("cost_usd")]) for r in rows]
     assert hours[0] == hours[1] and costs[1] == pytest.approx(costs[0] / 2, abs=1e-6)  # 50 % off
     assert math.isclose(costs[0], hours[0] * 36000, abs_tol=1e-4)
+
+
+def test_a_pd_fleet_is_billed_both_pools(queue_trace):
+    # one prefill and one decode worker of 2 GPUs each (--tp 2): 4 GPUs x the makespan; at $3,600 a GPU-hour a GPU
+    # costs $1 a second, so cost_usd is 4 x makespan_s (to the 6 decimals of gpu_hours)
+    out = _run(queue_trace, workers=2, prefill_workers=1, decode_workers=1, tp=2, price="h100=3600")
+    assert out["gpu_hours"] == round(4 * out["makespan_s"] / 3600, 6) and out["gpu_hours"] > 0
+    assert out["cost_usd"] == pytest.approx(out["gpu_hours"] * 3600, abs=1e-6)
