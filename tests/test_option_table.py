@@ -204,6 +204,9 @@ def sim_rows(cmd: list) -> dict:
         # one built-in controller, none: named, it is refused where it would do nothing (NO_EFFECT); a third-party
         # controller changes a run (tests/test_thirdparty_plugin.py: add-then-retire)
         "--controller": refuses(cmd + ["--controller", "none"], "--controller"),
+        # prices (issue 41 item 4): the result adds gpu_hours, cost_usd and price_source; a discount halves the cost
+        "--price": changes(timed, ["--price", "table"]),
+        "--spot-discount": changes(timed + ["--price", "table"], ["--spot-discount", "0.5"]),
         # at --max-num-seqs 1 H waits for L (fcfs), or displaces it (priority-displace): H's TTFT changes
         "--queue-policy": changes(cmd + ["--timing", "--trace", PRIO, "--max-num-seqs", "1"],
                                   ["--queue-policy", "priority-displace"]),
@@ -392,6 +395,10 @@ NO_EFFECT = [
     (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers"),
     (["--split", "1:1"], "--split"),
     (["--timing", "--link-gbps", "25"], "--link-gbps"),
+    (["--price", "table"], "--price"),  # a cost is a timed run's GPU-hours times prices
+    (["--spot-discount", "0.5"], "--spot-discount"),
+    (["--timing", "--spot-discount", "0"], "--spot-discount"),  # no discount, no --price: no cost asked for
+    (["--timing", "--price", "h200=2"], "--price"),  # the run's GPUs are h100s
     (["--timing", "--link-latency-ms", "1"], "--link-latency-ms"),
     (["--timing", "--decode-router", "round-robin"], "--decode-router"),
     (["--timing", "--overlap-transfer"], "--overlap-transfer"),
@@ -594,6 +601,8 @@ TABLE.update({
     ("plan", "--slo-percentile"): changes(PLAN, ["--slo-percentile", "p50"]),
     ("plan", "--goodput"): changes(PLAN, ["--goodput", "0.5"]),
     ("plan", "--price"): changes(PLAN, ["--price", "h100=2"]),
+    # the cost objective prices the shapes at the bundled table's h100 price and says the cheapest and the sources
+    ("plan", "--objective"): changes(PLAN, ["--objective", "cost"]),
     # all three requests at once on one worker miss 30 ms; the floors (alone) meet it
     ("plan", "--max-workers"): lambda run: plan_differ(
         run(*PLAN, "--rate-scale", "1000", "--slo-ttft-ms", "30"),

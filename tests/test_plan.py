@@ -591,3 +591,58 @@ def test_memory_and_routing_sentences_by_hand():
     kind, text = replay_text(Target(slo_ttft_ms=150), 3, q, 0.0, same=(2, 3))
     assert kind == "queueing" and text.endswith("more workers do not help (the replays at 2 and 3 workers are the same)")
     assert idle({"requests_per_worker": [5, 0, 0]}) and not idle({"requests_per_worker": [1, 1, 1]})
+
+
+# --------------------------------------------------------------------------- --objective cost (issue 41 item 5)
+def test_objective_cost_prices_at_the_table_and_names_the_cheapest(queue_trace):
+    # both GPUs need 3 workers under the linear model (it ignores the GPU): h200 at --price's $2 is 3 x 2 = $6/h,
+    # h100 at the table's $6.88 is 3 x 6.88 = $20.64/h; the cheapest is h200x1, bound by queueing
+    from dynlab.models.prices import PRICES
+
+    plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", "h100,h200", "--price", "h200=2",
+                 "--objective", "cost", *LINEAR)
+    assert [(s["shape"], s["gpus"], s["usd_per_hour"]) for s in plan["shapes"]] == [
+        ("h200x1 rr", 3, 6.0), ("h100x1 rr", 3, 20.64)]
+    assert plan["objective"] == "cost" and plan["prices"] == {"h100": 6.88, "h200": 2.0}
+    assert plan["price_source"] == {"h100": PRICES["h100"].source(), "h200": "--price"}
+    assert {k: plan["cheapest"][k] for k in ("shape", "workers", "gpus", "usd_per_hour", "binding", "price_source")} \
+        == {"shape": "h200x1 rr", "workers": 3, "gpus": 3, "usd_per_hour": 6.0, "binding": "queueing",
+            "price_source": "--price"}
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", "h100,h200", "--price", "h200=2",
+                "--objective", "cost", *LINEAR[:-3], "--format", "table")
+    assert "cheapest meeting the target: h200x1 rr, 3 workers (3 GPUs), $6.00/h; binding: queueing" in out.stdout
+    assert "price of h200: --price" in out.stdout and f"price of h100: {PRICES['h100'].source()}" in out.stdout
+
+
+def test_objective_gpus_is_the_plan_without_it(queue_trace):
+    args = ("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", "h100,h200", *LINEAR)
+    assert _json(*args, "--objective", "gpus") == _json(*args)
+    assert "objective" not in _json(*args) and "cheapest" not in _json(*args)
+
+
+def test_more_gpus_at_a_lower_price_rank_first_on_cost():
+    # h100 x tp1 at 3 workers: 3 GPUs x $6.88 = $20.64/h; a100-40gb x tp2 at 3 workers: 6 GPUs x $2.7447 = $16.4682
+    # -> $16.47/h. By GPUs the h100 shape is first (3 < 6); by cost the a100-40gb one (16.47 < 20.64).
+    from types import SimpleNamespace
+
+    from dynlab.models.prices import PRICES
+    from dynlab.plan.report import ranked, usd_per_hour
+
+    def outcome(gpu, tp):
+        return SimpleNamespace(workers=3, shown=3, shape=SimpleNamespace(gpu=gpu, tp=tp), shown_result=dict,
+                               search=SimpleNamespace(target=SimpleNamespace(headroom=lambda r: 0.1)))
+
+    h100, a100 = outcome("h100", 1), outcome("a100-40gb", 2)
+    prices = {g: PRICES[g].usd_per_gpu_hour for g in ("h100", "a100-40gb")}
+    assert (usd_per_hour(h100, prices), usd_per_hour(a100, prices)) == (20.64, 16.47)
+    assert ranked([h100, a100], {}) == [h100, a100]
+    assert ranked([h100, a100], prices) == [a100, h100]
+
+
+def test_objective_cost_refuses_a_gpu_without_a_price(queue_trace):
+    out = _plan("--trace", queue_trace, "--executor", "serial", "--slo-ttft-ms", "50", "--gpu", "h100,l4",
+                "--objective", "cost")
+    assert out.exit_code == 2
+    (line,) = out.stderr.splitlines()
+    assert line == ("Error: --objective cost: no price for GPU l4: give --price l4=USD (USD per GPU-hour; the bundled "
+                    "table has h100, a100-80gb, a100-40gb, a100-80gb-pcie, h100-nvl, h200)")

@@ -95,7 +95,8 @@ def test_every_sim_option_can_be_a_grid_option(entry, tmp_path):
              "spec_acceptance": "0.5", "spec_draws": "expected", "spec_model": "qwen3-0.6b", "spec_hash_rule": "drop",
              "concurrency": "4", "num_requests": "2", "latency_profile": str(profile),
              "slo_classes": "chat:ttft_ms=100", "max_loras": "2", "max_cpu_loras": "2", "max_running_requests": "8",
-             "chunked_prefill_size": "256", "mem_fraction_static": "0.5"}.get(field, default)
+             "chunked_prefill_size": "256", "mem_fraction_static": "0.5",
+             "price": "table", "spot_discount": "0.5"}.get(field, default)  # (a discount of 0 alone is refused)
     lora = ("max_cpu_loras", "max_lora_rank", "lora_disk_gbps")  # (with --max-loras: issue 42 item 4)
     spec = {"spec_method": ["--spec-tokens", "2"], "spec_tokens": ["--spec-method", "eagle"],
             "spec_model": ["--spec-method", "draft", "--spec-tokens", "2"],

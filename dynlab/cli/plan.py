@@ -130,7 +130,11 @@ def _candidates(ctx, options: dict) -> list[Shape]:
     return kept
 
 
-def _prices(values, gpus: set) -> dict:
+def _prices(values, gpus: set, objective: str = "gpus") -> tuple:
+    """``(prices, sources)``: --price's USD per GPU-hour per --gpu candidate (as written) and, with ``--objective
+    cost``, every candidate's price (--price's over the bundled table's, :mod:`dynlab.models.prices`) and where each
+    came from. Usage errors in one line: a bad item, a GPU not a candidate, some candidates priced and not others
+    (objective gpus), a candidate with no price at all (objective cost)."""
     prices = {}
     for name, text in parse_opts(values, "--price").items():
         try:
@@ -143,11 +147,26 @@ def _prices(values, gpus: set) -> dict:
             raise click.BadParameter(f"{name} has no effect: it is not a --gpu candidate "
                                      f"({', '.join(sorted(gpus))})", param_hint="'--price'")
         prices[name] = price
+    if objective == "cost":
+        return _table_prices(prices, gpus)
     missing = sorted(gpus - set(prices))
     if prices and missing:
         raise click.BadParameter(f"no price for {', '.join(missing)}: give one per --gpu candidate",
                                  param_hint="'--price'")
-    return prices
+    return prices, {}
+
+
+def _table_prices(given: dict, gpus: set) -> tuple:
+    """``--objective cost``'s prices: each candidate GPU's (--price's, else the bundled table's) and its source."""
+    from dynlab.models.prices import gpu_name, price_of
+
+    prices, sources = {}, {}
+    for gpu in sorted(gpus):
+        try:
+            prices[gpu], sources[gpu] = price_of(gpu_name(gpu), {gpu_name(gpu): given[gpu]} if gpu in given else {})
+        except ValueError as exc:
+            raise click.UsageError(f"--objective cost: {exc}") from None
+    return prices, sources
 
 
 def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given, plot_path,
@@ -235,6 +254,10 @@ def _check_candidate_options(shapes, base: SimConfig, given: set) -> None:
               help="Instead of a percentile: the share of all requests that must meet every SLO given (sim's goodput).")
 @click.option("--price", "price", multiple=True, metavar="GPU=USD_PER_HOUR",
               help="Price of one GPU-hour, for the $/h column and ranking; repeatable, one per --gpu candidate.")
+@click.option("--objective", type=click.Choice(["gpus", "cost"]), default="gpus", show_default=True,
+              help="Rank the shapes meeting the target by fewest GPUs ($/h when --price prices every candidate), or "
+                   "by cost: $/h at the bundled on-demand list prices (docs/cost.md) or --price's, reporting the "
+                   "cheapest shape, its binding constraint and where each price came from.")
 @click.option("--max-workers", type=click.IntRange(min=1), default=DEFAULT_CAP, show_default=True,
               help="The most workers tried per shape.")
 @click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE", help="Strategy option; repeatable.")
@@ -255,7 +278,7 @@ def _check_candidate_options(shapes, base: SimConfig, given: set) -> None:
 @report_option
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr (shown only when stderr is a terminal).")
 @click.pass_context
-def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt, latency_opt, executor, jobs,
+def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, max_workers, opt, latency_opt, executor, jobs,
          ray_address, log, resume, fmt, plot_path, report_path, quiet, **options):
     """The fewest workers (and GPUs) per candidate shape that meet the SLOs on a trace, searched by replay.
 
@@ -281,7 +304,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     shapes = _candidates(ctx, options)
     if max_workers < 2 and any(s.pd for s in shapes):
         raise click.UsageError("--max-workers 1: a P/D candidate (--split auto) needs 2 workers at least")
-    prices = _prices(price, {s.gpu for s in shapes})
+    prices, sources = _prices(price, {s.gpu for s in shapes}, objective)
     target = _target(options, slo_percentile, goodput)
     base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
     if base.latency_profile is not None:  # a missing or bad profile fails now, not at the first replay
@@ -298,7 +321,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, max_workers, opt
     with progress_bar(None, "plan", "replay", quiet) as bar:
         try:
             out = run_plan(requests, base, shapes, target, rate=rate, rate_scale=rate_scale, cap=max_workers,
-                           prices=prices, executor=executor, jobs=jobs, ray_address=ray_address, log_path=log,
+                           prices=prices, price_sources=sources, executor=executor, jobs=jobs, ray_address=ray_address, log_path=log,
                            resume=resume, on_replay=lambda new: (bar.update(1), fresh.append(new)))
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None

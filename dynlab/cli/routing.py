@@ -104,6 +104,12 @@ def _admission_policy(text: str) -> None:  # checked as the run will build it (n
     build_policy(text)
 
 
+def _prices(text: str) -> None:  # checked as the run will read it (GPU=USD items)
+    from dynlab.models.prices import parse_prices
+
+    parse_prices(text)
+
+
 def _controller(text: str) -> None:  # checked as the run will build it (name and options)
     from dynlab.sim.control import build_controller
 
@@ -111,7 +117,7 @@ def _controller(text: str) -> None:  # checked as the run will build it (name an
 
 
 #: the options whose values hold commas of their own: compare takes one value of each, sweep's --grid none
-OWN_COMMAS = ("spec_acceptance", "admission_policy", "slo_classes", "controller")
+OWN_COMMAS = ("spec_acceptance", "admission_policy", "slo_classes", "controller", "price")
 
 # (flags, field, type, sim default, help). compare takes the same flags with comma lists.
 SIM_OPTIONS = [
@@ -243,6 +249,13 @@ SIM_OPTIONS = [
      "hpa:metric=queue|running|kv,target=X,max=N (Kubernetes' HPA, with cold starts), dynamo-load:ttft=MS,itl=MS "
      "(NVIDIA Dynamo Planner's load-based mode) or a controller plugin's NAME:period=S,...; the result then lists "
      "each worker's lifetime and the GPU-hours (see docs/autoscaling.md and `dynlab plugins`)."),
+    (("--price",), "price", CheckedText("table|GPU=USD,...", _prices), None,
+     "With --timing: price the run's GPU-hours: table (the bundled on-demand list prices, dated and sourced: "
+     "docs/cost.md) or GPU=USD[,GPU=USD] (USD per GPU-hour, over the table's); the result then adds gpu_hours, "
+     "cost_usd and price_source [default: no cost]."),
+    (("--spot-discount",), "spot_discount", FiniteFloat(0.0, 1.0, max_open=True), 0.0,
+     "With --timing: the fraction off the on-demand price (0 <= F < 1), your assumption of a spot or committed "
+     "discount (none is bundled); prices the run as --price table does when --price is not given."),
     (("--engine",), "engine_kind", RegistryName("engine kind", plugins.engine_kinds), "vllm",
      "With --timing: what each worker is: vllm (vLLM 0.33's scheduler and KV cache manager; --async-scheduling "
      "is its AsyncScheduler) or sglang (SGLang 0.5.23's scheduler and radix cache, set by the SGLang options "
@@ -528,14 +541,15 @@ def _format_table(results: dict) -> str:
     GPU and CPU tier, beside the router's GPU-only ``block_hit_rate``; ``ttft_p99_ms`` and ``tpot_p99_ms``
     beside the medians, as SLOs are p99). When some run speculates (``compare --spec-tokens 0,2,4``) the
     table also has ``accept_len`` (the mean acceptance length); ``goodput`` shows with an SLO, ``shed`` with an
-    admission policy, ``held`` when a gateway held requests, ``gpu_hours`` with an autoscaler."""
+    admission policy, ``held`` when a gateway held requests, ``gpu_hours`` with an autoscaler or a price, ``cost_usd`` with a price
+    (``--price``, ``--spot-discount``)."""
     cols = [("run", None), ("requests", "requests"), ("hits", "hits"), ("hit_rate", "hit_rate"),
             ("block_hit_rate", "block_hit_rate"), ("prefix_hit_rate", "prefix_hit_rate"),
             ("ideal", "ideal_block_hit_rate"),
             ("pred_error", "prediction_error"), ("evicted", "evicted_blocks"),
             ("imbalance", "load_imbalance"), ("ttft_p50_ms", "ttft_ms.p50"), ("ttft_p99_ms", "ttft_ms.p99"),
             ("tpot_p50_ms", "tpot_ms.p50"), ("tpot_p99_ms", "tpot_ms.p99"), ("goodput", "goodput"), ("shed", "shed"),
-            ("held", "held"), ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("gpu_hours", "gpu_hours"), ("xfer_p50_ms", "transfer_ms.p50"),
+            ("held", "held"), ("tok_s_gpu", "output_tokens_per_s_per_gpu"), ("gpu_hours", "gpu_hours"), ("cost_usd", "cost_usd"), ("xfer_p50_ms", "transfer_ms.p50"),
             ("xfer_p99_ms", "transfer_ms.p99"), ("dwait_p99_ms", "decode_wait_ms.p99"), ("preempted", "preemptions"),
             ("gpu_hit_blocks", "gpu_hit_blocks"), ("cpu_hit_blocks", "cpu_hit_blocks"), ("pcie_gb", "pcie_gb")]
 

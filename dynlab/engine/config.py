@@ -52,7 +52,10 @@ class SimConfig(Sectioned):
     (``rr``, or ``hash`` of the first block name; :mod:`dynlab.routing.replicas`) behind the gateway's
     ``admission_policy`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.gateway`; timed runs; checked when the run builds it).
     ``controller`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.controller`; ``none``: a fixed fleet): adds and
-    retires workers during a timed aggregated run (:mod:`dynlab.engine.elastic`).
+    retires workers during a timed aggregated run (:mod:`dynlab.engine.elastic`). ``price`` (``"table"`` or
+    ``"GPU=USD,..."``, USD per GPU-hour over the bundled list prices of :mod:`dynlab.models.prices`) and
+    ``spot_discount`` (the fraction 0 <= F < 1 off on-demand; the user's assumption): a timed run's ``gpu_hours``,
+    ``cost_usd`` and ``price_source`` (:mod:`dynlab.sim.cost`; ``None`` and 0: no cost keys).
 
     Disaggregated serving (timed runs, :mod:`dynlab.disagg.fleet`): ``prefill_workers`` and ``decode_workers``
     replace ``workers``; ``split`` (``"P:D"``, for comparisons at a fixed GPU count) sets them at once, ``"P:0"``
@@ -108,6 +111,10 @@ class SimConfig(Sectioned):
     queue_policy: str = "fcfs"
     admission_policy: str = "always"
     controller: str = "none"  # --controller NAME[:KEY=VALUE,...]: adds and retires workers (dynlab.engine.controller)
+    # --- what the fleet's GPU-hours cost (issue 41 item 4; dynlab.models.prices): price "table" or "GPU=USD,...",
+    #     spot_discount the fraction off on-demand; either one adds gpu_hours, cost_usd and price_source (timed runs)
+    price: Optional[str] = None
+    spot_discount: float = 0.0
     async_scheduling: bool = False  # vLLM's AsyncScheduler (dynlab.engine.async_steps); timed, aggregated only
     prefill_workers: Optional[int] = None
     decode_workers: Optional[int] = None
@@ -310,11 +317,27 @@ class SimConfig(Sectioned):
 
             parse_pools(self.pools)  # a malformed --pool, named
         check_effective(self)
+        self._check_cost()
         check_lora(self)  # adapter settings vLLM refuses or dynlab does not model
         self._check_sglang()
         if self.async_scheduling:
             from dynlab.engine.async_steps import check_config  # what it does not model is refused
             check_config(self)
+
+    def _check_cost(self) -> None:
+        """``--price`` and ``--spot-discount`` (:mod:`dynlab.models.prices`): their values, every GPU named in the
+        catalogue (or the run's ``--gpu`` file), and a price for the run's GPU when a cost is asked for."""
+        from dynlab.models.prices import check_discount, check_names, gpu_name, price_of, parse_prices
+
+        given = parse_prices(self.price)
+        check_discount(self.spot_discount)
+        if self.timing and (self.price is not None or self.spot_discount):
+            from dynlab.engine.pools import run_gpus
+
+            gpus = [gpu_name(g) for g in run_gpus(self)]
+            check_names(given, set(gpus))
+            for gpu in gpus:
+                price_of(gpu, given)
 
     def _check_sglang(self) -> None:
         """SGLang's options' ranges (:mod:`dynlab.engine.sglang`)."""

@@ -130,6 +130,26 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
         yield "dp_attention", "with --ep equal to --tp: one attention replica (--ep / --tp replicas)"
 
 
+def _cost_rules(config):
+    """``--price`` and ``--spot-discount`` (:mod:`dynlab.models.prices`): a cost is a timed run's GPU-hours times
+    prices; a discount of 0 alone asks for nothing; a price of a catalogue GPU the run does not use does nothing."""
+    if not config.timing:
+        for name in ("price", "spot_discount"):
+            yield name, "without --timing (a cost is a timed run's GPU-hours times prices)"
+        return
+    if config.price is None and config.spot_discount == 0:
+        yield "spot_discount", "at 0 without --price (on-demand costs: --price table)"
+    if config.price is not None:
+        from dynlab.engine.pools import run_gpus
+        from dynlab.models.gpus import GPUS
+        from dynlab.models.prices import gpu_name, parse_prices
+
+        gpus = [gpu_name(g) for g in run_gpus(config)]
+        for name in parse_prices(config.price):
+            if name in GPUS and name not in gpus:
+                yield "price", f"for {name}: the run's GPUs are {', '.join(gpus)}"
+
+
 def _gateway_rules(config):
     """The gateway's rule: ``slo-shed`` (timed) without any class TTFT SLO (``--slo``) would shed nothing."""
     if not config.timing or config.admission_policy.partition(":")[0].strip() != "slo-shed":
@@ -273,7 +293,7 @@ def check_effective(config, given: AbstractSet[str] = frozenset(),
     hashes tokens at ``block``. Message: ``--NAME has no effect WHY`` (the time-model options:
     ``--NAME has no effect without --timing (it is a setting of the timed engine)``).
     """
-    for name, why in (*_no_effect_rules(config, own_block_tokens), *_controller_rules(config)):
+    for name, why in (*_no_effect_rules(config, own_block_tokens), *_controller_rules(config), *_cost_rules(config)):
         if name in given or getattr(config, name) != defaults_of(type(config))[name]:
             raise ValueError(f"{_flag(name)} has no effect {why}")
 

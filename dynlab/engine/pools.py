@@ -100,6 +100,13 @@ def pooled_workers(config) -> int:
     return sum(p.workers for p in pools if p.role in (None, "prefill"))
 
 
+def run_gpus(config) -> tuple[str, ...]:
+    """The ``--gpu`` values a run of ``config`` uses: each pool's GPU in pool order (once each), else ``config.gpu``."""
+    if not config.pools:
+        return (config.gpu,)
+    return tuple(dict.fromkeys(p.gpu for p in parse_pools(config.pools)))
+
+
 def pool_configs(config) -> list[tuple[Pool, object]]:
     """``(pool, configuration)`` per pool of ``config``: the configuration of that pool alone, ``config`` with
     ``gpu``, ``tp`` and ``workers`` of the pool and no pools (the homogeneous run the pool is built as)."""

@@ -12,8 +12,8 @@ keys follow :class:`~dynlab.engine.elastic.Elastic`'s.
   ``worst_window_goodput``, the lowest of them. A request counts in the window of its (first) arrival, as the
   run's ``goodput`` counts it (a rejected or shed request fails; a requeued one counts once, at its finish).
 
-No price table exists for ``sim`` yet (only ``plan --price``), so no ``cost_usd``: gpu_hours times a price is the
-bill.
+``--price`` and ``--spot-discount`` price ``gpu_hours`` (``cost_usd``, ``price_source``: :mod:`dynlab.sim.cost`,
+after this recorder's keys are built).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                 "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat",
                 "concurrency", "think_time_ms", "num_requests", "warmup"),
     "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split",
-              "admission_policy", "controller", "pools"),
+              "admission_policy", "controller", "pools", "price", "spot_discount"),
     "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "latency_profile",
                "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "engine_kind", "admission", "queue_policy",
                "async_scheduling",
@@ -38,7 +38,7 @@ _CLASSES: dict = {}  # section name -> its class, filled by make_sections
 _NAMES = {"traffic": "TrafficSection", "fleet": "FleetSection", "engine": "EngineSection", "kv": "KvSection",
           "events": "EventsSection", "slo": "SloSection", "disagg": "PdSection"}
 _DOCS = {"traffic": "The traffic: a trace, a workload spec or the synthetic workload, names, seed, arrivals.",
-         "fleet": "The fleet: the strategy (``mode``, ``opts``), workers, routers, P/D pools.",
+         "fleet": "The fleet: the strategy (``mode``, ``opts``), workers, routers, P/D pools, its price.",
          "engine": "The timed engine: scheduler limits, latency model, hardware and parallelism, speculative decoding.",
          "kv": "The KV cache: block sizes, the pool and its policy, the KV dtype, the CPU tier.",
          "events": "The KV events: publishing, delay (requests or ms), loss.",

@@ -76,7 +76,8 @@ def _arrivals(requests: Sequence, time_scale: float, poisson: float, base: SimCo
 
 def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: Target, *,
          rate: Optional[float] = None, rate_scale: Optional[float] = None, cap: int = DEFAULT_CAP,
-         prices: Optional[Mapping[str, float]] = None, executor: str = "local", jobs: Optional[int] = None,
+         prices: Optional[Mapping[str, float]] = None, price_sources: Optional[Mapping[str, str]] = None,
+         executor: str = "local", jobs: Optional[int] = None,
          ray_address: Optional[str] = None, log_path: Optional[str] = None, resume: bool = False,
          on_replay: Callable = lambda fresh: None) -> dict:
     """Plan ``shapes`` for the loaded trace ``requests`` (``base.trace``'s, from
@@ -85,7 +86,9 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     ``base``: the engine options every replay shares (a timed :class:`SimConfig`; its model, GPU, TP, mode
     and CPU tier are the shape's); ``rate`` (requests/s) or ``rate_scale``: the arrivals
     (:func:`~dynlab.plan.rate.arrival_settings`); ``cap``: the most workers per shape; ``prices``: GPU
-    name -> USD per GPU-hour; ``executor``/``jobs``/``ray_address``: as ``dynlab sweep``; ``log_path``: a
+    name -> USD per GPU-hour; ``price_sources``: GPU name -> where its price came from, given for ``--objective cost``
+    (:mod:`dynlab.models.prices`): the object then says ``objective`` ``cost``, each price's source and the cheapest
+    shape meeting the target (:func:`dynlab.plan.report.cheapest`); ``executor``/``jobs``/``ray_address``: as ``dynlab sweep``; ``log_path``: a
     JSON-lines file of every replay (``{"cell": sim options, "result": sim's JSON}``), reused with
     ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now).
 
@@ -128,6 +131,8 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
               "slo_tpot_ms": target.slo_tpot_ms, "goodput_target": target.goodput,
               "slo_classes": target.classes_json(), "arrivals": arrivals,
               "time_scale": time_scale, "prices": prices, "max_workers": cap}
+    if price_sources:  # --objective cost: said only then (a gpus plan's object is unchanged)
+        header["objective"], header["price_source"] = "cost", dict(price_sources)
     out = as_json(outcomes, prices, header)
     out["_results"] = {o.shape.label: {n: r for s in (o.search, o.floor) if s is not None
                                        for n, (_, r) in s.tested.items()} for o in outcomes}

@@ -54,7 +54,21 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
             "binding": o.kind, "why": o.why, "never_share": round(o.never_share, 6), "slo_floors": o.slo_floors,
             "lower_bound_workers": o.lower, "replays": replays, "binding_class": o.binding_class,
             "by_class": class_rows(t, r), "class_floors": o.class_floors})
-    return {**header, "shapes": shapes}
+    out = {**header, "shapes": shapes}
+    if header.get("objective") == "cost":
+        out["cheapest"] = cheapest(out)
+    return out
+
+
+def cheapest(plan: Mapping) -> Optional[dict]:
+    """``--objective cost``'s answer: the first ranked shape meeting the target (the cheapest in $/h, more headroom
+    first among equals) with its workers, GPUs, $/h, binding constraint and its GPU's price source; ``None`` when
+    no shape meets the target."""
+    for s in plan["shapes"]:
+        if s["meets"]:
+            return {"shape": s["shape"], "workers": s["workers"], "gpus": s["gpus"], "usd_per_hour": s["usd_per_hour"],
+                    "binding": s["binding"], "why": s["why"], "price_source": plan["price_source"][s["gpu"]]}
+    return None
 
 
 def class_rows(target, result: Mapping) -> dict:
@@ -101,6 +115,7 @@ def table(plan: Mapping) -> str:
              for r in rows]
     lines.append("")
     lines.append(f"target: {plan['target']}; arrivals: {plan['arrivals']}")
+    lines += cost_lines(plan)
     if not all(s["meets"] for s in plan["shapes"]):
         lines.append("workers in parentheses: the shape misses the target; figures at that count (see below)")
     if any(s["split"] for s in plan["shapes"]):
@@ -111,6 +126,20 @@ def table(plan: Mapping) -> str:
         lines.append("(±x%): the calibration profile's cross-validated median error of that figure")
     lines += extrapolated_lines(plan["shapes"])
     return "\n".join(lines)
+
+
+def cost_lines(plan: Mapping) -> list[str]:
+    """``--objective cost``'s lines under the table: the cheapest shape meeting the target, its $/h and binding
+    constraint, and where each candidate GPU's price came from (none for an objective of GPUs)."""
+    if plan.get("objective") != "cost":
+        return []
+    c = plan.get("cheapest")
+    out = [f"cheapest meeting the target: {c['shape']}, {c['workers']} worker{'' if c['workers'] == 1 else 's'} "
+           f"({c['gpus']} GPU{'' if c['gpus'] == 1 else 's'}), "
+           f"${c['usd_per_hour']:.2f}/h; binding: {c['binding']}" if c else
+           "cheapest meeting the target: none (no shape meets it)"]
+    out += [f"price of {gpu}: {source}" for gpu, source in plan["price_source"].items()]
+    return out
 
 
 #: the table's mark of a shape whose latency model answers outside its validated domain

@@ -96,7 +96,12 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     finally:
         if bar is not None:
             bar.close()
-    return _merged(_result(config, metrics, strategy, topology, own, block_tokens), shaped)
+    result = _merged(_result(config, metrics, strategy, topology, own, block_tokens), shaped)
+    if topology is not None and (config.price is not None or config.spot_discount > 0):  # asks its cost
+        from dynlab.sim.cost import with_cost
+
+        result = with_cost(result, config, _run_gpus(config))
+    return result
 
 
 def _merged(result: dict, keys: dict) -> dict:
