@@ -98,11 +98,16 @@ class TimedSetup:
     kv_layout: Any = None
     #: the workers' LoRA adapter settings (:class:`~dynlab.engine.lora.LoraSpec`), ``None`` without ``--max-loras``
     lora: Any = None
+    #: attention data-parallel ranks per worker (``--dp-attention``: ``ep / tp``, :mod:`dynlab.models.parallel`),
+    #: 1 without; each rank is an engine of its own (:meth:`engines`) and ``capacity`` is one rank's
+    dp: int = 1
 
     def engines(self) -> list[EngineWorker]:
-        """Fresh workers of an aggregated pool, ``config.workers`` of the run's engine kind (:meth:`engine_kind`)."""
+        """Fresh engines of an aggregated pool, ``config.workers x dp`` of the run's engine kind
+        (:meth:`engine_kind`): with ``--dp-attention`` rank ``r`` of worker ``w`` is engine (routing target)
+        ``w * dp + r``, with its own scheduler, KV pool and prefix cache (:func:`dp_rank_of`)."""
         kind = self.engine_kind()
-        return [kind.build(self, w) for w in range(self.config.workers)]
+        return [kind.build(self, w) for w in range(self.config.workers * self.dp)]
 
     def spec_decoding(self):
         """A worker's speculative decoding for this run (:func:`spec_decoding`; ``None``: off)."""
@@ -147,6 +152,8 @@ class TimedSetup:
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model, "admission": c.admission, "async_scheduling": c.async_scheduling}
+        if self.dp > 1:  # kv_blocks is one rank's; the per-engine lists have workers x dp entries
+            out["dp_ranks"] = self.dp
         if c.engine_kind != "vllm":
             out["engine"] = c.engine_kind
         if c.engine_kind == "sglang":  # its options as resolved (dynlab.engine.sglang.defaults), vLLM's left out
@@ -177,6 +184,10 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     """
     hardware, latency, capacity, source, layout = _hardware_pool(config)
     _warn_draft_size(config, hardware.model)
+    dp = hardware.parallel.dp
+    if dp > 1:
+        check_dp_ranks(config)
+        capacity, source = capacity // dp, f"{source}; / {dp} attention-DP ranks = {capacity // dp} blocks per rank"
     trace_block = own_block_tokens or config.block
     if config.trace_block is not None:
         if own_block_tokens is None:
@@ -209,7 +220,26 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         layout, runs_of = replace(layout, name_stride=MAPPED_NAME_STRIDE), None
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout,
-                      lora_spec(config, hardware.model))
+                      lora_spec(config, hardware.model), dp)
+
+
+def dp_rank_of(target: int, dp: int) -> tuple[int, int]:
+    """``(worker, rank)`` of routing target ``target`` in a fleet of ``dp`` attention-DP ranks per worker:
+    ``divmod(target, dp)``. The ranks of a worker are consecutive targets, as Dynamo keys its router's
+    workers by ``(worker_id, dp_rank)`` (its KV events carry ``dp_rank``: ai-dynamo/dynamo PR #3597)."""
+    return divmod(target, dp)
+
+
+def check_dp_ranks(config: SimConfig) -> None:
+    """Raise the one-line ``ValueError`` for what attention-DP ranks (``--dp-attention``) are not modelled
+    with: a P/D split, a controller (workers joining and leaving) and a CPU tier (each its own rank
+    layout to decide; refused rather than run as one pool per worker)."""
+    what = ("a P/D split" if config.pd() is not None else "--controller" if config.controller != "none"
+            else "a CPU tier (--cpu-capacity, --cpu-memory-gb)"
+            if config.cpu_capacity is not None or config.cpu_memory_gb is not None else None)
+    if what is not None:
+        raise ValueError(f"--dp-attention with {what} is not modelled: its attention-DP ranks, each with its "
+                         "own KV pool, are modelled in an aggregated fleet without a CPU tier")
 
 
 def _warn_draft_size(config: SimConfig, target) -> None:
@@ -303,6 +333,8 @@ def check_timed(config: SimConfig, requests=None) -> None:
     from dynlab.engine.env import check_arrivals
 
     hardware, *_, layout = _hardware_pool(config)
+    if hardware.parallel.dp > 1:
+        check_dp_ranks(config)
     cpu_tier_size(config, hardware.model, layout)
     lora_spec(config, hardware.model)  # a model whose adapters dynlab cannot size
     spec_decoding(config)  # a bad --spec-acceptance

@@ -49,11 +49,13 @@ class Topology(Protocol):
 
 
 class Aggregated:
-    """``config.workers`` aggregated engines (prefill and decode on each), with their CPU tiers if any."""
+    """``config.workers`` aggregated engines (prefill and decode on each), with their CPU tiers if any; with
+    ``--dp-attention`` each worker's ``dp`` ranks are engines and routing targets of their own
+    (:meth:`~dynlab.engine.serving.TimedSetup.engines`)."""
 
     def __init__(self, setup: TimedSetup):
         self.setup = setup
-        self.routed_workers = setup.config.workers
+        self.routed_workers = setup.config.workers * setup.dp
 
     def build(self, strategy: Strategy, env: RunEnv) -> TimedFleet:
         s = self.setup
