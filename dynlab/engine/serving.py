@@ -101,6 +101,8 @@ class TimedSetup:
     #: attention data-parallel ranks per worker (``--dp-attention``: ``ep / tp``, :mod:`dynlab.models.parallel`),
     #: 1 without; each rank is an engine of its own (:meth:`engines`) and ``capacity`` is one rank's
     dp: int = 1
+    #: with ranks, the worker's latency model (``latency`` is one rank's): what :meth:`describe` reports
+    worker_latency: Any = None
 
     def engines(self) -> list[EngineWorker]:
         """Fresh engines of an aggregated pool, ``config.workers x dp`` of the run's engine kind
@@ -163,7 +165,7 @@ class TimedSetup:
             out.update(describe(self))
         if c.queue_policy != "fcfs":
             out["queue_policy"] = c.queue_policy
-        out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
+        out.update((self.worker_latency or self.latency).describe_hardware())  # non-default parallelism, latency_domain
         if c.spec_tokens and c.spec_method is not None:
             out.update(spec_describe(c, self.latency))
         if self.cpu_capacity is not None:
@@ -185,9 +187,10 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     hardware, latency, capacity, source, layout = _hardware_pool(config)
     _warn_draft_size(config, hardware.model)
     dp = hardware.parallel.dp
-    if dp > 1:
+    if dp > 1:  # ranks (dynlab.engine.lockstep): a pool each, priced as one rank, one step at a time
         check_dp_ranks(config)
         capacity, source = capacity // dp, f"{source}; / {dp} attention-DP ranks = {capacity // dp} blocks per rank"
+        worker_latency, latency, bulk = latency, _rank_latency(config, hardware), False
     trace_block = own_block_tokens or config.block
     if config.trace_block is not None:
         if own_block_tokens is None:
@@ -220,7 +223,18 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         layout, runs_of = replace(layout, name_stride=MAPPED_NAME_STRIDE), None
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout,
-                      lora_spec(config, hardware.model), dp)
+                      lora_spec(config, hardware.model), dp, worker_latency if dp > 1 else None)
+
+
+def _rank_latency(config: SimConfig, hardware):
+    """The latency model of one attention-DP rank of ``hardware``: the run's model on the same GPUs and degrees
+    without ``dp_attention`` (each rank's batch is priced alone; :mod:`dynlab.engine.lockstep` composes the
+    worker's step), so a dp-aware model (the roofline's busiest-replica split) does not split it again."""
+    from dataclasses import replace
+
+    from dynlab.latency.grid import build_latency_model
+
+    return build_latency_model(config.latency_model, replace(hardware, dp_attention=False), config.latency_opts)
 
 
 def dp_rank_of(target: int, dp: int) -> tuple[int, int]:
@@ -232,14 +246,16 @@ def dp_rank_of(target: int, dp: int) -> tuple[int, int]:
 
 def check_dp_ranks(config: SimConfig) -> None:
     """Raise the one-line ``ValueError`` for what attention-DP ranks (``--dp-attention``) are not modelled
-    with: a P/D split, a controller (workers joining and leaving) and a CPU tier (each its own rank
-    layout to decide; refused rather than run as one pool per worker)."""
+    with: a P/D split, a controller (workers joining and leaving), async scheduling (its look-ahead steps
+    in lockstep) and a CPU tier (each its own rank layout to decide; refused rather than run as one pool
+    per worker)."""
     what = ("a P/D split" if config.pd() is not None else "--controller" if config.controller != "none"
+            else "--async-scheduling" if config.async_scheduling
             else "a CPU tier (--cpu-capacity, --cpu-memory-gb)"
             if config.cpu_capacity is not None or config.cpu_memory_gb is not None else None)
     if what is not None:
-        raise ValueError(f"--dp-attention with {what} is not modelled: its attention-DP ranks, each with its "
-                         "own KV pool, are modelled in an aggregated fleet without a CPU tier")
+        raise ValueError(f"--dp-attention with {what} is not modelled (attention-DP ranks, each with its own KV "
+                         "pool, are modelled in an aggregated fleet without a CPU tier, controller or async scheduling)")
 
 
 def _warn_draft_size(config: SimConfig, target) -> None:

@@ -28,6 +28,7 @@ from dynlab.engine.scaling_metrics import ScalingRecorder
 from dynlab.engine.env import RunEnv
 from dynlab.engine.gateway import AdmissionPolicy, Always, parse_policy
 from dynlab.engine.metrics import Recorder, fleet_result
+from dynlab.engine.lockstep import LockstepFleet
 from dynlab.engine.lora_metrics import LoraRecorder
 from dynlab.engine.tier_metrics import TierRecorder
 from dynlab.engine.serving import TimedSetup
@@ -64,6 +65,8 @@ class Aggregated:
         if s.lora is not None:  # adapters on the workers (--max-loras): the lora section, when a request names one
             env.recorders.append(LoraRecorder(s.lora))
         controller = build_controller(s.config.controller)
+        if s.dp > 1:  # attention-DP ranks in lockstep (no controller: dynlab.engine.serving.check_dp_ranks)
+            return LockstepFleet(strategy, s.engines(), env, s.names_of, s.runs_of, dp=s.dp)
         if controller is None:
             return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
         kind = s.engine_kind()  # an elastic fleet (--controller): its recorder before the fleet reads the hooks

@@ -14,8 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynlab.cli import main
+from dynlab.engine.config import SimConfig
+from dynlab.engine.metrics import Recorder
 from dynlab.engine.serving import dp_rank_of
-from helpers import terms_off_args
+from dynlab.sim import run
+from helpers import terms_off, terms_off_args
 
 DP = ["--model", "qwen3-30b-a3b", "--tp", "1", "--ep", "2", "--dp-attention"]
 LINEAR = ["--timing", "--latency-model", "linear", "--latency-opt", "beta0=10", "--latency-opt", "beta1=1",
@@ -76,6 +79,24 @@ def test_identical_prompts_at_once_land_on_two_ranks_and_neither_hits(tmp_path):
     assert out["output_tokens_per_s_per_gpu"] == round(2 / 0.074 / 2, 1)
 
 
+def test_ranks_step_in_lockstep(tmp_path):
+    # rr on one worker of 2 ranks: requests alternate rank 0, 1, 0, 1 (distinct tokens: no hit anywhere)
+    rows = [{"tokens": list(range(16)), "output_length": 3, "timestamp": 0},  # R0 -> rank 0
+            {"tokens": list(range(100, 164)), "output_length": 1, "timestamp": 0},  # R1 -> rank 1
+            {"tokens": list(range(1000, 1032)), "output_length": 1, "timestamp": 30},  # R2 -> rank 0
+            {"tokens": list(range(2000, 2016)), "output_length": 1, "timestamp": 80}]  # R3 -> rank 1
+    # step 1 at 0: rank 0 prefills R0 (10 + 16 = 26 ms), rank 1 R1 (10 + 64 = 74 ms); both end with the slower
+    #   at 74: R0's first token at 74 (26 alone), R1's (its only token) at 74.
+    # R2 arrives at 30 on rank 0, in the worker's step: it waits for it.
+    # step 2 at 74: rank 0 decodes R0 and prefills R2, 10 + 32 + 2 = 44 ms -> 118 (R0's 2nd token, R2 done);
+    #   rank 1 is idle. R3 arrives at 80 on idle rank 1: it waits for the worker's step to end at 118.
+    # step 3 at 118: rank 0 decodes R0, 10 + 2 = 12 ms; rank 1 prefills R3, 10 + 16 = 26 ms; both end at 144:
+    #   R0's 3rd (last) token at 144 (130 alone), R3's at 144.
+    _, recs = _sim(tmp_path, rows, *DP, "--workers", "1", "--mode", "rr", *LINEAR)
+    assert [(r["dp_rank"], r["first_scheduled_ms"], r["first_token_ms"], r["finish_ms"]) for r in recs] == [
+        (0, 0.0, 74.0, 144.0), (1, 0.0, 74.0, 74.0), (0, 74.0, 118.0, 118.0), (1, 118.0, 144.0, 144.0)]
+
+
 def test_without_dp_attention_records_have_no_rank(tmp_path):
     one = [{"tokens": list(range(64)), "output_length": 1, "timestamp": 0}]
     out, (rec,) = _sim(tmp_path, one, "--model", "qwen3-30b-a3b", *LINEAR)
@@ -85,7 +106,8 @@ def test_without_dp_attention_records_have_no_rank(tmp_path):
 def test_dp_ranks_refused_where_not_modelled(tmp_path):
     one = tmp_path / "t.jsonl"
     one.write_text(json.dumps({"tokens": list(range(64)), "output_length": 1, "timestamp": 0}) + "\n")
-    for extra, what in ((["--split", "1:1"], "a P/D split"), (["--cpu-capacity", "100"], "a CPU tier (--cpu-capacity, --cpu-memory-gb)")):
+    for extra, what in ((["--split", "1:1"], "a P/D split"), (["--async-scheduling"], "--async-scheduling"),
+                        (["--cpu-capacity", "100"], "a CPU tier (--cpu-capacity, --cpu-memory-gb)")):
         res = CliRunner().invoke(main, ["sim", "--trace", str(one), "--quiet", *DP, *LINEAR, *extra])
         assert res.exit_code != 0 and f"--dp-attention with {what} is not modelled" in res.output
         assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
@@ -109,3 +131,33 @@ def test_every_request_goes_to_a_rank_of_a_worker(tmp_path, rows, workers):
     out, recs = _sim(tmp_path, trace, *DP, "--mode", "kv-cost", "--workers", str(workers), *LINEAR)
     assert all(0 <= r["worker"] < workers and 0 <= r["dp_rank"] < 2 for r in recs)
     assert len(out["requests_per_worker"]) == 2 * workers and sum(out["requests_per_worker"]) == len(trace)
+
+
+class _Steps(Recorder):
+    """Every engine step as ``(target, start ms, end ms)``."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_step(self, worker, result):
+        self.steps.append((worker, result.start, result.end))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(0, 300)), min_size=1, max_size=8),
+       st.sampled_from(["vllm", "sglang"]))
+def test_steps_of_one_worker_never_partly_overlap(tmp_path, rows, engine):
+    # lockstep: any two steps of ranks of one worker (2 ranks, 2 workers) are either the same interval (one
+    # step of the worker) or disjoint; every step of a rank is one engine iteration
+    trace = tmp_path / "t.jsonl"
+    rows = sorted(rows, key=lambda r: r[2])
+    trace.write_text("".join(json.dumps({"tokens": list(range(i * 1000, i * 1000 + 16 * b)), "output_length": n,
+                                         "timestamp": t}) + "\n" for i, (b, n, t) in enumerate(rows)))
+    rec = _Steps()
+    run(SimConfig(trace=str(trace), timing=True, model="qwen3-30b-a3b", ep=2, dp_attention=True, workers=2,
+                  mode="kv-cost", engine_kind=engine, latency_model="linear",
+                  **terms_off("linear", {"beta0": 10, "beta1": 1, "beta2": 2})), recorders=(rec,))
+    for a in rec.steps:
+        for b in rec.steps:
+            if a[0] // 2 == b[0] // 2 and a[1:] != b[1:]:
+                assert a[2] <= b[1] or b[2] <= a[1], (a, b)
