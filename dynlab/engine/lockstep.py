@@ -12,9 +12,9 @@ whose all-to-all dispatch and combine join every rank's forward pass, so the ran
   step ends with the slowest one (:meth:`~dynlab.engine.worker.EngineWorker.hold_until`): a rank with less
   work, or none, waits at the expert layers' collectives, as an idle rank runs an empty batch to join them.
 
-Sources: SGLang's DP attention (``python/sglang/srt/managers/scheduler.py``, ``prepare_mlp_sync_batch``:
-every DP rank gathers the others' batch sizes before each forward pass and an idle rank runs an idle batch
-so the MoE collectives match); vLLM's data-parallel engine cores (``vllm/v1/engine/core.py``,
+Sources: SGLang's DP attention (``python/sglang/srt/managers/scheduler_dp_attn_mixin.py``,
+``prepare_mlp_sync_batch_raw``: every DP rank gathers the others' batch sizes before each forward pass, and
+an idle rank runs an idle batch so that the MoE collectives match); vLLM's data-parallel engine cores (``vllm/v1/engine/core.py``,
 ``DPEngineCoreProc``: each rank has its own scheduler and KV cache, the ranks of an MoE model step in
 lockstep and an idle one runs a dummy batch, ``execute_dummy_batch``).
 
