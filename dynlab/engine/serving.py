@@ -186,9 +186,11 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
     """
     hardware, latency, capacity, source, layout = _hardware_pool(config)
     _warn_draft_size(config, hardware.model)
-    dp = hardware.parallel.dp
+    dp, worker_latency = hardware.parallel.dp, None
     if dp > 1:  # ranks (dynlab.engine.lockstep): a pool each, priced as one rank, one step at a time
         check_dp_ranks(config)
+        if capacity < dp:
+            raise ValueError(f"a worker's {capacity} KV blocks cannot give each of its {dp} attention-DP ranks one")
         capacity, source = capacity // dp, f"{source}; / {dp} attention-DP ranks = {capacity // dp} blocks per rank"
         worker_latency, latency, bulk = latency, _rank_latency(config, hardware), False
     trace_block = own_block_tokens or config.block
@@ -223,7 +225,7 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         layout, runs_of = replace(layout, name_stride=MAPPED_NAME_STRIDE), None
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout,
-                      lora_spec(config, hardware.model), dp, worker_latency if dp > 1 else None)
+                      lora_spec(config, hardware.model), dp, worker_latency)
 
 
 def _rank_latency(config: SimConfig, hardware):

@@ -111,6 +111,10 @@ def test_dp_ranks_refused_where_not_modelled(tmp_path):
         res = CliRunner().invoke(main, ["sim", "--trace", str(one), "--quiet", *DP, *LINEAR, *extra])
         assert res.exit_code != 0 and f"--dp-attention with {what} is not modelled" in res.output
         assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    # --capacity is the worker's, split over its ranks: 1 block cannot give each of 2 ranks one
+    res = CliRunner().invoke(main, ["sim", "--trace", str(one), "--quiet", *DP, *LINEAR, "--capacity", "1"])
+    assert res.exit_code != 0 and res.output.strip() == ("Error: a worker's 1 KV blocks cannot give each of its 2 "
+                                                         "attention-DP ranks one")
 
 
 @settings(max_examples=40, deadline=None)
