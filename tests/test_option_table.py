@@ -553,6 +553,8 @@ TABLE.update({
     ("plan", "--model"): changes(PLAN, ["--model", "qwen3-8b"]),
     ("plan", "--gpu"): changes(PLAN, ["--gpu", "h200"]),
     ("plan", "--tp"): changes(PLAN, ["--tp", "2"]),
+    # the ep 2 candidate is left out without it (--ep 2 must equal --tp 1), a 2-rank shape with it
+    ("plan", "--dp-attention"): changes(PLAN + ["--model", "qwen3-30b-a3b", "--ep", "1,2"], ["--dp-attention"]),
     ("plan", "--mode"): changes(PLAN, ["--modes", "rr"]),
     ("plan", "--cpu-memory-gb"): changes(LOGGED + ["--capacity", "8", "--block", "256"], ["--cpu-memory-gb", "1"]),
     ("plan", "--trace"): swaps(PLAN, ["plan", "--trace", TOKENS, *PLAN[3:]]),

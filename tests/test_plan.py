@@ -646,3 +646,23 @@ def test_objective_cost_refuses_a_gpu_without_a_price(queue_trace):
     (line,) = out.stderr.splitlines()
     assert line == ("Error: --objective cost: no price for GPU l4: give --price l4=USD (USD per GPU-hour; the bundled "
                     "table has h100, a100-80gb, a100-40gb, a100-80gb-pcie, h100-nvl, h200)")
+def test_dp_attention_shape_counts_ranks_and_gpus(queue_trace):
+    # Qwen3-30B-A3B (a MoE), --ep 1,2 --dp-attention: the ep 1 shape is one-GPU workers as above (3 workers,
+    # 3 GPUs); the ep 2 shape's worker is 2 attention ranks on 2 GPUs. By rr its 2N ranks hold 12 / 2N
+    # requests each and step in lockstep, every step one 1,000-token prompt per rank: 1 + 10 = 11 ms, so a
+    # rank's k-th first token is at 11 k ms. 1 worker: 6 per rank, TTFT p99 66 > 50; 2 workers: 3 per rank,
+    # TTFTs up to 33 <= 50: 2 workers, 2 x 1 (tp) x 2 (ranks) = 4 GPUs.
+    plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--model", "qwen3-30b-a3b", "--ep", "1,2",
+                 "--dp-attention", *LINEAR)
+    by = {s["shape"]: s for s in plan["shapes"]}
+    assert set(by) == {"h100x1 rr", "h100x1 ep2 dp2 rr"}
+    assert (by["h100x1 rr"]["workers"], by["h100x1 rr"]["gpus"]) == (3, 3) and "dp_attention" not in by["h100x1 rr"]
+    dp = by["h100x1 ep2 dp2 rr"]
+    assert (dp["workers"], dp["gpus"], dp["ttft_ms"], dp["dp_attention"]) == (2, 4, 33.0, True)
+    assert [(r["workers"], r["meets"]) for r in dp["replays"]] == [(1, False), (2, True)]
+
+
+def test_dp_attention_without_an_ep_above_tp_is_refused(queue_trace):
+    out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--model", "qwen3-30b-a3b", "--ep", "1",
+                "--dp-attention", *LINEAR)
+    assert out.exit_code == 2 and "--dp-attention has no effect: no --ep candidate exceeds a --tp candidate" in out.output

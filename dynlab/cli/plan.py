@@ -36,7 +36,7 @@ SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "tr
           "slo_tpot_ms", "slo_classes", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
           "link_latency_ms")
 #: sim's on/off flags plan takes as they are (the P/D fleet's, the engine's async scheduling)
-FLAGS = ("overlap_transfer", "decode_prefix_cache", "async_scheduling")
+FLAGS = ("overlap_transfer", "decode_prefix_cache", "async_scheduling", "dp_attention")
 #: sim options plan takes as comma lists of candidates (the shapes are their cross product, with --split's)
 CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens")
 #: values of plan's --split: an aggregated fleet, or a P/D one whose split is searched
@@ -117,7 +117,11 @@ def _candidates(ctx, options: dict) -> list[Shape]:
                                  param_hint="'--split'")
     refuse_repeats(items, items, "--split")
     cpu = [v if v else None for v in lists["cpu_memory_gb"]]  # 0: no CPU tier
-    shapes = [Shape(m, g, t, mode, c, ep, k, pd == "auto") for m in lists["model"] for g in lists["gpu"]
+    dpa = options.pop("dp_attention")  # attention ranks: the shapes whose --ep exceeds their --tp
+    if dpa and not any(ep > t for ep in lists["ep"] for t in lists["tp"]):
+        raise click.UsageError("--dp-attention has no effect: no --ep candidate exceeds a --tp candidate "
+                               "(attention ranks per worker are --ep / --tp)")
+    shapes = [Shape(m, g, t, mode, c, ep, k, pd == "auto", dpa and ep > t) for m in lists["model"] for g in lists["gpu"]
               for t in lists["tp"] for ep in lists["ep"] for mode in lists["mode"] for c in cpu
               for k in lists["spec_tokens"] for pd in items]
     kept = [s for s in shapes if not s.impossible()]
@@ -200,7 +204,7 @@ def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
     top_k = max(s.spec_tokens for s in shapes)
     for shape in shapes:
         config = shape.config(base, top_k)
-        own = given | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set())
+        own = (given - {"dp_attention"}) | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set())
         if not shape.pd:  # its P/D options are the P/D candidates' (as compare --split aligns them)
             own -= set(PD_FIELDS)
         if not shape.spec_tokens and any(s.spec_tokens for s in shapes):  # the K = 0 baseline: the others'

@@ -371,8 +371,9 @@ SIM_FLAGS = [
      "vLLM's loader drops them), as prompts without an answer: prefilled, no output token counted (see "
      "docs/workloads.md)."),
     ("--dp-attention", "dp_attention",
-     "With --timing and --ep > 1: attention data-parallel (DeepSeek-style): --ep / --tp attention replicas, "
-     "each with its own requests and KV, share the expert-parallel GPUs."),
+     "With --timing and --ep > 1: attention data-parallel (DeepSeek-style): --ep / --tp attention ranks per "
+     "worker, each its own scheduler, KV pool (the worker's / ranks) and prefix cache, routed to one by one, "
+     "stepping in lockstep through the shared expert GPUs (see docs/engine.md)."),
 ]
 
 

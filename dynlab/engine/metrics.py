@@ -115,12 +115,12 @@ class Recorder:
 
 
 class RunInfo(NamedTuple):
-    """What kind of run a recorder observes: ``timed`` (``--timing``), ``pd`` (a P/D fleet),
-    ``block_tokens`` (tokens per block of the names routed: the engine's block in timed runs)."""
+    """A run: ``timed``, ``pd`` (P/D), ``block_tokens`` (of names routed), ``dp`` (ranks per worker: target ``w*dp+r``)."""
 
     timed: bool
     pd: bool
     block_tokens: int
+    dp: int = 1
 
 
 def hooks(recorders: Sequence[Recorder], name: str) -> list:

@@ -140,3 +140,5 @@ def pool_rules(config):
         yield "pools", "with --engine other than vllm: mixed pools are modelled for vLLM workers only (for now)"
     if config.latency_profile is not None:
         yield "pools", "with --latency-profile: a profile is fitted on one GPU and tp (its own)"
+    if config.dp_attention:
+        yield "pools", "with --dp-attention: attention-DP ranks are modelled in a fleet of one GPU and tp (for now)"

@@ -16,62 +16,10 @@ from typing import Any, Callable, Optional
 from dynlab.engine.config import SimConfig
 from dynlab.engine.lora import lora_spec
 from dynlab.engine.names import MAX_RATIO, engine_block_names, engine_block_runs
-from dynlab.engine.spec import drops_last_block, hash_lookahead_tokens
+from dynlab.engine.lockstep import rank_latency, check_dp_ranks, dp_rank_of  # noqa: F401 (dp_rank_of: public here)
+from dynlab.engine.spec_setup import spec_decoding, spec_describe  # noqa: F401 (public here too)
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
-
-
-def spec_decoding(c: SimConfig):
-    """A worker's :class:`~dynlab.engine.spec.SpecDecoding` for ``c`` (``None``: ``spec_tokens`` 0).
-    Raises ``ValueError`` for a bad ``spec_acceptance``."""
-    if not c.spec_tokens or c.spec_method is None:
-        return None
-    from dynlab.engine.spec import DEFAULT_ALPHA, Acceptance, SpecDecoding, parse_acceptance
-
-    text = c.spec_acceptance if c.spec_acceptance is not None else str(DEFAULT_ALPHA[c.spec_method])
-    rates = parse_acceptance(text, c.spec_tokens)
-    spec = SpecDecoding(c.spec_method, c.spec_tokens, Acceptance(rates, c.spec_draws, c.seed))
-    spec.hash_lookahead = hash_lookahead_tokens(c)  # (none in a P/D fleet: vLLM's KV connectors keep plain hashes)
-    spec.drop_last = drops_last_block(c)
-    if spec.drop_last and (c.cpu_capacity or c.cpu_memory_gb):
-        raise ValueError("--spec-hash-rule drop is not modelled with a CPU tier (--cpu-capacity, --cpu-memory-gb)")
-    if c.spec_model is not None and c.spec_method == "draft" and "spec_gamma" not in c.latency_opts:
-        from dynlab.latency.grid import build_latency_model, hardware_for
-
-        # the draft model on the target's GPUs, priced by the roofline (the model that reads a config);
-        # with linear's spec_gamma that term prices the drafter instead (the draft model sizes the pool only)
-        spec.draft_latency = build_latency_model("roofline", hardware_for(c.spec_model, c.gpu, c.tp))
-    return spec
-
-
-#: the latency models whose verify steps and drafter the spec helper checked (docs/engine.md)
-SPEC_PRICED = ("roofline", "linear")
-
-
-def spec_describe(c: SimConfig, latency: LatencyModel) -> dict:
-    """A speculative run's keys: method, K, lookahead slots, per-position rates; and, for a latency
-    model that cannot price drafts itself, a ``latency_domain`` line saying so."""
-    from dynlab.engine.spec import lookahead_tokens
-
-    spec = spec_decoding(c)
-    out: dict = {"spec_method": c.spec_method, "spec_tokens": c.spec_tokens,
-                 "spec_lookahead_tokens": lookahead_tokens(c.spec_method, c.spec_tokens),
-                 "spec_rates": [round(r, 4) for r in spec.acceptance.rates], "spec_draws": c.spec_draws}
-    if spec.drop_last:
-        out["spec_hash_rule"] = c.spec_hash_rule
-    if c.spec_model is not None:
-        out["spec_model"] = c.spec_model
-    why = None
-    if c.latency_model not in SPEC_PRICED:
-        why = (f"speculative decoding: {c.latency_model} has no verify-step or drafter data; its steps are "
-               "priced as decodes plus each request's drafts as a chunk, the drafter by dynlab's rule")
-    elif c.spec_model is not None and c.latency_model != "roofline" and "spec_gamma" not in c.latency_opts:
-        why = (f"speculative decoding: {c.latency_model} cannot read a draft model's config; the draft's steps "
-               f"(--spec-model {c.spec_model}) are priced by the roofline, the target's by {c.latency_model}")
-    if why is not None:
-        prior = latency.describe_hardware().get("latency_domain")
-        out["latency_domain"] = f"{prior}; {why}" if prior else why
-    return out
 
 
 @dataclass
@@ -101,15 +49,22 @@ class TimedSetup:
     #: ``--pool`` (:mod:`dynlab.engine.pools`): ``(Pool, TimedSetup of that pool alone)`` per pool in worker order;
     #: ``()`` for a fleet of one GPU and tp (the other fields are then the run's; with pools, pool 0's)
     pools: tuple = ()
+    #: attention data-parallel ranks per worker (``--dp-attention``: ``ep / tp``, :mod:`dynlab.models.parallel`),
+    #: 1 without; each rank is an engine of its own (:meth:`engines`) and ``capacity`` is one rank's
+    dp: int = 1
+    #: with ranks, the worker's latency model (``latency`` is one rank's): what :meth:`describe` reports
+    worker_latency: Any = None
 
     def engines(self) -> list[EngineWorker]:
-        """Fresh workers of an aggregated pool, ``config.workers`` of the run's engine kind (:meth:`engine_kind`);
-        with ``pools``, each pool's workers built from its own setup, ids ``0 .. N-1`` in pool order."""
+        """Fresh engines of an aggregated pool, ``config.workers x dp`` of the run's engine kind
+        (:meth:`engine_kind`): with ``--dp-attention`` rank ``r`` of worker ``w`` is engine (routing target)
+        ``w * dp + r``, with its own scheduler, KV pool and prefix cache (:func:`dp_rank_of`); with ``pools``, each
+        pool's workers built from its own setup, ids ``0 .. N-1`` in pool order."""
         kind = self.engine_kind()
         if self.pools:
             subs = [sub for pool, sub in self.pools for _ in range(pool.workers)]  # each worker's pool's setup
             return [kind.build(sub, w) for w, sub in enumerate(subs)]
-        return [kind.build(self, w) for w in range(self.config.workers)]
+        return [kind.build(self, w) for w in range(self.config.workers * self.dp)]
 
     @property
     def pool_blocks(self) -> Optional[int]:
@@ -174,6 +129,8 @@ class TimedSetup:
         out = {"block": c.block, "trace_block": self.trace_block, "kv_blocks": self.capacity,
                "kv_blocks_source": self.capacity_source, "model": c.model, "gpu": c.gpu, "tp": c.tp,
                "latency_model": c.latency_model, "admission": c.admission, "async_scheduling": c.async_scheduling}
+        if self.dp > 1:  # kv_blocks is one rank's; the per-engine lists have workers x dp entries
+            out["dp_ranks"] = self.dp
         if c.engine_kind != "vllm":
             out["engine"] = c.engine_kind
         if c.engine_kind == "sglang":  # its options as resolved (dynlab.engine.sglang.defaults), vLLM's left out
@@ -183,7 +140,7 @@ class TimedSetup:
             out.update(describe(self))
         if c.queue_policy != "fcfs":
             out["queue_policy"] = c.queue_policy
-        out.update(self.latency.describe_hardware())  # models helper: non-default parallelism, latency_domain
+        out.update((self.worker_latency or self.latency).describe_hardware())  # non-default parallelism, latency_domain
         if c.spec_tokens and c.spec_method is not None:
             out.update(spec_describe(c, self.latency))
         if self.cpu_capacity is not None:
@@ -227,6 +184,13 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         return _pooled(config, own_block_tokens, bulk)
     hardware, latency, capacity, source, layout = _hardware_pool(config)
     _warn_draft_size(config, hardware.model)
+    dp, worker_latency = hardware.parallel.dp, None
+    if dp > 1:  # ranks (dynlab.engine.lockstep): a pool each, priced as one rank, one step at a time
+        check_dp_ranks(config)
+        if capacity < dp:
+            raise ValueError(f"a worker's {capacity} KV blocks cannot give each of its {dp} attention-DP ranks one")
+        capacity, source = capacity // dp, f"{source}; / {dp} attention-DP ranks = {capacity // dp} blocks per rank"
+        worker_latency, latency, bulk = latency, rank_latency(config, hardware), False
     trace_block = own_block_tokens or config.block
     if config.trace_block is not None:
         if own_block_tokens is None:
@@ -259,7 +223,7 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         layout, runs_of = replace(layout, name_stride=MAPPED_NAME_STRIDE), None
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout,
-                      lora_spec(config, hardware.model))
+                      lora_spec(config, hardware.model), dp, worker_latency)
 
 
 def _warn_draft_size(config: SimConfig, target) -> None:
@@ -355,6 +319,8 @@ def check_timed(config: SimConfig, requests=None) -> None:
 
     for one in [sub for _, sub in pool_configs(config)] if config.pools else [config]:  # --pool: each pool's
         hardware, *_, layout = _hardware_pool(one)
+        if hardware.parallel.dp > 1:
+            check_dp_ranks(one)
         cpu_tier_size(one, hardware.model, layout)
         lora_spec(one, hardware.model)  # a model whose adapters dynlab cannot size
         spec_decoding(one)  # a bad --spec-acceptance

@@ -155,8 +155,7 @@ class EngineWorker:
             raise ValueError(f"block must be >= 1 token, got {block}")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
-        self.worker_id, self.block, self.latency = worker_id, block, latency
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.worker_id, self.block, self.latency, self.max_num_batched_tokens = worker_id, block, latency, max_num_batched_tokens
         self.max_num_seqs, self.bulk, self.handoff, self.runs = max_num_seqs, bulk, handoff, runs
         self.kv = kv_cache_manager(capacity, block, kv_layout, max_num_batched_tokens, runs=runs, cpu_capacity=cpu_capacity,
                                    load_ms_per_block=load_ms_per_block, cpu_write=cpu_write, admission=admission)
@@ -170,19 +169,16 @@ class EngineWorker:
         self.rejected = self.steps = 0
         self.busy_ms = self.busy_block_ms = 0.0  # ms in steps, blocks held x ms in them (mean_kv_usage_busy)
         self._busy_from = 0.0  # used_block_ms at the start of the step in progress
-        self.removed: tuple = ()
-        # removed as (group, mask) pairs (the runs of its BlockRemoved) when the pool works on runs, else None
-        self.removed_runs: Optional[tuple] = None
-        self.cpu_stored: tuple = ()  # names the CPU tier gained at the last start_step (BlockStored CPU)
-        self.cpu_removed: tuple = ()  # names it dropped then (BlockRemoved CPU)
+        # removed_runs: removed as (group, mask) pairs (the runs of its BlockRemoved) when the pool works on runs, else
+        # None; cpu_stored / cpu_removed: names the CPU tier gained / dropped at the last start_step (medium CPU events)
+        self.removed, self.removed_runs, self.cpu_stored, self.cpu_removed = (), None, (), ()
         # set by a driver that calls cross_boundary at next_boundary (TimedFleet): bulk runs may then
         # go on across block boundaries (see the module docstring)
         self.cross_boundaries = False
-        #: start (ms) of the next step of the bulk decode run in progress at which running requests cross
-        #: a block boundary and take a block each (``None``: none left); call :meth:`cross_boundary` then,
-        #: after the step ends and arrivals at that time. Read-only for callers (a plain attribute, read
-        #: at every boundary: start_step, cross_boundary, interrupt and finish_step keep it the last of
-        #: the run's ``bound_at``)
+        #: start (ms) of the next step of the bulk decode run in progress at which running requests cross a block
+        #: boundary and take a block each (``None``: none left); call :meth:`cross_boundary` then, after the step
+        #: ends and arrivals at that time. Read-only for callers (a plain attribute, read at every boundary:
+        #: start_step, cross_boundary, interrupt and finish_step keep it the last of the run's ``bound_at``)
         self.next_boundary: Optional[float] = None
         self._step: Optional[StepPlan] = None
 
@@ -362,6 +358,10 @@ class EngineWorker:
         if st.k > 1 and sch.loading:
             self.interrupt(sch.loading[0].ready_ms)  # a load arriving mid-run joins the next step
         return st.end
+
+    def hold_until(self, end: float) -> None:
+        """End the single step in progress at ``end`` (ms, not before its own end): a rank waiting for its lockstep group."""
+        self._step.end = end
 
     def _offload(self, removed: list) -> None:
         """Write the names the pool evicted to the CPU tier (:attr:`cpu_stored` / :attr:`cpu_removed`);

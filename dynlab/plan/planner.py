@@ -128,6 +128,8 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         users = closed_users(requests, config.concurrency)
         if users is None:
             top, lower = cap, min(cap, analysis.workers_lower_bound(requests, config, work))
+            if shape.dp_attention:  # ranks work side by side: a worker does up to ep / tp workers' work
+                lower = max(1, -(-lower // (shape.ep // shape.tp)))
         else:  # closed loop: no arrival span to bound the work by; C users never keep more than C workers busy
             top, lower = min(cap, users), 1
         share = analysis.prefill_share(work) if shape.pd else 0.5

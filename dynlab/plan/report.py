@@ -8,8 +8,9 @@ from dynlab.plan.target import measured
 
 
 def gpus(o: Outcome) -> Optional[int]:
-    """GPUs of the shape's shown fleet (workers x TP)."""
-    return None if o.shown is None else o.shown * o.shape.tp
+    """GPUs of the shape's shown fleet: workers x TP (x the attention ranks ``ep / tp`` with ``--dp-attention``:
+    a worker's GPUs, :attr:`dynlab.models.parallel.Parallelism.gpus` at ``pp`` 1)."""
+    return None if o.shown is None else o.shown * o.shape.tp * (o.shape.ep // o.shape.tp if o.shape.dp_attention else 1)
 
 
 def usd_per_hour(o: Outcome, prices: Mapping[str, float]) -> Optional[float]:
@@ -44,6 +45,7 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
             "shape": o.shape.label, "model": o.shape.model, "gpu": o.shape.gpu, "tp": o.shape.tp,
             "mode": o.shape.mode, "cpu_memory_gb": o.shape.cpu_memory_gb, "ep": o.shape.ep,
             "spec_tokens": o.shape.spec_tokens, "pd": o.shape.pd,
+            **({"dp_attention": True} if o.shape.dp_attention else {}),
             "meets": o.workers is not None, "workers": o.workers, "shown_workers": o.shown,
             "split": o.shown_split() or None, "gpus": gpus(o),
             "usd_per_hour": usd_per_hour(o, prices), "goodput": r.get("goodput"),

@@ -21,8 +21,9 @@ GALLOP = 1.5
 class Shape:
     """One candidate: workers of ``tp`` ``gpu`` GPUs each serving ``model``, routed by ``mode``, with a CPU
     tier of ``cpu_memory_gb`` GB per worker (``None``: none), ``ep`` expert-parallel GPUs (1: none; else
-    ``ep`` = ``tp``), ``spec_tokens`` draft tokens per decode step (0: no speculation) and, with ``pd``,
-    a disaggregated fleet whose prefill:decode split is searched (:class:`PdSearch`)."""
+    ``ep`` = ``tp``, or with ``dp_attention`` ``tp`` x its attention ranks), ``spec_tokens`` draft tokens per
+    decode step (0: no speculation) and, with ``pd``, a disaggregated fleet whose prefill:decode split is
+    searched (:class:`PdSearch`)."""
 
     model: str
     gpu: str
@@ -32,12 +33,15 @@ class Shape:
     ep: int = 1
     spec_tokens: int = 0
     pd: bool = False
+    dp_attention: bool = False
 
     @property
     def label(self) -> str:
-        """``h100x2 kv-cost``; `` ep2`` after the TP with expert parallelism, ``+cpu256`` with a CPU tier of
-        256 GB, `` spec2`` with 2 draft tokens, `` P/D`` for a disaggregated fleet."""
+        """``h100x2 kv-cost``; `` ep2`` after the TP with expert parallelism (`` ep4 dp2`` with 2 attention
+        ranks), ``+cpu256`` with a CPU tier of 256 GB, `` spec2`` with 2 draft tokens, `` P/D`` for a
+        disaggregated fleet."""
         ep = f" ep{self.ep}" if self.ep > 1 else ""
+        ep += f" dp{self.ep // self.tp}" if self.dp_attention else ""
         cpu = f" +cpu{self.cpu_memory_gb:g}" if self.cpu_memory_gb else ""
         spec = f" spec{self.spec_tokens}" if self.spec_tokens else ""
         return f"{self.gpu}x{self.tp}{ep} {self.mode}{cpu}{spec}{' P/D' if self.pd else ''}"
@@ -58,6 +62,7 @@ class Shape:
                 + (CPU_TIER_FIELDS if not self.cpu_memory_gb else ()))
         config = replace(base, model=self.model, gpu=self.gpu, tp=self.tp, mode=self.mode,
                          cpu_memory_gb=self.cpu_memory_gb, ep=self.ep, spec_tokens=self.spec_tokens,
+                         dp_attention=self.dp_attention,
                          split="1:1" if self.pd else None, **{f: DEFAULTS[f] for f in drop})
         if 0 < self.spec_tokens < top_k:
             config = align_rates([config, replace(config, spec_tokens=top_k)])[0]
@@ -65,13 +70,19 @@ class Shape:
 
     def impossible(self) -> str:
         """Why no worker can have this shape, in words (empty when it can): ``ep`` > 1 on a dense model (no
-        experts to divide); plan takes no ``--dp-attention``, so ``ep`` > 1 must equal ``tp``; a P/D fleet's
-        workers have no CPU tier. An unknown model is not judged here (the options' check names it)."""
+        experts to divide); ``ep`` > 1 must equal ``tp`` (without ``--dp-attention``) or be a multiple of it
+        (with: :func:`dynlab.models.parallel.check_parallelism`); a P/D fleet's workers have no CPU tier; attention
+        ranks are not modelled in a P/D fleet or with a CPU tier (:func:`dynlab.engine.serving.check_dp_ranks`).
+        An unknown model is not judged here (the options' check names it)."""
         dense = _dense(self.model) if self.ep > 1 else False
         if dense:
             return f"--ep {self.ep}: {self.model} is a dense model (no experts to divide)"
-        if self.ep > 1 and self.ep != self.tp and dense is not None:
-            return f"--ep {self.ep} must equal --tp {self.tp}"
+        if self.dp_attention and self.ep % self.tp:
+            return f"--ep {self.ep} is not a multiple of --tp {self.tp} (with --dp-attention)"
+        if self.dp_attention and (self.pd or self.cpu_memory_gb):
+            return f"--dp-attention with {'a P/D fleet' if self.pd else 'a CPU tier'} is not modelled"
+        if self.ep > 1 and self.ep != self.tp and not self.dp_attention and dense is not None:
+            return f"--ep {self.ep} must equal --tp {self.tp}" + (" (or add --dp-attention)" if self.ep > self.tp else "")
         if self.pd and self.cpu_memory_gb:
             return "a P/D fleet's workers have no CPU tier"
         return ""

@@ -8,7 +8,8 @@ Keys, in this order (:data:`KEYS`, then :data:`PD_KEYS` in P/D runs); times in m
 (the first request's arrival is its trace timestamp times ``--time-scale``), unrounded:
 
 - ``id``: the request's 0-based position in the trace (its line, counting request lines only);
-- ``worker``: the worker the strategy routed it to (in a P/D run: its prefill worker);
+- ``worker``: the worker the strategy routed it to (in a P/D run: its prefill worker); with
+  ``--dp-attention`` also ``dp_rank`` after it, the worker's attention-DP rank (routing target ``worker x dp + dp_rank``);
 - ``arrival_ms``, ``first_scheduled_ms`` (its first engine step), ``first_token_ms`` (the user's first
   token: in a P/D run the end of the decode worker's first step for it, after its KV arrived, as the
   run's ``ttft_ms``), ``finish_ms``;
@@ -96,6 +97,9 @@ class RequestRecorder(Recorder):
                             "transfer_start_ms": None if tr is None else tr.reserved,
                             "transfer_end_ms": None if tr is None else tr.arrived,
                             "prefill_token_ms": rec["first_token_ms"] if tr is None else tr.prefill_done})
+            if info.dp > 1 and worker is not None:  # the target's (worker, rank), as Dynamo keys its workers
+                w, r = divmod(worker, info.dp)
+                rec = {"id": index, "worker": w, "dp_rank": r, **{k: v for k, v in rec.items() if k not in ("id", "worker")}}
             if index in self._shed:
                 rec["shed"] = True
             if attrs:

@@ -73,13 +73,18 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
             config, shaped = _profiled(config, shaped)
         topology = topology_for(build_engines(config, own))
         block_tokens = config.block
-    strategy = build_strategy(config if pd is None or config.pools else replace(config, workers=pd[0]), rng,
-                              block_tokens=block_tokens, pool_blocks=topology.setup.pool_blocks if topology is not None else None)
+    routed = config.workers if pd is None else pd[0]  # the targets the strategy routes to (attention-DP ranks)
+    if topology is not None:
+        routed = topology.routed_workers
+    strategy = build_strategy(config if routed == config.workers else replace(config, workers=routed), rng,
+                              block_tokens=block_tokens,
+                              pool_blocks=topology.setup.pool_blocks if topology is not None else None)
     if _benchmark(config):
         from dynlab.sim.benchmark import BenchmarkRecorder
 
         recorders = (*recorders, BenchmarkRecorder(_run_gpus(config), config.warmup, config.detok_ms))
-    info = RunInfo(timed=config.timing, pd=pd is not None, block_tokens=block_tokens)
+    info = RunInfo(timed=config.timing, pd=pd is not None, block_tokens=block_tokens,
+                   dp=topology.setup.dp if topology is not None else 1)
     for recorder in recorders:
         recorder.on_run(info)
     bar = None

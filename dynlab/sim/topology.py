@@ -28,6 +28,7 @@ from dynlab.engine.scaling_metrics import ScalingRecorder
 from dynlab.engine.env import RunEnv
 from dynlab.engine.gateway import AdmissionPolicy, Always, parse_policy
 from dynlab.engine.metrics import Recorder, fleet_result
+from dynlab.engine.lockstep import LockstepFleet
 from dynlab.engine.lora_metrics import LoraRecorder
 from dynlab.engine.tier_metrics import TierRecorder
 from dynlab.engine.serving import TimedSetup
@@ -49,11 +50,13 @@ class Topology(Protocol):
 
 
 class Aggregated:
-    """``config.workers`` aggregated engines (prefill and decode on each), with their CPU tiers if any."""
+    """``config.workers`` aggregated engines (prefill and decode on each), with their CPU tiers if any; with
+    ``--dp-attention`` each worker's ``dp`` ranks are engines and routing targets of their own
+    (:meth:`~dynlab.engine.serving.TimedSetup.engines`)."""
 
     def __init__(self, setup: TimedSetup):
         self.setup = setup
-        self.routed_workers = setup.config.fleet_workers  # --pool: the pools' workers summed
+        self.routed_workers = setup.config.fleet_workers * setup.dp  # --pool: the pools' workers summed; DP ranks
 
     def build(self, strategy: Strategy, env: RunEnv) -> TimedFleet:
         s = self.setup
@@ -68,6 +71,8 @@ class Aggregated:
             env.recorders.append(pools)
             return pools.attach(TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of))
         controller = build_controller(s.config.controller)
+        if s.dp > 1:  # attention-DP ranks in lockstep (no controller: dynlab.engine.serving.check_dp_ranks)
+            return LockstepFleet(strategy, s.engines(), env, s.names_of, s.runs_of, dp=s.dp)
         if controller is None:
             return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
         kind = s.engine_kind()  # an elastic fleet (--controller): its recorder before the fleet reads the hooks

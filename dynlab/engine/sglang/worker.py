@@ -151,6 +151,11 @@ class SglangWorker:
         self._step = (step, now, end)
         return end
 
+    def hold_until(self, end: float) -> None:
+        """End the pass in progress at ``end`` (ms, not before its own end): a rank waiting for its lockstep group."""
+        step, start, _ = self._step
+        self._step = (step, start, end)
+
     def finish_step(self) -> StepResult:
         """Apply the pass in progress at its end: computed tokens, emitted tokens, cached blocks, finishes."""
         if self._step is None:
