@@ -106,6 +106,11 @@ class Controller:
     name: str = ""
     #: ``period``'s default (s), a subclass's to change (Kubernetes HPA's sync period is 15 s)
     default_period_s: float = 1.0
+    #: s between a metric and the controller's sight of it: :meth:`decide` gets the state observed this long
+    #: before the call and its decisions apply at the call (:class:`dynlab.sim.control.Control`); 0: at once
+    scrape_delay_s: float = 0.0
+    #: s before the router learns of a join or a leave (:class:`dynlab.engine.elastic.Elastic`); 0: at once
+    discovery_delay_s: float = 0.0
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         self.spec = spec or self.name
