@@ -65,6 +65,7 @@ class Elastic(Recorder):
         self.timeline: list = []  # (ms, routable workers) at the start and at each change
         self._gone: set = set()  # retired workers, whose KV events no longer reach the strategy
         self._arrivals = 0  # in the controller's period so far
+        self._prompt_tokens = self._finished = self._output_tokens = 0  # the same
         self._ttfts: list = []
         self._steps: list = []  # StepSample of the steps ended in the controller's period so far
         self._front = 0.0
@@ -215,8 +216,10 @@ class Elastic(Recorder):
                                        queued, e.used_blocks * e.block, e.capacity * e.block,
                                        e.max_num_batched_tokens))
         out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts),
-                         self.weight_bytes, tuple(self._steps))
+                         self.weight_bytes, tuple(self._steps), self._prompt_tokens, self._finished,
+                         self._output_tokens)
         self._arrivals, self._ttfts, self._steps = 0, [], []
+        self._prompt_tokens = self._finished = self._output_tokens = 0
         return out
 
     def on_step(self, worker: int, result) -> None:
@@ -227,6 +230,7 @@ class Elastic(Recorder):
 
     def on_arrival(self, req, t: float) -> None:
         self._arrivals += 1
+        self._prompt_tokens += req.input_length
 
     def on_shed(self, req) -> None:
         self.origin.pop(req.id, None)
@@ -236,6 +240,8 @@ class Elastic(Recorder):
 
     def on_finish(self, req, t: float) -> None:
         self.origin.pop(req.id, None)
+        self._finished += 1
+        self._output_tokens += req.output_length
 
     def on_reject(self, req) -> None:
         self.origin.pop(req.id, None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dynlab.engine.controller import Add, Controller, NoController, Retire
+from dynlab.engine.controller import Add, Controller, NoController, Retire, RunInfo
 from dynlab.engine.elastic import Elastic
 from dynlab.engine.gateway import parse_policy
 from dynlab.engine.loop import STEP_START
@@ -49,8 +49,12 @@ class Control:
         self.discovery_ms = controller.discovery_delay_s * 1000.0
         self.pending = 0  # observations whose decision is still to come (scrape delay)
 
-    def start(self) -> None:
-        """Schedule the first call, at one period."""
+    def start(self, gpus: int = 1, config=None) -> None:
+        """Give the controller the run's :class:`~dynlab.engine.controller.RunInfo` (worker 0's engine, ``gpus`` per
+        worker, the run's ``config``) and schedule the first call, at one period."""
+        e = self.elastic.fleet.engines[0]
+        seqs = getattr(e.scheduler, "max_num_seqs", None) or getattr(e.scheduler, "max_running", 1)  # vLLM, SGLang
+        self.controller.bind(RunInfo(e.latency, gpus, seqs, e.max_num_batched_tokens, e.capacity * e.block, config))
         loop = self.elastic.fleet.loop
         loop.at(loop.now + self.period_ms, STEP_START, self._tick)
 
