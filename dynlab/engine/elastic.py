@@ -203,6 +203,17 @@ class Elastic(Recorder):
     def observe(self, period_s: float) -> FleetState:
         """The fleet now, and the arrivals and TTFTs since the last call (:class:`FleetState`)."""
         fleet = self.fleet
+        workers = self.workers_now()
+        out = FleetState(fleet.loop.now / 1000.0, period_s, workers, self._arrivals, tuple(self._ttfts),
+                         self.weight_bytes, tuple(self._steps), self._prompt_tokens, self._finished,
+                         self._output_tokens)
+        self._arrivals, self._ttfts, self._steps = 0, [], []
+        self._prompt_tokens = self._finished = self._output_tokens = 0
+        return out
+
+    def workers_now(self) -> tuple:
+        """Every worker not yet left, as :class:`WorkerState` now (ascending ids)."""
+        fleet = self.fleet
         workers = []
         for w, state in enumerate(self.state):
             if state == GONE:
@@ -215,12 +226,7 @@ class Elastic(Recorder):
                                        e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w],
                                        queued, e.used_blocks * e.block, e.capacity * e.block,
                                        e.max_num_batched_tokens))
-        out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts),
-                         self.weight_bytes, tuple(self._steps), self._prompt_tokens, self._finished,
-                         self._output_tokens)
-        self._arrivals, self._ttfts, self._steps = 0, [], []
-        self._prompt_tokens = self._finished = self._output_tokens = 0
-        return out
+        return tuple(workers)
 
     def on_step(self, worker: int, result) -> None:
         block = self.fleet.engines[worker].block

@@ -7,7 +7,9 @@ arrival of that time; they stop when nothing is left to happen but workers becom
 has finished), so a controller that keeps adding workers to an idle fleet never keeps a finished run alive.
 
 With a controller's ``scrape_delay_s`` (d s) the call at ``t`` observes the fleet and the call's decisions are made
-and applied at ``t + d``, on that observation (the metrics a controller reads are d s old); with its
+and applied at ``t + d``, on that observation (the metrics a controller reads are d s old) but with the fleet's members
+as they are at ``t + d`` (an orchestrator's API, Kubernetes' or Dynamo's deployment object, is read at once: a worker
+retired or added since keeps its state now, a worker added since has no metric yet: zeros); with its
 ``discovery_delay_s`` an added worker is routable that long after its cold start, and a retired one that long
 after the decision stops receiving routes (:meth:`~dynlab.engine.elastic.Elastic.retire`'s ``after_ms``).
 """
@@ -74,6 +76,7 @@ class Control:
         elastic, c = self.elastic, self.controller
         if delayed:
             self.pending -= 1
+            state = state._replace(workers=members_now(state.workers, elastic.workers_now()))
         for decision in c.decide(state) or ():
             if type(decision) is Add:
                 if not decision.ready_in_s >= 0 or decision.ready_in_s == float("inf"):
@@ -84,3 +87,12 @@ class Control:
                 elastic.retire(decision.worker, decision.kill, self.discovery_ms)
             else:
                 raise DynlabError(f"controller {c.spec!r} decided {decision!r}, not an Add or a Retire")
+
+
+def members_now(seen, now) -> tuple:
+    """The workers ``now`` (their ids, states and ready times) with the metrics ``seen`` earlier (zeros for a worker
+    not seen then); both tuples of :class:`~dynlab.engine.controller.WorkerState`."""
+    old = {w.id: w for w in seen}
+    return tuple(old[w.id]._replace(state=w.state, ready_s=w.ready_s) if w.id in old else
+                 w._replace(waiting=0, running=0, kv_usage=0.0, active=0, queued_prefill_tokens=0, kv_tokens=0)
+                 for w in now)

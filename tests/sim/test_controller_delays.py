@@ -47,3 +47,20 @@ def test_without_delays_the_result_is_the_same_as_with_zero_delays(tmp_path):
 def test_bad_delays_are_refused(spec):
     with pytest.raises(ValueError, match="scrape_delay_s|discovery_delay_s|unknown option"):
         build_controller(spec)
+
+
+def test_delayed_metrics_are_read_against_the_fleet_as_it_is_now(tmp_path):
+    from dynlab.engine.controller import WorkerState
+    from dynlab.sim.control import members_now
+
+    seen = (WorkerState(0, "live", 0.0, 7, 1, 0.5, 8), WorkerState(1, "live", 0.0, 3, 1, 0.2, 4))
+    now = (WorkerState(0, "live", 0.0, 0, 0, 0.0, 0), WorkerState(1, "draining", 0.0, 0, 0, 0.0, 1),
+           WorkerState(2, "starting", 20.0, 0, 0, 0.0, 0))
+    # worker 0: its metrics as seen; worker 1: retired since (draining now), its old metrics; worker 2: added since,
+    # not seen: zeros
+    assert members_now(seen, now) == (seen[0], seen[1]._replace(state="draining"), now[2])
+    # a delay of 12 s at a 5 s period: three decisions in flight at once, each on its 12 s old metrics; without the
+    # members read now, a later one would retire a worker an earlier one had retired (a run-stopping error)
+    out = _step(tmp_path, controller=HPA + ",down_window=0,scrape_delay_s=12")
+    assert out["scale_events"] and {e[0] % 5 for e in out["scale_events"]} == {2.0}
+    assert all(w["left_s"] is None or w["left_s"] >= w["ready_s"] for w in out["worker_lifetimes"])
