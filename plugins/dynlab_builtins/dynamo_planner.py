@@ -16,8 +16,8 @@ Every ``period`` (default 5 s, ``load_adjustment_interval_seconds``):
    absorbing a retired worker's load) keeps its queue-induced part (that TTFT minus the same with no queue) below
    ``(ttft - own) x sensitivity`` (80 %, ``load_scaling_down_sensitivity``). Decode: up when every worker holds KV and
    its ITL is above ``itl`` (ms, default 50); down when, for every worker, its KV plus queued prompt tokens scaled by
-   ``N / (N - 1)`` fits its pool and the ITL there is below ``itl x sensitivity``, the survivor taking ``N / (N - 1)``
-   times the prompt tokens per ms (:meth:`DynamoLoad.est_itl_loaded`: longer steps carry more prompt tokens each).
+   ``N / (N - 1)`` fits its pool and the ITL there is below ``itl x sensitivity``, the survivor's steps carrying
+   ``N / (N - 1)`` times the prompt tokens (it takes the retired worker's arrivals too).
    A side whose target is out of reach with no load at all (an empty worker's estimate above it) decides nothing.
    ``agg_planner.py`` (``_prefill_scaling_decision``, ``_decode_scaling_decision``) compares each worker's active
    prefill tokens and decode blocks with the load the regression gives at the SLA: a worker with none is never above
@@ -98,20 +98,9 @@ class DynamoLoad(Autoscaler):
             left -= chunk
         return out
 
-    def est_itl(self, kv: float) -> float:
-        """The next ITL (ms) at ``kv`` tokens of KV and the window's prompt tokens per step."""
-        return self.predict(self.avg_prefill, kv + self.avg_decode_len)
-
-    def est_itl_loaded(self, kv: float, load: float) -> float:
-        """The ITL (ms) of a worker taking ``load`` times the window's prompt tokens per ms, at ``kv`` tokens of KV:
-        a step of T ms then carries ``load x rate x T`` prompt tokens (rate: the window's prompt tokens per ms of
-        step), so ``T = a + b x load x rate x T + c x (kv + avg_decode_len)``, solved for T; ``inf`` when
-        ``b x load x rate >= 1`` (the prompt tokens alone outgrow the steps)."""
-        a, b, c = self.model
-        grow = b * load * self.prefill_rate
-        if grow >= 1.0:
-            return math.inf
-        return max((a + c * (kv + self.avg_decode_len)) / (1.0 - grow), 1e-6)
+    def est_itl(self, kv: float, load: float = 1.0) -> float:
+        """The next ITL (ms) at ``kv`` tokens of KV, the window's prompt tokens per step times ``load``."""
+        return self.predict(self.avg_prefill * load, kv + self.avg_decode_len)
 
     def learn(self, state) -> bool:
         """Take the period's step samples; whether the model is ready."""
@@ -123,7 +112,6 @@ class DynamoLoad(Autoscaler):
         self.avg_isl = _mean(s.prefill_tokens / s.prefill_requests for s in w if s.prefill_requests)
         self.avg_decode_len = _mean(s.kv_tokens / s.decode_requests for s in w if s.decode_requests)
         self.avg_prefill = _mean(s.prefill_tokens for s in w)
-        self.prefill_rate = sum(s.prefill_tokens for s in w) / max(sum(s.ms for s in w), 1e-9)
         return self.model is not None
 
     def prefill_says(self, live, n: int) -> int:
@@ -155,7 +143,7 @@ class DynamoLoad(Autoscaler):
         c = n / (n - 1)
         for w in live:
             post = (w.kv_tokens + w.queued_prefill_tokens) * c
-            if post >= w.kv_capacity_tokens or self.est_itl_loaded(post, c) >= self.itl * self.sensitivity:
+            if post >= w.kv_capacity_tokens or self.est_itl(post, c) >= self.itl * self.sensitivity:
                 return n
         return n - 1
 
