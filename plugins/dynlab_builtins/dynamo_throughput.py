@@ -14,21 +14,23 @@ Every ``period`` (default 180 s):
    ``arima`` (statsmodels' ARIMA, the order of the lowest AIC among a few small ones: Dynamo's default predictor uses
    pmdarima's auto-ARIMA; the optional extra ``dynlab[arima]``). ARIMA falls back to the last value before
    ``min_points`` (5) intervals, as Dynamo's predictors do during warm-up.
-3. Per-worker capacity from the run's own latency model (the one ``--latency-profile`` calibrated, when given),
-   probed as Dynamo's pre-deployment profile is swept (:func:`capacity`): prefill tokens per ms at the predicted ISL,
-   decode tokens per ms at the largest batch whose step stays within ``itl`` at a context of ISL + OSL / 2 (the
-   decode interpolator's ``find_best_throughput_per_gpu(itl, context_length)``).
+3. A worker's capacity at the targets, replayed (:func:`capacity`): one worker of the run's own engine, model, GPU and
+   latency model (the one ``--latency-profile`` calibrated, when given) serves ``replay_requests`` (200) requests of
+   the predicted ISL and OSL (two significant digits, cached) at a Poisson rate; the highest rate whose mean TTFT and
+   TPOT stay within ``ttft`` and ``itl`` (ms) is a worker's requests/s. Dynamo reads the same figure from its
+   pre-deployment profile (the interpolators' ``find_best_throughput_per_gpu``).
 4. Replicas. Dynamo sizes separate pools: ``ceil(rate x ISL / prefill throughput)`` and ``ceil(rate x OSL / decode
-   throughput)``. One aggregated worker does both, so dynlab adds the two shares of a worker's time:
-   ``replicas = ceil(rate x (ISL / prefill tokens per ms + OSL / decode tokens per ms))`` (rate in requests per ms).
+   throughput at the ITL target)``. One aggregated worker does both, so its replayed request rate stands for the pair:
+   ``replicas = ceil(predicted requests/s / a worker's requests/s)``.
 5. Bounds: ``min`` (1), ``max``, and ``gpu_budget`` (GPUs, default 8: at most ``floor(gpu_budget / GPUs per
    worker)`` workers, ``_apply_component_gpu_budget``); then the fleet goes to that count at once (adds ready after
    the cold start, retires newest first). Scaling is not blocking (Dynamo's default): a call while workers start
    still decides, counting them.
 
 Left out: Dynamo's correction factors (observed TTFT and ITL over the profile's: ``--no-correction``'s behaviour), its
-Kalman and Prophet predictors, and warm-starting from a trace. With no arrival and no finish in an interval the
-predicted load is zero and the fleet goes to ``min``.
+Kalman and Prophet predictors, and warm-starting from a trace (in a simulation the profile is the run's own engine, so
+a correction factor would measure only the load's effects). An interval without arrivals predicts (with ``constant``)
+no load: the fleet goes to ``min``.
 """
 from __future__ import annotations
 
