@@ -8,7 +8,13 @@ cold start of a new worker and how a worker is retired, read from the controller
 - ``cold_start_s``: seconds from :class:`~dynlab.engine.controller.Add` to routable, overriding the computed
   :func:`cold_start_s` (``load_gbps`` and ``startup_s`` set its terms instead);
 - ``scale_down``: ``drain`` (default: no new route, the worker finishes what it holds) or ``kill`` (its requests
-  requeued, counted in the result's ``requeued``).
+  requeued, counted in the result's ``requeued``);
+- ``scrape_delay_s``: the metrics' age, s (default 0): the controller decides at ``t + scrape_delay_s`` on what was
+  observed at ``t`` (Prometheus scrapes every ``scrape_interval``, 1 m by default in its configuration docs, and a
+  rate over a window lags further; Dynamo's Planner reads Prometheus: docs/autoscaling.md);
+- ``discovery_delay_s``: s the router takes to learn of a join or a leave (default 0): a worker is routable that
+  long after its ready time, and a retired one keeps its routes that long before its drain or kill starts (Dynamo's
+  routers learn of workers through a discovery store's watch: etcd leases; the figure is an assumption to set).
 
 The cold start (:func:`cold_start_s`) is ``weight_bytes / (load_gbps x 1e9) + startup_s``: one worker reads its
 model's weights (the catalogue's :attr:`dynlab.models.spec.ModelSpec.weight_bytes`, every GPU of the worker
@@ -69,6 +75,8 @@ class Autoscaler(Controller):
         self.load_gbps = self.number("load_gbps", DEFAULT_LOAD_GBPS, minimum=1e-9)
         self.startup_s = self.number("startup_s", DEFAULT_STARTUP_S)
         self.kill = self.choice("scale_down", ("drain", "kill"), "drain") == "kill"
+        self.scrape_delay_s = self.number("scrape_delay_s", 0.0)
+        self.discovery_delay_s = self.number("discovery_delay_s", 0.0)
 
     def choice(self, key: str, choices: tuple, default: str) -> str:
         """The option ``key``, one of ``choices`` (``default`` when absent); ``ValueError`` otherwise."""

@@ -18,7 +18,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 from dynlab.engine.gateway import option_number
 
-__all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "StepSample", "WorkerState"]
+__all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "RunInfo", "StepSample", "WorkerState"]
 
 #: a worker's states: added, not routable before its ready time; routable; retired, finishing what it holds
 STARTING, LIVE, DRAINING = "starting", "live", "draining"
@@ -53,7 +53,9 @@ class FleetState(NamedTuple):
     shed ones included; requeued ones not), ``ttft_ms`` (the client TTFTs, ms, of the first tokens in it) and
     ``weight_bytes`` (B of one worker's model weights, the catalogue's: what a cold start loads,
     :func:`dynlab.engine.autoscale.cold_start_s`; 0 when unknown) and ``steps``: the engine iterations that ended in
-    the period, each a :class:`StepSample` (a bulk run of decode steps: one sample per run, at its mean step time)."""
+    the period, each a :class:`StepSample` (a bulk run of decode steps: one sample per run, at its mean step time);
+    ``prompt_tokens``: the prompt tokens of the period's arrivals; ``finished`` and ``output_tokens``: the requests that
+    finished in the period and their output tokens (a frontend's ISL and OSL metrics, NVIDIA Dynamo Planner's)."""
 
     now_s: float
     period_s: float
@@ -62,6 +64,24 @@ class FleetState(NamedTuple):
     ttft_ms: tuple
     weight_bytes: float = 0.0
     steps: tuple = ()
+    prompt_tokens: int = 0
+    finished: int = 0
+    output_tokens: int = 0
+
+
+class RunInfo(NamedTuple):
+    """What a controller may read of the run once, before its first call (:meth:`Controller.bind`): ``latency`` (one
+    worker's step-time model, a :class:`~dynlab.latency.base.LatencyModel`: the calibrated one with
+    ``--latency-profile``), ``gpus`` (GPUs per worker), ``max_num_seqs``, ``max_batched_tokens`` (a step's token
+    budget), ``kv_capacity_tokens`` (one worker's KV pool, tokens) and ``config`` (the run's
+    :class:`~dynlab.engine.config.SimConfig`: what a replay of one worker starts from)."""
+
+    latency: object
+    gpus: int
+    max_num_seqs: int
+    max_batched_tokens: int
+    kv_capacity_tokens: int
+    config: object = None
 
 
 class StepSample(NamedTuple):
@@ -106,6 +126,11 @@ class Controller:
     name: str = ""
     #: ``period``'s default (s), a subclass's to change (Kubernetes HPA's sync period is 15 s)
     default_period_s: float = 1.0
+    #: s between a metric and the controller's sight of it: :meth:`decide` gets the state observed this long
+    #: before the call and its decisions apply at the call (:class:`dynlab.sim.control.Control`); 0: at once
+    scrape_delay_s: float = 0.0
+    #: s before the router learns of a join or a leave (:class:`dynlab.engine.elastic.Elastic`); 0: at once
+    discovery_delay_s: float = 0.0
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         self.spec = spec or self.name
@@ -117,6 +142,9 @@ class Controller:
     def decide(self, state: FleetState) -> Sequence[Decision]:
         """The decisions to apply now (``[]``: none), given ``state`` (:class:`FleetState`)."""
         raise NotImplementedError
+
+    def bind(self, info: RunInfo) -> None:
+        """Read the run's :class:`RunInfo` once, before the first call (default: nothing)."""
 
     def number(self, key: str, default: Optional[float] = None, *, minimum: float = 0.0,
                integer: bool = False) -> Optional[float]:

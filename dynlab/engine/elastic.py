@@ -52,6 +52,8 @@ class Elastic(Recorder):
         self.build, self.spec, self.weight_bytes = build, spec, weight_bytes
         self.events: list = []  # (ms, "add" or "retire", worker id) of every decision applied, in order
         self.pending_ready = 0  # workers added whose ready time has not come (Control stops calling past them)
+        self.pending_leave = 0  # retirements waiting for the router's discovery delay (the same)
+        self._leaving: set = set()  # live workers retired whose routes go on until the router learns of it
         self.fleet = None
         self.origin: dict = {}  # request id -> the workload's Request, while in flight (a kill requeues it)
         self.state: list = []
@@ -63,6 +65,7 @@ class Elastic(Recorder):
         self.timeline: list = []  # (ms, routable workers) at the start and at each change
         self._gone: set = set()  # retired workers, whose KV events no longer reach the strategy
         self._arrivals = 0  # in the controller's period so far
+        self._prompt_tokens = self._finished = self._output_tokens = 0  # the same
         self._ttfts: list = []
         self._steps: list = []  # StepSample of the steps ended in the controller's period so far
         self._front = 0.0
@@ -108,29 +111,45 @@ class Elastic(Recorder):
         self.fleet.strategy.on_join(w)
         self._changed()
 
-    def retire(self, w: int, kill: bool = False) -> None:
-        """Retire worker ``w`` now: draining (default) or killing it (module docstring). Raises
+    def retire(self, w: int, kill: bool = False, after_ms: float = 0.0) -> None:
+        """Retire worker ``w`` now: draining (default) or killing it (module docstring). With ``after_ms`` > 0 (the
+        router's discovery delay, ``discovery_delay_s``) a live worker keeps receiving routes for ``after_ms`` more and
+        its drain or kill starts then; a controller sees it ``draining`` at once (its pod is terminating). Raises
         :class:`~dynlab.errors.DynlabError` for a worker that is not there or already retired, or when it is
         the last routable worker."""
         fleet = self.fleet
-        if type(w) is not int or not 0 <= w < len(self.state) or self.state[w] not in (STARTING, LIVE):
+        if (type(w) is not int or not 0 <= w < len(self.state) or self.state[w] not in (STARTING, LIVE)
+                or w in self._leaving):
             raise DynlabError(f"controller {self.spec!r}: cannot retire worker {w!r}: not a starting or live worker")
         now = fleet.loop.now
         self.events.append((now, "retire", w))
         if self.state[w] == STARTING:  # never routable, holds nothing
             return self._leave(w, "drain", now)
-        if len(fleet.routable) == 1:
+        if len(fleet.routable) - len(self._leaving) == 1:
             raise DynlabError(f"controller {self.spec!r}: retiring worker {w} at {now / 1000:g} s would leave no "
                               f"routable worker")
+        if after_ms > 0:
+            self._leaving.add(w)
+            self.pending_leave += 1
+            fleet.loop.at(now + after_ms, DELIVER, self._unroute, w, kill)
+            return
+        self._unroute(w, kill, delayed=False)
+
+    def _unroute(self, w: int, kill: bool, delayed: bool = True) -> None:
+        """The router stops routing to ``w`` now; its drain or kill starts."""
+        fleet = self.fleet
+        if delayed:
+            self.pending_leave -= 1
+            self._leaving.discard(w)
         fleet.routable.remove(w)
         self._gone.add(w)
         fleet.strategy.on_leave(w)
         self._changed()
         if kill:
-            return self._kill(w, now)
+            return self._kill(w, fleet.loop.now)
         self.state[w] = DRAINING
         if fleet.engines[w].idle:
-            self._leave(w, "drain", now)
+            self._leave(w, "drain", fleet.loop.now)
 
     def idle(self, w: int) -> None:
         """Worker ``w``'s engine became idle (the fleet calls it): a draining worker leaves."""
@@ -184,10 +203,22 @@ class Elastic(Recorder):
     def observe(self, period_s: float) -> FleetState:
         """The fleet now, and the arrivals and TTFTs since the last call (:class:`FleetState`)."""
         fleet = self.fleet
+        workers = self.workers_now()
+        out = FleetState(fleet.loop.now / 1000.0, period_s, workers, self._arrivals, tuple(self._ttfts),
+                         self.weight_bytes, tuple(self._steps), self._prompt_tokens, self._finished,
+                         self._output_tokens)
+        self._arrivals, self._ttfts, self._steps = 0, [], []
+        self._prompt_tokens = self._finished = self._output_tokens = 0
+        return out
+
+    def workers_now(self) -> tuple:
+        """Every worker not yet left, as :class:`WorkerState` now (ascending ids)."""
+        fleet = self.fleet
         workers = []
         for w, state in enumerate(self.state):
             if state == GONE:
                 continue
+            state = DRAINING if w in self._leaving else state
             e = fleet.engines[w]
             queued = sum(r.num_tokens - r.computed for r in e.waiting)
             queued += sum(r.input_length - r.computed for r in e.running if r.computed < r.input_length)
@@ -195,10 +226,7 @@ class Elastic(Recorder):
                                        e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w],
                                        queued, e.used_blocks * e.block, e.capacity * e.block,
                                        e.max_num_batched_tokens))
-        out = FleetState(fleet.loop.now / 1000.0, period_s, tuple(workers), self._arrivals, tuple(self._ttfts),
-                         self.weight_bytes, tuple(self._steps))
-        self._arrivals, self._ttfts, self._steps = 0, [], []
-        return out
+        return tuple(workers)
 
     def on_step(self, worker: int, result) -> None:
         block = self.fleet.engines[worker].block
@@ -208,6 +236,7 @@ class Elastic(Recorder):
 
     def on_arrival(self, req, t: float) -> None:
         self._arrivals += 1
+        self._prompt_tokens += req.input_length
 
     def on_shed(self, req) -> None:
         self.origin.pop(req.id, None)
@@ -217,6 +246,8 @@ class Elastic(Recorder):
 
     def on_finish(self, req, t: float) -> None:
         self.origin.pop(req.id, None)
+        self._finished += 1
+        self._output_tokens += req.output_length
 
     def on_reject(self, req) -> None:
         self.origin.pop(req.id, None)

@@ -5,12 +5,19 @@ calls it every ``period`` seconds of simulated time and applies its decisions to
 Calls happen at ``period``, ``2 period``, ... (ms on the run's clock), after every step end, KV event and
 arrival of that time; they stop when nothing is left to happen but workers becoming ready (the last request
 has finished), so a controller that keeps adding workers to an idle fleet never keeps a finished run alive.
+
+With a controller's ``scrape_delay_s`` (d s) the call at ``t`` observes the fleet and the call's decisions are made
+and applied at ``t + d``, on that observation (the metrics a controller reads are d s old) but with the fleet's members
+as they are at ``t + d`` (an orchestrator's API, Kubernetes' or Dynamo's deployment object, is read at once: a worker
+retired or added since keeps its state now, a worker added since has no metric yet: zeros); with its
+``discovery_delay_s`` an added worker is routable that long after its cold start, and a retired one that long
+after the decision stops receiving routes (:meth:`~dynlab.engine.elastic.Elastic.retire`'s ``after_ms``).
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from dynlab.engine.controller import Add, Controller, NoController, Retire
+from dynlab.engine.controller import Add, Controller, NoController, Retire, RunInfo
 from dynlab.engine.elastic import Elastic
 from dynlab.engine.gateway import parse_policy
 from dynlab.engine.loop import STEP_START
@@ -40,24 +47,52 @@ class Control:
     def __init__(self, controller: Controller, elastic: Elastic):
         self.controller, self.elastic = controller, elastic
         self.period_ms = controller.period_s * 1000.0
+        self.scrape_ms = controller.scrape_delay_s * 1000.0
+        self.discovery_ms = controller.discovery_delay_s * 1000.0
+        self.pending = 0  # observations whose decision is still to come (scrape delay)
 
-    def start(self) -> None:
-        """Schedule the first call, at one period."""
+    def start(self, gpus: int = 1, config=None) -> None:
+        """Give the controller the run's :class:`~dynlab.engine.controller.RunInfo` (worker 0's engine, ``gpus`` per
+        worker, the run's ``config``) and schedule the first call, at one period."""
+        e = self.elastic.fleet.engines[0]
+        seqs = getattr(e.scheduler, "max_num_seqs", None) or getattr(e.scheduler, "max_running", 1)  # vLLM, SGLang
+        self.controller.bind(RunInfo(e.latency, gpus, seqs, e.max_num_batched_tokens, e.capacity * e.block, config))
         loop = self.elastic.fleet.loop
         loop.at(loop.now + self.period_ms, STEP_START, self._tick)
 
     def _tick(self) -> None:
         elastic, c = self.elastic, self.controller
-        for decision in c.decide(elastic.observe(c.period_s)) or ():
+        state = elastic.observe(c.period_s)
+        loop = elastic.fleet.loop
+        if self.scrape_ms > 0:
+            self.pending += 1
+            loop.at(loop.now + self.scrape_ms, STEP_START, self._decide, state, True)
+        else:
+            self._decide(state)
+        if len(loop) > elastic.pending_ready + elastic.pending_leave + self.pending:  # work is left: the next call
+            loop.at(loop.now + self.period_ms, STEP_START, self._tick)
+
+    def _decide(self, state, delayed: bool = False) -> None:
+        elastic, c = self.elastic, self.controller
+        if delayed:
+            self.pending -= 1
+            state = state._replace(workers=members_now(state.workers, elastic.workers_now()))
+        for decision in c.decide(state) or ():
             if type(decision) is Add:
                 if not decision.ready_in_s >= 0 or decision.ready_in_s == float("inf"):
                     raise DynlabError(f"controller {c.spec!r}: Add(ready_in_s={decision.ready_in_s!r}) must be "
                                       f"a finite number of seconds >= 0")
-                elastic.add(decision.ready_in_s * 1000.0)
+                elastic.add(decision.ready_in_s * 1000.0 + self.discovery_ms)
             elif type(decision) is Retire:
-                elastic.retire(decision.worker, decision.kill)
+                elastic.retire(decision.worker, decision.kill, self.discovery_ms)
             else:
                 raise DynlabError(f"controller {c.spec!r} decided {decision!r}, not an Add or a Retire")
-        loop = elastic.fleet.loop
-        if len(loop) > elastic.pending_ready:  # work is left (not only workers to become ready): the next call
-            loop.at(loop.now + self.period_ms, STEP_START, self._tick)
+
+
+def members_now(seen, now) -> tuple:
+    """The workers ``now`` (their ids, states and ready times) with the metrics ``seen`` earlier (zeros for a worker
+    not seen then); both tuples of :class:`~dynlab.engine.controller.WorkerState`."""
+    old = {w.id: w for w in seen}
+    return tuple(old[w.id]._replace(state=w.state, ready_s=w.ready_s) if w.id in old else
+                 w._replace(waiting=0, running=0, kv_usage=0.0, active=0, queued_prefill_tokens=0, kv_tokens=0)
+                 for w in now)

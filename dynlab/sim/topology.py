@@ -82,7 +82,7 @@ class Aggregated:
         env.recorders.append(ScalingRecorder(elastic, hardware.parallel.gpus, controller.period_s))
         fleet = TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
         elastic.attach(fleet)
-        Control(controller, elastic).start()
+        Control(controller, elastic).start(hardware.parallel.gpus, s.config)
         return fleet
 
     def describe(self) -> dict:

@@ -1,6 +1,6 @@
 """Built-in controllers (``--controller``), registered through the ``dynlab`` entry-point group: ``none``, ``static``,
-``hpa`` and ``dynamo-load`` (:mod:`dynlab_builtins.dynamo_planner`; docs/autoscaling.md: each one's algorithm and
-source)."""
+``hpa``, ``dynamo-load`` (:mod:`dynlab_builtins.dynamo_planner`) and ``dynamo-throughput``
+(:mod:`dynlab_builtins.dynamo_throughput`; docs/autoscaling.md: each one's algorithm and source)."""
 from __future__ import annotations
 
 import math
@@ -9,6 +9,7 @@ from dynlab import hookimpl
 from dynlab.engine.autoscale import Autoscaler, ceil_ratio
 from dynlab.engine.controller import LIVE, STARTING, Controller, NoController
 from dynlab_builtins.dynamo_planner import DynamoLoad
+from dynlab_builtins.dynamo_throughput import DynamoThroughput
 
 #: HPA's metrics: a worker's figure of :class:`dynlab.engine.controller.WorkerState`
 METRICS = {"queue": lambda w: w.waiting, "running": lambda w: w.running, "kv": lambda w: w.kv_usage}
@@ -119,3 +120,4 @@ def dynlab_register_controllers(register):
     register(Static)
     register(Hpa)
     register(DynamoLoad)
+    register(DynamoThroughput)

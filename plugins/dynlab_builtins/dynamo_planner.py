@@ -11,13 +11,18 @@ Every ``period`` (default 5 s, ``load_adjustment_interval_seconds``):
 2. Per live worker: the next TTFT, simulating chunked prefill of its queued prompt tokens plus one ``avg_isl``, in
    chunks of ``max_num_batched_tokens`` each costing ``predict(chunk, kv_tokens)``; the next ITL,
    ``predict(avg prompt tokens per step, kv_tokens + avg_decode_len)``.
-3. Prefill: up by 1 when EVERY worker's TTFT is above ``ttft`` (ms, default 500); down by 1 when, for every worker,
-   the TTFT re-predicted with its queue and KV scaled by ``N / (N - 1)`` (the survivors absorbing a retired worker's
-   load) keeps its queue-induced part (that TTFT minus the same with no queue) below ``(ttft - own) x
-   sensitivity`` (80 %, ``load_scaling_down_sensitivity``). Decode: up when every ITL is above ``itl`` (ms, default
-   50); down when, for every worker, its KV plus queued prompt tokens scaled by ``N / (N - 1)`` fits its pool and the
-   ITL predicted there is below ``itl x sensitivity``. Aggregated: up if either says up; down only if both say down
-   (to the larger of the two).
+3. Prefill: up by 1 when EVERY worker has prompt tokens queued and its TTFT is above ``ttft`` (ms, default 500); down
+   by 1 when, for every worker, the TTFT re-predicted with its queue and KV scaled by ``N / (N - 1)`` (the survivors
+   absorbing a retired worker's load) keeps its queue-induced part (that TTFT minus the same with no queue) below
+   ``(ttft - own) x sensitivity`` (80 %, ``load_scaling_down_sensitivity``). Decode: up when every worker holds KV and
+   its ITL is above ``itl`` (ms, default 50); down when, for every worker, its KV plus queued prompt tokens scaled by
+   ``N / (N - 1)`` fits its pool and the ITL there is below ``itl x sensitivity``, the survivor's steps carrying
+   ``N / (N - 1)`` times the prompt tokens (it takes the retired worker's arrivals too).
+   A side whose target is out of reach with no load at all (an empty worker's estimate above it) decides nothing.
+   ``agg_planner.py`` (``_prefill_scaling_decision``, ``_decode_scaling_decision``) compares each worker's active
+   prefill tokens and decode blocks with the load the regression gives at the SLA: a worker with none is never above
+   it, so an idle fleet is never scaled up, and a target at or below zero load skips the decision. Aggregated: up if
+   either says up; down only if both say down (to the larger of the two).
 4. No decision while a worker is starting (``scaling in progress``); ``min`` / ``max`` bound the count.
 
 Simplified: Dynamo buckets its samples (``fpm_sample_bucket_size``) before fitting and reads the KV of decode requests
@@ -93,8 +98,9 @@ class DynamoLoad(Autoscaler):
             left -= chunk
         return out
 
-    def est_itl(self, kv: float) -> float:
-        return self.predict(self.avg_prefill, kv + self.avg_decode_len)
+    def est_itl(self, kv: float, load: float = 1.0) -> float:
+        """The next ITL (ms) at ``kv`` tokens of KV, the window's prompt tokens per step times ``load``."""
+        return self.predict(self.avg_prefill * load, kv + self.avg_decode_len)
 
     def learn(self, state) -> bool:
         """Take the period's step samples; whether the model is ready."""
@@ -109,8 +115,11 @@ class DynamoLoad(Autoscaler):
         return self.model is not None
 
     def prefill_says(self, live, n: int) -> int:
-        """The prefill (TTFT) side's count: n + 1, n - 1 or n."""
-        if all(self.est_ttft(w.queued_prefill_tokens, w.kv_tokens, w.max_batched_tokens) > self.ttft for w in live):
+        """The prefill (TTFT) side's count: n + 1, n - 1 or n (module docstring, step 3)."""
+        if self.est_ttft(0, 0, min(w.max_batched_tokens for w in live)) > self.ttft:
+            return n  # the target is out of reach even with no queue: no decision (agg_planner's target <= 0)
+        if all(w.queued_prefill_tokens > 0 and self.est_ttft(w.queued_prefill_tokens, w.kv_tokens,
+                                                             w.max_batched_tokens) > self.ttft for w in live):
             return n + 1
         if n < 2:
             return n
@@ -124,15 +133,17 @@ class DynamoLoad(Autoscaler):
         return n - 1
 
     def decode_says(self, live, n: int) -> int:
-        """The decode (ITL) side's count: n + 1, n - 1 or n."""
-        if all(self.est_itl(w.kv_tokens) > self.itl for w in live):
+        """The decode (ITL) side's count: n + 1, n - 1 or n (module docstring, step 3)."""
+        if self.est_itl(0) > self.itl:
+            return n  # the target is out of reach even with no KV: no decision (agg_planner's x_sla <= 0)
+        if all(w.kv_tokens > 0 and self.est_itl(w.kv_tokens) > self.itl for w in live):
             return n + 1
         if n < 2:
             return n
         c = n / (n - 1)
         for w in live:
             post = (w.kv_tokens + w.queued_prefill_tokens) * c
-            if post >= w.kv_capacity_tokens or self.est_itl(post) >= self.itl * self.sensitivity:
+            if post >= w.kv_capacity_tokens or self.est_itl(post, c) >= self.itl * self.sensitivity:
                 return n
         return n - 1
 

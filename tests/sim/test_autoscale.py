@@ -184,9 +184,9 @@ def test_dynamo_load_regression_and_its_decisions_by_hand():
     assert make().decide(_load_state(4000, 1000, steps=SAMPLES[:4])) == ()
     assert make().decide(_load_state(4000, 1000, starting=1)) == ()
     # two idle-ish workers (nothing queued, 1,000 KV tokens), itl=100: no side says up (TTFT 10 + 50 + 10 = 70 ms,
-    # ITL 10 + 40 + 0.01 x 1,100 = 61 ms); one retired, its load on the other (x 2): TTFT own = queued = 10 + 50 + 20
-    # = 80 ms, its queue part 0 < (500 - 80) x 0.8; ITL at 2,000 KV: 10 + 40 + 21 = 71 < 100 x 0.8 = 80: down, newest
-    assert make(",itl=100").decide(_load_state(0, 1000, live=2)) == [Retire(1)]
+    # ITL 10 + 40 + 0.01 x 1,100 = 61 ms); one retired, the survivor's steps carry twice the prompt tokens (160) at
+    # 2,000 KV: ITL 10 + 80 + 21 = 111 >= 100 x 0.8: the decode side holds
+    assert make(",itl=100").decide(_load_state(0, 1000, live=2)) == ()
     # 600 tokens queued each: TTFT 10 + 350 + 10 = 370 < 500 (no up); after consolidation 1,200 queued at 2,000 KV:
     # 1,300 tokens, 10 + 650 + 20 = 680 ms, its queue part 680 - 80 = 600 >= 336: the prefill side holds (and the
     # decode side: (1,000 + 600) x 2 = 3,200 KV, ITL 10 + 40 + 33 = 83 >= 80)
@@ -201,3 +201,28 @@ def test_dynamo_load_does_not_see_a_queue_of_requests_held_by_max_num_seqs(tmp_p
     # estimate does not model: no scale-up (and one worker cannot scale down), whatever the SLO windows say.
     assert out["scale_events"] == []
     assert out["worst_window_goodput"] == 0.0
+
+
+# a lighter hand model: step ms = 10 + 0.01 x prefill tokens + 0.001 x KV tokens, fitted exactly by 5 samples;
+# avg_isl = 100, avg_decode_len = 100, prompt tokens per step 400 / 5 = 80
+LIGHT = tuple(StepSample(*s) for s in ((0, 100, 1, 0, 0, 11.0), (0, 200, 2, 0, 0, 12.0), (0, 0, 0, 10, 1000, 11.0),
+                                       (0, 0, 0, 20, 2000, 12.0), (0, 100, 1, 10, 1000, 12.0)))
+
+
+def test_dynamo_load_scales_down_on_the_survivors_prompt_tokens_and_never_up_an_idle_fleet():
+    make = lambda extra="": build_controller("dynamo-load:cold_start_s=0" + extra)  # noqa: E731
+    # two workers, nothing queued, 1,000 KV tokens each. One retired: the survivor's KV 2,000 and its steps carrying
+    # twice the prompt tokens: ITL 10 + 0.01 x 160 + 0.001 x (2,000 + 100) = 13.7 ms; the TTFT side: 10 + 0.01 x 100
+    # + 0.001 x 2,000 = 13 ms, no queue. itl=20: 13.7 < 16 (80 %): down, the newest
+    assert make(",itl=20").decide(_load_state(0, 1000, live=2, steps=LIGHT)) == [Retire(1)]
+    # itl=17: 13.7 >= 13.6: hold (the prompt tokens per step kept at 80 would give 10 + 0.8 + 2.1 = 12.9 < 13.6 and
+    # retire: the 1<->2 flapping of docs/autoscaling.md's step)
+    assert make(",itl=17").decide(_load_state(0, 1000, live=2, steps=LIGHT)) == ()
+    # an idle worker (nothing queued, no KV) is never above a target (agg_planner compares each worker's active
+    # prefill tokens and decode blocks with the SLA's load): with SAMPLES, ttft=65 and 1,000 KV tokens, the
+    # estimate 10 + 50 + 10 = 70 > 65 but no token is queued: no add; ttft=50: even an empty worker's estimate
+    # (10 + 50 = 60 ms) misses it, the target is out of reach: no decision (itl=100 keeps the ITL side quiet)
+    assert make(",ttft=65,itl=100").decide(_load_state(0, 1000)) == ()
+    assert make(",ttft=50,itl=100").decide(_load_state(0, 0)) == ()
+    # the same with 10 tokens queued: 10 + 0.5 x 110 + 10 = 75 > 65: up
+    assert make(",ttft=65,itl=100").decide(_load_state(10, 1000)) == [Add(0.0)]
