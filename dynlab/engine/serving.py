@@ -17,6 +17,7 @@ from dynlab.engine.config import SimConfig
 from dynlab.engine.lora import lora_spec
 from dynlab.engine.names import MAX_RATIO, engine_block_names, engine_block_runs
 from dynlab.engine.lockstep import rank_latency, check_dp_ranks, dp_rank_of  # noqa: F401 (dp_rank_of: public here)
+from dynlab.engine.spec import drops_last_block, hash_lookahead_tokens
 from dynlab.engine.spec_setup import spec_decoding, spec_describe  # noqa: F401 (public here too)
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel
