@@ -224,7 +224,7 @@ def build_engines(config: SimConfig, own_block_tokens: Optional[int], bulk: bool
         layout, runs_of = replace(layout, name_stride=MAPPED_NAME_STRIDE), None
     return TimedSetup(config, latency, capacity, source, trace_block, names_of, bulk, cpu, per_block, load_ms,
                       runs_of, cpu_tier_source(config, cpu, per_block, layout), layout,
-                      lora_spec(config, hardware.model), dp, worker_latency)
+                      lora_spec(config, hardware.model), dp=dp, worker_latency=worker_latency)
 
 
 def _warn_draft_size(config: SimConfig, target) -> None:
