@@ -629,7 +629,7 @@ def test_more_gpus_at_a_lower_price_rank_first_on_cost():
     from dynlab.plan.report import ranked, usd_per_hour
 
     def outcome(gpu, tp):
-        return SimpleNamespace(workers=3, shown=3, shape=SimpleNamespace(gpu=gpu, tp=tp), shown_result=dict,
+        return SimpleNamespace(workers=3, shown=3, shape=SimpleNamespace(gpu=gpu, tp=tp, ep=1, dp_attention=False), shown_result=dict,
                                search=SimpleNamespace(target=SimpleNamespace(headroom=lambda r: 0.1)))
 
     h100, a100 = outcome("h100", 1), outcome("a100-40gb", 2)
