@@ -62,17 +62,15 @@ worker's time in steps (``mean_kv_usage_busy``). Exact per-request values are in
 """
 from __future__ import annotations
 
-import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from dynlab.disagg.cost import GB
 from dynlab.disagg.decode_router import decode_router
 from dynlab.engine.config import DECODE_ROUTERS, PdSection
-from dynlab.engine.env import RunEnv
 from dynlab.engine.loop import ARRIVAL
-from dynlab.engine.metrics import Recorder, fleet_result, hooks, kv_usage, kv_usage_busy, ratio, stats
+from dynlab.engine.metrics import Recorder, hooks, kv_usage, kv_usage_busy, ratio, stats
 from dynlab.engine.request import peak_tokens
 from dynlab.engine.steps import StepDriver
 from dynlab.engine.timed import TimedFleet
@@ -396,37 +394,5 @@ class TransferRecorder(Recorder):
         }
 
 
-def serve_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequence[EngineWorker],
-                 decode: Sequence[EngineWorker], *, names_of: Callable[[Request], list], kv_bytes_per_token: int,
-                 env=None, pd: PdSection = PdSection(), decode_strategy: Optional[Strategy] = None,
-                 transfer_bytes: Optional[Callable] = None) -> DisaggFleet:
-    """Serve ``requests`` on a P/D fleet in time; return the :class:`DisaggFleet` after the last finish
-    (its recorders, :attr:`~DisaggFleet.records` and engines hold every figure, unrounded).
-
-    ``env``: a :class:`~dynlab.engine.env.RunEnv` (default :meth:`~dynlab.engine.env.RunEnv.timed` of
-    ``requests`` with the default sections, Poisson arrivals from ``random.Random(0)``); ``pd``: the
-    P/D section; ``transfer_bytes``: ``(tokens, hit) -> bytes`` sent when not every token's KV is
-    resident (KV cache groups; default: ``(tokens - hit) * kv_bytes_per_token``). Raises ``ValueError``
-    for a bad fleet option or timestamps that go backwards.
-    """
-    if env is None:
-        env = RunEnv.timed(requests, strategy, len(prefill), arrival_rng=random.Random(0))
-    fleet = DisaggFleet(strategy, prefill, decode, env, names_of, kv_bytes_per_token=kv_bytes_per_token, pd=pd,
-                        decode_strategy=decode_strategy, transfer_bytes=transfer_bytes)
-    fleet.run()
-    return fleet
-
-
-def replay_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequence[EngineWorker],
-                  decode: Sequence[EngineWorker], **kwargs) -> dict:
-    """:func:`serve_disagg`, summarised by :func:`~dynlab.engine.metrics.fleet_result`: the routing and
-    serving metrics of :func:`~dynlab.engine.timed.replay_timed` (``peak_kv_blocks`` / ``mean_kv_usage``
-    list the prefill workers, then the decode workers) plus :meth:`DisaggFleet.result`."""
-    fleet = serve_disagg(requests, strategy, prefill, decode, **kwargs)
-    env = fleet.env
-    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders,
-                        list(fleet.engines) + fleet.decode)
-
-
 __all__ = ["DECODE_ROUTERS", "DEFAULT_LINK_GBPS", "LINK_SHARING", "DisaggFleet", "TransferRecord",
-           "TransferRecorder", "replay_disagg", "serve_disagg"]
+           "TransferRecorder"]

@@ -23,15 +23,13 @@ fleet runs in a :class:`~dynlab.engine.env.RunEnv`; the run layer (:mod:`dynlab.
 """
 from __future__ import annotations
 
-import random
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
 from dynlab.engine.lora import LORA_ATTR
 from dynlab.engine.loop import ARRIVAL
-from dynlab.engine.metrics import fleet_result, hooks
+from dynlab.engine.metrics import hooks
 from dynlab.engine.steps import StepDriver
-from dynlab.engine.tier_metrics import TierRecorder
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
 from dynlab.routing.events import BlockStored
@@ -288,23 +286,3 @@ class TimedFleet(StepDriver):
                 if self.on_handed_off is not None:
                     self.on_handed_off(w, ereq, now)
 
-
-def replay_timed(requests: Iterable[Request], strategy: Strategy, engines: Sequence[EngineWorker], *,
-                 names_of: Callable[[Request], list], env=None, runs_of: Optional[Callable] = None,
-                 kv_bytes_per_block: Optional[float] = None) -> dict:
-    """Serve ``requests`` on ``engines`` in time; return the routing and serving metrics (without ``mode``)
-    of :func:`~dynlab.engine.metrics.fleet_result`.
-
-    ``env``: a :class:`~dynlab.engine.env.RunEnv` (default :meth:`RunEnv.timed <dynlab.engine.env.RunEnv.timed>`
-    of ``requests``, the default sections). ``kv_bytes_per_block``: given (the engines have a CPU tier
-    setting, even 0 blocks), the result also has the tier keys of :class:`~dynlab.engine.tier_metrics.TierRecorder`.
-    ``runs_of``: see :class:`TimedFleet` (the same result, less work). See the module docstring for the
-    model. Raises ``ValueError`` when timestamps go backwards.
-    """
-    if env is None:
-        env = RunEnv.timed(requests, strategy, len(engines), arrival_rng=random.Random(0))
-    if kv_bytes_per_block is not None:
-        env.recorders.append(TierRecorder(kv_bytes_per_block))
-    fleet = TimedFleet(strategy, engines, env, names_of, runs_of)
-    fleet.run()
-    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, engines)
