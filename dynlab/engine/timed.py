@@ -32,6 +32,7 @@ from dynlab.engine.metrics import hooks
 from dynlab.engine.steps import StepDriver
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
+from dynlab.kv.blocks import FullAttentionGroup
 from dynlab.routing.events import BlockStored
 from dynlab.routing.replicas import RouterReplicas
 from dynlab.routing.strategy import FleetView, Request, Strategy, reroute
@@ -82,6 +83,8 @@ class TimedFleet(StepDriver):
         self.admits = admits
         routing = env.routing
         self.block = engines[0].block if n else 1
+        group = FullAttentionGroup(self.block)  # the block arithmetic: the engines' (dynlab.kv.blocks)
+        self._hit_cap, self._blocks_needed = group.hit_cap, group.blocks_needed
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
         self.waiting, self.cached, self.routable = [0] * n, [0] * n, list(range(n))
         # the view's request counts are the recorder's (requests routed to each worker so far)
@@ -174,7 +177,7 @@ class TimedFleet(StepDriver):
         if reply:
             ereq.out_blocks = len(reply)
         ereq.attrs = req.attrs
-        cap = (ereq.input_length - 1) // self.block
+        cap = self._hit_cap(ereq.input_length)
         actual = engine.overlap_of(ereq, cap)
         predicted = self.strategy.predicted
         self.routing.on_route(routed.hashes, w, predicted, actual, cap, runs=runs)
@@ -221,7 +224,7 @@ class TimedFleet(StepDriver):
 
     # -- the router's load view -------------------------------------------------------------
     def _track(self, ereq: EngineRequest, w: int, predicted: Optional[int]) -> None:
-        blocks = -(-(ereq.input_length + ereq.output_length) // self.block)
+        blocks = self._blocks_needed(ereq.input_length + ereq.output_length)
         prefill = max(ereq.input_length - self.block * (predicted or 0), 0)
         r = None
         if self.replicas is not None:
