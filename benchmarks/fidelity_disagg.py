@@ -124,12 +124,14 @@ def dynlab_gap(tokens: int, gbps: float) -> tuple[float, float]:
     (aggregated TTFT, P/D time until the decode worker holds the KV)."""
     import random
 
-    from dynlab.disagg.fleet import serve_disagg
+    from dynlab.disagg.fleet import DisaggFleet
     from dynlab.engine.config import PdSection
     from dynlab.engine.config import SimConfig
+    from dynlab.engine.env import RunEnv
+    from dynlab.engine.metrics import stats
     from dynlab.engine.run import build_strategy
     from dynlab.engine.serving import build_engines
-    from dynlab.engine.timed import replay_timed
+    from dynlab.engine.timed import TimedFleet
     from dynlab.engine.worker import EngineWorker
     from dynlab.routing.strategy import Request
 
@@ -141,12 +143,19 @@ def dynlab_gap(tokens: int, gbps: float) -> tuple[float, float]:
     def eng(handoff):
         return EngineWorker(0, setup.capacity, cfg.block, setup.latency, handoff=handoff)
 
-    agg = replay_timed([req], build_strategy(cfg, random.Random(0)), [eng(False)], names_of=names_of)
-    fleet = serve_disagg([req], build_strategy(cfg, random.Random(0)), [eng(True)], [eng(False)], names_of=names_of,
-                         kv_bytes_per_token=setup.latency.hardware.model.kv_bytes_per_token,
-                         pd=PdSection(link_gbps=gbps))
+    def env(strategy):
+        return RunEnv.timed([req], strategy, 1, arrival_rng=random.Random(0))
+
+    strategy = build_strategy(cfg, random.Random(0))
+    agg_env = env(strategy)
+    TimedFleet(strategy, [eng(False)], agg_env, names_of).run()
+    strategy = build_strategy(cfg, random.Random(0))
+    fleet = DisaggFleet(strategy, [eng(True)], [eng(False)], env(strategy), names_of,
+                        kv_bytes_per_token=setup.latency.hardware.model.kv_bytes_per_token,
+                        pd=PdSection(link_gbps=gbps))
+    fleet.run()
     (rec,) = fleet.records.values()
-    return agg["ttft_ms"]["p50"], rec.arrived - rec.request.arrival_ms
+    return stats(agg_env.serving.ttft)["p50"], rec.arrived - rec.request.arrival_ms
 
 
 def main() -> None:

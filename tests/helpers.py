@@ -138,3 +138,49 @@ def terms_off(latency_model: str = "roofline", latency_opts=None) -> dict:
     kept) with the server terms off, and the client terms off."""
     return {"latency_opts": {**SERVER_TERMS_OFF.get(latency_model, {}), **dict(latency_opts or {})},
             **CLIENT_TERMS_OFF}
+
+
+# ---- library-level timed runs on hand-built engines (the CLI's only entry is the run layer, dynlab.sim) ----
+
+def replay_timed(requests, strategy, engines, *, names_of, env=None, runs_of=None, kv_bytes_per_block=None) -> dict:
+    """Serve ``requests`` on ``engines`` (one aggregated pool) in time; the routing and serving metrics of
+    :func:`~dynlab.engine.metrics.fleet_result`. ``env``: default :meth:`RunEnv.timed` with Poisson arrivals from
+    ``random.Random(0)``; ``kv_bytes_per_block``: given, a :class:`TierRecorder` joins (the tier keys)."""
+    import random
+
+    from dynlab.engine.env import RunEnv
+    from dynlab.engine.metrics import fleet_result
+    from dynlab.engine.tier_metrics import TierRecorder
+    from dynlab.engine.timed import TimedFleet
+
+    if env is None:
+        env = RunEnv.timed(requests, strategy, len(engines), arrival_rng=random.Random(0))
+    if kv_bytes_per_block is not None:
+        env.recorders.append(TierRecorder(kv_bytes_per_block))
+    fleet = TimedFleet(strategy, engines, env, names_of, runs_of)
+    fleet.run()
+    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, engines)
+
+
+def serve_disagg(requests, strategy, prefill, decode, *, names_of, env=None, **kw):
+    """Serve ``requests`` on a P/D fleet in time; the :class:`~dynlab.disagg.fleet.DisaggFleet` after the last
+    finish. ``env`` as :func:`replay_timed`'s (sized to the prefill pool); ``kw``: DisaggFleet's keywords."""
+    import random
+
+    from dynlab.disagg.fleet import DisaggFleet
+    from dynlab.engine.env import RunEnv
+
+    if env is None:
+        env = RunEnv.timed(requests, strategy, len(prefill), arrival_rng=random.Random(0))
+    fleet = DisaggFleet(strategy, prefill, decode, env, names_of, **kw)
+    fleet.run()
+    return fleet
+
+
+def pd_result(fleet) -> dict:
+    """:func:`~dynlab.engine.metrics.fleet_result` of a P/D fleet after its run (what ``dynlab sim`` reports)."""
+    from dynlab.engine.metrics import fleet_result
+
+    env = fleet.env
+    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), fleet.prefill_fleet.strategy, env.recorders,
+                        fleet.all_engines)

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynlab.disagg.fleet import replay_disagg, serve_disagg
 from dynlab.engine.config import PdSection, SimConfig, SloSection
 from dynlab.engine.env import RunEnv
 from dynlab.engine.metrics import Recorder
@@ -20,7 +19,7 @@ from dynlab.engine.worker import EngineWorker
 from dynlab.latency.grid import build_latency_model, hardware_for
 from dynlab.routing.strategy import Request
 
-from helpers import invoke, terms_off, terms_off_args
+from helpers import invoke, pd_result, serve_disagg, terms_off, terms_off_args
 
 KVB = 131_072  # llama-3.1-8b: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
 BLOCK = 16
@@ -380,10 +379,10 @@ def test_step_by_step_equals_bulk_in_a_pd_fleet(wl, overlap):
     assert {k: r.nbytes for k, r in a.records.items()} == {k: r.nbytes for k, r in b.records.items()}
 
 
-def test_replay_disagg_keys():
+def test_pd_result_keys():
     strategy = build_strategy(SimConfig(mode="rr", workers=1), random.Random(0))
-    out = replay_disagg([request(0, 0.0, 100, 3)], strategy, engines(1, 100, True), engines(1, 100, False),
-                        names_of=names_of, kv_bytes_per_token=KVB)
+    out = pd_result(serve_disagg([request(0, 0.0, 100, 3)], strategy, engines(1, 100, True), engines(1, 100, False),
+                                 names_of=names_of, kv_bytes_per_token=KVB))
     for key in ("transfer_ms", "decode_wait_ms"):
         assert set(out[key]) == {"p50", "p90", "p99", "mean"}
     assert out["transfer_bytes"] == 100 * KVB

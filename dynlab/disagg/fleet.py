@@ -62,19 +62,18 @@ worker's time in steps (``mean_kv_usage_busy``). Exact per-request values are in
 """
 from __future__ import annotations
 
-import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from dynlab.disagg.cost import GB
 from dynlab.disagg.decode_router import decode_router
 from dynlab.engine.config import DECODE_ROUTERS, PdSection
-from dynlab.engine.env import RunEnv
-from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
-from dynlab.engine.metrics import Recorder, fleet_result, hooks, kv_usage, kv_usage_busy, ratio, stats
+from dynlab.engine.loop import ARRIVAL
+from dynlab.engine.metrics import Recorder, hooks, kv_usage, kv_usage_busy, ratio, stats
 from dynlab.engine.request import peak_tokens
-from dynlab.engine.timed import TimedFleet, step_past_horizon
+from dynlab.engine.steps import StepDriver
+from dynlab.engine.timed import TimedFleet
 from dynlab.engine.worker import EngineRequest, EngineWorker
 from dynlab.errors import DynlabError
 from dynlab.limits import HORIZON_MS, past_horizon
@@ -178,7 +177,10 @@ class DisaggFleet:
         n = len(decode)
         self.decode_strategy = decode_strategy or decode_router(pd.decode_router, n, self.decode[0].capacity,
                                                                 self.decode[0].block)
-        self.dgeneration = [0] * n
+        # the decode pool's steps: the aggregated workers' driver, publishing nothing (no router reads them)
+        self.decode_pool = StepDriver(self.decode, env.loop, env.bus, self._on_dend, publishes=False, lazy=False,
+                                      who="decode worker")
+        self._dfirst = len(prefill)  # decode worker d is worker P + d to the recorders' on_step
         self.dload = [0] * n
         self._drouted = [0] * n
         self.dview = FleetView(self._drouted, self.dload, _UsedBlocks(self.decode), [0] * n, [0] * n)
@@ -293,45 +295,20 @@ class DisaggFleet:
         before = engine.step_end
         engine.receive(ereq, now, self.prefix_cache)
         self.awaiting[d][ereq] = ereq.generated
-        if before is None:
-            self.loop.at(now, STEP_START, self._on_dstart, d)
-        elif engine.step_end != before:
-            self._schedule_dend(d)
+        self.decode_pool.resume(d, before)
 
-    # -- decode side ---------------------------------------------------------------------------
-    def _on_dstart(self, d: int) -> None:
-        engine = self.decode[d]
-        if engine.step_end is not None or engine.idle:
-            return
-        engine.start_step(self.loop.now)
-        self._schedule_dend(d)
-
-    def _schedule_dend(self, d: int) -> None:
-        self.dgeneration[d] += 1
-        end = self.decode[d].step_end
-        if end is not None:
-            if not end <= HORIZON_MS:
-                raise step_past_horizon(self.decode[d], f"decode worker {d}", self.loop.now, end)
-            self.loop.at(end, STEP_END, self._on_dend, d, self.dgeneration[d])
-
-    def _on_dend(self, d: int, generation: int) -> None:
-        if generation != self.dgeneration[d]:
-            return
-        engine = self.decode[d]
-        res = engine.finish_step()
+    # -- decode side: the decode pool's ``ended`` -----------------------------------------------
+    def _on_dend(self, d: int, res) -> None:
         if self.awaiting[d]:
             self._stamp_first_tokens(d, res)
         for hook in self._h_step:
-            hook(len(self.engines) + d, res)
+            hook(self._dfirst + d, res)
         for ereq, t in res.finished:
             self.dload[d] -= 1
             for hook in self._h_finish:
                 hook(ereq, t)
-        now = self.loop.now
         if res.finished and self.pending[d]:
-            self._try_reserve(d, now)
-        if not engine.idle:
-            self.loop.at(now, STEP_START, self._on_dstart, d)
+            self._try_reserve(d, self.loop.now)
 
     def _stamp_first_tokens(self, d: int, res) -> None:
         """The user's first token of each request that emitted its first token on decode worker ``d`` in
@@ -417,37 +394,5 @@ class TransferRecorder(Recorder):
         }
 
 
-def serve_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequence[EngineWorker],
-                 decode: Sequence[EngineWorker], *, names_of: Callable[[Request], list], kv_bytes_per_token: int,
-                 env=None, pd: PdSection = PdSection(), decode_strategy: Optional[Strategy] = None,
-                 transfer_bytes: Optional[Callable] = None) -> DisaggFleet:
-    """Serve ``requests`` on a P/D fleet in time; return the :class:`DisaggFleet` after the last finish
-    (its recorders, :attr:`~DisaggFleet.records` and engines hold every figure, unrounded).
-
-    ``env``: a :class:`~dynlab.engine.env.RunEnv` (default :meth:`~dynlab.engine.env.RunEnv.timed` of
-    ``requests`` with the default sections, Poisson arrivals from ``random.Random(0)``); ``pd``: the
-    P/D section; ``transfer_bytes``: ``(tokens, hit) -> bytes`` sent when not every token's KV is
-    resident (KV cache groups; default: ``(tokens - hit) * kv_bytes_per_token``). Raises ``ValueError``
-    for a bad fleet option or timestamps that go backwards.
-    """
-    if env is None:
-        env = RunEnv.timed(requests, strategy, len(prefill), arrival_rng=random.Random(0))
-    fleet = DisaggFleet(strategy, prefill, decode, env, names_of, kv_bytes_per_token=kv_bytes_per_token, pd=pd,
-                        decode_strategy=decode_strategy, transfer_bytes=transfer_bytes)
-    fleet.run()
-    return fleet
-
-
-def replay_disagg(requests: Iterable[Request], strategy: Strategy, prefill: Sequence[EngineWorker],
-                  decode: Sequence[EngineWorker], **kwargs) -> dict:
-    """:func:`serve_disagg`, summarised by :func:`~dynlab.engine.metrics.fleet_result`: the routing and
-    serving metrics of :func:`~dynlab.engine.timed.replay_timed` (``peak_kv_blocks`` / ``mean_kv_usage``
-    list the prefill workers, then the decode workers) plus :meth:`DisaggFleet.result`."""
-    fleet = serve_disagg(requests, strategy, prefill, decode, **kwargs)
-    env = fleet.env
-    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders,
-                        list(fleet.engines) + fleet.decode)
-
-
 __all__ = ["DECODE_ROUTERS", "DEFAULT_LINK_GBPS", "LINK_SHARING", "DisaggFleet", "TransferRecord",
-           "TransferRecorder", "replay_disagg", "serve_disagg"]
+           "TransferRecorder"]

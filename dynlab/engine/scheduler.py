@@ -194,7 +194,6 @@ class Scheduler:
         starts its load instead of running), stopping at the first that cannot get its blocks, or at
         ``max_num_seqs`` running unless the head displaces a runner (:meth:`_displace`)."""
         running, waiting, kv, max_seqs = self.running, self.waiting, self.kv, self.max_num_seqs
-        B = kv.block
         admitted = 0
         loras = {a for r in running if (a := r.attrs.get(LORA_ATTR))} if self.max_loras else None  # vLLM's scheduled_loras
         while waiting and budget > 0:
@@ -212,7 +211,7 @@ class Scheduler:
                     break
                 admitted += 1
                 continue
-            computed = h * B
+            computed = kv.hit_tokens(h)
             n = req.num_tokens - computed
             if n > budget:
                 n = budget
@@ -220,19 +219,14 @@ class Scheduler:
                 n = self._padded(sched, computed)
                 if n > budget:
                     break  # vLLM: better not scheduled than scheduled unpadded
-            keys = kv.allocate_new(req, h, computed + n + self.lookahead,
-                                   kv.admission_tokens(req, computed, n))  # (vLLM's full-sequence check: no lookahead)
-            if keys is None:
+            if not kv.admit(req, h, computed + n + self.lookahead,
+                            kv.admission_tokens(req, computed, n)):  # (vLLM's full-sequence check: no lookahead)
                 break
             waiting.popleft()
-            req.keys = keys
-            req.computed = computed
-            req.nreg = h
             if req.hit_tokens is None:
                 req.hit_tokens = computed
                 req.cpu_hit_blocks = 0
                 req.first_scheduled_ms = now
-                kv.gpu_hit_blocks += h
             kv.name_blocks(req, min(n, req.num_tokens - self.hash_lookahead - computed))  # (a padding: no block)
             running.append(req)
             sched.append((req, n))
@@ -279,17 +273,15 @@ class Scheduler:
         its load starts (:meth:`KvCacheManager.start_load`); ``False`` (nothing changed) when the
         KV cache cannot give the blocks."""
         kv = self.kv
-        computed = (h + hc) * kv.block
+        computed = kv.hit_tokens(h + hc)
         n = min(req.num_tokens - computed, budget)
-        if not kv.start_load(req, h, hc, n, now):
+        if not kv.start_load(req, h, hc, n, now):  # (it counts a first admission's hits)
             return False
         self.waiting.popleft()
         if req.hit_tokens is None:
             req.hit_tokens = computed
             req.cpu_hit_blocks = hc
             req.first_scheduled_ms = now
-            kv.gpu_hit_blocks += h
-            kv.cpu_hit_blocks += hc
         self.loading.append(req)
         return True
 
@@ -310,9 +302,8 @@ class Scheduler:
         (:func:`dynlab.engine.async_steps.after_schedule`)."""
         if req.inflight:
             req.computed = req.safe
-        self.kv.free(req)
+        self.kv.preempt(req)  # (its blocks freed, none named any more)
         req.computed = 0
-        req.nreg = 0
         req.spec = 0  # its drafts are dropped (vLLM clears spec_token_ids on preemption)
         req.preemptions += 1
         self.preemptions += 1
@@ -372,8 +363,7 @@ class Scheduler:
         """After a step's update: the running list without the finished requests and those handed off
         (held for a P/D transfer)."""
         if handed:
-            held = self.kv.held
-            self.running = [r for r in self.running if r.finish_ms is None and r not in held]
+            self.running = self.kv.drop_held([r for r in self.running if r.finish_ms is None])
         elif finished:
             self.running = [r for r in self.running if r.finish_ms is None]
 

@@ -26,17 +26,8 @@ CPU tier (``cpu_capacity > 0``; vLLM's CPU KV offloading, LMCache; :mod:`dynlab.
   ``cpu_removed`` (publish at the step's end, after the GPU ``BlockStored``). The tiers are then
   inclusive and independent, the rule of the cache lab's :class:`~dynlab.kv.tiers.TwoTierCache`.
 - Admission's lookup continues in the CPU tier where the GPU hits end (contiguous, within the same
-  ``(num_tokens - 1) // block`` cap); the CPU hits are touched (most recent) and keep their host copy.
-- **Load rule** (vLLM v1's asynchronous KV-connector loads: a request whose external blocks are in
-  transit waits in ``WAITING_FOR_REMOTE_KVS`` and is skipped by the scheduler until they have
-  arrived): a request with ``c`` CPU hits is admitted at ``now`` with its GPU hits taken and the blocks
-  for its loads and first chunk allocated, but it is not scheduled: its load occupies the worker's
-  host-to-device link from ``max(now, link free)`` for ``c * load_ms_per_block`` ms (loads queue on
-  the link, FIFO), and it joins the first step that starts at or after the load's end (scheduled
-  before the waiting queue, the loaded blocks named then). Other requests' steps go on meanwhile; a
-  bulk decode run is cut at the load's end. Its TTFT thus includes the wait for the load plus its
-  own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission. Writes
-  (GPU -> CPU) use the other direction of the link and take no step time.
+  last-token cap, :meth:`~dynlab.kv.blocks.FullAttentionGroup.hit_cap`); the CPU hits are touched (most recent) and keep their host copy.
+- **Load rule**: a request with CPU hits waits for their load before its first step (:mod:`dynlab.kv.cpu_tier`).
 
 The rules that differ between vLLM releases, each in one place, vLLM 0.33.0's by default: which
 blocks must be free to admit a request (:meth:`KvCacheManager.admission_tokens`: the whole
@@ -52,8 +43,10 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 from dynlab.kv.block_pool import UNNAMED, BlockPool
+from dynlab.kv.blocks import FullAttentionGroup
 from dynlab.kv.cpu_tier import CpuTier, queue_load
 from dynlab.kv.output_blocks import OUTPUT_NAMES, name_output, name_reply, published
+from dynlab.kv.pool_checks import check_manager
 from dynlab.kv.run_pool import RunBlockPool
 
 __all__ = ["KvCacheManager", "FullAttentionGroup", "CPU_WRITES", "ADMISSIONS", "OUTPUT_NAMES"]
@@ -64,20 +57,6 @@ ADMISSIONS = ("full", "chunk")
 #: when a block is written to the CPU tier: ``evict`` (when the GPU pool evicts it: a victim tier) or
 #: ``compute`` (when the step computing it ends: write-through, the copy stays on both tiers)
 CPU_WRITES = ("evict", "compute")
-
-
-class FullAttentionGroup:
-    """The full-attention KV cache group (vLLM's ``FullAttentionManager``): every token's KV is kept,
-    so ``tokens`` need ``ceil(tokens / block)`` blocks. ``block``: tokens per block."""
-
-    kind = "full_attention"
-
-    def __init__(self, block: int):
-        self.block = block
-
-    def blocks_needed(self, tokens: int) -> int:
-        """Blocks ``tokens`` tokens occupy in this group: ``ceil(tokens / block)`` (THE blocks-needed formula)."""
-        return -(-tokens // self.block)
 
 
 class KvCacheManager:
@@ -109,6 +88,8 @@ class KvCacheManager:
         self.groups = (FullAttentionGroup(block),)
         #: blocks ``tokens`` tokens of a request occupy: the one group's ``blocks_needed``
         self.blocks_needed = self.groups[0].blocks_needed
+        #: the most leading full blocks a request of ``tokens`` tokens may hit: the one group's ``hit_cap``
+        self.hit_cap = self.groups[0].hit_cap
         self.runs = runs
         self.pool = RunBlockPool(capacity) if runs else BlockPool(capacity)
         if load_ms_per_block < 0:
@@ -186,10 +167,10 @@ class KvCacheManager:
 
     def find_cached_prefix(self, req) -> Tuple[int, int]:
         """``(h, hc)``: the leading full prompt blocks of ``req`` cached in the pool (``h``), then in
-        the CPU tier (``hc``, contiguous after them), at most ``min(len(names), (num_tokens - 1) // block)``
+        the CPU tier (``hc``, contiguous after them), at most ``min(len(names), hit_cap(num_tokens))``
         in all (vLLM recomputes the last token); with :attr:`drop_last` one block fewer in the pool."""
         names = req.names
-        cap = min(len(names), (req.num_tokens - 1) // self.block)
+        cap = min(len(names), self.hit_cap(req.num_tokens))
         h = self.pool.lookup(req.seq, cap)
         h = h - 1 if self.drop_last and h else h  # (vLLM's one-group hit with use_eagle_block_drop: its last block recomputed)
         cpu = self.cpu
@@ -212,6 +193,20 @@ class KvCacheManager:
             keys += pool.allocate(need)
         return keys
 
+    def hit_tokens(self, blocks: int) -> int:
+        """Tokens the leading ``blocks`` full blocks of a hit cover: a request's computed tokens once admitted."""
+        return blocks * self.block
+
+    def admit(self, req, h: int, tokens: int, reserve: int = 0) -> bool:
+        """:meth:`allocate_new` for ``req``, which then holds the keys, ``h`` hit blocks computed and named;
+        ``False`` (nothing taken) as there. A first admission's hits count (``gpu_hit_blocks``)."""
+        keys = self.allocate_new(req, h, tokens, reserve)
+        if keys is None:
+            return False
+        self.count_hits(req, h, 0)
+        req.keys, req.computed, req.nreg = keys, h * self.block, h
+        return True
+
     def allocate_slots(self, req, tokens: int) -> bool:
         """Grow ``req.keys`` to hold ``tokens`` tokens; ``False`` (nothing taken) when the free queue cannot."""
         need = self.blocks_needed(tokens) - len(req.keys)
@@ -232,6 +227,15 @@ class KvCacheManager:
                 if full > req.input_length // self.block:  # a resumed request's generated-token blocks
                     self.stored_outputs = True
                 req.nreg = full
+
+    def preempt(self, req) -> None:
+        """:meth:`free` ``req``'s blocks for a recompute: it names none of them any more."""
+        self.free(req)
+        req.nreg = 0
+
+    def drop_held(self, reqs: list) -> list:
+        """``reqs`` without those handed off whose blocks are held (:meth:`hold`), in order."""
+        return [r for r in reqs if r not in self.held]
 
     def free(self, req) -> None:
         """Return ``req``'s blocks to the free queue (named ones stay cached; a trace-named reply's blocks named
@@ -376,6 +380,7 @@ class KvCacheManager:
         keys = self.allocate_new(req, h, computed + n, self.admission_tokens(req, computed, n))
         if keys is None:
             return False
+        self.count_hits(req, h, hc)
         req.keys = keys
         self.cpu.touch(req.names[h:h + hc])
         req.computed = h * B
@@ -383,6 +388,12 @@ class KvCacheManager:
         req.load_blocks = hc
         queue_load(self, req, hc, now)
         return True
+
+    def count_hits(self, req, h: int, hc: int) -> None:
+        """Count ``req``'s hits, ``h`` pool and ``hc`` CPU-tier blocks, if this is its first admission."""
+        if req.hit_tokens is None:
+            self.gpu_hit_blocks += h
+            self.cpu_hit_blocks += hc
 
     def load_arrived(self, req) -> None:
         """Name the blocks ``req`` loaded from the CPU tier: its computed tokens cover them."""
@@ -431,20 +442,5 @@ class KvCacheManager:
 
     def check(self, holders: list) -> None:
         """Assert (tests) the pool is consistent and its used blocks are those of ``holders`` (key lists)
-        plus the held and reserved ones; the CPU tier within its capacity."""
-        pool = self.pool
-        pool.check()
-        if self.cpu is not None:
-            assert len(self.cpu) <= self.cpu.capacity
-        holders = holders + [keys for keys, _ in self.reserved.values()] + list(self.held.values())
-        held: dict = {}
-        unnamed = 0
-        for keys in holders:
-            for key in keys:
-                if key < 0:
-                    unnamed += 1
-                else:
-                    held[key] = held.get(key, 0) + 1
-        assert len(held) + unnamed == pool.used_blocks, (len(held), unnamed, pool.used_blocks)
-        for key, c in held.items():
-            assert pool.references(key) == c
+        plus the held and reserved ones; the CPU tier within its capacity (:func:`~dynlab.kv.pool_checks.check_manager`)."""
+        check_manager(self, holders)

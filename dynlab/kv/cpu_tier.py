@@ -18,6 +18,17 @@ The model of vLLM's CPU KV offloading and LMCache behind one engine
 - :meth:`touch`: a CPU hit makes the names most recent (their copies stay here: a block loaded
   back to the GPU keeps its host copy, as the cache lab's two-tier rule says).
 
+**Load rule** (vLLM v1's asynchronous KV-connector loads: a request whose external blocks are in
+transit waits in ``WAITING_FOR_REMOTE_KVS`` and is skipped by the scheduler until they have
+arrived): a request with ``c`` CPU hits is admitted at ``now`` with its GPU hits taken and the blocks
+for its loads and first chunk allocated, but it is not scheduled: its load occupies the worker's
+host-to-device link from ``max(now, link free)`` for ``c * load_ms_per_block`` ms (loads queue on
+the link, FIFO), and it joins the first step that starts at or after the load's end (scheduled
+before the waiting queue, the loaded blocks named then). Other requests' steps go on meanwhile; a
+bulk decode run is cut at the load's end. Its TTFT thus includes the wait for the load plus its
+own prefill of the remaining tokens; ``first_scheduled_ms`` (queue wait) is the admission. Writes
+(GPU -> CPU) use the other direction of the link and take no step time.
+
 ``capacity`` 0 is a tier that holds nothing (every offload is dropped, nothing is returned).
 Sizes are in blocks; converting bytes to blocks is the caller's (:func:`cpu_blocks`).
 """

@@ -157,7 +157,7 @@ class HybridKvCacheManager(KvCacheManager):
         one they serve from the pool and the CPU tier (module docstring; ``hc`` 0 without a tier)."""
         if self.drop_last:
             return self._dropped_hit(req), 0  # (no CPU tier with the drop: refused)
-        cap = min(len(req.names), (req.num_tokens - 1) // self.block)
+        cap = min(len(req.names), self.hit_cap(req.num_tokens))
         g0 = self.pool.lookup(req.seq, cap)
         h = self._hit(req, g0)
         cpu = self.cpu
@@ -354,6 +354,7 @@ class HybridKvCacheManager(KvCacheManager):
         got = self._take(req, H, H * B + n, H * B, (hf, gpu), self.admission_tokens(req, H * B, n))
         if got is None:
             return False
+        self.count_hits(req, h, hc)
         req.keys, self.tables[req] = got
         loads = []
         for i, (g, a) in enumerate(zip(self.extra, gpu)):

@@ -10,7 +10,7 @@ from dynlab.groups import GROUP_SHIFT as _SHIFT
 from dynlab.groups import set_bits as _bits
 from dynlab.kv.levels import _count, _once
 
-__all__ = ["PoolChecks", "RunPoolChecks"]
+__all__ = ["PoolChecks", "RunPoolChecks", "check_manager"]
 
 UNNAMED = -1  # dynlab.kv.block_pool.UNNAMED (not imported: that module imports this one)
 
@@ -142,3 +142,24 @@ class RunPoolChecks(PoolChecks):
         assert self.used_blocks + self._fresh + len(free) == self.capacity
         self.copies.check(self.__contains__)
 
+
+def check_manager(kv, holders: list) -> None:
+    """Assert (tests) ``kv`` (a :class:`~dynlab.kv.cache_manager.KvCacheManager`)'s pool is consistent and its
+    used blocks are those of ``holders`` (key lists) plus the held and reserved ones; the CPU tier within its
+    capacity."""
+    pool = kv.pool
+    pool.check()
+    if kv.cpu is not None:
+        assert len(kv.cpu) <= kv.cpu.capacity
+    holders = holders + [keys for keys, _ in kv.reserved.values()] + list(kv.held.values())
+    held: dict = {}
+    unnamed = 0
+    for keys in holders:
+        for key in keys:
+            if key < 0:
+                unnamed += 1
+            else:
+                held[key] = held.get(key, 0) + 1
+    assert len(held) + unnamed == pool.used_blocks, (len(held), unnamed, pool.used_blocks)
+    for key, c in held.items():
+        assert pool.references(key) == c

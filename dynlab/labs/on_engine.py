@@ -17,7 +17,8 @@ The mapping (the two models' units differ):
   queue's head: without the spare, a hit would evict another document's tail).
 - A lab CPU capacity of ``C`` tokens becomes ``floor(C / tokens) * (tokens // block)`` blocks (the tier
   holds named, full blocks only).
-- A read counts as a hit when all its cacheable blocks (``min(tokens // block, (tokens - 1) // block)``)
+- A read counts as a hit when all its cacheable blocks (``(tokens - 1) // block``, the last-token cap of
+  :meth:`~dynlab.kv.blocks.FullAttentionGroup.hit_cap`)
   hit: on the GPU (``gpu_hits``) or partly from the CPU tier (``cpu_hits``); as a miss when none does;
   otherwise as ``partial`` (a key the lab never has: its entries are whole documents).
 """
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from dynlab.engine.worker import EngineRequest, EngineWorker
+from dynlab.kv.blocks import FullAttentionGroup
 from dynlab.labs.scenario import DEFAULT_DOCS, DEFAULT_PASSES, DEFAULT_TOKENS, pass_docs
 from dynlab.latency.base import LatencyModel, StepBatch
 
@@ -51,7 +53,8 @@ def engine_blocks(gpu: int, cpu: int, tokens: int = DEFAULT_TOKENS, block: int =
         raise ValueError(f"tokens and block must be >= 1, got {tokens} and {block}")
     if gpu < 0 or cpu < 0:
         raise ValueError(f"capacities must be >= 0 tokens, got gpu={gpu}, cpu={cpu}")
-    return (gpu // tokens) * (-(-tokens // block) + 1), (cpu // tokens) * (tokens // block)
+    group = FullAttentionGroup(block)
+    return (gpu // tokens) * (group.blocks_needed(tokens) + 1), (cpu // tokens) * (tokens // block)
 
 
 def _serve_alone(engine: EngineWorker, req: EngineRequest, now: float) -> float:
@@ -87,7 +90,7 @@ def scenario_on_engine(gpu: int, cpu: int = 0, passes: Sequence[str] = DEFAULT_P
         raise ValueError(f"a GPU capacity of {gpu} tokens holds no document of {tokens} tokens")
     engine = EngineWorker(0, gpu_blocks, block, _FixedStep(None, {}), cpu_capacity=cpu_blocks,
                           load_ms_per_block=load_ms_per_block, cpu_write=cpu_write)
-    cacheable = min(tokens // block, (tokens - 1) // block)
+    cacheable = FullAttentionGroup(block).hit_cap(tokens)  # (never above tokens // block, the named blocks)
     t, out, tiers = 0.0, [], {"gpu_hit_blocks": 0, "cpu_hit_blocks": 0}
     for order in passes:
         counts = {"order": order, "gpu_hits": 0, "cpu_hits": 0, "misses": 0, "hit_docs": [], "partial": 0}

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import published
-from dynlab.engine.timed import replay_timed
+from helpers import published, replay_timed
 from dynlab.engine.worker import EngineWorker
 from dynlab.kv.cpu_tier import DEFAULT_PCIE_GBPS, CpuTier, cpu_blocks
 from dynlab.labs.on_engine import engine_blocks, scenario_on_engine
