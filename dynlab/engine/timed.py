@@ -28,7 +28,7 @@ import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
-from dynlab.engine.lora import LORA_ATTR
+from dynlab.engine.lora import AdaptersInFlight
 from dynlab.engine.loop import ARRIVAL, STEP_END, STEP_START
 from dynlab.engine.metrics import fleet_result, hooks
 from dynlab.engine.tier_metrics import TierRecorder
@@ -93,9 +93,9 @@ class TimedFleet:
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
         self.waiting, self.cached, self.routable = [0] * n, [0] * n, list(range(n))
         # the view's request counts are the recorder's (requests routed to each worker so far)
-        self.lora: list = [{} for _ in range(n)]  # per worker: adapter -> its requests in flight
+        self.adapters = AdaptersInFlight(n)  # per worker: LoRA adapter -> its requests in flight
         self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, self.cached, self.waiting,
-                               self.routable, self.lora)
+                               self.routable, self.adapters.per_worker)
         self.elastic = None  # an Elastic (dynlab.engine.elastic) when workers join and leave during the run
         # router replicas that each know only their own load: their books follow each request
         self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
@@ -154,7 +154,7 @@ class TimedFleet:
         for books in (self.active, self.active_blocks, self.queued, self.waiting, self.cached, self.generation,
                       self.routing.counts):
             books.append(0)
-        self.lora.append({})
+        self.adapters.add_worker()
         self.fleet.workers = w + 1
         return w
 
@@ -255,9 +255,7 @@ class TimedFleet:
             r = self.replicas.last
             self.replicas.books[r].add(w, blocks, prefill)
         self._estimate[ereq.id] = (w, blocks, prefill, True, r)
-        if ereq.attrs and (a := ereq.attrs.get(LORA_ATTR)):
-            held = self.lora[w]
-            held[a] = held.get(a, 0) + 1
+        self.adapters.add(ereq.attrs, w)
         self.active[w] += 1
         self.active_blocks[w] += blocks
         self.queued[w] += prefill
@@ -273,11 +271,7 @@ class TimedFleet:
 
     def _untrack(self, ereq: EngineRequest) -> None:
         w, blocks, prefill, waiting, r = self._estimate.pop(ereq.id)
-        if ereq.attrs and (a := ereq.attrs.get(LORA_ATTR)):
-            held = self.lora[w]
-            held[a] -= 1
-            if not held[a]:
-                del held[a]
+        self.adapters.remove(ereq.attrs, w)
         self.active[w] -= 1
         self.active_blocks[w] -= blocks
         self.queued[w] -= prefill
