@@ -71,8 +71,8 @@ BLOCKS = (
           "--modes rr,kv,kv-events,kv-cost,cache-aware --plot ttft.png", image="docs/images/ttft.png"),
     Block("docs/engine.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --time-scale 0.5 "
           "--modes rr,least-loaded,kv-events,kv-cost,cache-aware --slo-ttft-ms 2000 --slo-tpot-ms 50"),
-    Block("docs/engine.md", "dynlab sim --trace mooncake-conversation --timing --model gpt-oss-120b --gpu h200"),
-    Block("docs/engine.md", "dynlab sim --trace mooncake-conversation --timing --model gpt-oss-120b --gpu h200 "
+    Block("docs/engine.md", "dynlab sim --trace mooncake-conversation --timing --model gpt-oss-120b --gpu h200 --mode kv"),
+    Block("docs/engine.md", "dynlab sim --trace mooncake-conversation --timing --model gpt-oss-120b --gpu h200 --mode kv "
           "--spec-method eagle3 --spec-tokens 3"),
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing --mode kv-cost "
           "--routers 1,2,4"),
@@ -80,7 +80,7 @@ BLOCKS = (
           "--routers 2,4 --opt shared_load=true"),
     Block("docs/routing.md", "dynlab compare --trace mooncake-conversation --workers 8 --timing "
           "--modes kv-cost,weighted"),
-    Block("docs/disagg.md", "dynlab compare --trace mooncake-conversation --timing --split 8:0,6:2,4:4 "
+    Block("docs/disagg.md", "dynlab compare --trace mooncake-conversation --timing --mode kv --split 8:0,6:2,4:4 "
           "--slo-ttft-ms 2000 --slo-tpot-ms 50 --format table --quiet --plot out/disagg_split.png",
           image="docs/images/disagg_split.png"),
 )

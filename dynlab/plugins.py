@@ -186,12 +186,69 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
     return registry
 
 
+#: every plugin kind: (its name in ``dynlab plugins`` and in registry errors, its registry function's name, what
+#: that function lists); each kind's hook is ``dynlab_register_<function name>`` (:mod:`dynlab.hookspecs`)
+KINDS = (
+    ("strategy", "strategies", "routing strategy (``--mode`` names)"),
+    ("eviction policy", "eviction_policies", "cache eviction policy (``--policy`` names)"),
+    ("trace format", "trace_formats", "trace reader (``--trace-format`` names)"),
+    ("latency model", "latency_models", "step-latency model (``--latency-model`` names)"),
+    ("scorer", "scorers", "scorer (the names of the ``weighted`` strategy's ``--opt scorers=``)"),
+    ("workload", "workloads", "workload generator (the ``generator`` names of ``--workload`` specs)"),
+    ("engine kind", "engine_kinds", "engine kind of the timed fleet (``--engine`` names)"),
+    ("queue policy", "queue_policies", "queue policy of the timed engine (``--queue-policy`` names)"),
+    ("admission policy", "admission_policies", "admission policy of the gateway (``--admission-policy`` names)"),
+    ("controller", "controllers", "controller of elastic fleets (``--controller`` names)"),
+)
+_FUNCTIONS = {kind: fn for kind, fn, _ in KINDS}
+
+
+def registry(kind: str, pm: pluggy.PluginManager | None = None) -> Registry:
+    """Every class registered as ``kind`` (a :data:`KINDS` name) by the plugins of ``pm`` (the process's
+    manager when ``None``), each checked to subclass the kind's base class. ``KeyError`` for an unknown kind."""
+    return _collect(f"dynlab_register_{_FUNCTIONS[kind]}", kind, _base(kind), pm)
+
+
+def _base(kind: str) -> type:
+    """The base class a ``kind``'s plugins subclass, imported only when that kind's registry is built (the
+    layers below import this module: a count-based run never imports the latency models' base)."""
+    if kind == "strategy":
+        from dynlab.routing.strategy import Strategy as base
+    elif kind == "eviction policy":
+        from dynlab.kv.policies import EvictionPolicy as base
+    elif kind == "trace format":
+        from dynlab.traces.format import TraceFormat as base
+    elif kind == "latency model":
+        from dynlab.latency.base import LatencyModel as base
+    elif kind == "scorer":
+        from dynlab.routing.scorer import Scorer as base
+    elif kind == "workload":
+        from dynlab.traces.workload import Workload as base
+    elif kind == "engine kind":
+        from dynlab.engine.kinds import EngineKind as base
+    elif kind == "queue policy":
+        from dynlab.engine.queues import QueuePolicy as base
+    elif kind == "admission policy":
+        from dynlab.engine.gateway import AdmissionPolicy as base
+    else:
+        from dynlab.engine.controller import Controller as base
+    return base
+
+
+def _registry_function(kind: str) -> Callable[..., Registry]:
+    fn, what = next((fn, what) for k, fn, what in KINDS if k == kind)
+
+    def collect(pm: pluggy.PluginManager | None = None) -> Registry:
+        return registry(kind, pm)
+
+    collect.__name__ = collect.__qualname__ = fn
+    collect.__doc__ = f"Every registered {what}: :func:`registry` of {kind!r}."
+    return collect
+
+
 def kinds() -> dict[str, Callable[[], Registry]]:
     """Every plugin kind: its name in ``dynlab plugins`` -> the function that collects its registry."""
-    return {"strategy": strategies, "eviction policy": eviction_policies, "trace format": trace_formats,
-            "latency model": latency_models, "scorer": scorers, "workload": workloads,
-            "engine kind": engine_kinds, "queue policy": queue_policies, "admission policy": admission_policies,
-            "controller": controllers}
+    return {kind: globals()[fn] for kind, fn, _ in KINDS}
 
 
 def distribution_version(source: str) -> str | None:
@@ -203,71 +260,13 @@ def distribution_version(source: str) -> str | None:
         return None
 
 
-def strategies(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered routing strategy (``--mode`` names)."""
-    from dynlab.routing.strategy import Strategy
-
-    return _collect("dynlab_register_strategies", "strategy", Strategy, pm)
-
-
-def eviction_policies(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered cache eviction policy (``--policy`` names)."""
-    from dynlab.kv.policies import EvictionPolicy
-
-    return _collect("dynlab_register_eviction_policies", "eviction policy", EvictionPolicy, pm)
-
-
-def trace_formats(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered trace reader (``--trace-format`` names)."""
-    from dynlab.traces.format import TraceFormat
-
-    return _collect("dynlab_register_trace_formats", "trace format", TraceFormat, pm)
-
-
-def latency_models(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered step-latency model (``--latency-model`` names)."""
-    from dynlab.latency.base import LatencyModel
-
-    return _collect("dynlab_register_latency_models", "latency model", LatencyModel, pm)
-
-
-def scorers(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered scorer (the names of the ``weighted`` strategy's ``--opt scorers=``)."""
-    from dynlab.routing.scorer import Scorer
-
-    return _collect("dynlab_register_scorers", "scorer", Scorer, pm)
-
-
-def workloads(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered workload generator (the ``generator`` names of ``--workload`` specs)."""
-    from dynlab.traces.workload import Workload
-
-    return _collect("dynlab_register_workloads", "workload", Workload, pm)
-
-
-def queue_policies(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered queue policy of the timed engine (``--queue-policy`` names)."""
-    from dynlab.engine.queues import QueuePolicy
-
-    return _collect("dynlab_register_queue_policies", "queue policy", QueuePolicy, pm)
-
-
-def admission_policies(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered admission policy of the gateway (``--admission-policy`` names)."""
-    from dynlab.engine.gateway import AdmissionPolicy
-
-    return _collect("dynlab_register_admission_policies", "admission policy", AdmissionPolicy, pm)
-
-
-def controllers(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered controller of elastic fleets (``--controller`` names)."""
-    from dynlab.engine.controller import Controller
-
-    return _collect("dynlab_register_controllers", "controller", Controller, pm)
-
-
-def engine_kinds(pm: pluggy.PluginManager | None = None) -> Registry:
-    """Every registered engine kind of the timed fleet (``--engine`` names)."""
-    from dynlab.engine.kinds import EngineKind
-
-    return _collect("dynlab_register_engine_kinds", "engine kind", EngineKind, pm)
+strategies = _registry_function("strategy")
+eviction_policies = _registry_function("eviction policy")
+trace_formats = _registry_function("trace format")
+latency_models = _registry_function("latency model")
+scorers = _registry_function("scorer")
+workloads = _registry_function("workload")
+engine_kinds = _registry_function("engine kind")
+queue_policies = _registry_function("queue policy")
+admission_policies = _registry_function("admission policy")
+controllers = _registry_function("controller")

@@ -71,7 +71,7 @@ def test_compare_warns_once_for_every_collapsed_run():
 
 
 def test_a_split_comparison_with_a_collapsing_strategy_warns():
-    r = ok(invoke("compare", *SAME_PREFIX, "--split", "4:0,2:2"))
+    r = ok(invoke("compare", *SAME_PREFIX, "--mode", "kv", "--split", "4:0,2:2"))
     assert r.stderr.count("\n") == 1
     assert "4:0 [kv]: 20 of 20 requests on one of 4 workers" in r.stderr
     assert "2:2 [kv]: 20 of 20 requests on one of 2 prefill workers" in r.stderr

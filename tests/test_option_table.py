@@ -327,7 +327,7 @@ NO_EFFECT = [
     (["--router-assign", "hash"], "--router-assign"),  # one router: no replica to choose
     (["--mode", "kv-cost", "--routers", "2", "--opt", "shared_load=true"], "shared_load"),  # no load without --timing
     (["--mode", "kv-cost", "--timing", "--opt", "shared_load=true"], "shared_load"),  # one router
-    (["--opt", "ttl_s=120"], "ttl_s"),  # a count-based run has no clock
+    (["--mode", "kv", "--opt", "ttl_s=120"], "ttl_s"),  # a count-based run has no clock
     (["--mode", "lora-affinity"], "lora-affinity"),  # nor requests in flight (their adapters)
     (["--mode", "kv-cost", "--opt", "lora_penalty=5"], "lora_penalty"),
     # options that weigh CPU-tier blocks: no tier without --timing, nor with --timing alone
@@ -788,9 +788,11 @@ def test_a_trace_run_says_its_block_size(run):
     tokens = run("sim", "--trace", "t.jsonl", "--block", "4", files={"t.jsonl": '{"tokens": [1, 2, 3, 4, 5]}\n'})
     assert json.loads(tokens.stdout)["block_tokens"] == 4
     assert json.loads(run("sim", "--all-metrics").stdout)["block_tokens"] == 16
-    # the seed's default output keeps exactly its keys (the lab fixes them)
-    assert list(json.loads(run("sim").stdout)) == ["mode", "workers", "requests", "repeat_requests", "hits",
-                                                   "hit_rate"]
+    # the seed's kv output keeps exactly its keys (the lab fixes them); the default kv-cost learns from KV
+    # events, and a run of such a strategy says whether they were published
+    seed_keys = ["mode", "workers", "requests", "repeat_requests", "hits", "hit_rate"]
+    assert list(json.loads(run("sim", "--mode", "kv").stdout)) == seed_keys
+    assert list(json.loads(run("sim").stdout)) == seed_keys + ["publish"]
 
 
 def test_compare_and_sweep_agree_on_an_option_a_strategy_lacks(run):

@@ -159,7 +159,7 @@ PIN_TIMED = ["--timing", "--latency-model", "linear", "--latency-opt", "beta0=10
              "--latency-opt", "beta2=2", *terms_off_args("linear"), "--capacity", "64"]
 _REC = ('{{"id": {}, "worker": 0, "arrival_ms": {}, "first_scheduled_ms": {}, "first_token_ms": {}, "finish_ms": {}, '
         '"input_length": 40, "output_length": {}, "hit_tokens": {}, "preemptions": 0, "rejected": false}}\n')
-#: ``(sha256 of stdout, records)`` of main's code at 4b64f3e, count-based then timed
+#: ``(sha256 of stdout, records)`` of main's code at 4b64f3e, count-based then timed (its default mode, kv: given)
 PINS = [("ffa70a6af51f67ee6930f4e83810cf136a6a2134d82e6d68cc69afd03d9df716",
          "".join(_REC.format(i, *["null"] * 4, o, h) for i, o, h in ((0, 3, 0), (1, 2, 16), (2, 4, 32)))),
         ("13d82a4ebf4f942db738fc70b293361537c41f85e925bd1ed0b1e8e09170b624",
@@ -169,7 +169,7 @@ PINS = [("ffa70a6af51f67ee6930f4e83810cf136a6a2134d82e6d68cc69afd03d9df716",
 
 def _cli_run(tmp_path, rows, args) -> tuple[str, str]:
     out = tmp_path / "r.jsonl"
-    res = CliRunner().invoke(main, ["sim", "--trace", _write(tmp_path, rows), "--workers", "2", *args,
+    res = CliRunner().invoke(main, ["sim", "--trace", _write(tmp_path, rows), "--workers", "2", "--mode", "kv", *args,
                                     "--requests-out", str(out)])
     assert res.exit_code == 0, res.output
     return res.stdout, out.read_text()

@@ -68,7 +68,7 @@ def test_ttl_needs_timing():
     with pytest.raises(ValueError, match="ttl_s.*--timing"):
         kv(timed=False, ttl_s=1.0)
     kv(timed=False, ttl_s=0.0)  # the default: nothing to refuse
-    err = invoke("sim", "--opt", "ttl_s=120")
+    err = invoke("sim", "--mode", "kv", "--opt", "ttl_s=120")
     assert err.exit_code == 2 and "ttl_s" in err.stderr and "--timing" in err.stderr
 
 
@@ -98,7 +98,7 @@ def test_ttl_on_a_timed_trace_by_hand(tmp_path, ttl, predicted, error):
     path = tmp_path / "t.jsonl"
     path.write_text(TTL_TRACE)
     opts = {"ttl_s": ttl} if ttl else {}
-    out = run(SimConfig(trace=str(path), workers=1, timing=True, opts=opts))
+    out = run(SimConfig(trace=str(path), workers=1, mode="kv", timing=True, opts=opts))
     assert (out["predicted_blocks"], out["prediction_error"]) == (predicted, error)
     assert out["cached_blocks"] == 126  # the engine's hits do not depend on what the router forgot
 
@@ -224,10 +224,10 @@ def test_compare_varies_routers(tmp_path):
 def test_compare_and_sweep_take_ttl(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text(MOON)
-    out = invoke("compare", "--trace", str(path), "--timing", "--routers", "1,2", "--opt", "ttl_s=0.001",
-                 "--format", "json")
+    out = invoke("compare", "--trace", str(path), "--timing", "--mode", "kv", "--routers", "1,2",
+                 "--opt", "ttl_s=0.001", "--format", "json")
     assert out.exit_code == 0, out.stderr
-    out = invoke("sweep", "--executor", "serial", "--quiet", "--trace", str(path), "--timing",
+    out = invoke("sweep", "--executor", "serial", "--quiet", "--trace", str(path), "--timing", "--mode", "kv",
                  "--grid", "routers=1,2,4", "--grid", "opt.ttl_s=0,0.015")
     assert out.exit_code == 0, out.stderr
     cells = [json.loads(line) for line in out.stdout.splitlines()]

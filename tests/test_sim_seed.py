@@ -142,12 +142,14 @@ def test_kv_events_without_publishing_equals_round_robin():
     assert {k: no[k] for k in SEED_KEYS[1:]} == {k: rr[k] for k in SEED_KEYS[1:]}
 
 
-def test_sim_defaults_are_the_seeds():
-    """No options: kv, 2 workers, 12 prefixes x 6 reps, 96 + 16 tokens, seed 1, block 16."""
-    assert one_json_line(invoke("sim")) == SEED["kv"]
-    explicit = invoke("sim", "--mode", "kv", "--workers", "2", "--prefixes", "12", "--reps", "6", "--plen", "96",
-                      "--tail", "16", "--seed", "1", "--block", "16")
-    assert one_json_line(explicit) == SEED["kv"]
+def test_sim_defaults_are_the_seeds_but_the_mode():
+    """No options: kv-cost (not the seed's kv: dynlab issue 43 item 8), 2 workers, 12 prefixes x 6 reps, 96 + 16
+    tokens, seed 1, block 16; the seed's kv run is --mode kv with the same defaults."""
+    seeds = ("--workers", "2", "--prefixes", "12", "--reps", "6", "--plen", "96", "--tail", "16", "--seed", "1",
+             "--block", "16")
+    default = one_json_line(invoke("sim"))
+    assert default == one_json_line(invoke("sim", "--mode", "kv-cost", *seeds)) and default["mode"] == "kv-cost"
+    assert one_json_line(invoke("sim", "--mode", "kv", *seeds)) == SEED["kv"]
 
 
 def test_publish_does_not_change_modes_without_events():
@@ -202,7 +204,7 @@ def test_compare_workers(mode):
 
 
 def test_compare_keys_are_values_as_written():
-    out = one_json_line(invoke("compare", "--workers", "04,2"))
+    out = one_json_line(invoke("compare", "--mode", "kv", "--workers", "04,2"))
     assert list(out) == ["04", "2"]
     assert out["04"] == reference("kv", workers=4)
     assert out["2"] == SEED["kv"]

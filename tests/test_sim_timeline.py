@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from dynlab.cli import main
 
-# 3 requests of a Mooncake trace (512-token blocks), 2 workers; requests 0 and 1 share blocks 1, 2
+# 3 requests of a Mooncake trace (512-token blocks), 2 workers; requests 0 and 1 share blocks 1, 2; routed by kv
+# (overlap, then fewest requests): 0 and 1 on worker 0, 2 on worker 1, so both workers have a track
 TRACE = "".join(json.dumps(r) + "\n" for r in [
     {"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
     {"timestamp": 50, "input_length": 1536, "output_length": 4, "hash_ids": [1, 2, 3]},
@@ -21,7 +22,7 @@ def _run(tmp_path, *extra):
     trace.write_text(TRACE)
     out = tmp_path / "timeline.json"
     res = CliRunner().invoke(main, ["sim", "--trace", str(trace), "--timing", "--quiet", "--workers", "2",
-                                    "--timeline", str(out), *extra])
+                                    "--mode", "kv", "--timeline", str(out), *extra])
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout), json.loads(out.read_text())
 

@@ -303,3 +303,32 @@ def test_strategies_and_policies_take_the_same_flags(command):
     assert [p["name"] for p in plain] == [p["name"] for p in verbose]
     assert all(set(p) == {"name", "description", "source", "version"} for p in plain)
     assert all(set(v) > set(p) for p, v in zip(plain, verbose))  # --verbose adds details
+
+
+def test_every_hookspec_is_one_kind_of_the_table_and_its_function_checks_the_base():
+    """plugins.KINDS drives every registry: one row per ``dynlab_register_*`` hookspec, each public function
+    (``plugins.strategies`` ...) the table's, and a class that does not subclass its kind's base is refused."""
+    import inspect
+
+    from dynlab import hookspecs, plugins as _plugins
+    from dynlab.engine.queues import QueuePolicy
+
+    hooks = {n for n, _ in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("dynlab_register_")}
+    assert {f"dynlab_register_{fn}" for _, fn, _ in _plugins.KINDS} == hooks
+    for kind, fn, _ in _plugins.KINDS:
+        assert _plugins.kinds()[kind] is getattr(_plugins, fn) and getattr(_plugins, fn).__name__ == fn
+        assert getattr(_plugins, fn)().names() == _plugins.registry(kind).names()
+    assert isinstance(_plugins.queue_policies().get("fcfs")(), QueuePolicy)
+
+    class NotAStrategy:
+        name = "not-a-strategy"
+
+    pm = _plugins.get_plugin_manager()
+    plugin = ThrowawayPlugin(NotAStrategy)
+    pm.register(plugin, name="not-a-strategy-src")
+    try:
+        with pytest.raises(_plugins.RegistryError, match="strategy 'not-a-strategy' is not a subclass of "
+                                                         "dynlab.routing.strategy.Strategy"):
+            _plugins.strategies()
+    finally:
+        pm.unregister(plugin)

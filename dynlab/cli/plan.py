@@ -89,7 +89,7 @@ def _shared_options(fn):
                           help=help_, callback=input_path if field in INPUT_FIELDS else None)(fn)
     for field in reversed(CANDIDATES):
         flags, ptype, default, help_ = _BY_FIELD[field]
-        default = {"mode": "kv-cost", "cpu_memory_gb": 0}.get(field, default)  # ep 1, spec-tokens 0: sim's
+        default = {"cpu_memory_gb": 0}.get(field, default)  # mode kv-cost, ep 1, spec-tokens 0: sim's
         fn = click.option(*flags, field, type=click.STRING, default=str(default),
                           show_default=True, metavar="V[,V...]",
                           help=(_HELP.get(field) or _help(help_, own_default=True))

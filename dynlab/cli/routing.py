@@ -121,7 +121,7 @@ OWN_COMMAS = ("spec_acceptance", "admission_policy", "slo_classes", "controller"
 
 # (flags, field, type, sim default, help). compare takes the same flags with comma lists.
 SIM_OPTIONS = [
-    (("--mode", "--modes"), "mode", RegistryName("strategy", plugins.strategies), "kv",
+    (("--mode", "--modes"), "mode", RegistryName("strategy", plugins.strategies), "kv-cost",
      "Routing strategy (see `dynlab strategies`)."),
     (("--workers",), "workers", click.IntRange(min=1), 2,
      f"Number of workers (at most {limits.MAX_WORKERS:,}; see docs/limits.md)."),

@@ -22,7 +22,9 @@ DECODE_ROUTERS = ("least-loaded", "round-robin", "kv-usage")
 
 @dataclass(frozen=True)
 class SimConfig(Sectioned):
-    """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4).
+    """Every option of ``dynlab sim``; the defaults are the seed's (lab 000 step 4) except ``mode``: ``kv-cost``
+    (Dynamo's load-aware KV router), not the seed's ``kv``, which sends every request sharing a prefix to one
+    worker (dynlab issue 43 item 8; :mod:`dynlab.collapse` warns of it).
 
     Workload: without ``trace``, the seed's synthetic workload (``prefixes``, ``reps``, ``plen``, ``tail`` tokens,
     ``block`` tokens per block, shuffled by ``seed``; block names by the ``hash`` scheme, ``dynlab`` or ``dynamo``);
@@ -65,7 +67,7 @@ class SimConfig(Sectioned):
     Sections: seven read-only views of the flat fields, the source of truth (:mod:`dynlab.engine.sections`).
     """
 
-    mode: str = "kv"
+    mode: str = "kv-cost"
     workers: int = 2
     prefixes: int = 12
     reps: int = 6

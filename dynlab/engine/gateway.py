@@ -122,6 +122,15 @@ class AdmissionPolicy(Recorder):
         ``now`` (ms), or held since it arrived, enters (``True``), is shed (``False``) or is held (:data:`WAIT`)."""
         raise NotImplementedError
 
+    @classmethod
+    def no_effect(cls, opts: Mapping[str, str], class_slos: Mapping[str, tuple]) -> Optional[str]:
+        """Why this policy with options ``opts`` (text, as :meth:`__init__` takes them) would have no effect in a
+        timed run whose ``--slo`` classes are ``class_slos`` (``{class: (TTFT ms, TPOT ms)}``, ``None`` where a
+        class gives none), or ``None`` (the default: it may act). The option rules
+        (:func:`dynlab.engine.option_rules.check_effective`) ask the policy ``--admission-policy`` names before
+        any run and refuse it with ``--admission-policy has no effect REASON``, so the core names no policy."""
+        return None
+
     def bind(self, context: GatewayContext) -> None:
         """Called once by the gateway before the first arrival: keeps ``context`` (:attr:`context`). A policy
         that needs something the run lacks raises ``ValueError`` (one line)."""

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["DISK_GBPS", "LORA_ATTR", "LoraSpec", "LoraSlots", "check_config", "lora_spec"]
+__all__ = ["DISK_GBPS", "LORA_ATTR", "AdaptersInFlight", "LoraSpec", "LoraSlots", "check_config", "lora_spec"]
 
 #: the request attribute naming its adapter (vLLM's ``LoRARequest.lora_name``; :mod:`dynlab.traces.format`)
 LORA_ATTR = "lora_name"
@@ -162,3 +162,34 @@ class LoraSlots:
         gpu[a] = None
         self.loads += 1
         return ms
+
+
+class AdaptersInFlight:
+    """The router's book of LoRA adapters in flight: ``per_worker[w]`` maps each adapter (a request's
+    :data:`LORA_ATTR`) to its requests routed to worker ``w`` and not yet finished, rejected or requeued (an
+    adapter with none is left out). :class:`~dynlab.engine.timed.TimedFleet` keeps it beside its load counts and
+    its :class:`~dynlab.routing.strategy.FleetView` shows ``per_worker`` as ``lora_adapters``: what vLLM's
+    ``vllm:lora_requests_info`` metric (running and waiting adapters) tells llm-d's router."""
+
+    __slots__ = ("per_worker",)
+
+    def __init__(self, workers: int):
+        self.per_worker: list = [{} for _ in range(workers)]
+
+    def add_worker(self) -> None:
+        """A worker joined (its id the next one): no adapter in flight there yet."""
+        self.per_worker.append({})
+
+    def add(self, attrs, w: int) -> None:
+        """A request with attributes ``attrs`` (``None`` or a mapping) was routed to worker ``w``."""
+        if attrs and (a := attrs.get(LORA_ATTR)):
+            held = self.per_worker[w]
+            held[a] = held.get(a, 0) + 1
+
+    def remove(self, attrs, w: int) -> None:
+        """A request :meth:`add` counted on worker ``w`` left it."""
+        if attrs and (a := attrs.get(LORA_ATTR)):
+            held = self.per_worker[w]
+            held[a] -= 1
+            if not held[a]:
+                del held[a]

@@ -12,6 +12,7 @@ from typing import AbstractSet, Optional
 
 from dynlab.engine.arrival_options import workload_rules
 from dynlab.engine.class_metrics import parse_class_slos
+from dynlab.engine.gateway import parse_policy
 from dynlab.engine.pools import pool_rules
 from dynlab.engine.spec import no_effect_rules as _spec_rules
 
@@ -151,16 +152,21 @@ def _cost_rules(config):
 
 
 def _gateway_rules(config):
-    """The gateway's rule: ``slo-shed`` (timed) without any class TTFT SLO (``--slo``) would shed nothing."""
-    if not config.timing or config.admission_policy.partition(":")[0].strip() != "slo-shed":
+    """The admission policy's own rule in a timed run: the reason its class's
+    :meth:`~dynlab.engine.gateway.AdmissionPolicy.no_effect` gives, if any (``slo-shed``'s: no class TTFT SLO)."""
+    if not config.timing:
         return
+    from dynlab.plugins import admission_policies
+
     try:
+        name, opts = parse_policy(config.admission_policy)
         slos = parse_class_slos(config.slo_classes)
     except ValueError:
-        return  # refused by its own check
-    if all(ttft is None for ttft, _ in slos.values()):
-        yield "admission_policy", ("as slo-shed without a class TTFT SLO: it sheds a class's request predicted to "
-                                   "miss its class's TTFT SLO (give --slo CLASS:ttft_ms=X)")
+        return  # refused by their own checks
+    registry = admission_policies()
+    why = registry.get(name).no_effect(opts, slos) if name in registry else None  # unknown: a usage error
+    if why:
+        yield "admission_policy", why
 
 
 def _controller_rules(config):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Callable, Iterator, Optional, Sequence
 
 from dynlab.engine.env import RunEnv, arrival_times, check_arrivals  # noqa: F401 (re-exported)
-from dynlab.engine.lora import LORA_ATTR
+from dynlab.engine.lora import AdaptersInFlight
 from dynlab.engine.loop import ARRIVAL
 from dynlab.engine.metrics import hooks
 from dynlab.engine.steps import StepDriver
@@ -94,9 +94,9 @@ class TimedFleet(StepDriver):
         self.active, self.active_blocks, self.queued = [0] * n, [0] * n, [0] * n
         self.waiting, self.cached, self.routable = [0] * n, [0] * n, list(range(n))
         # the view's request counts are the recorder's (requests routed to each worker so far)
-        self.lora: list = [{} for _ in range(n)]  # per worker: adapter -> its requests in flight
+        self.adapters = AdaptersInFlight(n)  # per worker: LoRA adapter -> its requests in flight
         self.fleet = FleetView(routing.counts, self.active, self.active_blocks, self.queued, self.cached, self.waiting,
-                               self.routable, self.lora)
+                               self.routable, self.adapters.per_worker)
         # what the deployment configures per worker (FleetView.pool, gpu, kv_blocks); --pool sets the pools
         self.pools = [0] * n
         self.gpus, self.kv_blocks = [_gpu_name(e) for e in engines], [getattr(e, "capacity", None) for e in engines]
@@ -143,7 +143,7 @@ class TimedFleet(StepDriver):
         for books in (self.active, self.active_blocks, self.queued, self.waiting, self.cached, self.generation,
                       self.routing.counts):
             books.append(0)
-        self.lora.append({})
+        self.adapters.add_worker()
         self.pools.append(0)
         self.gpus.append(_gpu_name(engine))
         self.kv_blocks.append(getattr(engine, "capacity", None))
@@ -244,9 +244,7 @@ class TimedFleet(StepDriver):
             r = self.replicas.last
             self.replicas.books[r].add(w, blocks, prefill)
         self._estimate[ereq.id] = (w, blocks, prefill, True, r)
-        if ereq.attrs and (a := ereq.attrs.get(LORA_ATTR)):
-            held = self.lora[w]
-            held[a] = held.get(a, 0) + 1
+        self.adapters.add(ereq.attrs, w)
         self.active[w] += 1
         self.active_blocks[w] += blocks
         self.queued[w] += prefill
@@ -262,11 +260,7 @@ class TimedFleet(StepDriver):
 
     def _untrack(self, ereq: EngineRequest) -> None:
         w, blocks, prefill, waiting, r = self._estimate.pop(ereq.id)
-        if ereq.attrs and (a := ereq.attrs.get(LORA_ATTR)):
-            held = self.lora[w]
-            held[a] -= 1
-            if not held[a]:
-                del held[a]
+        self.adapters.remove(ereq.attrs, w)
         self.active[w] -= 1
         self.active_blocks[w] -= blocks
         self.queued[w] -= prefill

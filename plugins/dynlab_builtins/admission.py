@@ -159,9 +159,21 @@ class SloShed(AdmissionPolicy):
             raise ValueError(f"admission policy {self.spec!r}: margin={opts['margin']} must be > 0")
         self.ttft: dict = {}  # class -> its TTFT SLO (ms)
 
+    @staticmethod
+    def _ttft_slos(class_slos) -> dict:
+        return {c: slo[0] for c, slo in class_slos.items() if slo[0] is not None}
+
+    @classmethod
+    def no_effect(cls, opts, class_slos):
+        """No class with a TTFT SLO: nothing is ever shed."""
+        if not cls._ttft_slos(class_slos):
+            return ("as slo-shed without a class TTFT SLO: it sheds a class's request predicted to miss its class's "
+                    "TTFT SLO (give --slo CLASS:ttft_ms=X)")
+        return None
+
     def bind(self, context) -> None:
         super().bind(context)
-        self.ttft = {c: slo[0] for c, slo in context.class_slos.items() if slo[0] is not None}
+        self.ttft = self._ttft_slos(context.class_slos)
         if not self.ttft:
             raise ValueError(f"admission policy {self.spec!r} sheds against a class's TTFT SLO: give one with "
                              "--slo CLASS:ttft_ms=X")

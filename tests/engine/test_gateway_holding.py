@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from dynlab import hookimpl, plugins
 from dynlab.engine.config import SimConfig
 from dynlab.engine.gateway import WAIT, AdmissionPolicy, GatewayContext
 from dynlab.engine.metrics import Recorder
@@ -108,6 +109,52 @@ def test_slo_shed_without_a_class_ttft_slo_is_refused():
     assert "--admission-policy has no effect as slo-shed without a class TTFT SLO" in line
     with pytest.raises(ValueError, match="give one with --slo CLASS:ttft_ms=X"):
         build_policy("slo-shed").bind(GatewayContext(None, None, 1, {}))  # a library caller's run
+
+
+def test_slo_shed_answers_its_own_option_rule():
+    """The core asks the named policy (AdmissionPolicy.no_effect) and names none itself: slo-shed has no
+    effect without a class TTFT SLO (none, or a TPOT one only), and may act with one; the base class never objects."""
+    cls = type(build_policy("slo-shed"))
+    assert "without a class TTFT SLO" in cls.no_effect({}, {})
+    assert "without a class TTFT SLO" in cls.no_effect({}, {"chat": (None, 50.0)})
+    assert cls.no_effect({"margin": "2"}, {"chat": (400.0, None), "batch": (None, None)}) is None
+    assert AdmissionPolicy.no_effect({}, {}) is None
+
+
+class _NeedsHold(AdmissionPolicy):
+    """A third-party policy with an option rule of its own: without hold=true it would do nothing."""
+
+    name = "needs-hold"
+
+    def __init__(self, opts, spec="", warmup=0):
+        super().__init__(opts, spec, warmup)
+
+    @classmethod
+    def no_effect(cls, opts, class_slos):
+        return None if opts.get("hold") == "true" else "as needs-hold without hold=true (a toy rule)"
+
+    def admit(self, request, now):
+        return True
+
+
+class _NeedsHoldPlugin:
+    @hookimpl
+    def dynlab_register_admission_policies(self, register):
+        register(_NeedsHold)
+
+
+def test_the_option_rules_ask_whichever_policy_is_named():
+    """A policy registered at run time refuses itself through its own hook, with its own reason, in a timed
+    run only (a count-based run refuses --admission-policy for its own reason: no gateway there)."""
+    pm = plugins.get_plugin_manager()
+    plugin = _NeedsHoldPlugin()
+    pm.register(plugin, name="needs-hold-test")
+    try:
+        with pytest.raises(ValueError, match="--admission-policy has no effect as needs-hold without hold=true"):
+            SimConfig(timing=True, admission_policy="needs-hold").validate()
+        SimConfig(timing=True, admission_policy="needs-hold:hold=true").validate()  # its rule passes: no error
+    finally:
+        pm.unregister(plugin)
 
 
 # --- holding ------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.lora import LoraSlots, LoraSpec
+from dynlab.engine.lora import AdaptersInFlight, LoraSlots, LoraSpec
 from dynlab.engine.request import EngineRequest
 from dynlab.engine.worker import EngineWorker
 from dynlab.latency.base import LatencyModel, StepBatch
@@ -215,3 +215,34 @@ def test_kv_costs_lora_penalty():
     assert KvCost(ctx).costs(Request(()), fleet)[0] == [0.0, 0.0, 0.0]  # the base model: no term
     with pytest.raises(ValueError, match="lora_penalty"):
         KvCost(RunContext(workers=3, options={"lora_penalty": 10.0}))
+
+
+def test_the_routers_adapter_book_counts_requests_in_flight():
+    """TimedFleet's book (AdaptersInFlight): A twice and B once routed to worker 0, A once to worker 1, a
+    request without an adapter anywhere: worker 0 holds {A: 2, B: 1}, worker 1 {A: 1}. One A and the B leave
+    worker 0: {A: 1} (B, at 0, is left out); a joining worker 2 starts empty."""
+    book = AdaptersInFlight(2)
+    for attrs, w in (({"lora_name": "A"}, 0), ({"lora_name": "A"}, 0), ({"lora_name": "B"}, 0),
+                     ({"lora_name": "A"}, 1), ({}, 1), (None, 0)):
+        book.add(attrs, w)
+    assert book.per_worker == [{"A": 2, "B": 1}, {"A": 1}]
+    book.remove({"lora_name": "A"}, 0)
+    book.remove({"lora_name": "B"}, 0)
+    book.remove(None, 1)
+    book.add_worker()
+    assert book.per_worker == [{"A": 1}, {"A": 1}, {}]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["A", "B", None]), st.integers(0, 2)), max_size=30))
+def test_the_adapter_book_is_empty_once_every_request_left(routed):
+    """Every request added then removed, in any order: no adapter is left in flight anywhere."""
+    book = AdaptersInFlight(3)
+    reqs = [({"lora_name": a} if a else {}, w) for a, w in routed]
+    for attrs, w in reqs:
+        book.add(attrs, w)
+    assert sum(sum(h.values()) for h in book.per_worker) == sum(1 for a, _ in routed if a)
+    for attrs, w in reversed(reqs[::2] + reqs[1::2]):
+        book.remove(attrs, w)
+    assert book.per_worker == [{}, {}, {}]
+

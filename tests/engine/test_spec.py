@@ -127,7 +127,7 @@ def _cli(tmp_path, *args):
     (tmp_path / "m.jsonl").write_text(MOON)
     out = CliRunner().invoke(main, [*args[:1], "--trace", str(tmp_path / "m.jsonl"), "--timing", *args[1:]])
     assert out.exit_code == 0, out.output
-    return json.loads(out.output) if args[0] == "sim" else out.output
+    return json.loads(out.stdout) if args[0] == "sim" else out.stdout  # stdout: a warning goes to stderr
 
 
 def test_pd_decode_pool_speculates(tmp_path):
