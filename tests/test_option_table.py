@@ -429,7 +429,7 @@ TABLE[("sim", "--timeline-max-requests")] = swaps(
     ["sim", "--trace", MOON, "--timing", "--timeline", "t.json", "--timeline-max-requests", "1"],
     ["sim", "--trace", MOON, "--timing", "--timeline", "t.json", "--timeline-max-requests", "2"])
 # mixed pools (issue 41 item 5; sim and compare): the fleet's second worker on an H200, and the pools section;
-# its refusals (without --timing, with --workers/--gpu/--tp, P/D, --controller) are in tests/sim/test_pools.py
+# its refusals (without --timing, with --workers/--gpu/--tp, P/D, --controller) are in tests/sim/test_mixed_pools.py
 for _name, _cmd in (("sim", ["sim"]), ("compare", ["compare", "--format", "json"])):
     TABLE[(_name, "--pool")] = changes(_cmd + ["--timing", "--trace", MOON],
                                        ["--pool", "h100:tp1:1", "--pool", "h200:tp1:1"])
