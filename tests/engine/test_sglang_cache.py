@@ -216,3 +216,21 @@ def test_a_kv_events_router_sees_sglang_workers_exactly():
     assert out["evicted_blocks"] > 0 and out["prediction_error"] == 0
     # the pool: 24 blocks of 16 = 384 tokens, so at most 384 // 2 = 192 running requests (resolve_max_num_reqs)
     assert out["engine"] == "sglang" and out["sglang_max_running_requests"] == 192
+
+
+def test_lpm_weighs_a_whole_cached_prompt():
+    """schedule_policy.py _compute_prefix_matches: match_kv_cache(r, tree_cache, prefix_ids) with no
+    max_prefix_len, so a block-aligned prompt the tree holds whole weighs all of it (admission later matches at
+    most fill - 1 tokens, _compute_max_prefix_len)."""
+    c = RadixCache(16)
+    c.insert([1, 2, 3, 4])
+    x = SgReq(req(0, 64, 5, names=[1, 2, 3, 4]), c.root)  # 64 tokens, all 4 blocks cached
+    y = SgReq(req(1, 81, 5, names=[1, 2, 3, 4, 50]), c.root)  # 81 tokens, 4 of its 5 blocks cached
+    waiting = [x, y]
+    SchedulePolicy("lpm", c).calc_priority(waiting)
+    # both weigh 64 cached tokens: a tie, so the stable sort keeps arrival order (capped at 63 tokens, x would
+    # weigh 3 blocks, 48 tokens, and y would go first)
+    assert (x.matched_tokens, y.matched_tokens) == (64, 64)
+    assert [r.req.id for r in waiting] == [0, 1]
+    x.match(c)  # what admission matches: at most 63 tokens, 3 whole blocks
+    assert x.prefix_tokens == 48

@@ -112,7 +112,7 @@ class SchedulePolicy:
         late: set = set()
         seen: dict = {}  # the waiting requests' names as a trie: (parent key, name) -> key
         for r in waiting:
-            r.match(self.cache)
+            r.match(self.cache, whole=True)  # match_kv_cache(r, tree_cache, prefix_ids): no max_prefix_len here
             if r.matched_tokens > IN_BATCH_CHECK_TOKENS:
                 continue
             names, key, shared = r.fill_names(block), None, 0

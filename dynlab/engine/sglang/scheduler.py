@@ -49,9 +49,10 @@ class SgReq:
         """The names of its fill's full blocks."""
         return self.req.names[:self.fill_len() // block]
 
-    def match(self, cache: RadixCache) -> None:
-        """``init_next_round_input``: its cached prefix, at most ``fill_len - 1`` tokens (``_compute_max_prefix_len``)."""
-        n, node = cache.match_prefix(self.req.names, (self.fill_len() - 1) // cache.block)
+    def match(self, cache: RadixCache, whole: bool = False) -> None:
+        """``init_next_round_input``: its cached prefix, at most ``fill_len - 1`` tokens (``_compute_max_prefix_len``);
+        ``whole``: up to the whole fill (``SchedulePolicy._compute_prefix_matches`` matches without that cap)."""
+        n, node = cache.match_prefix(self.req.names, (self.fill_len() - (0 if whole else 1)) // cache.block)
         self.node, self.tree_blocks = node, n
         self.prefix_tokens = self.matched_tokens = n * cache.block
 
