@@ -109,7 +109,7 @@ def test_cache_counters_and_matches_hold(ops):
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 6), st.integers(0, 3), st.integers(1, 40)),
                 min_size=1, max_size=12),
-       st.integers(8, 30), st.sampled_from(["fcfs", "lpm", "lof", "random"]), st.sampled_from([1, 4, 16]),
+       st.integers(8, 30), st.sampled_from(["fcfs", "lpm", "dfs-weight", "lof", "random"]), st.sampled_from([1, 4, 16]),
        st.booleans())
 def test_every_request_finishes_within_the_pool(rows, capacity, policy, page, mixed):
     """Random requests on a small pool: the pool never holds more than its tokens, the cache's events equal its
@@ -183,8 +183,9 @@ def test_lof_and_random_and_disabled_cache():
     SchedulePolicy("random", c, random.Random(3)).calc_priority(waiting)
     assert sorted(r.req.id for r in waiting) == [0, 1, 2]
     assert SchedulePolicy("lpm", RadixCache(16, disable=True)).policy == "fcfs"  # _validate_and_adjust_policy
+    assert SchedulePolicy("dfs-weight", RadixCache(16, disable=True)).policy == "fcfs"
     with pytest.raises(ValueError, match="schedule_policy"):
-        SchedulePolicy("dfs-weight", c)
+        SchedulePolicy("hrrn", c)  # not modelled
 
 
 # -- KV events: what the routers see ---------------------------------------------------------------
@@ -234,3 +235,26 @@ def test_lpm_weighs_a_whole_cached_prompt():
     assert [r.req.id for r in waiting] == [0, 1]
     x.match(c)  # what admission matches: at most 63 tokens, 3 whole blocks
     assert x.prefix_tokens == 48
+
+
+def test_dfs_weight_walks_the_tree_heaviest_subtree_first():
+    """schedule_policy.py _sort_by_dfs_weight (mem_cache/base_prefix_cache.py _dfs_weight_order): depth first from
+    the root, the child whose subtree holds more waiting requests' matches first, a node's own requests after
+    its children's."""
+    c = RadixCache(16)
+    c.insert([1, 2, 3])
+    c.insert([1, 2, 7])  # branches after block 2
+    c.insert([9])
+    waiting = _waiting(c, [([9, 90], 5), ([1, 2, 3, 30], 5), ([1, 2, 7, 70], 5), ([1, 2, 3, 31], 5), ([80], 5)])
+    SchedulePolicy("dfs-weight", c).calc_priority(waiting)
+    # matches end at: 0 -> block 9, 1 and 3 -> block 3, 2 -> block 7, 4 -> the root. Weights: block 3: 2,
+    # block 7: 1, blocks 1 and 2: 3, block 9: 1. From the root: block 1 (3) before block 9 (1); under block 2,
+    # block 3 (2) before block 7 (1); the root's own request (4) last
+    assert [r.req.id for r in waiting] == [1, 3, 2, 0, 4]
+    lpm = _waiting(c, [([9, 90], 5), ([1, 2, 3, 30], 5), ([1, 2, 7, 70], 5), ([1, 2, 3, 31], 5), ([80], 5)])
+    SchedulePolicy("lpm", c).calc_priority(lpm)
+    assert [r.req.id for r in lpm] == [1, 2, 3, 0, 4]  # lpm: 48, 48, 48 cached tokens keep arrival order
+    # never turns FCFS (only lpm and hrrn do above 128 waiting, _determine_active_policy)
+    many = _waiting(c, [([500 + i], 5) for i in range(WAITING_QUEUE_PREFIX_MATCH_MAX)] + [([1, 2, 3, 30], 5)])
+    SchedulePolicy("dfs-weight", c).calc_priority(many)
+    assert many[0].req.id == WAITING_QUEUE_PREFIX_MATCH_MAX

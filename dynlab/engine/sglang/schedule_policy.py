@@ -40,10 +40,10 @@ CLIP_MAX_NEW_TOKENS = 4096
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 #: ``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` / ``..._DEPRIORITIZE_THRESHOLD`` (tokens)
 IN_BATCH_CHECK_TOKENS = IN_BATCH_DEPRIORITIZE_TOKENS = 32
-#: the policies dynlab models (SGLang's ``--schedule-policy`` choices; ``dfs-weight``, ``hrrn``,
-#: ``routing-key``, ``priority`` and ``shortest-prefill-first`` are not modelled)
-SCHEDULE_POLICIES = ("fcfs", "lpm", "lof", "random")
-CACHE_AWARE = ("lpm",)
+#: the policies dynlab models (SGLang's ``--schedule-policy`` choices; ``hrrn``, ``routing-key``, ``priority``
+#: and ``shortest-prefill-first`` are not modelled)
+SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
+CACHE_AWARE = ("lpm", "dfs-weight")
 
 
 class AddReqResult(Enum):
@@ -90,8 +90,9 @@ class SchedulePolicy:
         self.rng = rng or random.Random(0)
 
     def active(self, waiting: list) -> str:
-        """``_determine_active_policy``: ``lpm`` turns FCFS above :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` waiting."""
-        if self.policy in CACHE_AWARE and len(waiting) > WAITING_QUEUE_PREFIX_MATCH_MAX:
+        """``_determine_active_policy``: ``lpm`` turns FCFS above :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` waiting
+        (``dfs-weight`` never does)."""
+        if self.policy == "lpm" and len(waiting) > WAITING_QUEUE_PREFIX_MATCH_MAX:
             return "fcfs"
         return self.policy
 
@@ -101,10 +102,38 @@ class SchedulePolicy:
         if policy == "lpm":
             late = self._prefix_matches(waiting)
             waiting.sort(key=lambda r: float("inf") if id(r) in late else -r.matched_tokens)
+        elif policy == "dfs-weight":
+            self._prefix_matches(waiting)
+            waiting[:] = self._dfs_weight_order(waiting)
         elif policy == "lof":
             waiting.sort(key=lambda r: -r.req.output_length)
         elif policy == "random":
             self.rng.shuffle(waiting)
+
+    def _dfs_weight_order(self, waiting: list) -> list:
+        """``_sort_by_dfs_weight`` (``mem_cache/base_prefix_cache.py: _dfs_weight_order``): a node's weight is the
+        number of waiting requests whose match ends in its subtree; a depth-first walk from the root visits the
+        children heaviest first (ties: the tree's child order) and lists a node's own requests after its
+        children's. Only the nodes on a request's path are walked (the others weigh nothing)."""
+        root = self.cache.root
+        at: dict = {}
+        weight: dict = {}
+        for r in waiting:
+            at.setdefault(id(r.node), []).append(r)
+            node = r.node
+            while node is not None:
+                weight[id(node)] = weight.get(id(node), 0) + 1
+                node = node.parent
+        order, stack = [], [(root, False)]
+        while stack:
+            node, visited = stack.pop()
+            if visited:
+                order += at.get(id(node), ())
+                continue
+            stack.append((node, True))
+            kids = sorted((c for c in node.children.values() if id(c) in weight), key=lambda c: -weight[id(c)])
+            stack += [(c, False) for c in reversed(kids)]
+        return order
 
     def _prefix_matches(self, waiting: list) -> set:
         """Each request's cached prefix (``matched_tokens``), and the requests in-batch prefix caching puts last."""
