@@ -5,7 +5,8 @@
 
 For each trace (:func:`cases`: hand cases and seeded multi-turn conversation traces of
 :mod:`vllm_traces` over shared system prompts; ample, tight and overloaded pools, chunked prefill, a
-``--max-running-requests`` limit, ``lpm`` with and without its 128-request FCFS fallback, retraction) it runs
+``--max-running-requests`` limit, ``lpm`` with and without its 128-request FCFS fallback, ``dfs-weight``,
+retraction) it runs
 
 - dynlab: ``dynlab sim --timing --engine sglang --latency-model linear ... --requests-out`` (one worker);
 - SGLang: :class:`sglang_side.Driver` (SGLang's ``Req``, ``SchedulePolicy.calc_priority``, ``PrefillAdder``,
@@ -53,6 +54,7 @@ def _hand_cases() -> list:
     row, hand = vllm_traces._row, vllm_traces.HAND
     shared = ids.take(48)
     lpm_a, lpm_b = ids.take(64), ids.take(32)
+    dfs_p, dfs_a, dfs_b = ids.take(32), ids.take(32), ids.take(32)
     return [
         SgCase("shared-prefix", [row(0, shared + ids.take(10), 8), row(30, shared + ids.take(20), 5),
                                  row(45, shared + ids.take(3), 12)], 1024, what="three prompts sharing 48 tokens",
@@ -63,10 +65,18 @@ def _hand_cases() -> list:
                what="four requests at 0, two running slots", **hand),
         SgCase("retract-cascade", [row(0, ids.take(30), 20) for _ in range(5)], 128,
                what="five 30+20 requests at 0 in 128 tokens: retractions", **hand),
+        SgCase("retract-decayed", [row(0, ids.take(16), 900), row(7300, ids.take(16), 300)], 1024,
+               what="the ratio decays over A's 900 decodes, B is admitted, the pool runs out: B is retracted",
+               **hand),
         SgCase("lpm-order", [row(0, lpm_a, 4), row(0, lpm_b, 4), row(300, ids.take(40), 2),
                              row(301, lpm_b + ids.take(8), 2), row(302, lpm_a + ids.take(8), 2),
                              row(302, ids.take(20), 2)], 1024, policy="lpm", max_running=1,
                what="lpm: longest cached prefix first, one running slot", **hand),
+        SgCase("dfs-weight-order", [row(0, dfs_p + dfs_a, 2), row(0, dfs_p + dfs_b, 2), row(500, ids.take(40), 3),
+                                    row(501, dfs_p + dfs_b + ids.take(8), 2), row(501, dfs_p + dfs_a + ids.take(8), 2),
+                                    row(501, dfs_p + dfs_b + ids.take(8), 2), row(502, ids.take(20), 2)], 1024,
+               policy="dfs-weight", max_running=1, what="dfs-weight: the heavier subtree first, one running slot",
+               **hand),
         SgCase("lpm-fallback", [row(0, ([1] * 0) + ids.take(16 + (i % 3) * 16), 2) for i in range(140)], 4096,
                policy="lpm", max_running=4, what="lpm with 140 waiting: FCFS above 128", **hand),
     ]
@@ -81,6 +91,8 @@ def _conversation_cases(scale: float) -> list:
         ("conv-max-running", 5, 500, 1.5, 2000, 8192, 4, "fcfs", False, "4 running requests"),
         ("conv-lpm-tight", 2, 500, 1.0, 800, 8192, 256, "lpm", False, "lpm, tight pool"),
         ("conv-lpm-overloaded", 3, 1000, 3.0, 500, 8192, 256, "lpm", False, "lpm, overloaded (FCFS above 128)"),
+        ("conv-dfs-tight", 2, 500, 1.0, 800, 8192, 256, "dfs-weight", False, "dfs-weight, tight pool"),
+        ("conv-dfs-overloaded", 3, 1000, 3.0, 500, 8192, 256, "dfs-weight", False, "dfs-weight, overloaded"),
         ("conv-replies-tight", 2, 500, 1.0, 800, 8192, 256, "fcfs", True, "conv-tight, replies' ids given"),
     ]
     out = []
