@@ -33,8 +33,9 @@ def test_matches_and_evictions_agree_with_sglangs_radix_cache(seed):
 CASES = {c.name: c for c in fidelity_sglang.cases(scale=0.1)}
 
 
-@pytest.mark.parametrize("name", ["shared-prefix", "chunked", "max-running", "lpm-order", "lpm-fallback",
-                                  "conv-overloaded", "conv-lpm-tight", "conv-replies-tight"])
+@pytest.mark.parametrize("name", ["shared-prefix", "chunked", "max-running", "retract-decayed", "lpm-order",
+                                  "dfs-weight-order", "lpm-fallback",
+                                  "conv-overloaded", "conv-lpm-tight", "conv-dfs-overloaded", "conv-replies-tight"])
 def test_every_request_is_sglangs_at_dynlabs_naming_rule(name, tmp_path):
     """TTFT, E2E, retractions and hit tokens of every request as SGLang's PrefillAdder, SchedulePolicy and
     RadixCache give them (the harness's ``as-dynlab`` rule: only named tokens enter SGLang's tree)."""
