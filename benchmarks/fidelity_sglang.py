@@ -17,8 +17,8 @@ retraction) it runs
 
 and compares them request by request: TTFT (first token - arrival), E2E (finish - arrival), retractions
 and hit tokens (the cached prefix at the first admission), equal when within 1e-6 ms (counts: exactly).
-Both run at ``--page-size 16`` = ``--block 16``: a hit is whole 16-token pages on both sides (see
-docs/fidelity.md for SGLang's default page of 1 token).
+Both run at ``--page-size 16`` = ``--block 16`` (``--page``): a hit is whole 16-token pages on both sides; at
+``--page 1`` (SGLang's default) SGLang's hits end at any token and dynlab's at a block's end (docs/fidelity.md).
 """
 from __future__ import annotations
 
@@ -191,8 +191,12 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the conversation traces' request counts")
     p.add_argument("--json", default=None, help="write every row (and the first differing request) here")
     p.add_argument("--verbose", action="store_true", help="print each trace's first differing request")
+    p.add_argument("--page", type=int, default=BLOCK, help="--page-size on both sides (1: SGLang's default; dynlab "
+                   "still matches whole 16-token blocks, SGLang any token prefix)")
     args = p.parse_args(argv)
     chosen = cases(args.scale)
+    for case in chosen:
+        case.opts["page"] = args.page
     if args.only:
         names = set(args.only.split(","))
         chosen = [c for c in chosen if c.name in names]

@@ -157,7 +157,7 @@ class Driver:
             st["slots"] += need
 
     def _checkpoint(self, req: Req, upto: int) -> None:
-        """``RadixCache.checkpoint``: insert the page-aligned ``fill_ids[:upto]`` (only the prompt's part when
+        """``RadixCache.checkpoint``: insert the page-aligned ``fill_ids[:upto]`` (only its named part when
         ``cache_outputs`` is off), free the duplicates, move the lock to the new last node."""
         st = self.st[req.rid]
         fill = req.origin_input_ids + req.output_ids
