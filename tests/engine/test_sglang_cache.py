@@ -258,3 +258,24 @@ def test_dfs_weight_walks_the_tree_heaviest_subtree_first():
     many = _waiting(c, [([500 + i], 5) for i in range(WAITING_QUEUE_PREFIX_MATCH_MAX)] + [([1, 2, 3, 30], 5)])
     SchedulePolicy("dfs-weight", c).calc_priority(many)
     assert many[0].req.id == WAITING_QUEUE_PREFIX_MATCH_MAX
+
+
+def test_fcfs_refreshes_the_waiting_prefixes_every_32nd_call():
+    """schedule_policy.py _touch_waiting_prefixes (SGLANG_ENABLE_WAITING_PREFIX_REFRESH on,
+    WAITING_PREFIX_REFRESH_INTERVAL = 32): a cache-agnostic order touches the waiting requests' cached prefixes
+    on its 1st, 33rd, ... call, so the radix cache's LRU evicts them last."""
+    c = RadixCache(16)
+    c.insert([1, 2])  # older
+    c.insert([3, 4])
+    waiting = [SgReq(req(0, 49, 5, names=[1, 2, 9]), c.root)]  # its prefix is [1, 2]
+    policy = SchedulePolicy("fcfs", c)
+    policy.calc_priority(waiting)  # call 1: refreshes [1, 2], now newer than [3, 4]
+    assert c.evict(32) == [4, 3]
+    c.insert([3, 4])  # now the newest
+    for _ in range(31):  # calls 2-32: no refresh
+        policy.calc_priority(waiting)
+    assert c.evict(32) == [2, 1]
+    c.insert([1, 2])
+    c.insert([3, 4])
+    policy.calc_priority(waiting)  # call 33: refreshes again
+    assert c.evict(32) == [4, 3]

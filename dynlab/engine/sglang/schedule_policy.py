@@ -1,6 +1,8 @@
 """SGLang's waiting-queue order and prefill admission (``python/sglang/srt/managers/schedule_policy.py``, sglang 0.5.23).
 
-- :class:`SchedulePolicy` (``SchedulePolicy.calc_priority``): ``fcfs`` (SGLang's default) keeps arrival order;
+- :class:`SchedulePolicy` (``SchedulePolicy.calc_priority``): ``fcfs`` (SGLang's default) keeps arrival order
+  (and every 32nd call refreshes the waiting requests' cached prefixes in the radix cache's LRU order, as every
+  cache-agnostic order does: ``_touch_waiting_prefixes``);
   ``lpm`` sorts by the longest cached prefix first (a stable sort: ties keep their order), falls back to FCFS
   when more than :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` requests wait (``_determine_active_policy``), and
   puts last the requests whose cached prefix is at most :data:`IN_BATCH_CHECK_TOKENS` tokens but which share
@@ -38,6 +40,9 @@ __all__ = ["AddReqResult", "CLIP_MAX_NEW_TOKENS", "NewTokenRatio", "PrefillAdder
 CLIP_MAX_NEW_TOKENS = 4096
 #: ``WAITING_QUEUE_PREFIX_MATCH_MAX``: above this many waiting requests, ``lpm`` orders them FCFS
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
+#: ``WAITING_PREFIX_REFRESH_INTERVAL``: a cache-agnostic order refreshes the waiting prefixes' LRU times every this many
+#: calls (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``, on by default)
+WAITING_PREFIX_REFRESH_INTERVAL = 32
 #: ``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` / ``..._DEPRIORITIZE_THRESHOLD`` (tokens)
 IN_BATCH_CHECK_TOKENS = IN_BATCH_DEPRIORITIZE_TOKENS = 32
 #: the policies dynlab models (SGLang's ``--schedule-policy`` choices; ``hrrn``, ``routing-key``, ``priority``
@@ -88,6 +93,7 @@ class SchedulePolicy:
         self.policy = "fcfs" if cache.disable and policy in CACHE_AWARE else policy
         self.cache = cache
         self.rng = rng or random.Random(0)
+        self.refresh_calls = 0
 
     def active(self, waiting: list) -> str:
         """``_determine_active_policy``: ``lpm`` turns FCFS above :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` waiting
@@ -109,6 +115,21 @@ class SchedulePolicy:
             waiting.sort(key=lambda r: -r.req.output_length)
         elif policy == "random":
             self.rng.shuffle(waiting)
+        self._touch_waiting_prefixes(policy, waiting)
+
+    def _touch_waiting_prefixes(self, policy: str, waiting: list) -> None:
+        """``_touch_waiting_prefixes``: under a cache-agnostic order (``lpm`` turned FCFS above 128 included), every
+        :data:`WAITING_PREFIX_REFRESH_INTERVAL`-th call (the first one too) refreshes the cached prefixes of the
+        first :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` waiting requests, the queue's head last, so LRU evicts them
+        in reverse admission order (``touch_waiting_prefix``: a match of the whole fill, splitting as a match does)."""
+        if policy in CACHE_AWARE or not waiting or self.cache.disable:
+            return
+        refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        self.refresh_calls += 1
+        if refresh:
+            block = self.cache.block
+            for r in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                self.cache.match_prefix(r.fill_names(block))
 
     def _dfs_weight_order(self, waiting: list) -> list:
         """``_sort_by_dfs_weight`` (``mem_cache/base_prefix_cache.py: _dfs_weight_order``): a node's weight is the
