@@ -359,6 +359,7 @@ NO_EFFECT = [
     (["--timing", "--engine", "sglang", "--split", "1:1"], "--split"),
     (["--timing", "--engine", "sglang", "--chunked-prefill-size", "-1", "--enable-mixed-chunk"], "--enable-mixed-chunk"),
     (["--timing", "--engine", "sglang", "--disable-radix-cache", "--schedule-policy", "lpm"], "--schedule-policy"),
+    (["--timing", "--engine", "sglang", "--disable-radix-cache", "--schedule-policy", "dfs-weight"], "--schedule-policy"),
     (["--admission", "chunk"], "--admission"),  # the count-based replay has no admission
     (["--async-scheduling"], "--async-scheduling"),  # nor steps to schedule ahead
     (["--queue-policy", "priority"], "--queue-policy"),  # nor queues

@@ -288,9 +288,10 @@ SIM_OPTIONS = [
      "GPU's memory, 8192 on an H100]."),
     (("--max-prefill-tokens",), "max_prefill_tokens", click.IntRange(min=1), 16384,
      "With --engine sglang: tokens of one prefill pass at most (SGLang's)."),
-    (("--schedule-policy",), "schedule_policy", click.Choice(["fcfs", "lpm", "lof", "random"]), "fcfs",
+    (("--schedule-policy",), "schedule_policy", click.Choice(["fcfs", "lpm", "dfs-weight", "lof", "random"]), "fcfs",
      "With --engine sglang: the waiting queue's order (SGLang's): fcfs, lpm (longest cached prefix first; "
-     "fcfs above 128 waiting), lof (longest output first) or random."),
+     "fcfs above 128 waiting), dfs-weight (depth first through the radix tree, the subtree with more waiting "
+     "requests first), lof (longest output first) or random."),
     (("--page-size",), "page_size", click.IntRange(min=1), 1,
      "With --engine sglang: tokens per KV page (SGLang's); must divide --block."),
     (("--mem-fraction-static",), "mem_fraction_static", FiniteFloat(0.0, 1.0, min_open=True), None,

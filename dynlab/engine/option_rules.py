@@ -211,8 +211,9 @@ def _engine_rules(config):
             yield name, "with --engine sglang (dynlab does not model SGLang's P/D disaggregation yet)"
     if config.chunked_prefill_size == -1:
         yield "enable_mixed_chunk", "with --chunked-prefill-size -1 (SGLang mixes decodes only into chunked prefills)"
-    if config.disable_radix_cache and config.schedule_policy == "lpm":
-        yield "schedule_policy", "as lpm with --disable-radix-cache (no prefix is cached: SGLang runs it as fcfs)"
+    if config.disable_radix_cache and config.schedule_policy in ("lpm", "dfs-weight"):
+        yield "schedule_policy", (f"as {config.schedule_policy} with --disable-radix-cache (no prefix is cached: "
+                                  "SGLang runs it as fcfs)")
 
 
 #: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on

@@ -109,7 +109,7 @@ def test_cache_counters_and_matches_hold(ops):
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 6), st.integers(0, 3), st.integers(1, 40)),
                 min_size=1, max_size=12),
-       st.integers(8, 30), st.sampled_from(["fcfs", "lpm", "lof", "random"]), st.sampled_from([1, 4, 16]),
+       st.integers(8, 30), st.sampled_from(["fcfs", "lpm", "dfs-weight", "lof", "random"]), st.sampled_from([1, 4, 16]),
        st.booleans())
 def test_every_request_finishes_within_the_pool(rows, capacity, policy, page, mixed):
     """Random requests on a small pool: the pool never holds more than its tokens, the cache's events equal its
@@ -183,8 +183,9 @@ def test_lof_and_random_and_disabled_cache():
     SchedulePolicy("random", c, random.Random(3)).calc_priority(waiting)
     assert sorted(r.req.id for r in waiting) == [0, 1, 2]
     assert SchedulePolicy("lpm", RadixCache(16, disable=True)).policy == "fcfs"  # _validate_and_adjust_policy
+    assert SchedulePolicy("dfs-weight", RadixCache(16, disable=True)).policy == "fcfs"
     with pytest.raises(ValueError, match="schedule_policy"):
-        SchedulePolicy("dfs-weight", c)
+        SchedulePolicy("hrrn", c)  # not modelled
 
 
 # -- KV events: what the routers see ---------------------------------------------------------------
@@ -216,3 +217,65 @@ def test_a_kv_events_router_sees_sglang_workers_exactly():
     assert out["evicted_blocks"] > 0 and out["prediction_error"] == 0
     # the pool: 24 blocks of 16 = 384 tokens, so at most 384 // 2 = 192 running requests (resolve_max_num_reqs)
     assert out["engine"] == "sglang" and out["sglang_max_running_requests"] == 192
+
+
+def test_lpm_weighs_a_whole_cached_prompt():
+    """schedule_policy.py _compute_prefix_matches: match_kv_cache(r, tree_cache, prefix_ids) with no
+    max_prefix_len, so a block-aligned prompt the tree holds whole weighs all of it (admission later matches at
+    most fill - 1 tokens, _compute_max_prefix_len)."""
+    c = RadixCache(16)
+    c.insert([1, 2, 3, 4])
+    x = SgReq(req(0, 64, 5, names=[1, 2, 3, 4]), c.root)  # 64 tokens, all 4 blocks cached
+    y = SgReq(req(1, 81, 5, names=[1, 2, 3, 4, 50]), c.root)  # 81 tokens, 4 of its 5 blocks cached
+    waiting = [x, y]
+    SchedulePolicy("lpm", c).calc_priority(waiting)
+    # both weigh 64 cached tokens: a tie, so the stable sort keeps arrival order (capped at 63 tokens, x would
+    # weigh 3 blocks, 48 tokens, and y would go first)
+    assert (x.matched_tokens, y.matched_tokens) == (64, 64)
+    assert [r.req.id for r in waiting] == [0, 1]
+    x.match(c)  # what admission matches: at most 63 tokens, 3 whole blocks
+    assert x.prefix_tokens == 48
+
+
+def test_dfs_weight_walks_the_tree_heaviest_subtree_first():
+    """schedule_policy.py _sort_by_dfs_weight (mem_cache/base_prefix_cache.py _dfs_weight_order): depth first from
+    the root, the child whose subtree holds more waiting requests' matches first, a node's own requests after
+    its children's."""
+    c = RadixCache(16)
+    c.insert([1, 2, 3])
+    c.insert([1, 2, 7])  # branches after block 2
+    c.insert([9])
+    waiting = _waiting(c, [([9, 90], 5), ([1, 2, 3, 30], 5), ([1, 2, 7, 70], 5), ([1, 2, 3, 31], 5), ([80], 5)])
+    SchedulePolicy("dfs-weight", c).calc_priority(waiting)
+    # matches end at: 0 -> block 9, 1 and 3 -> block 3, 2 -> block 7, 4 -> the root. Weights: block 3: 2,
+    # block 7: 1, blocks 1 and 2: 3, block 9: 1. From the root: block 1 (3) before block 9 (1); under block 2,
+    # block 3 (2) before block 7 (1); the root's own request (4) last
+    assert [r.req.id for r in waiting] == [1, 3, 2, 0, 4]
+    lpm = _waiting(c, [([9, 90], 5), ([1, 2, 3, 30], 5), ([1, 2, 7, 70], 5), ([1, 2, 3, 31], 5), ([80], 5)])
+    SchedulePolicy("lpm", c).calc_priority(lpm)
+    assert [r.req.id for r in lpm] == [1, 2, 3, 0, 4]  # lpm: 48, 48, 48 cached tokens keep arrival order
+    # never turns FCFS (only lpm and hrrn do above 128 waiting, _determine_active_policy)
+    many = _waiting(c, [([500 + i], 5) for i in range(WAITING_QUEUE_PREFIX_MATCH_MAX)] + [([1, 2, 3, 30], 5)])
+    SchedulePolicy("dfs-weight", c).calc_priority(many)
+    assert many[0].req.id == WAITING_QUEUE_PREFIX_MATCH_MAX
+
+
+def test_fcfs_refreshes_the_waiting_prefixes_every_32nd_call():
+    """schedule_policy.py _touch_waiting_prefixes (SGLANG_ENABLE_WAITING_PREFIX_REFRESH on,
+    WAITING_PREFIX_REFRESH_INTERVAL = 32): a cache-agnostic order touches the waiting requests' cached prefixes
+    on its 1st, 33rd, ... call, so the radix cache's LRU evicts them last."""
+    c = RadixCache(16)
+    c.insert([1, 2])  # older
+    c.insert([3, 4])
+    waiting = [SgReq(req(0, 49, 5, names=[1, 2, 9]), c.root)]  # its prefix is [1, 2]
+    policy = SchedulePolicy("fcfs", c)
+    policy.calc_priority(waiting)  # call 1: refreshes [1, 2], now newer than [3, 4]
+    assert c.evict(32) == [4, 3]
+    c.insert([3, 4])  # now the newest
+    for _ in range(31):  # calls 2-32: no refresh
+        policy.calc_priority(waiting)
+    assert c.evict(32) == [2, 1]
+    c.insert([1, 2])
+    c.insert([3, 4])
+    policy.calc_priority(waiting)  # call 33: refreshes again
+    assert c.evict(32) == [4, 3]

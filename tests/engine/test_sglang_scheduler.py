@@ -145,3 +145,22 @@ def test_a_timed_run_through_the_fleet(tmp_path):
     # 12 -> 47.36 (B's last); A: 11 -> 58.36. TTFT 20.24 and 30.36 (mean 25.3), E2E 58.36 and 42.36 (mean 50.36)
     assert out["ttft_ms"]["mean"] == pytest.approx(25.3) and out["e2e_ms"]["mean"] == pytest.approx(50.36, abs=0.05)  # (rounded to 0.1)
     assert out["engine_steps"] == 4 and out["preemptions"] == 0
+
+
+@pytest.mark.parametrize("page, a_hit", [(16, 0), (1, 48)])
+def test_a_paged_extend_evicts_a_page_more_per_request(page, a_hit):
+    """mem_cache/allocation.py alloc_paged_token_slots_extend: above page 1 a prefill batch first evicts for its
+    extend tokens plus a page per request ("assume each request needs a new page"); alloc_token_slots (page 1)
+    evicts for the extend tokens alone."""
+    # 10 blocks of 16 = 160 tokens. A (64 tokens, 4 blocks) at 0 and B (32, 2) at 100 finish in their prefill
+    # pass (1 token out): both cached, 96 tokens, A's the least recently used; 64 free.
+    a, b, c = req(1, 64, 1), req(2, 32, 1, at=100.0), req(3, 64, 1, at=200.0)
+    again = req(4, 64, 1, names=a.names, at=300.0)
+    w = sglang(10, page_size=page)
+    serve(w, [(0.0, a), (100.0, b), (200.0, c), (300.0, again)])
+    # C (64 new tokens; admitted: 64 + 1 + a page < 64 free + 96 evictable) takes 64 slots. At page 16 the
+    # batch evicts for 64 + 16 = 80 > 64 free: the LRU leaf, A's 4 blocks, goes, and A's prompt sent again
+    # hits nothing. At page 1 it evicts for 64 <= 64 free: nothing goes, and the prompt hits 3 blocks (48
+    # tokens: at most 64 - 1 tokens match, _compute_max_prefix_len).
+    assert again.hit_tokens == a_hit
+    assert b.hit_tokens == c.hit_tokens == 0

@@ -1,6 +1,8 @@
 """SGLang's waiting-queue order and prefill admission (``python/sglang/srt/managers/schedule_policy.py``, sglang 0.5.23).
 
-- :class:`SchedulePolicy` (``SchedulePolicy.calc_priority``): ``fcfs`` (SGLang's default) keeps arrival order;
+- :class:`SchedulePolicy` (``SchedulePolicy.calc_priority``): ``fcfs`` (SGLang's default) keeps arrival order
+  (and every 32nd call refreshes the waiting requests' cached prefixes in the radix cache's LRU order, as every
+  cache-agnostic order does: ``_touch_waiting_prefixes``);
   ``lpm`` sorts by the longest cached prefix first (a stable sort: ties keep their order), falls back to FCFS
   when more than :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` requests wait (``_determine_active_policy``), and
   puts last the requests whose cached prefix is at most :data:`IN_BATCH_CHECK_TOKENS` tokens but which share
@@ -38,12 +40,15 @@ __all__ = ["AddReqResult", "CLIP_MAX_NEW_TOKENS", "NewTokenRatio", "PrefillAdder
 CLIP_MAX_NEW_TOKENS = 4096
 #: ``WAITING_QUEUE_PREFIX_MATCH_MAX``: above this many waiting requests, ``lpm`` orders them FCFS
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
+#: ``WAITING_PREFIX_REFRESH_INTERVAL``: a cache-agnostic order refreshes the waiting prefixes' LRU times every this many
+#: calls (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``, on by default)
+WAITING_PREFIX_REFRESH_INTERVAL = 32
 #: ``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` / ``..._DEPRIORITIZE_THRESHOLD`` (tokens)
 IN_BATCH_CHECK_TOKENS = IN_BATCH_DEPRIORITIZE_TOKENS = 32
-#: the policies dynlab models (SGLang's ``--schedule-policy`` choices; ``dfs-weight``, ``hrrn``,
-#: ``routing-key``, ``priority`` and ``shortest-prefill-first`` are not modelled)
-SCHEDULE_POLICIES = ("fcfs", "lpm", "lof", "random")
-CACHE_AWARE = ("lpm",)
+#: the policies dynlab models (SGLang's ``--schedule-policy`` choices; ``hrrn``, ``routing-key``, ``priority``
+#: and ``shortest-prefill-first`` are not modelled)
+SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
+CACHE_AWARE = ("lpm", "dfs-weight")
 
 
 class AddReqResult(Enum):
@@ -88,10 +93,12 @@ class SchedulePolicy:
         self.policy = "fcfs" if cache.disable and policy in CACHE_AWARE else policy
         self.cache = cache
         self.rng = rng or random.Random(0)
+        self.refresh_calls = 0
 
     def active(self, waiting: list) -> str:
-        """``_determine_active_policy``: ``lpm`` turns FCFS above :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` waiting."""
-        if self.policy in CACHE_AWARE and len(waiting) > WAITING_QUEUE_PREFIX_MATCH_MAX:
+        """``_determine_active_policy``: ``lpm`` turns FCFS above :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` waiting
+        (``dfs-weight`` never does)."""
+        if self.policy == "lpm" and len(waiting) > WAITING_QUEUE_PREFIX_MATCH_MAX:
             return "fcfs"
         return self.policy
 
@@ -101,10 +108,53 @@ class SchedulePolicy:
         if policy == "lpm":
             late = self._prefix_matches(waiting)
             waiting.sort(key=lambda r: float("inf") if id(r) in late else -r.matched_tokens)
+        elif policy == "dfs-weight":
+            self._prefix_matches(waiting)
+            waiting[:] = self._dfs_weight_order(waiting)
         elif policy == "lof":
             waiting.sort(key=lambda r: -r.req.output_length)
         elif policy == "random":
             self.rng.shuffle(waiting)
+        self._touch_waiting_prefixes(policy, waiting)
+
+    def _touch_waiting_prefixes(self, policy: str, waiting: list) -> None:
+        """``_touch_waiting_prefixes``: under a cache-agnostic order (``lpm`` turned FCFS above 128 included), every
+        :data:`WAITING_PREFIX_REFRESH_INTERVAL`-th call (the first one too) refreshes the cached prefixes of the
+        first :data:`WAITING_QUEUE_PREFIX_MATCH_MAX` waiting requests, the queue's head last, so LRU evicts them
+        in reverse admission order (``touch_waiting_prefix``: a match of the whole fill, splitting as a match does)."""
+        if policy in CACHE_AWARE or not waiting or self.cache.disable:
+            return
+        refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        self.refresh_calls += 1
+        if refresh:
+            block = self.cache.block
+            for r in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                self.cache.match_prefix(r.fill_names(block))
+
+    def _dfs_weight_order(self, waiting: list) -> list:
+        """``_sort_by_dfs_weight`` (``mem_cache/base_prefix_cache.py: _dfs_weight_order``): a node's weight is the
+        number of waiting requests whose match ends in its subtree; a depth-first walk from the root visits the
+        children heaviest first (ties: the tree's child order) and lists a node's own requests after its
+        children's. Only the nodes on a request's path are walked (the others weigh nothing)."""
+        root = self.cache.root
+        at: dict = {}
+        weight: dict = {}
+        for r in waiting:
+            at.setdefault(id(r.node), []).append(r)
+            node = r.node
+            while node is not None:
+                weight[id(node)] = weight.get(id(node), 0) + 1
+                node = node.parent
+        order, stack = [], [(root, False)]
+        while stack:
+            node, visited = stack.pop()
+            if visited:
+                order += at.get(id(node), ())
+                continue
+            stack.append((node, True))
+            kids = sorted((c for c in node.children.values() if id(c) in weight), key=lambda c: -weight[id(c)])
+            stack += [(c, False) for c in reversed(kids)]
+        return order
 
     def _prefix_matches(self, waiting: list) -> set:
         """Each request's cached prefix (``matched_tokens``), and the requests in-batch prefix caching puts last."""
@@ -112,7 +162,7 @@ class SchedulePolicy:
         late: set = set()
         seen: dict = {}  # the waiting requests' names as a trie: (parent key, name) -> key
         for r in waiting:
-            r.match(self.cache)
+            r.match(self.cache, whole=True)  # match_kv_cache(r, tree_cache, prefix_ids): no max_prefix_len here
             if r.matched_tokens > IN_BATCH_CHECK_TOKENS:
                 continue
             names, key, shared = r.fill_names(block), None, 0

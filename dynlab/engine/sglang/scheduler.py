@@ -49,9 +49,10 @@ class SgReq:
         """The names of its fill's full blocks."""
         return self.req.names[:self.fill_len() // block]
 
-    def match(self, cache: RadixCache) -> None:
-        """``init_next_round_input``: its cached prefix, at most ``fill_len - 1`` tokens (``_compute_max_prefix_len``)."""
-        n, node = cache.match_prefix(self.req.names, (self.fill_len() - 1) // cache.block)
+    def match(self, cache: RadixCache, whole: bool = False) -> None:
+        """``init_next_round_input``: its cached prefix, at most ``fill_len - 1`` tokens (``_compute_max_prefix_len``);
+        ``whole``: up to the whole fill (``SchedulePolicy._compute_prefix_matches`` matches without that cap)."""
+        n, node = cache.match_prefix(self.req.names, (self.fill_len() - (0 if whole else 1)) // cache.block)
         self.node, self.tree_blocks = node, n
         self.prefix_tokens = self.matched_tokens = n * cache.block
 
@@ -162,9 +163,18 @@ class SglangScheduler:
         self.waiting = [r for r in self.waiting if id(r) not in admitted]
         if adder.new_chunked is not None:
             self.chunked = adder.new_chunked
+        self._evict_for(adder.can_run)
         for r, prefix, extend in adder.can_run:
             self.pool.settle(r, prefix + extend)
         return adder.can_run
+
+    def _evict_for(self, batch: list) -> None:
+        """``alloc_for_extend``'s one eviction for a prefill batch ``(request, prefix, extend)`` before its slots
+        are taken (``mem_cache/allocation.py``): its extend tokens (``alloc_token_slots`` at page 1), plus a
+        page per request above (``alloc_paged_token_slots_extend`` over-estimates: "assume each request needs a
+        new page"). At page 1 this is what the requests' own evictions add up to."""
+        page = self.pool.page
+        self.pool.evict_to_free(sum(n for _, _, n in batch) + (len(batch) * page if page > 1 else 0))
 
     def _admit(self, adder: PrefillAdder) -> None:
         """The waiting-queue loop of ``_get_new_batch_prefill_raw``."""
@@ -209,6 +219,9 @@ class SglangScheduler:
             self.batch_is_full = False
         else:
             self.ratio.decay_step()
+        # alloc_for_decode's one eviction: a page per request (alloc_paged_token_slots_decode over-estimates as
+        # for an extend; at page 1 it is a token each, what every request takes anyway)
+        self.pool.evict_to_free(len(self.running) * self.pool.page)
         for r in self.running:
             self.pool.settle(r, r.req.computed + 1)
         return Step([], list(self.running), retracted)
