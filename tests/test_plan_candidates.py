@@ -188,7 +188,7 @@ def test_ep_candidates(steady, tmp_path):
                 "--gpu", "h200", "--tp", 2, "--ep", "1,2,4", "--log", log)
     assert out.exit_code == 0, out.stderr
     assert out.stderr.splitlines() == ["plan: left out 1 candidate no worker can be: h200x2 ep4 rr "
-                                       "(--ep 4 must equal --tp 2)"]
+                                       "(--ep 4 must equal --tp 2 (or add --dp-attention))"]
     plan = json.loads(out.stdout)
     assert sorted((s["shape"], s["ep"], s["gpus"] // s["workers"]) for s in plan["shapes"]) == [
         ("h200x2 ep2 rr", 2, 2), ("h200x2 rr", 1, 2)]
