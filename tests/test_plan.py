@@ -666,3 +666,17 @@ def test_dp_attention_without_an_ep_above_tp_is_refused(queue_trace):
     out = _plan("--trace", queue_trace, "--slo-ttft-ms", 50, "--model", "qwen3-30b-a3b", "--ep", "1",
                 "--dp-attention", *LINEAR)
     assert out.exit_code == 2 and "--dp-attention has no effect: no --ep candidate exceeds a --tp candidate" in out.output
+
+
+def test_objective_cost_prices_a_gpu_file_by_its_name(queue_trace, tmp_path):
+    # the error names the file's GPU (h20); --price h20=2 prices the candidate --gpu h20.json (3 workers of one GPU
+    # under the linear model: 3 x $2 = $6/h); the file as written works too
+    gpu = tmp_path / "h20.json"
+    gpu.write_text(json.dumps({"name": "h20", "memory_gb": 96, "bf16_tflops": 148, "hbm_gbps": 4000, "source": "s"}))
+    missing = _plan("--trace", queue_trace, "--executor", "serial", "--slo-ttft-ms", "50", "--gpu", str(gpu),
+                    "--objective", "cost")
+    assert missing.exit_code == 2 and "no price for GPU h20: give --price h20=USD" in missing.stderr
+    for given in ("h20=2", f"{gpu}=2"):
+        plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", str(gpu), "--price", given,
+                     "--objective", "cost", *LINEAR)
+        assert [(s["gpus"], s["usd_per_hour"]) for s in plan["shapes"]] == [(3, 6.0)]

@@ -192,3 +192,10 @@ def test_a_price_names_a_gpu_of_some_pool(queue_trace):
         _run(queue_trace, pools=("h100:tp1:1", "h200:tp1:1"), price="a100-40gb=3")
     with pytest.raises(ValueError, match="no price for GPU l4"):
         _run(queue_trace, pools=("h100:tp1:1", "l4:tp1:1"), price="table")
+
+
+@pytest.mark.parametrize("text", ["", ",", " "])
+def test_an_empty_price_is_refused_not_read_as_the_table(text):
+    with pytest.raises(ValueError, match="give table or GPU=USD"):
+        parse_prices(text)
+    assert parse_prices("TABLE") == parse_prices("table") == {}  # --help writes TABLE

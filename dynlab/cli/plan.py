@@ -147,6 +147,7 @@ def _prices(values, gpus: set, objective: str = "gpus") -> tuple:
             raise click.BadParameter(f"{name}={text}: not a number of USD per GPU-hour", param_hint="'--price'")
         if not (price >= 0 and price < float("inf")):
             raise click.BadParameter(f"{name}={text}: must be a finite number >= 0", param_hint="'--price'")
+        name = _candidate_named(name, gpus)
         if name not in gpus:
             raise click.BadParameter(f"{name} has no effect: it is not a --gpu candidate "
                                      f"({', '.join(sorted(gpus))})", param_hint="'--price'")
@@ -158,6 +159,22 @@ def _prices(values, gpus: set, objective: str = "gpus") -> tuple:
         raise click.BadParameter(f"no price for {', '.join(missing)}: give one per --gpu candidate",
                                  param_hint="'--price'")
     return prices, {}
+
+
+def _candidate_named(name: str, gpus: set) -> str:
+    """The --gpu candidate (as written) that ``name`` prices: itself, else the candidate whose catalogue name or GPU
+    file's ``name`` it is (``h20`` for ``--gpu h20.json``, the name the price errors give); ``name`` when none."""
+    if name in gpus:
+        return name
+    from dynlab.models.prices import gpu_name
+
+    for gpu in gpus:
+        try:
+            if gpu_name(gpu) == name:
+                return gpu
+        except ValueError:
+            continue
+    return name
 
 
 def _table_prices(given: dict, gpus: set) -> tuple:

@@ -72,17 +72,20 @@ TABLE = "table"
 
 
 def parse_prices(text: Optional[str], flag: str = "--price") -> dict[str, float]:
-    """``"h100=2.5,h200=3"`` -> ``{"h100": 2.5, "h200": 3.0}`` (USD per GPU-hour; ``None``, ``""`` or ``"table"``:
-    ``{}``, the table's prices). A catalogue alias is read as its GPU (``a100`` -> ``a100-80gb``). Raises
+    """``"h100=2.5,h200=3"`` -> ``{"h100": 2.5, "h200": 3.0}`` (USD per GPU-hour; ``None`` or ``"table"`` (any
+    case): ``{}``, the table's prices; an empty or blank text is refused). A catalogue alias is read as its GPU
+    (``a100`` -> ``a100-80gb``). Raises
     ``ValueError`` (one line, naming ``flag``) for an item not ``GPU=USD``, a GPU priced twice or a price that is
     not a finite number >= 0. Other names are kept as given (:func:`check_names` checks them)."""
     from dynlab.models.gpus import GPU_ALIASES
 
     out: dict[str, float] = {}
+    if text is not None and not text.replace(",", "").strip():
+        raise ValueError(f"{flag} {text!r}: give table or GPU=USD (USD per GPU-hour), e.g. h100=2.5")
     for item in (text or "").split(","):
         name, sep, value = item.strip().partition("=")
         name = GPU_ALIASES.get(name.strip(), name.strip())
-        if not item.strip() or item.strip() == TABLE:
+        if not item.strip() or item.strip().lower() == TABLE:  # TABLE as --help writes it
             continue
         if not sep or not name:
             raise ValueError(f"{flag} {item.strip()!r}: give GPU=USD (USD per GPU-hour), e.g. h100=2.5")
