@@ -245,9 +245,10 @@ SIM_OPTIONS = [
      "goodput (see docs/engine.md and `dynlab plugins`)."),
     (("--controller",), "controller", CheckedText("NAME:KEY=VALUE,...", _controller), "none",
      "With --timing (an aggregated fleet): what adds and retires workers during the run, called every period=S "
-     "seconds (default 1; hpa 15, dynamo-load 5): none (a fixed fleet), static, "
+     "seconds (default 1; hpa 15, dynamo-load 5, dynamo-throughput 180): none (a fixed fleet), static, "
      "hpa:metric=queue|running|kv,target=X,max=N (Kubernetes' HPA, with cold starts), dynamo-load:ttft=MS,itl=MS "
-     "(NVIDIA Dynamo Planner's load-based mode) or a controller plugin's NAME:period=S,...; the result then lists "
+     "(NVIDIA Dynamo Planner's load-based mode), dynamo-throughput:ttft=MS,itl=MS (its throughput-based mode) or a "
+     "controller plugin's NAME:period=S,...; every controller also takes scrape_delay_s and discovery_delay_s; the result then lists "
      "each worker's lifetime and the GPU-hours (see docs/autoscaling.md and `dynlab plugins`)."),
     (("--price",), "price", CheckedText("table|GPU=USD,...", _prices), None,
      "With --timing: price the run's GPU-hours: table (the bundled on-demand list prices, dated and sourced: "

@@ -30,6 +30,7 @@ import math
 from typing import Mapping, Optional
 
 from dynlab.engine.controller import LIVE, STARTING, Add, Controller, Retire
+from dynlab.limits import HORIZON_MS
 
 __all__ = ["Autoscaler", "DEFAULT_LOAD_GBPS", "DEFAULT_STARTUP_S", "ceil_ratio", "cold_start_s", "retire_order"]
 
@@ -56,6 +57,10 @@ def retire_order(workers) -> list:
     return starting + live
 
 
+#: the most seconds a controller's time option may hold: the simulated clock's horizon (dynlab.limits.HORIZON_MS)
+MAX_SECONDS = HORIZON_MS / 1000.0
+
+
 class Autoscaler(Controller):
     """A controller with replica bounds, a cold start and a scale-down mode (module docstring). ``need_max``: the
     subclass requires ``max``. Subclasses implement :meth:`desired` (the replica count wanted now) or
@@ -71,12 +76,12 @@ class Autoscaler(Controller):
             raise ValueError(f"controller {self.spec!r}: max=N (the most workers) is required")
         if self.max is not None and self.max < self.min:
             raise ValueError(f"controller {self.spec!r}: max={self.max} is below min={self.min}")
-        self.cold_override = self.number("cold_start_s", None)
+        self.cold_override = self.number("cold_start_s", None, maximum=MAX_SECONDS)
         self.load_gbps = self.number("load_gbps", DEFAULT_LOAD_GBPS, minimum=1e-9)
-        self.startup_s = self.number("startup_s", DEFAULT_STARTUP_S)
+        self.startup_s = self.number("startup_s", DEFAULT_STARTUP_S, maximum=MAX_SECONDS)
         self.kill = self.choice("scale_down", ("drain", "kill"), "drain") == "kill"
-        self.scrape_delay_s = self.number("scrape_delay_s", 0.0)
-        self.discovery_delay_s = self.number("discovery_delay_s", 0.0)
+        self.scrape_delay_s = self.number("scrape_delay_s", 0.0, maximum=MAX_SECONDS)
+        self.discovery_delay_s = self.number("discovery_delay_s", 0.0, maximum=MAX_SECONDS)
 
     def choice(self, key: str, choices: tuple, default: str) -> str:
         """The option ``key``, one of ``choices`` (``default`` when absent); ``ValueError`` otherwise."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 from dynlab.engine.gateway import option_number
+from dynlab.limits import HORIZON_MS
 
 __all__ = ["Add", "Controller", "FleetState", "NoController", "Retire", "RunInfo", "StepSample", "WorkerState"]
 
@@ -135,7 +136,7 @@ class Controller:
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         self.spec = spec or self.name
         self._opts = dict(opts)
-        self.period_s = self.number("period", self.default_period_s, minimum=0.0)
+        self.period_s = self.number("period", self.default_period_s, minimum=0.0, maximum=HORIZON_MS / 1000.0)
         if not self.period_s > 0:
             raise ValueError(f"controller {self.spec!r}: period={self.period_s:g} must be > 0 seconds")
 
@@ -147,11 +148,11 @@ class Controller:
         """Read the run's :class:`RunInfo` once, before the first call (default: nothing)."""
 
     def number(self, key: str, default: Optional[float] = None, *, minimum: float = 0.0,
-               integer: bool = False) -> Optional[float]:
-        """The option ``key`` as a finite number >= ``minimum`` (an integer with ``integer``; ``default`` when
-        absent); ``ValueError`` naming it otherwise. Reading an option marks it read."""
+               integer: bool = False, maximum: Optional[float] = None) -> Optional[float]:
+        """The option ``key`` as a finite number >= ``minimum`` (<= ``maximum`` when given; an integer with
+        ``integer``; ``default`` when absent); ``ValueError`` naming it otherwise. Reading an option marks it read."""
         return option_number(f"controller {self.spec!r}", key, self._opts.pop(key, None), default, minimum=minimum,
-                             integer=integer)
+                             integer=integer, maximum=maximum)
 
     def text(self, key: str, default: Optional[str] = None) -> Optional[str]:
         """The option ``key`` as text (``default`` when absent). Reading an option marks it read."""

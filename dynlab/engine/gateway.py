@@ -63,10 +63,10 @@ class GatewayContext:
     class_slos: Mapping[str, tuple] = field(default_factory=dict)
 
 def option_number(what: str, key: str, text: Optional[str], default: Optional[float] = None, *,
-                  minimum: float = 0.0, integer: bool = False) -> Optional[float]:
+                  minimum: float = 0.0, integer: bool = False, maximum: Optional[float] = None) -> Optional[float]:
     """A plugin option's ``text`` (``KEY=VALUE`` of a :func:`parse_policy` spec; ``None``: absent, ``default``)
-    as a finite number >= ``minimum`` (an integer with ``integer``). Raises ``ValueError``
-    (``WHAT: KEY=TEXT must be ...``; ``what`` names the plugin, e.g. ``admission policy 'NAME:...'``)."""
+    as a finite number >= ``minimum`` (and <= ``maximum`` when given; an integer with ``integer``). Raises
+    ``ValueError`` (``WHAT: KEY=TEXT must be ...``; ``what`` names the plugin, e.g. ``admission policy 'NAME:...'``)."""
     if text is None:
         return default
     try:
@@ -76,6 +76,8 @@ def option_number(what: str, key: str, text: Optional[str], default: Optional[fl
     if not value >= minimum or value == float("inf") or (integer and value != int(value)):
         kind = "an integer" if integer else "a finite number"
         raise ValueError(f"{what}: {key}={text} must be {kind} >= {minimum:g}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what}: {key}={text} must be at most {maximum:,.15g}")
     return int(value) if integer else value
 
 

@@ -2,7 +2,8 @@
 keys follow :class:`~dynlab.engine.elastic.Elastic`'s.
 
 - ``gpu_hours``: the sum over workers of ``(left - joined) x GPUs per worker``, in hours; a worker still there at
-  the end counts to the run's last finish, a starting worker counts from its add (it holds its GPUs while loading);
+  the end counts to the run's last finish (and one leaving after it, to it), a starting worker counts from its add
+  (it holds its GPUs while loading);
 - ``scale_events``: ``[s, "add" | "retire", worker]`` of every decision applied, in order;
 - ``oscillations``: reversals: a controller call whose net decisions (adds minus retires) go the opposite way of the
   previous call that changed anything, within ``OSCILLATION_PERIODS`` (4) periods of it; the count of 2<->1 flapping
@@ -63,8 +64,7 @@ class ScalingRecorder(Recorder):
     def result(self, engines: Sequence) -> dict[str, Any]:
         e = self.elastic
         end = e.fleet.env.serving.last_finish
-        alive_ms = sum((e.left[w] if e.left[w] is not None else max(end, e.joined[w])) - e.joined[w]
-                       for w in range(len(e.state)))
+        alive_ms = sum(_held_until(e.left[w], e.joined[w], end) - e.joined[w] for w in range(len(e.state)))
         out = {"gpu_hours": round(alive_ms * self.gpus / 3.6e6, 6),
                "scale_events": [[round(t / 1000.0, 3), kind, w] for t, kind, w in e.events],
                "oscillations": oscillations(e.events, self.period_ms)}
@@ -74,6 +74,14 @@ class ScalingRecorder(Recorder):
             out["goodput_over_time"] = windows
             out["worst_window_goodput"] = min((g for _, g in windows), default=None)
         return out
+
+
+def _held_until(left, joined: float, end: float) -> float:
+    """When a worker that joined at ``joined`` (ms) stops being billed: when it left, but no later than the run's
+    last finish ``end`` (a retirement applied after it, e.g. a decision delayed by ``scrape_delay_s``, bills no idle
+    hours past the run); a worker still there is billed to ``end``, one added after it not at all."""
+    stop = max(end, joined)
+    return stop if left is None else min(left, stop)
 
 
 def oscillations(events: Sequence, period_ms: float, periods: int = OSCILLATION_PERIODS) -> int:

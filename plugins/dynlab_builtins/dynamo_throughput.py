@@ -147,7 +147,7 @@ class DynamoThroughput(Autoscaler):
         budget = self.number("gpu_budget", 8, minimum=1, integer=True)
         self.gpu_budget = budget
         self.ttft = self.number("ttft", 500.0, minimum=1e-9)
-        self.requests = self.number("replay_requests", 200, minimum=10, integer=True)
+        self.requests = self.number("replay_requests", 200, minimum=10, integer=True, maximum=100_000)
         self.cache: dict = {}  # (isl, osl) -> requests/s a worker serves
         if kind == "arima":
             try:

@@ -4,6 +4,8 @@ target 1, max 4, cold start 10 s). Without a delay, HPA's first call in the step
 75 s (that file's first test derives it)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dynlab.sim.control import build_controller
@@ -64,3 +66,27 @@ def test_delayed_metrics_are_read_against_the_fleet_as_it_is_now(tmp_path):
     out = _step(tmp_path, controller=HPA + ",down_window=0,scrape_delay_s=12")
     assert out["scale_events"] and {e[0] % 5 for e in out["scale_events"]} == {2.0}
     assert all(w["left_s"] is None or w["left_s"] >= w["ready_s"] for w in out["worker_lifetimes"])
+
+
+def test_a_retirement_applied_after_the_last_finish_bills_no_idle_hours():
+    from dynlab.engine.scaling_metrics import _held_until
+
+    # a worker joined at 0 ms, retired by a delayed decision at 3,600,000 ms, the run's last finish at 1,325 ms:
+    # billed 1,325 ms, not an hour; still there: to the end; added after the end: nothing
+    assert _held_until(3_600_000.0, 0.0, 1_325.0) == 1_325.0
+    assert _held_until(500.0, 0.0, 1_325.0) == 500.0
+    assert _held_until(None, 0.0, 1_325.0) == 1_325.0
+    assert _held_until(None, 2_000.0, 1_325.0) == 2_000.0
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("hpa:metric=running,target=32,max=2,scrape_delay_s=1e300", "scrape_delay_s=1e300 must be at most 1,000,000,000"),
+    ("hpa:metric=running,target=32,max=2,discovery_delay_s=2e9", "discovery_delay_s=2e9 must be at most"),
+    ("hpa:metric=running,target=32,max=2,period=1e10", "period=1e10 must be at most"),
+    ("dynamo-throughput:itl=20,replay_requests=100000000000", "replay_requests=100000000000 must be at most 100,000"),
+])
+def test_controller_times_and_replays_are_bounded_when_parsed(spec, words):
+    # past the simulated clock's horizon (1e12 ms = 1e9 s) a delay or period would never come; a capacity replay
+    # of more than 100,000 requests is refused before it starts
+    with pytest.raises(ValueError, match=re.escape(words)):
+        build_controller(spec)
