@@ -60,7 +60,12 @@ def collapse_warning(results: Mapping[str, Mapping]) -> Optional[str]:
                      f"({busiest / total:.0%}{imb})")
     if not parts:
         return None
-    if any("ttft_ms" in r for r in results.values()):
+    collapsed = [r for r in results.values() if collapsed_share(r) is not None]
+    if all("ttft_ms" in r and r.get("mode") in LOAD_AWARE for r in collapsed):  # a load-aware strategy collapsed
+        advice = ("the run measures one worker, not the fleet; a strategy with a load term spreads requests only "
+                  "when they overlap in time enough for the load to outweigh a prefix hit (here they did not: too "
+                  "few requests, or too far apart)")
+    elif any("ttft_ms" in r for r in results.values()):
         advice = (f"the run measures one overloaded worker, not the fleet; strategies with a load term spread it "
                   f"when requests overlap in time: {', '.join(LOAD_AWARE)}")
     else:  # count-based: no request is in flight when the next is routed, so no load term can act

@@ -75,3 +75,15 @@ def test_a_split_comparison_with_a_collapsing_strategy_warns():
     assert r.stderr.count("\n") == 1
     assert "4:0 [kv]: 20 of 20 requests on one of 4 workers" in r.stderr
     assert "2:2 [kv]: 20 of 20 requests on one of 2 prefill workers" in r.stderr
+
+
+def test_a_load_aware_strategy_that_collapsed_is_not_told_to_use_itself():
+    # kv-cost in a timed run with its 3 requests on one worker (README's chat.jsonl): the line says why a load term
+    # did not act here instead of naming kv-cost among the cures
+    text = collapse_warning({"kv-cost": {"mode": "kv-cost", "requests_per_worker": [3, 0], "load_imbalance": 2.0,
+                                         "ttft_ms": {"p50": 1.0}}})
+    assert "kv-cost: 3 of 3 requests on one of 2 workers (100%, imbalance 2.0)" in text
+    assert "too few requests, or too far apart" in text and "cache-aware" not in text
+    mixed = collapse_warning({"kv": {"mode": "kv", "requests_per_worker": [3, 0], "ttft_ms": {"p50": 1.0}},
+                              "kv-cost": {"mode": "kv-cost", "requests_per_worker": [3, 0], "ttft_ms": {"p50": 1.0}}})
+    assert "cache-aware" in mixed  # kv collapsed too: the load-aware strategies are the advice
