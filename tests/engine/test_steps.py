@@ -6,23 +6,7 @@ from dynlab.engine.loop import EventLoop
 from dynlab.engine.request import EngineRequest
 from dynlab.engine.steps import StepDriver
 from dynlab.engine.worker import EngineWorker
-from dynlab.latency.base import LatencyModel, StepBatch
-
-
-class Flat(LatencyModel):
-    """Every step takes ``ms``."""
-
-    name = "test-flat"
-
-    def __init__(self, ms=10.0):
-        super().__init__(None, {})
-        self.ms = ms
-
-    def step_ms(self, batch: StepBatch) -> float:
-        return self.ms
-
-    def decode_ms(self, requests, context, steps):
-        return steps * self.ms
+from test_tiers import Flat  # every step takes ms: hand-computable times
 
 
 class Bus:
