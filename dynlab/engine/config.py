@@ -214,6 +214,8 @@ class SimConfig(Sectioned):
     def fleet_workers(self) -> int:
         """The workers the router routes to: ``workers``, or with ``pools`` their counts summed (a P/D fleet's prefill
         pool's: :func:`dynlab.engine.pools.pooled_workers`)."""
+        if not self.pools:
+            return self.workers
         from dynlab.engine.pools import pooled_workers
 
         return pooled_workers(self)
@@ -329,6 +331,8 @@ class SimConfig(Sectioned):
     def _check_cost(self) -> None:
         """``--price`` and ``--spot-discount`` (:mod:`dynlab.models.prices`): their values, every GPU named in the
         catalogue (or the run's ``--gpu`` file), and a price for the run's GPU when a cost is asked for."""
+        if self.price is None and not self.spot_discount:
+            return  # no cost asked for (and the price table not imported)
         from dynlab.models.prices import check_discount, check_names, gpu_name, price_of, parse_prices
 
         given = parse_prices(self.price)

@@ -13,7 +13,6 @@ from typing import AbstractSet, Optional
 from dynlab.engine.arrival_options import workload_rules
 from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.gateway import parse_policy
-from dynlab.engine.pools import pool_rules
 from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 
@@ -77,7 +76,10 @@ def _no_effect_rules(config, own_block_tokens: Optional[int]):
 
     The one table of the combinations where an option is refused (each reason completes "``--NAME`` has no
     effect ..."); a new option with such a combination gets a row here (engine kinds': ``_engine_rules``)."""
-    yield from pool_rules(config)  # --pool (dynlab.engine.pools): what it replaces, what it does not model
+    if config.pools:  # --pool (dynlab.engine.pools): what it replaces, what it does not model
+        from dynlab.engine.pools import pool_rules
+
+        yield from pool_rules(config)
     for name in WORKLOAD_FIELDS:
         if config.trace is not None:
             yield name, "with --trace: it shapes the synthetic workload only"
