@@ -236,3 +236,20 @@ def test_compare_and_sweep_take_ttl(tmp_path):
     # one router: request 4 (30 ms) repeats request 1's blocks, last routed at 0 ms: a 15 ms TTL forgot them
     assert by[(1, 0.0)]["predicted_blocks"] > by[(1, 0.015)]["predicted_blocks"]
     assert by[(4, 0.0)]["requests_per_router"] == [1, 1, 1, 1]
+
+
+def test_every_replica_sees_the_fleets_lora_adapters_in_flight():
+    # adapters in flight are a metric every replica scrapes alike (vllm:lora_requests_info), not a replica's own
+    # book: a replica's view reads the fleet's (it was left empty when the fleet set it before the first route)
+    class Seen(_Recorder):
+        def route(self, request, fleet):
+            self.adapters = [dict(a) for a in fleet.lora_adapters]
+            return 0
+
+    ctx = RunContext(workers=2)
+    reps = RouterReplicas([Seen(ctx) for _ in range(2)], "rr")
+    z = [0, 0]
+    fleet = FleetView([0, 0], z, z, z, z, None, None, [{"a": 1}, {}])
+    for i in range(2):
+        reps.route(Request(("x",), index=i), fleet)
+    assert [r.adapters for r in reps.instances] == [[{"a": 1}, {}], [{"a": 1}, {}]]

@@ -103,9 +103,6 @@ class TimedFleet(StepDriver):
         self.fleet.set_hardware(self.pools, self.gpus, self.kv_blocks)
         # router replicas that each know only their own load: their books follow each request
         self.replicas = strategy if isinstance(strategy, RouterReplicas) and not strategy.shared_load else None
-        if self.replicas is not None:  # adapters in flight: a metric every replica scrapes alike (FleetView)
-            for book in self.replicas.books:
-                book.view.lora_adapters = self.fleet.lora_adapters
         for engine in engines:
             engine.cross_boundaries = True  # this driver calls cross_boundary at next_boundary (_on_boundary)
         # request id -> (worker, blocks, prefill tokens still expected, waiting for a first token, replica)

@@ -111,6 +111,7 @@ class RouterReplicas(Strategy):
             self.books = [LoadBook(fleet.workers, fleet.cached_blocks) for _ in self.instances]
             for book in self.books:  # each worker's pool, GPU and KV pool: configuration every replica knows alike
                 book.view.set_hardware(fleet.pool, fleet.gpu, fleet.kv_blocks)
+                book.view.lora_adapters = fleet.lora_adapters  # adapters in flight: a metric every replica scrapes
         r = self.pick(request)
         inner = self.instances[r]
         inner.predicted = None
