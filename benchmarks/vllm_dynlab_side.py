@@ -7,12 +7,7 @@ request, in trace order, with the keys of ``sim --requests-out`` (issue 24, item
 trace line), ``worker``, ``arrival_ms``, ``first_scheduled_ms``, ``first_token_ms``, ``finish_ms``,
 ``input_length``, ``output_length``, ``hit_tokens``, ``preemptions``, ``rejected``.
 
-This is the ONE place that knows how the per-request values are obtained. When ``sim`` has
-``--requests-out`` (detected from its parameters) it is used as is; until then an adapter records the
-engine's :class:`~dynlab.engine.worker.EngineRequest` objects by wrapping
-``dynlab.engine.timed.ServingMetrics.on_arrival`` (those objects hold ``first_token_ms``,
-``finish_ms``, ``hit_tokens``, ``preemptions`` when the run ends), restored afterwards. To drop the
-adapter, delete :func:`_records_by_adapter` and the branch that calls it.
+This is the ONE place that knows how the per-request values are obtained: ``sim --requests-out``.
 """
 from __future__ import annotations
 
@@ -100,30 +95,6 @@ def _invoke(args: list[str]) -> dict:
     return json.loads(out.getvalue())
 
 
-def _records_by_adapter(args: list[str]) -> tuple[list[dict], dict]:
-    """The per-request records of ``dynlab ARGS`` taken from the engine's requests (see the module docstring)."""
-    from dynlab.engine import timed
-
-    seen: list = []
-    original = timed.ServingMetrics.on_arrival
-
-    def on_arrival(self, req, t):
-        seen.append(req)
-        original(self, req, t)
-
-    timed.ServingMetrics.on_arrival = on_arrival
-    try:
-        summary = _invoke(args)
-    finally:
-        timed.ServingMetrics.on_arrival = original
-    records = [{"id": r.id, "worker": 0, "arrival_ms": r.arrival_ms, "first_scheduled_ms": r.first_scheduled_ms,
-                "first_token_ms": r.first_token_ms, "finish_ms": r.finish_ms, "input_length": r.input_length,
-                "output_length": r.output_length, "hit_tokens": r.hit_tokens, "preemptions": r.preemptions,
-                "rejected": r.rejected} for r in seen]
-    records.sort(key=lambda rec: rec["id"])
-    return records, summary
-
-
 def run_dynlab(setup: EngineSetup, trace: str, admission: Optional[str] = None,
                async_scheduling: Optional[bool] = None) -> tuple[list[dict], dict, float]:
     """``(records in trace order, sim's JSON, wall seconds of the sim call)`` of ``trace`` on ``setup``.
@@ -142,13 +113,10 @@ def run_dynlab(setup: EngineSetup, trace: str, admission: Optional[str] = None,
         elif async_scheduling:
             raise RuntimeError("this dynlab's sim has no --async-scheduling")
     start = time.perf_counter()
-    if sim_has("--requests-out"):
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "requests.jsonl")
-            summary = _invoke(args + ["--requests-out", path])
-            wall = time.perf_counter() - start
-            with open(path) as fh:
-                records = [json.loads(line) for line in fh if line.strip()]
-        return records, summary, wall
-    records, summary = _records_by_adapter(args)
-    return records, summary, time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "requests.jsonl")
+        summary = _invoke(args + ["--requests-out", path])
+        wall = time.perf_counter() - start
+        with open(path) as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+    return records, summary, wall
