@@ -105,3 +105,30 @@ def test_sglang_shapes_without_what_sglang_lacks_are_left_out(queue_trace):
 def test_engine_refusals(queue_trace, args, message):
     out = _plan("--trace", queue_trace, "--slo-ttft-ms", 45, *LINEAR, *args)
     assert out.exit_code == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_floors_chunk_an_sglang_prompt_at_its_chunk():
+    # the prefill floor of a 1,000-token prompt alone on the linear model: vLLM's budget (1,000) makes it one
+    # step of 1 + 10 = 11 ms; SGLang's chunk 500 two passes of 1 + 5 = 6 ms (12 ms); -1 (no chunking) one pass,
+    # 11 ms; SGLang's default chunk on an H100 (80 GB: 8,192, below 90 GiB) one pass too
+    from dynlab.latency.grid import build_latency_model, hardware_for
+    from dynlab.plan.analysis import floors, prefill_chunk
+
+    base = SimConfig(timing=True, latency_model="linear", max_num_batched_tokens=1000, mode="rr",
+                     **terms_off("linear", {"beta0": "1", "beta1": "0.01", "beta2": "0"}))
+    lat = build_latency_model("linear", hardware_for(base.model, base.gpu, base.tp), base.latency_opts)
+    from dynlab.routing.strategy import Request
+
+    requests = [Request((1, 2), 1000, 1, timestamp=0)]  # blocks of its own: no prefix hit
+    sgl = Shape(base.model, base.gpu, 1, "rr", engine="sglang")
+    cases = [(base, 1000, 11.0), (sgl.config(replace_chunk(base, 500)), 500, 12.0),
+             (sgl.config(replace_chunk(base, -1)), None, 11.0), (sgl.config(base), 8192, 11.0)]
+    for config, chunk, ttft in cases:
+        assert chunk is None or prefill_chunk(config, lat) == chunk
+        assert floors(requests, lat, config, 512).ttft == (ttft,)
+
+
+def replace_chunk(config, chunk):
+    from dataclasses import replace
+
+    return replace(config, chunked_prefill_size=chunk)
