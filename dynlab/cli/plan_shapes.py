@@ -98,15 +98,12 @@ def check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
 def _candidate_rules(shapes):
     """``(field, why it has no effect)`` for the options that apply to some kinds of candidate only, in plan's
     own words (sim's rules name sim's options: --cpu-capacity, --prefill-workers)."""
-    from dynlab.engine.option_rules import PD_FIELDS, SGLANG_FIELDS, VLLM_SCHEDULER_FIELDS
+    from dynlab.engine.option_rules import PD_FIELDS, SGLANG_FIELDS
     from dynlab.plan.search import CPU_TIER_FIELDS
 
     if any(s.engine for s in shapes) and not any(s.engine == "sglang" for s in shapes):
         for name in SGLANG_FIELDS:
             yield name, "without an sglang candidate left (--engine; see the shapes left out)"
-    if any(s.engine for s in shapes) and all(s.engine == "sglang" for s in shapes):
-        for name in VLLM_SCHEDULER_FIELDS:
-            yield name, "without a vllm candidate left (--engine; see the shapes left out)"
     if not any(s.cpu_memory_gb for s in shapes):
         for name in CPU_TIER_FIELDS:
             yield name, "without a CPU tier candidate (an aggregated one, --split agg, with --cpu-memory-gb above 0)"
