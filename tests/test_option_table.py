@@ -579,7 +579,14 @@ TABLE.update({
     ("plan", "--cpu-write"): changes(TIER, ["--cpu-write", "evict"]),
     ("plan", "--admission"): lambda run: plan_differ(run(*ADMISSION), run(*ADMISSION, "--admission", "chunk")),
     # one built-in engine kind: plan checks the name (a third-party kind changes replays, as sim's do)
-    ("plan", "--engine"): refuses(PLAN + ["--engine", "no-such-kind"], "--engine"),
+    # a comma list compares engines: a shape each (tests/test_plan_engines.py derives their answers by hand)
+    ("plan", "--engine"): changes(PLAN, ["--engine", "vllm,sglang"]),
+    # SGLang's options reach each SGLang replay (its resolved options are in the logged result), as sim's do
+    **{("plan", flag): changes(LOGGED + ["--engine", "sglang"], [flag, *value]) for flag, value in (
+        ("--max-running-requests", ["1"]), ("--chunked-prefill-size", ["256"]), ("--max-prefill-tokens", ["512"]),
+        ("--schedule-policy", ["lof"]), ("--page-size", ["4"]), ("--disable-radix-cache", []),
+        ("--enable-mixed-chunk", []), ("--mem-fraction-static", ["0.5"]), ("--schedule-conservativeness", ["0.5"]),
+        ("--init-new-token-ratio", ["0.3"]), ("--new-token-ratio-decay-steps", ["10"]))},
     ("plan", "--queue-policy"): changes(["plan", "--trace", PRIO, *LOGGED[3:], "--max-num-seqs", "1"],
                                         ["--queue-policy", "priority-displace"]),
     ("plan", "--admission-policy"): lambda run: plan_differ(run(*ADMISSION),

@@ -103,12 +103,23 @@ def _model_key(model: str) -> str:
     return os.path.realpath(model) if os.path.exists(model) else model
 
 
+def other_engines(stated, engine_kind: str) -> str:
+    """The engines a profile states (its ``engine``: names apart by commas, ``None`` when its files stated none)
+    when ``engine_kind`` (the run's ``--engine``) is not among them, compared in lower case (``vLLM`` is
+    ``vllm``); ``""`` otherwise. A profile of another engine is still used (its step times are the same GPU's
+    kernels), but the engines' own costs differ (scheduler CPU time, front end: SGLang's overlap scheduler,
+    vLLM's AsyncScheduler), so its error band is not claimed for this run: a warning, not a refusal."""
+    names = [n.strip() for n in (stated or "").split(",") if n.strip()]
+    return stated if names and engine_kind.lower() not in {n.lower() for n in names} else ""
+
+
 def apply_profile(config):
     """``(config, keys)``: ``config`` (a :class:`~dynlab.engine.config.SimConfig` with ``latency_profile``)
     with the profile's latency model, fitted options and request overhead (the one its fit used, unless the
     run gives ``--request-overhead-ms`` and the profile did not fit it), and the result keys ``latency_profile`` (the
     path) and ``error_band_pct`` (:data:`BAND_KEYS` -> the cross-validated error in percent; ``{}`` when
-    the run's model, GPU or tp is not the profile's, whose error was not measured there, or when the profile
+    the run's model, GPU or tp, or its ``--engine`` when the profile states its engine (:func:`other_engines`), is
+    not the profile's, whose error was not measured there, or when the profile
     has no cross-validated error: ``latency_domain`` then says so).
     Raises the errors of :func:`read_profile`, and ``ValueError`` for a ``--latency-opt`` the profile fits."""
     from dataclasses import replace
@@ -128,14 +139,21 @@ def apply_profile(config):
     band = {BAND_KEYS[m]: v for m, v in profile["cv_error_pct"].items() if m in BAND_KEYS}
     keys = {"latency_profile": path, "error_band_pct": band}
     shape, here = (profile["model"], profile["gpu"], profile["tp"]), (config.model, config.gpu, config.tp)
+    elsewhere = []
     if (_model_key(shape[0]), *shape[1:]) != (_model_key(here[0]), *here[1:]):
+        elsewhere.append(f"on {shape[0]}, {shape[2]} x {shape[1]}, not on {here[0]}, {here[2]} x {here[1]}")
+    engines = other_engines(profile.get("engine"), config.engine_kind)
+    if engines:
+        elsewhere.append(f"with {engines}, not {config.engine_kind}")
+    if elsewhere:
         keys["error_band_pct"] = {}
-        keys["latency_domain"] = (f"--latency-profile {path} was calibrated on {shape[0]}, {shape[2]} x {shape[1]}, "
-                                  f"not on {here[0]}, {here[2]} x {here[1]}: its error is unmeasured here")
+        keys["latency_domain"] = (f"--latency-profile {path} was calibrated {' and '.join(elsewhere)}: "
+                                  "its error is unmeasured here")
     elif not band:
         keys["latency_domain"] = (f"--latency-profile {path} has no cross-validated error (it was fitted on fewer "
                                   "than 3 points): its figures carry no error band")
     return config, keys
 
 
-__all__ = ["BAND_KEYS", "PROFILE_KEYS", "PROFILE_VERSION", "apply_profile", "profile_json", "read_profile"]
+__all__ = ["BAND_KEYS", "PROFILE_KEYS", "PROFILE_VERSION", "apply_profile", "other_engines", "profile_json",
+           "read_profile"]

@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import os
-import random
 import re
 import time
 from dataclasses import replace
 
 import click
 
-from dynlab import plugins
 from dynlab.cli import main
 from dynlab.cli.report import report_option
 from dynlab.cli.common import (INPUT_FIELDS, check_plot, echo_json, input_path, output_format, output_path,
-                               parse_opts, progress_bar, refuse_repeats, split_list)
-from dynlab.cli.routing import SIM_OPTIONS, FiniteFloat, given_fields
+                               parse_opts, progress_bar)
+from dynlab.cli.plan_shapes import BY_FIELD, CANDIDATES, candidates, check_shapes
+from dynlab.cli.routing import FiniteFloat, given_fields
 from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.config import SimConfig
-from dynlab.plan import DEFAULT_CAP, PERCENTILES, Shape, Target
+from dynlab.plan import DEFAULT_CAP, PERCENTILES, Target
 from dynlab.sweep import EXECUTORS
 
 #: exit status of a plan in which no shape meets the target (its outputs are written all the same)
 INFEASIBLE = 3
-_BY_FIELD = {field: (flags, ptype, default, help_) for flags, field, ptype, default, help_ in SIM_OPTIONS}
 #: sim options plan takes as they are (one value for every replay), with sim's meaning
 SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "trace_block", "capacity",
           "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_profile", "request_overhead_ms",
@@ -31,16 +29,15 @@ SHARED = ("trace", "workload", "trace_format", "tokenizer", "block", "hash", "tr
           "concurrency", "think_time_ms", "num_requests", "warmup",
           "gpu_memory_utilization",
           "publish",
-          "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "engine_kind", "queue_policy", "admission_policy", "seed",
+          "event_delay_ms", "event_loss", "routers", "router_assign", "pcie_gbps", "cpu_write", "admission", "queue_policy", "admission_policy", "seed",
           "slo_ttft_ms",
           "slo_tpot_ms", "slo_classes", "spec_method", "spec_acceptance", "spec_draws", "decode_router", "link_gbps",
-          "link_latency_ms")
-#: sim's on/off flags plan takes as they are (the P/D fleet's, the engine's async scheduling)
-FLAGS = ("overlap_transfer", "decode_prefix_cache", "async_scheduling", "dp_attention")
-#: sim options plan takes as comma lists of candidates (the shapes are their cross product, with --split's)
-CANDIDATES = ("model", "gpu", "tp", "mode", "cpu_memory_gb", "ep", "spec_tokens")
-#: values of plan's --split: an aggregated fleet, or a P/D one whose split is searched
-SPLITS = ("agg", "auto")
+          "link_latency_ms", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
+          "page_size", "mem_fraction_static", "schedule_conservativeness", "init_new_token_ratio",
+          "new_token_ratio_decay_steps")
+#: sim's on/off flags plan takes as they are (the P/D fleet's, the engine's async scheduling, SGLang's)
+FLAGS = ("overlap_transfer", "decode_prefix_cache", "async_scheduling", "dp_attention", "disable_radix_cache",
+         "enable_mixed_chunk")
 
 
 def _help(text: str, own_default: bool = False) -> str:
@@ -82,56 +79,19 @@ def _shared_options(fn):
                       help="Aggregated workers (agg), or a P/D fleet (auto): the fewest total workers and their "
                            "prefill:decode split are searched (see docs/plan.md). A comma list: one candidate each.")(fn)
     for field in reversed(SHARED):
-        flags, ptype, default, help_ = _BY_FIELD[field]
+        flags, ptype, default, help_ = BY_FIELD[field]
         help_ = _HELP.get(field) or _help(help_)
         ptype = _TYPES.get(field, ptype)
         fn = click.option(*flags, field, type=ptype, default=default, show_default=default is not None,
                           help=help_, callback=input_path if field in INPUT_FIELDS else None)(fn)
     for field in reversed(CANDIDATES):
-        flags, ptype, default, help_ = _BY_FIELD[field]
+        flags, ptype, default, help_ = BY_FIELD[field]
         default = {"cpu_memory_gb": 0}.get(field, default)  # mode kv-cost, ep 1, spec-tokens 0: sim's
         fn = click.option(*flags, field, type=click.STRING, default=str(default),
                           show_default=True, metavar="V[,V...]",
                           help=(_HELP.get(field) or _help(help_, own_default=True))
                           + " A comma list: one candidate each.")(fn)
     return fn
-
-
-def _candidates(ctx, options: dict) -> list[Shape]:
-    """The shapes: the cross product of the candidate lists, each item converted by sim's option type."""
-    lists = {}
-    for field in CANDIDATES:
-        flags, ptype, _, _ = _BY_FIELD[field]
-        items = split_list(options.pop(field), flags[-1])
-        try:
-            values = [ptype.convert(v, None, ctx) for v in items]
-        except click.BadParameter as exc:
-            exc.param_hint = f"'{flags[-1]}'"
-            raise
-        refuse_repeats(items, values, flags[-1])
-        lists[field] = values
-    items = split_list(options.pop("split"), "--split")
-    bad = [v for v in items if v not in SPLITS]
-    if bad:
-        raise click.BadParameter(f"{bad[0]!r} is not agg or auto (a P/D candidate's split is searched)",
-                                 param_hint="'--split'")
-    refuse_repeats(items, items, "--split")
-    cpu = [v if v else None for v in lists["cpu_memory_gb"]]  # 0: no CPU tier
-    dpa = options.pop("dp_attention")  # attention ranks: the shapes whose --ep exceeds their --tp
-    if dpa and not any(ep > t for ep in lists["ep"] for t in lists["tp"]):
-        raise click.UsageError("--dp-attention has no effect: no --ep candidate exceeds a --tp candidate "
-                               "(attention ranks per worker are --ep / --tp)")
-    shapes = [Shape(m, g, t, mode, c, ep, k, pd == "auto", dpa and ep > t) for m in lists["model"] for g in lists["gpu"]
-              for t in lists["tp"] for ep in lists["ep"] for mode in lists["mode"] for c in cpu
-              for k in lists["spec_tokens"] for pd in items]
-    kept = [s for s in shapes if not s.impossible()]
-    left = [f"{s.label} ({s.impossible()})" for s in shapes if s.impossible()]
-    if not kept:
-        raise click.UsageError(f"no candidate shape is possible: {left[0]}")
-    if left:
-        click.echo(f"plan: left out {len(left)} candidate{'' if len(left) == 1 else 's'} no worker can be: "
-                   + "; ".join(left), err=True)
-    return kept
 
 
 def _prices(values, gpus: set, objective: str = "gpus") -> tuple:
@@ -206,62 +166,6 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
         raise click.UsageError("--log, --plot and --report must name different files")
 
 
-def _check_shapes(shapes, base: SimConfig, given: set, requests) -> None:
-    """Every shape's replay options, checked as sim checks them, before any replay."""
-    from dynlab.engine.option_rules import PD_FIELDS, SPEC_FIELDS, check_effective
-    from dynlab.engine.run import build_strategy
-    from dynlab.engine.serving import check_timed
-    from dynlab.plan.planner import latency_for
-
-    from dynlab.engine.serving import build_engines
-    from dynlab.plan.search import CPU_TIER_FIELDS
-
-    _check_candidate_options(shapes, base, given)
-    own_block = getattr(requests, "own_block_tokens", None)
-    top_k = max(s.spec_tokens for s in shapes)
-    for shape in shapes:
-        config = shape.config(base, top_k)
-        own = (given - {"dp_attention"}) | ({"cpu_memory_gb"} if shape.cpu_memory_gb else set())
-        if not shape.pd:  # its P/D options are the P/D candidates' (as compare --split aligns them)
-            own -= set(PD_FIELDS)
-        if not shape.spec_tokens and any(s.spec_tokens for s in shapes):  # the K = 0 baseline: the others'
-            own -= set(SPEC_FIELDS)
-        if not shape.cpu_memory_gb:  # the CPU tier's options are the tiered candidates'
-            own -= set(CPU_TIER_FIELDS)
-        try:
-            config.validate()
-            check_effective(config, own, own_block)
-            check_timed(config, requests)
-            build_engines(config, own_block)  # --trace-block on a workload, block ratios, KV cache groups
-            build_strategy(config, random.Random(0))
-            latency_for(config)
-        except (ValueError, plugins.UnknownNameError) as exc:
-            raise click.UsageError(f"{shape.label}: {exc}" if len(shapes) > 1 else str(exc)) from None
-
-
-def _candidate_rules(shapes):
-    """``(field, why it has no effect)`` for the options that apply to some kinds of candidate only, in plan's
-    own words (sim's rules name sim's options: --cpu-capacity, --prefill-workers)."""
-    from dynlab.engine.option_rules import PD_FIELDS
-    from dynlab.plan.search import CPU_TIER_FIELDS
-
-    if not any(s.cpu_memory_gb for s in shapes):
-        for name in CPU_TIER_FIELDS:
-            yield name, "without a CPU tier candidate (an aggregated one, --split agg, with --cpu-memory-gb above 0)"
-    if not any(s.pd for s in shapes):
-        for name in PD_FIELDS:
-            yield name, "without a P/D candidate (--split auto)"
-
-
-def _check_candidate_options(shapes, base: SimConfig, given: set) -> None:
-    """Usage error for the first option given (or set off its default) that no candidate shape uses."""
-    from dynlab.engine.config import DEFAULTS
-
-    for name, why in _candidate_rules(shapes):
-        if name in given or getattr(base, name) != DEFAULTS[name]:
-            raise click.UsageError(f"--{name.replace('_', '-')} has no effect {why}")
-
-
 @main.command()
 @_shared_options
 @click.option("--rate", type=FiniteFloat(min=0, min_open=True), default=None,
@@ -303,7 +207,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, max_w
          ray_address, log, resume, fmt, plot_path, report_path, quiet, **options):
     """The fewest workers (and GPUs) per candidate shape that meet the SLOs on a trace, searched by replay.
 
-    Each shape (--model x --gpu x --tp x --ep x --modes x --cpu-memory-gb x --spec-tokens x --split) gets
+    Each shape (--model x --gpu x --tp x --ep x --modes x --engine x --cpu-memory-gb x --spec-tokens x --split) gets
     an analytic lower bound from the latency model, then replays bracket and bisect the worker count (and,
     with --split auto, the prefill:decode split); the answer N meets the target and N - 1 misses it. Each
     shape's binding constraint is said in words (queueing, prefill, memory, routing, compute). Exit 3: no
@@ -322,7 +226,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, max_w
             ctx.get_parameter_source("slo_percentile") == ParameterSource.COMMANDLINE, plot_path, report_path)
     if (options["trace"] is None) == (options["workload"] is None):
         raise click.UsageError("give the traffic: --trace T or --workload SPEC (one of them)")
-    shapes = _candidates(ctx, options)
+    shapes = candidates(ctx, options)
     if max_workers < 2 and any(s.pd for s in shapes):
         raise click.UsageError("--max-workers 1: a P/D candidate (--split auto) needs 2 workers at least")
     prices, sources = _prices(price, {s.gpu for s in shapes}, objective)
@@ -334,7 +238,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, max_w
         read_profile(base.latency_profile)
     requests, checked = _load(base, rate, rate_scale)
     _usage(target.check_classes, requests)  # a class no request carries: before any replay
-    _check_shapes(shapes, checked, given - set(CANDIDATES) - {"split", "slo_ttft_ms", "slo_tpot_ms", "slo_classes"},
+    check_shapes(shapes, checked, given - set(CANDIDATES) - {"split", "slo_ttft_ms", "slo_tpot_ms", "slo_classes"},
                   requests)
     if plot_path:
         check_plot(plot_path)

@@ -8,6 +8,7 @@ misses it at any number of workers.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
@@ -102,9 +103,24 @@ def client_ms(config: SimConfig) -> float:
     return config.request_overhead_ms + config.detok_ms
 
 
+def prefill_chunk(config: SimConfig, latency: LatencyModel) -> int:
+    """Tokens of a prompt one step prefills at most: vLLM's step budget (``--max-num-batched-tokens``), or
+    with ``--engine sglang`` its chunk (``--chunked-prefill-size``, by default by the GPU's memory as SGLang
+    sets it: :func:`dynlab.engine.sglang.defaults.chunked_prefill_default`; ``-1``: no chunking, the whole
+    prompt in one pass)."""
+    if config.engine_kind != "sglang":
+        return config.max_num_batched_tokens
+    from dynlab.engine.sglang.defaults import chunked_prefill_default
+
+    chunk = config.chunked_prefill_size
+    if chunk is None:
+        chunk = chunked_prefill_default(latency.hardware.gpu.memory_gb)
+    return sys.maxsize if chunk == -1 else chunk
+
+
 def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_block: int) -> Floors:
     """The :class:`Floors` of ``requests`` on ``latency`` (one worker of the shape), chunked at
-    ``config.max_num_batched_tokens``, each TTFT with what its first token spends outside the engine (:func:`client_ms`), each TPOT with
+    :func:`prefill_chunk`, each TTFT with what its first token spends outside the engine (:func:`client_ms`), each TPOT with
     the detokenisation per token. Distinct (length, hit) pairs are computed once. With speculative
     decoding (``config.spec_tokens`` > 0) a step may emit several tokens, so no TPOT floor is set (all
     ``None``): only the TTFT floors can make such a shape compute-bound."""
@@ -114,7 +130,7 @@ def floors(requests: Sequence, latency: LatencyModel, config: SimConfig, trace_b
     for req, hit in zip(requests, hits):
         key = (req.input_length, hit)
         if key not in cache:
-            cache[key] = prefill_alone_ms(latency, req.input_length, hit, config.max_num_batched_tokens)
+            cache[key] = prefill_alone_ms(latency, req.input_length, hit, prefill_chunk(config, latency))
         ttft.append(cache[key] + client_ms(config))
     if config.spec_tokens:  # several tokens per step: one plain decode step is no floor of the TPOT
         tpot = tuple(None for _ in requests)
@@ -176,14 +192,19 @@ def workers_lower_bound(requests: Sequence, config: SimConfig, work: tuple[float
 def help_shares(requests: Sequence, config: SimConfig, trace_block: int, slo_ttft_ms: Optional[float],
                 slo_tpot_ms: Optional[float], latency_for) -> dict:
     """What would lower the share that can never meet the SLOs: ``{"tp X": share, "chunk Y": share}`` at
-    twice the TP (when the model's heads split) and twice the step budget. ``latency_for(config)``
+    twice the TP (when the model's heads split) and twice the step budget (SGLang's chunk: :func:`prefill_chunk`). ``latency_for(config)``
     builds a shape's latency model (``ValueError`` when the hardware refuses it: left out)."""
     out = {}
     ep = config.ep * 2 if config.ep > 1 else 1  # expert parallelism over the worker's TP GPUs: doubled with them
-    for label, changed in ((f"tp {config.tp * 2}" + (f" ep {ep}" if ep > 1 else ""),
-                            replace(config, tp=config.tp * 2, ep=ep)),
-                           (f"max-num-batched-tokens {config.max_num_batched_tokens * 2}",
-                            replace(config, max_num_batched_tokens=config.max_num_batched_tokens * 2))):
+    if config.engine_kind == "sglang":  # SGLang's chunk (none to double when chunking is off)
+        chunk = prefill_chunk(config, latency_for(config))
+        bigger = [(f"chunked-prefill-size {chunk * 2}", replace(config, chunked_prefill_size=chunk * 2))] \
+            if chunk != sys.maxsize else []
+    else:
+        bigger = [(f"max-num-batched-tokens {config.max_num_batched_tokens * 2}",
+                   replace(config, max_num_batched_tokens=config.max_num_batched_tokens * 2))]
+    for label, changed in [(f"tp {config.tp * 2}" + (f" ep {ep}" if ep > 1 else ""),
+                            replace(config, tp=config.tp * 2, ep=ep)), *bigger]:
         try:
             lat = latency_for(changed)
         except ValueError:

@@ -46,6 +46,7 @@ def as_json(outcomes: Sequence[Outcome], prices: Mapping[str, float], header: Ma
             "mode": o.shape.mode, "cpu_memory_gb": o.shape.cpu_memory_gb, "ep": o.shape.ep,
             "spec_tokens": o.shape.spec_tokens, "pd": o.shape.pd,
             **({"dp_attention": True} if o.shape.dp_attention else {}),
+            **({"engine": o.shape.engine} if o.shape.engine else {}),  # plan --engine vllm,sglang only
             "meets": o.workers is not None, "workers": o.workers, "shown_workers": o.shown,
             "split": o.shown_split() or None, "gpus": gpus(o),
             "usd_per_hour": usd_per_hour(o, prices), "goodput": r.get("goodput"),

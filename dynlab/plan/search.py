@@ -22,8 +22,8 @@ class Shape:
     """One candidate: workers of ``tp`` ``gpu`` GPUs each serving ``model``, routed by ``mode``, with a CPU
     tier of ``cpu_memory_gb`` GB per worker (``None``: none), ``ep`` expert-parallel GPUs (1: none; else
     ``ep`` = ``tp``, or with ``dp_attention`` ``tp`` x its attention ranks), ``spec_tokens`` draft tokens per
-    decode step (0: no speculation) and, with ``pd``, a disaggregated fleet whose prefill:decode split is
-    searched (:class:`PdSearch`)."""
+    decode step (0: no speculation), with ``pd``, a disaggregated fleet whose prefill:decode split is
+    searched (:class:`PdSearch`) and, when a plan compares engine kinds, ``engine`` (``vllm`` or ``sglang``)."""
 
     model: str
     gpu: str
@@ -34,23 +34,37 @@ class Shape:
     spec_tokens: int = 0
     pd: bool = False
     dp_attention: bool = False
+    #: the engine kind of a plan comparing several (``plan --engine vllm,sglang``); ``None``: the base's, unnamed
+    engine: Optional[str] = None
 
     @property
     def label(self) -> str:
         """``h100x2 kv-cost``; `` ep2`` after the TP with expert parallelism (`` ep4 dp2`` with 2 attention
-        ranks), ``+cpu256`` with a CPU tier of 256 GB, `` spec2`` with 2 draft tokens, `` P/D`` for a
-        disaggregated fleet."""
+        ranks), `` sglang`` after the mode when a plan compares engines, ``+cpu256`` with a CPU tier of 256 GB,
+        `` spec2`` with 2 draft tokens, `` P/D`` for a disaggregated fleet."""
         ep = f" ep{self.ep}" if self.ep > 1 else ""
         ep += f" dp{self.ep // self.tp}" if self.dp_attention else ""
         cpu = f" +cpu{self.cpu_memory_gb:g}" if self.cpu_memory_gb else ""
         spec = f" spec{self.spec_tokens}" if self.spec_tokens else ""
-        return f"{self.gpu}x{self.tp}{ep} {self.mode}{cpu}{spec}{' P/D' if self.pd else ''}"
+        engine = f" {self.engine}" if self.engine else ""
+        return f"{self.gpu}x{self.tp}{ep} {self.mode}{engine}{cpu}{spec}{' P/D' if self.pd else ''}"
+
+    def other_engine_fields(self) -> tuple:
+        """The scheduler options of the engines this shape is not (with ``engine`` set; else none): SGLang's
+        for a vLLM shape, vLLM's for an SGLang one, as ``compare --engine vllm,sglang`` leaves them out
+        (:func:`dynlab.engine.option_rules.align_split`)."""
+        from dynlab.engine.option_rules import SGLANG_FIELDS, VLLM_SCHEDULER_FIELDS
+
+        if self.engine is None:
+            return ()
+        return VLLM_SCHEDULER_FIELDS if self.engine == "sglang" else SGLANG_FIELDS
 
     def config(self, base: SimConfig, top_k: int = 0) -> SimConfig:
         """``base`` with this shape's fields. Without speculation (``spec_tokens`` 0) the other spec options
         are dropped (as ``compare --spec-tokens 0,2`` drops them for its baseline); an aggregated shape
         drops the P/D options, a P/D one gets the split ``1:1`` until its search sets one; a shape without
-        a CPU tier drops the tier's options (:data:`CPU_TIER_FIELDS`). ``top_k``: the largest
+        a CPU tier drops the tier's options (:data:`CPU_TIER_FIELDS`), one of several engines the other engines'
+        scheduler options (:meth:`other_engine_fields`). ``top_k``: the largest
         ``--spec-tokens`` candidate: a shape of fewer draft tokens takes the first K of the acceptance rates
         read at ``top_k`` (a rate list or ``file:PATH``), as ``compare --spec-tokens 2,4`` does
         (:func:`dynlab.engine.spec.align_rates`)."""
@@ -59,11 +73,12 @@ class Shape:
         from dynlab.engine.spec import align_rates
 
         drop = ((SPEC_FIELDS if not self.spec_tokens else ()) + (PD_FIELDS if not self.pd else ())
-                + (CPU_TIER_FIELDS if not self.cpu_memory_gb else ()))
+                + (CPU_TIER_FIELDS if not self.cpu_memory_gb else ()) + self.other_engine_fields())
         config = replace(base, model=self.model, gpu=self.gpu, tp=self.tp, mode=self.mode,
                          cpu_memory_gb=self.cpu_memory_gb, ep=self.ep, spec_tokens=self.spec_tokens,
                          dp_attention=self.dp_attention,
-                         split="1:1" if self.pd else None, **{f: DEFAULTS[f] for f in drop})
+                         split="1:1" if self.pd else None, **{f: DEFAULTS[f] for f in drop},
+                         **({"engine_kind": self.engine} if self.engine else {}))
         if 0 < self.spec_tokens < top_k:
             config = align_rates([config, replace(config, spec_tokens=top_k)])[0]
         return config
@@ -73,7 +88,12 @@ class Shape:
         experts to divide); ``ep`` > 1 must equal ``tp`` (without ``--dp-attention``) or be a multiple of it
         (with: :func:`dynlab.models.parallel.check_parallelism`); a P/D fleet's workers have no CPU tier; attention
         ranks are not modelled in a P/D fleet or with a CPU tier (:func:`dynlab.engine.serving.check_dp_ranks`).
-        An unknown model is not judged here (the options' check names it)."""
+        An unknown model is not judged here (the options' check names it); an ``sglang`` shape of a plan comparing
+        engines has no P/D split, CPU tier or speculation (dynlab models none of them for SGLang:
+        :data:`dynlab.engine.option_rules.VLLM_ONLY`)."""
+        if self.engine == "sglang" and (self.pd or self.cpu_memory_gb or self.spec_tokens):
+            what = "a P/D fleet" if self.pd else "a CPU tier" if self.cpu_memory_gb else "speculative decoding"
+            return f"{what} with --engine sglang is not modelled"
         dense = _dense(self.model) if self.ep > 1 else False
         if dense:
             return f"--ep {self.ep}: {self.model} is a dense model (no experts to divide)"
