@@ -140,8 +140,24 @@ def cost_lines(plan: Mapping) -> list[str]:
            f"({c['gpus']} GPU{'' if c['gpus'] == 1 else 's'}), "
            f"${c['usd_per_hour']:.2f}/h; binding: {c['binding']}" if c else
            "cheapest meeting the target: none (no shape meets it)"]
+    out += mix_lines(plan.get("mix"))
     out += [f"price of {gpu}: {source}" for gpu, source in plan["price_source"].items()]
     return out
+
+
+def mix_lines(mix: Optional[Mapping]) -> list[str]:
+    """``--mix``'s lines: the two-pool fleet found (its $/h, binding constraint and replay) or that none cheaper than
+    every shape was, and how many mixed replays it took of the most allowed (none without ``--mix``)."""
+    if mix is None:
+        return []
+    n = f"{len(mix['replays'])} mixed replay{'' if len(mix['replays']) == 1 else 's'} (at most {mix['max_replays']})"
+    a = mix["answer"]
+    if a is None:
+        return [f"mixed pools: none cheaper than every shape meeting the target ({n})"]
+    return [f"mixed pools: {a['shape']}, {a['workers']} workers ({a['gpus']} GPUs), ${a['usd_per_hour']:.2f}/h, "
+            f"goodput {_cell(a['goodput'])}, ttft {_cell(a['ttft_ms'])} ms, tpot {_cell(a['tpot_ms'])} ms, headroom "
+            f"{_cell(a['headroom'], '{:.1%}')} ({n}); sim --pool {' --pool '.join(a['pools'])}",
+            f"- {a['shape']}: {a['why']}"]
 
 
 #: the table's mark of a shape whose latency model answers outside its validated domain
