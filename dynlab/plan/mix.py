@@ -100,7 +100,7 @@ def most_replays(outcomes: Sequence) -> int:
     return sum(STEPS * (1 + math.ceil(math.log2(max(1, y.workers - 1)))) for _, y in pairs(outcomes))
 
 
-def _most(budget: float, each: float, cap: int) -> int:
+def most_workers(budget: float, each: float, cap: int) -> int:
     """The most workers at ``each`` USD/h costing strictly less than ``budget`` (to a cent), at most ``cap``."""
     if each <= 0 or budget <= 0:
         return 0
@@ -136,7 +136,7 @@ def _fill(ox, x: int, oy, cx: float, cy: float, best_cost: float, base, target, 
           seen: list, swap: bool) -> Optional[Mix]:
     """The fewest ``y`` workers of ``oy`` beside ``x`` of ``ox`` meeting the target for less than ``best_cost``
     (``swap``: ``oy`` comes first among the candidates, so its pool is written first)."""
-    hi = _most(best_cost - x * cx, cy, cap)
+    hi = most_workers(best_cost - x * cx, cy, cap)
     if hi < 1:
         return None
     def run(y: int) -> Mix:
