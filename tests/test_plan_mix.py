@@ -84,6 +84,8 @@ def test_a_mix_is_cheaper_than_every_homogeneous_fleet(tmp_path):
                  "--objective", "cost", "--mix", "--slo-ttft-ms", 50, "--goodput", 0.25, *ROOFLINE, "--format", "table")
     assert f"cheapest meeting the target: {slow}x1:1 + {fast}x1:1, 2 workers (2 GPUs), $2.50/h" in table.stdout
     assert f"sim --pool {slow}:tp1:1 --pool {fast}:tp1:1" in table.stdout
+    row = table.stdout.splitlines()[1].split()  # the mix row first: above both shapes at $3.00/h
+    assert row[:8] == ["mix", f"{slow}x1:1", "+", f"{fast}x1:1", "2", "2", "2.50", "0.25"]
 
 
 def test_no_mix_cheaper_when_one_gpu_is_cheaper_per_worker(tmp_path):

@@ -143,7 +143,8 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
                 except CellError as exc:
                     c = configs[exc.index]
                     fleet = f"split {c.split}" if c.split else f"{c.workers} workers"
-                    raise DynlabError(f"replay at {fleet} ({c.gpu} tp {c.tp}): {exc}") from None
+                    where = f"pools {' + '.join(c.pools)}" if c.pools else f"{fleet} ({c.gpu} tp {c.tp})"
+                    raise DynlabError(f"replay at {where}: {exc}") from None
 
     with executor_session(executor, jobs, ray_address):
         run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))

@@ -112,6 +112,11 @@ def table(plan: Mapping) -> str:
                      _cell(s["usd_per_hour"], "{:.2f}") if s["meets"] else "-", _cell(s["goodput"]),
                      _banded(s, "ttft_ms", pct), _banded(s, "tpot_ms", pct), _cell(s["headroom"], "{:.1%}"),
                      s["binding"] + (f" ({s['binding_class']})" if s.get("binding_class") else "")])
+    mix = (plan.get("mix") or {}).get("answer")
+    if mix:  # --mix: its row among the shapes meeting the target, by $/h (cheaper than all of them)
+        rows.insert(1, ["mix", mix["shape"], str(mix["workers"]), str(mix["gpus"]), f"{mix['usd_per_hour']:.2f}",
+                        _cell(mix["goodput"]), _cell(mix["ttft_ms"]), _cell(mix["tpot_ms"]),
+                        _cell(mix["headroom"], "{:.1%}"), mix["binding"]])
     widths = [max(len(r[j]) for r in rows) for j in range(len(cols))]
     lines = ["  ".join(c.ljust(widths[j]) if j in (1, 9) else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip()
              for r in rows]
@@ -154,9 +159,7 @@ def mix_lines(mix: Optional[Mapping]) -> list[str]:
     a = mix["answer"]
     if a is None:
         return [f"mixed pools: none cheaper than every shape meeting the target ({n})"]
-    return [f"mixed pools: {a['shape']}, {a['workers']} workers ({a['gpus']} GPUs), ${a['usd_per_hour']:.2f}/h, "
-            f"goodput {_cell(a['goodput'])}, ttft {_cell(a['ttft_ms'])} ms, tpot {_cell(a['tpot_ms'])} ms, headroom "
-            f"{_cell(a['headroom'], '{:.1%}')} ({n}); sim --pool {' --pool '.join(a['pools'])}",
+    return [f"mixed pools (row mix): {a['shape']} ({n}), as sim --pool {' --pool '.join(a['pools'])}",
             f"- {a['shape']}: {a['why']}"]
 
 
