@@ -126,3 +126,44 @@ def test_most_workers_strictly_under_the_budget(budget, each, cap):
         assert round(n * each, 2) < round(budget, 2)
     if n < cap:  # one more would not be strictly cheaper (to a cent)
         assert round((n + 1) * each, 2) >= round(budget, 2) or round(budget, 2) <= 0
+
+
+@given(cap_a=st.integers(1, 9), cap_b=st.integers(1, 9), demand=st.integers(1, 60),
+       cents_a=st.integers(50, 1000), cents_b=st.integers(50, 1000))
+def test_the_search_finds_the_cheapest_mix_around_the_answers(cap_a, cap_b, demand, cents_a, cents_b):
+    # a capacity model in place of replays: a worker of GPU a serves cap_a units, of b cap_b; a fleet meets the
+    # target when its units reach the demand (so more workers never hurt, the search's assumption)
+    import math
+    from types import SimpleNamespace
+
+    from dynlab.engine.config import SimConfig
+    from dynlab.engine.pools import parse_pools
+    from dynlab.plan.mix import most_replays, search
+    from dynlab.plan.search import Shape
+    from dynlab.plan.target import Target
+
+    units = {"h100": cap_a, "h200": cap_b}
+    prices = {"h100": cents_a / 100, "h200": cents_b / 100}
+    target = Target(slo_ttft_ms=1.0, goodput=1.0)
+    n = {g: math.ceil(demand / units[g]) for g in units}
+    outcomes = [SimpleNamespace(shape=Shape("llama-3.1-8b", g, 1, "rr"), workers=n[g],
+                                search=SimpleNamespace(tested={n[g] - 1: (False, {"goodput": 0.0})}))
+                for g in units]
+
+    def replay(config):
+        served = sum(units[p.gpu] * p.workers for p in parse_pools(config.pools))
+        return {"goodput": 1.0 if served >= demand else 0.0}
+
+    best, seen = search(outcomes, SimConfig(timing=True), prices, target, 1000, replay)
+    assert len(seen) <= most_replays(outcomes)
+    homogeneous = round(min(n[g] * prices[g] for g in units), 2)
+    # every fleet the search looks at: X at its answer - 1, - 2, - 3 (>= 1) beside 1 .. Y's answer - 1 of Y
+    around = [round(x * prices[gx] + y * prices[gy], 2) for gx, gy in (("h100", "h200"), ("h200", "h100"))
+              for x in range(max(1, n[gx] - 3), n[gx]) for y in range(1, n[gy])
+              if x * units[gx] + y * units[gy] >= demand]
+    cheaper = [c for c in around if c < homogeneous]
+    if not cheaper:
+        assert best is None
+    else:
+        assert best.usd_per_hour == min(cheaper)
+        assert best.x * units[best.sx.gpu] + best.y * units[best.sy.gpu] >= demand
