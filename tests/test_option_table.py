@@ -613,6 +613,8 @@ TABLE.update({
     ("plan", "--price"): changes(PLAN, ["--price", "h100=2"]),
     # the cost objective prices the shapes at the bundled table's h100 price and says the cheapest and the sources
     ("plan", "--objective"): changes(PLAN, ["--objective", "cost"]),
+    # two candidates priced by the table: --mix adds the plan's "mix" (its mixed replays, none cheaper here)
+    ("plan", "--mix"): changes(PLAN + ["--objective", "cost", "--gpu", "h100,h200"], ["--mix"]),
     # all three requests at once on one worker miss 30 ms; the floors (alone) meet it
     ("plan", "--max-workers"): lambda run: plan_differ(
         run(*PLAN, "--rate-scale", "1000", "--slo-ttft-ms", "30"),

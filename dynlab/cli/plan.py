@@ -18,6 +18,7 @@ from dynlab.cli.routing import FiniteFloat, given_fields
 from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.config import SimConfig
 from dynlab.plan import DEFAULT_CAP, PERCENTILES, Target
+from dynlab.plan.mix import refusal as _mix_refusal
 from dynlab.sweep import EXECUTORS
 
 #: exit status of a plan in which no shape meets the target (its outputs are written all the same)
@@ -183,6 +184,8 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
               help="Rank the shapes meeting the target by fewest GPUs ($/h when --price prices every candidate), or "
                    "by cost: $/h at the bundled on-demand list prices (docs/cost.md) or --price's, reporting the "
                    "cheapest shape, its binding constraint and where each price came from.")
+@click.option("--mix", is_flag=True, help="With --objective cost: also try fleets of two pools of the shapes (--pool "
+              "GPU:tpN:COUNT twice) next to the answers, and report one cheaper than every shape (docs/plan.md#mixed-pools).")
 @click.option("--max-workers", type=click.IntRange(min=1), default=DEFAULT_CAP, show_default=True,
               help="The most workers tried per shape.")
 @click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE", help="Strategy option; repeatable.")
@@ -203,7 +206,7 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
 @report_option
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr (shown only when stderr is a terminal).")
 @click.pass_context
-def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, max_workers, opt, latency_opt, executor, jobs,
+def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, max_workers, opt, latency_opt, executor, jobs,
          ray_address, log, resume, fmt, plot_path, report_path, quiet, **options):
     """The fewest workers (and GPUs) per candidate shape that meet the SLOs on a trace, searched by replay.
 
@@ -232,6 +235,8 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, max_w
     prices, sources = _prices(price, {s.gpu for s in shapes}, objective)
     target = _target(options, slo_percentile, goodput)
     base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
+    if mix and _mix_refusal(shapes, base, objective):
+        raise click.UsageError(_mix_refusal(shapes, base, objective))
     if base.latency_profile is not None:  # a missing or bad profile fails now, not at the first replay
         from dynlab.calibrate.profile import read_profile
 
@@ -247,7 +252,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, max_w
         try:
             out = run_plan(requests, base, shapes, target, rate=rate, rate_scale=rate_scale, cap=max_workers,
                            prices=prices, price_sources=sources, executor=executor, jobs=jobs, ray_address=ray_address, log_path=log,
-                           resume=resume, on_replay=lambda new: (bar.update(1), fresh.append(new)))
+                           resume=resume, on_replay=lambda new: (bar.update(1), fresh.append(new)), mix=mix)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     if not quiet:

@@ -74,12 +74,32 @@ def _arrivals(requests: Sequence, time_scale: float, poisson: float, base: SimCo
     return f"{n}, mean rate {rate_now / time_scale:.3g} requests/s (time scale {time_scale:.4g})"
 
 
+def _mixes(outcomes, base: SimConfig, prices, sources, target: Target, cap: int, shapes, known: dict, run_batch,
+           on_replay) -> dict:
+    """:func:`dynlab.plan.mix.search` on the homogeneous answers, each fleet replayed once (the log's, with
+    ``known``), as the plan JSON's ``mix`` (:func:`dynlab.plan.mix.as_json`)."""
+    from dynlab.plan import mix
+    from dynlab.sweep.grid import cell_key
+
+    ran: dict = {}
+
+    def replay(config: SimConfig) -> dict:
+        key = cell_key(config_cell(config))
+        if key not in ran:  # a fleet two ordered pairs reach is replayed (and counted) once
+            ran[key] = known[key] if key in known else list(run_batch([config]))[0][1]
+            on_replay(key not in known)
+        return ran[key]
+
+    best, seen = mix.search(outcomes, base, prices, target, cap, replay, max(s.spec_tokens for s in shapes))
+    return mix.as_json(best, seen, target, sources, mix.most_replays(outcomes))
+
+
 def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: Target, *,
          rate: Optional[float] = None, rate_scale: Optional[float] = None, cap: int = DEFAULT_CAP,
          prices: Optional[Mapping[str, float]] = None, price_sources: Optional[Mapping[str, str]] = None,
          executor: str = "local", jobs: Optional[int] = None,
          ray_address: Optional[str] = None, log_path: Optional[str] = None, resume: bool = False,
-         on_replay: Callable = lambda fresh: None) -> dict:
+         on_replay: Callable = lambda fresh: None, mix: bool = False) -> dict:
     """Plan ``shapes`` for the loaded trace ``requests`` (``base.trace``'s, from
     :func:`dynlab.sweep.executors.cached_trace`) against ``target``.
 
@@ -90,7 +110,9 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     (:mod:`dynlab.models.prices`): the object then says ``objective`` ``cost``, each price's source and the cheapest
     shape meeting the target (:func:`dynlab.plan.report.cheapest`); ``executor``/``jobs``/``ray_address``: as ``dynlab sweep``; ``log_path``: a
     JSON-lines file of every replay (``{"cell": sim options, "result": sim's JSON}``), reused with
-    ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now).
+    ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now); ``mix`` (with ``price_sources``):
+    then two-pool fleets of the shapes are searched too (:mod:`dynlab.plan.mix`), the object's ``mix`` says the
+    cheapest found and its replays, and ``cheapest`` is that fleet when it is cheaper than every shape.
 
     Returns :func:`dynlab.plan.report.as_json`'s object plus ``_results`` (shape label -> workers ->
     result, for the plot). Raises ``ValueError`` for bad options (a class of ``target.classes`` no request
@@ -121,11 +143,14 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
                 except CellError as exc:
                     c = configs[exc.index]
                     fleet = f"split {c.split}" if c.split else f"{c.workers} workers"
-                    raise DynlabError(f"replay at {fleet} ({c.gpu} tp {c.tp}): {exc}") from None
+                    where = f"pools {' + '.join(c.pools)}" if c.pools else f"{fleet} ({c.gpu} tp {c.tp})"
+                    raise DynlabError(f"replay at {where}: {exc}") from None
 
     with executor_session(executor, jobs, ray_address):
         run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
-    explain(outcomes, len(requests))
+        explain(outcomes, len(requests))
+        mixed = _mixes(outcomes, base, prices, price_sources, target, cap, shapes, known, run_batch,
+                       on_replay) if mix else None
     arrivals = _arrivals(requests, time_scale, poisson, base)
     header = {"target": target.describe(), "percentile": target.percentile, "slo_ttft_ms": target.slo_ttft_ms,
               "slo_tpot_ms": target.slo_tpot_ms, "goodput_target": target.goodput,
@@ -134,6 +159,11 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     if price_sources:  # --objective cost: said only then (a gpus plan's object is unchanged)
         header["objective"], header["price_source"] = "cost", dict(price_sources)
     out = as_json(outcomes, prices, header)
+    if mixed is not None:
+        out["mix"] = mixed
+        if mixed["answer"] is not None:  # cheaper than every shape meeting the target, by construction
+            out["cheapest"] = {k: mixed["answer"][k] for k in ("shape", "pools", "workers", "gpus", "usd_per_hour",
+                                                               "binding", "why", "price_source")}
     out["_results"] = {o.shape.label: {n: r for s in (o.search, o.floor) if s is not None
                                        for n, (_, r) in s.tested.items()} for o in outcomes}
     return out

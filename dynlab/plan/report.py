@@ -113,6 +113,11 @@ def table(plan: Mapping) -> str:
                      _cell(s["usd_per_hour"], "{:.2f}") if s["meets"] else "-", _cell(s["goodput"]),
                      _banded(s, "ttft_ms", pct), _banded(s, "tpot_ms", pct), _cell(s["headroom"], "{:.1%}"),
                      s["binding"] + (f" ({s['binding_class']})" if s.get("binding_class") else "")])
+    mix = (plan.get("mix") or {}).get("answer")
+    if mix:  # --mix: its row among the shapes meeting the target, by $/h (cheaper than all of them)
+        rows.insert(1, ["mix", mix["shape"], str(mix["workers"]), str(mix["gpus"]), f"{mix['usd_per_hour']:.2f}",
+                        _cell(mix["goodput"]), _cell(mix["ttft_ms"]), _cell(mix["tpot_ms"]),
+                        _cell(mix["headroom"], "{:.1%}"), mix["binding"]])
     widths = [max(len(r[j]) for r in rows) for j in range(len(cols))]
     lines = ["  ".join(c.ljust(widths[j]) if j in (1, 9) else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip()
              for r in rows]
@@ -141,8 +146,22 @@ def cost_lines(plan: Mapping) -> list[str]:
            f"({c['gpus']} GPU{'' if c['gpus'] == 1 else 's'}), "
            f"${c['usd_per_hour']:.2f}/h; binding: {c['binding']}" if c else
            "cheapest meeting the target: none (no shape meets it)"]
+    out += mix_lines(plan.get("mix"))
     out += [f"price of {gpu}: {source}" for gpu, source in plan["price_source"].items()]
     return out
+
+
+def mix_lines(mix: Optional[Mapping]) -> list[str]:
+    """``--mix``'s lines: the two-pool fleet found (its $/h, binding constraint and replay) or that none cheaper than
+    every shape was, and how many mixed replays it took of the most allowed (none without ``--mix``)."""
+    if mix is None:
+        return []
+    n = f"{len(mix['replays'])} mixed replay{'' if len(mix['replays']) == 1 else 's'} (at most {mix['max_replays']})"
+    a = mix["answer"]
+    if a is None:
+        return [f"mixed pools: none cheaper than every shape meeting the target ({n})"]
+    return [f"mixed pools (row mix): {a['shape']} ({n}), as sim --pool {' --pool '.join(a['pools'])}",
+            f"- {a['shape']}: {a['why']}"]
 
 
 #: the table's mark of a shape whose latency model answers outside its validated domain
