@@ -1,8 +1,9 @@
 """The count-based replay: a workload's requests -> a strategy -> simulated workers -> KV events -> metrics.
 
-:func:`replay` serves given requests on given count-based workers; :func:`build_strategy` and
-:func:`make_workers` build them from a :class:`SimConfig`. The run of one configuration, timed or
-not (``dynlab sim``), is the run layer's: :func:`dynlab.sim.run`.
+:class:`CountedFleet` serves requests on count-based workers in a :class:`CountedEnv`; :func:`build_strategy`
+and :func:`make_workers` build them from a :class:`SimConfig`; :func:`replay` runs the fleet on
+hand-made workers. The run of one configuration, timed or not (``dynlab sim``), is the run layer's:
+:func:`dynlab.sim.run`, through the count-based topology (:class:`dynlab.sim.drive.CountBased`).
 
 Count-based model (no time): requests are routed one after another in workload
 order. Each worker serves its request at once (stores its blocks, evicts, and
