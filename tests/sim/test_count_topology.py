@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import build_strategy, make_workers, replay
 from dynlab.routing.strategy import Request
@@ -57,3 +60,16 @@ def test_run_goes_through_serve_with_the_count_based_topology(monkeypatch):
     # 3 prefixes x 2 repeats = 6 requests; describe() gives the block size replayed (--block 16)
     assert out["requests"] == 6 and out["block_tokens"] == 16
 
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=5), min_size=1, max_size=12),
+       st.sampled_from(["rr", "kv", "kv-events"]), st.integers(1, 3), st.sampled_from([None, 2, 4]),
+       st.integers(0, 2))
+def test_topology_and_hand_made_workers_agree(prompts, mode, workers, capacity, delay):
+    # the count-based topology builds the fleet replay() runs on make_workers: same figures, whatever the run
+    config = SimConfig(workers=workers, mode=mode, capacity=capacity, event_delay=delay)
+    requests = [Request(tuple(p)) for p in prompts]
+    again = replay(requests, build_strategy(config, random.Random(config.seed)), make_workers(config),
+                   event_delay=delay)
+    assert _serve(config, iter(requests)) == again
