@@ -99,7 +99,7 @@ def _class_slos(text: str) -> None:
 
 
 def _admission_policy(text: str) -> None:  # checked as the run will build it (name and options)
-    from dynlab.sim.topology import build_policy
+    from dynlab.sim.drive import build_policy
 
     build_policy(text)
 

@@ -1,8 +1,9 @@
 """The count-based replay: a workload's requests -> a strategy -> simulated workers -> KV events -> metrics.
 
-:func:`replay` serves given requests on given count-based workers; :func:`build_strategy` and
-:func:`make_workers` build them from a :class:`SimConfig`. The run of one configuration, timed or
-not (``dynlab sim``), is the run layer's: :func:`dynlab.sim.run`.
+:class:`CountedFleet` serves requests on count-based workers in a :class:`CountedEnv`; :func:`build_strategy`
+and :func:`make_workers` build them from a :class:`SimConfig`; :func:`replay` runs the fleet on
+hand-made workers. The run of one configuration, timed or not (``dynlab sim``), is the run layer's:
+:func:`dynlab.sim.run`, through the count-based topology (:class:`dynlab.sim.drive.CountBased`).
 
 Count-based model (no time): requests are routed one after another in workload
 order. Each worker serves its request at once (stores its blocks, evicts, and
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import random
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Optional, Sequence
 
 from dynlab.engine.config import SimConfig
@@ -132,66 +133,122 @@ def _on_change(strategy: Strategy):
     return direct if owner is not None and getattr(strategy.on_event, "__self__", None) is owner else None
 
 
+@dataclass
+class CountedEnv:
+    """The run environment of the count-based fleet (:class:`CountedFleet`), as
+    :class:`~dynlab.engine.env.RunEnv` is a timed fleet's: ``arrivals`` (the requests, in workload order, no
+    times), ``bus`` (a :class:`~dynlab.engine.bus.CountedEventBus`), ``routing`` (the routing recorder),
+    ``recorders`` (only their ``on_route`` is called) and ``progress`` (a tqdm bar or ``None``)."""
+
+    arrivals: Iterable[Request]
+    bus: CountedEventBus
+    routing: RoutingMetrics
+    recorders: list = field(default_factory=list)
+    progress: Any = None
+
+    def attach(self, fleet) -> None:
+        """Nothing to attach: no closed-loop users without time (the :class:`~dynlab.engine.env.RunEnv` interface)."""
+
+    def counts(self, evicted_blocks: int) -> dict:
+        """``evicted_blocks``, ``events_published``, ``events_dropped``: the counts of the result."""
+        return {"evicted_blocks": evicted_blocks, "events_published": self.bus.published,
+                "events_dropped": self.bus.dropped}
+
+    @classmethod
+    def of(cls, requests: Iterable[Request], strategy: Strategy, workers: int, *, publish: bool = True,
+           event_delay: int = 0, event_loss: float = 0.0, loss_rng: Optional[random.Random] = None,
+           synthetic_prefix_blocks: Optional[bool] = None, recorders: Sequence = (), progress=None) -> "CountedEnv":
+        """The environment of ``requests`` routed by ``strategy`` to ``workers`` workers: KV events reach the
+        strategy ``event_delay`` requests later, each dropped with probability ``event_loss`` (draws from
+        ``loss_rng``); ``synthetic_prefix_blocks``: ``None`` for a trace, else the synthetic workload's rule
+        for repeats and hits (:class:`~dynlab.engine.metrics.RoutingMetrics`)."""
+        bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish,
+                              direct=_on_change(strategy))
+        return cls(requests, bus, RoutingMetrics(workers, synthetic_prefix_blocks), list(recorders), progress)
+
+
+class CountedFleet:
+    """Count-based workers (:class:`~dynlab.engine.counted.Worker`) served in ``env`` (a :class:`CountedEnv`):
+    the fleet of the count-based topology (:class:`dynlab.sim.drive.CountBased`), with the timed fleets'
+    interface (``run()``, ``evicted_blocks``, ``all_engines``: none, no engine has serving figures)."""
+
+    all_engines = ()
+
+    def __init__(self, strategy: Strategy, workers: list[Worker], env: CountedEnv):
+        self.strategy, self.workers, self.env = strategy, workers, env
+
+    @property
+    def evicted_blocks(self) -> int:
+        return sum(wk.evicted_blocks for wk in self.workers)
+
+    def run(self) -> None:
+        """Route and serve every request of ``env.arrivals``, count-based (module docstring).
+
+        Each request is routed, then served at once by its worker (its prompt's blocks, then the blocks of its
+        reply a token trace names, ``Request.output_hashes``: the worker holds them once it has answered),
+        whose net change goes to the bus. Raises :class:`StrategyError` for an exception raised inside the
+        strategy's own code, :class:`~dynlab.errors.DynlabError` for a route to no worker.
+        """
+        strategy, workers, env = self.strategy, self.workers, self.env
+        n = len(workers)
+        route_hooks = hooks(env.recorders, "on_route")
+        routing, bus, progress = env.routing, env.bus, env.progress
+        cached_sizes = [0] * n
+        fleet = FleetView(routing.counts, [0] * n, [0] * n, [0] * n, cached_sizes)
+        route, on_route, change = strategy.route, routing.on_route, bus.change
+        tick = bus.tick if bus.delay else None  # without a delay nothing is ever pending: no call per request
+        # each worker's serve and held blocks, looked up once (Worker.server / Worker.members)
+        serves, held = [wk.server() for wk in workers], [wk.members() for wk in workers]
+        i = -1
+        try:
+            for i, req in enumerate(env.arrivals):
+                if tick is not None:
+                    tick(i)
+                strategy.predicted = None
+                w = route(req, fleet)
+                if type(w) is not int or not 0 <= w < n:
+                    raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
+                hashes = req.hashes
+                actual = overlap(hashes, held[w])
+                on_route(hashes, w, strategy.predicted, actual, None, req.prefix)
+                if route_hooks:
+                    for hook in route_hooks:
+                        hook(req, w, strategy.predicted, actual, None)
+                reply = req.output_hashes  # a token trace's reply blocks (output_tokens): stored at its finish
+                if reply:
+                    routing.saw_reply(reply)
+                stored, removed = serves[w](hashes + reply if reply else hashes, actual)
+                cached_sizes[w] = workers[w].size
+                if stored or removed:
+                    change(w, stored, removed)
+                if progress is not None:
+                    progress.update(1)
+        except DynlabError:
+            raise
+        except Exception as exc:
+            if raised_in_plugin(exc, strategy):
+                raise StrategyError(f"strategy {strategy.name!r} failed at request {i}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+            raise
+        bus.flush()
+
+
 def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker], *,
            publish: bool = True, event_delay: int = 0, event_loss: float = 0.0,
            loss_rng: Optional[random.Random] = None, synthetic_prefix_blocks: Optional[bool] = None,
            progress=None, recorders: Sequence = ()) -> dict[str, Any]:
-    """Route and serve every request, count-based (no time); return the fleet metrics (without ``mode``).
-
-    Each request is routed, then served at once by its worker (its prompt's blocks, then the blocks of its
-    reply a token trace names, ``Request.output_hashes``: the worker holds them once it has answered), whose net change reaches the
-    strategy through a :class:`~dynlab.engine.bus.CountedEventBus` (``event_delay`` requests later,
-    each event dropped with probability ``event_loss``). ``synthetic_prefix_blocks``: ``None`` for
-    a trace, else the synthetic workload's rule for repeats and hits
-    (:class:`~dynlab.engine.metrics.RoutingMetrics`). ``recorders``: more
-    :class:`~dynlab.engine.metrics.Recorder` (only their ``on_route`` is called: ``cap`` ``None``; results of no engines).
+    """The fleet metrics (without ``mode``) of a :class:`CountedFleet` of the given ``workers``, for tests and
+    studies that build workers by hand; a run of a configuration goes through :func:`dynlab.sim.run` and its
+    count-based topology (:class:`dynlab.sim.drive.CountBased`), which builds the same fleet. Arguments:
+    :meth:`CountedEnv.of`; ``recorders``: more :class:`~dynlab.engine.metrics.Recorder` (only their
+    ``on_route`` is called: ``cap`` ``None``; results of no engines).
     """
-    n = len(workers)
-    route_hooks = hooks(recorders, "on_route")
-    routing = RoutingMetrics(n, synthetic_prefix_blocks)
-    cached_sizes = [0] * n
-    fleet = FleetView(routing.counts, [0] * n, [0] * n, [0] * n, cached_sizes)
-    bus = CountedEventBus(strategy.on_event, delay=event_delay, loss=event_loss, rng=loss_rng, publish=publish,
-                          direct=_on_change(strategy))
-    route, on_route, change = strategy.route, routing.on_route, bus.change
-    tick = bus.tick if event_delay else None  # without a delay nothing is ever pending: no call per request
-    # each worker's serve and held blocks, looked up once (Worker.server / Worker.members)
-    serves, held = [wk.server() for wk in workers], [wk.members() for wk in workers]
-    i = -1
-    try:
-        for i, req in enumerate(requests):
-            if tick is not None:
-                tick(i)
-            strategy.predicted = None
-            w = route(req, fleet)
-            if type(w) is not int or not 0 <= w < n:
-                raise DynlabError(f"strategy {strategy.name!r} returned {w!r}, not a worker in 0..{n - 1}")
-            hashes = req.hashes
-            actual = overlap(hashes, held[w])
-            on_route(hashes, w, strategy.predicted, actual, None, req.prefix)
-            if route_hooks:
-                for hook in route_hooks:
-                    hook(req, w, strategy.predicted, actual, None)
-            reply = req.output_hashes  # a token trace's reply blocks (output_tokens): stored at its finish
-            if reply:
-                routing.saw_reply(reply)
-            stored, removed = serves[w](hashes + reply if reply else hashes, actual)
-            cached_sizes[w] = workers[w].size
-            if stored or removed:
-                change(w, stored, removed)
-            if progress is not None:
-                progress.update(1)
-    except DynlabError:
-        raise
-    except Exception as exc:
-        if raised_in_plugin(exc, strategy):
-            raise StrategyError(f"strategy {strategy.name!r} failed at request {i}: "
-                                f"{type(exc).__name__}: {exc}") from exc
-        raise
-    bus.flush()
-    counts = {"evicted_blocks": sum(wk.evicted_blocks for wk in workers),
-              "events_published": bus.published, "events_dropped": bus.dropped}
-    return fleet_result(routing, counts, strategy, recorders)
+    env = CountedEnv.of(requests, strategy, len(workers), publish=publish, event_delay=event_delay,
+                        event_loss=event_loss, loss_rng=loss_rng, synthetic_prefix_blocks=synthetic_prefix_blocks,
+                        recorders=recorders, progress=progress)
+    fleet = CountedFleet(strategy, workers, env)
+    fleet.run()
+    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders)
 
 
 def config_fields() -> list[str]:
@@ -199,5 +256,5 @@ def config_fields() -> list[str]:
     return [f.name for f in fields(SimConfig)]
 
 
-__all__ = ["SimConfig", "replay", "build_strategy", "make_workers", "config_fields", "StrategyError", "needs_future",
+__all__ = ["SimConfig", "CountedEnv", "CountedFleet", "replay", "build_strategy", "make_workers", "config_fields", "StrategyError", "needs_future",
            "raised_in_plugin"]

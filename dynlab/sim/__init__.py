@@ -2,8 +2,9 @@
 
 - :mod:`~dynlab.sim.runner`: :func:`run` (one :class:`~dynlab.engine.config.SimConfig` -> the JSON
   ``dynlab sim`` prints; also ``dynlab.run``);
-- :mod:`~dynlab.sim.topology`: the :class:`~dynlab.sim.topology.Topology` protocol, the aggregated and P/D
-  topologies and :func:`~dynlab.sim.topology.serve`;
+- :mod:`~dynlab.sim.drive`: the :class:`~dynlab.sim.drive.Topology` protocol, :func:`~dynlab.sim.drive.serve`
+  (every run's one path) and the count-based topology :class:`~dynlab.sim.drive.CountBased`;
+- :mod:`~dynlab.sim.topology`: the aggregated and P/D topologies (timed);
 - :mod:`~dynlab.sim.records`: :class:`~dynlab.sim.records.RequestRecorder`, the per-request records
   (``--requests-out``).
 

@@ -2,9 +2,10 @@
 ``compare`` run and ``sweep`` cell). It takes a :class:`~dynlab.engine.config.SimConfig` and returns the
 JSON object ``dynlab sim`` prints.
 
-It reads the workload (:mod:`dynlab.traces`), builds the strategy (:func:`dynlab.engine.run.build_strategy`)
-and then either replays count-based (:func:`dynlab.engine.run.replay`) or builds the timed run's
-topology (:func:`dynlab.sim.topology.topology_for`) and serves on it (:func:`dynlab.sim.topology.serve`).
+It reads the workload (:mod:`dynlab.traces`), builds the run's topology (count-based:
+:class:`dynlab.sim.drive.CountBased`; timed: :func:`dynlab.sim.topology.topology_for`) and the strategy
+(:func:`dynlab.engine.run.build_strategy`), and serves on the topology (:func:`dynlab.sim.drive.serve`),
+the one path of every run.
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from typing import Any, Optional, Sequence
 from dynlab.engine.config import SimConfig
 from dynlab.engine.option_rules import check_effective
 from dynlab.engine.metrics import Recorder, RunInfo
-from dynlab.engine.run import (StrategyError, needs_future, raised_in_plugin, build_strategy, make_workers,
-                               replay)
+from dynlab.engine.run import StrategyError, raised_in_plugin, build_strategy
 from dynlab.errors import DynlabError
 from dynlab.routing.strategy import Request, Strategy
+from dynlab.sim.drive import CountBased, serve
 
 SEED_KEYS = ("mode", "workers", "requests", "repeat_requests", "hits", "hit_rate")
 
@@ -55,7 +56,6 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
     requests, total, own, synthetic = _workload(config, rng, requests)
     block_tokens = own or config.block
-    topology = None
     shaped = {}
     config = _spec_users(config, requests)
     if config.num_requests is not None:
@@ -67,24 +67,24 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
         config, requests, total, shaped = _shaped(config, requests, first, total)
     if config.timing:  # the timed engine's modules, imported only for timed runs (count-based start-up)
         from dynlab.engine.serving import build_engines
-        from dynlab.sim.topology import serve, topology_for
+        from dynlab.sim.topology import topology_for
 
         if config.latency_profile is not None:
             config, shaped = _profiled(config, shaped)
         topology = topology_for(build_engines(config, own))
         block_tokens = config.block
-    routed = config.workers if pd is None else pd[0]  # the targets the strategy routes to (attention-DP ranks)
-    if topology is not None:
-        routed = topology.routed_workers
+        pool_blocks, dp = topology.setup.pool_blocks, topology.setup.dp
+    else:
+        topology, pool_blocks, dp = CountBased(config, synthetic, block_tokens), None, 1
+    routed = topology.routed_workers  # the targets the strategy routes to (attention-DP ranks)
     strategy = build_strategy(config if routed == config.workers else replace(config, workers=routed), rng,
-                              block_tokens=block_tokens,
-                              pool_blocks=topology.setup.pool_blocks if topology is not None else None)
+                              block_tokens=block_tokens, pool_blocks=pool_blocks)
     if _benchmark(config):
         from dynlab.sim.benchmark import BenchmarkRecorder
 
         recorders = (*recorders, BenchmarkRecorder(_run_gpus(config), config.warmup, config.detok_ms))
     info = RunInfo(timed=config.timing, pd=pd is not None, block_tokens=block_tokens,
-                   dp=topology.setup.dp if topology is not None else 1)
+                   dp=dp)
     for recorder in recorders:
         recorder.on_run(info)
     bar = None
@@ -93,16 +93,13 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
 
         bar = tqdm(total=total, unit="req", leave=False, desc=config.mode)
     try:
-        if topology is not None:
-            metrics = _guard(strategy, lambda: serve(topology, requests, strategy, config, loss_rng=loss_rng,
-                                                     recorders=recorders, progress=bar))
-        else:
-            metrics = _replay_counted(config, requests, strategy, synthetic, loss_rng, bar, recorders)
+        metrics = _guard(strategy, lambda: serve(topology, requests, strategy, config, loss_rng=loss_rng,
+                                                 recorders=recorders, progress=bar))
     finally:
         if bar is not None:
             bar.close()
     result = _merged(_result(config, metrics, strategy, topology, own, block_tokens), shaped)
-    if topology is not None and (config.price is not None or config.spot_discount > 0):  # asks its cost
+    if config.timing and (config.price is not None or config.spot_discount > 0):  # asks its cost
         from dynlab.sim.cost import with_cost
 
         result = with_cost(result, config, _run_gpus(config))
@@ -118,8 +115,8 @@ def _merged(result: dict, keys: dict) -> dict:
 
 def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own: Optional[int],
             block_tokens: int) -> dict[str, Any]:
-    """The JSON object of :func:`run` (its key order) from the replay's ``metrics``; ``topology``: the timed
-    run's (``None`` without ``--timing``), ``own``: the trace's own block size, ``block_tokens``: the
+    """The JSON object of :func:`run` (its key order) from the replay's ``metrics``; ``topology``: the run's
+    (its ``describe()`` keys), ``own``: the trace's own block size, ``block_tokens``: the
     block size replayed."""
     pd = config.pd()
     out: dict[str, Any] = {"mode": config.mode, "workers": config.fleet_workers if pd is None else sum(pd)}
@@ -127,11 +124,8 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own:
         out[key] = metrics[key]
     if strategy.uses_events:
         out["publish"] = config.publish
-    if config.trace is not None or config.workload is not None or config.all_metrics or topology is not None:
-        if topology is not None:
-            out.update(topology.describe())
-        else:
-            out["block_tokens"] = block_tokens
+    if config.trace is not None or config.workload is not None or config.all_metrics or config.timing:
+        out.update(topology.describe())
         if own is None:
             out["hash"] = config.hash  # the scheme that named the blocks
         for key, value in metrics.items():
@@ -322,21 +316,6 @@ def _workload(config: SimConfig, rng: random.Random, requests) -> tuple:
         total, own = len(requests), getattr(requests, "own_block_tokens", None)
     check_effective(config, own_block_tokens=own)  # --block on a trace that names its own blocks
     return requests, total, own, None
-
-
-def _replay_counted(config: SimConfig, requests, strategy: Strategy, synthetic, loss_rng, bar, recorders) -> dict:
-    future = None
-    if needs_future(config):
-        requests = list(requests)
-        from dynlab.kv.policies import FutureIndex
-
-        # indexed once, shared; a block's time is its request's number (opt ranks a request's blocks together)
-        future = FutureIndex([h for r in requests for h in reversed(r.hashes)],
-                             times=[i for i, r in enumerate(requests) for _ in r.hashes])
-    workers = make_workers(config, future)
-    return replay(requests, strategy, workers, publish=config.publish == "yes",
-                  event_delay=config.event_delay, event_loss=config.event_loss,
-                  loss_rng=loss_rng, synthetic_prefix_blocks=synthetic, progress=bar, recorders=recorders)
 
 
 def _guard(strategy: Strategy, fn):

@@ -1,33 +1,19 @@
-"""Topologies: how a timed run's engines are arranged and driven (an aggregated fleet, a P/D fleet, ...).
+"""The timed topologies: how a timed run's engines are arranged and driven (an aggregated fleet, a P/D fleet).
 
-A topology is built from a :class:`~dynlab.engine.serving.TimedSetup` and answers three things
-(the :class:`Topology` protocol):
-
-- ``routed_workers``: how many workers the run's strategy routes to (its ``RunContext.workers``
-  and the routing recorder's size);
-- ``build(strategy, env) -> fleet``: fresh engines driven in ``env`` (a
-  :class:`~dynlab.engine.env.RunEnv`); the fleet has ``run()``, ``evicted_blocks`` and
-  ``all_engines`` (every engine, in the order the result lists them), and may add its own
-  recorders to ``env.recorders``;
-- ``describe() -> dict``: the keys that say what the run used.
-
-:func:`serve` runs any topology and builds its result with the one result builder,
-:func:`dynlab.engine.metrics.fleet_result`. Both built-in topologies drive the engines only through
+Each is built from a :class:`~dynlab.engine.serving.TimedSetup` and follows the
+:class:`~dynlab.sim.drive.Topology` protocol (``routed_workers``, ``build(strategy, env) -> fleet``,
+``describe()``), in the timed environment (:class:`~dynlab.engine.env.RunEnv`);
+:func:`~dynlab.sim.drive.serve` (also importable from here) runs any topology, the count-based one
+(:class:`~dynlab.sim.drive.CountBased`) too. Both timed topologies drive the engines only through
 :class:`~dynlab.engine.timed.TimedFleet`'s public interface (``run``, ``arrive``, ``wake`` and the
 hooks ``on_step_started``, ``on_step_ended``, ``on_handed_off``).
 """
 from __future__ import annotations
 
-import random
-from typing import Any, Iterable, Optional, Protocol, Sequence
-
 from dynlab.disagg.fleet import DisaggFleet
-from dynlab.engine.config import SimConfig
 from dynlab.engine.elastic import Elastic
 from dynlab.engine.scaling_metrics import ScalingRecorder
 from dynlab.engine.env import RunEnv
-from dynlab.engine.gateway import AdmissionPolicy, Always, parse_policy
-from dynlab.engine.metrics import Recorder, fleet_result
 from dynlab.engine.lockstep import LockstepFleet
 from dynlab.engine.lora_metrics import LoraRecorder
 from dynlab.engine.tier_metrics import TierRecorder
@@ -35,18 +21,7 @@ from dynlab.engine.serving import TimedSetup
 from dynlab.engine.timed import TimedFleet
 from dynlab.routing.strategy import Strategy
 from dynlab.sim.control import Control, build_controller
-
-
-class Topology(Protocol):
-    """What the run layer needs of a topology (module docstring)."""
-
-    routed_workers: int
-
-    def build(self, strategy: Strategy, env: RunEnv) -> Any:
-        ...
-
-    def describe(self) -> dict:
-        ...
+from dynlab.sim.drive import Topology, build_policy, serve
 
 
 class Aggregated:
@@ -120,33 +95,4 @@ def topology_for(setup: TimedSetup) -> Topology:
     return Aggregated(setup) if setup.config.pd() is None else Disaggregated(setup)
 
 
-def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: SimConfig, *,
-          loss_rng: Optional[random.Random] = None, recorders: Sequence[Recorder] = (), progress=None) -> dict:
-    """Serve ``requests`` on a fresh ``topology`` in time; the fleet metrics of
-    :func:`~dynlab.engine.metrics.fleet_result` (without ``mode`` and the describing keys).
-
-    The environment (:meth:`RunEnv.timed <dynlab.engine.env.RunEnv.timed>`) comes from ``config``'s
-    traffic, events and SLO sections; ``recorders`` observe the run after the serving recorder and
-    before the topology's own. Raises ``ValueError`` when timestamps go backwards.
-    """
-    env = RunEnv.timed(requests, strategy, topology.routed_workers, traffic=config.traffic,
-                       events=config.events, slo=config.slo, loss_rng=loss_rng, recorders=recorders,
-                       progress=progress, front_ms=config.request_overhead_ms,
-                       token_ms=config.detok_ms, gate=build_policy(config.admission_policy, config.warmup))
-    fleet = topology.build(strategy, env)
-    env.attach(fleet)
-    fleet.run()
-    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, fleet.all_engines)
-
-
-def build_policy(spec: str, warmup: int = 0) -> Optional[AdmissionPolicy]:
-    """The admission policy of ``spec`` (``--admission-policy``), ``None`` for ``always`` without options (no
-    gateway). Raises ``ValueError`` (one line) for an unknown name or a bad option."""
-    from dynlab.plugins import admission_policies
-
-    name, opts = parse_policy(spec)
-    registry = admission_policies()
-    if name not in registry:
-        raise ValueError(f"unknown admission policy {name!r}; available: {', '.join(registry.names())}")
-    policy = registry.get(name)(opts, spec, warmup)
-    return None if type(policy) is Always else policy
+__all__ = ["Aggregated", "Disaggregated", "topology_for", "Topology", "serve", "build_policy"]

@@ -19,8 +19,8 @@ from dynlab.latency.grid import build_latency_model, hardware_for
 from dynlab.routing.strategy import FleetView
 from dynlab.sim import run
 from dynlab.sim.records import RequestRecorder
-from dynlab.sim import topology
-from dynlab.sim.topology import build_policy
+from dynlab.sim import drive
+from dynlab.sim.drive import build_policy
 from helpers import invoke, terms_off
 
 LINEAR = {"latency_model": "linear", **terms_off("linear", {"beta0": 10, "beta1": 1, "beta2": 2})}
@@ -221,7 +221,7 @@ def test_a_request_never_released_is_shed_when_nothing_is_left_to_run(tmp_path, 
     overtaking). R0 prefills 0-26; R2 (batch) prefills beside R0's decode 26-54 (10 + 16 + 2); both decode in
     14 ms steps (10 + 2 x 2): R0's 4th token at 82 (26, 54, 68, 82), then R2 alone in a 12 ms step: finish 94.
     No step and no arrival is left: R1 and R3 are shed at 94, held 93 and 64 ms."""
-    monkeypatch.setattr(topology, "build_policy", lambda spec, warmup=0: _HoldsOne({}, "holds-one"))
+    monkeypatch.setattr(drive, "build_policy", lambda spec, warmup=0: _HoldsOne({}, "holds-one"))
     out, recs = _serve(tmp_path, HOLD_ROWS, "queue-bound:limit=1")
     assert _shed(recs) == [False, True, False, True]
     assert [r["finish_ms"] for r in recs] == [82.0, None, 94.0, None]
