@@ -18,10 +18,15 @@ an idle rank runs an idle batch so that the MoE collectives match); vLLM's data-
 ``DPEngineCoreProc``: each rank has its own scheduler and KV cache, the ranks of an MoE model step in
 lockstep and an idle one runs a dummy batch, ``execute_dummy_batch``).
 
+A rank's KV events carry its rank (``dp_rank``, :mod:`dynlab.routing.events`), as vLLM's and SGLang's do
+(ai-dynamo/dynamo PR #3597); their ``worker`` is the routing target, which the router indexes.
+
 Not modelled: the expert layers' extra work for the other ranks' tokens (a rank's expert time is priced on its
 own tokens); bulk decode runs (a lockstep worker runs one step at a time: the same results, more events).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from dynlab.engine.config import SimConfig
 from dynlab.engine.loop import STEP_START
@@ -58,6 +63,13 @@ class LockstepFleet(TimedFleet):
                     engines[r].hold_until(end)
                     self._schedule_end(r, end)  # supersedes the end scheduled at its own step's end
 
+    def _publish(self, w: int, gpu_event, cpu_removed: tuple, cpu_stored: tuple) -> None:
+        """:meth:`StepDriver._publish <dynlab.engine.steps.StepDriver._publish>` with the rank (``w % dp``) on the
+        event (the only publishing path of a lockstep fleet: no CPU tier, no bulk runs' boundaries)."""
+        if gpu_event is not None:
+            gpu_event = replace(gpu_event, dp_rank=w % self.dp)
+        super()._publish(w, gpu_event, cpu_removed, cpu_stored)
+
     def _on_end(self, w: int, generation: int) -> None:
         if generation != self.generation[w]:
             return  # superseded (held to the group's end)
@@ -70,8 +82,6 @@ def rank_latency(config: SimConfig, hardware):
     """The latency model of one attention-DP rank of ``hardware``: the run's model on the same GPUs and degrees
     without ``dp_attention`` (each rank's batch is priced alone; :mod:`dynlab.engine.lockstep` composes the
     worker's step), so a dp-aware model (the roofline's busiest-replica split) does not split it again."""
-    from dataclasses import replace
-
     from dynlab.latency.grid import build_latency_model
 
     return build_latency_model(config.latency_model, replace(hardware, dp_attention=False), config.latency_opts)
