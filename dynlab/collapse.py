@@ -11,6 +11,9 @@ collapse, and the line says to add ``--timing`` (issue 43).
 The threshold, :data:`COLLAPSE_SHARE`: the busiest worker took at least 90 % of the requests
 (project choice: well above what any load-aware strategy reaches on the bundled trace, whose busiest
 worker takes 13-15 % of 8; a 2-worker fleet's 90:10 split is a collapse too).
+
+With attention-DP ranks (``--dp-attention``: the result has ``dp_ranks``) the routing targets, and so the
+entries of ``requests_per_worker``, are the ranks (:mod:`dynlab.engine.lockstep`): the line counts and names ranks.
 """
 from __future__ import annotations
 
@@ -55,22 +58,24 @@ def collapse_warning(results: Mapping[str, Mapping]) -> Optional[str]:
         name = str(label) if mode in (None, label) else f"{label} [{mode}]"
         imbalance = result.get("load_imbalance")
         imb = f", imbalance {imbalance}" if imbalance is not None else ""
-        kind = "prefill workers" if result.get("prefill_workers") else "workers"
+        kind = ("prefill workers" if result.get("prefill_workers")
+                else f"attention-DP ranks ({result['dp_ranks']} a worker)" if result.get("dp_ranks") else "workers")
         parts.append(f"{name}: {busiest:,} of {total:,} requests on one of {workers} {kind} "
                      f"({busiest / total:.0%}{imb})")
     if not parts:
         return None
     collapsed = [r for r in results.values() if collapsed_share(r) is not None]
+    one = "rank" if all(r.get("dp_ranks") for r in collapsed) else "worker"  # what a routing target is
     if all("ttft_ms" in r and r.get("mode") in LOAD_AWARE for r in collapsed):  # a load-aware strategy collapsed
-        advice = ("the run measures one worker, not the fleet; a strategy with a load term spreads requests only "
+        advice = (f"the run measures one {one}, not the fleet; a strategy with a load term spreads requests only "
                   "when they overlap in time enough for the load to outweigh a prefix hit (here they did not: too "
                   "few requests, or too far apart)")
     elif any("ttft_ms" in r for r in results.values()):
-        advice = (f"the run measures one overloaded worker, not the fleet; strategies with a load term spread it "
+        advice = (f"the run measures one overloaded {one}, not the fleet; strategies with a load term spread it "
                   f"when requests overlap in time: {', '.join(LOAD_AWARE)}")
     else:  # count-based: no request is in flight when the next is routed, so no load term can act
-        advice = (f"the run measures one worker, not the fleet; a count-based replay has no load (every request "
+        advice = (f"the run measures one {one}, not the fleet; a count-based replay has no load (every request "
                   f"has finished before the next), so strategies with a load term ({', '.join(LOAD_AWARE)}) "
                   f"collapse here too: add --timing, where requests overlap in time")
-    return (f"one worker took almost every request ({'; '.join(parts)}): {advice} "
-            f"(at least {COLLAPSE_SHARE:.0%} on one worker counts; see docs/commands.md)")
+    return (f"one {one} took almost every request ({'; '.join(parts)}): {advice} "
+            f"(at least {COLLAPSE_SHARE:.0%} on one {one} counts; see docs/commands.md)")

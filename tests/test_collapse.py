@@ -87,3 +87,22 @@ def test_a_load_aware_strategy_that_collapsed_is_not_told_to_use_itself():
     mixed = collapse_warning({"kv": {"mode": "kv", "requests_per_worker": [3, 0], "ttft_ms": {"p50": 1.0}},
                               "kv-cost": {"mode": "kv-cost", "requests_per_worker": [3, 0], "ttft_ms": {"p50": 1.0}}})
     assert "cache-aware" in mixed  # kv collapsed too: the load-aware strategies are the advice
+
+
+def test_a_dp_run_counts_ranks():
+    # --dp-attention: requests_per_worker has one entry per rank (2 workers x 2 ranks = 4 targets); 10 of 10 on one
+    # is 100 % of the requests on one of 4 ranks, and the line says rank, never worker
+    msg = collapse_warning({"kv": dict(TIMED, mode="kv", requests_per_worker=[0, 10, 0, 0], dp_ranks=2,
+                                       load_imbalance=4.0)})
+    assert msg.startswith("one rank took almost every request (kv: 10 of 10 requests on one of 4 attention-DP ranks "
+                          "(2 a worker) (100%, imbalance 4.0)): the run measures one overloaded rank, not the fleet")
+    assert msg.endswith("(at least 90% on one rank counts; see docs/commands.md)") and "worker took" not in msg
+
+
+def test_sim_with_dp_attention_warns_of_a_rank():
+    # 20 requests of one prefix on one worker of 2 ranks routed by kv: the first rank to store the prefix takes all
+    r = ok(invoke("sim", *SAME_PREFIX, "--model", "qwen3-30b-a3b", "--ep", "2", "--dp-attention", "--workers", "1",
+                  "--mode", "kv"))
+    line = r.stderr.splitlines()[-1]
+    assert line.startswith("Warning: one rank took almost every request (kv: 20 of 20 requests on one of 2 "
+                           "attention-DP ranks (2 a worker)")

@@ -95,6 +95,15 @@ class LatencyModel(ABC):
         engine prices the drafter by dynlab's rule (:func:`dynlab.engine.spec.drafter_ms`)."""
         return None
 
+    def lockstep_step_ms(self, batches: Sequence[StepBatch]) -> float | None:
+        """One step (ms) of a worker whose attention-DP ranks (``--dp-attention``) run ``batches`` (one per rank
+        that has work, in rank order) in lockstep, when this is the worker's model (``Hardware.dp_attention``):
+        each rank's attention and other per-rank layers on its own batch, the expert layers on every rank's
+        tokens (one all-to-all dispatch over the expert GPUs: SGLang's DP attention, vLLM's DP + EP). ``None``
+        (the default): the model does not separate the two; :mod:`dynlab.engine.lockstep` then ends the step
+        with its slowest rank's own step."""
+        return None
+
     def domain(self) -> str | None:
         """``None`` when this model answers within what it was fitted or measured on for its
         :class:`Hardware`, else one line saying how the hardware lies outside it (shown on stderr and as

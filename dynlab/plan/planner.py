@@ -92,16 +92,25 @@ def with_profile(config: SimConfig) -> SimConfig:
     return replace(apply_profile(config)[0], latency_profile=None)
 
 
-def latency_for(config: SimConfig):
+def latency_for(config: SimConfig, rank: bool = False):
     """One worker's latency model for ``config``'s model, GPU, TP and latency options (a profile's, with
-    ``--latency-profile``: :func:`with_profile`)."""
+    ``--latency-profile``: :func:`with_profile`). ``rank``: with ``dp_attention``, one attention-DP rank's
+    model instead (:func:`dynlab.engine.lockstep.rank_latency`: what a run prices each rank's own batch with),
+    for the per-request floors: a request alone is served by one rank."""
+    from dynlab.engine.lockstep import rank_latency
     from dynlab.latency.grid import build_latency_model, hardware_for
 
     config = with_profile(config)
-    return build_latency_model(config.latency_model,
-                               hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
-                                            dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype),
-                               config.latency_opts)
+    hardware = hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
+                            dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype)
+    if rank and config.dp_attention:
+        return rank_latency(config, hardware)
+    return build_latency_model(config.latency_model, hardware, config.latency_opts)
+
+
+def floor_latency_for(config: SimConfig):
+    """The latency model of a request served alone (the floors, the work): :func:`latency_for` of one rank."""
+    return latency_for(config, rank=True)
 
 
 def _search(shape: Shape, config: SimConfig, target: Target, lower: int, cap: int, prefill_share: float) -> Search:
@@ -121,14 +130,14 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
     for shape in shapes:
         config = shape.config(base, top_k)
         timed = with_profile(config)
-        lat = latency_for(timed)
+        lat = latency_for(timed, rank=True)  # with dp_attention one rank's: the rank serves a request alone
         fl = analysis.floors(requests, lat, timed, trace_block)
         never = fl.never_share(target.slo_ttft_ms, target.slo_tpot_ms)
         work = analysis.work_ms(requests, lat, timed, fl)
         users = closed_users(requests, config.concurrency)
         if users is None:
             top, lower = cap, min(cap, analysis.workers_lower_bound(requests, config, work))
-            if shape.dp_attention:  # ranks work side by side: a worker does up to ep / tp workers' work
+            if shape.dp_attention:  # work priced per rank; ranks work side by side: a worker does ep / tp ranks. work
                 lower = max(1, -(-lower // (shape.ep // shape.tp)))
         else:  # closed loop: no arrival span to bound the work by; C users never keep more than C workers busy
             top, lower = min(cap, users), 1
@@ -136,11 +145,11 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         o = Outcome(shape, _search(shape, config, target, lower, top, share), lower, never, users=users,
                     slo_floors={k: fl.per_slo(k, slo, 1.0 - target.allowed_miss)
                                 for k, slo in (("ttft", target.slo_ttft_ms), ("tpot", target.slo_tpot_ms))},
-                    domain=lat.describe_hardware().get("latency_domain"))
+                    domain=(latency_for(timed) if shape.dp_attention else lat).describe_hardware().get("latency_domain"))
         if never > target.allowed_miss:
             o.kind = "compute"
             o.helps = analysis.help_shares(requests, timed, trace_block, target.slo_ttft_ms, target.slo_tpot_ms,
-                                           latency_for)
+                                           floor_latency_for)
             floor_goodput = 1.0 - never - target.allowed_miss
             if floor_goodput > 0:
                 relaxed = Target(target.slo_ttft_ms, target.slo_tpot_ms, goodput=round(floor_goodput, 6))

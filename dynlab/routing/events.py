@@ -19,6 +19,12 @@ engine names, ``trace id * 1024 + offset``: :mod:`dynlab.engine.names`). dynlab'
 its block pool works on runs (:mod:`dynlab.kv.run_pool`), for free, so that an index keyed the same
 way (:class:`dynlab.routing.run_index.RunIndex`) applies the event per run; ``hashes`` stays the
 source of truth (a reader may ignore ``runs``). It is not compared (``==``) nor shown (``repr``).
+
+``dp_rank`` (every event; ``None``: not said, a worker without attention-DP ranks): the attention-DP rank of
+the worker that published it, as vLLM's and SGLang's KV events carry their engine's ``data_parallel_rank``
+and Dynamo's router keys its workers by ``(worker_id, dp_rank)`` (ai-dynamo/dynamo PR #3597). dynlab's
+ranks (``--dp-attention``, :mod:`dynlab.engine.lockstep`) publish it; ``worker`` stays the routing target
+(``worker id x dp + dp_rank``), which the router indexes.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ class BlockStored:
     block_size: Optional[int] = None
     lora_name: Optional[str] = None
     medium: str = MEDIUM_GPU
+    dp_rank: Optional[int] = None
     runs: Optional[tuple] = field(default=None, compare=False, repr=False)
 
     @property
@@ -62,6 +69,7 @@ class BlockRemoved:
     worker: int
     hashes: tuple
     medium: str = MEDIUM_GPU
+    dp_rank: Optional[int] = None
     runs: Optional[tuple] = field(default=None, compare=False, repr=False)
 
     @property
@@ -75,6 +83,7 @@ class AllBlocksCleared:
     """``worker`` dropped its whole KV cache (vLLM/Dynamo name)."""
 
     worker: int
+    dp_rank: Optional[int] = None
 
 
 KvEvent = BlockStored | BlockRemoved | AllBlocksCleared

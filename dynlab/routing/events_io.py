@@ -13,7 +13,10 @@ Two framings (the layout inside is vLLM's, ``vllm/distributed/kv_events.py``):
   are ints or byte strings (vLLM's ``ExternalBlockHash``).
 - **JSON lines**: one batch per line, ``{"seq": n, "ts": t, "events": [...], "dp_rank": r}``
   with the same event arrays (``seq`` and ``dp_rank`` optional; a ``"worker"`` key names
-  the worker instead of ``dp_rank``). A file whose first byte is ``{`` is JSON lines.
+  the worker instead of ``dp_rank``, and then a ``dp_rank`` with it is the events' ``dp_rank``: the
+  publishing worker's attention-DP rank, as dynlab's ``--dp-attention`` ranks write it). A file whose first
+  byte is ``{`` is JSON lines. The events' ``dp_rank`` round-trips through JSON lines only (a msgpack
+  frame carries vLLM's one number per batch, read as the worker).
 
 Needs the ``msgpack`` package (``pip install 'dynlab[events]'``) for the msgpack framing only.
 """
@@ -45,8 +48,9 @@ def _opt_str(value, what: str) -> Optional[str]:
     return value
 
 
-def decode_event(raw, worker: int):
-    """One vLLM event array (module docstring) as a :mod:`dynlab.routing.events` event of ``worker``.
+def decode_event(raw, worker: int, dp_rank: Optional[int] = None):
+    """One vLLM event array (module docstring) as a :mod:`dynlab.routing.events` event of ``worker`` (and
+    ``dp_rank``, its attention-DP rank; ``None``: not said).
 
     Raises ``ValueError`` saying what is wrong.
     """
@@ -69,13 +73,15 @@ def decode_event(raw, worker: int):
             raise ValueError(f"block_size must be an int >= 1, got {size!r}")
         medium = _opt_str(raw[6] if n > 6 else None, "medium") or "GPU"
         lora = _opt_str(raw[7] if n > 7 else None, "lora_name")
-        return BlockStored(worker, hashes, parent, tuple(tokens) if tokens is not None else None, size, lora, medium)
+        return BlockStored(worker, hashes, parent, tuple(tokens) if tokens is not None else None, size, lora, medium,
+                           dp_rank)
     if tag == "BlockRemoved":
         if n < 2:
             raise ValueError(f"BlockRemoved needs block_hashes, got {raw!r}")
-        return BlockRemoved(worker, _names(raw[1], "block_hashes"), _opt_str(raw[2] if n > 2 else None, "medium") or "GPU")
+        return BlockRemoved(worker, _names(raw[1], "block_hashes"), _opt_str(raw[2] if n > 2 else None, "medium") or "GPU",
+                            dp_rank)
     if tag == "AllBlocksCleared":
-        return AllBlocksCleared(worker)
+        return AllBlocksCleared(worker, dp_rank)
     raise ValueError(f"unknown event type {tag!r} (BlockStored, BlockRemoved, AllBlocksCleared)")
 
 
@@ -88,7 +94,8 @@ def _batch(ts, events, seq: int, rank, worker=None) -> KvEventBatch:
         if v is not None and (type(v) is not int or v < 0):
             raise ValueError(f"{name} must be an int >= 0, got {v!r}")
     w = worker if worker is not None else (rank if rank is not None else 0)
-    return KvEventBatch(float(ts), tuple(decode_event(e, w) for e in events), seq, w)
+    r = rank if worker is not None else None  # a worker's attention-DP rank, beside its number
+    return KvEventBatch(float(ts), tuple(decode_event(e, w, r) for e in events), seq, w)
 
 
 def read_batches(path: str) -> Iterator[KvEventBatch]:
@@ -188,9 +195,15 @@ def frame(batch: KvEventBatch) -> bytes:
 
 
 def json_line(batch: KvEventBatch) -> str:
-    """One JSON line of ``batch`` (module docstring), without the newline. Byte-string hashes are not JSON."""
+    """One JSON line of ``batch`` (module docstring), without the newline. Byte-string hashes are not JSON.
+    A batch whose first event carries a ``dp_rank`` (an attention-DP rank's) is written with ``"worker"``
+    (that event's) and ``"dp_rank"`` (its rank), so that :func:`read_batches` gives the same events back."""
+    rank = batch.events[0].dp_rank if batch.events else None
+    if rank is None:
+        return json.dumps({"seq": batch.seq, "ts": batch.ts, "events": [encode_event(e) for e in batch.events],
+                           "dp_rank": batch.dp_rank})
     return json.dumps({"seq": batch.seq, "ts": batch.ts, "events": [encode_event(e) for e in batch.events],
-                       "dp_rank": batch.dp_rank})
+                       "worker": batch.events[0].worker, "dp_rank": rank})
 
 
 def replay_events(path: str, block_size: Optional[int] = None) -> dict:
@@ -201,12 +214,14 @@ def replay_events(path: str, block_size: Optional[int] = None) -> dict:
     refused (:meth:`KvIndex.apply_event`). Returns ``{"file", "batches", "block_size",
     "workers": [{"worker", "stored", "removed", "cleared", "blocks", "refused_parent",
     "refused_block_size"}, ...]}`` (workers in id order; ``stored`` counts applied stored
-    events; ``blocks``: distinct blocks held at the end). Errors as :func:`read_batches`.
+    events; ``blocks``: distinct blocks held at the end; a worker whose events carry an attention-DP rank
+    also has ``"dp_rank"`` after ``"worker"``: its last event's). Errors as :func:`read_batches`.
     """
     if block_size is not None and (type(block_size) is not int or block_size < 1):
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
     indexes: dict[int, KvIndex] = {}
     counts: dict[int, list] = {}  # worker -> [stored, removed, cleared]
+    ranks: dict[int, int] = {}  # worker -> its events' dp_rank, when they carry one
     batches = 0
     for batch in read_batches(path):
         batches += 1
@@ -221,11 +236,14 @@ def replay_events(path: str, block_size: Optional[int] = None) -> dict:
                 block_size = ev.block_size
                 for ix in indexes.values():
                     ix.block_size = block_size
+            if ev.dp_rank is not None:
+                ranks[w] = ev.dp_rank
             if index.apply_event(ev):
                 counts[w][0 if kind is BlockStored else 1 if kind is BlockRemoved else 2] += 1
     workers = []
     for w in sorted(indexes):
         ix, (stored, removed, cleared) = indexes[w], counts[w]
-        workers.append({"worker": w, "stored": stored, "removed": removed, "cleared": cleared, "blocks": len(ix),
+        rank = {"dp_rank": ranks[w]} if w in ranks else {}
+        workers.append({"worker": w, **rank, "stored": stored, "removed": removed, "cleared": cleared, "blocks": len(ix),
                         "refused_parent": ix.refused_parent, "refused_block_size": ix.refused_block_size})
     return {"file": path, "batches": batches, "block_size": block_size, "workers": workers}

@@ -13,7 +13,9 @@ that also keeps, from ``on_step(worker, result)``:
   ``BlockRemoved`` / ``BlockStored`` (medium ``CPU``) at its end; ``blocks`` is how many. Their time is
   when the worker published them plus ``event_delay_ms`` (when the router received them; an event
   ``--event-loss`` dropped is still shown). A bulk run's block boundaries evict at their own times
-  inside the run: they are shown at the run's start, counted together.
+  inside the run: they are shown at the run's start, counted together. With ``--dp-attention`` each KV
+  event also has ``dp_rank`` (the rank that published it, as its :mod:`dynlab.routing.events` event carries;
+  ``worker`` stays the routing target, ``worker id x dp + dp_rank``).
 
 Timed runs only: a count-based run has no clock (the CLI refuses ``--timeline`` without ``--timing``).
 Memory: one small dict per step and per event for the whole run (the writer keeps those up to the last kept
@@ -43,6 +45,8 @@ class TimelineRecorder(RequestRecorder):
                            "prefill_tokens": result.prefill_tokens, "decodes": result.decode_requests,
                            "preemptions": result.preempted, "steps": result.steps,
                            "batch_size": result.batch_size, "kv_blocks_used": result.used_blocks})
+        dp = self.info.dp
+        rank = {"dp_rank": worker % dp} if dp > 1 else {}  # the rank's events carry it (dynlab.engine.lockstep)
         delay = self.event_delay_ms
         for t, kind, blocks, medium in ((result.start, "BlockRemoved", result.removed, "GPU"),
                                         (result.end, "BlockStored", result.stored, "GPU"),
@@ -50,7 +54,7 @@ class TimelineRecorder(RequestRecorder):
                                         (result.end, "BlockStored", result.cpu_stored, "CPU")):
             if blocks:
                 self.events.append({"worker": worker, "time_ms": t + delay, "kind": kind, "blocks": len(blocks),
-                                    "medium": medium})
+                                    "medium": medium, **rank})
 
     def write(self, path: str, max_requests: Optional[int] = MAX_REQUESTS) -> dict:
         """Write the timeline to ``path`` (:func:`~dynlab.report.timeline.write_timeline`: atomic, trace-event

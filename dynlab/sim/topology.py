@@ -47,7 +47,8 @@ class Aggregated:
             return pools.attach(TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of))
         controller = build_controller(s.config.controller)
         if s.dp > 1:  # attention-DP ranks in lockstep (no controller: dynlab.engine.serving.check_dp_ranks)
-            return LockstepFleet(strategy, s.engines(), env, s.names_of, s.runs_of, dp=s.dp)
+            return LockstepFleet(strategy, s.engines(), env, s.names_of, s.runs_of, dp=s.dp,
+                                 worker_latency=s.worker_latency)
         if controller is None:
             return TimedFleet(strategy, s.engines(), env, s.names_of, s.runs_of)
         kind = s.engine_kind()  # an elastic fleet (--controller): its recorder before the fleet reads the hooks

@@ -153,6 +153,23 @@ class Roofline(LatencyModel):
         compute, memory = self._parts(batch, tokens, pad)
         return max(compute, memory) + self._overhead + cpu
 
+    def lockstep_step_ms(self, batches) -> float | None:
+        """The lockstep step of attention-DP ranks' ``batches`` (:meth:`LatencyModel.lockstep_step_ms`) on the
+        worker's terms: :meth:`RooflineTerms.parts` with the ranks' own batches (each padded to its own CUDA-graph
+        size) as the replicas, so compute is the busiest rank's attention and dense layers plus the routed experts
+        on every rank's tokens, memory the busiest rank's KV plus the weights and the experts those tokens
+        touch, the collectives over every token; plus the overhead and the busiest rank's step CPU time (each
+        rank its own scheduler). ``None`` without attention-DP ranks."""
+        terms, server = self._terms, self._server
+        if terms is None or terms.dp == 1:
+            return None
+        padded = [server.padded(b, server.padded_rows(int(sum(b.prefill_tokens)) + b.decode_requests)) for b in batches]
+        whole = StepBatch(tuple(t for b in padded for t in b.prefill_tokens),
+                          tuple(c for b in padded for c in b.prefill_context),
+                          sum(b.decode_requests for b in padded), sum(b.decode_context for b in padded))
+        compute, memory, comm = terms.parts(whole, padded)
+        return max(compute, memory) + comm + self._overhead + max(server.cpu_ms(b) for b in batches)
+
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
         """Closed form (:meth:`decode_ms_at`)."""
         return self.decode_ms_at(requests, context, (steps,))[0]

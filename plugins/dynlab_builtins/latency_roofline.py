@@ -225,13 +225,15 @@ class RooflineTerms:
         t, c = max(chunks, key=lambda tc: tc[0] * (tc[1] + tc[0] / 2.0))
         return even, type(batch)((t,), (c,), decodes, context)
 
-    def parts(self, batch) -> tuple[float, float, float]:
+    def parts(self, batch, replicas=None) -> tuple[float, float, float]:
         """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`); the
-        third adds the fixed times (``layer_us``, :func:`kernel_floors`) to the collectives."""
+        third adds the fixed times (``layer_us``, :func:`kernel_floors`) to the collectives. ``replicas``: the
+        attention replicas' own batches when known (attention-DP ranks in lockstep, whose sum is ``batch``),
+        priced at the busiest instead of :meth:`_replicas`' guess; the expert layers take all of ``batch``."""
         tokens = sum(batch.prefill_tokens) + batch.decode_requests
         touched = 1.0 - self._miss ** tokens if self._miss else (1.0 if tokens else 0.0)
         compute = memory = 0.0
-        for rep in self._replicas(batch):
+        for rep in self._replicas(batch) if replicas is None else replicas:
             rep_tokens = sum(rep.prefill_tokens) + rep.decode_requests
             pair_ms, kv_ms = self._attention(rep.prefill_tokens, rep.prefill_context, rep.decode_requests,
                                              rep.decode_context)
