@@ -74,12 +74,26 @@ def _arrivals(requests: Sequence, time_scale: float, poisson: float, base: SimCo
     return f"{n}, mean rate {rate_now / time_scale:.3g} requests/s (time scale {time_scale:.4g})"
 
 
+def _autoscale(out, outcomes, controller, controller_max, target, prices, run_batch, on_replay, session) -> None:
+    """:func:`dynlab.plan.autoscaled.attach` in one executor session, ``on_replay(True)`` per autoscaled replay."""
+    from dynlab.plan.autoscaled import attach
+
+    def counted(configs):
+        for item in run_batch(configs):
+            on_replay(True)
+            yield item
+
+    with executor_session(*session):
+        attach(out, outcomes, controller, controller_max, target, prices, counted)
+
+
 def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: Target, *,
          rate: Optional[float] = None, rate_scale: Optional[float] = None, cap: int = DEFAULT_CAP,
          prices: Optional[Mapping[str, float]] = None, price_sources: Optional[Mapping[str, str]] = None,
          executor: str = "local", jobs: Optional[int] = None,
          ray_address: Optional[str] = None, log_path: Optional[str] = None, resume: bool = False,
-         on_replay: Callable = lambda fresh: None) -> dict:
+         on_replay: Callable = lambda fresh: None, controller: Optional[str] = None,
+         controller_max: Optional[int] = None) -> dict:
     """Plan ``shapes`` for the loaded trace ``requests`` (``base.trace``'s, from
     :func:`dynlab.sweep.executors.cached_trace`) against ``target``.
 
@@ -88,13 +102,13 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     (:func:`~dynlab.plan.rate.arrival_settings`); ``cap``: the most workers per shape; ``prices``: GPU
     name -> USD per GPU-hour; ``price_sources``: GPU name -> where its price came from, given for ``--objective cost``
     (:mod:`dynlab.models.prices`): the object then says ``objective`` ``cost``, each price's source and the cheapest
-    shape meeting the target (:func:`dynlab.plan.report.cheapest`); ``executor``/``jobs``/``ray_address``: as ``dynlab sweep``; ``log_path``: a
-    JSON-lines file of every replay (``{"cell": sim options, "result": sim's JSON}``), reused with
-    ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now).
-
-    Returns :func:`dynlab.plan.report.as_json`'s object plus ``_results`` (shape label -> workers ->
-    result, for the plot). Raises ``ValueError`` for bad options (a class of ``target.classes`` no request
-    carries among them), :class:`DynlabError` for a replay's error.
+    shape meeting the target (:func:`dynlab.plan.report.cheapest`); ``executor``/``jobs``/``ray_address``: as
+    ``dynlab sweep``; ``log_path``: a JSON-lines file of every replay (``{"cell": sim options, "result": sim's
+    JSON}``), reused with ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now);
+    ``controller`` (``NAME[:KEY=VALUE,...]``) and ``controller_max``: each shape's ``autoscaled`` comparison
+    (:mod:`dynlab.plan.autoscaled`; ``None``: no such key). Returns :func:`dynlab.plan.report.as_json`'s object
+    plus ``_results`` (shape label -> workers -> result, for the plot). Raises ``ValueError`` for bad options (a
+    class of ``target.classes`` no request carries among them), :class:`DynlabError` for a replay's error.
     """
     from dynlab.plan.report import as_json
     from dynlab.sweep.executors import CellError, execute
@@ -134,6 +148,9 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     if price_sources:  # --objective cost: said only then (a gpus plan's object is unchanged)
         header["objective"], header["price_source"] = "cost", dict(price_sources)
     out = as_json(outcomes, prices, header)
+    if controller is not None:  # the autoscaled replays, after the searches (they need each answer N)
+        _autoscale(out, outcomes, controller, controller_max, target, prices, run_batch, on_replay,
+                   (executor, jobs, ray_address))
     out["_results"] = {o.shape.label: {n: r for s in (o.search, o.floor) if s is not None
                                        for n, (_, r) in s.tested.items()} for o in outcomes}
     return out
