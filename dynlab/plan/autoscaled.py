@@ -28,7 +28,9 @@ def bounded(spec: str, cap: int) -> tuple[str, int]:
     when the controller takes bounds (start: its ``min``, 1 unless given), else ``spec`` as it is (start:
     ``cap``). Raises ``ValueError`` (one line) for ``none`` (no controller), a ``max`` in ``spec`` (plan sets it),
     an unknown controller or option, or a ``min`` above ``cap``."""
+    from dynlab.engine.autoscale import Autoscaler
     from dynlab.engine.gateway import parse_policy
+    from dynlab.plugins import controllers
     from dynlab.sim.control import build_controller
 
     name, opts = parse_policy(spec, "controller")
@@ -36,15 +38,12 @@ def bounded(spec: str, cap: int) -> tuple[str, int]:
         raise ValueError(f"controller {spec!r}: max is plan's to set (the static answer N, or --max-workers)")
     if name == "none":
         raise ValueError("controller none: no controller to compare (give static, hpa:..., dynamo-load:..., ...)")
-    with_max = f"{spec}{',' if opts else ':'}max={cap}"
-    try:
-        controller = build_controller(with_max)
-    except ValueError as exc:
-        if "unknown option(s) max" not in str(exc):
-            raise
+    registry = controllers()
+    if name in registry and not issubclass(registry.get(name), Autoscaler):
         build_controller(spec)  # its own options checked
         return spec, cap  # no bounds: it keeps (or moves) the N it starts with
-    return with_max, int(getattr(controller, "min", 1))
+    with_max = f"{spec}{',' if opts else ':'}max={cap}"
+    return with_max, int(build_controller(with_max).min)
 
 
 def check(spec: str, cap: int, shapes: Sequence, base, own_block: Optional[int] = None) -> None:
