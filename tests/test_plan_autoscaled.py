@@ -12,6 +12,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from click.testing import CliRunner
 
 from dynlab.cli import main
@@ -139,3 +140,15 @@ def test_lines_only_with_the_option():
     assert lines({"shapes": [{"shape": "a"}]}) == []
     assert lines({"shapes": [{"shape": "a", "autoscaled": None}]}) == [
         "autoscaled: no shape has an answer to compare with"]
+
+
+@given(cap=st.integers(1, 64), low=st.integers(1, 64))
+@settings(max_examples=30, deadline=None)
+def test_bounded_keeps_min_and_sets_max(cap, low):
+    # an Autoscaler's bounds: the spec replayed gets max = cap and starts at its own min; a min above cap is refused
+    if low > cap:
+        with pytest.raises(ValueError):
+            bounded(f"hpa:target=4,min={low}", cap)
+        return
+    assert bounded(f"hpa:target=4,min={low}", cap) == (f"hpa:target=4,min={low},max={cap}", low)
+    assert bounded("static", cap) == ("static", cap)  # no bounds: it starts at the cap and holds it
