@@ -619,6 +619,8 @@ TABLE.update({
     ("plan", "--max-workers"): lambda run: plan_differ(
         run(*PLAN, "--rate-scale", "1000", "--slo-ttft-ms", "30"),
         run(*PLAN, "--rate-scale", "1000", "--slo-ttft-ms", "30", "--max-workers", "1")),
+    # each answered shape replayed again with the controller: the shapes gain their `autoscaled` comparison
+    ("plan", "--controller"): changes(PLAN, ["--controller", "static"]),
     ("plan", "--opt"): changes(LOGGED, ["--opt", "temperature=1"]),
     ("plan", "--executor"): lambda run: (
         lambda a, b: "(serial)" in a.stderr and "(local)" in b.stderr or pytest.fail(a.stderr + b.stderr))(

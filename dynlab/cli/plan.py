@@ -13,6 +13,7 @@ from dynlab.cli import main
 from dynlab.cli.report import report_option
 from dynlab.cli.common import (INPUT_FIELDS, check_plot, echo_json, input_path, output_format, output_path,
                                parse_opts, progress_bar)
+from dynlab.cli.plan_prices import plan_prices
 from dynlab.cli.plan_shapes import BY_FIELD, CANDIDATES, candidates, check_shapes
 from dynlab.cli.routing import FiniteFloat, given_fields
 from dynlab.engine.class_metrics import parse_class_slos
@@ -95,60 +96,6 @@ def _shared_options(fn):
     return fn
 
 
-def _prices(values, gpus: set, objective: str = "gpus") -> tuple:
-    """``(prices, sources)``: --price's USD per GPU-hour per --gpu candidate (as written) and, with ``--objective
-    cost``, every candidate's price (--price's over the bundled table's, :mod:`dynlab.models.prices`) and where each
-    came from. Usage errors in one line: a bad item, a GPU not a candidate, some candidates priced and not others
-    (objective gpus), a candidate with no price at all (objective cost)."""
-    prices = {}
-    for name, text in parse_opts(values, "--price").items():
-        try:
-            price = float(text)
-        except ValueError:
-            raise click.BadParameter(f"{name}={text}: not a number of USD per GPU-hour", param_hint="'--price'")
-        if not (price >= 0 and price < float("inf")):
-            raise click.BadParameter(f"{name}={text}: must be a finite number >= 0", param_hint="'--price'")
-        name = _candidate_named(name, gpus)
-        if name not in gpus:
-            raise click.BadParameter(f"{name} has no effect: it is not a --gpu candidate "
-                                     f"({', '.join(sorted(gpus))})", param_hint="'--price'")
-        prices[name] = price
-    if objective == "cost":
-        return _table_prices(prices, gpus)
-    missing = sorted(gpus - set(prices))
-    if prices and missing:
-        raise click.BadParameter(f"no price for {', '.join(missing)}: give one per --gpu candidate",
-                                 param_hint="'--price'")
-    return prices, {}
-
-
-def _candidate_named(name: str, gpus: set) -> str:
-    """The --gpu candidate (as written) that ``name`` prices: itself, else the candidate whose catalogue name or GPU
-    file's ``name`` it is (``h20`` for ``--gpu h20.json``, the name the price errors give); ``name`` when none."""
-    if name in gpus:
-        return name
-    from dynlab.models.prices import gpu_name
-
-    for gpu in gpus:
-        try:
-            if gpu_name(gpu) == name:
-                return gpu
-        except ValueError:
-            continue
-    return name
-
-
-def _table_prices(given: dict, gpus: set) -> tuple:
-    """``--objective cost``'s prices: each candidate GPU's (--price's, else the bundled table's) and its source."""
-    from dynlab.models.prices import gpu_name, price_of
-
-    prices, sources = {}, {}
-    for gpu in sorted(gpus):
-        try:
-            prices[gpu], sources[gpu] = price_of(gpu_name(gpu), {gpu_name(gpu): given[gpu]} if gpu in given else {})
-        except ValueError as exc:
-            raise click.UsageError(f"--objective cost: {exc}") from None
-    return prices, sources
 
 
 def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given, plot_path,
@@ -188,6 +135,11 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
               "GPU:tpN:COUNT twice) next to the answers, and report one cheaper than every shape (docs/plan.md#mixed-pools).")
 @click.option("--max-workers", type=click.IntRange(min=1), default=DEFAULT_CAP, show_default=True,
               help="The most workers tried per shape.")
+@click.option("--controller", "controller", default=None, metavar="NAME[:KEY=VALUE,...]",
+              help="After sizing, replay each answered shape's traffic with this autoscaler (sim's --controller: "
+                   "static, hpa:..., dynamo-load:..., dynamo-throughput:...), from its min (1) to max = the static "
+                   "answer N (or --max-workers when given), and report static against autoscaled GPU-hours, $ "
+                   "(--price, else the bundled table), goodput and whether it meets the target (docs/autoscaling.md).")
 @click.option("--opt", "opt", multiple=True, metavar="NAME=VALUE", help="Strategy option; repeatable.")
 @click.option("--latency-opt", "latency_opt", multiple=True, metavar="NAME=VALUE",
               help="Latency model option (see `dynlab latency --list`); repeatable.")
@@ -206,8 +158,8 @@ def _refuse(executor, jobs, ray_address, log, resume, goodput, percentile_given,
 @report_option
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr (shown only when stderr is a terminal).")
 @click.pass_context
-def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, max_workers, opt, latency_opt, executor, jobs,
-         ray_address, log, resume, fmt, plot_path, report_path, quiet, **options):
+def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, max_workers, controller, opt,
+         latency_opt, executor, jobs, ray_address, log, resume, fmt, plot_path, report_path, quiet, **options):
     """The fewest workers (and GPUs) per candidate shape that meet the SLOs on a trace, searched by replay.
 
     Each shape (--model x --gpu x --tp x --ep x --modes x --engine x --cpu-memory-gb x --spec-tokens x --split) gets
@@ -232,7 +184,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, 
     shapes = candidates(ctx, options)
     if max_workers < 2 and any(s.pd for s in shapes):
         raise click.UsageError("--max-workers 1: a P/D candidate (--split auto) needs 2 workers at least")
-    prices, sources = _prices(price, {s.gpu for s in shapes}, objective)
+    prices, sources = plan_prices(price, {s.gpu for s in shapes}, objective)
     target = _target(options, slo_percentile, goodput)
     base = SimConfig(**options, timing=True, opts=parse_opts(opt), latency_opts=parse_opts(latency_opt, "--latency-opt"))
     if mix and _mix_refusal(shapes, base, objective):
@@ -245,6 +197,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, 
     _usage(target.check_classes, requests)  # a class no request carries: before any replay
     check_shapes(shapes, checked, given - set(CANDIDATES) - {"split", "slo_ttft_ms", "slo_tpot_ms", "slo_classes"},
                   requests)
+    cap = _controller_cap(ctx, controller, max_workers, shapes, checked, requests)
     if plot_path:
         check_plot(plot_path)
     started, fresh = time.perf_counter(), []
@@ -252,7 +205,8 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, 
         try:
             out = run_plan(requests, base, shapes, target, rate=rate, rate_scale=rate_scale, cap=max_workers,
                            prices=prices, price_sources=sources, executor=executor, jobs=jobs, ray_address=ray_address, log_path=log,
-                           resume=resume, on_replay=lambda new: (bar.update(1), fresh.append(new)), mix=mix)
+                           resume=resume, on_replay=lambda new: (bar.update(1), fresh.append(new)), mix=mix,
+                           controller=controller, controller_max=cap)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     if not quiet:
@@ -266,6 +220,19 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, 
         click.echo(f"plan: no shape meets the target (exit {INFEASIBLE}); each shape's binding constraint says why",
                    err=True)
         ctx.exit(INFEASIBLE)
+
+
+def _controller_cap(ctx, controller, max_workers: int, shapes, base: SimConfig, requests):
+    """--controller's ``max``: --max-workers when given, else ``None`` (each shape's answer N); the controller
+    checked against every shape before any replay (:func:`dynlab.plan.autoscaled.check`)."""
+    from click.core import ParameterSource
+
+    cap = max_workers if ctx.get_parameter_source("max_workers") == ParameterSource.COMMANDLINE else None
+    if controller is not None:
+        from dynlab.plan.autoscaled import check
+
+        _usage(check, controller, cap or max_workers, shapes, base, getattr(requests, "own_block_tokens", None))
+    return cap
 
 
 def _target(options: dict, percentile: str, goodput) -> Target:

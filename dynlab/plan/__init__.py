@@ -94,12 +94,26 @@ def _mixes(outcomes, base: SimConfig, prices, sources, target: Target, cap: int,
     return mix.as_json(best, seen, target, sources, mix.most_replays(outcomes))
 
 
+def _autoscale(out, outcomes, controller, controller_max, target, prices, run_batch, on_replay, session) -> None:
+    """:func:`dynlab.plan.autoscaled.attach` in one executor session, ``on_replay(True)`` per autoscaled replay."""
+    from dynlab.plan.autoscaled import attach
+
+    def counted(configs):
+        for item in run_batch(configs):
+            on_replay(True)
+            yield item
+
+    with executor_session(*session):
+        attach(out, outcomes, controller, controller_max, target, prices, counted)
+
+
 def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: Target, *,
          rate: Optional[float] = None, rate_scale: Optional[float] = None, cap: int = DEFAULT_CAP,
          prices: Optional[Mapping[str, float]] = None, price_sources: Optional[Mapping[str, str]] = None,
          executor: str = "local", jobs: Optional[int] = None,
          ray_address: Optional[str] = None, log_path: Optional[str] = None, resume: bool = False,
-         on_replay: Callable = lambda fresh: None, mix: bool = False) -> dict:
+         on_replay: Callable = lambda fresh: None, mix: bool = False, controller: Optional[str] = None,
+         controller_max: Optional[int] = None) -> dict:
     """Plan ``shapes`` for the loaded trace ``requests`` (``base.trace``'s, from
     :func:`dynlab.sweep.executors.cached_trace`) against ``target``.
 
@@ -108,11 +122,13 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     (:func:`~dynlab.plan.rate.arrival_settings`); ``cap``: the most workers per shape; ``prices``: GPU
     name -> USD per GPU-hour; ``price_sources``: GPU name -> where its price came from, given for ``--objective cost``
     (:mod:`dynlab.models.prices`): the object then says ``objective`` ``cost``, each price's source and the cheapest
-    shape meeting the target (:func:`dynlab.plan.report.cheapest`); ``executor``/``jobs``/``ray_address``: as ``dynlab sweep``; ``log_path``: a
-    JSON-lines file of every replay (``{"cell": sim options, "result": sim's JSON}``), reused with
-    ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now); ``mix`` (with ``price_sources``):
-    then two-pool fleets of the shapes are searched too (:mod:`dynlab.plan.mix`), the object's ``mix`` says the
-    cheapest found and its replays, and ``cheapest`` is that fleet when it is cheaper than every shape.
+    shape meeting the target (:func:`dynlab.plan.report.cheapest`); ``executor``/``jobs``/``ray_address``: as
+    ``dynlab sweep``; ``log_path``: a JSON-lines file of every replay (``{"cell": sim options, "result": sim's
+    JSON}``), reused with ``resume``; ``on_replay(fresh)`` is called per replay (``fresh``: it ran now); ``mix``
+    (with ``price_sources``): then two-pool fleets of the shapes are searched too (:mod:`dynlab.plan.mix`), the
+    object's ``mix`` says the cheapest found and its replays, and ``cheapest`` is that fleet when it is cheaper than
+    every shape; ``controller`` (``NAME[:KEY=VALUE,...]``) and ``controller_max``: each shape's ``autoscaled``
+    comparison (:mod:`dynlab.plan.autoscaled`; ``None``: no such key).
 
     Returns :func:`dynlab.plan.report.as_json`'s object plus ``_results`` (shape label -> workers ->
     result, for the plot). Raises ``ValueError`` for bad options (a class of ``target.classes`` no request
@@ -164,6 +180,9 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
         if mixed["answer"] is not None:  # cheaper than every shape meeting the target, by construction
             out["cheapest"] = {k: mixed["answer"][k] for k in ("shape", "pools", "workers", "gpus", "usd_per_hour",
                                                                "binding", "why", "price_source")}
+    if controller is not None:  # the autoscaled replays, after the searches (they need each answer N)
+        _autoscale(out, outcomes, controller, controller_max, target, prices, run_batch, on_replay,
+                   (executor, jobs, ray_address))
     out["_results"] = {o.shape.label: {n: r for s in (o.search, o.floor) if s is not None
                                        for n, (_, r) in s.tested.items()} for o in outcomes}
     return out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
+from dynlab.plan.autoscaled import lines as autoscaled_lines
 from dynlab.plan.planner import Outcome
 from dynlab.plan.target import measured
 
@@ -124,6 +125,7 @@ def table(plan: Mapping) -> str:
     lines.append("")
     lines.append(f"target: {plan['target']}; arrivals: {plan['arrivals']}")
     lines += cost_lines(plan)
+    lines += autoscaled_lines(plan)
     if not all(s["meets"] for s in plan["shapes"]):
         lines.append("workers in parentheses: the shape misses the target; figures at that count (see below)")
     if any(s["split"] for s in plan["shapes"]):
