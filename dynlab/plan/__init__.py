@@ -107,6 +107,39 @@ def _autoscale(out, outcomes, controller, controller_max, target, prices, run_ba
         attach(out, outcomes, controller, controller_max, target, prices, counted)
 
 
+def _batch_runner(executor: str, jobs, ray_address, log) -> Callable:
+    """``run_batch(configs)``: the replays of ``configs`` on the executor, each yielded as ``(index, result)`` and
+    appended to ``log`` (a replay log, or ``None``); a replay's error becomes a :class:`DynlabError` naming its fleet."""
+    from dynlab.sweep.executors import CellError, execute
+
+    def run_batch(configs):
+        if not configs:
+            return
+        with contextlib.closing(execute(configs, executor, jobs, ray_address)) as runs:
+            with log if log is not None else contextlib.nullcontext():  # opened after the pool forked
+                try:
+                    for i, result in runs:
+                        if log is not None:
+                            log.append(config_cell(configs[i]), result)
+                        yield i, result
+                except CellError as exc:
+                    c = configs[exc.index]
+                    fleet = f"split {c.split}" if c.split else f"{c.workers} workers"
+                    where = f"pools {' + '.join(c.pools)}" if c.pools else f"{fleet} ({c.gpu} tp {c.tp})"
+                    raise DynlabError(f"replay at {where}: {exc}") from None
+
+    return run_batch
+
+
+def _with_mix(out: dict, mixed: dict) -> None:
+    """``out`` (the plan's object) with ``mix`` and, when the mixed fleet found is cheaper than every shape meeting
+    the target (so by construction when it is not ``None``), ``cheapest`` that fleet."""
+    out["mix"] = mixed
+    if mixed["answer"] is not None:
+        out["cheapest"] = {k: mixed["answer"][k] for k in ("shape", "pools", "workers", "gpus", "usd_per_hour",
+                                                           "binding", "why", "price_source")}
+
+
 def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: Target, *,
          rate: Optional[float] = None, rate_scale: Optional[float] = None, cap: int = DEFAULT_CAP,
          prices: Optional[Mapping[str, float]] = None, price_sources: Optional[Mapping[str, str]] = None,
@@ -135,7 +168,6 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     carries among them), :class:`DynlabError` for a replay's error.
     """
     from dynlab.plan.report import as_json
-    from dynlab.sweep.executors import CellError, execute
 
     prices = dict(prices or {})
     time_scale, poisson = arrival_settings(requests, rate, rate_scale, base.concurrency)
@@ -146,22 +178,7 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
     log, known = _log_known(log_path, resume)
     outcomes = prepare(requests, shapes, base, target, cap, trace_block)
 
-    def run_batch(configs):
-        if not configs:
-            return
-        with contextlib.closing(execute(configs, executor, jobs, ray_address)) as runs:
-            with log if log is not None else contextlib.nullcontext():  # opened after the pool forked
-                try:
-                    for i, result in runs:
-                        if log is not None:
-                            log.append(config_cell(configs[i]), result)
-                        yield i, result
-                except CellError as exc:
-                    c = configs[exc.index]
-                    fleet = f"split {c.split}" if c.split else f"{c.workers} workers"
-                    where = f"pools {' + '.join(c.pools)}" if c.pools else f"{fleet} ({c.gpu} tp {c.tp})"
-                    raise DynlabError(f"replay at {where}: {exc}") from None
-
+    run_batch = _batch_runner(executor, jobs, ray_address, log)
     with executor_session(executor, jobs, ray_address):
         run_searches(outcomes, run_batch, known, lambda cell, result, fresh: on_replay(fresh))
         explain(outcomes, len(requests))
@@ -176,10 +193,7 @@ def plan(requests: Sequence, base: SimConfig, shapes: Sequence[Shape], target: T
         header["objective"], header["price_source"] = "cost", dict(price_sources)
     out = as_json(outcomes, prices, header)
     if mixed is not None:
-        out["mix"] = mixed
-        if mixed["answer"] is not None:  # cheaper than every shape meeting the target, by construction
-            out["cheapest"] = {k: mixed["answer"][k] for k in ("shape", "pools", "workers", "gpus", "usd_per_hour",
-                                                               "binding", "why", "price_source")}
+        _with_mix(out, mixed)
     if controller is not None:  # the autoscaled replays, after the searches (they need each answer N)
         _autoscale(out, outcomes, controller, controller_max, target, prices, run_batch, on_replay,
                    (executor, jobs, ray_address))
