@@ -116,6 +116,10 @@ class Retire(NamedTuple):
 Decision = Union[Add, Retire]
 
 
+#: the shortest controller period (s): one millisecond, the unit of the simulated clock
+MIN_PERIOD_S = 0.001
+
+
 class Controller:
     """Base class of controllers; subclasses set ``name`` and implement :meth:`decide`.
 
@@ -136,9 +140,9 @@ class Controller:
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         self.spec = spec or self.name
         self._opts = dict(opts)
-        self.period_s = self.number("period", self.default_period_s, minimum=0.0, maximum=HORIZON_MS / 1000.0)
-        if not self.period_s > 0:
-            raise ValueError(f"controller {self.spec!r}: period={self.period_s:g} must be > 0 seconds")
+        # at least a millisecond (the clock's unit; a shorter period makes a call per event and never ends on a
+        # long trace), at most the clock's horizon
+        self.period_s = self.number("period", self.default_period_s, minimum=MIN_PERIOD_S, maximum=HORIZON_MS / 1000.0)
 
     def decide(self, state: FleetState) -> Sequence[Decision]:
         """The decisions to apply now (``[]``: none), given ``state`` (:class:`FleetState`)."""

@@ -27,6 +27,7 @@ import struct
 from typing import Iterator, Optional
 
 from dynlab.errors import DynlabError, InputError, InputFileError
+from dynlab.limits import MAX_WORKERS
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored, KvEventBatch
 from dynlab.routing.index import KvIndex
 
@@ -93,6 +94,9 @@ def _batch(ts, events, seq: int, rank, worker=None) -> KvEventBatch:
     for name, v in (("dp_rank", rank), ("worker", worker)):
         if v is not None and (type(v) is not int or v < 0):
             raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        if v is not None and v >= MAX_WORKERS:  # the index keeps a bit per worker id: ids are small numbers here
+            raise ValueError(f"{name} {v} is above dynlab's largest worker id ({MAX_WORKERS - 1:,}): number the "
+                             "recording's workers 0, 1, ... (a Dynamo lease id is not one)")
     w = worker if worker is not None else (rank if rank is not None else 0)
     r = rank if worker is not None else None  # a worker's attention-DP rank, beside its number
     return KvEventBatch(float(ts), tuple(decode_event(e, w, r) for e in events), seq, w)

@@ -93,3 +93,17 @@ def test_the_timeline_shows_each_kv_events_rank(tmp_path):
     kv = [(e["pid"], e["args"]["dp_rank"], e["args"]["blocks"]) for e in doc["traceEvents"] if e.get("cat") == "kv"]
     # pid = target + 1; target 0 is rank 0, target 1 rank 1; each stored its prompt's 4 blocks
     assert sorted(kv) == [(1, 0, 4), (2, 1, 4)]
+
+
+def test_a_worker_or_rank_id_past_dynlabs_largest_is_one_line_naming_the_line(tmp_path):
+    # the index keeps a bit per worker id: a 64-bit Dynamo lease id used as a worker made a 2^63-bit integer
+    # (MemoryError) or an OverflowError traceback; it is refused with the file and line instead
+    from dynlab.limits import MAX_WORKERS
+
+    for key in ("worker", "dp_rank"):
+        path = tmp_path / f"{key}.jsonl"
+        path.write_text(json.dumps({"ts": 0, "events": [], key: 7587888160858523137}) + "\n")
+        out = CliRunner().invoke(main, ["events", "replay", str(path)])
+        assert out.exit_code != 0 and isinstance(out.exception, SystemExit)  # an error exit, not a traceback
+        (line,) = out.stderr.strip().splitlines()
+        assert f"{path}:1:" in line and f"above dynlab's largest worker id ({MAX_WORKERS - 1:,})" in line

@@ -148,7 +148,8 @@ def test_a_strategy_for_fixed_fleets_is_sent_to_a_routable_worker_and_counted(tm
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("test-scripted:period=0", "period=0 must be > 0 seconds"),
+    ("test-scripted:period=0", "period=0 must be a finite number >= 0.001"),
+    ("test-scripted:period=1e-300", "period=1e-300 must be a finite number >= 0.001"),
     ("test-scripted:bogus=1", "unknown option(s) bogus"),
     ("none:period=1", "none takes no options"),
     ("nope", "unknown controller 'nope'"),
