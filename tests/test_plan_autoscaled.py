@@ -109,6 +109,14 @@ def test_a_pd_candidate_refuses_it(day_trace):
     assert "--controller has no effect with a P/D split" in out.output
 
 
+def test_an_attention_dp_candidate_refuses_it_before_any_replay(day_trace, tmp_path):
+    log = tmp_path / "log.jsonl"
+    out = _plan("--trace", day_trace, "--slo-ttft-ms", 50, "--controller", "static", "--model", "qwen3-30b-a3b",
+                "--ep", "2", "--dp-attention", "--log", str(log), *LINEAR, code=2)
+    assert "--controller with --dp-attention is not modelled" in out.output
+    assert not log.exists() or not log.read_text().strip()  # refused before the first replay
+
+
 # ------------------------------------------------------------------------------ the figures, by hand
 def test_bounded_adds_max_or_starts_at_the_cap():
     assert bounded("hpa:target=32", 4) == ("hpa:target=32,max=4", 1)

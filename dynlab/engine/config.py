@@ -333,13 +333,12 @@ class SimConfig(Sectioned):
         catalogue (or the run's ``--gpu`` file), and a price for the run's GPU when a cost is asked for."""
         if self.price is None and not self.spot_discount:
             return  # no cost asked for (and the price table not imported)
-        from dynlab.models.prices import check_discount, check_names, gpu_name, price_of, parse_prices
+        from dynlab.engine.pools import run_gpus
+        from dynlab.models.prices import check_discount, check_names, gpu_name, price_of, run_prices
 
-        given = parse_prices(self.price)
+        given = run_prices(self.price, run_gpus(self))
         check_discount(self.spot_discount)
         if self.timing and (self.price is not None or self.spot_discount):
-            from dynlab.engine.pools import run_gpus
-
             gpus = [gpu_name(g) for g in run_gpus(self)]
             check_names(given, set(gpus))
             for gpu in gpus:

@@ -145,10 +145,10 @@ def _cost_rules(config):
     if config.price is not None:
         from dynlab.engine.pools import run_gpus
         from dynlab.models.gpus import GPUS
-        from dynlab.models.prices import gpu_name, parse_prices
+        from dynlab.models.prices import gpu_name, run_prices
 
         gpus = [gpu_name(g) for g in run_gpus(config)]
-        for name in parse_prices(config.price):
+        for name in run_prices(config.price, run_gpus(config)):
             if name in GPUS and name not in gpus:
                 yield "price", f"for {name}: the run's GPUs are {', '.join(gpus)}"
 

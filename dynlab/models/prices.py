@@ -101,6 +101,18 @@ def parse_prices(text: Optional[str], flag: str = "--price") -> dict[str, float]
     return out
 
 
+def run_prices(text: Optional[str], run_gpus) -> dict[str, float]:
+    """:func:`parse_prices` of ``text`` with a key that is one of the run's ``--gpu`` values (``run_gpus``; e.g. a GPU
+    file ``h20.json``) read as that GPU's name (``h20``), as ``plan --price`` reads it."""
+    out = {}
+    for name, usd in parse_prices(text).items():
+        key = gpu_name(name) if name in run_gpus else name
+        if key in out:
+            raise ValueError(f"--price: {key} is priced twice")
+        out[key] = usd
+    return out
+
+
 def gpu_name(gpu: str) -> str:
     """The catalogue name of a ``--gpu`` value (an alias resolved; a GPU file's ``name``): the key of its price."""
     from dynlab.models.gpus import gpu_spec

@@ -49,12 +49,15 @@ def bounded(spec: str, cap: int) -> tuple[str, int]:
 def check(spec: str, cap: int, shapes: Sequence, base, own_block: Optional[int] = None) -> None:
     """``spec`` checked before any replay: :func:`bounded` at ``cap``, then each shape's replay with it by sim's
     rules (:func:`dynlab.engine.option_rules.check_effective`: a P/D split, ``--routers`` > 1 and
-    ``--async-scheduling`` refuse a controller). ``base``: the plan's timed configuration; raises ``ValueError``."""
+    ``--async-scheduling`` refuse a controller; attention-DP ranks too). ``base``: the plan's timed configuration; raises ``ValueError``."""
     from dynlab.engine.option_rules import check_effective
 
     text, start = bounded(spec, cap)
     top_k = max(s.spec_tokens for s in shapes)
     for shape in shapes:
+        if shape.dp_attention:  # attention-DP ranks refuse a controller when their engines are built: say it now
+            raise ValueError(f"{shape.label}: --controller with --dp-attention is not modelled (attention-DP ranks "
+                             "are modelled in a fixed fleet)")
         try:
             check_effective(replace(shape.config(base, top_k), workers=start, controller=text), {"controller"},
                             own_block)

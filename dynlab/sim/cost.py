@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dynlab.models.prices import cost, gpu_name, parse_prices
+from dynlab.engine.pools import run_gpus
+from dynlab.models.prices import cost, gpu_name, run_prices
 
 
 def asks_cost(config) -> bool:
@@ -34,7 +35,7 @@ def with_cost(result: dict[str, Any], config, gpus: int) -> dict[str, Any]:
     elif own:
         hours = round(gpus * result["makespan_s"] / 3600.0, 6)
     keys = {**({"gpu_hours": hours} if own else {}),  # priced as shown: cost_usd = gpu_hours x price x (1 - F)
-            **cost(by_gpu or {gpu_name(config.gpu): hours}, parse_prices(config.price), config.spot_discount)}
+            **cost(by_gpu or {gpu_name(config.gpu): hours}, run_prices(config.price, run_gpus(config)), config.spot_discount)}
     if own:
         return {**result, **keys}
     out: dict[str, Any] = {}
