@@ -111,7 +111,7 @@ def figures(o, spec: str, start: int, top: int, result: Mapping, target, prices:
             "static_gpu_hours": static_hours, "static_cost_usd": static_usd, "gpu_hours": hours, "cost_usd": usd,
             "price_source": source,
             "saved_pct": None if not (hours is not None and static_hours) else
-            round(100.0 * (static_hours - hours) / static_hours, 1),
+            round(100.0 * (static_hours - hours) / static_hours, 1) + 0.0,  # + 0.0: no -0.0 for a tiny difference
             "goodput": result.get("goodput"), "ttft_ms": measured(result, "ttft_ms", target.percentile),
             "tpot_ms": measured(result, "tpot_ms", target.percentile), "meets": not misses, "misses": misses,
             "peak_workers": max(counts), "scale_events": len(result.get("scale_events") or ()),
@@ -131,7 +131,7 @@ def lines(plan: Mapping) -> list[str]:
         a = s["autoscaled"]
         usd = (lambda v: "" if v is None else f" ${v:,.2f}")
         verdict = "meets the target" if a["meets"] else "misses: " + "; ".join(a["misses"])
-        saved = "" if a["saved_pct"] is None else f" ({-a['saved_pct']:+g}%)"
+        saved = "" if a["saved_pct"] is None else f" ({0.0 - a['saved_pct']:+g}%)"
         out.append(f"- {s['shape']}: static {a['static_workers']} worker{'' if a['static_workers'] == 1 else 's'} {a['static_gpu_hours']} GPU-h"
                    f"{usd(a['static_cost_usd'])}; {a['controller']} from {a['start_workers']} (peak "
                    f"{a['peak_workers']}) {a['gpu_hours']} GPU-h{usd(a['cost_usd'])}{saved}, goodput "
