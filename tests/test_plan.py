@@ -21,7 +21,7 @@ from dynlab.engine.config import POISSON_RATE, SimConfig
 from dynlab.latency.grid import build_latency_model, hardware_for
 from dynlab.plan.analysis import Floors, ideal_hit_tokens, prefill_alone_ms, work_ms, workers_lower_bound
 from dynlab.plan.rate import arrival_settings, mean_rate
-from dynlab.plan.search import Search
+from dynlab.plan.search import Search, Shape
 from dynlab.plan.target import Target
 from dynlab.routing.strategy import Request
 
@@ -629,7 +629,7 @@ def test_more_gpus_at_a_lower_price_rank_first_on_cost():
     from dynlab.plan.report import ranked, usd_per_hour
 
     def outcome(gpu, tp):
-        return SimpleNamespace(workers=3, shown=3, shape=SimpleNamespace(gpu=gpu, tp=tp, ep=1, dp_attention=False), shown_result=dict,
+        return SimpleNamespace(workers=3, shown=3, shape=Shape("llama-3.1-8b", gpu, tp, "rr"), shown_result=dict,
                                search=SimpleNamespace(target=SimpleNamespace(headroom=lambda r: 0.1)))
 
     h100, a100 = outcome("h100", 1), outcome("a100-40gb", 2)
@@ -676,7 +676,7 @@ def test_objective_cost_prices_a_gpu_file_by_its_name(queue_trace, tmp_path):
     missing = _plan("--trace", queue_trace, "--executor", "serial", "--slo-ttft-ms", "50", "--gpu", str(gpu),
                     "--objective", "cost")
     assert missing.exit_code == 2 and "no price for GPU h20: give --price h20=USD" in missing.stderr
-    for given in ("h20=2", f"{gpu}=2"):
-        plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", str(gpu), "--price", given,
+    for priced in ("h20=2", f"{gpu}=2"):
+        plan = _json("--trace", queue_trace, "--slo-ttft-ms", 50, "--gpu", str(gpu), "--price", priced,
                      "--objective", "cost", *LINEAR)
         assert [(s["gpus"], s["usd_per_hour"]) for s in plan["shapes"]] == [(3, 6.0)]

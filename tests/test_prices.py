@@ -206,6 +206,6 @@ def test_a_gpu_file_is_priced_by_its_name_or_as_written(queue_trace, tmp_path):
     # one worker, 132 ms: 0.000037 GPU-hours x $36,000 = $1.332
     gpu = tmp_path / "h20.json"
     gpu.write_text(json.dumps({"name": "h20", "memory_gb": 96, "bf16_tflops": 148, "hbm_gbps": 4000, "source": "s"}))
-    for given in ("h20=36000", f"{gpu}=36000"):
-        out = _run(queue_trace, gpu=str(gpu), price=given)
+    for priced in ("h20=36000", f"{gpu}=36000"):
+        out = _run(queue_trace, gpu=str(gpu), price=priced)
         assert (out["gpu_hours"], out["cost_usd"], out["price_source"]) == (0.000037, 1.332, {"h20": "--price"})

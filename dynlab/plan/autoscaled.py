@@ -99,9 +99,8 @@ def _bill(gpu: str, hours: float, prices: Mapping[str, float]) -> tuple:
 def figures(o, spec: str, start: int, top: int, result: Mapping, target, prices: Mapping[str, float]) -> dict:
     """One shape's comparison: its static answer (``o``: a planner Outcome) against ``result``, the replay of
     ``spec`` from ``start`` workers to at most ``top`` (module docstring: each figure's rule)."""
-    per_worker = o.shape.tp * (o.shape.ep // o.shape.tp if o.shape.dp_attention else 1)
     answer = next(s.tested[o.workers][1] for s in (o.search, o.floor) if s is not None and o.workers in s.tested)
-    static_hours = round(o.workers * per_worker * answer["makespan_s"] / 3600.0, 6)
+    static_hours = round(o.workers * o.shape.worker_gpus * answer["makespan_s"] / 3600.0, 6)
     static_usd, source = _bill(o.shape.gpu, static_hours, prices)
     hours = result.get("gpu_hours")
     usd, _ = _bill(o.shape.gpu, hours, prices) if hours is not None else (None, None)

@@ -138,7 +138,7 @@ def prepare(requests: Sequence, shapes: Sequence[Shape], base: SimConfig, target
         if users is None:
             top, lower = cap, min(cap, analysis.workers_lower_bound(requests, config, work))
             if shape.dp_attention:  # work priced per rank; ranks work side by side: a worker does ep / tp ranks. work
-                lower = max(1, -(-lower // (shape.ep // shape.tp)))
+                lower = max(1, -(-lower // shape.ranks))
         else:  # closed loop: no arrival span to bound the work by; C users never keep more than C workers busy
             top, lower = min(cap, users), 1
         share = analysis.prefill_share(work) if shape.pd else 0.5

@@ -11,7 +11,7 @@ from dynlab.plan.target import measured
 def gpus(o: Outcome) -> Optional[int]:
     """GPUs of the shape's shown fleet: workers x TP (x the attention ranks ``ep / tp`` with ``--dp-attention``:
     a worker's GPUs, :attr:`dynlab.models.parallel.Parallelism.gpus` at ``pp`` 1)."""
-    return None if o.shown is None else o.shown * o.shape.tp * (o.shape.ep // o.shape.tp if o.shape.dp_attention else 1)
+    return None if o.shown is None else o.shown * o.shape.worker_gpus
 
 
 def usd_per_hour(o: Outcome, prices: Mapping[str, float]) -> Optional[float]:

@@ -38,12 +38,23 @@ class Shape:
     engine: Optional[str] = None
 
     @property
+    def ranks(self) -> int:
+        """Attention-DP ranks per worker: ``ep / tp`` with ``dp_attention``, else 1 (:attr:`dynlab.models.parallel.
+        Parallel.dp`)."""
+        return self.ep // self.tp if self.dp_attention else 1
+
+    @property
+    def worker_gpus(self) -> int:
+        """GPUs of one worker: ``tp`` x :attr:`ranks` (``pp`` 1)."""
+        return self.tp * self.ranks
+
+    @property
     def label(self) -> str:
         """``h100x2 kv-cost``; `` ep2`` after the TP with expert parallelism (`` ep4 dp2`` with 2 attention
         ranks), `` sglang`` after the mode when a plan compares engines, ``+cpu256`` with a CPU tier of 256 GB,
         `` spec2`` with 2 draft tokens, `` P/D`` for a disaggregated fleet."""
         ep = f" ep{self.ep}" if self.ep > 1 else ""
-        ep += f" dp{self.ep // self.tp}" if self.dp_attention else ""
+        ep += f" dp{self.ranks}" if self.dp_attention else ""
         cpu = f" +cpu{self.cpu_memory_gb:g}" if self.cpu_memory_gb else ""
         spec = f" spec{self.spec_tokens}" if self.spec_tokens else ""
         engine = f" {self.engine}" if self.engine else ""
