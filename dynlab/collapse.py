@@ -48,11 +48,12 @@ def collapse_warning(results: Mapping[str, Mapping]) -> Optional[str]:
     runs: that they collapse there too, and ``--timing``); ``None``
     when none did. A label that is not the run's strategy (a ``--split`` value, a capacity) is
     followed by the strategy in brackets."""
-    parts = []
+    parts, collapsed = [], []
     for label, result in results.items():
         found = collapsed_share(result)
         if found is None:
             continue
+        collapsed.append(result)
         busiest, total, workers = found
         mode = result.get("mode")
         name = str(label) if mode in (None, label) else f"{label} [{mode}]"
@@ -64,7 +65,6 @@ def collapse_warning(results: Mapping[str, Mapping]) -> Optional[str]:
                      f"({busiest / total:.0%}{imb})")
     if not parts:
         return None
-    collapsed = [r for r in results.values() if collapsed_share(r) is not None]
     one = "rank" if all(r.get("dp_ranks") for r in collapsed) else "worker"  # what a routing target is
     if all("ttft_ms" in r and r.get("mode") in LOAD_AWARE for r in collapsed):  # a load-aware strategy collapsed
         advice = (f"the run measures one {one}, not the fleet; a strategy with a load term spreads requests only "
