@@ -336,10 +336,11 @@ class SimConfig(Sectioned):
         from dynlab.engine.pools import run_gpus
         from dynlab.models.prices import check_discount, check_names, gpu_name, price_of, run_prices
 
-        given = run_prices(self.price, run_gpus(self))
+        used = run_gpus(self)
+        given = run_prices(self.price, used)
         check_discount(self.spot_discount)
-        if self.timing and (self.price is not None or self.spot_discount):
-            gpus = [gpu_name(g) for g in run_gpus(self)]
+        if self.timing:  # a cost is asked for (above): a price for each of the run's GPUs
+            gpus = [gpu_name(g) for g in used]
             check_names(given, set(gpus))
             for gpu in gpus:
                 price_of(gpu, given)

@@ -147,8 +147,9 @@ def _cost_rules(config):
         from dynlab.models.gpus import GPUS
         from dynlab.models.prices import gpu_name, run_prices
 
-        gpus = [gpu_name(g) for g in run_gpus(config)]
-        for name in run_prices(config.price, run_gpus(config)):
+        used = run_gpus(config)
+        gpus = [gpu_name(g) for g in used]
+        for name in run_prices(config.price, used):
             if name in GPUS and name not in gpus:
                 yield "price", f"for {name}: the run's GPUs are {', '.join(gpus)}"
 
