@@ -355,7 +355,8 @@ def test_a_run_whose_events_were_all_refused_warns():
     import warnings
 
     from dynlab import plugins
-    from dynlab.engine.run import build_strategy, make_workers, replay
+    from dynlab.engine.run import build_strategy, make_workers
+    from dynlab.sim.drive import replay
 
     strategy = build_strategy(SimConfig(mode="kv-events", workers=2), random.Random(1), plugins.strategies())
     apply = strategy.on_event
