@@ -15,13 +15,14 @@ from dynlab import plugins
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
 from dynlab.engine.counted import Worker
-from dynlab.engine.run import build_strategy, make_workers, replay
+from dynlab.engine.run import build_strategy, make_workers
 from dynlab.sim.runner import run
 from dynlab.routing.events import BlockRemoved, BlockStored
 from dynlab.routing.hashing import block_hashes, overlap
 from dynlab.routing.index import KvIndex
 from dynlab.routing.strategy import Request, RunContext, Strategy
 from dynlab.traces.reader import load_trace
+from dynlab.sim.drive import replay
 
 TRACE = "mooncake-conversation"
 POLICIES = [n for n in plugins.eviction_policies().names() if n != "opt"]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import dynlab
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
+from dynlab.errors import DynlabError
 from dynlab.sim.runner import run
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored, KvEventBatch
 from dynlab.routing.events_io import frame, read_batches, replay_events
@@ -295,6 +296,28 @@ def test_replay_errors_are_one_line(tmp_path):
     assert result.exit_code == 2 and "cannot open" in result.output  # a usage error, as tests/test_input_files.py
 
 
+@pytest.mark.parametrize("body", [b"", b"\n\n  \n"], ids=["empty", "blank-lines"])
+def test_replay_of_no_batch_is_an_error_naming_the_file(tmp_path, body):
+    # a recording that saved nothing: one line naming the file, exit 1 (as a trace that holds no request), no JSON
+    path = tmp_path / "none.jsonl"
+    path.write_bytes(body)
+    result = CliRunner().invoke(main, ["events", "replay", str(path)])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"Error: {path}: holds no KV-event batch (an empty recording; "
+                                                  "docs/events.md has the framing)"]
+    with pytest.raises(DynlabError, match="holds no KV-event batch"):
+        replay_events(str(path))
+
+
+def test_replay_of_a_batch_of_no_event_counts_it(tmp_path):
+    # one batch whose events list is empty: 1 batch, no worker seen, no block size read (exit 0)
+    path = tmp_path / "quiet.jsonl"
+    path.write_text('{"ts": 0.5, "events": []}\n')
+    result = CliRunner().invoke(main, ["events", "replay", str(path)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"file": str(path), "batches": 1, "block_size": None, "workers": []}
+
+
 def test_msgpack_bytes_hashes_and_vllm_short_arrays(tmp_path):
     """vLLM omits trailing defaults and may send bytes hashes: both are read."""
     import msgpack
@@ -332,7 +355,8 @@ def test_a_run_whose_events_were_all_refused_warns():
     import warnings
 
     from dynlab import plugins
-    from dynlab.engine.run import build_strategy, make_workers, replay
+    from dynlab.engine.run import build_strategy, make_workers
+    from dynlab.sim.drive import replay
 
     strategy = build_strategy(SimConfig(mode="kv-events", workers=2), random.Random(1), plugins.strategies())
     apply = strategy.on_event

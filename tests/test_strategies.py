@@ -13,9 +13,10 @@ from dynlab import hookimpl, plugins
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
 from dynlab.engine.counted import Worker
-from dynlab.engine.run import build_strategy, replay
+from dynlab.engine.run import build_strategy
 from dynlab.routing.events import AllBlocksCleared, BlockRemoved, BlockStored
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy
+from dynlab.sim.drive import replay
 
 # Collected once, when pytest imports this module: whatever is installed is covered.
 STRATEGY_NAMES = plugins.strategies().names()
@@ -89,7 +90,7 @@ def test_strategy_returns_a_valid_worker(name, n, block, seed, requests, events,
 @given(n=st.integers(1, 6), seed=st.integers(0, 2**32), requests=workloads(), publish=st.booleans(),
        delay=st.integers(0, 3))
 def test_strategy_survives_the_replay_engine(name, n, seed, requests, publish, delay):
-    """Through dynlab.engine.run.replay with simulated workers (which rejects an invalid worker)."""
+    """Through dynlab.sim.drive.replay with simulated workers (which rejects an invalid worker)."""
     strategy = build_strategy(SimConfig(mode=name, workers=n, timing=NEEDS_TIMING[name]), random.Random(seed))
     metrics = replay(requests, strategy, [Worker(w) for w in range(n)], publish=publish, event_delay=delay)
     assert metrics["requests"] == len(requests)

@@ -1,9 +1,9 @@
 """The count-based replay: a workload's requests -> a strategy -> simulated workers -> KV events -> metrics.
 
 :class:`CountedFleet` serves requests on count-based workers in a :class:`CountedEnv`; :func:`build_strategy`
-and :func:`make_workers` build them from a :class:`SimConfig`; :func:`replay` runs the fleet on
-hand-made workers. The run of one configuration, timed or not (``dynlab sim``), is the run layer's:
-:func:`dynlab.sim.run`, through the count-based topology (:class:`dynlab.sim.drive.CountBased`).
+and :func:`make_workers` build them from a :class:`SimConfig`. The fleet is run only by the run layer: the
+count-based topology (:class:`dynlab.sim.drive.CountBased`) through :func:`dynlab.sim.drive.serve`, for one
+configuration (:func:`dynlab.sim.run`, ``dynlab sim``) or on hand-made workers (:func:`dynlab.sim.drive.replay`).
 
 Count-based model (no time): requests are routed one after another in workload
 order. Each worker serves its request at once (stores its blocks, evicts, and
@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional, Sequence
 from dynlab.engine.config import SimConfig
 from dynlab.engine.counted import Worker
 from dynlab.engine.bus import CountedEventBus
-from dynlab.engine.metrics import RoutingMetrics, fleet_result, hooks
+from dynlab.engine.metrics import RoutingMetrics, hooks
 from dynlab.errors import DynlabError
 from dynlab.routing.hashing import overlap
 from dynlab.routing.strategy import FleetView, Request, RunContext, Strategy, StrategyOption
@@ -233,28 +233,10 @@ class CountedFleet:
         bus.flush()
 
 
-def replay(requests: Iterable[Request], strategy: Strategy, workers: list[Worker], *,
-           publish: bool = True, event_delay: int = 0, event_loss: float = 0.0,
-           loss_rng: Optional[random.Random] = None, synthetic_prefix_blocks: Optional[bool] = None,
-           progress=None, recorders: Sequence = ()) -> dict[str, Any]:
-    """The fleet metrics (without ``mode``) of a :class:`CountedFleet` of the given ``workers``, for tests and
-    studies that build workers by hand; a run of a configuration goes through :func:`dynlab.sim.run` and its
-    count-based topology (:class:`dynlab.sim.drive.CountBased`), which builds the same fleet. Arguments:
-    :meth:`CountedEnv.of`; ``recorders``: more :class:`~dynlab.engine.metrics.Recorder` (only their
-    ``on_route`` is called: ``cap`` ``None``; results of no engines).
-    """
-    env = CountedEnv.of(requests, strategy, len(workers), publish=publish, event_delay=event_delay,
-                        event_loss=event_loss, loss_rng=loss_rng, synthetic_prefix_blocks=synthetic_prefix_blocks,
-                        recorders=recorders, progress=progress)
-    fleet = CountedFleet(strategy, workers, env)
-    fleet.run()
-    return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders)
-
-
 def config_fields() -> list[str]:
     """Names of the :class:`SimConfig` fields (the ``sim`` options, underscores for dashes)."""
     return [f.name for f in fields(SimConfig)]
 
 
-__all__ = ["SimConfig", "CountedEnv", "CountedFleet", "replay", "build_strategy", "make_workers", "config_fields", "StrategyError", "needs_future",
+__all__ = ["SimConfig", "CountedEnv", "CountedFleet", "build_strategy", "make_workers", "config_fields", "StrategyError", "needs_future",
            "raised_in_plugin"]

@@ -117,7 +117,7 @@ def read_batches(path: str) -> Iterator[KvEventBatch]:
     with f:
         head = f.read(1)
         f.seek(0)
-        if head in (b"{", b"[", b" ", b"\n"):
+        if head in (b"", b"{", b"[", b" ", b"\n"):  # an empty file read as JSON lines: no msgpack needed to say so
             yield from _json_batches(path, f)
         else:
             yield from _msgpack_batches(path, f)
@@ -219,7 +219,10 @@ def replay_events(path: str, block_size: Optional[int] = None) -> dict:
     "workers": [{"worker", "stored", "removed", "cleared", "blocks", "refused_parent",
     "refused_block_size"}, ...]}`` (workers in id order; ``stored`` counts applied stored
     events; ``blocks``: distinct blocks held at the end; a worker whose events carry an attention-DP rank
-    also has ``"dp_rank"`` after ``"worker"``: its last event's). Errors as :func:`read_batches`.
+    also has ``"dp_rank"`` after ``"worker"``: its last event's). Errors as :func:`read_batches`, and
+    :class:`DynlabError` (``FILE: holds no KV-event batch``) for a file of no batch (empty, or blank lines only):
+    a recording that saved nothing is a mistake to name, not a fleet of no worker (as a trace that holds no
+    request is, ``traces/reader.py``). A batch of no event is a batch: it is counted.
     """
     if block_size is not None and (type(block_size) is not int or block_size < 1):
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
@@ -244,6 +247,8 @@ def replay_events(path: str, block_size: Optional[int] = None) -> dict:
                 ranks[w] = ev.dp_rank
             if index.apply_event(ev):
                 counts[w][0 if kind is BlockStored else 1 if kind is BlockRemoved else 2] += 1
+    if not batches:
+        raise DynlabError(f"{path}: holds no KV-event batch (an empty recording; docs/events.md has the framing)")
     workers = []
     for w in sorted(indexes):
         ix, (stored, removed, cleared) = indexes[w], counts[w]

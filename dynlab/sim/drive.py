@@ -43,13 +43,18 @@ class CountBased:
     """The count-based replay (no ``--timing``, :mod:`dynlab.engine.run`): ``config.workers`` workers, each a
     ``config.capacity``-block cache of ``config.policy`` (:func:`~dynlab.engine.run.make_workers`), serving
     each request at once in workload order. ``synthetic_prefix_blocks``: ``None`` for a trace, else the
-    synthetic workload's rule for repeats and hits; ``block_tokens``: tokens per block of the names replayed."""
+    synthetic workload's rule for repeats and hits; ``block_tokens``: tokens per block of the names replayed.
+    ``workers``: hand-made :class:`~dynlab.engine.counted.Worker` s (tests, studies; :func:`replay`) served
+    instead of fresh ones: they keep what they hold from one ``build`` to the next, and ``config.workers``,
+    ``capacity`` and ``policy`` are not read."""
 
-    def __init__(self, config: SimConfig, synthetic_prefix_blocks: Optional[bool], block_tokens: int):
+    def __init__(self, config: SimConfig, synthetic_prefix_blocks: Optional[bool], block_tokens: int,
+                 workers: Optional[list] = None):
         self.config = config
         self.synthetic = synthetic_prefix_blocks
         self.block_tokens = block_tokens
-        self.routed_workers = config.workers
+        self.workers = workers
+        self.routed_workers = config.workers if workers is None else len(workers)
 
     def environment(self, requests: Iterable, strategy: Strategy, config: SimConfig, *,
                     loss_rng: Optional[random.Random] = None, recorders: Sequence[Recorder] = (),
@@ -62,7 +67,10 @@ class CountBased:
 
     def build(self, strategy: Strategy, env: CountedEnv) -> CountedFleet:
         """Fresh workers in a :class:`~dynlab.engine.run.CountedFleet`; an offline eviction policy (``opt``)
-        gets the future of ``env.arrivals`` (read into a list here), a block's time its request's number."""
+        gets the future of ``env.arrivals`` (read into a list here), a block's time its request's number.
+        Hand-made ``workers``, when given, are the fleet's as they are."""
+        if self.workers is not None:
+            return CountedFleet(strategy, self.workers, env)
         future = None
         if needs_future(self.config):
             from dynlab.kv.policies import FutureIndex
@@ -98,6 +106,21 @@ def serve(topology: Topology, requests: Iterable, strategy: Strategy, config: Si
     return fleet_result(env.routing, env.counts(fleet.evicted_blocks), strategy, env.recorders, fleet.all_engines)
 
 
+def replay(requests: Iterable, strategy: Strategy, workers: list, *, publish: bool = True, event_delay: int = 0,
+           event_loss: float = 0.0, loss_rng: Optional[random.Random] = None,
+           synthetic_prefix_blocks: Optional[bool] = None, progress=None, recorders: Sequence[Recorder] = ()) -> dict:
+    """:func:`serve` of the count-based topology on hand-made ``workers`` (for tests and studies that build
+    workers by hand; a run of a configuration is :func:`dynlab.sim.run`): the fleet metrics, without ``mode``.
+    ``publish``: the workers' KV events reach ``strategy`` (``--publish``); ``event_delay`` (requests) and
+    ``event_loss`` (probability, drawn from ``loss_rng``) as ``--event-delay``, ``--event-loss``;
+    ``recorders``: more :class:`~dynlab.engine.metrics.Recorder` (only their ``on_route`` is called, ``cap``
+    ``None``; results of no engines). The workers keep what they hold when it returns."""
+    config = SimConfig(workers=len(workers), publish="yes" if publish else "no", event_delay=event_delay,
+                       event_loss=event_loss)
+    topology = CountBased(config, synthetic_prefix_blocks, config.block, workers=workers)
+    return serve(topology, requests, strategy, config, loss_rng=loss_rng, recorders=recorders, progress=progress)
+
+
 def timed_environment(topology: Topology, requests: Iterable, strategy: Strategy, config: SimConfig, *,
                       loss_rng: Optional[random.Random] = None, recorders: Sequence[Recorder] = (),
                       progress=None):
@@ -126,4 +149,4 @@ def build_policy(spec: str, warmup: int = 0):
     return None if type(policy) is Always else policy
 
 
-__all__ = ["Topology", "CountBased", "serve", "timed_environment", "build_policy"]
+__all__ = ["Topology", "CountBased", "serve", "replay", "timed_environment", "build_policy"]

@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynlab.engine.config import SimConfig
-from dynlab.engine.run import build_strategy, make_workers, replay
+from dynlab.engine.run import build_strategy, make_workers
 from dynlab.routing.strategy import Request
 from dynlab.sim import runner
-from dynlab.sim.drive import CountBased, serve
+from dynlab.sim.drive import CountBased, replay, serve
 
 
 def _serve(config, requests, synthetic=None):
@@ -27,7 +27,7 @@ def test_round_robin_by_hand():
     assert out["prompt_blocks"] == 8
     assert out["cached_blocks"] == 2
     assert out["block_hit_rate"] == 0.25
-    # the same fleet on hand-made workers (dynlab.engine.run.replay) gives the same figures
+    # the same fleet on hand-made workers (dynlab.sim.drive.replay) gives the same figures
     again = replay([Request((1, 2)), Request((1, 2, 3)), Request((1, 2, 5))],
                    build_strategy(config, random.Random(config.seed)), make_workers(config))
     assert out == again
