@@ -7,7 +7,8 @@ cold start of a new worker and how a worker is retired, read from the controller
   1, and ``maxReplicas``); ``max`` has no default where a controller needs it (HPA requires it too); in a P/D fleet
   (``--split P:D``) the pool's own, ``decode_min`` / ``decode_max`` (the decode pool scales; ``min`` / ``max`` are
   refused there, as ``decode_*`` are in an aggregated fleet: :meth:`Autoscaler.no_effect`); ``prefill_min`` /
-  ``prefill_max`` are refused: the prefill pool keeps ``--split``'s ``P`` workers (for now, :mod:`dynlab.disagg.elastic`);
+  ``prefill_max`` are refused: the prefill pool keeps ``--split``'s ``P`` workers (for now,
+  :mod:`dynlab.disagg.elastic`);
 - ``cold_start_s``: seconds from :class:`~dynlab.engine.controller.Add` to routable, overriding the computed
   :func:`cold_start_s` (``load_gbps`` and ``startup_s`` set its terms instead);
 - ``scale_down``: ``drain`` (default: no new route, the worker finishes what it holds) or ``kill`` (its requests
