@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dynlab import hookimpl, plugins
 from dynlab.engine.config import SimConfig
 from dynlab.engine.controller import Add, Controller, FleetState, Retire, StepSample, WorkerState
+from dynlab.engine.metrics import Recorder
 from dynlab.engine.option_rules import check_effective
 from dynlab.errors import DynlabError
 from dynlab.sim import run
@@ -244,3 +247,93 @@ def test_pool_bounds_are_named_by_the_pool_they_bound(split, spec, words):
 def test_the_prefill_pool_bounds_are_refused_for_now():
     with pytest.raises(ValueError, match="the prefill pool keeps --split's P workers"):
         build_controller("hpa:target=1,decode_max=4,prefill_max=2")
+
+
+# ----------------------------------------------------------------------------- the property: each request served once
+class _Finishes(Recorder):
+    def __init__(self):
+        self.finished = []
+
+    def on_finish(self, req, t):
+        self.finished.append(req.id)
+
+
+class PdAdaptive(Controller):
+    """Applies ``steps`` ``(call, action, worker pick, ready in 50 ms units)`` to the decode pool, retiring only a
+    worker that may go (never the last routable one)."""
+
+    name = "test-pd-adaptive"
+    steps: list = []
+
+    def __init__(self, opts, spec=""):
+        super().__init__(opts, spec)
+        self.calls = 0
+
+    def decide(self, state):
+        self.calls += 1
+        out = []
+        for call, action, pick, ready in self.steps:
+            if call != self.calls:
+                continue
+            if action == "add":
+                out.append(Add(ready * 0.05, pool="decode"))
+                continue
+            retired = {d.worker for d in out if type(d) is Retire}
+            live = [w.id for w in state.workers if w.state == "live" and w.id not in retired]
+            if len(live) > 1:
+                out.append(Retire(live[pick % len(live)], kill=action == "kill", pool="decode"))
+        return out
+
+
+class _AdaptivePlugin:
+    @hookimpl
+    def dynlab_register_controllers(self, register):
+        register(PdAdaptive)
+
+
+@st.composite
+def _pd_scenario(draw):
+    times, outs = [], []
+    t = 0
+    for _ in range(draw(st.integers(1, 10))):
+        t += draw(st.integers(0, 80))
+        times.append(t / 1000.0)
+        outs.append(draw(st.integers(1, 24)))  # at most 16 + 24 - 1 tokens: 3 blocks of 16
+    steps = draw(st.lists(st.tuples(st.integers(1, 10), st.sampled_from(["add", "drain", "kill"]),
+                                    st.integers(0, 5), st.integers(0, 3)), max_size=6))
+    kw = {"split": f"{draw(st.integers(1, 2))}:{draw(st.integers(1, 3))}",
+          "decode_router": draw(st.sampled_from(["least-loaded", "round-robin", "kv-usage"])),
+          "overlap_transfer": draw(st.booleans()),
+          "link_gbps": draw(st.sampled_from([50.0, KV_BYTES / 2e7])),  # 0.042 ms, or 500 ms a request's KV
+          "capacity": draw(st.sampled_from([4, 64])), "max_num_seqs": draw(st.sampled_from([1, 4]))}
+    return times, outs, steps, kw
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_pd_scenario())
+def test_every_request_is_served_once_whatever_the_decode_pool_does(tmp_path, scenario):
+    times, outs, steps, kw = scenario
+    PdAdaptive.steps = steps
+    pm = plugins.get_plugin_manager()
+    pm.register(_AdaptivePlugin(), name="test-pd-adaptive-controller")
+    try:
+        path = tmp_path / "p.jsonl"
+        path.write_text("".join(json.dumps({"timestamp": round(t * 1000), "output_length": o,
+                                            "tokens": list(range(100 * i + 1, 100 * i + 17))}) + "\n"
+                                for i, (t, o) in enumerate(zip(times, outs))))
+        seen = _Finishes()
+        config = SimConfig(trace=str(path), trace_format="tokens", timing=True, mode="least-loaded",
+                           controller="test-pd-adaptive:period=0.03",
+                           **{"latency_model": "linear", **terms_off("linear", {"beta0": 10, "beta1": 1, "beta2": 2}),
+                              **kw})
+        out = run(config, recorders=[seen])
+    finally:
+        pm.unregister(name="test-pd-adaptive-controller")
+    assert sorted(seen.finished) == list(range(len(times)))  # each once, none lost to a kill
+    assert out["rejected"] == 0
+    # prefill routes: each request once, plus once more per requeue; transfers that arrived: each request with
+    # something to decode once, plus once per requeue (a transfer re-sent after a kill arrives once)
+    assert out["requests"] == len(times) + out["requeued"]
+    assert out["transfers"] == sum(1 for o in outs if o > 1) + out["requeued"]
+    kills = [w for w in out["worker_lifetimes"] if w["left_by"] == "kill"]
+    assert out["requeued"] == 0 or kills
