@@ -118,14 +118,10 @@ class DecodeElastic(Elastic):
                     r.on_requeue(new, now)
 
     # -- what a controller observes ----------------------------------------------------------
-    def observe(self, period_s: float):
-        return super().observe(period_s)._replace(pool=self.pool)
-
-    def workers_now(self) -> tuple:
-        """Every decode worker not yet left (module docstring: what ``waiting`` and ``active`` count)."""
-        pd = self.pd
-        return tuple(w._replace(waiting=w.waiting + len(pd.decode[w.id].scheduler.received) + len(pd.pending[w.id]),
-                                pool=self.pool) for w in super().workers_now())
+    def waiting_outside(self, d: int) -> int:
+        """Requests given to decode worker ``d`` whose KV arrived and that wait for admission, and those waiting for
+        a reservation there."""
+        return len(self.pd.decode[d].scheduler.received) + len(self.pd.pending[d])
 
     def on_step(self, worker: int, result) -> None:
         if worker >= self.first:  # a decode worker's (a prefill worker's steps are not the pool's)

@@ -220,7 +220,7 @@ class Elastic(Recorder):
         workers = self.workers_now()
         out = FleetState(fleet.loop.now / 1000.0, period_s, workers, self._arrivals, tuple(self._ttfts),
                          self.weight_bytes, tuple(self._steps), self._prompt_tokens, self._finished,
-                         self._output_tokens)
+                         self._output_tokens, self.pool)
         self._arrivals, self._ttfts, self._steps = 0, [], []
         self._prompt_tokens = self._finished = self._output_tokens = 0
         return out
@@ -236,11 +236,17 @@ class Elastic(Recorder):
             e = fleet.engines[w]
             queued = sum(r.num_tokens - r.computed for r in e.waiting)
             queued += sum(r.input_length - r.computed for r in e.running if r.computed < r.input_length)
-            workers.append(WorkerState(w, state, self.ready[w] / 1000.0, len(e.waiting), len(e.running),
+            workers.append(WorkerState(w, state, self.ready[w] / 1000.0, len(e.waiting) + self.waiting_outside(w),
+                                       len(e.running),
                                        e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w],
                                        queued, e.used_blocks * e.block, e.capacity * e.block,
-                                       e.max_num_batched_tokens))
+                                       e.max_num_batched_tokens, self.pool))
         return tuple(workers)
+
+    def waiting_outside(self, w: int) -> int:
+        """Requests given to worker ``w`` that wait outside its engine's waiting queue (none here; a P/D decode
+        worker's: :class:`dynlab.disagg.elastic.DecodeElastic`)."""
+        return 0
 
     def on_step(self, worker: int, result) -> None:
         block = self.fleet.engines[worker].block
