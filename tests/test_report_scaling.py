@@ -41,3 +41,11 @@ def test_no_figure_without_a_controller():
 def test_report_holds_the_figure_only_for_autoscaled_runs():
     assert 'id="scaling"' in build_report([Run("hpa", HPA)])
     assert 'id="scaling"' not in build_report([Run("rr", {"requests": 10, "mode": "rr", "hit_rate": 0.5})])
+
+
+def test_a_pd_fleets_events_name_their_pool_and_draw_the_same():
+    # a P/D run's scale_events carry the pool after the worker (dynlab.disagg.elastic): 2 adds, 1 retire, peak 3
+    pd = {**HPA, "elastic_pool": "decode",
+          "scale_events": [[15, "add", 1, "decode"], [15, "add", 2, "decode"], [45, "retire", 2, "decode"]]}
+    fig = fleet_over_time([Run("pd", pd)])
+    assert fig.rows == [["pd", 3, 2, 1, 0, 0.5, 0.25]] and "<svg" in fig.svg

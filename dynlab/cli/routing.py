@@ -244,7 +244,8 @@ SIM_OPTIONS = [
      "rate.TENANT=R (per tenant, R requests/s with bursts of B); a shed request is never served and counts against "
      "goodput (see docs/engine.md and `dynlab plugins`)."),
     (("--controller",), "controller", CheckedText("NAME:KEY=VALUE,...", _controller), "none",
-     "With --timing (an aggregated fleet): what adds and retires workers during the run, called every period=S "
+     "With --timing: what adds and retires workers during the run (with --split P:D, the decode pool's: bounds "
+     "decode_min=, decode_max=), called every period=S "
      "seconds (default 1; hpa 15, dynamo-load 5, dynamo-throughput 180): none (a fixed fleet), static, "
      "hpa:metric=queue|running|kv,target=X,max=N (Kubernetes' HPA, with cold starts), dynamo-load:ttft=MS,itl=MS "
      "(NVIDIA Dynamo Planner's load-based mode), dynamo-throughput:ttft=MS,itl=MS (its throughput-based mode) or a "

@@ -5,7 +5,9 @@ They see the decode pool's :class:`~dynlab.routing.strategy.FleetView` (built by
 :class:`~dynlab.disagg.fleet.DisaggFleet`): ``requests[d]`` handed to decode worker ``d`` so far,
 ``active_requests[d]`` assigned and not finished (reservations waiting included), ``active_blocks[d]``
 the blocks in use there (requests' and reservations', what vLLM's ``kv_cache_usage`` metric counts),
-and ``ctx.pool_blocks`` each decode worker's pool (blocks). Ties go to the lowest worker id.
+and ``ctx.pool_blocks`` each decode worker's pool (blocks). Ties go to the lowest worker id. Each picks among
+``fleet.routable`` (every decode worker of a fixed pool; an elastic one's ready and not retired:
+:mod:`dynlab.disagg.elastic`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ class LeastLoaded(Strategy):
 
     def route(self, request: Request, fleet: FleetView) -> int:
         load = fleet.active_requests
-        return min(range(fleet.workers), key=lambda d: (load[d], d))
+        return min(fleet.routable, key=lambda d: (load[d], d))
 
 
 class RoundRobin(Strategy):
@@ -32,7 +34,8 @@ class RoundRobin(Strategy):
         self._next = 0
 
     def route(self, request: Request, fleet: FleetView) -> int:
-        d = self._next % fleet.workers
+        routable = fleet.routable
+        d = routable[self._next % len(routable)]
         self._next += 1
         return d
 
@@ -44,7 +47,7 @@ class KvUsage(Strategy):
 
     def route(self, request: Request, fleet: FleetView) -> int:
         used, load, capacity = fleet.active_blocks, fleet.active_requests, self.ctx.pool_blocks
-        return min(range(fleet.workers), key=lambda d: (used[d] / capacity, load[d], d))
+        return min(fleet.routable, key=lambda d: (used[d] / capacity, load[d], d))
 
 
 #: ``--decode-router`` name -> its class (the names of :data:`dynlab.engine.config.DECODE_ROUTERS`)

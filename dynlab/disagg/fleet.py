@@ -182,8 +182,9 @@ class DisaggFleet:
                                       who="decode worker")
         self._dfirst = len(prefill)  # decode worker d is worker P + d to the recorders' on_step
         self.dload = [0] * n
-        self._drouted = [0] * n
-        self.dview = FleetView(self._drouted, self.dload, _UsedBlocks(self.decode), [0] * n, [0] * n)
+        self.drouted = [0] * n
+        self.droutable = list(range(n))  # decode workers a request may be sent to (dynlab.disagg.elastic changes it)
+        self.dview = self.decode_view()
         self.pending = [deque() for _ in decode]
         #: per decode worker: requests received, their user's first token not yet out -> generated at receipt
         self.awaiting = [{} for _ in decode]
@@ -223,12 +224,12 @@ class DisaggFleet:
         for ereq in engine.step_requests:
             if ereq.first_scheduled_ms == now and ereq.id not in self.records and \
                     ereq.output_length > 1 and ereq.generated == 0:
-                self._ask_decode(ereq, w, now)
+                self.ask_decode(ereq, w, now)
 
     def _on_handed_off(self, w: int, ereq: EngineRequest, now: float) -> None:
         rec = self.records.get(ereq.id)
         if rec is None:
-            self._ask_decode(ereq, w, now)
+            self.ask_decode(ereq, w, now)
             self.records[ereq.id].prefill_done = now
         else:
             rec.prefill_done = now
@@ -236,6 +237,11 @@ class DisaggFleet:
                 self._arrive(ereq)
 
     # -- the decode router and the reservation -------------------------------------------------
+    def decode_view(self) -> FleetView:
+        """The decode router's view of the decode pool as it is now (rebuilt when it grows: dynlab.disagg.elastic)."""
+        n = len(self.decode)
+        return FleetView(self.drouted, self.dload, _UsedBlocks(self.decode), [0] * n, [0] * n, routable=self.droutable)
+
     def _pick_decode(self, ereq: EngineRequest, now: float) -> int:
         d = self.decode_strategy.route(Request((), ereq.input_length, ereq.output_length, now, ereq.id,
                                                attrs=ereq.attrs), self.dview)
@@ -245,10 +251,10 @@ class DisaggFleet:
                               f"not a decode worker in 0..{n - 1}")
         return d
 
-    def _ask_decode(self, ereq: EngineRequest, w: int, now: float) -> None:
+    def ask_decode(self, ereq: EngineRequest, w: int, now: float) -> None:
         d = self._pick_decode(ereq, now)
         self.dload[d] += 1
-        self._drouted[d] += 1
+        self.drouted[d] += 1
         rec = self.records[ereq.id] = TransferRecord(ereq, w, d, now)
         for hook in self._h_handoff:
             hook(rec)
@@ -274,10 +280,12 @@ class DisaggFleet:
             if not done <= HORIZON_MS:
                 raise past_horizon(done, f"request {ereq.id}'s KV transfer ({rec.nbytes:,} bytes)",
                                    "use a larger --link-gbps or a smaller --link-latency-ms")
-            self.loop.at(done, ARRIVAL, self._on_link_done, ereq)
+            self.loop.at(done, ARRIVAL, self._on_link_done, rec)
 
-    def _on_link_done(self, ereq: EngineRequest) -> None:
-        rec = self.records[ereq.id]
+    def _on_link_done(self, rec: TransferRecord) -> None:
+        ereq = rec.request
+        if self.records.get(ereq.id) is not rec:
+            return  # its decode worker was killed meanwhile: sent again elsewhere (dynlab.disagg.elastic)
         if rec.prefill_done is not None and rec.arrived is None:
             self._arrive(ereq)
         # else (overlap): the KV streamed as fast as the prefill computed it: it arrives with the prefill's end

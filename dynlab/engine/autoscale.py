@@ -4,7 +4,11 @@ cold start of a new worker and how a worker is retired, read from the controller
 :class:`Autoscaler` is a :class:`~dynlab.engine.controller.Controller` that reads, besides ``period`` (s):
 
 - ``min`` / ``max``: the replica bounds (workers, starting ones counted; Kubernetes HPA's ``minReplicas``, default
-  1, and ``maxReplicas``); ``max`` has no default where a controller needs it (HPA requires it too);
+  1, and ``maxReplicas``); ``max`` has no default where a controller needs it (HPA requires it too); in a P/D fleet
+  (``--split P:D``) the pool's own, ``decode_min`` / ``decode_max`` (the decode pool scales; ``min`` / ``max`` are
+  refused there, as ``decode_*`` are in an aggregated fleet: :meth:`Autoscaler.no_effect`); ``prefill_min`` /
+  ``prefill_max`` are refused: the prefill pool keeps ``--split``'s ``P`` workers (for now,
+  :mod:`dynlab.disagg.elastic`);
 - ``cold_start_s``: seconds from :class:`~dynlab.engine.controller.Add` to routable, overriding the computed
   :func:`cold_start_s` (``load_gbps`` and ``startup_s`` set its terms instead);
 - ``scale_down``: ``drain`` (default: no new route, the worker finishes what it holds) or ``kill`` (its requests
@@ -70,10 +74,17 @@ class Autoscaler(Controller):
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         super().__init__(opts, spec)
+        for key in ("prefill_min", "prefill_max"):
+            if self.text(key) is not None:
+                raise ValueError(f"controller {self.spec!r}: {key}: the prefill pool keeps --split's P workers (for "
+                                 f"now); only the decode pool scales (decode_min=, decode_max=)")
         self.min = self.number("min", 1, minimum=1, integer=True)
         self.max = self.number("max", None, minimum=1, integer=True)
+        self.min = self.number("decode_min", self.min, minimum=1, integer=True)  # P/D: the decode pool's (docstring)
+        self.max = self.number("decode_max", self.max, minimum=1, integer=True)
         if self.max is None and self.need_max:
-            raise ValueError(f"controller {self.spec!r}: max=N (the most workers) is required")
+            raise ValueError(f"controller {self.spec!r}: max=N (the most workers; decode_max=N in a P/D fleet) "
+                             f"is required")
         if self.max is not None and self.max < self.min:
             raise ValueError(f"controller {self.spec!r}: max={self.max} is below min={self.min}")
         self.cold_override = self.number("cold_start_s", None, maximum=MAX_SECONDS)
@@ -82,6 +93,19 @@ class Autoscaler(Controller):
         self.kill = self.choice("scale_down", ("drain", "kill"), "drain") == "kill"
         self.scrape_delay_s = self.number("scrape_delay_s", 0.0, maximum=MAX_SECONDS)
         self.discovery_delay_s = self.number("discovery_delay_s", 0.0, maximum=MAX_SECONDS)
+
+    @classmethod
+    def no_effect(cls, opts, pd: bool):
+        """The bounds name the pool they bound: ``decode_min`` / ``decode_max`` in a P/D fleet, ``min`` / ``max`` in
+        an aggregated one (module docstring)."""
+        wrong = ("min", "max") if pd else ("decode_min", "decode_max")
+        given = [k for k in wrong if k in opts]
+        if not given:
+            return None
+        if pd:
+            return (f"as {','.join(given)}= with a P/D split: name the pool, decode_min= and decode_max= (the decode "
+                    f"pool scales; the prefill pool keeps --split's P workers, for now)")
+        return f"as {','.join(given)}= without a P/D split (--split P:D): use min= and max="
 
     def choice(self, key: str, choices: tuple, default: str) -> str:
         """The option ``key``, one of ``choices`` (``default`` when absent); ``ValueError`` otherwise."""
@@ -109,8 +133,8 @@ class Autoscaler(Controller):
         current = len(workers)
         if n > current:
             ready = self.cold_start(state)
-            return [Add(ready) for _ in range(n - current)]
-        return [Retire(w, kill=self.kill) for w in retire_order(workers)[:current - n]]
+            return [Add(ready, state.pool) for _ in range(n - current)]
+        return [Retire(w, self.kill, state.pool) for w in retire_order(workers)[:current - n]]
 
 
 def ceil_ratio(current: int, ratio: float) -> int:

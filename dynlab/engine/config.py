@@ -54,7 +54,8 @@ class SimConfig(Sectioned):
     (``rr``, or ``hash`` of the first block name; :mod:`dynlab.routing.replicas`) behind the gateway's
     ``admission_policy`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.gateway`; timed runs; checked when the run builds it).
     ``controller`` (``NAME[:KEY=VALUE,...]``, :mod:`dynlab.engine.controller`; ``none``: a fixed fleet): adds and
-    retires workers during a timed aggregated run (:mod:`dynlab.engine.elastic`). ``price`` (``"table"`` or
+    retires workers during a timed run (:mod:`dynlab.engine.elastic`; a P/D run's decode pool:
+    :mod:`dynlab.disagg.elastic`). ``price`` (``"table"`` or
     ``"GPU=USD,..."``, USD per GPU-hour over the bundled list prices of :mod:`dynlab.models.prices`) and
     ``spot_discount`` (the fraction 0 <= F < 1 off on-demand; the user's assumption): a timed run's ``gpu_hours``,
     ``cost_usd`` and ``price_source`` (:mod:`dynlab.sim.cost`; ``None`` and 0: no cost keys).

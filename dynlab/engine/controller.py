@@ -7,6 +7,11 @@ attribute ``name``, built from its options (``KEY=VALUE`` text, as ``--admission
 :class:`FleetState` (what a fleet's operator can observe), returning :class:`Add` and :class:`Retire`
 decisions that the fleet applies at once (:class:`dynlab.engine.elastic.Elastic`).
 
+In a P/D fleet (``--split P:D``) the controller scales the decode pool: its :class:`FleetState` has ``pool``
+``"decode"`` and lists the decode workers (ids ``0..`` within that pool), and its decisions name that pool (``pool``
+``"decode"``, or ``""``: the fleet's one elastic pool); the prefill pool keeps ``P`` workers for now
+(:mod:`dynlab.disagg.elastic`; a decision naming ``"prefill"`` is refused).
+
 ``none`` (the default) builds no controller at all and leaves the fleet fixed
 (:func:`dynlab.sim.control.build_controller`); the built-in plugin (``dynlab_builtins.controllers``) registers
 it. A controller is the seam an autoscaler (NVIDIA Dynamo's Planner: SLA-based scaling from observed TTFT, ITL
@@ -46,6 +51,8 @@ class WorkerState(NamedTuple):
     kv_tokens: int = 0
     kv_capacity_tokens: int = 0
     max_batched_tokens: int = 0
+    #: the worker's pool: ``""`` in an aggregated fleet, ``"decode"`` in a P/D one (module docstring)
+    pool: str = ""
 
 
 class FleetState(NamedTuple):
@@ -56,7 +63,9 @@ class FleetState(NamedTuple):
     :func:`dynlab.engine.autoscale.cold_start_s`; 0 when unknown) and ``steps``: the engine iterations that ended in
     the period, each a :class:`StepSample` (a bulk run of decode steps: one sample per run, at its mean step time);
     ``prompt_tokens``: the prompt tokens of the period's arrivals; ``finished`` and ``output_tokens``: the requests that
-    finished in the period and their output tokens (a frontend's ISL and OSL metrics, NVIDIA Dynamo Planner's)."""
+    finished in the period and their output tokens (a frontend's ISL and OSL metrics, NVIDIA Dynamo Planner's);
+    ``pool``: the pool ``workers`` and ``steps`` are of (``""`` aggregated, ``"decode"`` in a P/D fleet, whose
+    ``arrivals`` and ``ttft_ms`` are the fleet's: its prefill workers' first tokens)."""
 
     now_s: float
     period_s: float
@@ -68,6 +77,7 @@ class FleetState(NamedTuple):
     prompt_tokens: int = 0
     finished: int = 0
     output_tokens: int = 0
+    pool: str = ""
 
 
 class RunInfo(NamedTuple):
@@ -99,18 +109,22 @@ class StepSample(NamedTuple):
 
 
 class Add(NamedTuple):
-    """Add one worker now (a new id); it is routable ``ready_in_s`` seconds later (0: at once)."""
+    """Add one worker now (a new id) to ``pool`` (``""``: the fleet's elastic pool, ``"decode"`` in a P/D fleet); it is
+    routable ``ready_in_s`` seconds later (0: at once)."""
 
     ready_in_s: float = 0.0
+    pool: str = ""
 
 
 class Retire(NamedTuple):
     """Retire worker ``worker``: no new route from now on; it finishes what it holds and leaves (drain, the
     default), or with ``kill`` leaves now, its requests sent back through the router as new arrivals that keep
-    their first arrival time (counted in the run's ``requeued``)."""
+    their first arrival time (counted in the run's ``requeued``). ``pool``: as :class:`Add`'s (``worker`` is an id
+    within it)."""
 
     worker: int
     kill: bool = False
+    pool: str = ""
 
 
 Decision = Union[Add, Retire]
@@ -147,6 +161,12 @@ class Controller:
     def decide(self, state: FleetState) -> Sequence[Decision]:
         """The decisions to apply now (``[]``: none), given ``state`` (:class:`FleetState`)."""
         raise NotImplementedError
+
+    @classmethod
+    def no_effect(cls, opts: Mapping[str, str], pd: bool) -> Optional[str]:
+        """Why this controller with ``opts`` (text) would do nothing as asked in a P/D fleet (``pd``) or an aggregated
+        one, completing "--controller has no effect ..." (refused by the option rules); ``None``: it works there."""
+        return None
 
     def bind(self, info: RunInfo) -> None:
         """Read the run's :class:`RunInfo` once, before the first call (default: nothing)."""

@@ -1,4 +1,5 @@
-"""Elastic fleets: workers join and leave a timed aggregated fleet during the run (``--controller``).
+"""Elastic fleets: workers join and leave a timed aggregated fleet during the run (``--controller``; a P/D fleet's decode
+pool: :mod:`dynlab.disagg.elastic`).
 
 :class:`Elastic` drives a :class:`~dynlab.engine.timed.TimedFleet` through its public seams
 (:meth:`~dynlab.engine.timed.TimedFleet.grow`, ``routable``, ``elastic``) and observes it as a
@@ -48,6 +49,9 @@ class Elastic(Recorder):
     controller's (``--controller``), reported as ``controller``. Give it to the run's recorders before the fleet
     is built (its hooks are read then), then :meth:`attach` the fleet."""
 
+    #: the pool it scales (``""``: an aggregated fleet; :class:`dynlab.disagg.elastic.DecodeElastic`: ``"decode"``)
+    pool = ""
+
     def __init__(self, build: Callable[[int], Any], spec: str = "", weight_bytes: float = 0.0):
         self.build, self.spec, self.weight_bytes = build, spec, weight_bytes
         self.events: list = []  # (ms, "add" or "retire", worker id) of every decision applied, in order
@@ -72,14 +76,9 @@ class Elastic(Recorder):
 
     def attach(self, fleet) -> None:
         """Drive ``fleet`` (a :class:`~dynlab.engine.timed.TimedFleet`): every worker it has is live from 0 ms."""
-        self.fleet = fleet
         fleet.elastic = self
-        n = len(fleet.engines)
-        self.state, self.joined, self.ready = [LIVE] * n, [0.0] * n, [0.0] * n
-        self.left, self.left_by = [None] * n, [None] * n
-        self.timeline = [(0.0, n)]
-        serving = fleet.env.serving
-        self._front = serving.front_ms + serving.token_ms  # a client TTFT: the engine's plus these
+        fleet.origins = self.origin
+        self.start_books(fleet)
         bus, deliver, gone = fleet.bus, fleet.bus.deliver, self._gone
 
         def deliver_live(event) -> None:  # a retired worker's events (even sent before) never reach the router
@@ -87,6 +86,17 @@ class Elastic(Recorder):
                 deliver(event)
 
         bus.deliver = deliver_live
+
+    def start_books(self, fleet) -> None:
+        """Drive ``fleet`` (its ``engines``, ``routable``, ``loop``, ``env``, ``strategy``, ``active``, ``grow``): every
+        worker it has is live from 0 ms."""
+        self.fleet = fleet
+        n = len(fleet.engines)
+        self.state, self.joined, self.ready = [LIVE] * n, [0.0] * n, [0.0] * n
+        self.left, self.left_by = [None] * n, [None] * n
+        self.timeline = [(0.0, n)]
+        serving = fleet.env.serving
+        self._front = serving.front_ms + serving.token_ms  # a client TTFT: the engine's plus these
 
     # -- decisions ---------------------------------------------------------------------------
     def add(self, ready_in_ms: float = 0.0) -> int:
@@ -124,7 +134,7 @@ class Elastic(Recorder):
         now = fleet.loop.now
         self.events.append((now, "retire", w))
         if self.state[w] == STARTING:  # never routable, holds nothing
-            return self._leave(w, "drain", now)
+            return self.leave(w, "drain", now)
         if len(fleet.routable) - len(self._leaving) == 1:
             raise DynlabError(f"controller {self.spec!r}: retiring worker {w} at {now / 1000:g} s would leave no "
                               f"routable worker")
@@ -146,21 +156,26 @@ class Elastic(Recorder):
         fleet.strategy.on_leave(w)
         self._changed()
         if kill:
-            return self._kill(w, fleet.loop.now)
+            return self.kill(w, fleet.loop.now)
         self.state[w] = DRAINING
-        if fleet.engines[w].idle:
-            self._leave(w, "drain", fleet.loop.now)
+        if self.can_leave(w):
+            self.leave(w, "drain", fleet.loop.now)
+
+    def can_leave(self, w: int) -> bool:
+        """Whether draining worker ``w`` has finished what it holds: its engine is idle."""
+        return self.fleet.engines[w].idle
 
     def idle(self, w: int) -> None:
         """Worker ``w``'s engine became idle (the fleet calls it): a draining worker leaves."""
-        if self.state[w] == DRAINING:
-            self._leave(w, "drain", self.fleet.loop.now)
+        if self.state[w] == DRAINING and self.can_leave(w):
+            self.leave(w, "drain", self.fleet.loop.now)
 
-    def _leave(self, w: int, how: str, now: float) -> None:
+    def leave(self, w: int, how: str, now: float) -> None:
+        """Worker ``w`` leaves at ``now`` (ms), by ``how`` (``drain`` or ``kill``)."""
         self.state[w] = GONE
         self.left[w], self.left_by[w] = now, how
 
-    def _kill(self, w: int, now: float) -> None:
+    def kill(self, w: int, now: float) -> None:
         """Stop worker ``w``'s engine now and requeue its requests (in id order)."""
         fleet = self.fleet
         engine = fleet.engines[w]
@@ -177,7 +192,7 @@ class Elastic(Recorder):
         sch.loading.clear()
         sch.ready.clear()
         sch.arrived.clear()
-        self._leave(w, "kill", now)
+        self.leave(w, "kill", now)
         for req in reqs:
             fleet._untrack(req)  # the router's view lets it go (TimedFleet's own bookkeeping)
         for req in reqs:
@@ -206,7 +221,7 @@ class Elastic(Recorder):
         workers = self.workers_now()
         out = FleetState(fleet.loop.now / 1000.0, period_s, workers, self._arrivals, tuple(self._ttfts),
                          self.weight_bytes, tuple(self._steps), self._prompt_tokens, self._finished,
-                         self._output_tokens)
+                         self._output_tokens, self.pool)
         self._arrivals, self._ttfts, self._steps = 0, [], []
         self._prompt_tokens = self._finished = self._output_tokens = 0
         return out
@@ -222,11 +237,17 @@ class Elastic(Recorder):
             e = fleet.engines[w]
             queued = sum(r.num_tokens - r.computed for r in e.waiting)
             queued += sum(r.input_length - r.computed for r in e.running if r.computed < r.input_length)
-            workers.append(WorkerState(w, state, self.ready[w] / 1000.0, len(e.waiting), len(e.running),
+            workers.append(WorkerState(w, state, self.ready[w] / 1000.0, len(e.waiting) + self.waiting_outside(w),
+                                       len(e.running),
                                        e.used_blocks / e.capacity if e.capacity else 0.0, fleet.active[w],
                                        queued, e.used_blocks * e.block, e.capacity * e.block,
-                                       e.max_num_batched_tokens))
+                                       e.max_num_batched_tokens, self.pool))
         return tuple(workers)
+
+    def waiting_outside(self, w: int) -> int:
+        """Requests given to worker ``w`` that wait outside its engine's waiting queue (none here; a P/D decode
+        worker's: :class:`dynlab.disagg.elastic.DecodeElastic`)."""
+        return 0
 
     def on_step(self, worker: int, result) -> None:
         block = self.fleet.engines[worker].block

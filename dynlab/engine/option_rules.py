@@ -174,9 +174,18 @@ def _gateway_rules(config):
 
 def _controller_rules(config):
     """``--controller``'s rules, after :func:`_no_effect_rules`' (:func:`check_effective` reads both): elastic fleets
-    are timed aggregated fleets of one router, for now (issue 39 item 3)."""
-    if not _aggregated(config):
-        yield "controller", "with a P/D split: only an aggregated fleet's workers join and leave (for now)"
+    are timed fleets of one router, for now (issue 39 item 3); in a P/D fleet the decode pool scales
+    (:mod:`dynlab.disagg.elastic`), and a controller says what it cannot do there (``Controller.no_effect``)."""
+    try:
+        name, opts = parse_policy(config.controller)
+    except ValueError:
+        return  # refused by its own check
+    from dynlab.plugins import controllers
+
+    registry = controllers()
+    why = registry.get(name).no_effect(opts, not _aggregated(config)) if name in registry else None
+    if why:
+        yield "controller", why
     if config.routers > 1:
         yield "controller", "with --routers > 1: only one router follows the workers joining and leaving (for now)"
     if config.async_scheduling:

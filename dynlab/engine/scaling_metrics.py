@@ -13,6 +13,11 @@ keys follow :class:`~dynlab.engine.elastic.Elastic`'s.
   ``worst_window_goodput``, the lowest of them. A request counts in the window of its (first) arrival, as the
   run's ``goodput`` counts it (a rejected or shed request fails; a requeued one counts once, at its finish).
 
+In a P/D fleet (:mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its workers) every
+``scale_events`` entry names its pool (``[s, "add" | "retire", worker, "decode"]``), ``gpu_hours`` counts both pools
+(the prefill workers from 0 ms to the run's last finish) and ``gpu_hours_per_pool`` gives each (``{"prefill": h,
+"decode": h}``, each rounded; ``gpu_hours`` is the rounded sum of the unrounded two).
+
 ``--price`` and ``--spot-discount`` price ``gpu_hours`` (``cost_usd``, ``price_source``: :mod:`dynlab.sim.cost`,
 after this recorder's keys are built).
 """
@@ -31,8 +36,11 @@ class ScalingRecorder(Recorder):
     """The scaling figures (module docstring) of ``elastic`` (an :class:`~dynlab.engine.elastic.Elastic`) with
     ``gpus`` GPUs per worker and a controller called every ``period_s`` seconds."""
 
-    def __init__(self, elastic, gpus: int, period_s: float):
+    def __init__(self, elastic, gpus: int, period_s: float, fixed: tuple = ()):
+        """``fixed``: ``(pool name, workers)`` of a pool that keeps its workers beside ``elastic``'s (a P/D fleet's
+        prefill pool), billed from 0 ms to the run's last finish."""
         self.elastic, self.gpus, self.period_ms = elastic, gpus, period_s * 1000.0
+        self.fixed = fixed
         self.total: dict = {}  # window index -> requests arrived (outside warm-up, not failed ones)
         self.good: dict = {}
 
@@ -68,6 +76,13 @@ class ScalingRecorder(Recorder):
         out = {"gpu_hours": round(alive_ms * self.gpus / 3.6e6, 6),
                "scale_events": [[round(t / 1000.0, 3), kind, w] for t, kind, w in e.events],
                "oscillations": oscillations(e.events, self.period_ms)}
+        if self.fixed:  # a P/D fleet: both pools billed, each event naming its pool (module docstring)
+            name, workers = self.fixed
+            fixed_ms = workers * max(end, 0.0)
+            out["gpu_hours"] = round((alive_ms + fixed_ms) * self.gpus / 3.6e6, 6)
+            out["gpu_hours_per_pool"] = {name: round(fixed_ms * self.gpus / 3.6e6, 6),
+                                         e.pool: round(alive_ms * self.gpus / 3.6e6, 6)}
+            out["scale_events"] = [[*event, e.pool] for event in out["scale_events"]]
         if self._slo()[1]:
             windows = [[round(k * self.period_ms / 1000.0, 3), ratio(self.good.get(k, 0), n)]
                        for k, n in sorted(self.total.items())]

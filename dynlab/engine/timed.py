@@ -87,6 +87,7 @@ class TimedFleet(StepDriver):
         self._h_shed, self.gate = hooks(recorders, "on_shed"), env.gate
         self.on_step_ended, self.on_handed_off = on_step_ended, on_handed_off
         self.admits = admits
+        self.origins: Optional[dict] = None  # request id -> the workload's Request, kept when a kill may requeue it
         routing = env.routing
         self.block = engines[0].block if n else 1
         group = FullAttentionGroup(self.block)  # the block arithmetic: the engines' (dynlab.kv.blocks)
@@ -169,8 +170,8 @@ class TimedFleet(StepDriver):
         from a killed worker, :mod:`dynlab.engine.elastic`), its engine request's ``arrival_ms``. A requeued
         request skips ``on_arrival`` and the progress bar: they saw it already."""
         t = self.loop.now
-        if self.elastic is not None and not requeued:
-            self.elastic.origin[req.index] = req
+        if self.origins is not None and not requeued:
+            self.origins[req.index] = req
         bounds = self._bounds
         if bounds and bounds[0][0] < t:
             self._cross_before(t)

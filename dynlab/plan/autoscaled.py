@@ -55,6 +55,9 @@ def check(spec: str, cap: int, shapes: Sequence, base, own_block: Optional[int] 
     text, start = bounded(spec, cap)
     top_k = max(s.spec_tokens for s in shapes)
     for shape in shapes:
+        if shape.pd:  # sim --controller scales a P/D fleet's decode pool; plan's comparison is of aggregated fleets
+            raise ValueError(f"{shape.label}: --controller has no effect with a P/D split in plan (it compares "
+                             "autoscaled aggregated fleets only, for now)")
         if shape.dp_attention:  # attention-DP ranks refuse a controller when their engines are built: say it now
             raise ValueError(f"{shape.label}: --controller with --dp-attention is not modelled (attention-DP ranks "
                              "are modelled in a fixed fleet)")

@@ -2,7 +2,7 @@
 and scale events, for runs with a controller (``--controller``; :mod:`dynlab.engine.scaling_metrics` keys).
 
 It reads the run's result only: ``workers_over_time`` (``[s, live workers]`` at each change, a worker counted
-from when it is ready), ``scale_events`` (``[s, "add" | "retire", worker]``, the decisions),
+from when it is ready), ``scale_events`` (``[s, "add" | "retire", worker]``, the decisions; a P/D fleet's name the pool after the worker),
 ``goodput_over_time`` (``[window start s, goodput]`` per controller period, only with an SLO) and, when the
 report has the run's per-request records (``--requests-out``), the arrival rate per window of the same width.
 """
@@ -65,8 +65,9 @@ def _draw(axes, r: Run, records: Optional[Sequence[dict]], colour: str) -> list:
     end = max([w[0] for w in good] + [e[0] for e in res.get("scale_events") or []] + [res["workers_over_time"][-1][0]])
     xs, ys = _steps(res["workers_over_time"], end)
     ax_w, ax_g = axes
-    ax_w.step(xs, ys, where="post", color=colour, lw=1.5, label="live workers")
-    for t, kind, _ in res.get("scale_events") or []:
+    pool = res.get("elastic_pool")  # a P/D fleet's scaled pool (dynlab.disagg.elastic)
+    ax_w.step(xs, ys, where="post", color=colour, lw=1.5, label=f"live {pool} workers" if pool else "live workers")
+    for t, kind, *_ in res.get("scale_events") or []:
         ax_w.axvline(t, color="#009E73" if kind == "add" else "#D55E00", lw=0.6, alpha=0.6)
     ax_w.set_ylabel(f"{r.label}\nworkers", fontsize=8)
     ax_w.set_ylim(0, max(ys) + 1)

@@ -12,6 +12,9 @@ as they are at ``t + d`` (an orchestrator's API, Kubernetes' or Dynamo's deploym
 retired or added since keeps its state now, a worker added since has no metric yet: zeros); with its
 ``discovery_delay_s`` an added worker is routable that long after its cold start, and a retired one that long
 after the decision stops receiving routes (:meth:`~dynlab.engine.elastic.Elastic.retire`'s ``after_ms``).
+
+A decision names the pool it scales (``Add.pool``, ``Retire.pool``): ``""`` or the elastic's own (``decode`` in a P/D
+fleet, :mod:`dynlab.disagg.elastic`); another pool is refused (:class:`~dynlab.errors.DynlabError`).
 """
 from __future__ import annotations
 
@@ -78,6 +81,10 @@ class Control:
             self.pending -= 1
             state = state._replace(workers=members_now(state.workers, elastic.workers_now()))
         for decision in c.decide(state) or ():
+            if type(decision) in (Add, Retire) and decision.pool not in ("", elastic.pool):
+                raise DynlabError(f"controller {c.spec!r} decided {decision!r}: "
+                                  + (f"only the {elastic.pool} pool scales (the prefill pool keeps --split's P "
+                                     f"workers, for now)" if elastic.pool else "an aggregated fleet has no pools"))
             if type(decision) is Add:
                 if not decision.ready_in_s >= 0 or decision.ready_in_s == float("inf"):
                     raise DynlabError(f"controller {c.spec!r}: Add(ready_in_s={decision.ready_in_s!r}) must be "

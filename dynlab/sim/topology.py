@@ -10,6 +10,7 @@ hooks ``on_step_started``, ``on_step_ended``, ``on_handed_off``).
 """
 from __future__ import annotations
 
+from dynlab.disagg.elastic import DecodeElastic
 from dynlab.disagg.fleet import DisaggFleet
 from dynlab.engine.elastic import Elastic
 from dynlab.engine.scaling_metrics import ScalingRecorder
@@ -66,7 +67,8 @@ class Aggregated:
 
 
 class Disaggregated:
-    """A P/D fleet of ``config.pd()`` prefill and decode workers (:class:`~dynlab.disagg.fleet.DisaggFleet`)."""
+    """A P/D fleet of ``config.pd()`` prefill and decode workers (:class:`~dynlab.disagg.fleet.DisaggFleet`); with a
+    controller its decode pool scales (:class:`~dynlab.disagg.elastic.DecodeElastic`)."""
 
     def __init__(self, setup: TimedSetup):
         self.setup = setup
@@ -79,9 +81,21 @@ class Disaggregated:
             from dynlab.engine.pool_metrics import PoolRecorder
 
             env.recorders.append(PoolRecorder(s, env.serving))
-        return DisaggFleet(strategy, prefill, decode, env, s.names_of,
-                           kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg,
-                           transfer_bytes=s.transfer_bytes())
+        controller = build_controller(s.config.controller)
+        if controller is not None:  # the decode pool scales (dynlab.disagg.elastic); its recorders before the fleet
+            kind, hardware = s.engine_kind(), s.latency.hardware
+            elastic = DecodeElastic(lambda d: kind.build(s, d, decode=True), controller.spec,
+                                    hardware.model.weight_bytes)
+            env.recorders.append(elastic)
+            env.recorders.append(ScalingRecorder(elastic, hardware.parallel.gpus, controller.period_s,
+                                                 fixed=("prefill", len(prefill))))
+        fleet = DisaggFleet(strategy, prefill, decode, env, s.names_of,
+                            kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg,
+                            transfer_bytes=s.transfer_bytes())
+        if controller is not None:
+            elastic.attach(fleet)
+            Control(controller, elastic).start(hardware.parallel.gpus, s.config)
+        return fleet
 
     def describe(self) -> dict:
         c = self.setup.config

@@ -1,6 +1,12 @@
 """Built-in controllers (``--controller``), registered through the ``dynlab`` entry-point group: ``none``, ``static``,
 ``hpa``, ``dynamo-load`` (:mod:`dynlab_builtins.dynamo_planner`) and ``dynamo-throughput``
-(:mod:`dynlab_builtins.dynamo_throughput`; docs/autoscaling.md: each one's algorithm and source)."""
+(:mod:`dynlab_builtins.dynamo_throughput`; docs/autoscaling.md: each one's algorithm and source).
+
+In a P/D fleet (``--split P:D``, :mod:`dynlab.disagg.elastic`) a controller sees and scales the decode pool only: ``static``
+keeps both pools; ``hpa`` applies its rule to the decode workers (``queue``: requests waiting in a decode worker's engine,
+received and not admitted, or waiting for a reservation; ``running``; ``kv``) within ``decode_min`` / ``decode_max``;
+``dynamo-load`` follows Dynamo's decode planner (:mod:`dynlab_builtins.dynamo_planner`); ``dynamo-throughput`` is
+refused there (for now). The prefill pool keeps ``--split``'s ``P`` workers."""
 from __future__ import annotations
 
 import math

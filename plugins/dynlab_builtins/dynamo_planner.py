@@ -25,6 +25,16 @@ Every ``period`` (default 5 s, ``load_adjustment_interval_seconds``):
    either says up; down only if both say down (to the larger of the two).
 4. No decision while a worker is starting (``scaling in progress``); ``min`` / ``max`` bound the count.
 
+In a P/D fleet (``--split P:D``; :mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its
+workers, for now) the call follows Dynamo's decode planner instead (``components/src/dynamo/planner/utils/
+decode_planner.py``, ``DecodePlanner.loadbased_plan_adjustment``, and ``utils/load_based_regression.py``,
+``LoadBasedRegressionModel.predict_x_from_sla``): the decode workers' iterations fit ``ms = a + c x kv_tokens`` (a line,
+least squares over the last ``samples`` decode steps, none before ``min_observations``); the KV load a worker can hold
+at the ITL target is ``x = (itl - a) / c``; up by 1 when EVERY live decode worker holds more than ``x`` tokens of KV,
+down by 1 when every one holds less than ``x x (N - 1) / N x sensitivity``; nothing when ``c <= 0`` (Dynamo falls back
+to a heuristic on its observations there) or ``x <= 0`` (the target is out of reach), nor while a decode worker starts;
+``decode_min`` / ``decode_max`` bound the count.
+
 Simplified: Dynamo buckets its samples (``fpm_sample_bucket_size``) before fitting and reads the KV of decode requests
 (``sum_decode_kv_tokens``); dynlab fits the last samples as they are and uses the KV all requests hold. The KV hit-rate
 discount of the TTFT estimate is left out (no hit rate is applied: every queued token is computed).
@@ -57,6 +67,19 @@ def fit(samples) -> Optional[tuple]:
     for i in (2, 1, 0):
         out[i] = (y[i] - sum(a[i][j] * out[j] for j in range(i + 1, 3))) / a[i][i]
     return tuple(out)
+
+
+def fit_line(points) -> Optional[tuple]:
+    """``(a, c)`` of ``y = a + c x`` by least squares over ``points`` (``(x, y)`` pairs); ``None`` when every ``x`` is
+    the same (no slope to fit)."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx <= 0:
+        return None
+    c = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - c * mx, c
 
 
 def _mean(values) -> float:
@@ -147,7 +170,28 @@ class DynamoLoad(Autoscaler):
                 return n
         return n - 1
 
+    def decode_pool(self, state):
+        """A P/D fleet's decode pool: Dynamo's decode planner (module docstring)."""
+        self.window = (self.window + list(state.steps))[-self.samples:]
+        if len(self.window) < self.min_observations or any(w.state == STARTING for w in state.workers):
+            return ()
+        line = fit_line([(s.kv_tokens, s.ms) for s in self.window])
+        if line is None or line[1] <= 0:
+            return ()
+        x_sla = (self.itl - line[0]) / line[1]
+        live = [w for w in state.workers if w.state == LIVE]
+        n = len(live)
+        if x_sla <= 0 or not n:
+            return ()
+        if all(w.kv_tokens > x_sla for w in live):
+            return self.scale_to(state, self.bounded(n + 1))
+        if n > 1 and all(w.kv_tokens < x_sla * (n - 1) / n * self.sensitivity for w in live):
+            return self.scale_to(state, self.bounded(n - 1))
+        return ()
+
     def decide(self, state):
+        if state.pool == "decode":
+            return self.decode_pool(state)
         ready = self.learn(state)
         if any(w.state == STARTING for w in state.workers) or not ready:
             return ()

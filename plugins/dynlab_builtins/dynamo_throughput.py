@@ -159,6 +159,14 @@ class DynamoThroughput(Autoscaler):
         self.info = None
         self.last: Optional[dict] = None  # the last call's figures (tests, docs)
 
+    @classmethod
+    def no_effect(cls, opts, pd: bool):
+        if pd:
+            return ("as dynamo-throughput with a P/D split: it sizes one aggregated pool from a replay of one worker; "
+                    "its decode formula, ceil(rate x OSL / a decode worker's throughput at the ITL target) of Dynamo's "
+                    "decode_planner.py, is not modelled yet (dynamo-load, hpa and static scale the decode pool)")
+        return super().no_effect(opts, pd)
+
     def bind(self, info) -> None:
         self.info = info
 

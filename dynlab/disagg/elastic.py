@@ -1,0 +1,136 @@
+"""An elastic P/D fleet (``--split P:D --controller ...``): the decode pool's workers join and leave during the run;
+the prefill pool keeps its ``P`` workers (for now: a controller's decision naming ``prefill`` is refused,
+:class:`dynlab.sim.control.Control`).
+
+:class:`DecodeElastic` is :class:`~dynlab.engine.elastic.Elastic` (ready times, drain, kill, discovery delay, the
+result's lifetimes) driving a :class:`~dynlab.disagg.fleet.DisaggFleet`'s decode pool through :class:`DecodePool`,
+which gives it the fleet interface an aggregated fleet has. Decode worker ids are ``0..`` within the pool (never
+reused); to the recorders' ``on_step`` decode worker ``d`` is ``P + d`` as in a fixed P/D fleet, so the result's
+per-worker lists (prefill, then decode) keep one entry per id ever given.
+
+- **Add**: a decode engine (the run's engine kind, ``decode=True``) gets the next id at once; at its ready time it
+  joins ``DisaggFleet.droutable``, the decode router's ``FleetView.routable`` (the built-in decode routers pick among
+  it: :mod:`dynlab.disagg.decode_router`).
+- **Retire, draining**: the worker leaves ``routable`` (no new request is sent to it), finishes what it was given
+  (reservations waiting, transfers in flight, requests decoding) and leaves when its engine is idle and nothing is
+  left assigned to it (``DisaggFleet.dload``). NVIDIA Dynamo scales a decode worker down the same way: its discovery
+  entry is removed, so the router stops sending to it, and it finishes its streams (Dynamo's
+  ``docs/architecture/load_planner.md``: "revokes the etcd lease ... finishes all the current requests").
+- **Retire, killing**: the worker leaves now. A request whose KV had not arrived there (waiting for a reservation or
+  on the link) still has its KV on its prefill worker: it is sent again, to a decode worker the decode router picks
+  among the others (a new transfer; the bytes already sent are lost). A request whose KV had arrived (decoding, or
+  received and waiting for admission, or preempted there) has lost it: it goes back through the prefill router as a
+  new arrival keeping its first arrival time (counted in ``requeued``, as an aggregated worker's killed requests are,
+  :mod:`dynlab.engine.elastic`), prefilled and transferred again.
+
+What a controller observes (:meth:`DecodeElastic.observe`): a :class:`~dynlab.engine.controller.FleetState` of
+``pool`` ``"decode"`` whose workers are the decode workers (``waiting``: requests in its engine's waiting queue, plus
+those received and not admitted, plus those waiting for a reservation; ``active``: requests assigned and not
+finished) and whose ``steps`` are the decode workers' engine iterations; ``arrivals``, ``prompt_tokens``,
+``finished`` and ``output_tokens`` are the fleet's, ``ttft_ms`` its prefill workers' first tokens (plus the front
+end's and detokenisation's overheads).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Sequence
+
+from dynlab.engine.elastic import Elastic
+
+
+class DecodePool:
+    """The decode pool of ``pd`` (a :class:`~dynlab.disagg.fleet.DisaggFleet`) as :class:`Elastic` drives a fleet:
+    ``engines``, ``routable``, ``active``, ``strategy`` (the decode router), ``loop``, ``env`` and :meth:`grow`."""
+
+    def __init__(self, pd):
+        self.pd = pd
+        self.loop, self.env = pd.loop, pd.env
+        self.engines, self.routable, self.active = pd.decode, pd.droutable, pd.dload
+        self.strategy = pd.decode_strategy
+
+    def grow(self, engine) -> int:
+        """Give ``engine`` the next decode id and a place in every per-decode-worker list; not routable yet."""
+        pd = self.pd
+        d = len(pd.decode)
+        pd.decode.append(engine)  # the decode pool's StepDriver steps this very list
+        for books in (pd.dload, pd.drouted, pd.decode_pool.generation):
+            books.append(0)
+        pd.pending.append(deque())
+        pd.awaiting.append({})
+        pd.dview = pd.decode_view()
+        return d
+
+
+class DecodeElastic(Elastic):
+    """The joins and leaves of a P/D fleet's decode pool (module docstring); ``build(decode_id) -> engine``. Give it
+    to the run's recorders before the :class:`~dynlab.disagg.fleet.DisaggFleet` is built, then :meth:`attach` it."""
+
+    pool = "decode"
+
+    def attach(self, pd) -> None:
+        """Drive ``pd``'s decode pool: every decode worker it has is live from 0 ms."""
+        self.pd = pd
+        self.first = len(pd.engines)  # decode worker d is worker P + d to the recorders' on_step
+        pd.decode_pool.elastic = self  # an idle decode worker: a draining one may leave
+        pd.prefill_fleet.origins = self.origin  # a killed decode worker's requests go back through the prefill router
+        self.start_books(DecodePool(pd))
+
+    def can_leave(self, d: int) -> bool:
+        """Whether draining decode worker ``d`` has finished: its engine idle and nothing assigned to it."""
+        return self.pd.decode[d].idle and self.pd.dload[d] == 0
+
+    def kill(self, d: int, now: float) -> None:
+        """Stop decode worker ``d`` now: its engine's requests lose their KV and go back through the prefill router,
+        the ones whose KV had not arrived are sent to another decode worker (module docstring)."""
+        pd = self.pd
+        engine = pd.decode[d]
+        pd.decode_pool.generation[d] += 1  # its step end and block boundaries scheduled are void
+        sch, kv = engine.scheduler, engine.kv
+        kv.accumulate(now)  # its usage integral ends now
+        held = [*sch.running, *sch.loading, *sch.ready, *sch.received]
+        for req in held:
+            kv.free(req)
+        for req, (keys, _) in list(kv.reserved.items()):  # reservations whose KV is still on the link
+            kv.pool.release(keys, req.seq)
+        kv.reserved.clear()
+        lost = sorted([*held, *sch.waiting], key=lambda r: r.id)
+        sch.running = []
+        while sch.waiting:
+            sch.waiting.popleft()
+        for queue in (sch.loading, sch.ready, sch.arrived, sch.received):
+            queue.clear()
+        self.leave(d, "kill", now)
+        pd.pending[d].clear()
+        pd.awaiting[d].clear()
+        pd.dload[d] = 0
+        # its KV still on the prefill worker: another decode worker takes it (a new reservation and transfer)
+        moved = sorted((r for r in pd.records.values() if r.decode == d and r.arrived is None),
+                       key=lambda r: r.request.id)
+        for rec in moved:
+            pd.ask_decode(rec.request, rec.prefill, now)
+            pd.records[rec.request.id].prefill_done = rec.prefill_done
+        for req in lost:  # its KV lost: prefilled again (a fresh transfer record at its next handoff)
+            del pd.records[req.id]
+            self.requeued += 1
+            new = pd.prefill_fleet.enter(self.origin[req.id], req.arrival_ms, requeued=True)
+            for r in pd.env.recorders:  # a recorder keeping requests follows the new one (RequestRecorder)
+                if hasattr(r, "on_requeue"):
+                    r.on_requeue(new, now)
+
+    # -- what a controller observes ----------------------------------------------------------
+    def waiting_outside(self, d: int) -> int:
+        """Requests given to decode worker ``d`` whose KV arrived and that wait for admission, and those waiting for
+        a reservation there."""
+        return len(self.pd.decode[d].scheduler.received) + len(self.pd.pending[d])
+
+    def on_step(self, worker: int, result) -> None:
+        if worker >= self.first:  # a decode worker's (a prefill worker's steps are not the pool's)
+            super().on_step(worker - self.first, result)
+
+    # -- the result ----------------------------------------------------------------------------
+    def result(self, engines: Sequence) -> dict[str, Any]:
+        """:meth:`Elastic.result` of the decode pool (its ids and engines), with ``elastic_pool``: ``decode``."""
+        return {**super().result(self.pd.decode), "elastic_pool": self.pool}
+
+
+__all__ = ["DecodeElastic", "DecodePool"]
