@@ -88,7 +88,8 @@ class RunInfo(NamedTuple):
 class StepSample(NamedTuple):
     """One engine iteration as NVIDIA Dynamo's ForwardPassMetrics report it: ``worker``, ``prefill_tokens`` (prompt
     tokens computed), ``prefill_requests``, ``decode_requests``, ``kv_tokens`` (tokens of KV held by requests during
-    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``) and ``ms`` (its wall time)."""
+    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``), ``ms`` (its wall time) and ``end_s`` (when
+    it ended, s of simulated time; a bulk run of decode steps: when its last step ended)."""
 
     worker: int
     prefill_tokens: int
@@ -96,6 +97,7 @@ class StepSample(NamedTuple):
     decode_requests: int
     kv_tokens: int
     ms: float
+    end_s: float = 0.0
 
 
 class Add(NamedTuple):
