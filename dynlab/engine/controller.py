@@ -88,8 +88,9 @@ class RunInfo(NamedTuple):
 class StepSample(NamedTuple):
     """One engine iteration as NVIDIA Dynamo's ForwardPassMetrics report it: ``worker``, ``prefill_tokens`` (prompt
     tokens computed), ``prefill_requests``, ``decode_requests``, ``kv_tokens`` (tokens of KV held by requests during
-    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``), ``ms`` (its wall time) and ``end_s`` (when
-    it ended, s of simulated time; a bulk run of decode steps: when its last step ended)."""
+    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``), ``ms`` (its wall time), ``end_s`` (when
+    it ended, s of simulated time) and ``steps`` (1; a bulk run of decode steps: its steps, ``ms`` their mean and
+    ``end_s`` the last one's end)."""
 
     worker: int
     prefill_tokens: int
@@ -98,6 +99,7 @@ class StepSample(NamedTuple):
     kv_tokens: int
     ms: float
     end_s: float = 0.0
+    steps: int = 1
 
 
 class Add(NamedTuple):

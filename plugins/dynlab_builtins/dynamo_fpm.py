@@ -8,9 +8,12 @@ Which passes it sees (``fpm``):
   Dynamo's planner reads ``FpmEventSubscriber.get_recent_stats()``, which keeps only the last message of each
   (worker, dp rank); an engine gone idle last published an idle heartbeat (every field 0, ``wall_time`` 0). dynlab:
   :class:`Latest` (a decode run in progress read as a decode step, an idle worker as a heartbeat).
-- ``every``: every iteration of the period (dynlab's reading before issue 41's diagnosis). A bulk run of decode
-  steps is ONE sample (``StepSample``), so the per-sample mean of prompt tokens per step counts a second of decode
-  steps as one step beside each prefill step: it overstates the prompt tokens an average step carries.
+- ``every``: every iteration of the period, as Dynamo's offline replay feeds its regression
+  (``components/src/dynamo/planner/offline/replay_adapter.py``, ``_feed_extra_fpm_to_regression``: every snapshot
+  of the interval, the last per worker through the live path). A bulk run of decode steps counts as its ``steps``
+  iterations (at most ``samples``). dynlab read every :class:`~dynlab.engine.controller.StepSample` once before
+  issue 41's diagnosis, a bulk run as ONE sample: the per-sample mean of prompt tokens per step then counted a second
+  of decode steps as one step beside each prefill step and overstated the prompt tokens of an average step.
 
 Each sample feeds (``add``):
 

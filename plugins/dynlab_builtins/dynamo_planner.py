@@ -93,7 +93,7 @@ class DynamoLoad(Autoscaler):
     def learn(self, state) -> bool:
         """Take the period's forward passes (module docstring, step 1); whether the model is ready."""
         if self.every:
-            seen = state.steps
+            seen = [s for s in state.steps for _ in range(min(s.steps, self.samples))]
         else:
             seen = self.latest.read(state.now_s, state.steps, [w for w in state.workers if w.state == LIVE])
         for s in seen:

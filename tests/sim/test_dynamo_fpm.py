@@ -88,3 +88,15 @@ def test_dynamo_load_reads_one_pass_per_worker_and_call():
         # calls 1-4: fewer than 5 points, no decision; call 5: points (201..205 tokens, 20.05..20.25 ms) fit
         # ms = 10 + 0.05 x tokens, and 4,000 + avg_isl 203 tokens in chunks of 2,048 cost far above 20 ms: up
         assert out == ([Add(0.0)] if k == 5 else ())
+
+
+def test_every_pass_counts_a_bulk_decode_run_as_its_steps():
+    from dynlab.sim.control import build_controller
+
+    ctl = build_controller("dynamo-load:cold_start_s=0,fpm=every")
+    # a prefill step (300 tokens) then a bulk run of 5 decode steps: six iterations, one prompt-carrying: 300 / 6 = 50
+    # prompt tokens per step (one sample per run would give 300 / 2 = 150)
+    steps = (StepSample(0, 300, 1, 0, 0, 20.0, 1.0), StepSample(0, 0, 0, 1, 400, 8.0, 1.04, 5))
+    ctl.decide(FleetState(5.0, 5.0, (_w(0, running=1),), 0, (), 0.0, steps))
+    assert len(ctl.fpm.points) == 6
+    assert ctl.avg_prefill == pytest.approx(50.0)
