@@ -118,7 +118,7 @@ def _draw(axes, r: Run, records: Optional[Sequence[dict]], colour: str) -> list:
         twin.set_ylabel("arrivals (requests/s)", fontsize=8)
     if queue:
         ax_q.step([w[0] for w in queue], [w[1] for w in queue], where="post", color=colour, lw=1)
-    ax_q.set_ylabel("requests waiting\n(mean per window)", fontsize=8)
+    ax_q.set_title("requests waiting (mean per window)", fontsize=8)  # a y label would meet the arrivals' axis
     for ax in axes:
         ax.grid(alpha=0.3)
     return _row(r)
