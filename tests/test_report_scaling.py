@@ -1,7 +1,7 @@
 """The report's figure of an autoscaled fleet over time (dynlab.report.scaling_figures): hand-made results."""
 from dynlab.report.html import build_report
 from dynlab.report.runs import Run
-from dynlab.report.scaling_figures import _steps, arrivals_per_s, fleet_over_time, window_s
+from dynlab.report.scaling_figures import _steps, arrivals_per_s, fleet_over_time, replicas_per_pool, window_s
 
 HPA = {"requests": 10, "mode": "least-loaded", "gpu_hours": 0.5, "oscillations": 0, "worst_window_goodput": 0.25,
        "scale_events": [[15, "add", 1], [15, "add", 2], [45, "retire", 2]],
@@ -30,7 +30,7 @@ def test_figure_rows_say_peak_adds_retires_and_worst_window():
     fig = fleet_over_time([Run("hpa", HPA), Run("fixed", {"requests": 10, "mode": "rr"})])
     assert fig is not None and fig.key == "scaling"
     # peak 3 live workers; 2 adds, 1 retire; the rest read from the result
-    assert fig.rows == [["hpa", 3, 2, 1, 0, 0.5, 0.25]]
+    assert fig.rows == [["hpa", 3, 2, 1, 0, 0.5, 0.25, None]]  # no queue_over_time in this result
     assert "hpa (0.25)" in fig.caption and "<svg" in fig.svg
 
 
@@ -48,4 +48,31 @@ def test_a_pd_fleets_events_name_their_pool_and_draw_the_same():
     pd = {**HPA, "elastic_pool": "decode",
           "scale_events": [[15, "add", 1, "decode"], [15, "add", 2, "decode"], [45, "retire", 2, "decode"]]}
     fig = fleet_over_time([Run("pd", pd)])
-    assert fig.rows == [["pd", 3, 2, 1, 0, 0.5, 0.25]] and "<svg" in fig.svg
+    assert fig.rows == [["pd", 3, 2, 1, 0, 0.5, 0.25, None]] and "<svg" in fig.svg
+
+
+def test_replicas_per_pool_from_the_worker_lifetimes_by_hand():
+    res = {"worker_lifetimes": [
+        {"worker": 0, "pool": "prefill", "ready_s": 0, "left_s": None},
+        {"worker": 1, "pool": "decode", "ready_s": 0, "left_s": 70.0},
+        {"worker": 2, "pool": "decode", "ready_s": 53.0, "left_s": None},
+        {"worker": 3, "pool": "prefill", "ready_s": 53.0, "left_s": 40.0},  # retired while starting: never serves
+        {"worker": 4, "pool": "prefill", "ready_s": 70.0, "left_s": 90.0}]}
+    # decode: 1 from 0 s, 2 from 53 s (worker 2 ready), 1 from 70 s (worker 1 left);
+    # prefill: 1 from 0 s, 2 from 70 s (worker 4), 1 from 90 s
+    assert replicas_per_pool(res) == {"decode": [[0, 1], [53.0, 2], [70.0, 1]],
+                                      "prefill": [[0, 1], [70.0, 2], [90.0, 1]]}
+    # no pool named: one fleet; a worker leaving at 60 s as another becomes ready then: 1 -> 1 (one point)
+    one = {"worker_lifetimes": [{"worker": 0, "ready_s": 0, "left_s": 60.0}, {"worker": 1, "ready_s": 60.0}]}
+    assert replicas_per_pool(one) == {"": [[0, 1], [60.0, 1]]}
+    # a first worker ready after 0 s starts the line at 0 workers
+    assert replicas_per_pool({"worker_lifetimes": [{"worker": 0, "ready_s": 38.03}]}) == {"": [[0, 0], [38.03, 1]]}
+    assert replicas_per_pool(HPA) == {}
+
+
+def test_figure_draws_pools_and_the_queue_and_its_row_gives_the_most_waiting():
+    res = dict(HPA, queue_over_time=[[0, 0.0], [15, 2.5], [30, 0.75], [45, 0.0]],
+               worker_lifetimes=[{"worker": 0, "pool": "h100", "ready_s": 0}, {"worker": 1, "pool": "h200", "ready_s": 53}])
+    fig = fleet_over_time([Run("mixed", res)])
+    assert fig.rows == [["mixed", 3, 2, 1, 0, 0.5, 0.25, 2.5]]
+    assert "h100" in fig.svg and "h200" in fig.svg and "requests waiting" in fig.svg

@@ -98,7 +98,9 @@ class RunInfo(NamedTuple):
 class StepSample(NamedTuple):
     """One engine iteration as NVIDIA Dynamo's ForwardPassMetrics report it: ``worker``, ``prefill_tokens`` (prompt
     tokens computed), ``prefill_requests``, ``decode_requests``, ``kv_tokens`` (tokens of KV held by requests during
-    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``) and ``ms`` (its wall time)."""
+    it: blocks x block size, dynlab's stand-in for ``sum_decode_kv_tokens``), ``ms`` (its wall time), ``end_s`` (when
+    it ended, s of simulated time) and ``steps`` (1; a bulk run of decode steps: its steps, ``ms`` their mean and
+    ``end_s`` the last one's end)."""
 
     worker: int
     prefill_tokens: int
@@ -106,6 +108,8 @@ class StepSample(NamedTuple):
     decode_requests: int
     kv_tokens: int
     ms: float
+    end_s: float = 0.0
+    steps: int = 1
 
 
 class Add(NamedTuple):

@@ -253,7 +253,7 @@ class Elastic(Recorder):
         block = self.fleet.engines[worker].block
         self._steps.append(StepSample(worker, result.prefill_tokens, result.batch_size - result.decode_requests,
                                       result.decode_requests, result.used_blocks * block,
-                                      (result.end - result.start) / result.steps))
+                                      (result.end - result.start) / result.steps, result.end / 1000.0, result.steps))
 
     def on_arrival(self, req, t: float) -> None:
         self._arrivals += 1

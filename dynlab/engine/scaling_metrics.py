@@ -12,6 +12,11 @@ keys follow :class:`~dynlab.engine.elastic.Elastic`'s.
   goodput]`` per controller period of arrival times, windows without arrivals left out) and
   ``worst_window_goodput``, the lowest of them. A request counts in the window of its (first) arrival, as the
   run's ``goodput`` counts it (a rejected or shed request fails; a requeued one counts once, at its finish).
+- ``queue_over_time``: ``[window start s, requests waiting]`` per controller period, from the window of the first
+  arrival to the last one's, empty windows as 0: the mean number of requests between their arrival and their first
+  scheduled step (``first_scheduled_ms``: the queue wait of ``queue_wait_ms``), the time they waited in the window
+  over its length (a request waiting the whole window adds 1; one never scheduled, shed or rejected, adds nothing).
+  What an operator's ``num_requests_waiting`` gauge averages to over the window, the gateway's holds included.
 
 In a P/D fleet (:mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its workers) every
 ``scale_events`` entry names its pool (``[s, "add" | "retire", worker, "decode"]``), ``gpu_hours`` counts both pools
@@ -43,6 +48,8 @@ class ScalingRecorder(Recorder):
         self.fixed = fixed
         self.total: dict = {}  # window index -> requests arrived (outside warm-up, not failed ones)
         self.good: dict = {}
+        self.waited: dict = {}  # window index -> ms requests spent waiting in it (queue_over_time)
+        self.arrived = [None, None]  # the first and last arrival's windows
 
     def _slo(self):
         serving = self.elastic.fleet.env.serving
@@ -52,12 +59,26 @@ class ScalingRecorder(Recorder):
         return int(req.arrival_ms // self.period_ms)
 
     def on_arrival(self, req, t: float) -> None:
+        k = self._window(req)
+        if self.arrived[0] is None:
+            self.arrived[0] = k
+        self.arrived[1] = k if self.arrived[1] is None else max(k, self.arrived[1])
         serving, on = self._slo()
         if on and not (serving.warmup and req.id < serving.warmup) and not failed(req):
             k = self._window(req)
             self.total[k] = self.total.get(k, 0) + 1
 
+    def wait(self, start_ms: float, end_ms: float) -> None:
+        """Count a wait from ``start_ms`` to ``end_ms`` into the windows it spans."""
+        k = int(start_ms // self.period_ms)
+        while start_ms < end_ms:
+            edge = min((k + 1) * self.period_ms, end_ms)
+            self.waited[k] = self.waited.get(k, 0.0) + edge - start_ms
+            start_ms, k = edge, k + 1
+
     def on_finish(self, req, t: float) -> None:
+        if req.first_scheduled_ms is not None:
+            self.wait(req.arrival_ms, req.first_scheduled_ms)
         serving, on = self._slo()
         if not on or (serving.warmup and req.id < serving.warmup) or failed(req):
             return
@@ -75,7 +96,8 @@ class ScalingRecorder(Recorder):
         alive_ms = sum(_held_until(e.left[w], e.joined[w], end) - e.joined[w] for w in range(len(e.state)))
         out = {"gpu_hours": round(alive_ms * self.gpus / 3.6e6, 6),
                "scale_events": [[round(t / 1000.0, 3), kind, w] for t, kind, w in e.events],
-               "oscillations": oscillations(e.events, self.period_ms)}
+               "oscillations": oscillations(e.events, self.period_ms),
+               "queue_over_time": self.queue_over_time()}
         if self.fixed:  # a P/D fleet: both pools billed, each event naming its pool (module docstring)
             name, workers = self.fixed
             fixed_ms = workers * max(end, 0.0)
@@ -89,6 +111,15 @@ class ScalingRecorder(Recorder):
             out["goodput_over_time"] = windows
             out["worst_window_goodput"] = min((g for _, g in windows), default=None)
         return out
+
+
+    def queue_over_time(self) -> list:
+        """``[[window start s, mean requests waiting]]`` (module docstring)."""
+        first, last = self.arrived
+        if first is None:
+            return []
+        return [[round(k * self.period_ms / 1000.0, 3), round(self.waited.get(k, 0.0) / self.period_ms, 4)]
+                for k in range(first, max([last] + list(self.waited)) + 1)]
 
 
 def _held_until(left, joined: float, end: float) -> float:

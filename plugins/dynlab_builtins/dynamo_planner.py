@@ -1,28 +1,27 @@
 """``dynamo-load``: NVIDIA Dynamo Planner's load-based scaling of an aggregated fleet (its ``sla`` target, ``agg``
 mode), as its design document (``docs/design-docs/planner-design.md``, "Load-Based Scaling") and its source
-(``components/src/dynamo/planner/core/load_scaling.py``, ``perf_model/agg.py``, ``config`` defaults) define it.
+(``components/src/dynamo/planner/core/load_scaling.py``: ``_advance_load_agg``, ``_agg_prefill_scaling``,
+``_agg_decode_scaling``, ``_scale_decision``; ``perf_model/agg.py``; ``config`` defaults) define it.
 
 Every ``period`` (default 5 s, ``load_adjustment_interval_seconds``):
 
-1. Regression: the step time (ms) fitted by least squares to ``a + b x prefill_tokens + c x kv_tokens`` over the last
-   ``samples`` (64, ``max_num_fpm_samples``) engine iterations of every worker (their ForwardPassMetrics); no decision
-   before ``min_observations`` (5). Running averages over the same samples: the prompt tokens per prefill request
-   (``avg_isl``), the KV tokens per decode request (``avg_decode_len``), the prompt tokens per step.
+1. Observe (:mod:`dynlab_builtins.dynamo_fpm`): one ForwardPassMetrics per live worker, its latest iteration or an
+   idle heartbeat (``fpm=latest``, Dynamo's; ``fpm=every`` takes every iteration of the period), into moving
+   averages (``avg_isl``, ``avg_decode_len``, prompt tokens per step) and the regression ``ms = a + b x prefill_tokens
+   + c x kv_tokens`` over at most ``samples`` (64, ``max_num_fpm_samples``) points; no decision before
+   ``min_observations`` (5) points, nor on a fit with a negative load coefficient.
 2. Per live worker: the next TTFT, simulating chunked prefill of its queued prompt tokens plus one ``avg_isl``, in
    chunks of ``max_num_batched_tokens`` each costing ``predict(chunk, kv_tokens)``; the next ITL,
    ``predict(avg prompt tokens per step, kv_tokens + avg_decode_len)``.
-3. Prefill: up by 1 when EVERY worker has prompt tokens queued and its TTFT is above ``ttft`` (ms, default 500); down
-   by 1 when, for every worker, the TTFT re-predicted with its queue and KV scaled by ``N / (N - 1)`` (the survivors
-   absorbing a retired worker's load) keeps its queue-induced part (that TTFT minus the same with no queue) below
-   ``(ttft - own) x sensitivity`` (80 %, ``load_scaling_down_sensitivity``). Decode: up when every worker holds KV and
-   its ITL is above ``itl`` (ms, default 50); down when, for every worker, its KV plus queued prompt tokens scaled by
-   ``N / (N - 1)`` fits its pool and the ITL there is below ``itl x sensitivity``, the survivor's steps carrying
-   ``N / (N - 1)`` times the prompt tokens (it takes the retired worker's arrivals too).
-   A side whose target is out of reach with no load at all (an empty worker's estimate above it) decides nothing.
-   ``agg_planner.py`` (``_prefill_scaling_decision``, ``_decode_scaling_decision``) compares each worker's active
-   prefill tokens and decode blocks with the load the regression gives at the SLA: a worker with none is never above
-   it, so an idle fleet is never scaled up, and a target at or below zero load skips the decision. Aggregated: up if
-   either says up; down only if both say down (to the larger of the two).
+3. Up by 1 when EVERY worker's TTFT is above ``ttft`` (ms, default 500) or every worker's ITL above ``itl`` (ms,
+   default 50): ``_scale_decision``, whatever the worker's load (an empty worker's estimate still carries one
+   ``avg_isl`` and the average step). Down by 1 only when both sides allow it: for every worker, the TTFT re-predicted
+   with its queue and KV scaled by ``N / (N - 1)`` (the survivors absorbing a retired worker's load) keeps its
+   queue-induced part (that TTFT minus the same with no queue) below ``(ttft - own) x sensitivity`` (80 %,
+   ``load_scaling_down_sensitivity``); and its KV plus queued prompt tokens scaled by ``N / (N - 1)`` fits its pool
+   with the ITL there below ``itl x sensitivity``. dynlab adds one thing to Dynamo's decode check: the survivor's
+   steps carry ``N / (N - 1)`` times the prompt tokens per step (it takes the retired worker's arrivals too; Dynamo
+   keeps the current average), which kept the step workload of docs/autoscaling.md from flapping 1 <-> 2.
 4. No decision while a worker is starting (``scaling in progress``); ``min`` / ``max`` bound the count.
 
 In a P/D fleet (``--split P:D``; :mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its
@@ -35,9 +34,11 @@ down by 1 when every one holds less than ``x x (N - 1) / N x sensitivity``; noth
 to a heuristic on its observations there) or ``x <= 0`` (the target is out of reach), nor while a decode worker starts;
 ``decode_min`` / ``decode_max`` bound the count.
 
-Simplified: Dynamo buckets its samples (``fpm_sample_bucket_size``) before fitting and reads the KV of decode requests
-(``sum_decode_kv_tokens``); dynlab fits the last samples as they are and uses the KV all requests hold. The KV hit-rate
-discount of the TTFT estimate is left out (no hit rate is applied: every queued token is computed).
+The P/D decode pool's fit is simplified: Dynamo buckets its samples (``fpm_sample_bucket_size``) before fitting; dynlab
+fits the last samples as they are.
+
+Simplified: dynlab's ``kv_tokens`` are the KV all requests hold (Dynamo's ``sum_decode_kv_tokens``: decode
+requests') and no KV hit-rate discount is applied to the queued tokens (every queued token is computed).
 """
 from __future__ import annotations
 
@@ -46,27 +47,9 @@ from typing import Optional
 
 from dynlab.engine.autoscale import Autoscaler
 from dynlab.engine.controller import LIVE, STARTING
+from dynlab_builtins.dynamo_fpm import Fpm, Latest, fit
 
-
-def fit(samples) -> Optional[tuple]:
-    """``(a, b, c)`` of ``ms = a + b x prefill_tokens + c x kv_tokens`` by least squares over ``samples``
-    (:class:`~dynlab.engine.controller.StepSample`), a tiny ridge (1e-9) keeping a degenerate sample set solvable."""
-    rows = [(1.0, float(s.prefill_tokens), float(s.kv_tokens), s.ms) for s in samples]
-    a = [[sum(r[i] * r[j] for r in rows) + (1e-9 if i == j and i else 0.0) for j in range(3)] for i in range(3)]
-    y = [sum(r[i] * r[3] for r in rows) for i in range(3)]
-    for col in range(3):  # Gaussian elimination with partial pivoting
-        pivot = max(range(col, 3), key=lambda k: abs(a[k][col]))
-        if abs(a[pivot][col]) < 1e-12:
-            return None
-        a[col], a[pivot], y[col], y[pivot] = a[pivot], a[col], y[pivot], y[col]
-        for k in range(col + 1, 3):
-            f = a[k][col] / a[col][col]
-            a[k] = [a[k][j] - f * a[col][j] for j in range(3)]
-            y[k] -= f * y[col]
-    out = [0.0, 0.0, 0.0]
-    for i in (2, 1, 0):
-        out[i] = (y[i] - sum(a[i][j] * out[j] for j in range(i + 1, 3))) / a[i][i]
-    return tuple(out)
+__all__ = ["DynamoLoad", "fit", "fit_line"]
 
 
 def fit_line(points) -> Optional[tuple]:
@@ -82,16 +65,11 @@ def fit_line(points) -> Optional[tuple]:
     return my - c * mx, c
 
 
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else 0.0
-
-
 class DynamoLoad(Autoscaler):
     """NVIDIA Dynamo Planner's load-based scaling of an aggregated fleet (docs/autoscaling.md).
 
-    A per-interval regression of step time on load, +/-1 worker to keep every worker's estimated TTFT and ITL within
-    ttft / itl ms (module docstring)."""
+    A regression of step time on load from the workers' forward passes, +/-1 worker to keep every worker's estimated
+    TTFT and ITL within ttft / itl ms (module docstring)."""
 
     name = "dynamo-load"
     default_period_s = 5.0
@@ -105,8 +83,22 @@ class DynamoLoad(Autoscaler):
             raise ValueError(f"controller {self.spec!r}: sensitivity is a percentage of the targets, 0 to 100")
         self.samples = self.number("samples", 64, minimum=1, integer=True)
         self.min_observations = self.number("min_observations", 5, minimum=1, integer=True)
-        self.window: list = []
+        self.every = self.choice("fpm", ("latest", "every"), "latest") == "every"
+        self.fpm, self.latest = Fpm(self.samples), Latest()
         self.model: Optional[tuple] = None
+        self.window: list = []  # a P/D decode pool's last decode steps (decode_pool)
+
+    @property
+    def avg_isl(self) -> float:
+        return self.fpm.avg_isl.value
+
+    @property
+    def avg_decode_len(self) -> float:
+        return self.fpm.avg_decode_len.value
+
+    @property
+    def avg_prefill(self) -> float:
+        return self.fpm.avg_prefill.value
 
     def predict(self, prefill: float, kv: float) -> float:
         a, b, c = self.model
@@ -122,27 +114,23 @@ class DynamoLoad(Autoscaler):
         return out
 
     def est_itl(self, kv: float, load: float = 1.0) -> float:
-        """The next ITL (ms) at ``kv`` tokens of KV, the window's prompt tokens per step times ``load``."""
+        """The next ITL (ms) at ``kv`` tokens of KV, the average prompt tokens per step times ``load``."""
         return self.predict(self.avg_prefill * load, kv + self.avg_decode_len)
 
     def learn(self, state) -> bool:
-        """Take the period's step samples; whether the model is ready."""
-        self.window = (self.window + list(state.steps))[-self.samples:]
-        if len(self.window) < self.min_observations:
-            return False
-        self.model = fit(self.window)
-        w = self.window
-        self.avg_isl = _mean(s.prefill_tokens / s.prefill_requests for s in w if s.prefill_requests)
-        self.avg_decode_len = _mean(s.kv_tokens / s.decode_requests for s in w if s.decode_requests)
-        self.avg_prefill = _mean(s.prefill_tokens for s in w)
+        """Take the period's forward passes (module docstring, step 1); whether the model is ready."""
+        if self.every:
+            seen = [s for s in state.steps for _ in range(min(s.steps, self.samples))]
+        else:
+            seen = self.latest.read(state.now_s, state.steps, [w for w in state.workers if w.state == LIVE])
+        for s in seen:
+            self.fpm.add(s)
+        self.model = self.fpm.model(self.min_observations)
         return self.model is not None
 
     def prefill_says(self, live, n: int) -> int:
         """The prefill (TTFT) side's count: n + 1, n - 1 or n (module docstring, step 3)."""
-        if self.est_ttft(0, 0, min(w.max_batched_tokens for w in live)) > self.ttft:
-            return n  # the target is out of reach even with no queue: no decision (agg_planner's target <= 0)
-        if all(w.queued_prefill_tokens > 0 and self.est_ttft(w.queued_prefill_tokens, w.kv_tokens,
-                                                             w.max_batched_tokens) > self.ttft for w in live):
+        if all(self.est_ttft(w.queued_prefill_tokens, w.kv_tokens, w.max_batched_tokens) > self.ttft for w in live):
             return n + 1
         if n < 2:
             return n
@@ -157,9 +145,7 @@ class DynamoLoad(Autoscaler):
 
     def decode_says(self, live, n: int) -> int:
         """The decode (ITL) side's count: n + 1, n - 1 or n (module docstring, step 3)."""
-        if self.est_itl(0) > self.itl:
-            return n  # the target is out of reach even with no KV: no decision (agg_planner's x_sla <= 0)
-        if all(w.kv_tokens > 0 and self.est_itl(w.kv_tokens) > self.itl for w in live):
+        if all(self.est_itl(w.kv_tokens) > self.itl for w in live):
             return n + 1
         if n < 2:
             return n
@@ -197,6 +183,8 @@ class DynamoLoad(Autoscaler):
             return ()
         live = [w for w in state.workers if w.state == LIVE]
         n = len(live)
+        if not n:
+            return ()
         p, d = self.prefill_says(live, n), self.decode_says(live, n)
         if p > n or d > n:
             want = n + 1

@@ -176,7 +176,8 @@ def test_dynamo_load_regression_and_its_decisions_by_hand():
     from dynlab_builtins.dynamo_planner import fit
 
     assert fit(SAMPLES) == pytest.approx((10.0, 0.5, 0.01), abs=1e-6)
-    make = lambda extra="": build_controller("dynamo-load:cold_start_s=0" + extra)  # noqa: E731
+    # fpm=every: the five samples all feed the regression (fpm=latest would take one per worker)
+    make = lambda extra="": build_controller("dynamo-load:cold_start_s=0,fpm=every" + extra)  # noqa: E731
     # one worker, 4,000 prompt tokens queued, 1,000 KV tokens: 4,000 + 100 tokens in chunks of 2,048: 2 x (10 +
     # 1,024 + 10) + (10 + 2 + 10) = 2,110 ms > 500: every worker above the TTFT target, one more
     assert make().decide(_load_state(4000, 1000)) == [Add(0.0)]
@@ -209,8 +210,8 @@ LIGHT = tuple(StepSample(*s) for s in ((0, 100, 1, 0, 0, 11.0), (0, 200, 2, 0, 0
                                        (0, 0, 0, 20, 2000, 12.0), (0, 100, 1, 10, 1000, 12.0)))
 
 
-def test_dynamo_load_scales_down_on_the_survivors_prompt_tokens_and_never_up_an_idle_fleet():
-    make = lambda extra="": build_controller("dynamo-load:cold_start_s=0" + extra)  # noqa: E731
+def test_dynamo_load_scales_down_on_the_survivors_prompt_tokens_and_up_whenever_every_estimate_misses():
+    make = lambda extra="": build_controller("dynamo-load:cold_start_s=0,fpm=every" + extra)  # noqa: E731
     # two workers, nothing queued, 1,000 KV tokens each. One retired: the survivor's KV 2,000 and its steps carrying
     # twice the prompt tokens: ITL 10 + 0.01 x 160 + 0.001 x (2,000 + 100) = 13.7 ms; the TTFT side: 10 + 0.01 x 100
     # + 0.001 x 2,000 = 13 ms, no queue. itl=20: 13.7 < 16 (80 %): down, the newest
@@ -218,11 +219,12 @@ def test_dynamo_load_scales_down_on_the_survivors_prompt_tokens_and_never_up_an_
     # itl=17: 13.7 >= 13.6: hold (the prompt tokens per step kept at 80 would give 10 + 0.8 + 2.1 = 12.9 < 13.6 and
     # retire: the 1<->2 flapping of docs/autoscaling.md's step)
     assert make(",itl=17").decide(_load_state(0, 1000, live=2, steps=LIGHT)) == ()
-    # an idle worker (nothing queued, no KV) is never above a target (agg_planner compares each worker's active
-    # prefill tokens and decode blocks with the SLA's load): with SAMPLES, ttft=65 and 1,000 KV tokens, the
-    # estimate 10 + 50 + 10 = 70 > 65 but no token is queued: no add; ttft=50: even an empty worker's estimate
-    # (10 + 50 = 60 ms) misses it, the target is out of reach: no decision (itl=100 keeps the ITL side quiet)
-    assert make(",ttft=65,itl=100").decide(_load_state(0, 1000)) == ()
-    assert make(",ttft=50,itl=100").decide(_load_state(0, 0)) == ()
-    # the same with 10 tokens queued: 10 + 0.5 x 110 + 10 = 75 > 65: up
-    assert make(",ttft=65,itl=100").decide(_load_state(10, 1000)) == [Add(0.0)]
+    # Dynamo's _scale_decision adds a worker when every estimate is above the target, whatever the worker's load:
+    # the estimate of an idle worker still carries one average prompt (TTFT) and the average step (ITL). With
+    # SAMPLES, nothing queued and 1,000 KV tokens: TTFT 10 + 0.5 x 100 + 0.01 x 1,000 = 70 ms > 65: up; with no KV
+    # either, 10 + 50 = 60 ms > 50: up (the target is out of reach even empty; Dynamo's older Prometheus-based
+    # agg_planner skipped such a target, its FPM-based load_scaling.py does not)
+    assert make(",ttft=65,itl=100").decide(_load_state(0, 1000)) == [Add(0.0)]
+    assert make(",ttft=50,itl=100").decide(_load_state(0, 0)) == [Add(0.0)]
+    # ttft=75: 70 <= 75, and the ITL 10 + 40 + 0.01 x 1,100 = 61 <= 100: one worker cannot go down: nothing
+    assert make(",ttft=75,itl=100").decide(_load_state(0, 1000)) == ()
