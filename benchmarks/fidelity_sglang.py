@@ -40,11 +40,14 @@ RULES = ("as-dynlab", "sglang")
 
 
 class SgCase:
-    """A trace (token-trace rows) and its worker: pool ``tokens``, ``chunk``, ``max_running``, ``policy``, betas."""
+    """A trace (token-trace rows) and its worker: pool ``tokens``, ``chunk``, ``max_running``, ``policy``,
+    ``mixed`` (``--enable-mixed-chunk``), ``max_prefill`` (``--max-prefill-tokens``), betas."""
 
-    def __init__(self, name, rows, tokens, chunk=8192, max_running=256, policy="fcfs", what="", **betas):
+    def __init__(self, name, rows, tokens, chunk=8192, max_running=256, policy="fcfs", what="", mixed=False,
+                 max_prefill=16384, **betas):
         self.name, self.rows, self.what = name, rows, what
         self.opts = dict(tokens=tokens, chunk=chunk, max_running=max_running, policy=policy, page=BLOCK,
+                         mixed=mixed, max_prefill=max_prefill,
                          **(betas or dict(beta0=3.991, beta1=0.02339, beta2=0.10746)))
 
 
@@ -61,6 +64,12 @@ def _hand_cases() -> list:
                **hand),
         SgCase("chunked", [row(0, ids.take(20), 30), row(15, ids.take(100), 5), row(40, ids.take(7), 4)], 512,
                chunk=32, what="a 100-token prompt in 32-token chunks beside decodes", **hand),
+        SgCase("mixed-chunked", [row(0, ids.take(20), 30), row(15, ids.take(100), 5), row(40, ids.take(7), 4)], 512,
+               chunk=32, mixed=True, what="chunked, --enable-mixed-chunk: the decodes ride in the chunks' passes",
+               **hand),
+        SgCase("mixed-sit-out", [row(0, ids.take(40), 40), row(0, ids.take(40), 40), row(30, ids.take(60), 3)], 208,
+               chunk=32, mixed=True, what="mixed, 208 tokens: a chunk leaves no page for the decodes, they sit out",
+               **hand),
         SgCase("max-running", [row(0, ids.take(20), 5) for _ in range(4)], 512, max_running=2,
                what="four requests at 0, two running slots", **hand),
         SgCase("retract-cascade", [row(0, ids.take(30), 20) for _ in range(5)], 128,
@@ -84,7 +93,7 @@ def _hand_cases() -> list:
 
 
 def _conversation_cases(scale: float) -> list:
-    specs = [  # name, seed, requests, conversations/s, pool blocks, chunk, max running, policy, replies, what
+    specs = [  # name, seed, requests, conversations/s, pool blocks, chunk, max running, policy, replies, what[, opts]
         ("conv-ample", 1, 200, 0.5, 4096, 8192, 256, "fcfs", False, "ample pool"),
         ("conv-tight", 2, 500, 1.0, 800, 8192, 256, "fcfs", False, "tight pool: evictions"),
         ("conv-overloaded", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False, "overloaded: retractions"),
@@ -95,11 +104,20 @@ def _conversation_cases(scale: float) -> list:
         ("conv-dfs-tight", 2, 500, 1.0, 800, 8192, 256, "dfs-weight", False, "dfs-weight, tight pool"),
         ("conv-dfs-overloaded", 3, 1000, 3.0, 500, 8192, 256, "dfs-weight", False, "dfs-weight, overloaded"),
         ("conv-replies-tight", 2, 500, 1.0, 800, 8192, 256, "fcfs", True, "conv-tight, replies' ids given"),
+        ("conv-mixed-ample", 1, 200, 0.5, 4096, 256, 256, "fcfs", False, "mixed chunk, 256-token chunks, ample",
+         dict(mixed=True)),
+        ("conv-mixed-tight", 2, 500, 1.0, 800, 256, 256, "fcfs", False, "mixed chunk, 256-token chunks, tight",
+         dict(mixed=True)),
+        ("conv-mixed-overloaded", 3, 1000, 3.0, 500, 512, 256, "fcfs", False, "mixed chunk, overloaded",
+         dict(mixed=True)),
+        ("conv-mixed-lpm-tight", 2, 500, 1.0, 800, 256, 256, "lpm", False, "mixed chunk, lpm, tight",
+         dict(mixed=True)),
     ]
     out = []
-    for name, seed, n, rate, cap, chunk, running, policy, replies, what in specs:
+    for name, seed, n, rate, cap, chunk, running, policy, replies, what, *opts in specs:
         rows = vllm_traces._fit(vllm_traces.conversations(seed, max(int(n * scale), 1), rate, replies=replies), cap)
-        out.append(SgCase(name, rows, cap * BLOCK, chunk=chunk, max_running=running, policy=policy, what=what))
+        out.append(SgCase(name, rows, cap * BLOCK, chunk=chunk, max_running=running, policy=policy, what=what,
+                          **(opts[0] if opts else {})))
     return out
 
 
@@ -114,6 +132,7 @@ def run_dynlab(case: SgCase, trace: str) -> list:
             "--trace-format", "tokens", "--block", str(BLOCK), "--capacity", str(o["tokens"] // BLOCK),
             "--page-size", str(o["page"]), "--chunked-prefill-size", str(o["chunk"] or -1),
             "--max-running-requests", str(o["max_running"]), "--schedule-policy", o["policy"],
+            "--max-prefill-tokens", str(o["max_prefill"]), *(["--enable-mixed-chunk"] if o["mixed"] else []),
             "--latency-model", "linear", *(a for k in ("beta0", "beta1", "beta2")
                                            for a in ("--latency-opt", f"{k}={o[k]!r}")), *_terms_off(), "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:
