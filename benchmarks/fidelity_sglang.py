@@ -58,6 +58,7 @@ def _hand_cases() -> list:
     shared = ids.take(48)
     lpm_a, lpm_b = ids.take(64), ids.take(32)
     dfs_p, dfs_a, dfs_b = ids.take(32), ids.take(32), ids.take(32)
+    evict_a = ids.take(64)
     return [
         SgCase("shared-prefix", [row(0, shared + ids.take(10), 8), row(30, shared + ids.take(20), 5),
                                  row(45, shared + ids.take(3), 12)], 1024, what="three prompts sharing 48 tokens",
@@ -67,9 +68,11 @@ def _hand_cases() -> list:
         SgCase("mixed-chunked", [row(0, ids.take(20), 30), row(15, ids.take(100), 5), row(40, ids.take(7), 4)], 512,
                chunk=32, mixed=True, what="chunked, --enable-mixed-chunk: the decodes ride in the chunks' passes",
                **hand),
-        SgCase("mixed-sit-out", [row(0, ids.take(40), 40), row(0, ids.take(40), 40), row(30, ids.take(60), 3)], 208,
-               chunk=32, mixed=True, what="mixed, 208 tokens: a chunk leaves no page for the decodes, they sit out",
-               **hand),
+        SgCase("mixed-batch-full", [row(0, ids.take(160), 50), row(5, ids.take(320), 60), row(6, ids.take(48), 20)],
+               672, mixed=True, what="mixed: C refused (NO_TOKEN), admitted the round after B's mixed pass", **hand),
+        SgCase("mixed-decode-evict", [row(0, evict_a, 1), row(100, ids.take(40), 5), row(100, ids.take(40), 5),
+                                      row(105, ids.take(33), 1), row(300, evict_a, 1)], 224, mixed=True,
+               what="mixed: the decodes' page-per-request eviction drops A's cached prompt", **hand),
         SgCase("max-running", [row(0, ids.take(20), 5) for _ in range(4)], 512, max_running=2,
                what="four requests at 0, two running slots", **hand),
         SgCase("retract-cascade", [row(0, ids.take(30), 20) for _ in range(5)], 128,
