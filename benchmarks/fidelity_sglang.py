@@ -41,13 +41,14 @@ RULES = ("as-dynlab", "sglang")
 
 class SgCase:
     """A trace (token-trace rows) and its worker: pool ``tokens``, ``chunk``, ``max_running``, ``policy``,
-    ``mixed`` (``--enable-mixed-chunk``), ``max_prefill`` (``--max-prefill-tokens``), betas."""
+    ``mixed`` (``--enable-mixed-chunk``), ``max_prefill`` (``--max-prefill-tokens``), ``conservativeness``
+    (``--schedule-conservativeness``), betas."""
 
     def __init__(self, name, rows, tokens, chunk=8192, max_running=256, policy="fcfs", what="", mixed=False,
-                 max_prefill=16384, **betas):
+                 max_prefill=16384, conservativeness=1.0, **betas):
         self.name, self.rows, self.what = name, rows, what
         self.opts = dict(tokens=tokens, chunk=chunk, max_running=max_running, policy=policy, page=BLOCK,
-                         mixed=mixed, max_prefill=max_prefill,
+                         mixed=mixed, max_prefill=max_prefill, conservativeness=conservativeness,
                          **(betas or dict(beta0=3.991, beta1=0.02339, beta2=0.10746)))
 
 
@@ -90,6 +91,8 @@ def _hand_cases() -> list:
                                     row(501, dfs_p + dfs_b + ids.take(8), 2), row(502, ids.take(20), 2)], 1024,
                policy="dfs-weight", max_running=1, what="dfs-weight: the heavier subtree first, one running slot",
                **hand),
+        SgCase("lof-order", [row(0, ids.take(20), n) for n in (2, 6, 4, 6, 3)], 1024, policy="lof", max_running=1,
+               what="lof: the longest max_new_tokens first (ties: arrival order), one running slot", **hand),
         SgCase("lpm-fallback", [row(0, ([1] * 0) + ids.take(16 + (i % 3) * 16), 2) for i in range(140)], 4096,
                policy="lpm", max_running=4, what="lpm with 140 waiting: FCFS above 128", **hand),
     ]
@@ -115,6 +118,17 @@ def _conversation_cases(scale: float) -> list:
          dict(mixed=True)),
         ("conv-mixed-lpm-tight", 2, 500, 1.0, 800, 256, 256, "lpm", False, "mixed chunk, lpm, tight",
          dict(mixed=True)),
+        ("conv-lof-overloaded", 3, 1000, 3.0, 500, 8192, 256, "lof", False, "lof, overloaded"),
+        ("conv-random-overloaded", 3, 1000, 3.0, 500, 8192, 256, "random", False,
+         "random, overloaded (both seeded alike)"),
+        ("conv-conservative", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False, "overloaded, conservativeness 1.3",
+         dict(conservativeness=1.3)),
+        ("conv-eager", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False, "overloaded, conservativeness 0.3",
+         dict(conservativeness=0.3)),
+        ("conv-max-prefill", 3, 1000, 3.0, 500, None, 256, "fcfs", False,
+         "overloaded, no chunking, --max-prefill-tokens 1024", dict(max_prefill=1024)),
+        ("conv-max-prefill-chunked", 6, 500, 20.0, 4096, 4096, 256, "fcfs", False,
+         "busy, 4096-token chunks, --max-prefill-tokens 1024", dict(max_prefill=1024)),
     ]
     out = []
     for name, seed, n, rate, cap, chunk, running, policy, replies, what, *opts in specs:
@@ -136,6 +150,7 @@ def run_dynlab(case: SgCase, trace: str) -> list:
             "--page-size", str(o["page"]), "--chunked-prefill-size", str(o["chunk"] or -1),
             "--max-running-requests", str(o["max_running"]), "--schedule-policy", o["policy"],
             "--max-prefill-tokens", str(o["max_prefill"]), *(["--enable-mixed-chunk"] if o["mixed"] else []),
+            "--schedule-conservativeness", repr(o["conservativeness"]), "--seed", "1",
             "--latency-model", "linear", *(a for k in ("beta0", "beta1", "beta2")
                                            for a in ("--latency-opt", f"{k}={o[k]!r}")), *_terms_off(), "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,6 +31,7 @@ Needs ``sglang`` importable (see docs/fidelity.md); importing this module publis
 """
 from __future__ import annotations
 
+import random
 from array import array
 from dataclasses import dataclass
 from typing import Optional
@@ -55,7 +56,10 @@ OUTPUT_BASE = 1_000_000
 class SgSetup:
     """One worker: ``tokens`` (pool size), ``page`` (``--page-size``), ``chunk`` (``--chunked-prefill-size``,
     ``None``: off), ``max_prefill`` (``--max-prefill-tokens``), ``max_running`` (``--max-running-requests``),
-    ``policy`` (``--schedule-policy``), ``mixed`` (``--enable-mixed-chunk``), the linear model's betas (ms);
+    ``policy`` (``--schedule-policy``), ``mixed`` (``--enable-mixed-chunk``), ``conservativeness``
+    (``--schedule-conservativeness``), ``seed`` (Python's ``random`` before the run: the ``random`` policy's
+    ``random.shuffle``; dynlab's worker 0 seeds its own generator with ``--seed`` x 1,000,003), the linear
+    model's betas (ms);
     ``cache_outputs``: ``False`` inserts only a request's named tokens into the tree (dynlab's rule: its prompt
     and the reply ids its row gives, as ``output_tokens``; other generated tokens have no names), ``True``
     SGLang's own (every computed token)."""
@@ -71,6 +75,8 @@ class SgSetup:
     beta2: float = 2.0
     cache_outputs: bool = True
     mixed: bool = False
+    conservativeness: float = 1.0
+    seed: int = 1_000_003
 
 
 class CountAllocator:
@@ -114,6 +120,10 @@ class Driver:
 
     def __init__(self, setup: SgSetup, rows: list):
         self.s = setup
+        # re-published (last publish wins): NewTokenRatioTracker.from_config reads schedule_conservativeness from it
+        publish(ServerArgs(model_path="dummy", device="cpu", schedule_conservativeness=setup.conservativeness),
+                role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
+        random.seed(setup.seed)
         self.alloc = CountAllocator(setup.tokens, setup.page)
         self.cache = RadixCache.create_simulated(mock_allocator=self.alloc, page_size=setup.page)
         self.policy = SchedulePolicy(setup.policy, self.cache, False, False, False)
