@@ -42,13 +42,15 @@ RULES = ("as-dynlab", "sglang")
 class SgCase:
     """A trace (token-trace rows) and its worker: pool ``tokens``, ``chunk``, ``max_running``, ``policy``,
     ``mixed`` (``--enable-mixed-chunk``), ``max_prefill`` (``--max-prefill-tokens``), ``conservativeness``
-    (``--schedule-conservativeness``), betas."""
+    (``--schedule-conservativeness``), ``init_ratio``, ``decay_steps`` (``--init-new-token-ratio``,
+    ``--new-token-ratio-decay-steps``), betas."""
 
     def __init__(self, name, rows, tokens, chunk=8192, max_running=256, policy="fcfs", what="", mixed=False,
-                 max_prefill=16384, conservativeness=1.0, **betas):
+                 max_prefill=16384, conservativeness=1.0, init_ratio=0.7, decay_steps=600, **betas):
         self.name, self.rows, self.what = name, rows, what
         self.opts = dict(tokens=tokens, chunk=chunk, max_running=max_running, policy=policy, page=BLOCK,
                          mixed=mixed, max_prefill=max_prefill, conservativeness=conservativeness,
+                         init_ratio=init_ratio, decay_steps=decay_steps,
                          **(betas or dict(beta0=3.991, beta1=0.02339, beta2=0.10746)))
 
 
@@ -125,6 +127,9 @@ def _conversation_cases(scale: float) -> list:
          dict(conservativeness=1.3)),
         ("conv-eager", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False, "overloaded, conservativeness 0.3",
          dict(conservativeness=0.3)),
+        ("conv-ratio", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False,
+         "overloaded, --init-new-token-ratio 0.4, --new-token-ratio-decay-steps 100",
+         dict(init_ratio=0.4, decay_steps=100)),
         ("conv-max-prefill", 3, 1000, 3.0, 500, None, 256, "fcfs", False,
          "overloaded, no chunking, --max-prefill-tokens 1024", dict(max_prefill=1024)),
         ("conv-max-prefill-chunked", 6, 500, 20.0, 4096, 4096, 256, "fcfs", False,
@@ -151,6 +156,7 @@ def run_dynlab(case: SgCase, trace: str) -> list:
             "--max-running-requests", str(o["max_running"]), "--schedule-policy", o["policy"],
             "--max-prefill-tokens", str(o["max_prefill"]), *(["--enable-mixed-chunk"] if o["mixed"] else []),
             "--schedule-conservativeness", repr(o["conservativeness"]), "--seed", "1",
+            "--init-new-token-ratio", repr(o["init_ratio"]), "--new-token-ratio-decay-steps", str(o["decay_steps"]),
             "--latency-model", "linear", *(a for k in ("beta0", "beta1", "beta2")
                                            for a in ("--latency-opt", f"{k}={o[k]!r}")), *_terms_off(), "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,6 +31,7 @@ Needs ``sglang`` importable (see docs/fidelity.md); importing this module publis
 """
 from __future__ import annotations
 
+import os
 import random
 from array import array
 from dataclasses import dataclass
@@ -57,12 +58,14 @@ class SgSetup:
     """One worker: ``tokens`` (pool size), ``page`` (``--page-size``), ``chunk`` (``--chunked-prefill-size``,
     ``None``: off), ``max_prefill`` (``--max-prefill-tokens``), ``max_running`` (``--max-running-requests``),
     ``policy`` (``--schedule-policy``), ``mixed`` (``--enable-mixed-chunk``), ``conservativeness``
-    (``--schedule-conservativeness``), ``seed`` (Python's ``random`` before the run: the ``random`` policy's
-    ``random.shuffle``; dynlab's worker 0 seeds its own generator with ``--seed`` x 1,000,003), the linear
-    model's betas (ms);
-    ``cache_outputs``: ``False`` inserts only a request's named tokens into the tree (dynlab's rule: its prompt
-    and the reply ids its row gives, as ``output_tokens``; other generated tokens have no names), ``True``
-    SGLang's own (every computed token)."""
+    (``--schedule-conservativeness``), ``init_ratio`` and ``decay_steps`` (``--init-new-token-ratio``,
+    ``--new-token-ratio-decay-steps``: SGLang's ``SGLANG_INIT_NEW_TOKEN_RATIO`` and
+    ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``, set in the environment, which ``environ.py`` reads at each call),
+    ``seed`` (Python's ``random`` before the run: the ``random`` policy's ``random.shuffle``; dynlab's worker 0
+    seeds its own generator with ``--seed`` x 1,000,003), the linear model's betas (ms); ``cache_outputs``:
+    ``False`` inserts only a request's named tokens into the tree (dynlab's rule: its prompt and the reply ids
+    its row gives, as ``output_tokens``; other generated tokens have no names), ``True`` SGLang's own (every
+    computed token)."""
 
     tokens: int
     page: int = 16
@@ -76,6 +79,8 @@ class SgSetup:
     cache_outputs: bool = True
     mixed: bool = False
     conservativeness: float = 1.0
+    init_ratio: float = 0.7
+    decay_steps: int = 600
     seed: int = 1_000_003
 
 
@@ -123,6 +128,8 @@ class Driver:
         # re-published (last publish wins): NewTokenRatioTracker.from_config reads schedule_conservativeness from it
         publish(ServerArgs(model_path="dummy", device="cpu", schedule_conservativeness=setup.conservativeness),
                 role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
+        os.environ["SGLANG_INIT_NEW_TOKEN_RATIO"] = repr(setup.init_ratio)
+        os.environ["SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"] = str(setup.decay_steps)
         random.seed(setup.seed)
         self.alloc = CountAllocator(setup.tokens, setup.page)
         self.cache = RadixCache.create_simulated(mock_allocator=self.alloc, page_size=setup.page)
