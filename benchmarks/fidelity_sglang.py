@@ -41,15 +41,15 @@ RULES = ("as-dynlab", "sglang")
 
 class SgCase:
     """A trace (token-trace rows) and its worker: pool ``tokens``, ``chunk``, ``max_running``, ``policy``,
-    ``mixed`` (``--enable-mixed-chunk``), ``max_prefill`` (``--max-prefill-tokens``), ``conservativeness``
+    ``mixed`` (``--enable-mixed-chunk``), ``disable`` (``--disable-radix-cache``), ``max_prefill`` (``--max-prefill-tokens``), ``conservativeness``
     (``--schedule-conservativeness``), ``init_ratio``, ``decay_steps`` (``--init-new-token-ratio``,
     ``--new-token-ratio-decay-steps``), betas."""
 
     def __init__(self, name, rows, tokens, chunk=8192, max_running=256, policy="fcfs", what="", mixed=False,
-                 max_prefill=16384, conservativeness=1.0, init_ratio=0.7, decay_steps=600, **betas):
+                 disable=False, max_prefill=16384, conservativeness=1.0, init_ratio=0.7, decay_steps=600, **betas):
         self.name, self.rows, self.what = name, rows, what
         self.opts = dict(tokens=tokens, chunk=chunk, max_running=max_running, policy=policy, page=BLOCK,
-                         mixed=mixed, max_prefill=max_prefill, conservativeness=conservativeness,
+                         mixed=mixed, disable=disable, max_prefill=max_prefill, conservativeness=conservativeness,
                          init_ratio=init_ratio, decay_steps=decay_steps,
                          **(betas or dict(beta0=3.991, beta1=0.02339, beta2=0.10746)))
 
@@ -68,6 +68,9 @@ def _hand_cases() -> list:
                **hand),
         SgCase("chunked", [row(0, ids.take(20), 30), row(15, ids.take(100), 5), row(40, ids.take(7), 4)], 512,
                chunk=32, what="a 100-token prompt in 32-token chunks beside decodes", **hand),
+        SgCase("no-cache", [row(0, shared + ids.take(10), 8), row(30, shared + ids.take(20), 5),
+                            row(45, shared + ids.take(3), 12)], 1024, disable=True,
+               what="shared-prefix with --disable-radix-cache: nothing hits", **hand),
         SgCase("mixed-chunked", [row(0, ids.take(20), 30), row(15, ids.take(100), 5), row(40, ids.take(7), 4)], 512,
                chunk=32, mixed=True, what="chunked, --enable-mixed-chunk: the decodes ride in the chunks' passes",
                **hand),
@@ -130,6 +133,10 @@ def _conversation_cases(scale: float) -> list:
         ("conv-ratio", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False,
          "overloaded, --init-new-token-ratio 0.4, --new-token-ratio-decay-steps 100",
          dict(init_ratio=0.4, decay_steps=100)),
+        ("conv-no-cache-tight", 2, 500, 1.0, 800, 8192, 256, "fcfs", False, "--disable-radix-cache, tight pool",
+         dict(disable=True)),
+        ("conv-no-cache-overloaded", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False,
+         "--disable-radix-cache, overloaded", dict(disable=True)),
         ("conv-max-prefill", 3, 1000, 3.0, 500, None, 256, "fcfs", False,
          "overloaded, no chunking, --max-prefill-tokens 1024", dict(max_prefill=1024)),
         ("conv-max-prefill-chunked", 6, 500, 20.0, 4096, 4096, 256, "fcfs", False,
@@ -155,6 +162,7 @@ def run_dynlab(case: SgCase, trace: str) -> list:
             "--page-size", str(o["page"]), "--chunked-prefill-size", str(o["chunk"] or -1),
             "--max-running-requests", str(o["max_running"]), "--schedule-policy", o["policy"],
             "--max-prefill-tokens", str(o["max_prefill"]), *(["--enable-mixed-chunk"] if o["mixed"] else []),
+            *(["--disable-radix-cache"] if o["disable"] else []),
             "--schedule-conservativeness", repr(o["conservativeness"]), "--seed", "1",
             "--init-new-token-ratio", repr(o["init_ratio"]), "--new-token-ratio-decay-steps", str(o["decay_steps"]),
             "--latency-model", "linear", *(a for k in ("beta0", "beta1", "beta2")

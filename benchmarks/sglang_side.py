@@ -57,7 +57,9 @@ OUTPUT_BASE = 1_000_000
 class SgSetup:
     """One worker: ``tokens`` (pool size), ``page`` (``--page-size``), ``chunk`` (``--chunked-prefill-size``,
     ``None``: off), ``max_prefill`` (``--max-prefill-tokens``), ``max_running`` (``--max-running-requests``),
-    ``policy`` (``--schedule-policy``), ``mixed`` (``--enable-mixed-chunk``), ``conservativeness``
+    ``policy`` (``--schedule-policy``), ``mixed`` (``--enable-mixed-chunk``), ``disable``
+    (``--disable-radix-cache``: ``RadixCache(disable=True)``, whose match, insert, lock and evict do nothing, as
+    the server's ``UnifiedRadixCache`` with ``disable``), ``conservativeness``
     (``--schedule-conservativeness``), ``init_ratio`` and ``decay_steps`` (``--init-new-token-ratio``,
     ``--new-token-ratio-decay-steps``: SGLang's ``SGLANG_INIT_NEW_TOKEN_RATIO`` and
     ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``, set in the environment, which ``environ.py`` reads at each call),
@@ -78,6 +80,7 @@ class SgSetup:
     beta2: float = 2.0
     cache_outputs: bool = True
     mixed: bool = False
+    disable: bool = False
     conservativeness: float = 1.0
     init_ratio: float = 0.7
     decay_steps: int = 600
@@ -132,7 +135,7 @@ class Driver:
         os.environ["SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"] = str(setup.decay_steps)
         random.seed(setup.seed)
         self.alloc = CountAllocator(setup.tokens, setup.page)
-        self.cache = RadixCache.create_simulated(mock_allocator=self.alloc, page_size=setup.page)
+        self.cache = RadixCache.create_simulated(disable=setup.disable, mock_allocator=self.alloc, page_size=setup.page)
         self.policy = SchedulePolicy(setup.policy, self.cache, False, False, False)
         self.ratio = NewTokenRatioTracker.from_config()
         self.rows, self.waiting, self.running, self.chunked = rows, [], _Running(), None
@@ -177,7 +180,10 @@ class Driver:
 
     def _checkpoint(self, req: Req, upto: int) -> None:
         """``RadixCache.checkpoint``: insert the page-aligned ``fill_ids[:upto]`` (only its named part when
-        ``cache_outputs`` is off), free the duplicates, move the lock to the new last node."""
+        ``cache_outputs`` is off), free the duplicates, move the lock to the new last node. A disabled cache's
+        ``checkpoint`` returns at once (the request keeps its slots; ``release_kv_cache`` frees them)."""
+        if self.cache.disable:
+            return
         st = self.st[req.rid]
         fill = req.origin_input_ids + req.output_ids
         if not self.s.cache_outputs:  # dynlab's rule: only tokens with names (the prompt, the reply ids a row gives)
