@@ -40,11 +40,17 @@ RULES = ("as-dynlab", "sglang")
 
 
 class SgCase:
-    """A trace (token-trace rows) and its worker: pool ``tokens``, ``chunk``, ``max_running``, ``policy``, betas."""
+    """A trace (token-trace rows) and its worker: pool ``tokens``, ``chunk``, ``max_running``, ``policy``,
+    ``mixed`` (``--enable-mixed-chunk``), ``disable`` (``--disable-radix-cache``), ``max_prefill`` (``--max-prefill-tokens``), ``conservativeness``
+    (``--schedule-conservativeness``), ``init_ratio``, ``decay_steps`` (``--init-new-token-ratio``,
+    ``--new-token-ratio-decay-steps``), betas."""
 
-    def __init__(self, name, rows, tokens, chunk=8192, max_running=256, policy="fcfs", what="", **betas):
+    def __init__(self, name, rows, tokens, chunk=8192, max_running=256, policy="fcfs", what="", mixed=False,
+                 disable=False, max_prefill=16384, conservativeness=1.0, init_ratio=0.7, decay_steps=600, **betas):
         self.name, self.rows, self.what = name, rows, what
         self.opts = dict(tokens=tokens, chunk=chunk, max_running=max_running, policy=policy, page=BLOCK,
+                         mixed=mixed, disable=disable, max_prefill=max_prefill, conservativeness=conservativeness,
+                         init_ratio=init_ratio, decay_steps=decay_steps,
                          **(betas or dict(beta0=3.991, beta1=0.02339, beta2=0.10746)))
 
 
@@ -55,12 +61,24 @@ def _hand_cases() -> list:
     shared = ids.take(48)
     lpm_a, lpm_b = ids.take(64), ids.take(32)
     dfs_p, dfs_a, dfs_b = ids.take(32), ids.take(32), ids.take(32)
+    evict_a = ids.take(64)
     return [
         SgCase("shared-prefix", [row(0, shared + ids.take(10), 8), row(30, shared + ids.take(20), 5),
                                  row(45, shared + ids.take(3), 12)], 1024, what="three prompts sharing 48 tokens",
                **hand),
         SgCase("chunked", [row(0, ids.take(20), 30), row(15, ids.take(100), 5), row(40, ids.take(7), 4)], 512,
                chunk=32, what="a 100-token prompt in 32-token chunks beside decodes", **hand),
+        SgCase("no-cache", [row(0, shared + ids.take(10), 8), row(30, shared + ids.take(20), 5),
+                            row(45, shared + ids.take(3), 12)], 1024, disable=True,
+               what="shared-prefix with --disable-radix-cache: nothing hits", **hand),
+        SgCase("mixed-chunked", [row(0, ids.take(20), 30), row(15, ids.take(100), 5), row(40, ids.take(7), 4)], 512,
+               chunk=32, mixed=True, what="chunked, --enable-mixed-chunk: the decodes ride in the chunks' passes",
+               **hand),
+        SgCase("mixed-batch-full", [row(0, ids.take(160), 50), row(5, ids.take(320), 60), row(6, ids.take(48), 20)],
+               672, mixed=True, what="mixed: C refused (NO_TOKEN), admitted the round after B's mixed pass", **hand),
+        SgCase("mixed-decode-evict", [row(0, evict_a, 1), row(100, ids.take(40), 5), row(100, ids.take(40), 5),
+                                      row(105, ids.take(33), 1), row(300, evict_a, 1)], 224, mixed=True,
+               what="mixed: the decodes' page-per-request eviction drops A's cached prompt", **hand),
         SgCase("max-running", [row(0, ids.take(20), 5) for _ in range(4)], 512, max_running=2,
                what="four requests at 0, two running slots", **hand),
         SgCase("retract-cascade", [row(0, ids.take(30), 20) for _ in range(5)], 128,
@@ -78,13 +96,15 @@ def _hand_cases() -> list:
                                     row(501, dfs_p + dfs_b + ids.take(8), 2), row(502, ids.take(20), 2)], 1024,
                policy="dfs-weight", max_running=1, what="dfs-weight: the heavier subtree first, one running slot",
                **hand),
+        SgCase("lof-order", [row(0, ids.take(20), n) for n in (2, 6, 4, 6, 3)], 1024, policy="lof", max_running=1,
+               what="lof: the longest max_new_tokens first (ties: arrival order), one running slot", **hand),
         SgCase("lpm-fallback", [row(0, ([1] * 0) + ids.take(16 + (i % 3) * 16), 2) for i in range(140)], 4096,
                policy="lpm", max_running=4, what="lpm with 140 waiting: FCFS above 128", **hand),
     ]
 
 
 def _conversation_cases(scale: float) -> list:
-    specs = [  # name, seed, requests, conversations/s, pool blocks, chunk, max running, policy, replies, what
+    specs = [  # name, seed, requests, conversations/s, pool blocks, chunk, max running, policy, replies, what[, opts]
         ("conv-ample", 1, 200, 0.5, 4096, 8192, 256, "fcfs", False, "ample pool"),
         ("conv-tight", 2, 500, 1.0, 800, 8192, 256, "fcfs", False, "tight pool: evictions"),
         ("conv-overloaded", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False, "overloaded: retractions"),
@@ -95,11 +115,38 @@ def _conversation_cases(scale: float) -> list:
         ("conv-dfs-tight", 2, 500, 1.0, 800, 8192, 256, "dfs-weight", False, "dfs-weight, tight pool"),
         ("conv-dfs-overloaded", 3, 1000, 3.0, 500, 8192, 256, "dfs-weight", False, "dfs-weight, overloaded"),
         ("conv-replies-tight", 2, 500, 1.0, 800, 8192, 256, "fcfs", True, "conv-tight, replies' ids given"),
+        ("conv-mixed-ample", 1, 200, 0.5, 4096, 256, 256, "fcfs", False, "mixed chunk, 256-token chunks, ample",
+         dict(mixed=True)),
+        ("conv-mixed-tight", 2, 500, 1.0, 800, 256, 256, "fcfs", False, "mixed chunk, 256-token chunks, tight",
+         dict(mixed=True)),
+        ("conv-mixed-overloaded", 3, 1000, 3.0, 500, 512, 256, "fcfs", False, "mixed chunk, overloaded",
+         dict(mixed=True)),
+        ("conv-mixed-lpm-tight", 2, 500, 1.0, 800, 256, 256, "lpm", False, "mixed chunk, lpm, tight",
+         dict(mixed=True)),
+        ("conv-lof-overloaded", 3, 1000, 3.0, 500, 8192, 256, "lof", False, "lof, overloaded"),
+        ("conv-random-overloaded", 3, 1000, 3.0, 500, 8192, 256, "random", False,
+         "random, overloaded (both seeded alike)"),
+        ("conv-conservative", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False, "overloaded, conservativeness 1.3",
+         dict(conservativeness=1.3)),
+        ("conv-eager", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False, "overloaded, conservativeness 0.3",
+         dict(conservativeness=0.3)),
+        ("conv-ratio", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False,
+         "overloaded, --init-new-token-ratio 0.4, --new-token-ratio-decay-steps 100",
+         dict(init_ratio=0.4, decay_steps=100)),
+        ("conv-no-cache-tight", 2, 500, 1.0, 800, 8192, 256, "fcfs", False, "--disable-radix-cache, tight pool",
+         dict(disable=True)),
+        ("conv-no-cache-overloaded", 3, 1000, 3.0, 500, 8192, 256, "fcfs", False,
+         "--disable-radix-cache, overloaded", dict(disable=True)),
+        ("conv-max-prefill", 3, 1000, 3.0, 500, None, 256, "fcfs", False,
+         "overloaded, no chunking, --max-prefill-tokens 1024", dict(max_prefill=1024)),
+        ("conv-max-prefill-chunked", 6, 500, 20.0, 4096, 4096, 256, "fcfs", False,
+         "busy, 4096-token chunks, --max-prefill-tokens 1024", dict(max_prefill=1024)),
     ]
     out = []
-    for name, seed, n, rate, cap, chunk, running, policy, replies, what in specs:
+    for name, seed, n, rate, cap, chunk, running, policy, replies, what, *opts in specs:
         rows = vllm_traces._fit(vllm_traces.conversations(seed, max(int(n * scale), 1), rate, replies=replies), cap)
-        out.append(SgCase(name, rows, cap * BLOCK, chunk=chunk, max_running=running, policy=policy, what=what))
+        out.append(SgCase(name, rows, cap * BLOCK, chunk=chunk, max_running=running, policy=policy, what=what,
+                          **(opts[0] if opts else {})))
     return out
 
 
@@ -114,6 +161,10 @@ def run_dynlab(case: SgCase, trace: str) -> list:
             "--trace-format", "tokens", "--block", str(BLOCK), "--capacity", str(o["tokens"] // BLOCK),
             "--page-size", str(o["page"]), "--chunked-prefill-size", str(o["chunk"] or -1),
             "--max-running-requests", str(o["max_running"]), "--schedule-policy", o["policy"],
+            "--max-prefill-tokens", str(o["max_prefill"]), *(["--enable-mixed-chunk"] if o["mixed"] else []),
+            *(["--disable-radix-cache"] if o["disable"] else []),
+            "--schedule-conservativeness", repr(o["conservativeness"]), "--seed", "1",
+            "--init-new-token-ratio", repr(o["init_ratio"]), "--new-token-ratio-decay-steps", str(o["decay_steps"]),
             "--latency-model", "linear", *(a for k in ("beta0", "beta1", "beta2")
                                            for a in ("--latency-opt", f"{k}={o[k]!r}")), *_terms_off(), "--quiet"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,6 +31,8 @@ Needs ``sglang`` importable (see docs/fidelity.md); importing this module publis
 """
 from __future__ import annotations
 
+import os
+import random
 from array import array
 from dataclasses import dataclass
 from typing import Optional
@@ -55,9 +57,17 @@ OUTPUT_BASE = 1_000_000
 class SgSetup:
     """One worker: ``tokens`` (pool size), ``page`` (``--page-size``), ``chunk`` (``--chunked-prefill-size``,
     ``None``: off), ``max_prefill`` (``--max-prefill-tokens``), ``max_running`` (``--max-running-requests``),
-    ``policy`` (``--schedule-policy``), the linear model's betas (ms); ``cache_outputs``: ``False`` inserts only
-    a request's named tokens into the tree (dynlab's rule: its prompt and the reply ids its row gives, as
-    ``output_tokens``; other generated tokens have no names), ``True`` SGLang's own (every computed token)."""
+    ``policy`` (``--schedule-policy``), ``mixed`` (``--enable-mixed-chunk``), ``disable``
+    (``--disable-radix-cache``: ``RadixCache(disable=True)``, whose match, insert, lock and evict do nothing, as
+    the server's ``UnifiedRadixCache`` with ``disable``), ``conservativeness``
+    (``--schedule-conservativeness``), ``init_ratio`` and ``decay_steps`` (``--init-new-token-ratio``,
+    ``--new-token-ratio-decay-steps``: SGLang's ``SGLANG_INIT_NEW_TOKEN_RATIO`` and
+    ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``, set in the environment, which ``environ.py`` reads at each call),
+    ``seed`` (Python's ``random`` before the run: the ``random`` policy's ``random.shuffle``; dynlab's worker 0
+    seeds its own generator with ``--seed`` x 1,000,003), the linear model's betas (ms); ``cache_outputs``:
+    ``False`` inserts only a request's named tokens into the tree (dynlab's rule: its prompt and the reply ids
+    its row gives, as ``output_tokens``; other generated tokens have no names), ``True`` SGLang's own (every
+    computed token)."""
 
     tokens: int
     page: int = 16
@@ -69,6 +79,12 @@ class SgSetup:
     beta1: float = 1.0
     beta2: float = 2.0
     cache_outputs: bool = True
+    mixed: bool = False
+    disable: bool = False
+    conservativeness: float = 1.0
+    init_ratio: float = 0.7
+    decay_steps: int = 600
+    seed: int = 1_000_003
 
 
 class CountAllocator:
@@ -112,8 +128,14 @@ class Driver:
 
     def __init__(self, setup: SgSetup, rows: list):
         self.s = setup
+        # re-published (last publish wins): NewTokenRatioTracker.from_config reads schedule_conservativeness from it
+        publish(ServerArgs(model_path="dummy", device="cpu", schedule_conservativeness=setup.conservativeness),
+                role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
+        os.environ["SGLANG_INIT_NEW_TOKEN_RATIO"] = repr(setup.init_ratio)
+        os.environ["SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"] = str(setup.decay_steps)
+        random.seed(setup.seed)
         self.alloc = CountAllocator(setup.tokens, setup.page)
-        self.cache = RadixCache.create_simulated(mock_allocator=self.alloc, page_size=setup.page)
+        self.cache = RadixCache.create_simulated(disable=setup.disable, mock_allocator=self.alloc, page_size=setup.page)
         self.policy = SchedulePolicy(setup.policy, self.cache, False, False, False)
         self.ratio = NewTokenRatioTracker.from_config()
         self.rows, self.waiting, self.running, self.chunked = rows, [], _Running(), None
@@ -158,7 +180,10 @@ class Driver:
 
     def _checkpoint(self, req: Req, upto: int) -> None:
         """``RadixCache.checkpoint``: insert the page-aligned ``fill_ids[:upto]`` (only its named part when
-        ``cache_outputs`` is off), free the duplicates, move the lock to the new last node."""
+        ``cache_outputs`` is off), free the duplicates, move the lock to the new last node. A disabled cache's
+        ``checkpoint`` returns at once (the request keeps its slots; ``release_kv_cache`` frees them)."""
+        if self.cache.disable:
+            return
         st = self.st[req.rid]
         fill = req.origin_input_ids + req.output_ids
         if not self.s.cache_outputs:  # dynlab's rule: only tokens with names (the prompt, the reply ids a row gives)
@@ -201,8 +226,9 @@ class Driver:
             running.batch_is_full = True
             return None
         self.policy.calc_priority(self.waiting)
+        mixed = len(running.reqs) if self.s.mixed and self.s.chunk is not None else 0  # running_bs if is_mixed_chunk
         adder = PrefillAdder(self.s.page, self.cache, self.alloc, running, self.ratio.current, self.s.max_prefill,
-                             self.s.chunk, 0, max_running_requests=self.s.max_running)
+                             self.s.chunk, mixed, max_running_requests=self.s.max_running)
         if self.chunked is not None:
             self.chunked.init_next_round_input()
             self.chunked = adder.add_chunked_req(self.chunked)
@@ -237,6 +263,24 @@ class Driver:
                 st["protected"] = req.prefix_len
             self._take(req, req.extend_end)
         return batch
+
+    def _mix(self) -> list:
+        """The mixed-chunk tail of ``_get_new_batch_prefill_raw`` (``is_mixed_chunk``): when the running requests'
+        next decode fits (``check_decode_mem``), ``prepare_for_decode`` (its eviction and slots, as in
+        :meth:`_decode`, no ratio decay) and ``mix_with_running``; the running batch is then an empty
+        ``ScheduleBatch`` and, after the pass, the mixed batch (its prefills first, then these decodes:
+        ``merge_batch``) becomes the running batch, with ``batch_is_full`` False (``ScheduleBatch``'s default).
+        -> the decodes mixed in."""
+        running = self.running
+        if not (self.s.mixed and self.s.chunk is not None and running.reqs):
+            return []
+        if not self._decode_fits(list(range(len(running.reqs)))):
+            return []  # "they then sit out this step"
+        self.alloc.evict_to_free_tokens(self.cache, len(running.reqs) * self.s.page)
+        for req in running.reqs:
+            self._take(req, self.st[req.rid]["computed"] + 1)
+        decodes, running.reqs, running.batch_is_full = running.reqs, [], False
+        return decodes
 
     def _decode(self) -> tuple:
         """``update_running_batch``: retract (real order, counts here) when the decode does not fit, else decay
@@ -294,7 +338,8 @@ class Driver:
             self.running.reqs.append(req)
 
     def _apply(self, prefill: list, decodes: list, end: float) -> None:
-        """``process_batch_result_prefill`` / ``_decode``: computed tokens, the tree, sampled tokens, finishes."""
+        """``process_batch_result_prefill`` / ``_decode``: computed tokens, the tree, sampled tokens, finishes
+        (the decodes of a mixed pass rejoin the running batch after its prefills)."""
         for req, prefix, extend in prefill:
             st = self.st[req.rid]
             st["computed"] = prefix + extend
@@ -307,7 +352,7 @@ class Driver:
             self._emit(req, end, True)
         for req in decodes:
             self.st[req.rid]["computed"] += 1
-            self._emit(req, end, False)
+            self._emit(req, end, bool(prefill))
 
     def run(self) -> list:
         """Every row served; one record per row (the keys of ``dynlab sim --requests-out`` it compares)."""
@@ -315,7 +360,8 @@ class Driver:
         while self.next_row < len(self.rows) or self.waiting or self.running.reqs or self.chunked is not None:
             self._arrive(now)
             prefill = self._new_prefill()
-            decodes, retracted = ([], []) if prefill is not None else self._decode() if self.running.reqs else ([], [])
+            decodes, retracted = ((self._mix(), []) if prefill is not None else self._decode() if self.running.reqs
+                                  else ([], []))
             if prefill is None and not decodes:
                 self.ratio.reset()  # Scheduler.on_idle
                 if self.next_row >= len(self.rows):

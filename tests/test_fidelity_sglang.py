@@ -34,8 +34,10 @@ CASES = {c.name: c for c in fidelity_sglang.cases(scale=0.1)}
 
 
 @pytest.mark.parametrize("name", ["shared-prefix", "chunked", "max-running", "retract-decayed", "lpm-order",
-                                  "dfs-weight-order", "lpm-fallback",
-                                  "conv-overloaded", "conv-lpm-tight", "conv-dfs-overloaded", "conv-replies-tight"])
+                                  "dfs-weight-order", "lpm-fallback", "lof-order", "mixed-chunked", "mixed-batch-full",
+                                  "mixed-decode-evict", "conv-overloaded", "conv-lpm-tight", "conv-dfs-overloaded",
+                                  "conv-replies-tight", "conv-mixed-overloaded", "conv-random-overloaded",
+                                  "conv-eager", "conv-max-prefill", "no-cache", "conv-no-cache-overloaded"])
 def test_every_request_is_sglangs_at_dynlabs_naming_rule(name, tmp_path):
     """TTFT, E2E, retractions and hit tokens of every request as SGLang's PrefillAdder, SchedulePolicy and
     RadixCache give them (the harness's ``as-dynlab`` rule: only named tokens enter SGLang's tree)."""

@@ -164,3 +164,54 @@ def test_a_paged_extend_evicts_a_page_more_per_request(page, a_hit):
     # tokens: at most 64 - 1 tokens match, _compute_max_prefix_len).
     assert again.hit_tokens == a_hit
     assert b.hit_tokens == c.hit_tokens == 0
+
+
+def test_a_mixed_pass_clears_batch_is_full_and_puts_its_prefills_first():
+    """scheduler.py _get_new_batch_prefill_raw (is_mixed_chunk): mix_with_running leaves an empty running batch, and
+    get_next_batch_to_run makes the mixed batch (its prefills, then the decodes: ScheduleBatch.merge_batch) the
+    running batch, whose batch_is_full is False (ScheduleBatch's default): the next round tries the waiting
+    requests again, where an unmixed engine waits for a request to leave."""
+    # 40 blocks = 640 tokens, page 1. A: 160 in, 50 out at 0; B: 320 in, 60 out at 5; C: 48 in, 20 out at 6.
+    a, b, c = req(1, 160, 50), req(2, 320, 60, at=5.0), req(3, 48, 20, at=6.0)
+    orders = []
+    w = sglang(40, enable_mixed_chunk=True)
+    times = serve(w, [(0.0, a), (5.0, b), (6.0, c)], check=lambda w, res: orders.append([r.id for r in w.running]))
+    # A prefills alone: 10 + 1.6 -> 11.6 (its 160 tokens cached, locked: 480 free). At 11.6 the adder starts from
+    # 1 (A's mixed decode) + (50 - 1) x 0.7 = 35.3. B: 320 + 60 + 1 = 381 < 480 - 35.3: admitted, charging
+    # 320 + 1 + 60 -> 416.3. C: 48 + 20 + 1 = 69 not < 480 - 416.3 = 63.7: NO_TOKEN, batch_is_full.
+    # B's prefill with A's decode: 10 + 3.2 + 1 = 14.2 -> 25.8 (B's first token, A's 2nd)
+    assert times[2][0] == pytest.approx(25.8)
+    # at 25.8 batch_is_full is False again; the ratio did not decay (no decode-only pass). Free: 640 - 480 cached -
+    # A's 1 decode slot = 159; the adder starts from 2 + (60 - 1) x 0.7 + (50 - 2) x 0.7 = 76.9: C's 69 <
+    # 82.1, admitted. C's prefill with B's and A's decodes: 10 + 0.48 + 2 = 12.48 -> 38.28
+    assert times[3][0] == pytest.approx(38.28)
+    assert orders[2] == [3, 2, 1]  # C (the pass's prefill), then B and A, the batch B's pass left
+    # three decode a pass (13 ms): C's 19 more -> 38.28 + 247 = 285.28; A's 28 more at 12 ms -> 621.28; B's
+    # last 11 alone at 11 ms -> 742.28
+    assert times[3][1] == pytest.approx(285.28)
+    assert times[1][1] == pytest.approx(621.28) and times[2][1] == pytest.approx(742.28)
+    assert w.preemptions == 0
+    # unmixed, C waits for A to leave (batch_is_full until then): A decodes 48 passes after B's prefill
+    a, b, c = req(1, 160, 50), req(2, 320, 60, at=5.0), req(3, 48, 20, at=6.0)
+    unmixed = serve(sglang(40), [(0.0, a), (5.0, b), (6.0, c)])
+    assert unmixed[3][0] > unmixed[1][1]
+
+
+@pytest.mark.parametrize("mixed, a_hit", [(True, 0), (False, 48)])
+def test_a_mixed_pass_evicts_a_page_per_decoding_request(mixed, a_hit):
+    """mem_cache/allocation.py alloc_paged_token_slots_decode: prepare_for_decode evicts a page per running request
+    before their slots are taken, in a mixed pass too (after the prefill's own eviction and slots)."""
+    # 14 blocks = 224 tokens, page 16. A (64 tokens, 1 out) at 0 ends in its prefill pass: 4 blocks cached, evictable.
+    a = req(1, 64, 1)
+    r1, r2 = req(2, 40, 5, at=100.0), req(3, 40, 5, at=100.0)
+    x, again = req(4, 33, 1, at=105.0), req(5, 64, 1, names=a.names, at=300.0)
+    w = sglang(14, page_size=16, enable_mixed_chunk=mixed)
+    serve(w, [(0.0, a), (100.0, r1), (100.0, r2), (105.0, x), (300.0, again)])
+    # R1 and R2 prefill together (10 + 0.8 -> 110.8; 80 + 2 pages = 112 <= 160 free: nothing evicted), each
+    # holding 3 pages, 2 of them cached: 224 - 64 (A) - 64 - 32 = 64 free. X (33 + 1 + 16 = 50 < 64 + 64
+    # evictable - 2 - 2 x 4 x 0.7 = 120.4) is admitted; its extend evicts for 33 + 16 = 49 <= 64: nothing, and
+    # takes 3 pages: 16 free. R1 and R2 (40 tokens: no new page needed) fit. Mixed, their decode evicts for
+    # 2 x 16 = 32 > 16: A's leaf goes, and A's prompt sent again hits nothing. Unmixed, X's pass ends first
+    # (X finishes, 32 free) and the decode passes evict nothing: the prompt hits 3 blocks (at most 63 tokens)
+    assert again.hit_tokens == a_hit
+    assert x.hit_tokens == 0 and r1.preemptions == r2.preemptions == 0

@@ -129,15 +129,30 @@ class SglangScheduler:
         """``get_next_batch_to_run``: the next pass, ``None`` when there is nothing to run."""
         prefill = self._new_prefill()
         if prefill is not None:
-            decodes = []
-            if self.mixed and self.running and self._decode_fits(self.running):
-                decodes = list(self.running)
-                for r in decodes:
-                    self.pool.settle(r, r.req.computed + 1)
-            return Step(prefill, decodes, [])
+            return Step(prefill, self._mix(), [])
         if self.running:
             return self._decode()
         return None
+
+    def _mix(self) -> list:
+        """The mixed-chunk tail of ``_get_new_batch_prefill_raw`` (``scheduler.py``, ``is_mixed_chunk``): after the
+        prefill's slots are taken, the running requests decode in the same pass when their next tokens fit
+        (``check_decode_mem``; else they sit this pass out, never retracted here), with ``prepare_for_decode``'s
+        eviction and slots as in :meth:`_decode` and no ratio decay. -> the requests mixed in."""
+        if not (self.mixed and self.running and self._decode_fits(self.running)):
+            return []
+        self.pool.evict_to_free(len(self.running) * self.pool.page)  # alloc_for_decode's one eviction
+        for r in self.running:
+            self.pool.settle(r, r.req.computed + 1)
+        return list(self.running)
+
+    def end_mixed(self) -> None:
+        """After a mixed pass: ``mix_with_running`` left an empty running batch and the mixed batch (its prefills,
+        then the decodes: ``ScheduleBatch.merge_batch``) becomes the running batch in ``get_next_batch_to_run``,
+        with ``batch_is_full`` False (``ScheduleBatch``'s default). The caller appends the requests back in that
+        order."""
+        self.running = []
+        self.batch_is_full = False
 
     def _new_prefill(self) -> Optional[list]:
         """``get_new_batch_prefill``: the requests (and chunk) of a prefill pass, their slots allocated."""

@@ -169,6 +169,9 @@ class SglangWorker:
         self.steps += 1
         sch = self.scheduler
         stored, first, finished = [], [], []
+        mixed = bool(step.prefill) and bool(step.decodes)
+        if mixed:
+            sch.end_mixed()
         for r, prefix, extend in step.prefill:
             r.req.computed = prefix + extend
             stored += sch.cache_computed(r)
@@ -176,7 +179,7 @@ class SglangWorker:
                 self._emit(r, end, first, finished, stored, True)
         for r in step.decodes:
             r.req.computed += 1
-            self._emit(r, end, first, finished, stored, False)
+            self._emit(r, end, first, finished, stored, mixed)
         if finished:
             done = {id(req) for req, _ in finished}
             sch.running = [r for r in sch.running if id(r.req) not in done]
