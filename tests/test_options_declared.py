@@ -144,3 +144,10 @@ def test_the_docs_option_table_is_current():
     for path, command in module.OPTION_TABLES.items():
         diff = module.update_option_table(path, command, check=True)
         assert diff == [], "stale; run python benchmarks/docs_tables.py --cheap\n" + "".join(diff)
+
+
+def test_the_options_declared_for_plan_are_the_ones_plan_takes():
+    from dynlab.cli.plan import FLAGS, SHARED
+    from dynlab.cli.plan_shapes import CANDIDATES
+
+    assert {o.name for o in OPTIONS if "plan" in o.commands} == set(SHARED) | set(FLAGS) | set(CANDIDATES)

@@ -14,7 +14,7 @@ from dynlab.engine.arrival_options import workload_rules
 from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.gateway import parse_policy
 from dynlab.engine.option_spec import with_rule
-from dynlab.engine.options import FIELD_ORDER, OPTIONS
+from dynlab.engine.options import BY_NAME, FIELD_ORDER, OPTIONS
 from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 
@@ -57,13 +57,10 @@ _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 #: the synthetic workload's options: they shape the seed workload only, never a trace (rule ``synthetic``)
 WORKLOAD_FIELDS = with_rule(OPTIONS, "synthetic", FIELD_ORDER)
 
-#: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
-_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests", "slo_classes": "--slo",
-          "engine_kind": "--engine", "pools": "--pool"}
-
-
 def _flag(name: str) -> str:
-    return _FLAGS.get(name) or "--" + name.replace("_", "-")
+    """A field's flag as its declaration names it (``--requests`` for ``num_requests``); sim's output options
+    (``timeline``...) by their names."""
+    return BY_NAME[name].flag if name in BY_NAME else "--" + name.replace("_", "-")
 
 
 def _no_effect_rules(config, own_block_tokens: Optional[int]):
