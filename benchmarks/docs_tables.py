@@ -4,7 +4,8 @@ Each entry of :data:`BLOCKS` names a file and a ``dynlab`` command shown in it a
 output is the lines that follow, up to the next ``$ `` line or the end of the code block. This script
 runs each command (in this process, through click's test runner, in an empty temporary folder, stdout
 and stderr together as a terminal shows them; ``compare`` without ``--format`` as on a terminal: a
-table) and writes the output it prints in place of the old one.
+table) and writes the output it prints in place of the old one. It also rewrites the option tables of
+:data:`OPTION_TABLES` (between their two markers) from the declarations of ``dynlab/engine/options.py``.
 
 Usage::
 

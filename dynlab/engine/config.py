@@ -143,7 +143,12 @@ class SimConfig(Sectioned):
             raise ValueError("--workload and --trace are two workloads: give one")
 
     def _check_fleet(self) -> None:
-        """The fleet's rules beyond ranges: ``split``, both P/D pools together, ``pools``."""
+        """The fleet's rules beyond ranges: ``split``, both P/D pools together, ``pools``, the spot discount (in
+        :mod:`dynlab.models.prices`' words)."""
+        if self.spot_discount:
+            from dynlab.models.prices import check_discount
+
+            check_discount(self.spot_discount)
         if self.split is not None:
             parse_split(self.split)
         if not self.pools and (self.prefill_workers is None) != (self.decode_workers is None):  # --pool: its rule
