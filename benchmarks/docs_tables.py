@@ -4,7 +4,8 @@ Each entry of :data:`BLOCKS` names a file and a ``dynlab`` command shown in it a
 output is the lines that follow, up to the next ``$ `` line or the end of the code block. This script
 runs each command (in this process, through click's test runner, in an empty temporary folder, stdout
 and stderr together as a terminal shows them; ``compare`` without ``--format`` as on a terminal: a
-table) and writes the output it prints in place of the old one.
+table) and writes the output it prints in place of the old one. It also rewrites the option tables of
+:data:`OPTION_TABLES` (between their two markers) from the declarations of ``dynlab/engine/options.py``.
 
 Usage::
 
@@ -156,6 +157,34 @@ def update(block: Block, root: Path = ROOT, check: bool = False) -> list[str]:
     return diff
 
 
+#: the docs' option tables (:func:`dynlab.engine.option_spec.option_table`): file -> the command whose options it lists
+OPTION_TABLES = {"docs/commands.md": "sim"}
+_TABLE_START = "<!-- option table: generated from dynlab/engine/options.py by benchmarks/docs_tables.py -->\n"
+_TABLE_END = "<!-- end of option table -->\n"
+
+
+def update_option_table(path: str, command: str, root: Path = ROOT, check: bool = False) -> list[str]:
+    """Regenerate the option table of ``command`` between its two markers in ``path``; returns the diff (empty when it
+    was current). Writes unless ``check``."""
+    from dynlab.engine.option_spec import option_table
+    from dynlab.engine.options import OPTIONS
+
+    text = (root / path).read_text(encoding="utf-8")
+    head, start, rest = text.partition(_TABLE_START)
+    old, end, tail = rest.partition(_TABLE_END)
+    if not start or not end:
+        raise SystemExit(f"{path}: no option table markers")
+    new = option_table(OPTIONS, command) + "\n"
+    diff = list(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                     f"{path} (shown)", f"{path} (the declarations now)"))
+    if diff and not check:
+        from dynlab.atomic import replace_file
+
+        replace_file(str(root / path), lambda name: Path(name).write_text(head + start + new + end + tail,
+                                                                           encoding="utf-8"))
+    return diff
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block is stale")
@@ -163,6 +192,14 @@ def main(argv=None) -> int:
     ap.add_argument("--only", metavar="PATH", help="only the blocks of this file (README.md, docs/engine.md, ...)")
     args = ap.parse_args(argv)
     stale = 0
+    for path, command in OPTION_TABLES.items():  # generated from the declarations: cheap
+        if args.only and path != args.only:
+            continue
+        diff = update_option_table(path, command, check=args.check)
+        stale += bool(diff)
+        sys.stdout.writelines(diff)
+        print(f"{path}: {'stale' if diff and args.check else 'updated' if diff else 'current'}: the option table of "
+              f"{command}", file=sys.stderr)
     for block in BLOCKS:
         if (args.cheap and not block.cheap) or (args.only and block.path != args.only):
             continue

@@ -15,7 +15,8 @@ from dynlab.cli.common import (INPUT_FIELDS, check_plot, echo_json, input_path, 
                                parse_opts, progress_bar)
 from dynlab.cli.plan_prices import plan_prices
 from dynlab.cli.plan_shapes import BY_FIELD, CANDIDATES, candidates, check_shapes
-from dynlab.cli.routing import FiniteFloat, given_fields
+from dynlab.cli.routing import given_fields
+from dynlab.cli.sim_options import FiniteFloat
 from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.config import SimConfig
 from dynlab.plan import DEFAULT_CAP, PERCENTILES, Target
@@ -72,7 +73,7 @@ _TYPES = {"capacity": click.IntRange(min=1)}
 
 
 def _shared_options(fn):
-    from dynlab.cli.routing import SIM_FLAGS
+    from dynlab.cli.sim_options import SIM_FLAGS
 
     for flag, field, help_ in reversed([f for f in SIM_FLAGS if f[1] in FLAGS]):
         fn = click.option(flag, field, is_flag=True, help=_help(help_))(fn)

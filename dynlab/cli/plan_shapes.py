@@ -8,7 +8,7 @@ import click
 
 from dynlab import plugins
 from dynlab.cli.common import refuse_repeats, split_list
-from dynlab.cli.routing import SIM_OPTIONS
+from dynlab.cli.sim_options import SIM_OPTIONS
 from dynlab.engine.config import SimConfig
 from dynlab.plan import Shape
 

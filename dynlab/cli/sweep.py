@@ -1,7 +1,7 @@
 """``dynlab sweep``: a grid of ``sim`` options, one ``sim`` run per cell, on a process pool or Ray.
 
 Thin: the grid's option names, types and validation come from ``sim``'s own options
-(the ``SIM_OPTIONS`` table and ``sim``'s flags, read from this command's parameters),
+(the ``SIM_OPTIONS`` table of ``dynlab/cli/sim_options.py`` and ``sim``'s flags, read from this command's parameters),
 converted here and handed to :mod:`dynlab.sweep` as plain values.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dynlab.cli import main
 from dynlab.sweep.plots import FRONTIER, FRONTIER_METRICS  # matplotlib is imported only when a plot is drawn
 from dynlab.cli.common import output_path, stream_output_path, write_atomic
 from dynlab.cli.common import claim_inputs, input_path, parse_opts
-from dynlab.cli.routing import OWN_COMMAS, common_flags, sim_options
+from dynlab.cli.sim_options import OWN_COMMAS, common_flags, sim_options
 from dynlab.cli.report import report_option
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields

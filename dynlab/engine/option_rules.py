@@ -13,6 +13,8 @@ from typing import AbstractSet, Optional
 from dynlab.engine.arrival_options import workload_rules
 from dynlab.engine.class_metrics import parse_class_slos
 from dynlab.engine.gateway import parse_policy
+from dynlab.engine.option_spec import with_rule
+from dynlab.engine.options import BY_NAME, FIELD_ORDER, OPTIONS
 from dynlab.engine.spec import no_effect_rules as _spec_rules
 
 
@@ -25,20 +27,13 @@ def defaults_of(cls) -> dict:
     return out
 
 
-#: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused
-TIME_MODEL_FIELDS = ("time_scale", "rate", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts",
-                     "model", "gpu", "tp", "gpu_memory_utilization", "event_delay_ms", "slo_ttft_ms", "slo_tpot_ms",
-                     "cpu_capacity", "cpu_memory_gb", "pcie_gbps", "cpu_write", "prefill_workers", "decode_workers",
-                     "split", "decode_router", "link_gbps", "link_latency_ms", "overlap_transfer",
-                     "decode_prefix_cache", "admission", "queue_policy", "admission_policy", "controller", "engine_kind",
-                     "async_scheduling", "concurrency", "think_time_ms", "num_requests", "warmup", "latency_profile",
-                     "request_overhead_ms", "detok_us_per_token", "slo_classes", "max_loras")
-#: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too
-PARALLEL_FIELDS = ("ep", "pp", "dp_attention", "kv_cache_dtype")
-#: SGLang's options (``--engine sglang``, :mod:`dynlab.engine.sglang`): refused with any other engine kind
-SGLANG_FIELDS = ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "page_size",
-                 "disable_radix_cache", "enable_mixed_chunk", "mem_fraction_static", "schedule_conservativeness",
-                 "init_new_token_ratio", "new_token_ratio_decay_steps")
+#: options of the timed engine: set without ``timing`` they would silently do nothing, so they are refused (the
+#: declarations' rule ``timed``, :data:`dynlab.engine.options.OPTIONS`, in the configuration's field order)
+TIME_MODEL_FIELDS = with_rule(OPTIONS, "timed", FIELD_ORDER)
+#: the worker's parallelism and KV dtype (models helper, issue 25): timed-engine settings too (rule ``parallel``)
+PARALLEL_FIELDS = with_rule(OPTIONS, "parallel", FIELD_ORDER)
+#: SGLang's options (``--engine sglang``, :mod:`dynlab.engine.sglang`): refused with any other engine kind (``sglang``)
+SGLANG_FIELDS = with_rule(OPTIONS, "sglang", FIELD_ORDER)
 #: vLLM's options (and what dynlab's SGLang worker does not model), each refused with ``--engine sglang``
 VLLM_ONLY = (
     ("max_num_seqs", "vLLM's running cap; SGLang's is --max-running-requests"),
@@ -54,21 +49,18 @@ VLLM_ONLY = (
     ("max_loras", "dynlab models LoRA adapters on vLLM workers only"),
     ("controller", "workers join and leave a fleet of vLLM workers only, for now"),
 )
-#: options of a disaggregated fleet only (refused for an aggregated one)
-PD_FIELDS = ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache")
+#: options of a disaggregated fleet only (refused for an aggregated one; rule ``pd``)
+PD_FIELDS = with_rule(OPTIONS, "pd", FIELD_ORDER)
 
 _WITHOUT_TIMING = "without --timing (it is a setting of the timed engine)"
 
-#: the synthetic workload's options: they shape the seed workload only, never a trace
-WORKLOAD_FIELDS = ("prefixes", "reps", "plen", "tail")
-
-#: fields whose flag is not ``--`` + the field name with dashes: repeatable options, named in the singular
-_FLAGS = {"latency_opts": "--latency-opt", "opts": "--opt", "num_requests": "--requests", "slo_classes": "--slo",
-          "engine_kind": "--engine", "pools": "--pool"}
-
+#: the synthetic workload's options: they shape the seed workload only, never a trace (rule ``synthetic``)
+WORKLOAD_FIELDS = with_rule(OPTIONS, "synthetic", FIELD_ORDER)
 
 def _flag(name: str) -> str:
-    return _FLAGS.get(name) or "--" + name.replace("_", "-")
+    """A field's flag as its declaration names it (``--requests`` for ``num_requests``); sim's output options
+    (``timeline``...) by their names."""
+    return BY_NAME[name].flag if name in BY_NAME else "--" + name.replace("_", "-")
 
 
 def _no_effect_rules(config, own_block_tokens: Optional[int]):
@@ -205,8 +197,8 @@ def _tier_and_lora_rules(config):
             yield name, "without --max-loras (the workers model LoRA adapters only with it)"
 
 
-#: the LoRA adapters' options beside --max-loras, which turns them on (issue 42, dynlab.engine.lora)
-LORA_FIELDS = ("max_cpu_loras", "max_lora_rank", "lora_disk_gbps")
+#: the LoRA adapters' options beside --max-loras, which turns them on (issue 42, dynlab.engine.lora; rule ``lora``)
+LORA_FIELDS = with_rule(OPTIONS, "lora", FIELD_ORDER)
 
 
 def _engine_rules(config):
@@ -228,8 +220,8 @@ def _engine_rules(config):
                                   "SGLang runs it as fcfs)")
 
 
-#: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on
-SPEC_FIELDS = ("spec_method", "spec_acceptance", "spec_draws", "spec_model", "spec_hash_rule")
+#: speculative decoding's options (spec helper, issue 26); spec_tokens is the one that turns it on (rule ``spec``)
+SPEC_FIELDS = with_rule(OPTIONS, "spec", FIELD_ORDER)
 
 
 def _aggregated(config) -> bool:

@@ -9,29 +9,12 @@ from __future__ import annotations
 from collections import namedtuple
 from dataclasses import MISSING, fields
 
-#: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/sim/test_run_layer.py``)
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "traffic": ("trace", "trace_format", "workload", "tokenizer", "keep_failed", "prefixes", "reps", "plen", "tail", "seed", "hash",
-                "all_metrics", "time_scale", "rate", "rate_scale", "duration", "duration_repeat",
-                "concurrency", "think_time_ms", "num_requests", "warmup"),
-    "fleet": ("mode", "opts", "workers", "routers", "router_assign", "prefill_workers", "decode_workers", "split",
-              "admission_policy", "controller", "pools", "price", "spot_discount"),
-    "engine": ("timing", "max_num_batched_tokens", "max_num_seqs", "latency_model", "latency_opts", "latency_profile",
-               "request_overhead_ms", "detok_us_per_token", "model", "gpu", "tp", "ep", "pp", "dp_attention", "gpu_memory_utilization", "engine_kind", "admission", "queue_policy",
-               "async_scheduling",
-               "spec_method", "spec_tokens", "spec_acceptance", "spec_draws", "spec_model",  # spec: issue 26
-               "max_loras", "max_cpu_loras", "max_lora_rank", "lora_disk_gbps",  # LoRA adapters: issue 42
-               "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",  # SGLang's
-               "page_size", "disable_radix_cache", "enable_mixed_chunk", "mem_fraction_static",
-               "schedule_conservativeness", "init_new_token_ratio", "new_token_ratio_decay_steps",
-               "spec_hash_rule"),  # spec_hash_rule: issue 43
-    "kv": ("block", "trace_block", "capacity", "policy", "kv_cache_dtype", "cpu_capacity", "cpu_memory_gb",
-           "pcie_gbps", "cpu_write"),
-    "events": ("publish", "event_delay", "event_loss", "event_delay_ms"),
-    "slo": ("slo_ttft_ms", "slo_tpot_ms", "slo_classes"),
-    "disagg": ("decode_router", "link_gbps", "link_latency_ms", "overlap_transfer", "decode_prefix_cache"),
-}
+from dynlab.engine.option_spec import section_fields
+from dynlab.engine.options import FIELD_ORDER, OPTIONS
 
+#: section name -> its fields, every :class:`SimConfig` field in exactly one (``tests/sim/test_run_layer.py``), from
+#: each declaration's section (:data:`dynlab.engine.options.OPTIONS`), in the configuration's field order
+SECTIONS: dict[str, tuple[str, ...]] = section_fields(OPTIONS, FIELD_ORDER)
 
 
 _CLASSES: dict = {}  # section name -> its class, filled by make_sections

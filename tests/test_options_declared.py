@@ -1,0 +1,153 @@
+"""Options declared once (issue 39 item 5): one :class:`~dynlab.engine.option_spec.Option` per option of ``dynlab sim``
+(``dynlab/engine/options.py``) generates SimConfig's fields, its sections, the no-effect rules' field groups, the
+click options of sim/compare/sweep and the docs' option table; a toy declaration reaches all of them."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
+
+from dynlab.cli.sim_options import (SIM_FLAGS, SIM_OPTIONS, click_type, listed_options, option_rows,
+                                    value_options)
+from dynlab.engine.config import DECODE_ROUTERS, SECTIONS, SimConfig
+from dynlab.engine.option_spec import Option, check_value, declare_fields, option_table, section_fields, with_rule
+from dynlab.engine.options import BY_NAME, FIELD_ORDER, OPTIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: a toy option: what a new option's declaration is (one entry), read by nothing but this test
+TOY = Option("toy_blocks", "kv", 4, kind="int", min=1, unit="blocks", flags=("--toy-blocks",), rules=("timed",),
+             help="A toy: blocks of nothing.")
+WITH_TOY = OPTIONS + (TOY,)
+
+
+@declare_fields(WITH_TOY, FIELD_ORDER)
+class ToyConfig:
+    """SimConfig's fields and the toy's (no methods: the declarations alone)."""
+
+
+def test_a_toy_declaration_reaches_the_config_its_section_and_its_rule():
+    assert [f.name for f in fields(ToyConfig)] == list(FIELD_ORDER) + ["toy_blocks"]  # new fields go last
+    assert ToyConfig().toy_blocks == 4 and ToyConfig(toy_blocks=9, workers=3).workers == 3  # flat keywords
+    assert section_fields(WITH_TOY, FIELD_ORDER)["kv"][-1] == "toy_blocks"
+    assert with_rule(WITH_TOY, "timed", FIELD_ORDER)[-1] == "toy_blocks"  # refused without --timing
+    with pytest.raises(ValueError, match="toy_blocks must be >= 1, got 0"):
+        check_value(TOY, 0)
+
+
+def test_a_toy_declaration_reaches_the_click_commands_and_the_table():
+    @click.command()
+    @value_options(option_rows(WITH_TOY))
+    def sim(**options):
+        click.echo(ToyConfig(**options).toy_blocks)
+
+    runner = CliRunner()
+    assert runner.invoke(sim, ["--toy-blocks", "7"]).output == "7\n"
+    assert runner.invoke(sim, []).output == "4\n"  # the declared default
+    refused = runner.invoke(sim, ["--toy-blocks", "0"])  # the declared range: min=1
+    assert refused.exit_code == 2 and "--toy-blocks" in refused.output
+    assert "A toy: blocks of nothing." in " ".join(runner.invoke(sim, ["--help"]).output.split())
+
+    @click.command()
+    @listed_options(WITH_TOY)
+    def compare(**options):
+        pass
+
+    text = " ".join(runner.invoke(compare, ["--help"]).output.split())
+    assert "A toy: blocks of nothing. A comma list varies it. [type: integer >= 1; default: 4]" in text
+    row = option_table(WITH_TOY).splitlines()[-1]  # the toy comes last: after every declaration
+    assert row == ("| `--toy-blocks` | `toy_blocks` (kv) | integer >= 1 | 4 | blocks | sim, compare, sweep "
+                   "| without --timing |")
+
+
+def test_simconfig_and_the_cli_come_from_the_declarations():
+    assert tuple(f.name for f in fields(SimConfig)) == FIELD_ORDER  # (every option declared before issue 39)
+    assert sorted(n for names in SECTIONS.values() for n in names) == sorted(BY_NAME)
+    flagged = {o.name for o in OPTIONS if o.flags}
+    by_hand = {o.name for o in OPTIONS if o.by_hand}
+    assert {r[1] for r in SIM_OPTIONS} | {r[1] for r in SIM_FLAGS} == flagged - by_hand
+    assert by_hand == {"opts", "latency_opts", "all_metrics", "timing", "pools"}  # repeatable, or the shared flags
+    c = SimConfig(workers=4, link_gbps=2.0)  # flat keywords
+    assert (c.fleet.workers, c.disagg.link_gbps) == (4, 2.0)
+
+
+def test_declared_choices_are_the_engines_own():
+    from dynlab.engine.sglang.schedule_policy import SCHEDULE_POLICIES
+    from dynlab.engine.spec import SPEC_HASH_RULES, SPEC_METHODS
+    from dynlab.routing.hashing import HASH_SCHEMES
+    from dynlab.traces.rates import DURATION_REPEATS
+
+    for name, own in (("schedule_policy", SCHEDULE_POLICIES), ("spec_method", SPEC_METHODS),
+                      ("spec_hash_rule", SPEC_HASH_RULES), ("hash", HASH_SCHEMES),
+                      ("duration_repeat", DURATION_REPEATS), ("decode_router", DECODE_ROUTERS)):
+        assert tuple(BY_NAME[name].choices) == tuple(own), name
+
+
+@pytest.mark.parametrize("section, field, bad", [
+    ("traffic", "prefixes", -1), ("fleet", "routers", 0), ("engine", "max_num_seqs", 0), ("kv", "block", 0),
+    ("events", "event_loss", 1.5), ("slo", "slo_ttft_ms", -1.0), ("disagg", "link_gbps", 0.0)])
+def test_validate_checks_each_section_by_its_declarations(section, field, bad):
+    assert field in SECTIONS[section]
+    with pytest.raises(ValueError, match=f"^{field} must be "):
+        SimConfig(**{field: bad}).validate()
+
+
+def test_a_declaration_with_an_unknown_kind_section_or_rule_is_refused():
+    for kw, word in ((dict(kind="integer"), "kind"), (dict(section="gpu"), "section"), (dict(rules=("never",)), "rule")):
+        with pytest.raises(ValueError, match=f"unknown {word}"):
+            Option(**{"name": "x", "section": "kv", "default": 1, "kind": "int", **kw})
+
+
+def _cli_accepts(option: Option, value) -> bool:
+    try:
+        click_type(option).convert(str(value), None, None)
+    except click.BadParameter:
+        return False
+    return True
+
+
+def _core_accepts(option: Option, value) -> bool:
+    try:
+        check_value(option, value)
+    except ValueError:
+        return False
+    return True
+
+
+RANGED = [o for o in OPTIONS if o.kind in ("int", "float")]
+
+
+@pytest.mark.parametrize("option", RANGED, ids=lambda o: o.name)
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True)))
+def test_the_core_and_the_cli_accept_the_same_values(option, value):
+    """The declared range is one rule: ``SimConfig.validate``'s check and the click type agree on every value."""
+    if option.kind == "int" and not (isinstance(value, int) or (math.isfinite(value) and value == int(value))):
+        return  # (an int option's text must be an integer: click's own rule)
+    if option.kind == "int":
+        value = int(value)
+    assert _core_accepts(option, value) == _cli_accepts(option, value)
+
+
+def test_the_docs_option_table_is_current():
+    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "benchmarks" / "docs_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_tables"] = module
+    spec.loader.exec_module(module)
+    for path, command in module.OPTION_TABLES.items():
+        diff = module.update_option_table(path, command, check=True)
+        assert diff == [], "stale; run python benchmarks/docs_tables.py --cheap\n" + "".join(diff)
+
+
+def test_the_options_declared_for_plan_are_the_ones_plan_takes():
+    from dynlab.cli.plan import FLAGS, SHARED
+    from dynlab.cli.plan_shapes import CANDIDATES
+
+    assert {o.name for o in OPTIONS if "plan" in o.commands} == set(SHARED) | set(FLAGS) | set(CANDIDATES)
