@@ -267,14 +267,16 @@ def _scenario(draw):
           "link_gbps": draw(st.sampled_from([50.0, KV_BYTES / 2e7])),  # 0.042 ms, or 100 ms a request's KV
           "capacity": draw(st.sampled_from([4, 64])), "max_num_seqs": draw(st.sampled_from([1, 4])),
           "mode": draw(st.sampled_from(["least-loaded", "kv", "rr"]))}
-    return times, outs, steps, kw
+    delays = (draw(st.sampled_from([0.0, 0.02, 0.07])), draw(st.sampled_from([0.0, 0.02, 0.07])))
+    return times, outs, steps, kw, delays
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_scenario())
 def test_every_request_is_served_once_whatever_both_pools_do(tmp_path, scenario):
-    times, outs, steps, kw = scenario
+    times, outs, steps, kw, (scrape, discovery) = scenario
     BothAdaptive.steps = steps
+    BothAdaptive.scrape_delay_s, BothAdaptive.discovery_delay_s = scrape, discovery  # s: metrics' age, router's lag
     pm = plugins.get_plugin_manager()
     pm.register(_AdaptivePlugin(), name="test-pd-both-adaptive-controller")
     try:
