@@ -1,12 +1,13 @@
-"""An elastic P/D fleet (``--split P:D --controller ...``): the decode pool's workers join and leave during the run;
-the prefill pool keeps its ``P`` workers (for now: a controller's decision naming ``prefill`` is refused,
-:class:`dynlab.sim.control.Control`).
+"""An elastic P/D fleet (``--split P:D --controller ...``): the decode pool's workers join and leave during the run,
+and the prefill pool's when the controller's ``scales_prefill`` (:class:`PrefillElastic`, below); otherwise the prefill
+pool keeps its ``P`` workers (a controller's decision naming ``prefill`` is refused, :class:`dynlab.sim.control.Control`).
 
 :class:`DecodeElastic` is :class:`~dynlab.engine.elastic.Elastic` (ready times, drain, kill, discovery delay, the
 result's lifetimes) driving a :class:`~dynlab.disagg.fleet.DisaggFleet`'s decode pool through :class:`DecodePool`,
-which gives it the fleet interface an aggregated fleet has. Decode worker ids are ``0..`` within the pool (never
-reused); to the recorders' ``on_step`` decode worker ``d`` is ``P + d`` as in a fixed P/D fleet, so the result's
-per-worker lists (prefill, then decode) keep one entry per id ever given.
+which gives it the fleet interface an aggregated fleet has. Worker ids are ``0..`` within each pool (never reused);
+the recorders' ids (``on_step``, the result's per-worker lists) are given in order of creation across both pools
+(:meth:`DisaggFleet.new_id <dynlab.disagg.fleet.DisaggFleet.new_id>`): a fixed fleet's prefill workers ``0..P-1``, its
+decode workers ``P..P+D-1``, then each worker added to either pool the next id, so every id ever given keeps one entry.
 
 - **Add**: a decode engine (the run's engine kind, ``decode=True``) gets the next id at once; at its ready time it
   joins ``DisaggFleet.droutable``, the decode router's ``FleetView.routable`` (the built-in decode routers pick among
@@ -22,6 +23,23 @@ per-worker lists (prefill, then decode) keep one entry per id ever given.
   received and waiting for admission, or preempted there) has lost it: it goes back through the prefill router as a
   new arrival keeping its first arrival time (counted in ``requeued``, as an aggregated worker's killed requests are,
   :mod:`dynlab.engine.elastic`), prefilled and transferred again.
+
+The prefill pool (:class:`PrefillElastic`, an :class:`~dynlab.engine.elastic.Elastic` on the prefill pool's
+:class:`~dynlab.engine.timed.TimedFleet`, whose router sees joins and leaves as an aggregated fleet's does):
+
+- **Add**: a prefill engine (``handoff=True``) gets the next prefill id and the next recorders' id, and a link of its
+  own; routable at its ready time.
+- **Retire, draining**: no new route; it finishes its prefills and leaves once the KV of every request it prefilled has
+  arrived at its decode worker (its link may still be sending when its engine is idle).
+- **Retire, killing**: a request whose KV had not arrived at its decode worker (on the link, waiting for a
+  reservation, or still prefilling with ``overlap_transfer``) loses it: the decode worker gives back its reservation
+  (or its place in the queue: :meth:`DisaggFleet.cancel_transfer <dynlab.disagg.fleet.DisaggFleet.cancel_transfer>`)
+  and the request goes back through the prefill router keeping its first arrival time (``requeued``), as do the
+  requests in the worker's engine. A request whose KV had arrived is not touched.
+
+Its :class:`FleetState` has ``pool`` ``"prefill"``: the prefill workers, their engines' queues and steps. With both
+pools elastic the :class:`DecodeElastic`'s result gives both (``elastic_pool`` ``prefill+decode``, ``worker_lifetimes``
+with each one's ``pool``, ``workers_over_time`` summed: :meth:`DecodeElastic.result`).
 
 What a controller observes (:meth:`DecodeElastic.observe`): a :class:`~dynlab.engine.controller.FleetState` of
 ``pool`` ``"decode"`` whose workers are the decode workers (``waiting``: requests in its engine's waiting queue, plus

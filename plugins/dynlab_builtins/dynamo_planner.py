@@ -25,7 +25,7 @@ Every ``period`` (default 5 s, ``load_adjustment_interval_seconds``):
 4. No decision while a worker is starting (``scaling in progress``); ``min`` / ``max`` bound the count.
 
 In a P/D fleet (``--split P:D``; :mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its
-workers, for now) the call follows Dynamo's decode planner instead (``components/src/dynamo/planner/utils/
+workers unless ``prefill_min=`` / ``prefill_max=`` are given, below) the decode pool's call follows Dynamo's decode planner instead (``components/src/dynamo/planner/utils/
 decode_planner.py``, ``DecodePlanner.loadbased_plan_adjustment``, and ``utils/load_based_regression.py``,
 ``LoadBasedRegressionModel.predict_x_from_sla``): the decode workers' iterations fit ``ms = a + c x kv_tokens`` (a line,
 least squares over the last ``samples`` decode steps, none before ``min_observations``); the KV load a worker can hold
