@@ -180,7 +180,13 @@ class DisaggFleet:
         # the decode pool's steps: the aggregated workers' driver, publishing nothing (no router reads them)
         self.decode_pool = StepDriver(self.decode, env.loop, env.bus, self._on_dend, publishes=False, lazy=False,
                                       who="decode worker")
-        self._dfirst = len(prefill)  # decode worker d is worker P + d to the recorders' on_step
+        # the recorders' worker ids (on_step, the result's per-worker lists): given in order of creation across both
+        # pools, so a fixed fleet's are 0..P-1 (prefill) then P..P+D-1 (decode); a worker added to either pool
+        # (dynlab.disagg.elastic) takes the next one
+        self.pids, self.dids = list(range(len(prefill))), list(range(len(prefill), len(prefill) + n))
+        self.by_id = [*self.engines, *self.decode]  # engines in id order (all_engines)
+        self.transfer.pids, self.transfer.dids = self.pids, self.dids
+        self.prefill_fleet.step_ids = self.pids
         self.dload = [0] * n
         self.drouted = [0] * n
         self.droutable = list(range(n))  # decode workers a request may be sent to (dynlab.disagg.elastic changes it)
@@ -201,8 +207,36 @@ class DisaggFleet:
 
     @property
     def all_engines(self) -> list:
-        """The prefill engines, then the decode engines (the order of the result's lists)."""
-        return list(self.engines) + self.decode
+        """Every engine in the order of the recorders' worker ids (the result's lists): a fixed fleet's prefill
+        engines, then its decode engines, then any added to either pool, in order of creation."""
+        return list(self.by_id)
+
+    def new_id(self, engine: EngineWorker, pool: str) -> int:
+        """Give ``engine``, just appended to ``pool``'s list (``"prefill"`` or ``"decode"``), the next recorders' id;
+        returns it."""
+        i = len(self.by_id)
+        self.by_id.append(engine)
+        if pool == "prefill":
+            self.pids.append(i)
+            self.link_free.append(0.0)
+        else:
+            self.dids.append(i)
+        return i
+
+    def cancel_transfer(self, rec: "TransferRecord", now: float) -> None:
+        """Forget ``rec``'s trip (its prefill worker was killed with its KV): its decode worker drops the reservation
+        or the place in its queue; a request waiting behind it there may reserve now."""
+        d, ereq = rec.decode, rec.request
+        del self.records[ereq.id]
+        self.dload[d] -= 1
+        if rec.reserved is None:
+            self.pending[d].remove(ereq)
+        else:  # the blocks reserved for its KV go back to the decode worker's pool
+            kv = self.decode[d].kv
+            keys, _ = kv.reserved.pop(ereq)
+            kv.accumulate(now)
+            kv.pool.release(keys, ereq.seq)
+        self._try_reserve(d, now)
 
     def arrive(self, req) -> None:
         """Route and submit the workload's request ``req`` now to the prefill pool (closed-loop users)."""
@@ -298,6 +332,8 @@ class DisaggFleet:
         prefill.release(ereq, now)
         if prefill.step_end is None and not prefill.idle:  # it may have waited for these blocks
             self.prefill_fleet.wake(rec.prefill)
+        elif self.prefill_fleet.elastic is not None:  # a draining prefill worker leaves once its KV is all sent
+            self.prefill_fleet.elastic.idle(rec.prefill)
         d = rec.decode
         engine = self.decode[d]
         before = engine.step_end
@@ -310,7 +346,7 @@ class DisaggFleet:
         if self.awaiting[d]:
             self._stamp_first_tokens(d, res)
         for hook in self._h_step:
-            hook(self._dfirst + d, res)
+            hook(self.dids[d], res)
         for ereq, t in res.finished:
             self.dload[d] -= 1
             for hook in self._h_finish:
@@ -335,18 +371,22 @@ class DisaggFleet:
     # -- metrics ---------------------------------------------------------------------------------
     def result(self) -> dict:
         """The P/D keys of a run's JSON (:meth:`TransferRecorder.result`)."""
-        return self.transfer.result(list(self.engines) + self.decode)
+        return self.transfer.result(self.all_engines)
 
 
 class TransferRecorder(Recorder):
     """The P/D keys of a run (module docstring): transfers, their times and bytes, each pool's use.
 
     ``prefill_workers``: the size of the prefill pool (workers ``0..P-1`` in :meth:`on_step`, decode
-    workers after them). The span is the run's (first arrival to last finish), as the serving recorder's.
+    workers after them; :attr:`pids` and :attr:`dids`, the ids of each pool's workers, the fleet's own lists when
+    its pools grow, :class:`DisaggFleet`). The span is the run's (first arrival to last finish), as the serving
+    recorder's.
     """
 
     def __init__(self, prefill_workers: int):
         self.prefill_workers = prefill_workers
+        self.pids: Optional[list] = None
+        self.dids: Optional[list] = None
         self.records: list = []  # TransferRecord, in the order requests were handed off
         self.busy_ms: list = []  # per worker (prefill, then decode): ms in steps
         self.first_arrival: Optional[float] = None
@@ -380,15 +420,19 @@ class TransferRecorder(Recorder):
         recs = [r for r in self.records if r.arrived is not None]
         busy_ms = self.busy_ms + [0.0] * (len(engines) - len(self.busy_ms))
 
-        def pool(pool_engines, offset):
+        p = self.prefill_workers
+        pids = self.pids if self.pids is not None else range(p)
+        dids = self.dids if self.dids is not None else range(p, len(engines))
+
+        def pool(ids):
+            pool_engines = [engines[i] for i in ids]
             n = len(pool_engines)
-            busy = sum(busy_ms[offset:offset + n])
+            busy = sum(busy_ms[i] for i in ids)
             return {"workers": n, "utilization": ratio(busy, n * span),
                     "mean_kv_usage": kv_usage(pool_engines, self.last_finish, span),
                     "mean_kv_usage_busy": kv_usage_busy(pool_engines),
                     "peak_kv_blocks": [e.peak_used_blocks for e in pool_engines]}
 
-        p = self.prefill_workers
         return {
             "link_sharing": LINK_SHARING,
             "ttft_prefill_ms": stats(self.ttft_prefill),
@@ -397,8 +441,8 @@ class TransferRecorder(Recorder):
             "transfer_bytes": sum(r.nbytes for r in recs),
             "decode_wait_ms": stats([r.decode_wait_ms for r in recs]),
             "decode_hit_tokens": sum(r.hit_tokens for r in recs),
-            "prefill_pool": pool(engines[:p], 0),
-            "decode_pool": pool(engines[p:], p),
+            "prefill_pool": pool(pids),
+            "decode_pool": pool(dids),
         }
 
 

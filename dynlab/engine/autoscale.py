@@ -6,8 +6,9 @@ cold start of a new worker and how a worker is retired, read from the controller
 - ``min`` / ``max``: the replica bounds (workers, starting ones counted; Kubernetes HPA's ``minReplicas``, default
   1, and ``maxReplicas``); ``max`` has no default where a controller needs it (HPA requires it too); in a P/D fleet
   (``--split P:D``) the pool's own, ``decode_min`` / ``decode_max`` (the decode pool scales; ``min`` / ``max`` are
-  refused there, as ``decode_*`` are in an aggregated fleet: :meth:`Autoscaler.no_effect`); ``prefill_min`` /
-  ``prefill_max`` are refused: the prefill pool keeps ``--split``'s ``P`` workers (for now,
+  refused there, as ``decode_*`` and ``prefill_*`` are in an aggregated fleet: :meth:`Autoscaler.no_effect`);
+  ``prefill_min`` / ``prefill_max`` (default 1 and none; ``prefill_max`` required where ``max`` is) make the
+  prefill pool scale too, within them (``scales_prefill``; without either it keeps ``--split``'s ``P`` workers:
   :mod:`dynlab.disagg.elastic`);
 - ``cold_start_s``: seconds from :class:`~dynlab.engine.controller.Add` to routable, overriding the computed
   :func:`cold_start_s` (``load_gbps`` and ``startup_s`` set its terms instead);
@@ -74,10 +75,15 @@ class Autoscaler(Controller):
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         super().__init__(opts, spec)
-        for key in ("prefill_min", "prefill_max"):
-            if self.text(key) is not None:
-                raise ValueError(f"controller {self.spec!r}: {key}: the prefill pool keeps --split's P workers (for "
-                                 f"now); only the decode pool scales (decode_min=, decode_max=)")
+        pmin = self.number("prefill_min", None, minimum=1, integer=True)
+        pmax = self.number("prefill_max", None, minimum=1, integer=True)
+        self.scales_prefill = pmin is not None or pmax is not None  # a P/D fleet's prefill pool scales too
+        self.prefill_bounds = (pmin or 1, pmax)
+        if self.scales_prefill and pmax is None and self.need_max:
+            raise ValueError(f"controller {self.spec!r}: prefill_max=N (the most prefill workers) is required with "
+                             f"prefill_min=")
+        if pmax is not None and pmax < (pmin or 1):
+            raise ValueError(f"controller {self.spec!r}: prefill_max={pmax} is below prefill_min={pmin}")
         self.min = self.number("min", 1, minimum=1, integer=True)
         self.max = self.number("max", None, minimum=1, integer=True)
         self.min = self.number("decode_min", self.min, minimum=1, integer=True)  # P/D: the decode pool's (docstring)
@@ -98,13 +104,13 @@ class Autoscaler(Controller):
     def no_effect(cls, opts, pd: bool):
         """The bounds name the pool they bound: ``decode_min`` / ``decode_max`` in a P/D fleet, ``min`` / ``max`` in
         an aggregated one (module docstring)."""
-        wrong = ("min", "max") if pd else ("decode_min", "decode_max")
+        wrong = ("min", "max") if pd else ("decode_min", "decode_max", "prefill_min", "prefill_max")
         given = [k for k in wrong if k in opts]
         if not given:
             return None
         if pd:
             return (f"as {','.join(given)}= with a P/D split: name the pool, decode_min= and decode_max= (the decode "
-                    f"pool scales; the prefill pool keeps --split's P workers, for now)")
+                    f"pool scales; prefill_min= and prefill_max= make the prefill pool scale too)")
         return f"as {','.join(given)}= without a P/D split (--split P:D): use min= and max="
 
     def choice(self, key: str, choices: tuple, default: str) -> str:
@@ -121,10 +127,11 @@ class Autoscaler(Controller):
             return self.cold_override
         return cold_start_s(state.weight_bytes, self.load_gbps, self.startup_s)
 
-    def bounded(self, n: int) -> int:
-        """``n`` within ``[min, max]``."""
-        n = max(n, self.min)
-        return n if self.max is None else min(n, self.max)
+    def bounded(self, n: int, pool: str = "") -> int:
+        """``n`` within ``[min, max]`` (``pool`` ``"prefill"``: within ``[prefill_min, prefill_max]``)."""
+        low, high = self.prefill_bounds if pool == "prefill" else (self.min, self.max)
+        n = max(n, low)
+        return n if high is None else min(n, high)
 
     def scale_to(self, state, n: int) -> list:
         """Decisions taking the fleet's replicas (starting and live workers) to ``n``: adds, each ready after

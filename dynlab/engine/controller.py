@@ -9,8 +9,10 @@ decisions that the fleet applies at once (:class:`dynlab.engine.elastic.Elastic`
 
 In a P/D fleet (``--split P:D``) the controller scales the decode pool: its :class:`FleetState` has ``pool``
 ``"decode"`` and lists the decode workers (ids ``0..`` within that pool), and its decisions name that pool (``pool``
-``"decode"``, or ``""``: the fleet's one elastic pool); the prefill pool keeps ``P`` workers for now
-(:mod:`dynlab.disagg.elastic`; a decision naming ``"prefill"`` is refused).
+``"decode"``, or ``""``: the pool of the state decided on); with ``scales_prefill`` (an autoscaler given
+``prefill_min=`` or ``prefill_max=``) it is called for the prefill pool too, each period, with a :class:`FleetState` of
+``pool`` ``"prefill"`` (the prefill workers, ids ``0..`` within that pool), before the decode pool's call; otherwise
+the prefill pool keeps ``P`` workers (:mod:`dynlab.disagg.elastic`; a decision naming ``"prefill"`` is refused).
 
 ``none`` (the default) builds no controller at all and leaves the fleet fixed
 (:func:`dynlab.sim.control.build_controller`); the built-in plugin (``dynlab_builtins.controllers``) registers
@@ -51,7 +53,7 @@ class WorkerState(NamedTuple):
     kv_tokens: int = 0
     kv_capacity_tokens: int = 0
     max_batched_tokens: int = 0
-    #: the worker's pool: ``""`` in an aggregated fleet, ``"decode"`` in a P/D one (module docstring)
+    #: the worker's pool: ``""`` in an aggregated fleet, ``"decode"`` or ``"prefill"`` in a P/D one (module docstring)
     pool: str = ""
 
 
@@ -154,6 +156,8 @@ class Controller:
     scrape_delay_s: float = 0.0
     #: s before the router learns of a join or a leave (:class:`dynlab.engine.elastic.Elastic`); 0: at once
     discovery_delay_s: float = 0.0
+    #: whether a P/D fleet's prefill pool scales too (module docstring)
+    scales_prefill: bool = False
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         self.spec = spec or self.name

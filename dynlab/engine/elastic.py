@@ -1,5 +1,5 @@
 """Elastic fleets: workers join and leave a timed aggregated fleet during the run (``--controller``; a P/D fleet's decode
-pool: :mod:`dynlab.disagg.elastic`).
+and prefill pools: :mod:`dynlab.disagg.elastic`).
 
 :class:`Elastic` drives a :class:`~dynlab.engine.timed.TimedFleet` through its public seams
 (:meth:`~dynlab.engine.timed.TimedFleet.grow`, ``routable``, ``elastic``) and observes it as a

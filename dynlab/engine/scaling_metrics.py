@@ -18,10 +18,12 @@ keys follow :class:`~dynlab.engine.elastic.Elastic`'s.
   over its length (a request waiting the whole window adds 1; one never scheduled, shed or rejected, adds nothing).
   What an operator's ``num_requests_waiting`` gauge averages to over the window, the gateway's holds included.
 
-In a P/D fleet (:mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its workers) every
-``scale_events`` entry names its pool (``[s, "add" | "retire", worker, "decode"]``), ``gpu_hours`` counts both pools
-(the prefill workers from 0 ms to the run's last finish) and ``gpu_hours_per_pool`` gives each (``{"prefill": h,
-"decode": h}``, each rounded; ``gpu_hours`` is the rounded sum of the unrounded two).
+In a P/D fleet (:mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its workers unless the
+controller scales it too) every ``scale_events`` entry names its pool (``[s, "add" | "retire", worker, "decode"]``,
+``worker`` an id within that pool; both pools' events in the order they were applied), ``gpu_hours`` counts both pools
+(a fixed prefill pool's workers from 0 ms to the run's last finish, a scaling one's over their lifetimes as the decode
+pool's) and ``gpu_hours_per_pool`` gives each (``{"prefill": h, "decode": h}``, each rounded; ``gpu_hours`` is the
+rounded sum of the unrounded two); ``oscillations`` is the sum of each pool's.
 
 ``--price`` and ``--spot-discount`` price ``gpu_hours`` (``cost_usd``, ``price_source``: :mod:`dynlab.sim.cost`,
 after this recorder's keys are built).
@@ -41,11 +43,12 @@ class ScalingRecorder(Recorder):
     """The scaling figures (module docstring) of ``elastic`` (an :class:`~dynlab.engine.elastic.Elastic`) with
     ``gpus`` GPUs per worker and a controller called every ``period_s`` seconds."""
 
-    def __init__(self, elastic, gpus: int, period_s: float, fixed: tuple = ()):
+    def __init__(self, elastic, gpus: int, period_s: float, fixed: tuple = (), also=None):
         """``fixed``: ``(pool name, workers)`` of a pool that keeps its workers beside ``elastic``'s (a P/D fleet's
-        prefill pool), billed from 0 ms to the run's last finish."""
+        prefill pool), billed from 0 ms to the run's last finish; ``also``: instead, that pool's own elastic (it scales
+        too: :class:`dynlab.disagg.elastic.PrefillElastic`), billed over its workers' lifetimes."""
         self.elastic, self.gpus, self.period_ms = elastic, gpus, period_s * 1000.0
-        self.fixed = fixed
+        self.fixed, self.also = fixed, also
         self.total: dict = {}  # window index -> requests arrived (outside warm-up, not failed ones)
         self.good: dict = {}
         self.waited: dict = {}  # window index -> ms requests spent waiting in it (queue_over_time)
@@ -93,7 +96,7 @@ class ScalingRecorder(Recorder):
     def result(self, engines: Sequence) -> dict[str, Any]:
         e = self.elastic
         end = e.fleet.env.serving.last_finish
-        alive_ms = sum(_held_until(e.left[w], e.joined[w], end) - e.joined[w] for w in range(len(e.state)))
+        alive_ms = _alive_ms(e, end)
         out = {"gpu_hours": round(alive_ms * self.gpus / 3.6e6, 6),
                "scale_events": [[round(t / 1000.0, 3), kind, w] for t, kind, w in e.events],
                "oscillations": oscillations(e.events, self.period_ms),
@@ -105,6 +108,16 @@ class ScalingRecorder(Recorder):
             out["gpu_hours_per_pool"] = {name: round(fixed_ms * self.gpus / 3.6e6, 6),
                                          e.pool: round(alive_ms * self.gpus / 3.6e6, 6)}
             out["scale_events"] = [[*event, e.pool] for event in out["scale_events"]]
+        elif self.also is not None:  # a P/D fleet whose both pools scale: the prefill pool's first at equal times
+            a = self.also
+            a_ms = _alive_ms(a, end)
+            out["gpu_hours"] = round((alive_ms + a_ms) * self.gpus / 3.6e6, 6)
+            out["gpu_hours_per_pool"] = {a.pool: round(a_ms * self.gpus / 3.6e6, 6),
+                                         e.pool: round(alive_ms * self.gpus / 3.6e6, 6)}
+            both = sorted([(t, k, w, a.pool) for t, k, w in a.events] + [(t, k, w, e.pool) for t, k, w in e.events],
+                          key=lambda event: event[0])
+            out["scale_events"] = [[round(t / 1000.0, 3), k, w, pool] for t, k, w, pool in both]
+            out["oscillations"] = oscillations(a.events, self.period_ms) + out["oscillations"]
         if self._slo()[1]:
             windows = [[round(k * self.period_ms / 1000.0, 3), ratio(self.good.get(k, 0), n)]
                        for k, n in sorted(self.total.items())]
@@ -120,6 +133,11 @@ class ScalingRecorder(Recorder):
             return []
         return [[round(k * self.period_ms / 1000.0, 3), round(self.waited.get(k, 0.0) / self.period_ms, 4)]
                 for k in range(first, max([last] + list(self.waited)) + 1)]
+
+
+def _alive_ms(e, end: float) -> float:
+    """ms the workers of ``e`` (an :class:`~dynlab.engine.elastic.Elastic`) held their GPUs, to ``end`` at most."""
+    return sum(_held_until(e.left[w], e.joined[w], end) - e.joined[w] for w in range(len(e.state)))
 
 
 def _held_until(left, joined: float, end: float) -> float:

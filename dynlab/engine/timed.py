@@ -88,6 +88,9 @@ class TimedFleet(StepDriver):
         self.on_step_ended, self.on_handed_off = on_step_ended, on_handed_off
         self.admits = admits
         self.origins: Optional[dict] = None  # request id -> the workload's Request, kept when a kill may requeue it
+        #: the recorders' id of each worker in ``on_step`` when it is not its position (a P/D fleet whose pools grow,
+        #: :class:`dynlab.disagg.fleet.DisaggFleet`); ``None``: its position
+        self.step_ids: Optional[list] = None
         routing = env.routing
         self.block = engines[0].block if n else 1
         group = FullAttentionGroup(self.block)  # the block arithmetic: the engines' (dynlab.kv.blocks)
@@ -277,8 +280,9 @@ class TimedFleet(StepDriver):
             self._publish(w, BlockStored(w, tuple(res.stored), block_size=self.block, runs=res.stored_runs),
                           res.cpu_removed,
                           res.cpu_stored)
+        sid = w if self.step_ids is None else self.step_ids[w]
         for hook in self._h_step:
-            hook(w, res)
+            hook(sid, res)
         for ereq, t in res.first_tokens:
             self._first_token(ereq)
             for hook in self._h_first:

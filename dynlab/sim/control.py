@@ -13,8 +13,11 @@ retired or added since keeps its state now, a worker added since has no metric y
 ``discovery_delay_s`` an added worker is routable that long after its cold start, and a retired one that long
 after the decision stops receiving routes (:meth:`~dynlab.engine.elastic.Elastic.retire`'s ``after_ms``).
 
-A decision names the pool it scales (``Add.pool``, ``Retire.pool``): ``""`` or the elastic's own (``decode`` in a P/D
-fleet, :mod:`dynlab.disagg.elastic`); another pool is refused (:class:`~dynlab.errors.DynlabError`).
+A P/D fleet's prefill pool scales too when the controller says so (``Controller.scales_prefill``: an autoscaler given
+``prefill_min=`` or ``prefill_max=``): each call then observes and decides for each pool in turn, the prefill pool
+first (:class:`~dynlab.engine.controller.FleetState` ``pool`` ``"prefill"``, then ``"decode"``). A decision names the
+pool it scales (``Add.pool``, ``Retire.pool``): ``""`` (the pool of the state decided on) or a pool that scales; another
+pool is refused (:class:`~dynlab.errors.DynlabError`).
 """
 from __future__ import annotations
 
@@ -45,10 +48,11 @@ def build_controller(spec: str) -> Optional[Controller]:
 
 class Control:
     """``controller`` driving ``elastic`` (give ``elastic`` to the run's recorders before the fleet is built,
-    then :meth:`start` once the fleet is attached)."""
+    then :meth:`start` once the fleet is attached); ``prefill``: a P/D fleet's prefill pool's, when it scales too."""
 
-    def __init__(self, controller: Controller, elastic: Elastic):
+    def __init__(self, controller: Controller, elastic: Elastic, prefill: Optional[Elastic] = None):
         self.controller, self.elastic = controller, elastic
+        self.pools = [e for e in (prefill, elastic) if e is not None]  # observed and decided in this order
         self.period_ms = controller.period_s * 1000.0
         self.scrape_ms = controller.scrape_delay_s * 1000.0
         self.discovery_ms = controller.discovery_delay_s * 1000.0
@@ -64,27 +68,40 @@ class Control:
         loop.at(loop.now + self.period_ms, STEP_START, self._tick)
 
     def _tick(self) -> None:
-        elastic, c = self.elastic, self.controller
-        state = elastic.observe(c.period_s)
-        loop = elastic.fleet.loop
-        if self.scrape_ms > 0:
-            self.pending += 1
-            loop.at(loop.now + self.scrape_ms, STEP_START, self._decide, state, True)
-        else:
-            self._decide(state)
-        if len(loop) > elastic.pending_ready + elastic.pending_leave + self.pending:  # work is left: the next call
+        c, loop = self.controller, self.elastic.fleet.loop
+        for elastic in self.pools:
+            state = elastic.observe(c.period_s)
+            if self.scrape_ms > 0:
+                self.pending += 1
+                loop.at(loop.now + self.scrape_ms, STEP_START, self._decide, state, True)
+            else:
+                self._decide(state)
+        waits = sum(e.pending_ready + e.pending_leave for e in self.pools)
+        if len(loop) > waits + self.pending:  # work is left: the next call
             loop.at(loop.now + self.period_ms, STEP_START, self._tick)
 
+    def _pool(self, name: str, decision) -> Elastic:
+        """The elastic of the pool ``name`` a decision scales; :class:`DynlabError` when it does not scale."""
+        for elastic in self.pools:
+            if elastic.pool == name:
+                return elastic
+        c = self.controller
+        raise DynlabError(f"controller {c.spec!r} decided {decision!r}: "
+                          + ("an aggregated fleet has no pools" if not self.elastic.pool else
+                             "the prefill pool keeps --split's P workers unless the controller scales it "
+                             "(prefill_min= or prefill_max=)" if name == "prefill" else
+                             f"only the {' and '.join(e.pool for e in self.pools)} pool scales"))
+
     def _decide(self, state, delayed: bool = False) -> None:
-        elastic, c = self.elastic, self.controller
+        c = self.controller
+        own = self._pool(state.pool, state)
         if delayed:
             self.pending -= 1
-            state = state._replace(workers=members_now(state.workers, elastic.workers_now()))
+            state = state._replace(workers=members_now(state.workers, own.workers_now()))
         for decision in c.decide(state) or ():
-            if type(decision) in (Add, Retire) and decision.pool not in ("", elastic.pool):
-                raise DynlabError(f"controller {c.spec!r} decided {decision!r}: "
-                                  + (f"only the {elastic.pool} pool scales (the prefill pool keeps --split's P "
-                                     f"workers, for now)" if elastic.pool else "an aggregated fleet has no pools"))
+            elastic = own
+            if type(decision) in (Add, Retire) and decision.pool not in ("", own.pool):
+                elastic = self._pool(decision.pool, decision)
             if type(decision) is Add:
                 if not decision.ready_in_s >= 0 or decision.ready_in_s == float("inf"):
                     raise DynlabError(f"controller {c.spec!r}: Add(ready_in_s={decision.ready_in_s!r}) must be "

@@ -10,7 +10,7 @@ hooks ``on_step_started``, ``on_step_ended``, ``on_handed_off``).
 """
 from __future__ import annotations
 
-from dynlab.disagg.elastic import DecodeElastic
+from dynlab.disagg.elastic import DecodeElastic, PrefillElastic
 from dynlab.disagg.fleet import DisaggFleet
 from dynlab.engine.elastic import Elastic
 from dynlab.engine.scaling_metrics import ScalingRecorder
@@ -82,19 +82,26 @@ class Disaggregated:
 
             env.recorders.append(PoolRecorder(s, env.serving))
         controller = build_controller(s.config.controller)
+        pre = None
         if controller is not None:  # the decode pool scales (dynlab.disagg.elastic); its recorders before the fleet
             kind, hardware = s.engine_kind(), s.latency.hardware
-            elastic = DecodeElastic(lambda d: kind.build(s, d, decode=True), controller.spec,
-                                    hardware.model.weight_bytes)
+            weights = hardware.model.weight_bytes
+            elastic = DecodeElastic(lambda d: kind.build(s, d, decode=True), controller.spec, weights)
+            if controller.scales_prefill:  # and the prefill pool
+                role = dict((pool.role, sub) for pool, sub in s.pools).get("prefill", s) if s.pools else s
+                pre = PrefillElastic(lambda p: kind.build(role, p, handoff=True), controller.spec, weights)
+                env.recorders.append(pre)
             env.recorders.append(elastic)
             env.recorders.append(ScalingRecorder(elastic, hardware.parallel.gpus, controller.period_s,
-                                                 fixed=("prefill", len(prefill))))
+                                                 fixed=() if pre else ("prefill", len(prefill)), also=pre))
         fleet = DisaggFleet(strategy, prefill, decode, env, s.names_of,
                             kv_bytes_per_token=s.latency.hardware.model.kv_bytes_per_token, pd=s.config.disagg,
                             transfer_bytes=s.transfer_bytes())
         if controller is not None:
             elastic.attach(fleet)
-            Control(controller, elastic).start(hardware.parallel.gpus, s.config)
+            if pre is not None:
+                pre.attach(fleet, elastic)
+            Control(controller, elastic, pre).start(hardware.parallel.gpus, s.config)
         return fleet
 
     def describe(self) -> dict:

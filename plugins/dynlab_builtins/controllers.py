@@ -2,11 +2,13 @@
 ``hpa``, ``dynamo-load`` (:mod:`dynlab_builtins.dynamo_planner`) and ``dynamo-throughput``
 (:mod:`dynlab_builtins.dynamo_throughput`; docs/autoscaling.md: each one's algorithm and source).
 
-In a P/D fleet (``--split P:D``, :mod:`dynlab.disagg.elastic`) a controller sees and scales the decode pool only: ``static``
-keeps both pools; ``hpa`` applies its rule to the decode workers (``queue``: requests waiting in a decode worker's engine,
-received and not admitted, or waiting for a reservation; ``running``; ``kv``) within ``decode_min`` / ``decode_max``;
-``dynamo-load`` follows Dynamo's decode planner (:mod:`dynlab_builtins.dynamo_planner`); ``dynamo-throughput`` is
-refused there (for now). The prefill pool keeps ``--split``'s ``P`` workers."""
+In a P/D fleet (``--split P:D``, :mod:`dynlab.disagg.elastic`) a controller scales the decode pool, and the prefill
+pool too when given ``prefill_min=`` or ``prefill_max=`` (else it keeps ``--split``'s ``P`` workers): ``static`` keeps
+both pools; ``hpa`` applies its rule to each scaling pool on its own (its own stabilisation history and scale-up
+policy; decode ``queue``: requests waiting in a decode worker's engine, received and not admitted, or waiting for a
+reservation; prefill ``queue``: requests waiting in a prefill worker's engine; ``running``; ``kv``) within
+``decode_min`` / ``decode_max`` and ``prefill_min`` / ``prefill_max``; ``dynamo-load`` follows Dynamo's decode and
+prefill planners (:mod:`dynlab_builtins.dynamo_planner`); ``dynamo-throughput`` is refused there (for now)."""
 from __future__ import annotations
 
 import math
@@ -77,6 +79,7 @@ class Hpa(Autoscaler):
         self.up_policy_s = self.number("up_policy_s", 15.0)
         self.history: list = []  # (s, desired) of every call: the stabilisation windows'
         self.adds: list = []  # (s, count) of the adds made: the scale-up policy's
+        self.books: dict = {}  # pool -> (history, adds)
 
     def raw(self, live, starting: int) -> int:
         """The metric's desired replicas (the replica calculator), before stabilisation and limits."""
@@ -106,9 +109,16 @@ class Hpa(Autoscaler):
             start = current - sum(k for t, k in self.adds if t > now - self.up_policy_s + 1e-9)
             limit = max(start + self.up_pods, int(math.ceil(start * (1.0 + self.up_percent / 100.0) - 1e-9)))
             n = min(n, limit)
-        return self.bounded(n)
+        return self.bounded(n, state.pool)
 
     def decide(self, state):
+        """:meth:`decide_pool` with ``state.pool``'s own history and adds (a P/D fleet's pools scale apart)."""
+        self.history, self.adds = self.books.get(state.pool, ([], []))
+        out = self.decide_pool(state)
+        self.books[state.pool] = (self.history, self.adds)
+        return out
+
+    def decide_pool(self, state):
         live = [w for w in state.workers if w.state == LIVE]
         starting = sum(1 for w in state.workers if w.state == STARTING)
         if not live:

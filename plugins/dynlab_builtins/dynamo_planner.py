@@ -25,7 +25,7 @@ Every ``period`` (default 5 s, ``load_adjustment_interval_seconds``):
 4. No decision while a worker is starting (``scaling in progress``); ``min`` / ``max`` bound the count.
 
 In a P/D fleet (``--split P:D``; :mod:`dynlab.disagg.elastic`: the decode pool scales, the prefill pool keeps its
-workers, for now) the call follows Dynamo's decode planner instead (``components/src/dynamo/planner/utils/
+workers unless ``prefill_min=`` / ``prefill_max=`` are given, below) the decode pool's call follows Dynamo's decode planner instead (``components/src/dynamo/planner/utils/
 decode_planner.py``, ``DecodePlanner.loadbased_plan_adjustment``, and ``utils/load_based_regression.py``,
 ``LoadBasedRegressionModel.predict_x_from_sla``): the decode workers' iterations fit ``ms = a + c x kv_tokens`` (a line,
 least squares over the last ``samples`` decode steps, none before ``min_observations``); the KV load a worker can hold
@@ -33,6 +33,18 @@ at the ITL target is ``x = (itl - a) / c``; up by 1 when EVERY live decode worke
 down by 1 when every one holds less than ``x x (N - 1) / N x sensitivity``; nothing when ``c <= 0`` (Dynamo falls back
 to a heuristic on its observations there) or ``x <= 0`` (the target is out of reach), nor while a decode worker starts;
 ``decode_min`` / ``decode_max`` bound the count.
+
+With ``prefill_min=`` or ``prefill_max=`` the P/D prefill pool scales too, by Dynamo's prefill planner
+(``components/src/dynamo/planner/utils/prefill_planner.py``, ``PrefillPlanner.loadbased_plan_adjustment``; its
+observations as ``planner_core.py`` feeds ``ttft_regression``): each period with first tokens adds one point ``(x, y)``,
+``x`` the live prefill workers' mean queued prompt tokens (``active_prefill_tokens``) plus the period's mean prompt
+length (``last_isl``), ``y`` the period's mean TTFT (ms); a line ``y = a + c x`` over the last ``samples`` points (none
+before ``min_observations``) gives the load ``x_sla = (ttft - a) / c`` meeting the TTFT target, and per worker the
+target of queued prompt tokens ``x_sla - avg_isl`` (the last point's prompt length); up by 1 when EVERY live prefill
+worker queues more than it, down by 1 when every one queues less than ``target x (N - 1) / N x sensitivity``;
+nothing when ``c <= 0``, the target is ``<= 0`` (out of reach at that prompt length), or a prefill worker starts.
+Simplified: Dynamo fits one point per prefill worker (its own TTFT); dynlab's :class:`FleetState` gives the fleet's
+TTFTs, so one point per period, from the pool's means.
 
 The P/D decode pool's fit is simplified: Dynamo buckets its samples (``fpm_sample_bucket_size``) before fitting; dynlab
 fits the last samples as they are.
@@ -87,6 +99,7 @@ class DynamoLoad(Autoscaler):
         self.fpm, self.latest = Fpm(self.samples), Latest()
         self.model: Optional[tuple] = None
         self.window: list = []  # a P/D decode pool's last decode steps (decode_pool)
+        self.points: list = []  # a P/D prefill pool's last (load, TTFT ms, prompt length) points (prefill_pool)
 
     @property
     def avg_isl(self) -> float:
@@ -175,9 +188,33 @@ class DynamoLoad(Autoscaler):
             return self.scale_to(state, self.bounded(n - 1))
         return ()
 
+    def prefill_pool(self, state):
+        """A P/D fleet's prefill pool: Dynamo's prefill planner (module docstring)."""
+        live = [w for w in state.workers if w.state == LIVE]
+        if live and state.arrivals and state.ttft_ms:
+            isl = state.prompt_tokens / state.arrivals
+            x = sum(w.queued_prefill_tokens for w in live) / len(live) + isl
+            self.points = (self.points + [(x, sum(state.ttft_ms) / len(state.ttft_ms), isl)])[-self.samples:]
+        if len(self.points) < self.min_observations or any(w.state == STARTING for w in state.workers):
+            return ()
+        line = fit_line([(x, y) for x, y, _ in self.points])
+        n = len(live)
+        if line is None or line[1] <= 0 or not n:
+            return ()
+        target = (self.ttft - line[0]) / line[1] - self.points[-1][2]
+        if target <= 0:
+            return ()
+        if all(w.queued_prefill_tokens > target for w in live):
+            return self.scale_to(state, self.bounded(n + 1, "prefill"))
+        if n > 1 and all(w.queued_prefill_tokens < target * (n - 1) / n * self.sensitivity for w in live):
+            return self.scale_to(state, self.bounded(n - 1, "prefill"))
+        return ()
+
     def decide(self, state):
         if state.pool == "decode":
             return self.decode_pool(state)
+        if state.pool == "prefill":
+            return self.prefill_pool(state)
         ready = self.learn(state)
         if any(w.state == STARTING for w in state.workers) or not ready:
             return ()

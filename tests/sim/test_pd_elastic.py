@@ -1,5 +1,6 @@
 """Elastic P/D fleets (issue 41 item 1, "separate prefill/decode pools"): a controller scales the decode pool of a
-``--split P:D`` fleet (dynlab.disagg.elastic); the prefill pool keeps its P workers (for now).
+``--split P:D`` fleet (dynlab.disagg.elastic); the prefill pool keeps its P workers unless the controller scales it
+(tests/sim/test_pd_prefill_elastic.py).
 
 Hand cases on a flat linear step model (every step 100 ms: beta0 = 100, no per-token term, every overhead off) with one
 request in a batch (``max_num_seqs`` 1) on every worker, 16-token prompts of fresh tokens and 5 output tokens: a prefill
@@ -135,9 +136,9 @@ def test_an_added_decode_worker_takes_requests_once_ready(tmp_path, scripted):
     assert out["scale_events"] == [[0.1, "add", 1, "decode"]]
 
 
-def test_a_decision_naming_the_prefill_pool_is_refused(tmp_path, scripted):
+def test_a_decision_naming_the_prefill_pool_is_refused_when_it_does_not_scale(tmp_path, scripted):
     scripted.script = [(0.1, Add(0.0, pool="prefill"))]
-    with pytest.raises(DynlabError, match="only the decode pool scales"):
+    with pytest.raises(DynlabError, match="the prefill pool keeps --split's P workers unless the controller scales"):
         _pd(tmp_path, [0, 0.4], "test-pd-scripted:period=0.1")
 
 
@@ -236,6 +237,7 @@ def test_dynamo_load_scales_the_decode_pool_by_dynamos_decode_planner():
     ("1:1", "hpa:target=1,max=4", "as max= with a P/D split: name the pool"),
     ("1:1", "hpa:target=1,decode_max=4,min=2", "as min= with a P/D split"),
     (None, "hpa:target=1,decode_max=4", "as decode_max= without a P/D split"),
+    (None, "hpa:target=1,max=4,prefill_max=2", "as prefill_max= without a P/D split"),
     ("1:1", "dynamo-throughput", "dynamo-throughput with a P/D split"),
 ])
 def test_pool_bounds_are_named_by_the_pool_they_bound(split, spec, words):
@@ -244,9 +246,15 @@ def test_pool_bounds_are_named_by_the_pool_they_bound(split, spec, words):
         check_effective(config, {"controller"})
 
 
-def test_the_prefill_pool_bounds_are_refused_for_now():
-    with pytest.raises(ValueError, match="the prefill pool keeps --split's P workers"):
-        build_controller("hpa:target=1,decode_max=4,prefill_max=2")
+def test_the_prefill_pool_bounds_make_the_prefill_pool_scale():
+    c = build_controller("hpa:target=1,decode_max=4,prefill_max=2")
+    assert c.scales_prefill and c.bounded(5, "prefill") == 2 and c.bounded(5, "decode") == 4
+    assert c.bounded(0, "prefill") == 1  # prefill_min's default
+    assert not build_controller("hpa:target=1,decode_max=4").scales_prefill
+    with pytest.raises(ValueError, match="prefill_max=N .* is required"):  # as max= is for hpa
+        build_controller("hpa:target=1,decode_max=4,prefill_min=2")
+    with pytest.raises(ValueError, match="prefill_max=1 is below prefill_min=2"):
+        build_controller("dynamo-load:prefill_min=2,prefill_max=1")
 
 
 # ----------------------------------------------------------------------------- the property: each request served once
