@@ -22,7 +22,12 @@ The summary table is the median over rows of ``|error|`` per metric, in percent 
 row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
 
     python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--files A.csv[,B.csv]] [--only SUBSTRING]
-        [--uncalibrated | --fit-on REGEX] [--max-nfev N] [--json FILE]
+        [--uncalibrated | --fit-on REGEX] [--folds K] [--max-nfev N] [--json FILE]
+    python benchmarks/fidelity_real.py --from-json A.json[,B.json]
+
+``--folds K``: the k of the k-fold calibration (5 by default; each group takes min(K, its rows)).
+``--from-json``: the tables of earlier runs' ``--json`` files, merged, without replaying anything: a long
+k-fold run can be split into one process per group (``--only``) and its tables printed once all are in.
 
 ``--files`` defaults to BLIS's ``blis_h100.csv`` (the run docs/fidelity.md quotes first); each CSV named is
 scored on its own (its own fits, its own table), so adding a file leaves the others' figures as they were.
@@ -225,10 +230,20 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="only the rows whose experiment contains this")
     ap.add_argument("--uncalibrated", action="store_true", help="the defaults only: no fit, no held-out column")
     ap.add_argument("--max-nfev", type=int, default=15, help="least_squares evaluations per start of each fit")
+    ap.add_argument("--folds", type=int, default=5, help="k of the k-fold calibration (per group, at most its rows)")
+    ap.add_argument("--from-json", default=None, metavar="A.json[,B.json]",
+                    help="print the tables of earlier runs' --json files, merged; replays nothing")
     ap.add_argument("--fit-on", default=None, metavar="REGEX",
                     help="fit each group once on its rows whose experiment matches; score the others (no defaults)")
     ap.add_argument("--json", default=None, help="also write every row's errors here")
     args = ap.parse_args()
+    if args.from_json:
+        by_file = merged(args.from_json.split(","))
+        for file, results in sorted(by_file.items()):
+            report(file, results, len(by_file) > 1)
+        return
+    if args.folds < 2:
+        sys.exit(f"fidelity_real.py: --folds {args.folds}: k-fold needs at least 2 folds")
     names = chosen(args.files)
     out: dict = {}
     for file in names:
@@ -238,19 +253,47 @@ def main() -> None:
         results = {}
         for name in args.latency_model.split(","):
             start = time.perf_counter()
-            results[name] = score(points, name, max_nfev=args.max_nfev, fit=not args.uncalibrated,
+            results[name] = score(points, name, folds=args.folds, max_nfev=args.max_nfev, fit=not args.uncalibrated,
                                   fit_on=re.compile(args.fit_on) if args.fit_on else None)
             print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
             out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
-        if len(names) > 1:
-            print(f"\n{file}:")
-        print(table(results))
-        print("\nper row (error %, uncalibrated -> held out):")
-        for name, rows in results.items():
-            _per_row(name, rows)
+        report(file, results, len(names) > 1)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
+
+
+def report(file: str, results: dict, named: bool) -> None:
+    """Print one CSV's table (``results``: latency model -> rows of :func:`score`) and its rows."""
+    if named:
+        print(f"\n{file}:")
+    print(table(results))
+    print("\nper row (error %, uncalibrated -> held out):")
+    for name, rows in results.items():
+        _per_row(name, rows)
+
+
+def merged(paths: list[str]) -> dict:
+    """``{file: {latency model: rows}}`` of several ``--json`` files (rows in the files' order). Exits with one
+    line when a file is missing, is not such a file, or repeats a row another file holds (the same
+    experiment, file and latency model), since its medians would count that row twice."""
+    out: dict = {}
+    seen = set()
+    for path in paths:
+        try:
+            with open(path) as fh:
+                data = json.load(fh)
+            rows = [(name, r) for name, rs in data.items() for r in rs]
+            keys = [(r["file"], name, r["source"]) for name, r in rows]
+        except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
+            sys.exit(f"fidelity_real.py: {path}: not a --json file of fidelity_real.py ({exc})")
+        again = sorted(k[2] for k in set(keys) & seen)
+        if again:
+            sys.exit(f"fidelity_real.py: {path}: rows already in an earlier file: {', '.join(again[:3])}")
+        seen.update(keys)
+        for name, r in rows:
+            out.setdefault(r["file"], {}).setdefault(name, []).append(r)
+    return out
 
 
 if __name__ == "__main__":
