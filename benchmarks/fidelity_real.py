@@ -22,10 +22,11 @@ The summary table is the median over rows of ``|error|`` per metric, in percent 
 row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
 
     python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--files A.csv[,B.csv]] [--only SUBSTRING]
-        [--uncalibrated | --fit-on REGEX] [--folds K] [--max-nfev N] [--json FILE]
+        [--uncalibrated | --fit-on REGEX] [--folds K] [--cv-only] [--max-nfev N] [--json FILE]
     python benchmarks/fidelity_real.py --from-json A.json[,B.json]
 
-``--folds K``: the k of the k-fold calibration (5 by default; each group takes min(K, its rows)).
+``--folds K``: the k of the k-fold calibration (5 by default; each group takes min(K, its rows)); ``--cv-only``
+scores the same held-out rows without the fit on each whole group (one fit fewer; ``fitted`` stays empty).
 ``--from-json``: the tables of earlier runs' ``--json`` files, merged, without replaying anything: a long
 k-fold run can be split into one process per group (``--only``) and its tables printed once all are in.
 
@@ -50,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "data", "real")
 sys.path.insert(0, os.path.dirname(HERE))
 
-from dynlab.calibrate.fit import RUN_PARAMS, calibrate  # noqa: E402
+from dynlab.calibrate.fit import RUN_PARAMS, calibrate, cross_validate  # noqa: E402
 from dynlab.calibrate.formats import MeasuredPoint  # noqa: E402
 from dynlab.calibrate.replay import MAX_REQUESTS, METRICS, lengths, measured, replay  # noqa: E402
 from dynlab.engine.config import SimConfig  # noqa: E402
@@ -127,7 +128,6 @@ def read_rows(path: str) -> list[MeasuredPoint]:
 #: experiment -> the vLLM settings its row states (max_num_seqs, max_num_batched_tokens)
 SERVER: dict = {}
 
-
 def _errors(point, config) -> dict:
     want, got = measured(point), replay(point, config, lengths(point))
     return {m: 100.0 * (got[m] / want[m] - 1.0) for m in want if m in got and math.isfinite(got[m])}
@@ -140,9 +140,10 @@ def fitted_config(config: SimConfig, opts: dict) -> SimConfig:
     return replace(config, latency_opts=latency, **run)
 
 
-def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int, fit: bool, fit_on) -> list[dict]:
-    """One group's rows (:func:`score`): k-fold held out, or (``fit_on``) one fit on the matching rows and the
-    others predicted by it; the defaults' errors unless ``fit_on`` is given."""
+def _group_rows(members, configs, folds: int, max_nfev: int, fit: bool, fit_on, cv_only: bool) -> list[dict]:
+    """One group's rows (:func:`score`): k-fold held out (``cv_only``: without the fit on all of them), or
+    (``fit_on``) one fit on the matching rows and the others predicted by it; the defaults' errors unless
+    ``fit_on`` is given."""
     cal, held = None, [{} for _ in members]
     if fit_on is not None:
         train = [i for i, p in enumerate(members) if fit_on.search(p.source)]
@@ -150,6 +151,8 @@ def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int,
             cal = calibrate([members[i] for i in train], [configs[i] for i in train], folds=1, max_nfev=max_nfev)
             held = [{} if i in train else _errors(p, fitted_config(configs[i], cal.opts))
                     for i, p in enumerate(members)]
+    elif fit and len(members) >= 3 and cv_only:
+        held = [row["error_pct"] for row in cross_validate(members, configs, folds=folds, max_nfev=max_nfev)]
     elif fit and len(members) >= 3:
         cal = calibrate(members, configs, folds=folds, max_nfev=max_nfev)
         held = [row["error_pct"] for row in cal.cv_points]
@@ -158,7 +161,7 @@ def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int,
 
 
 def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, fit: bool = True,
-          fit_on=None) -> list[dict]:
+          fit_on=None, cv_only: bool = False) -> list[dict]:
     """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}`` (``cv``
     empty when ``fit`` is false or the group has fewer than 3 rows). ``fit_on`` (a compiled regular
     expression): instead of k folds, fit each group once on its rows whose experiment matches and predict
@@ -170,7 +173,7 @@ def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, 
     for (model, gpu, tp), members in groups.items():
         base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp)
         configs = [replace(base, **SERVER.get(p.source, {})) for p in members]
-        mine = _group_rows(members, configs, latency_model, folds, max_nfev, fit, fit_on)
+        mine = _group_rows(members, configs, folds, max_nfev, fit, fit_on, cv_only)
         rows.extend(dict(r, group=f"{model} tp{tp} {gpu}") for r in mine)
         print(f"# {latency_model} {model} tp{tp} {gpu}: fitted {mine[0]['fitted'] or '-'}; held out "
               f"{summary(mine, 'cv')}; defaults {summary(mine, 'uncalibrated')}", file=sys.stderr, flush=True)
@@ -231,6 +234,8 @@ def main() -> None:
     ap.add_argument("--uncalibrated", action="store_true", help="the defaults only: no fit, no held-out column")
     ap.add_argument("--max-nfev", type=int, default=15, help="least_squares evaluations per start of each fit")
     ap.add_argument("--folds", type=int, default=5, help="k of the k-fold calibration (per group, at most its rows)")
+    ap.add_argument("--cv-only", action="store_true",
+                    help="k-fold held-out errors only: skip each group's fit on all its rows (no fitted values)")
     ap.add_argument("--from-json", default=None, metavar="A.json[,B.json]",
                     help="print the tables of earlier runs' --json files, merged; replays nothing")
     ap.add_argument("--fit-on", default=None, metavar="REGEX",
@@ -254,7 +259,7 @@ def main() -> None:
         for name in args.latency_model.split(","):
             start = time.perf_counter()
             results[name] = score(points, name, folds=args.folds, max_nfev=args.max_nfev, fit=not args.uncalibrated,
-                                  fit_on=re.compile(args.fit_on) if args.fit_on else None)
+                                  fit_on=re.compile(args.fit_on) if args.fit_on else None, cv_only=args.cv_only)
             print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
             out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
         report(file, results, len(names) > 1)

@@ -303,3 +303,7 @@ def test_folds_reach_the_calibration_and_hold_every_row_out(monkeypatch):
     assert all(set(r["cv"]) == {"median_ttft_ms", "median_tpot_ms", "total_token_throughput_per_gpu"}
                for r in rows)
     assert set(rows[0]["fitted"]) == {"beta0", "beta1", "beta2", "request_overhead_ms"}
+    # --cv-only: the same held-out rows from cross_validate, without calibrate's fit on all three rows
+    alone = fr.score(points, "linear", folds=2, max_nfev=1, cv_only=True)
+    assert asked == [2]  # calibrate was not called again
+    assert [r["cv"] for r in alone] == [r["cv"] for r in rows] and all(r["fitted"] == {} for r in alone)
