@@ -128,6 +128,7 @@ def read_rows(path: str) -> list[MeasuredPoint]:
 #: experiment -> the vLLM settings its row states (max_num_seqs, max_num_batched_tokens)
 SERVER: dict = {}
 
+
 def _errors(point, config) -> dict:
     want, got = measured(point), replay(point, config, lengths(point))
     return {m: 100.0 * (got[m] / want[m] - 1.0) for m in want if m in got and math.isfinite(got[m])}
@@ -233,7 +234,8 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="only the rows whose experiment contains this")
     ap.add_argument("--uncalibrated", action="store_true", help="the defaults only: no fit, no held-out column")
     ap.add_argument("--max-nfev", type=int, default=15, help="least_squares evaluations per start of each fit")
-    ap.add_argument("--folds", type=int, default=5, help="k of the k-fold calibration (per group, at most its rows)")
+    ap.add_argument("--folds", type=int, default=None,
+                    help="k of the k-fold calibration (default 5; per group, at most its rows)")
     ap.add_argument("--cv-only", action="store_true",
                     help="k-fold held-out errors only: skip each group's fit on all its rows (no fitted values)")
     ap.add_argument("--from-json", default=None, metavar="A.json[,B.json]",
@@ -242,13 +244,12 @@ def main() -> None:
                     help="fit each group once on its rows whose experiment matches; score the others (no defaults)")
     ap.add_argument("--json", default=None, help="also write every row's errors here")
     args = ap.parse_args()
+    _refuse_idle(args)
     if args.from_json:
         by_file = merged(args.from_json.split(","))
         for file, results in sorted(by_file.items()):
             report(file, results, len(by_file) > 1)
         return
-    if args.folds < 2:
-        sys.exit(f"fidelity_real.py: --folds {args.folds}: k-fold needs at least 2 folds")
     names = chosen(args.files)
     out: dict = {}
     for file in names:
@@ -258,14 +259,27 @@ def main() -> None:
         results = {}
         for name in args.latency_model.split(","):
             start = time.perf_counter()
-            results[name] = score(points, name, folds=args.folds, max_nfev=args.max_nfev, fit=not args.uncalibrated,
-                                  fit_on=re.compile(args.fit_on) if args.fit_on else None, cv_only=args.cv_only)
+            results[name] = score(points, name, folds=args.folds or 5, max_nfev=args.max_nfev,
+                                  fit=not args.uncalibrated, cv_only=args.cv_only,
+                                  fit_on=re.compile(args.fit_on) if args.fit_on else None)
             print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
             out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
         report(file, results, len(names) > 1)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
+
+
+def _refuse_idle(args) -> None:
+    """Exit with one line when ``--folds`` or ``--cv-only`` would do nothing (no k-fold is run with
+    ``--uncalibrated``, ``--fit-on`` or ``--from-json``) or ``--folds`` is below 2."""
+    if args.folds is not None and args.folds < 2:
+        sys.exit(f"fidelity_real.py: --folds {args.folds}: k-fold needs at least 2 folds")
+    given = [o for o, v in (("--folds", args.folds is not None), ("--cv-only", args.cv_only)) if v]
+    other = [o for o, v in (("--uncalibrated", args.uncalibrated), ("--fit-on", args.fit_on),
+                            ("--from-json", args.from_json)) if v]
+    if given and other:
+        sys.exit(f"fidelity_real.py: {given[0]} has no effect with {other[0]}: no k-fold calibration is run")
 
 
 def report(file: str, results: dict, named: bool) -> None:

@@ -307,3 +307,17 @@ def test_folds_reach_the_calibration_and_hold_every_row_out(monkeypatch):
     alone = fr.score(points, "linear", folds=2, max_nfev=1, cv_only=True)
     assert asked == [2]  # calibrate was not called again
     assert [r["cv"] for r in alone] == [r["cv"] for r in rows] and all(r["fitted"] == {} for r in alone)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--folds", "1"], "--folds 1: k-fold needs at least 2 folds"),
+    (["--cv-only", "--uncalibrated"], "--cv-only has no effect with --uncalibrated"),
+    (["--folds", "3", "--fit-on", "conc4$"], "--folds has no effect with --fit-on"),
+    (["--cv-only", "--from-json", "x.json"], "--cv-only has no effect with --from-json"),
+])
+def test_k_fold_options_that_would_do_nothing_are_refused(monkeypatch, args, message):
+    fr = _fidelity_real()
+    monkeypatch.setattr(sys, "argv", ["fidelity_real.py", *args])
+    with pytest.raises(SystemExit) as exc:
+        fr.main()  # refused before any file is read or replayed
+    assert message in str(exc.value) and "\n" not in str(exc.value)
