@@ -22,7 +22,13 @@ The summary table is the median over rows of ``|error|`` per metric, in percent 
 row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
 
     python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--files A.csv[,B.csv]] [--only SUBSTRING]
-        [--uncalibrated | --fit-on REGEX] [--max-nfev N] [--json FILE]
+        [--uncalibrated | --fit-on REGEX] [--folds K] [--cv-only] [--max-nfev N] [--json FILE]
+    python benchmarks/fidelity_real.py --from-json A.json[,B.json]
+
+``--folds K``: the k of the k-fold calibration (5 by default; each group takes min(K, its rows)); ``--cv-only``
+scores the same held-out rows without the fit on each whole group (one fit fewer; ``fitted`` stays empty).
+``--from-json``: the tables of earlier runs' ``--json`` files, merged, without replaying anything: a long
+k-fold run can be split into one process per group (``--only``) and its tables printed once all are in.
 
 ``--files`` defaults to BLIS's ``blis_h100.csv`` (the run docs/fidelity.md quotes first); each CSV named is
 scored on its own (its own fits, its own table), so adding a file leaves the others' figures as they were.
@@ -45,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "data", "real")
 sys.path.insert(0, os.path.dirname(HERE))
 
-from dynlab.calibrate.fit import RUN_PARAMS, calibrate  # noqa: E402
+from dynlab.calibrate.fit import RUN_PARAMS, calibrate, cross_validate  # noqa: E402
 from dynlab.calibrate.formats import MeasuredPoint  # noqa: E402
 from dynlab.calibrate.replay import MAX_REQUESTS, METRICS, lengths, measured, replay  # noqa: E402
 from dynlab.engine.config import SimConfig  # noqa: E402
@@ -135,9 +141,10 @@ def fitted_config(config: SimConfig, opts: dict) -> SimConfig:
     return replace(config, latency_opts=latency, **run)
 
 
-def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int, fit: bool, fit_on) -> list[dict]:
-    """One group's rows (:func:`score`): k-fold held out, or (``fit_on``) one fit on the matching rows and the
-    others predicted by it; the defaults' errors unless ``fit_on`` is given."""
+def _group_rows(members, configs, folds: int, max_nfev: int, fit: bool, fit_on, cv_only: bool) -> list[dict]:
+    """One group's rows (:func:`score`): k-fold held out (``cv_only``: without the fit on all of them), or
+    (``fit_on``) one fit on the matching rows and the others predicted by it; the defaults' errors unless
+    ``fit_on`` is given."""
     cal, held = None, [{} for _ in members]
     if fit_on is not None:
         train = [i for i, p in enumerate(members) if fit_on.search(p.source)]
@@ -145,6 +152,8 @@ def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int,
             cal = calibrate([members[i] for i in train], [configs[i] for i in train], folds=1, max_nfev=max_nfev)
             held = [{} if i in train else _errors(p, fitted_config(configs[i], cal.opts))
                     for i, p in enumerate(members)]
+    elif fit and len(members) >= 3 and cv_only:
+        held = [row["error_pct"] for row in cross_validate(members, configs, folds=folds, max_nfev=max_nfev)]
     elif fit and len(members) >= 3:
         cal = calibrate(members, configs, folds=folds, max_nfev=max_nfev)
         held = [row["error_pct"] for row in cal.cv_points]
@@ -153,7 +162,7 @@ def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int,
 
 
 def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, fit: bool = True,
-          fit_on=None) -> list[dict]:
+          fit_on=None, cv_only: bool = False) -> list[dict]:
     """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}`` (``cv``
     empty when ``fit`` is false or the group has fewer than 3 rows). ``fit_on`` (a compiled regular
     expression): instead of k folds, fit each group once on its rows whose experiment matches and predict
@@ -165,7 +174,7 @@ def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, 
     for (model, gpu, tp), members in groups.items():
         base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp)
         configs = [replace(base, **SERVER.get(p.source, {})) for p in members]
-        mine = _group_rows(members, configs, latency_model, folds, max_nfev, fit, fit_on)
+        mine = _group_rows(members, configs, folds, max_nfev, fit, fit_on, cv_only)
         rows.extend(dict(r, group=f"{model} tp{tp} {gpu}") for r in mine)
         print(f"# {latency_model} {model} tp{tp} {gpu}: fitted {mine[0]['fitted'] or '-'}; held out "
               f"{summary(mine, 'cv')}; defaults {summary(mine, 'uncalibrated')}", file=sys.stderr, flush=True)
@@ -225,10 +234,22 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="only the rows whose experiment contains this")
     ap.add_argument("--uncalibrated", action="store_true", help="the defaults only: no fit, no held-out column")
     ap.add_argument("--max-nfev", type=int, default=15, help="least_squares evaluations per start of each fit")
+    ap.add_argument("--folds", type=int, default=None,
+                    help="k of the k-fold calibration (default 5; per group, at most its rows)")
+    ap.add_argument("--cv-only", action="store_true",
+                    help="k-fold held-out errors only: skip each group's fit on all its rows (no fitted values)")
+    ap.add_argument("--from-json", default=None, metavar="A.json[,B.json]",
+                    help="print the tables of earlier runs' --json files, merged; replays nothing")
     ap.add_argument("--fit-on", default=None, metavar="REGEX",
                     help="fit each group once on its rows whose experiment matches; score the others (no defaults)")
     ap.add_argument("--json", default=None, help="also write every row's errors here")
     args = ap.parse_args()
+    _refuse_idle(args)
+    if args.from_json:
+        by_file = merged(args.from_json.split(","))
+        for file, results in sorted(by_file.items()):
+            report(file, results, len(by_file) > 1)
+        return
     names = chosen(args.files)
     out: dict = {}
     for file in names:
@@ -238,19 +259,60 @@ def main() -> None:
         results = {}
         for name in args.latency_model.split(","):
             start = time.perf_counter()
-            results[name] = score(points, name, max_nfev=args.max_nfev, fit=not args.uncalibrated,
+            results[name] = score(points, name, folds=args.folds or 5, max_nfev=args.max_nfev,
+                                  fit=not args.uncalibrated, cv_only=args.cv_only,
                                   fit_on=re.compile(args.fit_on) if args.fit_on else None)
             print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
             out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
-        if len(names) > 1:
-            print(f"\n{file}:")
-        print(table(results))
-        print("\nper row (error %, uncalibrated -> held out):")
-        for name, rows in results.items():
-            _per_row(name, rows)
+        report(file, results, len(names) > 1)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
+
+
+def _refuse_idle(args) -> None:
+    """Exit with one line when ``--folds`` or ``--cv-only`` would do nothing (no k-fold is run with
+    ``--uncalibrated``, ``--fit-on`` or ``--from-json``) or ``--folds`` is below 2."""
+    if args.folds is not None and args.folds < 2:
+        sys.exit(f"fidelity_real.py: --folds {args.folds}: k-fold needs at least 2 folds")
+    given = [o for o, v in (("--folds", args.folds is not None), ("--cv-only", args.cv_only)) if v]
+    other = [o for o, v in (("--uncalibrated", args.uncalibrated), ("--fit-on", args.fit_on),
+                            ("--from-json", args.from_json)) if v]
+    if given and other:
+        sys.exit(f"fidelity_real.py: {given[0]} has no effect with {other[0]}: no k-fold calibration is run")
+
+
+def report(file: str, results: dict, named: bool) -> None:
+    """Print one CSV's table (``results``: latency model -> rows of :func:`score`) and its rows."""
+    if named:
+        print(f"\n{file}:")
+    print(table(results))
+    print("\nper row (error %, uncalibrated -> held out):")
+    for name, rows in results.items():
+        _per_row(name, rows)
+
+
+def merged(paths: list[str]) -> dict:
+    """``{file: {latency model: rows}}`` of several ``--json`` files (rows in the files' order). Exits with one
+    line when a file is missing, is not such a file, or repeats a row another file holds (the same
+    experiment, file and latency model), since its medians would count that row twice."""
+    out: dict = {}
+    seen = set()
+    for path in paths:
+        try:
+            with open(path) as fh:
+                data = json.load(fh)
+            rows = [(name, r) for name, rs in data.items() for r in rs]
+            keys = [(r["file"], name, r["source"]) for name, r in rows]
+        except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
+            sys.exit(f"fidelity_real.py: {path}: not a --json file of fidelity_real.py ({exc})")
+        again = sorted(k[2] for k in set(keys) & seen)
+        if again:
+            sys.exit(f"fidelity_real.py: {path}: rows already in an earlier file: {', '.join(again[:3])}")
+        seen.update(keys)
+        for name, r in rows:
+            out.setdefault(r["file"], {}).setdefault(name, []).append(r)
+    return out
 
 
 if __name__ == "__main__":

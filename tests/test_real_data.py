@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,7 +105,6 @@ def test_length_percentiles_belong_to_rows_and_grow(path):
     side = path.with_name(path.stem + "_lengths.json")
     if not side.exists():
         return
-    import json
 
     _, rows = _rows(path)
     tables = json.loads(side.read_text())
@@ -236,3 +237,87 @@ def test_a_fit_applies_run_settings_as_fields_and_the_rest_as_latency_options():
     assert fitted.request_overhead_ms == 3.0
     assert fitted.latency_opts == {"mfu": "0.7", "mbu": "0.8"}
     assert base.latency_opts == {"mfu": "0.5", "mbu": "0.8"}
+
+
+def _saved_run(tmp_path, name, rows):
+    """A ``--json`` file as fidelity_real.main writes it: latency model -> rows, each with its file."""
+    path = tmp_path / name
+    path.write_text(json.dumps({"roofline": [dict(r, file="x.csv") for r in rows]}))
+    return str(path)
+
+
+def _row(source, group, ttft_default, ttft_cv):
+    return {"source": source, "group": group, "uncalibrated": {"median_ttft_ms": ttft_default},
+            "cv": {"median_ttft_ms": ttft_cv}, "fitted": {}}
+
+
+def test_from_json_merges_groups_run_apart_into_one_table(tmp_path, monkeypatch, capsys):
+    # two groups scored by two processes (--only), merged: the medians are over all four rows.
+    # defaults |-30|, |10|, |20|, |-50| -> sorted 10, 20, 30, 50: median (20 + 30) / 2 = 25.0;
+    # held out |4|, |-2|, |8|, |-6| -> 2, 4, 6, 8: median (4 + 6) / 2 = 5.0 (neither file alone gives these:
+    # the first alone 20.0 and 3.0, the second 35.0 and 7.0)
+    fr = _fidelity_real()
+    a = _saved_run(tmp_path, "a.json", [_row("g1-c4", "g1", -30.0, 4.0), _row("g1-c8", "g1", 10.0, -2.0)])
+    b = _saved_run(tmp_path, "b.json", [_row("g2-c4", "g2", 20.0, 8.0), _row("g2-c8", "g2", -50.0, -6.0)])
+    merged = fr.merged([a, b])
+    assert [r["source"] for r in merged["x.csv"]["roofline"]] == ["g1-c4", "g1-c8", "g2-c4", "g2-c8"]
+    monkeypatch.setattr(sys, "argv", ["fidelity_real.py", "--from-json", f"{a},{b}"])
+    fr.main()
+    out = capsys.readouterr().out
+    assert "| roofline | defaults | 25.0 % (4) |" in out
+    assert "| roofline | calibrated, held out | 5.0 % (4) |" in out
+    assert "roofline g2-c8: TTFT p50 -50 -> -6" in out
+
+
+def test_from_json_refuses_a_row_twice_and_what_is_not_a_saved_run(tmp_path):
+    fr = _fidelity_real()
+    a = _saved_run(tmp_path, "a.json", [_row("g1-c4", "g1", -30.0, 4.0)])
+    again = _saved_run(tmp_path, "again.json", [_row("g1-c4", "g1", -30.0, 4.0)])
+    with pytest.raises(SystemExit) as exc:
+        fr.merged([a, again])
+    assert "rows already in an earlier file: g1-c4" in str(exc.value)
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(SystemExit) as exc:
+        fr.merged([str(bad)])
+    assert "not a --json file of fidelity_real.py" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_folds_reach_the_calibration_and_hold_every_row_out(monkeypatch):
+    # three tiny closed-loop points of one group, --folds 2: calibrate is asked for 2 folds (dealt i mod 2:
+    # rows 0 and 2 predicted by a fit on row 1, row 1 by a fit on rows 0 and 2), and each row gets a
+    # held-out error; one least_squares evaluation per start keeps the fits short
+    from dynlab.calibrate.formats import MeasuredPoint
+
+    fr = _fidelity_real()
+    asked = []
+    real = fr.calibrate
+    monkeypatch.setattr(fr, "calibrate", lambda *a, **k: asked.append(k["folds"]) or real(*a, **k))
+    points = [MeasuredPoint(source=f"p{c}", model="llama-3.1-8b", gpu="h100", tp=1, max_concurrency=c,
+                            num_prompts=4 * c, random_input_len=64, random_output_len=8, median_ttft_ms=30.0 * c,
+                            median_tpot_ms=5.0 + c, total_token_throughput=300.0 * c, per_gpu=True)
+              for c in (1, 2, 4)]
+    rows = fr.score(points, "linear", folds=2, max_nfev=1)
+    assert asked == [2]
+    assert [r["source"] for r in rows] == ["p1", "p2", "p4"]
+    assert all(set(r["cv"]) == {"median_ttft_ms", "median_tpot_ms", "total_token_throughput_per_gpu"}
+               for r in rows)
+    assert set(rows[0]["fitted"]) == {"beta0", "beta1", "beta2", "request_overhead_ms"}
+    # --cv-only: the same held-out rows from cross_validate, without calibrate's fit on all three rows
+    alone = fr.score(points, "linear", folds=2, max_nfev=1, cv_only=True)
+    assert asked == [2]  # calibrate was not called again
+    assert [r["cv"] for r in alone] == [r["cv"] for r in rows] and all(r["fitted"] == {} for r in alone)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--folds", "1"], "--folds 1: k-fold needs at least 2 folds"),
+    (["--cv-only", "--uncalibrated"], "--cv-only has no effect with --uncalibrated"),
+    (["--folds", "3", "--fit-on", "conc4$"], "--folds has no effect with --fit-on"),
+    (["--cv-only", "--from-json", "x.json"], "--cv-only has no effect with --from-json"),
+])
+def test_k_fold_options_that_would_do_nothing_are_refused(monkeypatch, args, message):
+    fr = _fidelity_real()
+    monkeypatch.setattr(sys, "argv", ["fidelity_real.py", *args])
+    with pytest.raises(SystemExit) as exc:
+        fr.main()  # refused before any file is read or replayed
+    assert message in str(exc.value) and "\n" not in str(exc.value)

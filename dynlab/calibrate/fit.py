@@ -154,12 +154,8 @@ def _least_squares(points, configs, pairs, options, max_nfev: int) -> list[float
     return [float(ui * xi) for ui, xi in zip(fit.x, x0)]
 
 
-def calibrate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig], fit: Optional[Sequence[str]] = None,
-              folds: int = 5, max_nfev: int = 60) -> Calibration:
-    """Fit ``configs[0].latency_model``'s options ``fit`` (default :data:`DEFAULT_FIT`) to ``points``
-    (``configs[i]`` replays ``points[i]``: its model, GPU, tp; module docstring). Raises
-    :class:`CalibrationError` (nothing to fit, no scipy, a bad ``--fit`` name) or
-    :class:`~dynlab.calibrate.replay.ReplayError` (a point that cannot be replayed)."""
+def _prepare(points, configs, fit) -> tuple:
+    """``(latency model, fitted names, their options, each point's lengths)``, checked (:func:`calibrate`)."""
     if not points:
         raise CalibrationError("no measured points to calibrate on")
     model = configs[0].latency_model
@@ -170,7 +166,16 @@ def calibrate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig], fit
     for point in points:
         if not any(m in measured(point) for m in FIT_METRICS):
             raise ReplayError(f"{point.source}: none of {', '.join(FIT_METRICS)} is measured")
-    pairs = [lengths(p) for p in points]
+    return model, names, options, [lengths(p) for p in points]
+
+
+def calibrate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig], fit: Optional[Sequence[str]] = None,
+              folds: int = 5, max_nfev: int = 60) -> Calibration:
+    """Fit ``configs[0].latency_model``'s options ``fit`` (default :data:`DEFAULT_FIT`) to ``points``
+    (``configs[i]`` replays ``points[i]``: its model, GPU, tp; module docstring). Raises
+    :class:`CalibrationError` (nothing to fit, no scipy, a bad ``--fit`` name) or
+    :class:`~dynlab.calibrate.replay.ReplayError` (a point that cannot be replayed)."""
+    model, names, options, pairs = _prepare(points, configs, fit)
     before = [_row(p, c, q) for p, c, q in zip(points, configs, pairs)]
     values = _least_squares(points, configs, pairs, options, max_nfev)
     fitted = [_with(c, names, values) for c in configs]
@@ -181,6 +186,19 @@ def calibrate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig], fit
         out.folds, out.cv_points = k, _cross_validate(points, configs, pairs, options, k, max_nfev)
         out.cv_error_pct = cv_errors(out.cv_points)
     return out
+
+
+def cross_validate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig],
+                   fit: Optional[Sequence[str]] = None, folds: int = 5, max_nfev: int = 60) -> list[dict]:
+    """The held-out rows of :func:`calibrate` alone (its ``cv_points``, the same folds and fits), without its fit
+    on every point nor the rows before and after it: one fit fewer, for a score that needs only the held-out
+    error (benchmarks/fidelity_real.py ``--cv-only``). ``k = min(folds, points)``; raises
+    :class:`CalibrationError` below 3 points or 2 folds, and what :func:`calibrate` raises."""
+    _, _, options, pairs = _prepare(points, configs, fit)
+    k = min(folds, len(points))
+    if k < 2 or len(points) < 3:
+        raise CalibrationError(f"cross-validation needs 3 points and 2 folds (here {len(points)} and {folds})")
+    return _cross_validate(points, configs, pairs, options, k, max_nfev)
 
 
 def _cross_validate(points, configs, pairs, options, k: int, max_nfev: int) -> list:
@@ -207,4 +225,4 @@ def cv_errors(rows: Sequence[dict]) -> dict:
     return out
 
 
-__all__ = ["Calibration", "CalibrationError", "DEFAULT_FIT", "FIT_METRICS", "calibrate", "cv_errors"]
+__all__ = ["Calibration", "CalibrationError", "DEFAULT_FIT", "FIT_METRICS", "calibrate", "cross_validate", "cv_errors"]

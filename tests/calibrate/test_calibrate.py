@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from dynlab.calibrate.fit import cv_errors
+from dynlab.calibrate.fit import CalibrationError, calibrate, cross_validate, cv_errors
 from dynlab.calibrate.formats import MeasuredPoint
 from dynlab.calibrate.profile import PROFILE_KEYS, read_profile
 from dynlab.calibrate.replay import lengths, replay, simulate
@@ -131,6 +131,19 @@ def test_cross_validation_holds_out_each_point_once_and_reports_medians():
     assert cv_errors(rows) == {"median_ttft_ms": 3.0}
     rows[3]["error_pct"]["median_ttft_ms"] = 5000.0  # one outlier does not move the median
     assert cv_errors(rows) == {"median_ttft_ms": 3.0}
+
+
+def test_cross_validate_alone_gives_calibrates_held_out_rows():
+    # three points, 3 folds (leave one out: point i held out by the fit on the other two), one least_squares
+    # evaluation per start: cross_validate's rows are calibrate's cv_points, fit for fit, without its fit on all
+    points = [replace(_point(c, 200, 20), median_ttft_ms=50.0 * c, median_tpot_ms=8.0 + c) for c in (1, 2, 4)]
+    configs = [replace(TRUE_CONFIG, latency_opts={})] * 3
+    whole = calibrate(points, configs, folds=3, max_nfev=1)
+    alone = cross_validate(points, configs, folds=3, max_nfev=1)
+    assert whole.folds == 3 and [r["source"] for r in alone] == ["c1", "c2", "c4"]
+    assert alone == whole.cv_points
+    with pytest.raises(CalibrationError, match="needs 3 points and 2 folds"):
+        cross_validate(points[:2], configs[:2], folds=2, max_nfev=1)
 
 
 def test_lengths_follow_the_file_or_redraw_vllms_random_dataset():
