@@ -18,7 +18,7 @@ from dynlab.limits import HORIZON_MS, MAX_OUTPUT_TOKENS, output_too_long
 from dynlab.errors import DynlabError, InputError
 from dynlab.routing.strategy import NO_ATTRS, Request
 from dynlab.slots import quick_replacer
-from dynlab.traces.bundled import BUILTIN_TRACES
+from dynlab.traces.bundled import BUILTIN_TRACES  # noqa: F401  (its public name here: dynlab.traces, tests)
 from dynlab.traces.format import TraceFormat
 from dynlab.traces.sources import keep_stdin, open_source  # noqa: F401  (keep_stdin: the CLI's)
 
