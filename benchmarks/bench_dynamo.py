@@ -191,7 +191,7 @@ def compare(kv_results, dyn_results) -> tuple[int, list[str]]:
     return mismatches, examples
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=10_000)
     parser.add_argument("--depth", type=int, default=128, help="blocks per sequence")
@@ -203,14 +203,86 @@ def main() -> int:
     parser.add_argument("--context-blocks", type=int, default=47)
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (the best time of each is reported)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def _radix_tree() -> tuple:
+    """``(dynamo.llm.RadixTree, None)``, or ``(None, why it cannot be imported)``."""
     try:
         from dynamo.llm import RadixTree
     except Exception as exc:  # ImportError, or a broken native module
-        RadixTree = None
-        dynamo_error = f"{type(exc).__name__}: {exc}"
+        return None, f"{type(exc).__name__}: {exc}"
+    return RadixTree, None
 
+
+def _rounds(repeat: int, RadixTree, owners, seq_hashes, events, local_hashes) -> tuple:
+    """``(kv_store, kv_query, dyn_store, dyn_query, kv_json)``: each round's timings (Dynamo's lists empty
+    without ``RadixTree``). Rounds interleave the contenders, so that load from other processes falls on both
+    alike."""
+    kv_store, kv_query, dyn_store, dyn_query, kv_json = [], [], [], [], []
+    for _ in range(repeat):
+        stored, queried = kvindex_round(owners, seq_hashes)
+        kv_store.append(stored)
+        kv_query.append(queried)
+        if RadixTree is not None:
+            stored, queried = dynamo_round(RadixTree, owners, events, local_hashes)
+            dyn_store.append(stored)
+            dyn_query.append(queried)
+            kv_json.append(kvindex_json_round(owners, events))
+    return kv_store, kv_query, dyn_store, dyn_query, kv_json
+
+
+HEAD = (f"{'':<28}{'stored events/s':>16}{'blocks/s':>12}{'find_matches/s':>16}{'us/query':>10}"
+        f"{'CPU/wall store':>16}{'CPU/wall query':>16}")
+
+
+def _row(label: str, n: int, blocks: int, stores, queries=None) -> str:
+    """One line of the table under :data:`HEAD`: ``n`` sequences of ``blocks`` blocks in all, the best round."""
+    s_wall, s_cpu, _ = best(stores)
+    line = f"{label:<28}{n / s_wall:>16,.0f}{blocks / s_wall:>12,.0f}"
+    if queries is None:
+        return line + f"{'-':>16}{'-':>10}{s_cpu / s_wall:>16.2f}{'-':>16}"
+    q_wall, q_cpu, _ = best(queries)
+    return line + (f"{n / q_wall:>16,.0f}{q_wall / n * 1e6:>10.2f}"
+                   f"{s_cpu / s_wall:>16.2f}{q_cpu / q_wall:>16.2f}")
+
+
+def _ratio(theirs, ours, col: int) -> float:
+    """KvIndex's speed / Dynamo's, from the best times of column ``col`` (0: wall, 1: CPU)."""
+    return min(r[col] for r in theirs) / min(r[col] for r in ours)
+
+
+def _compare_with_dynamo(n: int, blocks: int, events, t_encode: float, rounds: tuple) -> int:
+    """Print the table, the speed ratios and the score comparison of KvIndex and Dynamo; 1 on a mismatch."""
+    kv_store, kv_query, dyn_store, dyn_query, kv_json = rounds
+    print(f"Dynamo events: JSON bytes encoded beforehand in {t_encode:.2f} s "
+          f"({sum(map(len, events)) / 2**20:.0f} MiB), not timed; Dynamo's JSON decoding is timed")
+    print(HEAD)
+    print(_row("KvIndex (in-process)", n, blocks, kv_store, kv_query))
+    print(_row("Dynamo RadixTree (PyO3)", n, blocks, dyn_store, dyn_query))
+    print(_row("KvIndex fed the JSON bytes", n, blocks, kv_json))
+    for what, theirs, ours in (("stored events", dyn_store, kv_store), ("find_matches", dyn_query, kv_query)):
+        r = _ratio(theirs, ours, 0)
+        verdict = "target met" if r >= 1 else "target NOT met"
+        print(f"{what}: KvIndex is {r:.2f}x Dynamo's speed ({verdict}: at least as fast)")
+    print(f"stored events, both fed the same JSON bytes: KvIndex is {_ratio(dyn_store, kv_json, 0):.2f}x "
+          f"Dynamo's speed")
+    print(f"by CPU seconds (all threads; less sensitive to other load): stored events "
+          f"{_ratio(dyn_store, kv_store, 1):.2f}x, find_matches {_ratio(dyn_query, kv_query, 1):.2f}x, "
+          f"same JSON bytes {_ratio(dyn_store, kv_json, 1):.2f}x")
+    kv_results, dyn_results = best(kv_query)[2], best(dyn_query)[2]
+    mismatches, examples = compare(kv_results, dyn_results)
+    matched = sum(len(r) for r in kv_results) / n
+    print(f"scores compared on {n:,} queries ({matched:.1f} workers matched per query on average): "
+          f"{mismatches} mismatches")
+    for line in examples:
+        print(line)
+    return 1 if mismatches else 0
+
+
+def main() -> int:
+    args = _parse_args()
+    RadixTree, dynamo_error = _radix_tree()
     t0 = time.perf_counter()
     owners, seq_hashes, local_hashes, samples = make_workload(args)
     if RadixTree is not None:
@@ -231,66 +303,14 @@ def main() -> int:
         t0 = time.perf_counter()
         events = [stored_event(i, s, l) for i, (s, l) in enumerate(zip(seq_hashes, local_hashes))]
         t_encode = time.perf_counter() - t0
-
-    # Rounds interleave the contenders, so that load from other processes falls on both alike.
-    kv_store, kv_query, dyn_store, dyn_query, kv_json = [], [], [], [], []
-    for _ in range(args.repeat):
-        stored, queried = kvindex_round(owners, seq_hashes)
-        kv_store.append(stored)
-        kv_query.append(queried)
-        if RadixTree is not None:
-            stored, queried = dynamo_round(RadixTree, owners, events, local_hashes)
-            dyn_store.append(stored)
-            dyn_query.append(queried)
-            kv_json.append(kvindex_json_round(owners, events))
-
-    head = (f"{'':<28}{'stored events/s':>16}{'blocks/s':>12}{'find_matches/s':>16}{'us/query':>10}"
-            f"{'CPU/wall store':>16}{'CPU/wall query':>16}")
-
-    def row(label, stores, queries=None) -> str:
-        s_wall, s_cpu, _ = best(stores)
-        line = f"{label:<28}{n / s_wall:>16,.0f}{blocks / s_wall:>12,.0f}"
-        if queries is None:
-            return line + f"{'-':>16}{'-':>10}{s_cpu / s_wall:>16.2f}{'-':>16}"
-        q_wall, q_cpu, _ = best(queries)
-        return line + (f"{n / q_wall:>16,.0f}{q_wall / n * 1e6:>10.2f}"
-                       f"{s_cpu / s_wall:>16.2f}{q_cpu / q_wall:>16.2f}")
-
+    rounds = _rounds(args.repeat, RadixTree, owners, seq_hashes, events, local_hashes)
     if RadixTree is None:
         print(f"Dynamo comparison skipped: cannot import dynamo.llm.RadixTree ({dynamo_error}); "
               f"install it with pip install -e '.[bench]'")
-        print(head)
-        print(row("KvIndex (in-process)", kv_store, kv_query))
+        print(HEAD)
+        print(_row("KvIndex (in-process)", n, blocks, rounds[0], rounds[1]))
         return 0
-
-    print(f"Dynamo events: JSON bytes encoded beforehand in {t_encode:.2f} s "
-          f"({sum(map(len, events)) / 2**20:.0f} MiB), not timed; Dynamo's JSON decoding is timed")
-    print(head)
-    print(row("KvIndex (in-process)", kv_store, kv_query))
-    print(row("Dynamo RadixTree (PyO3)", dyn_store, dyn_query))
-    print(row("KvIndex fed the JSON bytes", kv_json))
-
-    def ratio(theirs, ours, col) -> float:  # KvIndex's speed / Dynamo's, from the best times
-        return min(r[col] for r in theirs) / min(r[col] for r in ours)
-
-    for what, theirs, ours in (("stored events", dyn_store, kv_store), ("find_matches", dyn_query, kv_query)):
-        r = ratio(theirs, ours, 0)
-        verdict = "target met" if r >= 1 else "target NOT met"
-        print(f"{what}: KvIndex is {r:.2f}x Dynamo's speed ({verdict}: at least as fast)")
-    print(f"stored events, both fed the same JSON bytes: KvIndex is {ratio(dyn_store, kv_json, 0):.2f}x "
-          f"Dynamo's speed")
-    print(f"by CPU seconds (all threads; less sensitive to other load): stored events "
-          f"{ratio(dyn_store, kv_store, 1):.2f}x, find_matches {ratio(dyn_query, kv_query, 1):.2f}x, "
-          f"same JSON bytes {ratio(dyn_store, kv_json, 1):.2f}x")
-
-    kv_results, dyn_results = best(kv_query)[2], best(dyn_query)[2]
-    mismatches, examples = compare(kv_results, dyn_results)
-    matched = sum(len(r) for r in kv_results) / n
-    print(f"scores compared on {n:,} queries ({matched:.1f} workers matched per query on average): "
-          f"{mismatches} mismatches")
-    for line in examples:
-        print(line)
-    return 1 if mismatches else 0
+    return _compare_with_dynamo(n, blocks, events, t_encode, rounds)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,39 @@ def best_of(repeat, fn):
     return best, out
 
 
+def _best_worker(index: list, counts: list, hashes: list) -> int:
+    """The worker :func:`bare_loop` routes ``hashes`` to: the smallest ``(-overlap, requests so far, index)``,
+    the overlap counted from the start of ``hashes`` in the worker's index set."""
+    best = None
+    for w, s in enumerate(index):
+        k = 0
+        for h in hashes:
+            if h not in s:
+                break
+            k += 1
+        key = (-k, counts[w], w)
+        if best is None or key < best:
+            best = key
+    return best[2]
+
+
+def _touch(od: OrderedDict, s: set, hashes: list, actual: int, capacity: int) -> None:
+    """LRU update of one worker for :func:`bare_loop`: the ``actual`` hit blocks first (so new blocks cannot
+    evict them), then every block tail-first, new ones stored in ``od`` and the index set ``s``, the least
+    recently used evicted from both past ``capacity`` blocks."""
+    for h in hashes[:actual]:
+        od.move_to_end(h)
+    for h in reversed(hashes):
+        if h in od:
+            od.move_to_end(h)
+        else:
+            od[h] = 1
+            s.add(h)
+            if len(od) > capacity:
+                old, _ = od.popitem(last=False)
+                s.discard(old)
+
+
 def bare_loop(workers: int, capacity: int) -> dict:
     """kv-events in plain Python, computing the same metrics as dynlab.
 
@@ -59,18 +92,7 @@ def bare_loop(workers: int, capacity: int) -> dict:
             if not line.strip():
                 continue
             hashes = json.loads(line)["hash_ids"]
-            best = None
-            for w in range(workers):
-                s = index[w]
-                k = 0
-                for h in hashes:
-                    if h not in s:
-                        break
-                    k += 1
-                key = (-k, counts[w], w)
-                if best is None or key < best:
-                    best = key
-            w = best[2]
+            w = _best_worker(index, counts, hashes)
             counts[w] += 1
             od, s = caches[w], index[w]
             actual = 0
@@ -87,17 +109,7 @@ def bare_loop(workers: int, capacity: int) -> dict:
             if hashes and j:
                 repeats += 1
                 hits += actual > 0
-            for h in hashes[:actual]:
-                od.move_to_end(h)
-            for h in reversed(hashes):
-                if h in od:
-                    od.move_to_end(h)
-                else:
-                    od[h] = 1
-                    s.add(h)
-                    if len(od) > capacity:
-                        old, _ = od.popitem(last=False)
-                        s.discard(old)
+            _touch(od, s, hashes, actual, capacity)
             n_req += 1
             n_blocks += len(hashes)
             cached_blocks += actual

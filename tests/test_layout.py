@@ -1,6 +1,7 @@
-"""The size limits of the engine and KV layers (issue 23): no module in ``dynlab/engine/`` or
-``dynlab/kv/`` over 450 lines, no function (or method) over 60 lines (its ``def`` to its last
-line, docstring included, counted with :mod:`ast`)."""
+"""The size limits (issues 23 and 39): no module over 450 lines and no function (or method) over 60 lines (its
+``def`` to its last line, docstring included, counted with :mod:`ast`), with no exemptions, in every module of
+``dynlab/`` (its top level and every folder, nested ones included, except those in :data:`NOT_YET_CHECKED`),
+of the built-in plugins (``plugins/dynlab_builtins/``) and of ``benchmarks/``."""
 from __future__ import annotations
 
 import ast
@@ -8,23 +9,29 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "dynlab"
-FOLDERS = ("engine", "kv")
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "dynlab"
+#: folders of ``dynlab/`` not checked yet: ``cli`` while its option declarations are rewritten (issue 39);
+#: remove a name here once its folder is within the limits
+NOT_YET_CHECKED = ("cli",)
+#: checked besides ``dynlab/``, every module in them (nested folders included)
+OTHER_ROOTS = (REPO / "plugins" / "dynlab_builtins", REPO / "benchmarks")
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
-#: ``"folder/module.py"`` -> reason, for a module allowed over MAX_MODULE_LINES
-MODULE_EXCEPTIONS: dict = {}
-#: ``"folder/module.py:qualified.name"`` -> reason, for a function allowed over MAX_FUNCTION_LINES
-FUNCTION_EXCEPTIONS: dict = {}
+
+def _skipped(path: Path) -> bool:
+    """Whether ``path`` (a module of ``dynlab/``) is in one of :data:`NOT_YET_CHECKED`'s folders."""
+    return path.relative_to(PACKAGE).parts[0] in NOT_YET_CHECKED
 
 
-def _modules():
-    return sorted(p for folder in FOLDERS for p in (ROOT / folder).glob("*.py"))
+def _modules() -> list:
+    in_package = [p for p in PACKAGE.rglob("*.py") if not _skipped(p)]
+    return sorted(in_package + [p for root in OTHER_ROOTS for p in root.rglob("*.py")])
 
 
 def _name(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix()
+    return path.relative_to(REPO).as_posix()
 
 
 def function_lengths(source: str) -> dict:
@@ -52,25 +59,26 @@ def test_function_lengths_counts_def_to_last_line():
     assert function_lengths(src) == {"f": 3, "C.m": 4, "C.m.g": 2}
 
 
+def test_every_folder_of_the_package_is_checked_but_the_named_ones():
+    """Each folder of ``dynlab/`` with a module (``engine/sglang`` among them) has its modules checked, unless
+    :data:`NOT_YET_CHECKED` names it; each name there is a folder that exists (a stale name is removed)."""
+    checked = {p.parent for p in _modules()}
+    folders = {p.parent for p in PACKAGE.rglob("*.py")}
+    assert {f for f in folders if not _skipped(f / "x.py")} <= checked
+    assert PACKAGE in checked and PACKAGE / "engine" / "sglang" in checked
+    assert all(root in checked for root in OTHER_ROOTS)
+    for name in NOT_YET_CHECKED:
+        assert (PACKAGE / name).is_dir(), name
+        assert not any(p.parent == PACKAGE / name for p in _modules())
+
+
 @pytest.mark.parametrize("path", _modules(), ids=_name)
 def test_module_within_line_limit(path):
     lines = len(path.read_text().splitlines())
-    if _name(path) in MODULE_EXCEPTIONS:
-        return
     assert lines <= MAX_MODULE_LINES, f"{_name(path)}: {lines} lines (> {MAX_MODULE_LINES}): split it"
 
 
 @pytest.mark.parametrize("path", _modules(), ids=_name)
 def test_functions_within_line_limit(path):
-    long = {name: n for name, n in function_lengths(path.read_text()).items()
-            if n > MAX_FUNCTION_LINES and f"{_name(path)}:{name}" not in FUNCTION_EXCEPTIONS}
+    long = {name: n for name, n in function_lengths(path.read_text()).items() if n > MAX_FUNCTION_LINES}
     assert not long, f"{_name(path)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
-
-
-def test_exceptions_are_still_needed():
-    """An exception whose module or function is back within the limit is removed from the list."""
-    for key in MODULE_EXCEPTIONS:
-        assert len((ROOT / key).read_text().splitlines()) > MAX_MODULE_LINES, key
-    for key in FUNCTION_EXCEPTIONS:
-        module, name = key.split(":")
-        assert function_lengths((ROOT / module).read_text()).get(name, 0) > MAX_FUNCTION_LINES, key

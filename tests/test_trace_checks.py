@@ -85,6 +85,28 @@ def test_a_non_utf8_line_is_reported_with_its_line(tmp_path, gz):
     assert result.stderr == f"Error: {path}:2: not UTF-8 text\n"
 
 
+def test_blank_lines_and_leading_whitespace_are_read_past(tmp_path):
+    # line 2 is empty, line 3 starts with a tab, line 4 is only spaces: the requests of lines 1, 3 and 5
+    text = "\n".join([_row(0, 512, [1]), "", "\t" + _row(1, 512, [2]), "   ", _row(2, 512, [3])]) + "\n"
+    assert [r.timestamp for r in load_trace(_write(tmp_path, text))] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("bad, words", [
+    # two JSON values on one line: json names the extra data after the first
+    ('{"hash_ids": [1]} {"hash_ids": [2]}', "not JSON: Extra data"),
+    # a key without quotes
+    ("{hash_ids: [1]}", "not JSON: Expecting property name enclosed in double quotes"),
+    # 100000 nested lists: deeper than Python's JSON decoder recurses
+    ("[" * 100000 + "]" * 100000, "not JSON a request can be: nested too deeply"),
+])
+def test_a_later_line_that_is_not_one_json_value_is_refused_with_its_line(tmp_path, bad, words):
+    path = _write(tmp_path, _row(0, 512, [1]) + "\n\n" + bad + "\n")  # the bad line is line 3
+    with pytest.raises(InputError) as err:
+        load_trace(path)
+    assert (err.value.line, err.value.message.split(":")[0]) == (3, words.split(":")[0])
+    assert err.value.message.startswith(words)
+
+
 def test_the_bundled_trace_obeys_the_rules():
     # the rules were set by this data: no repeated id, len(hash_ids) == ceil(input_length / 512), time order
     resource, total = BUILTIN_TRACES["mooncake-conversation"]

@@ -195,6 +195,23 @@ def summarize_offload(
         raise ValueError(f"base and cand must differ, both are {base!r}")
     if "ratio" in (base, cand):
         raise ValueError("'ratio' is the output's ratio key; it cannot name a configuration")
+    values, passes, zeros = _offload_values(lines, name, base, cand, warn)
+    out: dict[str, dict] = {base: {}, cand: {}, "ratio": {}}
+    for p in passes:
+        stats = {}
+        for config in (base, cand):
+            stats[config], out[config][p] = _offload_pass(values[config].get(p), zeros.get((config, p)), name,
+                                                          f"configuration {config!r} pass {p!r}", warn)
+        out["ratio"][p] = _offload_ratio(stats, base, cand, p, name, warn)
+    return out
+
+
+def _offload_values(lines, name: str, base: str, cand: str, warn: Warn) -> tuple:
+    """``(values, passes, zeros)`` of :func:`summarize_offload`'s input: ``values[config][pass]`` the
+    ``ttft_ms`` (ms) of ``base``'s and ``cand``'s lines, ``passes`` the pass names in order of first
+    appearance, ``zeros[(config, pass)]`` the line numbers reporting 0 ms. Lines of other configurations are
+    counted and skipped with one warning per configuration; raises :class:`DynlabError` when ``base`` or
+    ``cand`` has no line."""
     values: dict[str, dict[str, list[float]]] = {base: {}, cand: {}}
     passes: dict[str, None] = {}
     skipped: dict[str, int] = {}
@@ -208,7 +225,6 @@ def summarize_offload(
         values[config].setdefault(rec["pass"], []).append(rec["ttft_ms"])
         if rec["ttft_ms"] == 0:
             zeros.setdefault((config, rec["pass"]), []).append(number)
-
     absent = [c for c in (base, cand) if not values[c]]
     if absent:
         present = sorted(set(values) - set(absent) | set(skipped))
@@ -216,26 +232,32 @@ def summarize_offload(
             f"{name}: no lines with config {absent[0]!r}; configurations present: {', '.join(map(repr, present)) or 'none'}")
     for config, count in skipped.items():
         warn(f"{name}: skipped {count} line{'s' if count != 1 else ''} of configuration {config!r}")
+    return values, passes, zeros
 
-    out: dict[str, dict] = {base: {}, cand: {}, "ratio": {}}
-    for p in passes:
-        stats = {}
-        for config in (base, cand):
-            v = values[config].get(p)
-            stats[config] = (statistics.median(v), statistics.mean(v), len(v)) if v else None
-            out[config][p] = None if not v else {
-                "n": len(v), "p50_ms": round(float(stats[config][0]), 1),
-                "mean_ms": round(float(stats[config][1]), 1)}
-            if (config, p) in zeros:
-                out[config][p][ZERO_KEY] = len(zeros[(config, p)])
-                warn(_zero_warning(name, f"configuration {config!r} pass {p!r}", zeros[(config, p)]))
-        if stats[base] is None or stats[cand] is None:
-            lacking = base if stats[base] is None else cand
-            warn(f"{name}: pass {p!r} has no {lacking!r} lines; its {lacking} entry and ratio are null")
-            out["ratio"][p] = None
-            continue
-        p50, mean = _ratio(stats[base][0], stats[cand][0]), _ratio(stats[base][1], stats[cand][1])
-        if p50 is None or mean is None:
-            warn(f"{name}: pass {p!r} has a {cand!r} statistic of 0; that ratio is null")
-        out["ratio"][p] = {"p50": p50, "mean": mean}
-    return out
+
+def _offload_pass(v, zero_lines, name: str, what: str, warn: Warn) -> tuple:
+    """``(stats, entry)`` of one configuration's pass (``what`` names it in a warning): ``stats`` =
+    ``(median, mean, n)`` of its ``ttft_ms`` values ``v`` (ms, unrounded), ``entry`` its output
+    ``{"n", "p50_ms", "mean_ms"}`` (one decimal) with ``"zero_ttft_lines"`` and a warning when
+    ``zero_lines`` (line numbers reporting 0 ms) are given; ``(None, None)`` when it has no line."""
+    if not v:
+        return None, None
+    stats = (statistics.median(v), statistics.mean(v), len(v))
+    entry = {"n": len(v), "p50_ms": round(float(stats[0]), 1), "mean_ms": round(float(stats[1]), 1)}
+    if zero_lines:
+        entry[ZERO_KEY] = len(zero_lines)
+        warn(_zero_warning(name, what, zero_lines))
+    return stats, entry
+
+
+def _offload_ratio(stats: dict, base: str, cand: str, p: str, name: str, warn: Warn):
+    """``{"p50", "mean"}``: base / cand of pass ``p``'s statistics (:func:`_ratio`), or ``None`` with a
+    warning when one configuration lacks the pass; a ratio over a 0 statistic is ``None``, with a warning."""
+    if stats[base] is None or stats[cand] is None:
+        lacking = base if stats[base] is None else cand
+        warn(f"{name}: pass {p!r} has no {lacking!r} lines; its {lacking} entry and ratio are null")
+        return None
+    p50, mean = _ratio(stats[base][0], stats[cand][0]), _ratio(stats[base][1], stats[cand][1])
+    if p50 is None or mean is None:
+        warn(f"{name}: pass {p!r} has a {cand!r} statistic of 0; that ratio is null")
+    return {"p50": p50, "mean": mean}

@@ -56,22 +56,9 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     loss_rng = random.Random(f"dynlab-event-loss-{config.seed}")
     requests, total, own, synthetic = _workload(config, rng, requests)
     block_tokens = own or config.block
-    shaped = {}
-    config = _spec_users(config, requests)
-    if config.num_requests is not None:
-        requests, total = first_requests(requests, config.num_requests, total)
-    if config.concurrency is not None:  # closed loop (timed only): the users ignore timestamps
-        shaped = _closed_keys(config)
-    elif config.timing or config.duration is not None:
-        requests, first = _peek(requests)
-        config, requests, total, shaped = _shaped(config, requests, first, total)
-    if config.timing:  # the timed engine's modules, imported only for timed runs (count-based start-up)
-        from dynlab.engine.serving import build_engines
-        from dynlab.sim.topology import topology_for
-
-        if config.latency_profile is not None:
-            config, shaped = _profiled(config, shaped)
-        topology = topology_for(build_engines(config, own))
+    config, requests, total, shaped = _arrivals(config, requests, total)
+    if config.timing:
+        config, shaped, topology = _timed_topology(config, shaped, own)
         block_tokens = config.block
         pool_blocks, dp = topology.setup.pool_blocks, topology.setup.dp
     else:
@@ -79,31 +66,76 @@ def run(config: SimConfig, progress: bool = False, requests: Optional[Sequence[R
     routed = topology.routed_workers  # the targets the strategy routes to (attention-DP ranks)
     strategy = build_strategy(config if routed == config.workers else replace(config, workers=routed), rng,
                               block_tokens=block_tokens, pool_blocks=pool_blocks)
-    if _benchmark(config):
-        from dynlab.sim.benchmark import BenchmarkRecorder
-
-        recorders = (*recorders, BenchmarkRecorder(_run_gpus(config), config.warmup, config.detok_ms))
+    recorders = _with_benchmark(config, recorders)
     info = RunInfo(timed=config.timing, pd=pd is not None, block_tokens=block_tokens,
                    dp=dp)
     for recorder in recorders:
         recorder.on_run(info)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="req", leave=False, desc=config.mode)
-    try:
-        metrics = _guard(strategy, lambda: serve(topology, requests, strategy, config, loss_rng=loss_rng,
-                                                 recorders=recorders, progress=bar))
-    finally:
-        if bar is not None:
-            bar.close()
+    metrics = _served(config, topology, requests, strategy, loss_rng, recorders, progress, total)
     result = _merged(_result(config, metrics, strategy, topology, own, block_tokens), shaped)
     if config.timing and (config.price is not None or config.spot_discount > 0):  # asks its cost
         from dynlab.sim.cost import with_cost
 
         result = with_cost(result, config, _run_gpus(config))
     return result
+
+
+def _arrivals(config: SimConfig, requests, total) -> tuple:
+    """``(config, requests, total, keys)``: the workload spec's closed-loop users put in ``config``
+    (:func:`_spec_users`), the first ``--requests`` kept (:func:`first_requests`), then the keys of the
+    closed-loop users (``--concurrency``: they ignore timestamps) or, on a timed run or with ``--duration``,
+    the arrivals checked and shaped (:func:`_shaped`)."""
+    config = _spec_users(config, requests)
+    keys: dict = {}
+    if config.num_requests is not None:
+        requests, total = first_requests(requests, config.num_requests, total)
+    if config.concurrency is not None:  # closed loop (timed only): the users ignore timestamps
+        keys = _closed_keys(config)
+    elif config.timing or config.duration is not None:
+        requests, first = _peek(requests)
+        config, requests, total, keys = _shaped(config, requests, first, total)
+    return config, requests, total, keys
+
+
+def _timed_topology(config: SimConfig, keys: dict, own: Optional[int]) -> tuple:
+    """``(config, keys, topology)`` of a timed run: its calibration profile applied (``--latency-profile``,
+    :func:`_profiled`), then its topology (:func:`dynlab.sim.topology.topology_for` of
+    :func:`dynlab.engine.serving.build_engines`). The timed engine's modules are imported here only, so that
+    a count-based run starts without them."""
+    from dynlab.engine.serving import build_engines
+    from dynlab.sim.topology import topology_for
+
+    if config.latency_profile is not None:
+        config, keys = _profiled(config, keys)
+    return config, keys, topology_for(build_engines(config, own))
+
+
+def _with_benchmark(config: SimConfig, recorders: Sequence[Recorder]) -> Sequence[Recorder]:
+    """``recorders``, followed by a :class:`dynlab.sim.benchmark.BenchmarkRecorder` when the run is driven as a
+    benchmark client drives a server (:func:`_benchmark`)."""
+    if not _benchmark(config):
+        return recorders
+    from dynlab.sim.benchmark import BenchmarkRecorder
+
+    return (*recorders, BenchmarkRecorder(_run_gpus(config), config.warmup, config.detok_ms))
+
+
+def _served(config: SimConfig, topology, requests, strategy: Strategy, loss_rng: random.Random,
+            recorders: Sequence[Recorder], progress: bool, total) -> dict:
+    """The metrics of :func:`dynlab.sim.drive.serve` of ``requests`` on ``topology``, with a progress bar of
+    ``total`` requests (tqdm) when ``progress``; an exception in the strategy's code becomes a
+    :class:`StrategyError` (:func:`_guard`)."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="req", leave=False, desc=config.mode)
+    try:
+        return _guard(strategy, lambda: serve(topology, requests, strategy, config, loss_rng=loss_rng,
+                                              recorders=recorders, progress=bar))
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _merged(result: dict, keys: dict) -> dict:

@@ -4,25 +4,23 @@ Formats are plugins (hook ``dynlab_register_trace_formats``, interface
 :class:`dynlab.traces.format.TraceFormat`); the built-ins, in ``dynlab_builtins.trace_formats``, are
 ``mooncake`` (Mooncake's ``hash_ids`` of 512-token blocks, already prefix-chained)
 and ``tokens`` (``{"tokens": [ints]}`` hashed with :func:`dynlab.routing.hashing.block_hashes`).
-Built-in traces ship inside the package (see :data:`BUILTIN_TRACES`).
+Built-in traces ship inside the package (see :data:`BUILTIN_TRACES`); :mod:`dynlab.traces.sources` opens a
+trace's bytes (a built-in name, a file, stdin).
 """
 from __future__ import annotations
 
 import gzip
-import io
 import json
-import os
-import sys
 import zlib
-from importlib import resources
 from typing import Iterator, Optional
 
 from dynlab.limits import HORIZON_MS, MAX_OUTPUT_TOKENS, output_too_long
-from dynlab.errors import DynlabError, InputError, InputFileError
+from dynlab.errors import DynlabError, InputError
 from dynlab.routing.strategy import NO_ATTRS, Request
 from dynlab.slots import quick_replacer
-from dynlab.traces.bundled import BUILTIN_TRACES
+from dynlab.traces.bundled import BUILTIN_TRACES  # noqa: F401  (its public name here: dynlab.traces, tests)
 from dynlab.traces.format import TraceFormat
+from dynlab.traces.sources import keep_stdin, open_source  # noqa: F401  (keep_stdin: the CLI's)
 
 
 
@@ -31,63 +29,6 @@ _DECODER = json.JSONDecoder()
 _with_attrs = quick_replacer(Request, ("attrs",))
 #: the message for a line nested deeper than Python's JSON decoder can follow
 NESTED = "not JSON a request can be: nested too deeply"
-
-
-def open_source(path_or_name: str) -> tuple[io.BufferedIOBase, str, Optional[int]]:
-    """Open a built-in trace name, a file path (``.gz`` decompressed) or ``-`` (stdin) as bytes.
-
-    Returns ``(binary stream, display name, number of requests or None)``; lines are decoded
-    (UTF-8) one by one by the reader, so a bad byte is reported as ``FILE:LINE``.
-    Raises :class:`~dynlab.errors.InputFileError` when it is neither a built-in name nor a file that opens.
-    """
-    if path_or_name == "-":
-        kept = _kept_stdin()
-        return (sys.stdin.buffer if kept is None else io.BytesIO(kept)), "<stdin>", None
-    if path_or_name in BUILTIN_TRACES:
-        resource, total = BUILTIN_TRACES[path_or_name]
-        raw = resources.files("dynlab").joinpath("data", resource).open("rb")
-        return _buffered(gzip.GzipFile(fileobj=raw)), path_or_name, total
-    if not os.path.exists(path_or_name):
-        known = ", ".join(BUILTIN_TRACES)
-        raise InputFileError(path_or_name, f"no such file, and not a built-in trace ({known})")
-    try:
-        if path_or_name.endswith(".gz"):
-            return _buffered(gzip.open(path_or_name, "rb")), path_or_name, None
-        return open(path_or_name, "rb"), path_or_name, None
-    except OSError as exc:  # a directory, no permission
-        raise InputFileError(path_or_name, exc.strerror or str(exc)) from None
-
-
-#: ``(the standard input stream, the process that read it, its bytes)`` once :func:`keep_stdin` has read it
-_STDIN: Optional[tuple] = None
-
-
-def keep_stdin() -> None:
-    """Read standard input to its end (once per stream) and keep its bytes, so ``-`` opens again: every
-    later :func:`open_source` of ``-`` reads that copy. For runs that read one piped trace several times
-    (compare, sweep and plan configurations naming its blocks differently); a single streamed run
-    does not call it, so its memory stays one request at a time."""
-    global _STDIN
-    if _kept_stdin() is None:
-        stream = sys.stdin.buffer
-        _STDIN = (stream, os.getpid(), stream.read())
-
-
-def _kept_stdin() -> Optional[bytes]:
-    """The bytes :func:`keep_stdin` kept of the current standard input, else ``None``. A forked child
-    (a sweep's pool worker, whose stdin multiprocessing replaces with /dev/null) uses its parent's copy:
-    ``-`` is the stdin the command was given."""
-    if _STDIN is None:
-        return None
-    stream, pid, data = _STDIN
-    return data if stream is sys.stdin.buffer or pid != os.getpid() else None
-
-
-def _buffered(stream: gzip.GzipFile) -> io.BufferedReader:
-    """A gzip stream behind a C-level line buffer: its lines are read without a Python call each
-    (``GzipFile.readline`` is Python code); the decompression errors are the same, raised a chunk
-    (64 KiB) ahead."""
-    return io.BufferedReader(stream, 1 << 16)
 
 
 def _decoded(lines, name: str):
@@ -334,44 +275,66 @@ def _requests(stream, numbered, name, reader, lineno, record) -> Iterator[Reques
             if timed is None:
                 timed = ts is not None
             elif (ts is not None) != timed:
-                raise InputError(name, lineno, "this request has no timestamp but the first has one; "
-                                 "a trace gives every request a timestamp or none" if timed else
-                                 "this request has a timestamp but the first has none; "
-                                 "a trace gives every request a timestamp or none")
+                raise InputError(name, lineno, _mixed_timestamps(timed))
             if ts is not None:
-                if ts < last:
-                    raise InputError(name, lineno, f"timestamp {ts} is earlier than the previous request's "
-                                     f"{last}; the trace must be in time order (sort it by timestamp)")
-                if not ts <= HORIZON_MS:
-                    raise InputError(name, lineno, f"timestamp {ts:g} ms is past the simulated clock's "
-                                     f"horizon ({HORIZON_MS:g} ms, 31.7 years)")
+                if ts < last or not ts <= HORIZON_MS:
+                    raise InputError(name, lineno, _bad_timestamp(ts, last))
                 last = ts
             yield req
             index += 1
             for lineno, line in numbered:
-                try:
+                try:  # the fast path: one JSON value, then at most the line's end
                     line = line.decode("utf-8")
                     record, end = raw_decode(line)
                     if end == len(line) - 1 or end == len(line) or line[end:].isspace():
                         break
-                    record = json.loads(line)  # trailing data: let json say what is wrong
+                except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+                    pass
+                record = _slow_record(line, name, lineno)
+                if record is not _BLANK:
                     break
-                except json.JSONDecodeError:
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)  # leading whitespace is fine for json.loads
-                        break
-                    except json.JSONDecodeError as exc:
-                        raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
-                    except RecursionError:
-                        raise InputError(name, lineno, NESTED) from None
-                except RecursionError:
-                    raise InputError(name, lineno, NESTED) from None
-                except UnicodeDecodeError:
-                    raise InputError(name, lineno, "not UTF-8 text") from None
             else:
                 return
+
+
+#: what :func:`_slow_record` returns for a blank line (skipped)
+_BLANK = object()
+
+
+def _slow_record(line, name: str, lineno: int):
+    """The record of a line the fast path of :func:`_requests` did not read (``line``: its text, or its bytes
+    when they are not UTF-8), or :data:`_BLANK` for a blank line. Leading whitespace is fine (as for
+    ``json.loads``); raises :class:`InputError` for bytes that are not UTF-8, a line that is not one JSON
+    value (trailing data among them: ``json`` says what is wrong) or one nested too deeply."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(name, lineno, "not UTF-8 text") from None
+    if not line.strip():
+        return _BLANK
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(name, lineno, f"not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(name, lineno, NESTED) from None
+
+
+def _mixed_timestamps(timed: bool) -> str:
+    """The error for a request whose timestamp is there when the first request's is not, or the reverse
+    (``timed``: whether the first request has one)."""
+    return ("this request has no timestamp but the first has one; " if timed else
+            "this request has a timestamp but the first has none; ") + \
+        "a trace gives every request a timestamp or none"
+
+
+def _bad_timestamp(ts: float, last: float) -> str:
+    """The error for a timestamp (ms) earlier than the previous request's ``last``, or past the clock's horizon."""
+    if ts < last:
+        return (f"timestamp {ts} is earlier than the previous request's {last}; the trace must be in time "
+                "order (sort it by timestamp)")
+    return f"timestamp {ts:g} ms is past the simulated clock's horizon ({HORIZON_MS:g} ms, 31.7 years)"
 
 
 def _bad_lengths(req: Request) -> str:

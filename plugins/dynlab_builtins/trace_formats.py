@@ -1,6 +1,6 @@
 """Built-in trace formats, registered through the dynlab entry-point group: ``mooncake`` and ``tokens`` (JSON
-lines, streamed), and the formats read whole (:mod:`dynlab_builtins.trace_files`): ``sharegpt``, ``aiperf``,
-``aiperf-mooncake``, ``burstgpt``, ``azure``."""
+lines, streamed), and the formats read whole (:mod:`dynlab_builtins.trace_files`: ``sharegpt``, ``aiperf``,
+``aiperf-mooncake``; :mod:`dynlab_builtins.trace_csv`: ``burstgpt``, ``azure``)."""
 from __future__ import annotations
 
 import math
@@ -180,8 +180,8 @@ class TokenTrace(TraceFormat):
 
 @hookimpl
 def dynlab_register_trace_formats(register):
-    from dynlab_builtins.trace_files import (AiperfMooncakeTrace, AiperfTrace, AzureTrace, BurstGPTTrace,
-                                             ShareGPTTrace)
+    from dynlab_builtins.trace_csv import AzureTrace, BurstGPTTrace
+    from dynlab_builtins.trace_files import AiperfMooncakeTrace, AiperfTrace, ShareGPTTrace
 
     for cls in (MooncakeTrace, TokenTrace, ShareGPTTrace, AiperfTrace, AiperfMooncakeTrace, BurstGPTTrace,
                 AzureTrace):
