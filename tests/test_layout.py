@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "dynlab"
 #: folders of ``dynlab/`` not checked yet: ``cli`` while its option declarations are rewritten (issue 39);
 #: remove a name here once its folder is within the limits
-NOT_YET_CHECKED = ("cli",)
+NOT_YET_CHECKED = ()
 #: checked besides ``dynlab/``, every module in them (nested folders included)
 OTHER_ROOTS = (REPO / "plugins" / "dynlab_builtins", REPO / "benchmarks")
 MAX_MODULE_LINES = 450

@@ -544,7 +544,7 @@ def _unwritable_dirs(tmp_path):
 
 @pytest.mark.parametrize("flag, name", [("--csv", "r.csv"), ("--plot", "r.png"), ("--out", "r.jsonl")])
 def test_an_unwritable_output_fails_before_the_first_cell(tmp_path, flag, name, monkeypatch):
-    import dynlab.cli.sweep as cmd
+    import dynlab.cli.sweep_cells as cmd  # where the cells run (execute)
 
     def no_cells(*args, **kwargs):
         raise AssertionError("a cell ran")

@@ -211,9 +211,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, 
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     if not quiet:
-        where = f"; {fresh.count(False)} from {log}" if fresh.count(False) else ""
-        click.echo(f"plan: {len(fresh)} replay{'' if len(fresh) == 1 else 's'} in "
-                   f"{time.perf_counter() - started:.1f} s ({executor}){where}", err=True)
+        _summary(fresh, log, time.perf_counter() - started, executor)
     if report_path:  # written before the table is printed: no output that looks like success before an error
         _html_report(ctx, report_path, out, shapes, checked)
     _report(out, fmt, plot_path)
@@ -222,6 +220,13 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, 
                    err=True)
         ctx.exit(INFEASIBLE)
 
+
+
+def _summary(fresh: list, log, seconds: float, executor) -> None:
+    """The closing line on stderr: replays run (``fresh``: one bool per replay, False for one read from ``log``)."""
+    where = f"; {fresh.count(False)} from {log}" if fresh.count(False) else ""
+    click.echo(f"plan: {len(fresh)} replay{'' if len(fresh) == 1 else 's'} in {seconds:.1f} s ({executor}){where}",
+               err=True)
 
 def _controller_cap(ctx, controller, max_workers: int, shapes, base: SimConfig, requests):
     """--controller's ``max``: --max-workers when given, else ``None`` (each shape's answer N); the controller

@@ -6,10 +6,8 @@ converted here and handed to :mod:`dynlab.sweep` as plain values.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sys
 import time
 
 import click
@@ -22,12 +20,13 @@ from dynlab.cli.common import output_path, stream_output_path, write_atomic
 from dynlab.cli.common import claim_inputs, input_path, parse_opts
 from dynlab.cli.sim_options import OWN_COMMAS, common_flags, sim_options
 from dynlab.cli.report import report_option
+from dynlab.cli.sweep_cells import open_results, run_cells
 from dynlab.engine.config import SimConfig
 from dynlab.engine.run import config_fields
 from dynlab.errors import DynlabError
 from dynlab.limits import MAX_GRID_CELLS
-from dynlab.sweep import (EXECUTORS, OPT_PREFIX, LATENCY_OPT_PREFIX, CellError, Axis, Grid, GridError, ResultsFile, cell_key, check_config,
-                          execute, option_text, plot_layout, plot_sweep, read_grid_file, record_line, to_csv)
+from dynlab.sweep import (EXECUTORS, OPT_PREFIX, LATENCY_OPT_PREFIX, Axis, Grid, GridError, cell_key, check_config,
+                          option_text, plot_layout, plot_sweep, read_grid_file, to_csv)
 
 # this command's own parameters: everything else that is a SimConfig field is a sim option
 _OWN = {"grid_items", "grid_file", "executor", "jobs", "ray_address", "out", "resume", "csv_path",
@@ -305,12 +304,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
     if out and not resume and not dry_run and os.path.exists(out) and os.path.getsize(out) > 0:
         raise click.UsageError(f"{out} is not empty: add --resume to run only the cells its results lack, "
                                "or choose another file")
-    results_file = ResultsFile(out) if out else None
-    done: set[str] = set()
-    if results_file is not None and resume:
-        results_file.scan()
-        done = results_file.done()
-    todo = [(cell, config) for cell, config in zip(cells, configs) if cell_key(cell) not in done]
+    results_file, todo = open_results(out, resume, cells, configs)
     in_grid = {cell_key(c) for c in cells}
     if dry_run:
         for cell, _ in todo:
@@ -319,23 +313,10 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         click.echo(f"{_cells(len(cells))}{note}, {len(todo)} to run", err=True)
         return
     if plot_path:
-        from dynlab.cli.common import check_plot
-
-        check_plot(plot_path)  # a missing matplotlib or an unknown suffix fails now, not after the sweep
-        if metric and metric.split(".")[0] in TIMED_METRICS and \
-                not any(c.timing for c in configs):
-            raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
-        if metric == FRONTIER and not any(c.timing and c.concurrency for c in configs):
-            raise click.UsageError("--metric frontier needs --timing and --concurrency (a closed-loop sweep)")
-        if metric and metric != FRONTIER:  # a metric no cell reports is refused now, not after every cell has run
-            from dynlab.sweep.probe import metric_problem
-
-            problem = metric_problem(configs, metric, _trace)
-            if problem:
-                raise click.UsageError(problem)
+        _check_plot_request(plot_path, metric, configs)
     results = {k: r for k, (_, r) in (results_file.records.items() if results_file else ())}
     started = time.perf_counter()
-    _run_cells(todo, executor, jobs, ray_address, results_file, results, in_grid, quiet)
+    run_cells(todo, executor, jobs, ray_address, results_file, results, in_grid, quiet)
     elapsed = time.perf_counter() - started
     results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
     if plot_path:
@@ -351,6 +332,24 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         where = f" into {out}" if out else ""
         extra = f"; {skipped} already there" if skipped else ""
         click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
+
+
+def _check_plot_request(plot_path, metric, configs) -> None:
+    """Refuse, before any cell runs, a plot that could not be drawn: a missing matplotlib, an unknown suffix, or a
+    ``--metric`` no cell computes (``click.UsageError``)."""
+    from dynlab.cli.common import check_plot
+
+    check_plot(plot_path)
+    if metric and metric.split(".")[0] in TIMED_METRICS and not any(c.timing for c in configs):
+        raise click.UsageError(f"--metric {metric} needs --timing (no cell computes it)")
+    if metric == FRONTIER and not any(c.timing and c.concurrency for c in configs):
+        raise click.UsageError("--metric frontier needs --timing and --concurrency (a closed-loop sweep)")
+    if metric and metric != FRONTIER:
+        from dynlab.sweep.probe import metric_problem
+
+        problem = metric_problem(configs, metric, _trace)
+        if problem:
+            raise click.UsageError(problem)
 
 
 def _report(ctx, path, cells, configs, results) -> None:
@@ -380,44 +379,6 @@ def _refuse_flag_combinations(executor, jobs, ray_address, out, resume, csv_path
     paths = [os.path.realpath(p) for p in (out, csv_path, plot_path) if p and p != "-"]
     if len(set(paths)) != len(paths):
         raise click.UsageError("--out, --csv and --plot must name different files")
-
-
-def _run_cells(todo: list, executor, jobs, ray_address, results_file, results: dict, in_grid: set,
-               quiet: bool) -> None:
-    """Run the ``(cell, config)`` pairs of ``todo``; write each result to ``results_file`` (or stdout) as
-    it arrives and into ``results`` (cell key -> result)."""
-    out = results_file.path if results_file is not None else None
-    with contextlib.ExitStack() as stack:
-        # execute() loads and checks the traces, checks Ray and its address, and starts the pool (forked)
-        # or Ray, all before the results file is opened: a bad trace or an unreachable cluster writes
-        # nothing, and the workers do not inherit the file's lock.
-        try:
-            runs = stack.enter_context(execute([c for _, c in todo], executor, jobs, ray_address))
-        except ValueError as exc:  # a trace the cells' options cannot read (e.g. --hash on named blocks)
-            raise click.UsageError(str(exc)) from None
-        if results_file is not None:
-            stack.enter_context(results_file)  # lock and re-read: a cell another sweep added is not written twice
-            results.update({k: r for k, (_, r) in results_file.records.items()})
-            if results_file.dropped_partial and not quiet:
-                click.echo(f"{out}: dropping an incomplete last line (an interrupted write)", err=True)
-            stray = len(set(results_file.records) - in_grid)
-            if stray and not quiet:
-                click.echo(f"{out}: {stray} record(s) are not cells of this grid; kept", err=True)
-        from tqdm import tqdm
-
-        bar = stack.enter_context(tqdm(total=len(todo), unit="cell", desc="sweep", file=sys.stderr,
-                                       disable=quiet or not todo or not sys.stderr.isatty(), leave=False))
-        try:
-            for i, result in runs:
-                cell = todo[i][0]
-                if results_file is not None:
-                    results_file.append(cell, result)
-                else:
-                    click.echo(record_line(cell, result))
-                results[cell_key(cell)] = result
-                bar.update(1)
-        except CellError as exc:
-            raise DynlabError(f"cell {json.dumps(todo[exc.index][0])}: {exc}") from None
 
 
 def _cells(n: int) -> str:
