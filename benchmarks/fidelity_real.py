@@ -52,7 +52,10 @@ from dynlab.engine.config import SimConfig  # noqa: E402
 
 #: a row's Hugging Face model id -> dynlab's bundled name or a config.json under data/real/models
 MODELS = {"meta-llama/Llama-2-7b-hf": "llama-2-7b", "meta-llama/Llama-2-70b-hf": "llama-2-70b",
-          "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b", "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b"}
+          "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b", "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+          # DeepSeek-R1-0528 is DeepSeek-V3's architecture (its config.json: DeepseekV3ForCausalLM, the same
+          # layers, MLA and experts, FP8 block-quantised weights): dynlab's bundled deepseek-v3
+          "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3"}
 SHORT = {"median_ttft_ms": "TTFT p50", "p99_ttft_ms": "TTFT p99", "median_tpot_ms": "TPOT p50",
          "p99_tpot_ms": "TPOT p99", "median_e2el_ms": "E2E p50", "total_token_throughput_per_gpu": "tok/s/GPU"}
 _INT = ("tp", "ep", "max_concurrency", "num_prompts")
@@ -111,6 +114,8 @@ def read_rows(path: str) -> list[MeasuredPoint]:
                                   per_gpu=row["per_gpu"] == "true", arrival=row.get("arrival") or None, **values)
             points.append(point)
             SERVER[point.source] = {k: int(row[k]) for k in _SERVER if row.get(k)}
+            if row["engine"] == "sglang":
+                SERVER[point.source] = sglang_server(SERVER[point.source], path, point.ep or 1)
     side = path[:-len(".csv")] + "_lengths.json"
     if os.path.isfile(side):
         with open(side) as fh:
@@ -119,8 +124,26 @@ def read_rows(path: str) -> list[MeasuredPoint]:
     return points
 
 
-#: experiment -> the vLLM settings its row states (max_num_seqs, max_num_batched_tokens)
+#: experiment -> the settings its row states, as SimConfig fields (vLLM's max_num_seqs, max_num_batched_tokens;
+#: an SGLang row's, :func:`sglang_server`)
 SERVER: dict = {}
+#: an SGLang row's columns -> SimConfig's SGLang fields (data/real/README.md: the CSV's vLLM-named columns hold
+#: SGLang's --max-running-requests and --chunked-prefill-size)
+_SGLANG_COLUMNS = {"max_num_seqs": "max_running_requests", "max_num_batched_tokens": "chunked_prefill_size"}
+
+
+def sglang_server(vllm_named: dict, path: str, ep: int = 1) -> dict:
+    """An SGLang row's server as SimConfig fields: ``engine_kind`` sglang, its columns under SGLang's names
+    (:data:`_SGLANG_COLUMNS`), ``ep``, and the flags the CSV's columns cannot hold, from the
+    ``*_server.json`` beside the CSV (a mapping of SimConfig fields: ``mem_fraction_static``,
+    ``disable_radix_cache``, ``max_prefill_tokens``; data/real/README.md gives their source)."""
+    out = {"engine_kind": "sglang", "ep": ep}
+    out.update({_SGLANG_COLUMNS[k]: v for k, v in vllm_named.items()})
+    side = path[:-len(".csv")] + "_server.json"
+    if os.path.isfile(side):
+        with open(side) as fh:
+            out.update(json.load(fh))
+    return out
 
 
 def _errors(point, config) -> dict:
