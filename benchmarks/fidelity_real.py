@@ -22,7 +22,7 @@ The summary table is the median over rows of ``|error|`` per metric, in percent 
 row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
 
     python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--files A.csv[,B.csv]] [--only SUBSTRING]
-        [--uncalibrated | --fit-on REGEX] [--max-nfev N] [--json FILE]
+        [--uncalibrated | --fit-on REGEX] [--fit NAME[,NAME...]] [--max-nfev N] [--json FILE]
 
 ``--files`` defaults to BLIS's ``blis_h100.csv`` (the run docs/fidelity.md quotes first); each CSV named is
 scored on its own (its own fits, its own table), so adding a file leaves the others' figures as they were.
@@ -158,29 +158,32 @@ def fitted_config(config: SimConfig, opts: dict) -> SimConfig:
     return replace(config, latency_opts=latency, **run)
 
 
-def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int, fit: bool, fit_on) -> list[dict]:
+def _group_rows(members, configs, latency_model: str, folds: int, max_nfev: int, fit: bool, fit_on,
+                fit_names=None) -> list[dict]:
     """One group's rows (:func:`score`): k-fold held out, or (``fit_on``) one fit on the matching rows and the
     others predicted by it; the defaults' errors unless ``fit_on`` is given."""
     cal, held = None, [{} for _ in members]
     if fit_on is not None:
         train = [i for i, p in enumerate(members) if fit_on.search(p.source)]
         if train and len(train) < len(members):
-            cal = calibrate([members[i] for i in train], [configs[i] for i in train], folds=1, max_nfev=max_nfev)
+            cal = calibrate([members[i] for i in train], [configs[i] for i in train], fit=fit_names, folds=1,
+                            max_nfev=max_nfev)
             held = [{} if i in train else _errors(p, fitted_config(configs[i], cal.opts))
                     for i, p in enumerate(members)]
     elif fit and len(members) >= 3:
-        cal = calibrate(members, configs, folds=folds, max_nfev=max_nfev)
+        cal = calibrate(members, configs, fit=fit_names, folds=folds, max_nfev=max_nfev)
         held = [row["error_pct"] for row in cal.cv_points]
     return [{"source": p.source, "uncalibrated": _errors(p, configs[i]) if fit_on is None else {}, "cv": held[i],
              "fitted": cal.opts if cal is not None else {}} for i, p in enumerate(members)]
 
 
 def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, fit: bool = True,
-          fit_on=None) -> list[dict]:
+          fit_on=None, fit_names=None) -> list[dict]:
     """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}`` (``cv``
     empty when ``fit`` is false or the group has fewer than 3 rows). ``fit_on`` (a compiled regular
     expression): instead of k folds, fit each group once on its rows whose experiment matches and predict
-    the others with it (their ``cv``; the fitted rows' is empty), without the defaults (``uncalibrated`` empty)."""
+    the others with it (their ``cv``; the fitted rows' is empty), without the defaults (``uncalibrated`` empty).
+    ``fit_names``: the options to fit (``dynlab calibrate --fit``; None: :data:`dynlab.calibrate.fit.DEFAULT_FIT`)."""
     groups = defaultdict(list)
     for p in points:
         groups[(p.model, p.gpu, p.tp or 1)].append(p)
@@ -188,7 +191,7 @@ def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, 
     for (model, gpu, tp), members in groups.items():
         base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp)
         configs = [replace(base, **SERVER.get(p.source, {})) for p in members]
-        mine = _group_rows(members, configs, latency_model, folds, max_nfev, fit, fit_on)
+        mine = _group_rows(members, configs, latency_model, folds, max_nfev, fit, fit_on, fit_names)
         rows.extend(dict(r, group=f"{model} tp{tp} {gpu}") for r in mine)
         print(f"# {latency_model} {model} tp{tp} {gpu}: fitted {mine[0]['fitted'] or '-'}; held out "
               f"{summary(mine, 'cv')}; defaults {summary(mine, 'uncalibrated')}", file=sys.stderr, flush=True)
@@ -251,6 +254,8 @@ def main() -> None:
     ap.add_argument("--fit-on", default=None, metavar="REGEX",
                     help="fit each group once on its rows whose experiment matches; score the others (no defaults)")
     ap.add_argument("--json", default=None, help="also write every row's errors here")
+    ap.add_argument("--fit", default=None, metavar="NAME[,NAME...]",
+                    help="the options to fit, as dynlab calibrate --fit (default: its defaults per latency model)")
     args = ap.parse_args()
     names = chosen(args.files)
     out: dict = {}
@@ -262,7 +267,8 @@ def main() -> None:
         for name in args.latency_model.split(","):
             start = time.perf_counter()
             results[name] = score(points, name, max_nfev=args.max_nfev, fit=not args.uncalibrated,
-                                  fit_on=re.compile(args.fit_on) if args.fit_on else None)
+                                  fit_on=re.compile(args.fit_on) if args.fit_on else None,
+                                  fit_names=args.fit.split(",") if args.fit else None)
             print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
             out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
         if len(names) > 1:

@@ -321,3 +321,30 @@ def test_sglang_row_replay_by_hand_at_a_linear_step():
     assert 18.19 <= got["median_ttft_ms"] <= 32.24
     assert got["p99_ttft_ms"] <= 50.96
     assert 11.5 <= got["median_tpot_ms"] <= 12.15
+
+
+def test_fidelity_real_passes_the_options_to_fit_to_calibrate(monkeypatch):
+    # --fit NAMES reaches dynlab.calibrate.fit.calibrate's ``fit`` (None without it: its defaults), once per
+    # group with --fit-on, on the group's matching rows only (here the 2 concurrency-4 points of 1024 outputs)
+    import re
+    from types import SimpleNamespace
+
+    fr = _fidelity_real()
+    points = fr.read_rows(str(SGLANG_CSV))
+    calls = []
+
+    def fake_calibrate(members, configs, fit=None, folds=5, max_nfev=60):
+        calls.append(([p.source for p in members], fit, {c.engine_kind for c in configs}))
+        return SimpleNamespace(opts={"mla_layer_us": 2.0}, cv_points=[])
+
+    monkeypatch.setattr(fr, "calibrate", fake_calibrate)
+    monkeypatch.setattr(fr, "_errors", lambda point, config: {"median_ttft_ms": 1.0})
+    rows = fr.score(points, "roofline", fit_on=re.compile("osl1024-conc4$"), fit_names=["mla_layer_us"])
+    assert len(calls) == 1
+    sources, fit, engines = calls[0]
+    assert sorted(s.split("/")[1] for s in sources) == ["h200-tp8-isl1024-osl1024-conc4", "h200-tp8-isl8192-osl1024-conc4"]
+    assert fit == ["mla_layer_us"] and engines == {"sglang"}
+    assert sum(1 for r in rows if r["cv"]) == 13 and rows[0]["fitted"] == {"mla_layer_us": 2.0}
+    calls.clear()
+    fr.score(points, "roofline", fit_on=re.compile("osl1024-conc4$"))
+    assert calls[0][1] is None
