@@ -22,7 +22,7 @@ The summary table is the median over rows of ``|error|`` per metric, in percent 
 row needs that dynlab does not bundle are the config.json files under ``benchmarks/data/real/models/``.
 
     python benchmarks/fidelity_real.py [--latency-model roofline[,linear]] [--files A.csv[,B.csv]] [--only SUBSTRING]
-        [--uncalibrated | --fit-on REGEX] [--folds K] [--cv-only] [--max-nfev N] [--json FILE]
+        [--uncalibrated | --fit-on REGEX] [--fit NAME[,NAME...]] [--folds K] [--cv-only] [--max-nfev N] [--json FILE]
     python benchmarks/fidelity_real.py --from-json A.json[,B.json]
 
 ``--folds K``: the k of the k-fold calibration (5 by default; each group takes min(K, its rows)); ``--cv-only``
@@ -58,7 +58,10 @@ from dynlab.engine.config import SimConfig  # noqa: E402
 
 #: a row's Hugging Face model id -> dynlab's bundled name or a config.json under data/real/models
 MODELS = {"meta-llama/Llama-2-7b-hf": "llama-2-7b", "meta-llama/Llama-2-70b-hf": "llama-2-70b",
-          "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b", "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b"}
+          "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b", "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+          # DeepSeek-R1-0528 is DeepSeek-V3's architecture (its config.json: DeepseekV3ForCausalLM, the same
+          # layers, MLA and experts, FP8 block-quantised weights): dynlab's bundled deepseek-v3
+          "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3"}
 SHORT = {"median_ttft_ms": "TTFT p50", "p99_ttft_ms": "TTFT p99", "median_tpot_ms": "TPOT p50",
          "p99_tpot_ms": "TPOT p99", "median_e2el_ms": "E2E p50", "total_token_throughput_per_gpu": "tok/s/GPU"}
 _INT = ("tp", "ep", "max_concurrency", "num_prompts")
@@ -117,6 +120,8 @@ def read_rows(path: str) -> list[MeasuredPoint]:
                                   per_gpu=row["per_gpu"] == "true", arrival=row.get("arrival") or None, **values)
             points.append(point)
             SERVER[point.source] = {k: int(row[k]) for k in _SERVER if row.get(k)}
+            if row["engine"] == "sglang":
+                SERVER[point.source] = sglang_server(SERVER[point.source], path, point.ep or 1)
     side = path[:-len(".csv")] + "_lengths.json"
     if os.path.isfile(side):
         with open(side) as fh:
@@ -125,8 +130,26 @@ def read_rows(path: str) -> list[MeasuredPoint]:
     return points
 
 
-#: experiment -> the vLLM settings its row states (max_num_seqs, max_num_batched_tokens)
+#: experiment -> the settings its row states, as SimConfig fields (vLLM's max_num_seqs, max_num_batched_tokens;
+#: an SGLang row's, :func:`sglang_server`)
 SERVER: dict = {}
+#: an SGLang row's columns -> SimConfig's SGLang fields (data/real/README.md: the CSV's vLLM-named columns hold
+#: SGLang's --max-running-requests and --chunked-prefill-size)
+_SGLANG_COLUMNS = {"max_num_seqs": "max_running_requests", "max_num_batched_tokens": "chunked_prefill_size"}
+
+
+def sglang_server(vllm_named: dict, path: str, ep: int = 1) -> dict:
+    """An SGLang row's server as SimConfig fields: ``engine_kind`` sglang, its columns under SGLang's names
+    (:data:`_SGLANG_COLUMNS`), ``ep``, and the flags the CSV's columns cannot hold, from the
+    ``*_server.json`` beside the CSV (a mapping of SimConfig fields: ``mem_fraction_static``,
+    ``disable_radix_cache``, ``max_prefill_tokens``; data/real/README.md gives their source)."""
+    out = {"engine_kind": "sglang", "ep": ep}
+    out.update({_SGLANG_COLUMNS[k]: v for k, v in vllm_named.items()})
+    side = path[:-len(".csv")] + "_server.json"
+    if os.path.isfile(side):
+        with open(side) as fh:
+            out.update(json.load(fh))
+    return out
 
 
 def _errors(point, config) -> dict:
@@ -141,32 +164,36 @@ def fitted_config(config: SimConfig, opts: dict) -> SimConfig:
     return replace(config, latency_opts=latency, **run)
 
 
-def _group_rows(members, configs, folds: int, max_nfev: int, fit: bool, fit_on, cv_only: bool) -> list[dict]:
+def _group_rows(members, configs, folds: int, max_nfev: int, fit: bool, fit_on, cv_only: bool,
+                fit_names=None) -> list[dict]:
     """One group's rows (:func:`score`): k-fold held out (``cv_only``: without the fit on all of them), or
     (``fit_on``) one fit on the matching rows and the others predicted by it; the defaults' errors unless
-    ``fit_on`` is given."""
+    ``fit_on`` is given. ``fit_names``: the options fitted (``dynlab calibrate --fit``; default its own)."""
     cal, held = None, [{} for _ in members]
     if fit_on is not None:
         train = [i for i, p in enumerate(members) if fit_on.search(p.source)]
         if train and len(train) < len(members):
-            cal = calibrate([members[i] for i in train], [configs[i] for i in train], folds=1, max_nfev=max_nfev)
+            cal = calibrate([members[i] for i in train], [configs[i] for i in train], fit=fit_names, folds=1,
+                            max_nfev=max_nfev)
             held = [{} if i in train else _errors(p, fitted_config(configs[i], cal.opts))
                     for i, p in enumerate(members)]
     elif fit and len(members) >= 3 and cv_only:
-        held = [row["error_pct"] for row in cross_validate(members, configs, folds=folds, max_nfev=max_nfev)]
+        held = [row["error_pct"] for row in cross_validate(members, configs, fit=fit_names, folds=folds,
+                                                               max_nfev=max_nfev)]
     elif fit and len(members) >= 3:
-        cal = calibrate(members, configs, folds=folds, max_nfev=max_nfev)
+        cal = calibrate(members, configs, fit=fit_names, folds=folds, max_nfev=max_nfev)
         held = [row["error_pct"] for row in cal.cv_points]
     return [{"source": p.source, "uncalibrated": _errors(p, configs[i]) if fit_on is None else {}, "cv": held[i],
              "fitted": cal.opts if cal is not None else {}} for i, p in enumerate(members)]
 
 
 def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, fit: bool = True,
-          fit_on=None, cv_only: bool = False) -> list[dict]:
+          fit_on=None, cv_only: bool = False, fit_names=None) -> list[dict]:
     """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}`` (``cv``
     empty when ``fit`` is false or the group has fewer than 3 rows). ``fit_on`` (a compiled regular
     expression): instead of k folds, fit each group once on its rows whose experiment matches and predict
-    the others with it (their ``cv``; the fitted rows' is empty), without the defaults (``uncalibrated`` empty)."""
+    the others with it (their ``cv``; the fitted rows' is empty), without the defaults (``uncalibrated`` empty).
+    ``fit_names``: the options to fit (``dynlab calibrate --fit``; None: :data:`dynlab.calibrate.fit.DEFAULT_FIT`)."""
     groups = defaultdict(list)
     for p in points:
         groups[(p.model, p.gpu, p.tp or 1)].append(p)
@@ -174,7 +201,7 @@ def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, 
     for (model, gpu, tp), members in groups.items():
         base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp)
         configs = [replace(base, **SERVER.get(p.source, {})) for p in members]
-        mine = _group_rows(members, configs, folds, max_nfev, fit, fit_on, cv_only)
+        mine = _group_rows(members, configs, folds, max_nfev, fit, fit_on, cv_only, fit_names)
         rows.extend(dict(r, group=f"{model} tp{tp} {gpu}") for r in mine)
         print(f"# {latency_model} {model} tp{tp} {gpu}: fitted {mine[0]['fitted'] or '-'}; held out "
               f"{summary(mine, 'cv')}; defaults {summary(mine, 'uncalibrated')}", file=sys.stderr, flush=True)
@@ -243,6 +270,8 @@ def main() -> None:
     ap.add_argument("--fit-on", default=None, metavar="REGEX",
                     help="fit each group once on its rows whose experiment matches; score the others (no defaults)")
     ap.add_argument("--json", default=None, help="also write every row's errors here")
+    ap.add_argument("--fit", default=None, metavar="NAME[,NAME...]",
+                    help="the options to fit, as dynlab calibrate --fit (default: its defaults per latency model)")
     args = ap.parse_args()
     _refuse_idle(args)
     if args.from_json:
@@ -261,7 +290,8 @@ def main() -> None:
             start = time.perf_counter()
             results[name] = score(points, name, folds=args.folds or 5, max_nfev=args.max_nfev,
                                   fit=not args.uncalibrated, cv_only=args.cv_only,
-                                  fit_on=re.compile(args.fit_on) if args.fit_on else None)
+                                  fit_on=re.compile(args.fit_on) if args.fit_on else None,
+                                  fit_names=args.fit.split(",") if args.fit else None)
             print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
             out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
         report(file, results, len(names) > 1)

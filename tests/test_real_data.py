@@ -43,11 +43,13 @@ def test_there_is_real_data():
     assert (REAL / "blis_h100.csv") in CSVS
     assert (REAL / "inferencemax_gptoss.csv") in CSVS
     assert (REAL / "inferencemax_gptoss_v0130.csv") in CSVS
+    assert (REAL / "inferencemax_dsr1_sglang.csv") in CSVS
 
 
 #: rows per file: BLIS's 21 stages; InferenceMAX's 43 H100 and 51 H200 points, in run 20218553330 (vLLM
-#: v0.11.2) and in run 20667906037 (v0.13.0)
-ROW_COUNTS = {"blis_h100.csv": 21, "inferencemax_gptoss.csv": 94, "inferencemax_gptoss_v0130.csv": 94}
+#: v0.11.2) and in run 20667906037 (v0.13.0); run 20613446912's 15 SGLang H200 points of DeepSeek-R1-0528
+ROW_COUNTS = {"blis_h100.csv": 21, "inferencemax_gptoss.csv": 94, "inferencemax_gptoss_v0130.csv": 94,
+              "inferencemax_dsr1_sglang.csv": 15}
 
 
 def test_every_csv_is_pinned_with_its_row_count():
@@ -321,3 +323,111 @@ def test_k_fold_options_that_would_do_nothing_are_refused(monkeypatch, args, mes
     with pytest.raises(SystemExit) as exc:
         fr.main()  # refused before any file is read or replayed
     assert message in str(exc.value) and "\n" not in str(exc.value)
+SGLANG_CSV = REAL / "inferencemax_dsr1_sglang.csv"
+SGLANG_ROW = "run_20613446912/h200-tp8-isl1024-osl1024-conc4"
+
+
+def test_inferencemax_sglang_one_row_checked_by_hand():
+    # run 20613446912's object {"framework": "sglang", "hw": "h200", "tp": 8, "ep": 1, "isl": 1024, "osl": 1024,
+    # "conc": 4, "median_ttft": 0.124352..., "median_tpot": 0.012091..., "tput_per_gpu": 79.075...,
+    # "image": "lmsysorg/sglang:v0.5.6-cu129-amd64"}: seconds there, ms here
+    rows = {r["experiment"]: r for r in _rows(SGLANG_CSV)[1]}
+    row = rows[SGLANG_ROW]
+    assert (row["model"], row["gpu"], row["tp"], row["ep"]) == ("deepseek-ai/DeepSeek-R1-0528", "h200", "8", "1")
+    assert (row["engine"], row["version"]) == ("sglang", "0.5.6")
+    assert float(row["median_ttft_ms"]) == pytest.approx(124.353, abs=0.001)
+    assert float(row["median_tpot_ms"]) == pytest.approx(12.091, abs=0.001)
+    assert float(row["total_token_throughput"]) == pytest.approx(79.08, abs=0.01)
+    # dsr1_fp8_h200_slurm.sh: --max-running-requests 512 at 1024/1024, 256 at the other two length pairs,
+    # --chunked-prefill-size 32768 everywhere (in the CSV's vLLM-named columns)
+    assert {(r["max_num_seqs"], r["max_num_batched_tokens"]) for k, r in rows.items() if "isl1024-osl1024" in k} == {
+        ("512", "32768")}
+    assert {(r["max_num_seqs"], r["max_num_batched_tokens"]) for k, r in rows.items() if "isl1024-osl1024" not in k} == {
+        ("256", "32768")}
+    # the same client as the vLLM files: 10 requests per user, uniform on [0.8 L, L] (mean 921.6 for 1024)
+    assert row["num_prompts"] == "40" and float(row["random_input_len"]) == pytest.approx(921.6)
+    # the median request: TTFT + TPOT x (921.6 - 1) = 124.4 + 12.091 x 920.6 = 11,255 ms against 11,324 measured
+    e2e = float(row["median_ttft_ms"]) + float(row["median_tpot_ms"]) * (float(row["random_output_len"]) - 1)
+    assert e2e == pytest.approx(float(row["median_e2el_ms"]), rel=0.01)
+    # --stream-interval 10: the client's gaps are 10-token chunks, ITL p50 117.6 ms ~ 10 x TPOT (120.9 ms)
+    assert float(row["median_itl_ms"]) == pytest.approx(10 * float(row["median_tpot_ms"]), rel=0.05)
+
+
+def test_sglang_server_json_holds_simconfig_fields_only():
+    import json
+
+    from dynlab.engine.config import SimConfig
+
+    flags = json.loads((REAL / "inferencemax_dsr1_sglang_server.json").read_text())
+    assert flags == {"mem_fraction_static": 0.82, "disable_radix_cache": True, "max_prefill_tokens": 32768}
+    SimConfig(engine_kind="sglang", **flags)  # each a SimConfig field, in range
+
+
+def test_sglang_rows_replay_on_dynlab_sglang_engine_with_the_scripts_flags(tmp_path):
+    # an SGLang row runs with --engine sglang, its columns under SGLang's names and the server JSON's flags;
+    # a CSV without a server JSON gets the columns only
+    fr = _fidelity_real()
+    points = {p.source: p for p in fr.read_rows(str(SGLANG_CSV))}
+    assert fr.model_for(points[SGLANG_ROW].model) == "deepseek-v3"
+    assert fr.SERVER[SGLANG_ROW] == {"engine_kind": "sglang", "ep": 1, "max_running_requests": 512,
+                                     "chunked_prefill_size": 32768, "mem_fraction_static": 0.82,
+                                     "disable_radix_cache": True, "max_prefill_tokens": 32768}
+    bare = fr.sglang_server({"max_num_seqs": 8, "max_num_batched_tokens": 4096}, str(tmp_path / "x.csv"))
+    assert bare == {"engine_kind": "sglang", "ep": 1, "max_running_requests": 8, "chunked_prefill_size": 4096}
+    # the vLLM files keep vLLM's names and engine
+    fr.read_rows(str(REAL / "inferencemax_gptoss.csv"))
+    assert fr.SERVER["run_20218553330/h100-tp2-isl1024-osl1024-conc4"] == {"max_num_seqs": 4,
+                                                                           "max_num_batched_tokens": 8192}
+
+
+def test_sglang_row_replay_by_hand_at_a_linear_step():
+    # SGLang (no --enable-mixed-chunk) runs prefill and decode as separate passes. At linear's
+    # beta0 10 ms + beta1 0.01 ms/prefill token + beta2 0.5 ms/decode request, server and client terms off:
+    # - a decode pass of the 4 users: 10 + 4 x 0.5 = 12 ms; with 3 (one user between answers) 11.5 ms;
+    # - a new prompt's prefill pass, 819-1,024 tokens: 10 + 8.19 = 18.19 to 10 + 10.24 = 20.24 ms; it
+    #   waits for the running decode pass (<= 12 ms): TTFT in [18.19, 32.24] ms, the first 4 prompts
+    #   (at once, one pass of <= 4 x 1,024 tokens <= 32,768) 10 + 0.01 x their sum <= 50.96 ms;
+    # - TPOT: the decode passes (11.5-12 ms) plus, per token, the other users' prefill passes in between:
+    #   each other user restarts at most twice in a reply of >= 819 tokens (its replies are >= 819 too), so
+    #   <= 3 x 2 x 20.24 / 818 = 0.15 ms: TPOT in [11.5, 12.15] ms
+    from dataclasses import replace
+
+    from dynlab.calibrate.replay import replay
+    from dynlab.engine.config import SimConfig
+
+    fr = _fidelity_real()
+    point = {p.source: p for p in fr.read_rows(str(SGLANG_CSV))}[SGLANG_ROW]
+    base = SimConfig(timing=True, latency_model="linear", model="deepseek-v3", gpu="h200", tp=8,
+                     latency_opts={"beta0": "10", "beta1": "0.01", "beta2": "0.5", "cpu_step_us": "0",
+                                   "cpu_us_per_request": "0"}, request_overhead_ms=0.0, detok_us_per_token=0.0)
+    got = replay(point, replace(base, **fr.SERVER[SGLANG_ROW]))
+    assert 18.19 <= got["median_ttft_ms"] <= 32.24
+    assert got["p99_ttft_ms"] <= 50.96
+    assert 11.5 <= got["median_tpot_ms"] <= 12.15
+
+
+def test_fidelity_real_passes_the_options_to_fit_to_calibrate(monkeypatch):
+    # --fit NAMES reaches dynlab.calibrate.fit.calibrate's ``fit`` (None without it: its defaults), once per
+    # group with --fit-on, on the group's matching rows only (here the 2 concurrency-4 points of 1024 outputs)
+    import re
+    from types import SimpleNamespace
+
+    fr = _fidelity_real()
+    points = fr.read_rows(str(SGLANG_CSV))
+    calls = []
+
+    def fake_calibrate(members, configs, fit=None, folds=5, max_nfev=60):
+        calls.append(([p.source for p in members], fit, {c.engine_kind for c in configs}))
+        return SimpleNamespace(opts={"mla_layer_us": 2.0}, cv_points=[])
+
+    monkeypatch.setattr(fr, "calibrate", fake_calibrate)
+    monkeypatch.setattr(fr, "_errors", lambda point, config: {"median_ttft_ms": 1.0})
+    rows = fr.score(points, "roofline", fit_on=re.compile("osl1024-conc4$"), fit_names=["mla_layer_us"])
+    assert len(calls) == 1
+    sources, fit, engines = calls[0]
+    assert sorted(s.split("/")[1] for s in sources) == ["h200-tp8-isl1024-osl1024-conc4", "h200-tp8-isl8192-osl1024-conc4"]
+    assert fit == ["mla_layer_us"] and engines == {"sglang"}
+    assert sum(1 for r in rows if r["cv"]) == 13 and rows[0]["fitted"] == {"mla_layer_us": 2.0}
+    calls.clear()
+    fr.score(points, "roofline", fit_on=re.compile("osl1024-conc4$"))
+    assert calls[0][1] is None
