@@ -11,7 +11,9 @@ Two terms, each a latency-model option (``--latency-opt NAME=VALUE``; 0 switches
   tokens plus decodes) runs as the captured graph of the next capture size, so its linear layers compute the
   padded rows too. The sizes are vLLM's (``vllm/config/compilation.py``, V1): 1, 2, 4, then multiples of 8
   below 256, then multiples of 16 up to ``min(2 x max_num_seqs, 512)``; the default 512 is that cap at
-  vLLM's default ``max_num_seqs`` 256. A padded row is a decode of no context: it adds compute, no KV.
+  vLLM's default ``max_num_seqs`` 256. A padded row is a decode of no context: it adds compute, and reads
+  no KV and no state (vLLM gives it KV slot ``-1`` and a Mamba layer the null state index: ``roofline``'s
+  :meth:`dynlab_builtins.latency_roofline.RooflineTerms.parts`).
 
 Two more are the run's (request-level: they delay what the client sees, not the engine's steps), also on by
 default (:class:`dynlab.engine.metrics.ServingMetrics`; 0 switches each off):
@@ -102,11 +104,3 @@ class ServerTerms:
         if tokens <= 0 or not sizes or tokens > sizes[-1]:
             return 0
         return sizes[bisect.bisect_left(sizes, tokens)] - tokens
-
-    def padded(self, batch: StepBatch, extra: int) -> StepBatch:
-        """``batch`` with its ``extra`` padding rows (:meth:`padded_rows`) as decodes of no context (itself
-        when it needs none)."""
-        if not extra:
-            return batch
-        return StepBatch(batch.prefill_tokens, batch.prefill_context, batch.decode_requests + extra,
-                         batch.decode_context)

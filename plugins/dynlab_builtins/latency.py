@@ -148,7 +148,7 @@ class Roofline(LatencyModel):
         pad = server.padded_rows(int(tokens) + batch.decode_requests)
         cpu = server.cpu_ms(batch)
         if self._terms is not None:
-            compute, memory, comm = self._terms.parts(server.padded(batch, pad))
+            compute, memory, comm = self._terms.parts(batch, pad=pad)
             return max(compute, memory) + comm + self._overhead + cpu
         compute, memory = self._parts(batch, tokens, pad)
         return max(compute, memory) + self._overhead + cpu
@@ -163,11 +163,11 @@ class Roofline(LatencyModel):
         terms, server = self._terms, self._server
         if terms is None or terms.dp == 1:
             return None
-        padded = [server.padded(b, server.padded_rows(int(sum(b.prefill_tokens)) + b.decode_requests)) for b in batches]
-        whole = StepBatch(tuple(t for b in padded for t in b.prefill_tokens),
-                          tuple(c for b in padded for c in b.prefill_context),
-                          sum(b.decode_requests for b in padded), sum(b.decode_context for b in padded))
-        compute, memory, comm = terms.parts(whole, padded)
+        pads = [server.padded_rows(int(sum(b.prefill_tokens)) + b.decode_requests) for b in batches]
+        whole = StepBatch(tuple(t for b in batches for t in b.prefill_tokens),
+                          tuple(c for b in batches for c in b.prefill_context),
+                          sum(b.decode_requests for b in batches), sum(b.decode_context for b in batches))
+        compute, memory, comm = terms.parts(whole, list(zip(batches, pads)), sum(pads))
         return max(compute, memory) + comm + self._overhead + max(server.cpu_ms(b) for b in batches)
 
     def decode_ms(self, requests: int, context: int, steps: int) -> float:
@@ -188,14 +188,14 @@ class Roofline(LatencyModel):
     def _decode_lines(self, requests: int, context: int) -> tuple[float, float, float, float, float]:
         """``(c0, c1, m0, m1, per-step extra)``: step ``i`` of a decode run costs ``max(c0 + c1*i, m0 + m1*i)
         + extra + overhead``."""
-        rows = requests + self._server.padded_rows(requests)  # the CUDA graph's rows, padding included
+        pad = self._server.padded_rows(requests)  # the CUDA graph's padding rows
         cpu = self._server.decode_cpu_ms(requests)
         if self._terms is None:
-            c0 = self._token_ms * rows + self._pair_ms * context
+            c0 = self._token_ms * (requests + pad) + self._pair_ms * context
             m0 = self._weights_ms + self._kv_ms * context
             return c0, self._pair_ms * requests, m0, self._kv_ms * requests, cpu
-        first = self._terms.parts(StepBatch((), (), rows, context))
-        second = self._terms.parts(StepBatch((), (), rows, context + requests))
+        first = self._terms.parts(StepBatch((), (), requests, context), pad=pad)
+        second = self._terms.parts(StepBatch((), (), requests, context + requests), pad=pad)
         return first[0], second[0] - first[0], first[1], second[1] - first[1], first[2] + cpu
 
     def decode_ms_at(self, requests: int, context: int, steps) -> list[float]:

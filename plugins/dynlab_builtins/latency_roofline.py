@@ -209,32 +209,42 @@ class RooflineTerms:
             kv_ms += kv * (seen + kept)
         return pair_ms, kv_ms
 
-    def _replicas(self, batch):
-        """Candidates for the busiest attention replica's share of ``batch``: ``batch`` itself when ``dp`` is
-        1; else the largest prefill chunk alone (a chunk stays on one replica) and an even ``1/dp`` share of
-        every chunk, each with ``1/dp`` of the decodes. Each is non-decreasing in every batch field, so
-        the step (priced at the costlier) is too."""
+    def _replicas(self, batch, pad: int = 0):
+        """Candidates for the busiest attention replica's share of ``batch`` and its ``pad`` CUDA-graph padding
+        rows, as ``(share, rows)``: ``rows`` the share's token rows, padding included. ``batch`` itself when ``dp``
+        is 1; else the largest prefill chunk alone (a chunk stays on one replica) and an even ``1/dp`` share of
+        every chunk, each with ``1/dp`` of the decodes and of the padding. Each is non-decreasing in every batch
+        field, so the step (priced at the costlier) is too."""
         if self.dp == 1:
-            return (batch,)
+            return ((batch, sum(batch.prefill_tokens) + batch.decode_requests + pad),)
         decodes, context = batch.decode_requests / self.dp, batch.decode_context / self.dp
+        rows = (batch.decode_requests + pad) / self.dp  # decode and padding rows
         chunks = [(t, c) for t, c in zip(batch.prefill_tokens, batch.prefill_context) if t > 0]
         even = type(batch)(tuple(t / self.dp for t, _ in chunks), tuple(c / self.dp for _, c in chunks),
                            decodes, context)
         if not chunks:
-            return (even,)
+            return ((even, rows),)
         t, c = max(chunks, key=lambda tc: tc[0] * (tc[1] + tc[0] / 2.0))
-        return even, type(batch)((t,), (c,), decodes, context)
+        return (even, sum(even.prefill_tokens) + rows), (type(batch)((t,), (c,), decodes, context), t + rows)
 
-    def parts(self, batch, replicas=None) -> tuple[float, float, float]:
-        """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`); the
+    def parts(self, batch, replicas=None, pad: int = 0) -> tuple[float, float, float]:
+        """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`) run as a
+        CUDA graph of ``pad`` padding rows more (:meth:`dynlab.latency.overheads.ServerTerms.padded_rows`); the
         third adds the fixed times (``layer_us``, :func:`kernel_floors`) to the collectives. ``replicas``: the
-        attention replicas' own batches when known (attention-DP ranks in lockstep, whose sum is ``batch``),
-        priced at the busiest instead of :meth:`_replicas`' guess; the expert layers take all of ``batch``."""
-        tokens = sum(batch.prefill_tokens) + batch.decode_requests
+        attention replicas' own batches and padding rows, ``(StepBatch, rows)`` pairs, when known (attention-DP
+        ranks in lockstep, whose sum is ``batch`` and ``pad``), priced at the busiest instead of
+        :meth:`_replicas`' guess; the expert layers take all of ``batch``.
+
+        A padding row is a decode of no context that computes the linear layers, the experts and the
+        collectives like a token, and reads no KV and no state: vLLM 0.33.0 gives it slot ``-1`` (``PAD_SLOT_ID``,
+        ``GPUModelRunner`` in ``vllm/v1/worker/gpu_model_runner.py``) and a Mamba layer the null state index
+        its kernel skips (``vllm/v1/attention/backends/mamba_attn.py``, ``selective_state_update`` in
+        ``vllm/model_executor/layers/mamba/ops/mamba_ssm.py``), so it adds no window keys and no state read."""
+        tokens = sum(batch.prefill_tokens) + batch.decode_requests + pad
         touched = 1.0 - self._miss ** tokens if self._miss else (1.0 if tokens else 0.0)
         compute = memory = 0.0
-        for rep in self._replicas(batch) if replicas is None else replicas:
-            rep_tokens = sum(rep.prefill_tokens) + rep.decode_requests
+        for rep, rep_tokens in self._replicas(batch, pad) if replicas is None else [
+                (b, sum(b.prefill_tokens) + b.decode_requests + p) for b, p in replicas]:
             pair_ms, kv_ms = self._attention(rep.prefill_tokens, rep.prefill_context, rep.decode_requests,
                                              rep.decode_context)
             requests = sum(1 for t in rep.prefill_tokens if t > 0) + rep.decode_requests

@@ -6,7 +6,7 @@ import math
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dynlab import hookimpl, plugins
@@ -326,6 +326,9 @@ _BEYOND = {}
 
 @given(hw=st.sampled_from(BEYOND), chunk_list=chunks, dec=decodes, extra=st.integers(1, 4096), which=st.sampled_from(
     ["prefill_tokens", "prefill_context", "new_chunk", "decode_requests", "decode_context"]))
+# padding rows priced as decodes that read window keys / Mamba state: test_padding_rows_read_no_* below
+@example(hw=("gpt-oss-120b", "h100", 1, {}), chunk_list=[(1, 0)], dec=(16, 129), extra=7, which="prefill_tokens")
+@example(hw=("nemotron-h-56b", "h100", 2, {}), chunk_list=[(1, 0)], dec=(16, 129), extra=7, which="prefill_tokens")
 def test_roofline_beyond_dense_is_non_decreasing(hw, chunk_list, dec, extra, which):
     name, gpu, tp, more = hw
     if hw[0] + str(more) not in _BEYOND:
@@ -346,6 +349,41 @@ def test_roofline_beyond_dense_is_non_decreasing(hw, chunk_list, dec, extra, whi
     small, large = model.step_ms(base), model.step_ms(bigger)
     assert 0 < small < math.inf and 0 < large < math.inf
     assert large >= small * (1 - 1e-9), (hw, base, bigger, small, large)
+
+
+# One 1-token prefill chunk beside 16 decodes of summed context 16 x 129 = 2,064 (17 rows, run as the CUDA graph of
+# 24: 7 padding rows), against the same step with an 8-token chunk (24 rows, no padding). Both steps compute 24 rows
+# of linear layers, experts (the same experts touched) and collectives, and pay the CPU of 17 requests; both are
+# memory-bound, so the second is longer by the KV its 7 more prompt tokens write, and by nothing else.
+# H100: 3,350 GB/s x mbu 0.878 = 2.9413e9 bytes per ms.
+PADDED, UNPADDED = StepBatch((1,), (0,), 16, 16 * 129), StepBatch((8,), (0,), 16, 16 * 129)
+HBM_BYTES_PER_MS = 3350e9 * 0.878 / 1e3
+
+
+def test_padding_rows_read_no_window_keys():
+    # gpt-oss-120b: 36 layers, 18 full and 18 with a 128-token window, 8 KV heads of 64 dims in bf16:
+    # 18 x 2 (K, V) x 8 x 64 x 2 B = 36,864 B per token and group. The 16 decodes read at most 16 x 128 = 2,048
+    # window keys of their 2,064 (a padding row reads none: vLLM gives it slot -1); the 7 more prompt tokens
+    # write 7 x 36,864 B in each of the two groups: 2 x 7 x 36,864 = 516,096 B -> 1.75465e-4 ms.
+    # (Before the fix the 7 padding rows counted as decodes: min(2,064, 23 x 128) = 2,064 window keys read,
+    # 16 more than 2,048, so the padded step cost (16 - 14) x 36,864 B = 2.5066e-5 ms more than the larger one.)
+    model = build_latency_model("roofline", hardware_for("gpt-oss-120b", "h100", 1))
+    small, large = model.step_ms(PADDED), model.step_ms(UNPADDED)
+    assert large - small == pytest.approx(2 * 7 * 36_864 / HBM_BYTES_PER_MS, rel=1e-6)
+    assert large - small == pytest.approx(1.75465e-4, abs=1e-9)
+
+
+def test_padding_rows_read_no_state():
+    # nemotron-h-56b at tp 2: 10 attention layers of 8 KV heads of 128 dims, 2 x 8 x 128 x 2 B x 10 = 40,960 B per
+    # token over min(tp, KV heads) = 2 GPUs; 54 Mamba-2 layers of state, (256 heads x 64 x 256 ssm state
+    # + 3 x (256 x 64 + 2 x 8 x 256) conv) x 2 B = 8,511,488 B each, 459,620,352 B per request. The 7 more
+    # prompt tokens write 7 x 40,960 / 2 = 143,360 B -> 4.8740e-5 ms; a padding row reads no state (vLLM gives it
+    # the null state index, which selective_state_update skips). (Before the fix each padding row read and wrote
+    # a request's state: 7 x 2 x 459,620,352 / 2 B = 1.0938 ms more for the padded step.)
+    model = build_latency_model("roofline", hardware_for("nemotron-h-56b", "h100", 2))
+    small, large = model.step_ms(PADDED), model.step_ms(UNPADDED)
+    assert large - small == pytest.approx(7 * 40_960 / 2 / HBM_BYTES_PER_MS, rel=1e-6)
+    assert large - small == pytest.approx(4.8740e-5, abs=1e-9)
 
 
 def test_distinct_experts_touched_by_hand():
