@@ -53,7 +53,7 @@ class Registry:
     and :class:`UnknownNameError` (listing the known names) on lookup of an unknown one.
     """
 
-    def __init__(self, kind: str, base: type | None = None):
+    def __init__(self, kind: str, base: type | str | None = None):
         self.kind = kind
         self.base = base
         self._entries: dict[str, Entry] = {}
@@ -64,10 +64,8 @@ class Registry:
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name.strip():
             raise RegistryError(f"{source}: {self.kind} class {cls!r} has an empty name")
-        if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
-            raise RegistryError(
-                f"{source}: {self.kind} {name!r} is not a subclass of {self.base.__module__}.{self.base.__name__}"
-            )
+        if self.base is not None and not _subclasses(cls, self.base):
+            raise RegistryError(f"{source}: {self.kind} {name!r} is not a subclass of {_dotted(self.base)}")
         if name in self._entries:
             other = self._entries[name].source
             raise RegistryError(f"{self.kind} {name!r} is registered twice: by {other} and by {source}")
@@ -209,30 +207,36 @@ def registry(kind: str, pm: pluggy.PluginManager | None = None) -> Registry:
     return _collect(f"dynlab_register_{_FUNCTIONS[kind]}", kind, _base(kind), pm)
 
 
-def _base(kind: str) -> type:
-    """The base class a ``kind``'s plugins subclass, imported only when that kind's registry is built (the
-    layers below import this module: a count-based run never imports the latency models' base)."""
-    if kind == "strategy":
-        from dynlab.routing.strategy import Strategy as base
-    elif kind == "eviction policy":
-        from dynlab.kv.policies import EvictionPolicy as base
-    elif kind == "trace format":
-        from dynlab.traces.format import TraceFormat as base
-    elif kind == "latency model":
-        from dynlab.latency.base import LatencyModel as base
-    elif kind == "scorer":
-        from dynlab.routing.scorer import Scorer as base
-    elif kind == "workload":
-        from dynlab.traces.workload import Workload as base
-    elif kind == "engine kind":
-        from dynlab.engine.kinds import EngineKind as base
-    elif kind == "queue policy":
-        from dynlab.engine.queues import QueuePolicy as base
-    elif kind == "admission policy":
-        from dynlab.engine.gateway import AdmissionPolicy as base
-    else:
-        from dynlab.engine.controller import Controller as base
-    return base
+#: each kind's base class, by its dotted name: a plugin's class has it in its MRO (it imported the base to subclass
+#: it), so checking needs no import here, and this module, which the layers import, imports none of them
+BASES = {
+    "strategy": "dynlab.routing.strategy.Strategy",
+    "eviction policy": "dynlab.kv.policies.EvictionPolicy",
+    "trace format": "dynlab.traces.format.TraceFormat",
+    "latency model": "dynlab.latency.base.LatencyModel",
+    "scorer": "dynlab.routing.scorer.Scorer",
+    "workload": "dynlab.traces.workload.Workload",
+    "engine kind": "dynlab.engine.kinds.EngineKind",
+    "queue policy": "dynlab.engine.queues.QueuePolicy",
+    "admission policy": "dynlab.engine.gateway.AdmissionPolicy",
+    "controller": "dynlab.engine.controller.Controller",
+}
+
+
+def _base(kind: str) -> str:
+    """The dotted name of the base class a ``kind``'s plugins subclass (:data:`BASES`)."""
+    return BASES[kind]
+
+
+def _dotted(cls_or_name: type | str) -> str:
+    return cls_or_name if isinstance(cls_or_name, str) else f"{cls_or_name.__module__}.{cls_or_name.__qualname__}"
+
+
+def _subclasses(cls: type, base: type | str) -> bool:
+    """Whether ``cls`` subclasses ``base`` (a class, or a class's dotted name, found in ``cls``'s MRO)."""
+    if not isinstance(base, str):
+        return issubclass(cls, base)
+    return any(_dotted(c) == base for c in cls.__mro__)
 
 
 def _registry_function(kind: str) -> Callable[..., Registry]:

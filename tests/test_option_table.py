@@ -54,7 +54,7 @@ REQS = "req.jsonl"  # `sim --requests-out` records of that run
 REQS_TEXT = "".join(json.dumps({"id": i, "worker": i, "arrival_ms": 0.0, "first_scheduled_ms": 1.0,
                                 "first_token_ms": 5.0 + i, "finish_ms": 9.0, "input_length": 8, "output_length": 3,
                                 "hit_tokens": 0, "preemptions": 0, "rejected": False}) + "\n" for i in range(2))
-PROFILE = "profile.json"  # a dynlab calibrate profile (dynlab/calibrate/profile.py) of the linear model
+PROFILE = "profile.json"  # a dynlab calibrate profile (dynlab/latency/profile.py) of the linear model
 PROFILE_TEXT = json.dumps({"dynlab_calibration": 1, "model": "llama-3.1-8b", "gpu": "h100", "tp": 1, "engine": None,
                            "version": None, "latency_model": "linear",
                            "latency_opts": {"beta0": 20.0, "beta1": 0.1, "beta2": 1.0},

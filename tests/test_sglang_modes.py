@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import dynlab
-from dynlab.calibrate.profile import other_engines
+from dynlab.latency.profile import other_engines
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
 

@@ -320,6 +320,13 @@ def test_every_hookspec_is_one_kind_of_the_table_and_its_function_checks_the_bas
         assert _plugins.kinds()[kind] is getattr(_plugins, fn) and getattr(_plugins, fn).__name__ == fn
         assert getattr(_plugins, fn)().names() == _plugins.registry(kind).names()
     assert isinstance(_plugins.queue_policies().get("fcfs")(), QueuePolicy)
+    # each kind's base is named, not imported, by plugins.py: every dotted name is a real class of that name
+    import importlib
+
+    for kind, dotted in _plugins.BASES.items():
+        module, name = dotted.rsplit(".", 1)
+        assert getattr(importlib.import_module(module), name).__qualname__ == name, kind
+    assert set(_plugins.BASES) == {kind for kind, _, _ in _plugins.KINDS}
 
     class NotAStrategy:
         name = "not-a-strategy"

@@ -1,5 +1,5 @@
 """``dynlab calibrate``'s library side: read the benchmark files, settle each point's hardware, fit, and
-return the profile (:mod:`dynlab.calibrate.profile`).
+return the profile (:mod:`dynlab.latency.profile`).
 
 Each point is replayed on ``model`` and ``gpu`` when given, else on those its file names; on the tp its
 file states, else ``tp`` (1 when neither). A file's model is a Hugging Face id
@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from dynlab.calibrate.fit import Calibration, CalibrationError, calibrate
 from dynlab.calibrate.formats import MeasuredPoint, read_points
-from dynlab.calibrate.profile import profile_json
+from dynlab.latency.profile import profile_json
 from dynlab.engine.config import SimConfig
 
 

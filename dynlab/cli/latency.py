@@ -55,7 +55,7 @@ def _gpu_table() -> str:
 def _profiled(path: str, latency_models: str, opts: dict) -> tuple:
     """``([model], options)`` of the profile at ``path``; ``--latency-model`` or a fitted ``--latency-opt``
     beside it is a usage error."""
-    from dynlab.calibrate.profile import read_profile
+    from dynlab.latency.profile import read_profile
 
     if latency_models != lib.DEFAULT_LATENCY_MODEL:
         raise click.UsageError("--latency-model has no effect with --latency-profile (the profile names its model)")

@@ -191,7 +191,7 @@ def plan(ctx, rate, rate_scale, slo_percentile, goodput, price, objective, mix, 
     if mix and _mix_refusal(shapes, base, objective):
         raise click.UsageError(_mix_refusal(shapes, base, objective))
     if base.latency_profile is not None:  # a missing or bad profile fails now, not at the first replay
-        from dynlab.calibrate.profile import read_profile
+        from dynlab.latency.profile import read_profile
 
         read_profile(base.latency_profile)
     requests, checked = _load(base, rate, rate_scale)

@@ -106,7 +106,9 @@ def sim(ctx, opt, latency_opt, all_metrics, timing, quiet, requests_out, report_
         write_run_report(ctx, report_path, [Run(config.mode, result)], [config], records=records,
                          usage=None if usage is None else {config.mode: usage.series()})
     if timeline:
-        line.write(timeline, timeline_max_requests)
+        from dynlab.report.timeline import write_timeline
+
+        write_timeline(line.steps, list(line.records()), line.events, timeline, timeline_max_requests)
     if requests_out:
         write_atomic(requests_out, per_request.jsonl())
     click.echo(text, err=requests_out == "-")

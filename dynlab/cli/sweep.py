@@ -215,7 +215,7 @@ def _check_profile(config: SimConfig, seen: dict) -> None:
     path = config.latency_profile
     if not config.timing or path is None or ("profile", path) in seen:
         return
-    from dynlab.calibrate.profile import read_profile
+    from dynlab.latency.profile import read_profile
     from dynlab.errors import InputFileError
 
     try:

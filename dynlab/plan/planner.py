@@ -82,12 +82,12 @@ def config_cell(config: SimConfig) -> dict:
 
 def with_profile(config: SimConfig) -> SimConfig:
     """``config``'s step and front-end times as a replay runs them: with ``--latency-profile``, the profile's
-    latency model, fitted options and request front end (:func:`dynlab.calibrate.profile.apply_profile`)
+    latency model, fitted options and request front end (:func:`dynlab.latency.profile.apply_profile`)
     and no profile left to apply again; else unchanged. For the analysis only (a replay applies the profile
     itself and reports its error bands)."""
     if config.latency_profile is None:
         return config
-    from dynlab.calibrate.profile import apply_profile
+    from dynlab.latency.profile import apply_profile
 
     return replace(apply_profile(config)[0], latency_profile=None)
 

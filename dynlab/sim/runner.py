@@ -174,8 +174,8 @@ def _result(config: SimConfig, metrics: dict, strategy: Strategy, topology, own:
 
 def _profiled(config: SimConfig, keys: dict) -> tuple:
     """``config`` with its calibration profile applied and ``keys`` with the profile's result keys
-    (:func:`dynlab.calibrate.profile.apply_profile`)."""
-    from dynlab.calibrate.profile import apply_profile
+    (:func:`dynlab.latency.profile.apply_profile`)."""
+    from dynlab.latency.profile import apply_profile
 
     config, profiled = apply_profile(config)
     return config, {**keys, **profiled}

@@ -1,5 +1,6 @@
 """A run's timeline (``dynlab sim --timing --timeline FILE.json``): :class:`TimelineRecorder`, the
-:class:`~dynlab.engine.metrics.Recorder` that feeds :func:`dynlab.report.timeline.write_timeline`.
+:class:`~dynlab.engine.metrics.Recorder` whose ``steps``, :meth:`records` and ``events`` the CLI hands to
+:func:`dynlab.report.timeline.write_timeline` (the report layer, above this one, imports nothing of it).
 
 It is a :class:`~dynlab.sim.records.RequestRecorder` (its per-request records are the timeline's requests)
 that also keeps, from ``on_step(worker, result)``:
@@ -23,9 +24,6 @@ request's end).
 """
 from __future__ import annotations
 
-from typing import Optional
-
-from dynlab.report.timeline import MAX_REQUESTS, write_timeline
 from dynlab.sim.records import RequestRecorder
 
 
@@ -55,8 +53,3 @@ class TimelineRecorder(RequestRecorder):
             if blocks:
                 self.events.append({"worker": worker, "time_ms": t + delay, "kind": kind, "blocks": len(blocks),
                                     "medium": medium, **rank})
-
-    def write(self, path: str, max_requests: Optional[int] = MAX_REQUESTS) -> dict:
-        """Write the timeline to ``path`` (:func:`~dynlab.report.timeline.write_timeline`: atomic, trace-event
-        JSON); returns its ``otherData`` counts. Raises ``DynlabError`` when the file cannot be written."""
-        return write_timeline(self.steps, list(self.records()), self.events, path, max_requests)

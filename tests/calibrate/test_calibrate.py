@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from dynlab.calibrate.fit import CalibrationError, calibrate, cross_validate, cv_errors
 from dynlab.calibrate.formats import MeasuredPoint
-from dynlab.calibrate.profile import PROFILE_KEYS, read_profile
+from dynlab.latency.profile import PROFILE_KEYS, read_profile
 from dynlab.calibrate.replay import lengths, replay, simulate
 from dynlab.cli import main
 from dynlab.engine.config import SimConfig
