@@ -33,8 +33,21 @@ class ToyConfig:
     """SimConfig's fields and the toy's (no methods: the declarations alone)."""
 
 
+#: an option a user added before the toy (docs/development.md's recipe): declared, in no FIELD_ORDER entry
+EARLIER = Option("toy_front_extra_ms", "slo", 0.0, kind="float", min=0.0, unit="ms", flags=("--toy-front-extra-ms",),
+                 help="A toy: ms of nothing.")
+
+
+@declare_fields(OPTIONS + (EARLIER, TOY), FIELD_ORDER)
+class TwoToysConfig:
+    """SimConfig's fields, a user's earlier new option and the toy (FIELD_ORDER not edited for either)."""
+
+
 def test_a_toy_declaration_reaches_the_config_its_section_and_its_rule():
-    assert [f.name for f in fields(ToyConfig)] == list(FIELD_ORDER) + ["toy_blocks"]  # new fields go last
+    simconfig = [f.name for f in fields(SimConfig)]  # FIELD_ORDER, then the options declared since, in OPTIONS order
+    assert [f.name for f in fields(ToyConfig)] == simconfig + ["toy_blocks"]  # new fields go last
+    # an option added by the recipe needs no FIELD_ORDER entry: it and the toy come after the frozen order
+    assert [f.name for f in fields(TwoToysConfig)] == simconfig + ["toy_front_extra_ms", "toy_blocks"]
     assert ToyConfig().toy_blocks == 4 and ToyConfig(toy_blocks=9, workers=3).workers == 3  # flat keywords
     assert section_fields(WITH_TOY, FIELD_ORDER)["kv"][-1] == "toy_blocks"
     assert with_rule(WITH_TOY, "timed", FIELD_ORDER)[-1] == "toy_blocks"  # refused without --timing
@@ -68,7 +81,9 @@ def test_a_toy_declaration_reaches_the_click_commands_and_the_table():
 
 
 def test_simconfig_and_the_cli_come_from_the_declarations():
-    assert tuple(f.name for f in fields(SimConfig)) == FIELD_ORDER  # (every option declared before issue 39)
+    names = tuple(f.name for f in fields(SimConfig))  # the frozen order, then the options declared since it
+    assert names[:len(FIELD_ORDER)] == FIELD_ORDER
+    assert names[len(FIELD_ORDER):] == tuple(o.name for o in OPTIONS if o.name not in FIELD_ORDER)
     assert sorted(n for names in SECTIONS.values() for n in names) == sorted(BY_NAME)
     flagged = {o.name for o in OPTIONS if o.flags}
     by_hand = {o.name for o in OPTIONS if o.by_hand}
