@@ -111,7 +111,8 @@ def test_compare_help_shows_each_options_type_and_default():
         shown = {"capacity": "unbounded; with --timing derived from the GPU memory", "trace": "the synthetic workload",
                  "trace_format": "detected from the first line", "cpu_capacity": "no tier", "cpu_memory_gb": "no tier",
                  "rate": "the trace's own rate; 4 for Poisson arrivals", "rate_scale": "1",
-                 "duration": "the whole trace", "workload": "none", "tokenizer": "an approximation, see docs/workloads.md",
+                 "duration": "the whole trace", "workload": "none",
+                 "tokenizer": "an approximation, see docs/workloads.md",
                  "num_requests": "all", "spec_method": "off", "price": "no cost", "slo_ttft_ms": "no SLO",
                  "chunked_prefill_size": "by the GPU's memory, 8192 on an H100"}
         expected = shown.get(field, BY_NAME[field].default_text() if default is None else default)
