@@ -100,15 +100,23 @@ def _help(*command):
 def test_compare_help_shows_each_options_type_and_default():
     from dynlab.cli.routing import SIM_OPTIONS
 
+    from dynlab.engine.options import BY_NAME
+
     text = _help("compare")
     for flags, field, _, default, _ in SIM_OPTIONS:
-        i = text.index(flags[0] + " V[,V...]") if flags[0] != "--mode" else text.index("--modes V[,V...]")
+        many = " V " if BY_NAME[field].own_commas else " V[,V...]"  # one value of an option with commas of its own
+        i = text.index(flags[0] + many) if flags[0] != "--mode" else text.index("--modes V[,V...]")
         entry = text[i:text.index("]", text.index("[type:", i)) + 1]
-        shown = {"capacity": "unbounded", "trace": "the synthetic workload", "trace_format": "detected",
-                 "cpu_capacity": "no tier", "cpu_memory_gb": "no tier",
-                 "rate": "the trace's rate, else 4", "rate_scale": "1", "duration": "the whole trace",
-                 "workload": "none", "tokenizer": "an approximation"}
-        assert f"default: {shown.get(field, default)}]" in entry, entry
+        # a None default is said as sim --help says it (a few by hand here), never as a raw None
+        shown = {"capacity": "unbounded; with --timing derived from the GPU memory", "trace": "the synthetic workload",
+                 "trace_format": "detected from the first line", "cpu_capacity": "no tier", "cpu_memory_gb": "no tier",
+                 "rate": "the trace's own rate; 4 for Poisson arrivals", "rate_scale": "1",
+                 "duration": "the whole trace", "workload": "none",
+                 "tokenizer": "an approximation, see docs/workloads.md",
+                 "num_requests": "all", "spec_method": "off", "price": "no cost", "slo_ttft_ms": "no SLO",
+                 "chunked_prefill_size": "by the GPU's memory, 8192 on an H100"}
+        expected = shown.get(field, BY_NAME[field].default_text() if default is None else default)
+        assert f"default: {expected}]" in entry and "default: None]" not in entry, entry
     assert "[type: integer >= 1; default: 2]" in text  # --workers, by hand from SIM_OPTIONS
     assert "[type: number 0.0 to 1.0; default: 0.0]" in text  # --event-loss
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -33,8 +34,21 @@ class ToyConfig:
     """SimConfig's fields and the toy's (no methods: the declarations alone)."""
 
 
+#: an option a user added before the toy (docs/development.md's recipe): declared, in no FIELD_ORDER entry
+EARLIER = Option("toy_front_extra_ms", "slo", 0.0, kind="float", min=0.0, unit="ms", flags=("--toy-front-extra-ms",),
+                 help="A toy: ms of nothing.")
+
+
+@declare_fields(OPTIONS + (EARLIER, TOY), FIELD_ORDER)
+class TwoToysConfig:
+    """SimConfig's fields, a user's earlier new option and the toy (FIELD_ORDER not edited for either)."""
+
+
 def test_a_toy_declaration_reaches_the_config_its_section_and_its_rule():
-    assert [f.name for f in fields(ToyConfig)] == list(FIELD_ORDER) + ["toy_blocks"]  # new fields go last
+    simconfig = [f.name for f in fields(SimConfig)]  # FIELD_ORDER, then the options declared since, in OPTIONS order
+    assert [f.name for f in fields(ToyConfig)] == simconfig + ["toy_blocks"]  # new fields go last
+    # an option added by the recipe needs no FIELD_ORDER entry: it and the toy come after the frozen order
+    assert [f.name for f in fields(TwoToysConfig)] == simconfig + ["toy_front_extra_ms", "toy_blocks"]
     assert ToyConfig().toy_blocks == 4 and ToyConfig(toy_blocks=9, workers=3).workers == 3  # flat keywords
     assert section_fields(WITH_TOY, FIELD_ORDER)["kv"][-1] == "toy_blocks"
     assert with_rule(WITH_TOY, "timed", FIELD_ORDER)[-1] == "toy_blocks"  # refused without --timing
@@ -68,7 +82,9 @@ def test_a_toy_declaration_reaches_the_click_commands_and_the_table():
 
 
 def test_simconfig_and_the_cli_come_from_the_declarations():
-    assert tuple(f.name for f in fields(SimConfig)) == FIELD_ORDER  # (every option declared before issue 39)
+    names = tuple(f.name for f in fields(SimConfig))  # the frozen order, then the options declared since it
+    assert names[:len(FIELD_ORDER)] == FIELD_ORDER
+    assert names[len(FIELD_ORDER):] == tuple(o.name for o in OPTIONS if o.name not in FIELD_ORDER)
     assert sorted(n for names in SECTIONS.values() for n in names) == sorted(BY_NAME)
     flagged = {o.name for o in OPTIONS if o.flags}
     by_hand = {o.name for o in OPTIONS if o.by_hand}
@@ -151,3 +167,42 @@ def test_the_options_declared_for_plan_are_the_ones_plan_takes():
     from dynlab.cli.plan_shapes import CANDIDATES
 
     assert {o.name for o in OPTIONS if "plan" in o.commands} == set(SHARED) | set(FLAGS) | set(CANDIDATES)
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.flags and o.kind != "flag"], ids=lambda o: o.name)
+def test_the_tables_default_is_the_one_sim_help_says(option):
+    """The docs' table and compare's help say the default ``sim --help`` says: its help's ``[default: X]``, else the
+    value sim shows, never a raw ``None`` (issue: 18 rows read None)."""
+    said = re.search(r"\[default: ([^]]*)\]", option.help)
+    text = option.default_text()
+    assert text != "None"
+    if said:
+        assert text == said.group(1)
+    elif option.none_means:
+        assert text == option.none_means  # (a repeatable option's empty default too)
+    else:
+        assert text == str(option.default)  # what click's show_default prints
+
+
+def test_the_table_says_open_bounds_and_plans_own_capacity():
+    rows = {line.split(" | ")[0][3:-1]: line for line in option_table(OPTIONS).splitlines()[2:]}
+    # spot_discount: 0 <= x < 1 (1.0 refused); gpu_memory_utilization: 0 < x <= 1 (0 refused)
+    assert "| number >= 0.0 and < 1.0 | 0.0 |" in rows["--spot-discount"]
+    assert "| number > 0.0 and <= 1.0 | 0.9 |" in rows["--gpu-memory-utilization"]
+    with pytest.raises(ValueError, match=r"spot_discount must be in \[0, 1\), got 1.0"):
+        check_value(BY_NAME["spot_discount"], 1.0)
+    # plan's --capacity is its own (dynlab/cli/plan.py: _TYPES, IntRange(min=1); default from GPU memory)
+    assert "| sim, compare, sweep, plan (at least 1, derived from GPU memory) |" in rows["--capacity"]
+    assert "| sim, compare, sweep, plan |" in rows["--block"]
+
+
+def test_compare_help_takes_one_value_of_an_option_with_its_own_commas():
+    from dynlab.cli import main
+
+    text = " ".join(CliRunner().invoke(main, ["compare", "--help"]).output.split())
+    for flag in ("--controller", "--price", "--admission-policy", "--slo", "--spec-acceptance"):
+        part = text[text.index(f"{flag} V "):]
+        part = part[:part.index("[type:")]
+        assert "One value: its commas are its own." in part and "A comma list varies it" not in part, flag
+    part = text[text.index("--workers V[,V...]"):]
+    assert "A comma list varies it." in part[:part.index("[type:")]

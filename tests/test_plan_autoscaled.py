@@ -9,6 +9,7 @@ token, so a worker holding k of the burst finishes them at 11, 22, ..., 11 k ms.
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -103,6 +104,20 @@ def test_bad_controller_is_a_usage_error(day_trace, spec, words):
     assert words in out.output and "Traceback" not in out.output
 
 
+@pytest.mark.parametrize("spec, words", [
+    # sim's advice (--split P:D) is not plan's: plan compares aggregated fleets, its --split is agg|auto
+    ("dynamo-load:ttft=500,prefill_max=3", "prefill_max= bound a P/D fleet's pools, but plan --controller compares "
+                                           "autoscaled aggregated fleets only: give min= instead"),
+    ("hpa:target=1,decode_min=1,decode_max=3", "decode_min= and decode_max= bound a P/D fleet's pools"),
+    # the spec quoted as typed, not with plan's max=N added
+    ("dynamo-load:fpm=sometimes", "controller 'dynamo-load:fpm=sometimes': fpm=sometimes must be one of"),
+])
+def test_a_controller_refused_by_plan_says_what_plan_takes(day_trace, spec, words):
+    out = _plan("--trace", day_trace, "--slo-ttft-ms", 50, "--controller", spec, *LINEAR, code=2)
+    (line,) = out.stderr.splitlines()
+    assert words in line and "--split P:D" not in line and not re.search(r"[:,]max=\d", line), line
+
+
 def test_a_pd_candidate_refuses_it(day_trace):
     out = _plan("--trace", day_trace, "--slo-ttft-ms", 50, "--controller", "static", "--split", "auto", *LINEAR,
                 code=2)
@@ -123,8 +138,8 @@ def test_bounded_adds_max_or_starts_at_the_cap():
     assert bounded("dynamo-load", 6) == ("dynamo-load:max=6", 1)
     assert bounded("dynamo-load:min=2", 6) == ("dynamo-load:min=2,max=6", 2)
     assert bounded("static", 4) == ("static", 4)
-    with pytest.raises(ValueError, match="below min"):
-        bounded("hpa:target=32,min=5", 4)
+    with pytest.raises(ValueError, match=r"'hpa:target=32,min=5': min=5 is above the most workers plan replays \(4"):
+        bounded("hpa:target=32,min=5", 4)  # (the spec as typed: no max=4 the user never gave)
 
 
 def test_figures_by_hand():

@@ -1,4 +1,8 @@
 """The report's figure of an autoscaled fleet over time (dynlab.report.scaling_figures): hand-made results."""
+import json
+
+import pytest
+
 from dynlab.report.html import build_report
 from dynlab.report.runs import Run
 from dynlab.report.scaling_figures import _steps, arrivals_per_s, fleet_over_time, replicas_per_pool, window_s
@@ -76,3 +80,24 @@ def test_figure_draws_pools_and_the_queue_and_its_row_gives_the_most_waiting():
     fig = fleet_over_time([Run("mixed", res)])
     assert fig.rows == [["mixed", 3, 2, 1, 0, 0.5, 0.25, 2.5]]
     assert "h100" in fig.svg and "h200" in fig.svg and "requests waiting" in fig.svg
+
+
+@pytest.mark.parametrize("key, bad, shown", [
+    ("queue_over_time", "x", '"x"'), ("queue_over_time", [[0]], "[0]"), ("goodput_over_time", [[0, "a"]], '[0, "a"]'),
+    ("workers_over_time", [[0, 1], None], "null"), ("workers_over_time", 3, "3")])
+def test_a_malformed_over_time_key_is_refused_in_one_line(tmp_path, key, bad, shown):
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    for name, text in (("s.json", json.dumps({**HPA, key: bad})),  # one sim result; a sweep's line 2
+                       ("w.jsonl", json.dumps({"cell": {"workers": 1}, "result": HPA}) + "\n"
+                        + json.dumps({"cell": {"workers": 2}, "result": {**HPA, key: bad}}) + "\n")):
+        (tmp_path / name).write_text(text)
+        (tmp_path / "r.html").write_text("old")
+        res = CliRunner().invoke(main, ["report", str(tmp_path / name), "--out", str(tmp_path / "r.html")])
+        assert res.exit_code == 1, res.output
+        (line,) = res.stderr.splitlines()
+        where = f"{name}:2" if name.endswith("jsonl") else name
+        assert line.startswith("Error: ") and f"{where}: run " in line and key in line and f"got {shown}" in line
+        assert (tmp_path / "r.html").read_text() == "old"

@@ -175,13 +175,15 @@ def value_options(rows: list):
 
 def listed_options(options):
     """A decorator adding the generated options of ``options`` as compare takes them: text, a comma list varying
-    one of them, the type and default said in the help."""
+    one of them (one value of an option whose commas are its own, ``Option.own_commas``), the type and default said
+    in the help."""
     def decorate(fn):
         for o in reversed([o for o in options if _generated(o) and o.kind != "flag"]):
             help_ = re.sub(r"\s*\[default: [^]]*\]", "", o.help)  # said once, below
-            fn = click.option(*o.flags, o.name, type=click.STRING, default=None, metavar="V[,V...]",
-                              help=f"{help_} A comma list varies it. [type: {o.type_text()}; default: "
-                                   f"{o.default_text()}]")(fn)
+            many = " One value: its commas are its own." if o.own_commas else " A comma list varies it."
+            fn = click.option(*o.flags, o.name, type=click.STRING, default=None,
+                              metavar="V" if o.own_commas else "V[,V...]",
+                              help=f"{help_}{many} [type: {o.type_text()}; default: {o.default_text()}]")(fn)
         return fn
     return decorate
 

@@ -3,7 +3,8 @@ cold start of a new worker and how a worker is retired, read from the controller
 
 :class:`Autoscaler` is a :class:`~dynlab.engine.controller.Controller` that reads, besides ``period`` (s):
 
-- ``min`` / ``max``: the replica bounds (workers, starting ones counted; Kubernetes HPA's ``minReplicas``, default
+- ``min`` / ``max``: the replica bounds (workers, starting ones counted; each an integer from 1 to
+  :data:`~dynlab.limits.MAX_WORKERS`, as every bound below; Kubernetes HPA's ``minReplicas``, default
   1, and ``maxReplicas``); ``max`` has no default where a controller needs it (HPA requires it too); in a P/D fleet
   (``--split P:D``) the pool's own, ``decode_min`` / ``decode_max`` (the decode pool scales; ``min`` / ``max`` are
   refused there, as ``decode_*`` and ``prefill_*`` are in an aggregated fleet: :meth:`Autoscaler.no_effect`);
@@ -35,7 +36,7 @@ import math
 from typing import Mapping, Optional
 
 from dynlab.engine.controller import LIVE, STARTING, Add, Controller, Retire
-from dynlab.limits import HORIZON_MS
+from dynlab.limits import HORIZON_MS, MAX_WORKERS
 
 __all__ = ["Autoscaler", "DEFAULT_LOAD_GBPS", "DEFAULT_STARTUP_S", "ceil_ratio", "cold_start_s", "retire_order"]
 
@@ -75,30 +76,41 @@ class Autoscaler(Controller):
 
     def __init__(self, opts: Mapping[str, str], spec: str = ""):
         super().__init__(opts, spec)
-        pmin = self.number("prefill_min", None, minimum=1, integer=True)
-        pmax = self.number("prefill_max", None, minimum=1, integer=True)
-        self.scales_prefill = pmin is not None or pmax is not None  # a P/D fleet's prefill pool scales too
-        self.prefill_bounds = (pmin or 1, pmax)
-        if self.scales_prefill and pmax is None and self.need_max:
-            raise ValueError(f"controller {self.spec!r}: prefill_max=N (the most prefill workers) is required with "
-                             f"prefill_min=")
-        if pmax is not None and pmax < (pmin or 1):
-            raise ValueError(f"controller {self.spec!r}: prefill_max={pmax} is below prefill_min={pmin}")
-        self.min = self.number("min", 1, minimum=1, integer=True)
-        self.max = self.number("max", None, minimum=1, integer=True)
-        self.min = self.number("decode_min", self.min, minimum=1, integer=True)  # P/D: the decode pool's (docstring)
-        self.max = self.number("decode_max", self.max, minimum=1, integer=True)
-        if self.max is None and self.need_max:
-            raise ValueError(f"controller {self.spec!r}: max=N (the most workers; decode_max=N in a P/D fleet) "
-                             f"is required")
-        if self.max is not None and self.max < self.min:
-            raise ValueError(f"controller {self.spec!r}: max={self.max} is below min={self.min}")
+        self._bounds()
         self.cold_override = self.number("cold_start_s", None, maximum=MAX_SECONDS)
         self.load_gbps = self.number("load_gbps", DEFAULT_LOAD_GBPS, minimum=1e-9)
         self.startup_s = self.number("startup_s", DEFAULT_STARTUP_S, maximum=MAX_SECONDS)
         self.kill = self.choice("scale_down", ("drain", "kill"), "drain") == "kill"
         self.scrape_delay_s = self.number("scrape_delay_s", 0.0, maximum=MAX_SECONDS)
         self.discovery_delay_s = self.number("discovery_delay_s", 0.0, maximum=MAX_SECONDS)
+
+    def replicas(self, key: str, default: Optional[int]) -> Optional[int]:
+        """The replica bound ``key``: an integer from 1 to :data:`~dynlab.limits.MAX_WORKERS` (the most workers a
+        run may hold: dynlab/limits.py), ``default`` when absent; every bound is read so (``max=2.5``,
+        ``prefill_max=2.5``, ``decode_max=1e30`` refused alike)."""
+        return self.number(key, default, minimum=1, integer=True, maximum=MAX_WORKERS)
+
+    def _bounds(self) -> None:
+        """Read ``min``/``max``, ``decode_min``/``decode_max`` and ``prefill_min``/``prefill_max`` (module docstring);
+        a bound below its lower one is refused naming the keys given."""
+        given = set(self._opts)
+        pmin, pmax = self.replicas("prefill_min", None), self.replicas("prefill_max", None)
+        self.scales_prefill = pmin is not None or pmax is not None  # a P/D fleet's prefill pool scales too
+        self.prefill_bounds = (pmin or 1, pmax)
+        if self.scales_prefill and pmax is None and self.need_max:
+            raise ValueError(f"controller {self.spec!r}: prefill_max=N (the most prefill workers) is required with "
+                             f"prefill_min=")
+        if pmax is not None and pmax < (pmin or 1):
+            raise ValueError(f"controller {self.spec!r}: prefill_max={pmax} is below prefill_min={pmin or 1}")
+        self.min = self.replicas("decode_min", self.replicas("min", 1))  # P/D: the decode pool's (docstring)
+        self.max = self.replicas("decode_max", self.replicas("max", None))
+        if self.max is None and self.need_max:
+            raise ValueError(f"controller {self.spec!r}: max=N (the most workers; decode_max=N in a P/D fleet) "
+                             f"is required")
+        if self.max is not None and self.max < self.min:
+            low, high = ("decode_min" if "decode_min" in given else "min"), \
+                ("decode_max" if "decode_max" in given else "max")
+            raise ValueError(f"controller {self.spec!r}: {high}={self.max} is below {low}={self.min}")
 
     @classmethod
     def no_effect(cls, opts, pd: bool):

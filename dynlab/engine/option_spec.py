@@ -9,6 +9,7 @@ abstract and ``dynlab/cli/sim_options.py`` maps it to a click type (the core nev
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
@@ -36,8 +37,11 @@ class Option:
     command-line ``flags`` (``()``: a field with no flag of its own, or one the CLI wires by hand), ``help`` (as
     ``--help`` prints it), the ``commands`` it appears on, the no-effect ``rules`` it takes part in (:data:`RULES`),
     ``own_commas`` (its values hold commas: compare takes one value, a sweep's ``--grid`` does not split it),
-    ``none_means``: what the default ``None`` stands for (compare's ``--help``), and ``by_hand``: the CLI wires its
-    click option itself (a repeatable option, or one of the flags every command shares), with this help."""
+    ``none_means``: what the default ``None`` stands for when ``help`` has no ``[default: ...]`` (which ``sim --help``
+    prints and compare's help and the docs' table say too), ``by_hand``: the CLI wires its click option itself (a
+    repeatable option, or one of the flags every command shares), with this help, and ``plan_own``: how ``plan``'s
+    option of the same flag differs from sim's (its range and default, ``dynlab/cli/plan.py:_TYPES``), for the
+    table."""
 
     name: str
     section: str
@@ -59,6 +63,7 @@ class Option:
     own_commas: bool = False
     none_means: str = ""
     by_hand: bool = False
+    plan_own: str = ""
 
     def __post_init__(self):
         bad = ([f"kind {self.kind!r}"] if self.kind not in KINDS else []) + \
@@ -97,7 +102,10 @@ class Option:
             return self.label
         if self.kind in ("int", "float"):
             word = "integer" if self.kind == "int" else "number"
-            if self.min is not None and self.max is not None:
+            if self.min is not None and self.max is not None:  # an open bound said as such: 0.0 <= x < 1.0
+                if self.min_open or self.max_open:
+                    return f"{word} {'>' if self.min_open else '>='} {self.min} and {'<' if self.max_open else '<='} " \
+                           f"{self.max}"
                 return f"{word} {self.min} to {self.max}"
             if self.min is not None:
                 return f"{word} {'>' if self.min_open else '>='} {self.min}"
@@ -105,7 +113,11 @@ class Option:
         return {"text": "text", "flag": "on/off", "mapping": "NAME=VALUE", "pools": "[ROLE:]GPU:tpN:COUNT"}[self.kind]
 
     def default_text(self) -> str:
-        """The default as compare's ``--help`` and the docs' table say it (``none_means`` for ``None``)."""
+        """The default as compare's ``--help`` and the docs' table say it: the ``[default: ...]`` its help ends with
+        (what ``sim --help`` prints), else ``none_means`` for ``None``, else the value."""
+        said = re.search(r"\[default: ([^]]*)\]", self.help)
+        if said:
+            return said.group(1)
         return self.none_means or str(self.default)
 
 
@@ -191,6 +203,7 @@ def option_table(options: Iterable[Option], command: str = "sim") -> str:
         if o.flags and command in o.commands:
             default = "off" if o.kind == "flag" else o.default_text()
             refused = "; ".join(dict.fromkeys(RULE_TEXT[r] for r in o.rules)) or "-"
+            commands = ", ".join(f"{c} ({o.plan_own})" if c == "plan" and o.plan_own else c for c in o.commands)
             rows.append(f"| `{o.flag}` | `{o.name}` ({o.section}) | {o.type_text().replace('|', '&#124;')} | "
-                        f"{default} | {o.unit or '-'} | {', '.join(o.commands)} | {refused} |")
+                        f"{default} | {o.unit or '-'} | {commands} | {refused} |")
     return "\n".join(rows)

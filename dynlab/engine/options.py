@@ -46,7 +46,7 @@ OPTIONS: tuple = (
     Option('publish', 'events', 'yes', kind="choice", choices=('yes', 'no'), commands=PLAN_TOO, flags=('--publish',),
            help='Workers publish KV events.'),
     Option('capacity', 'kv', None, kind="capacity", unit='blocks', commands=PLAN_TOO, flags=('--capacity',),
-           none_means='unbounded',
+           plan_own='at least 1, derived from GPU memory',
            help='KV blocks per worker (0: a cache that holds nothing; with --timing at least 1, not unbounded) '
                 '[default: unbounded; with --timing derived from the GPU memory].'),
     Option('policy', 'kv', 'lru', kind="registry", registry='eviction_policies', label='eviction policy',
@@ -71,13 +71,13 @@ OPTIONS: tuple = (
                 'timestamps go backwards, or that gives some rows a timestamp and others none, is refused with '
                 'FILE:LINE (the trace is streamed, not sorted).'),
     Option('trace_format', 'traffic', None, kind="registry", registry='trace_formats', label='trace format',
-           commands=PLAN_TOO, flags=('--trace-format',), none_means='detected',
+           commands=PLAN_TOO, flags=('--trace-format',),
            help='Trace format [default: detected from the first line].'),
     Option('time_scale', 'traffic', 1.0, kind="float", min=0, min_open=True, unit='factor',
            flags=('--time-scale',), rules=('timed',),
            help='With --timing: multiply trace timestamps (0.5 = twice the rate).'),
     Option('rate', 'traffic', None, kind="float", min=0, min_open=True, unit='requests/s', flags=('--rate',),
-           rules=('timed',), none_means="the trace's rate, else 4",
+           rules=('timed',),
            help='With --timing: requests/s. On a trace with timestamps it rescales time so the mean arrival rate is '
                 'RATE (see docs/workloads.md); for workloads without timestamps, their Poisson arrivals [default: the'
                 f" trace's own rate; {POISSON_RATE:g} for Poisson arrivals]."),
@@ -85,7 +85,6 @@ OPTIONS: tuple = (
            flags=('--rate-scale',), none_means='1',
            help="With --timing: X times the trace's own arrival rate (the same as --time-scale 1/X; give one)."),
     Option('duration', 'traffic', None, kind="float", min=0, min_open=True, unit='s', flags=('--duration',),
-           none_means='the whole trace',
            help='Seconds of arrivals from the first: a longer trace is cut, a shorter one looped (repeats are new '
                 'traffic, see --duration-repeat) [default: the whole trace].'),
     Option('duration_repeat', 'traffic', 'new', kind="choice", choices=('new', 'same'), flags=('--duration-repeat',),
@@ -110,7 +109,6 @@ OPTIONS: tuple = (
            help='A workload spec file (JSON, or YAML with PyYAML) generated instead of a trace (see '
                 'docs/workloads.md).'),
     Option('tokenizer', 'traffic', None, kind="text", commands=PLAN_TOO, flags=('--tokenizer',),
-           none_means='an approximation',
            help='A tokenizer.json (Hugging Face tokenizers) that turns the text of ShareGPT and aiperf traces into '
                 'tokens [default: an approximation, see docs/workloads.md].'),
     Option('trace_block', 'kv', None, kind="int", min=1, unit='tokens', commands=PLAN_TOO, flags=('--trace-block',),
@@ -128,6 +126,7 @@ OPTIONS: tuple = (
            help='With --timing: step latency model (see `dynlab latency --list`).'),
     Option('latency_profile', 'engine', None, kind="text", commands=PLAN_TOO, flags=('--latency-profile',),
            rules=('timed',),
+           none_means='none',
            help='With --timing: a calibration profile from `dynlab calibrate` (JSON): its latency model and fitted '
                 "options, and each figure's cross-validated error (error_band_pct)."),
     Option('request_overhead_ms', 'engine', FRONT_END_MS, kind="float", min=0, unit='ms', commands=PLAN_TOO,
@@ -155,22 +154,25 @@ OPTIONS: tuple = (
            help='With --timing: KV events reach the router this many ms after they happen.'),
     Option('slo_ttft_ms', 'slo', None, kind="float", min=0, unit='ms', commands=PLAN_TOO, flags=('--slo-ttft-ms',),
            rules=('timed',),
+           none_means='no SLO',
            help='With --timing: TTFT SLO for goodput.'),
     Option('slo_tpot_ms', 'slo', None, kind="float", min=0, unit='ms', commands=PLAN_TOO, flags=('--slo-tpot-ms',),
            rules=('timed',),
+           none_means='no SLO',
            help='With --timing: TPOT SLO for goodput.'),
     Option('slo_classes', 'slo', None, kind="checked", label='CLASS:ttft_ms=X,tpot_ms=Y;...', check='class_slos',
            commands=PLAN_TOO, flags=('--slo',), rules=('timed',), own_commas=True,
+           none_means='none',
            help='With --timing: SLOs of a request class (its trace field `class`), CLASS:ttft_ms=X,tpot_ms=Y, several'
                 " classes apart by ';'; a class's requests meet its own SLOs in goodput and by_class (see "
                 'docs/classes.md).'),
     Option('cpu_capacity', 'kv', None, kind="int", min=0, unit='blocks', flags=('--cpu-capacity',),
-           rules=('timed',), none_means='no tier',
+           rules=('timed',),
            help='With --timing: KV blocks per worker in a CPU (host memory) tier behind the GPU pool, LRU; blocks are'
                 ' written there (see --cpu-write) and loaded back over PCIe on a prefix hit (see docs/tiers.md) '
                 '[default: no tier].'),
     Option('cpu_memory_gb', 'kv', None, kind="float", min=0, unit='GB', commands=PLAN_TOO,
-           flags=('--cpu-memory-gb',), rules=('timed',), none_means='no tier',
+           flags=('--cpu-memory-gb',), rules=('timed',),
            help="With --timing: the CPU tier sized in GB of host memory per worker, with the model's KV bytes per "
                 'block (0: no tier; a value > 0 must hold one block) [default: no tier].'),
     Option('pcie_gbps', 'kv', 25.0, kind="float", min=0, min_open=True, unit='GB/s', commands=PLAN_TOO,
@@ -275,12 +277,15 @@ OPTIONS: tuple = (
                 'SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS).'),
     Option('prefill_workers', 'fleet', None, kind="int", min=1, unit='workers', flags=('--prefill-workers',),
            rules=('timed',),
+           none_means='aggregated (--workers)',
            help='With --timing: disaggregated serving, prefill workers (with --decode-workers, instead of --workers; '
                 'see docs/disagg.md).'),
     Option('decode_workers', 'fleet', None, kind="int", min=1, unit='workers', flags=('--decode-workers',),
            rules=('timed',),
+           none_means='aggregated (--workers)',
            help='With --timing: disaggregated serving, decode workers (with --prefill-workers).'),
     Option('split', 'fleet', None, kind="text", flags=('--split',), rules=('timed',),
+           none_means='aggregated (--workers)',
            help='With --timing: the fleet as P:D prefill:decode workers (P:0 = P aggregated workers), instead of '
                 '--workers; a comma list in compare (--split 8:0,6:2,4:4) compares splits at a fixed GPU count.'),
     Option('decode_router', 'disagg', 'least-loaded', kind="choice", choices=('least-loaded', 'round-robin',

@@ -26,10 +26,12 @@ from dynlab.plan.target import measured
 def bounded(spec: str, cap: int) -> tuple[str, int]:
     """``(the spec replayed, workers at the start)`` for ``spec`` bounded at ``cap`` workers: ``max=cap`` added
     when the controller takes bounds (start: its ``min``, 1 unless given), else ``spec`` as it is (start:
-    ``cap``). Raises ``ValueError`` (one line) for ``none`` (no controller), a ``max`` in ``spec`` (plan sets it),
-    an unknown controller or option, or a ``min`` above ``cap``."""
+    ``cap``). Raises ``ValueError`` (one line, quoting ``spec`` as given) for ``none`` (no controller), a ``max``
+    in ``spec`` (plan sets it), a P/D pool's bound (plan compares aggregated fleets), an unknown controller or
+    option, or a ``min`` above ``cap``."""
     from dynlab.engine.autoscale import Autoscaler
     from dynlab.engine.gateway import parse_policy
+    from dynlab.limits import MAX_WORKERS
     from dynlab.plugins import controllers
     from dynlab.sim.control import build_controller
 
@@ -42,8 +44,18 @@ def bounded(spec: str, cap: int) -> tuple[str, int]:
     if name in registry and not issubclass(registry.get(name), Autoscaler):
         build_controller(spec)  # its own options checked
         return spec, cap  # no bounds: it keeps (or moves) the N it starts with
-    with_max = f"{spec}{',' if opts else ':'}max={cap}"
-    return with_max, int(build_controller(with_max).min)
+    pools = [k for k in ("decode_min", "decode_max", "prefill_min", "prefill_max") if k in opts]
+    if pools:  # sim's advice (a P/D split) is not plan's: plan --split is agg|auto, and a P/D shape is refused
+        raise ValueError(f"controller {spec!r}: {'= and '.join(pools)}= bound a P/D fleet's pools, but plan "
+                         "--controller compares autoscaled aggregated fleets only: give min= instead (plan sets max=)")
+    sep = "," if opts else ":"
+    # its own options checked at the widest max (its errors quoting the spec the user gave), then its min against cap
+    start = int(build_controller(f"{spec}{sep}max={MAX_WORKERS}", shown=spec).min)
+    with_max = f"{spec}{sep}max={cap}"
+    if start > cap:
+        raise ValueError(f"controller {spec!r}: min={start} is above the most workers plan replays ({cap}: the "
+                         "static answer N, or --max-workers)")
+    return with_max, start
 
 
 def check(spec: str, cap: int, shapes: Sequence, base, own_block: Optional[int] = None) -> None:

@@ -27,6 +27,9 @@ RECORD_KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_
                "input_length", "output_length", "hit_tokens", "preemptions", "rejected")
 #: the keys a P/D run's records add
 PD_KEYS = ("prefill_worker", "decode_worker", "transfer_start_ms", "transfer_end_ms")
+#: a controller run's over-time keys (``dynlab.engine.scaling_metrics``, ``dynlab.engine.elastic``): each a list of
+#: ``[s, number]`` pairs (live workers, goodput, mean requests waiting), drawn by ``dynlab.report.scaling_figures``
+OVER_TIME_KEYS = ("workers_over_time", "goodput_over_time", "queue_over_time")
 
 
 @dataclass
@@ -83,7 +86,7 @@ def read_runs(path: str) -> list[Run]:
     if not text.strip():
         raise DynlabError(f"{path}: empty file")
     try:
-        return runs_from_json(json.loads(text), path)
+        return check_over_time(runs_from_json(json.loads(text), path), path)
     except json.JSONDecodeError as exc:
         whole = exc  # several documents (JSON lines), or one document with an error
     first = next(line for line in text.splitlines() if line.strip())
@@ -95,12 +98,35 @@ def read_runs(path: str) -> list[Run]:
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                runs += runs_from_json(_parse_json(line, path, n), path)
+                found = runs_from_json(_parse_json(line, path, n), path)
             except DynlabError as exc:
                 if str(exc).startswith(f"{path}:{n}"):
                     raise
                 raise DynlabError(f"{path}:{n}: not a sim, compare or sweep output") from None
+            runs += check_over_time(found, f"{path}:{n}")
     return runs
+
+
+def check_over_time(runs: list[Run], where: str) -> list[Run]:
+    """``runs`` when each result's :data:`OVER_TIME_KEYS` (absent or ``null`` allowed) is a list of ``[s, number]``
+    pairs of finite numbers; raises :class:`DynlabError` naming ``where`` (the file, ``FILE:LINE`` for a sweep's
+    line), the run and the key, since a result file is the user's input."""
+    for run in runs:
+        for key in OVER_TIME_KEYS:
+            points = run.result.get(key)
+            if points is None:
+                continue
+            bad = [points] if not isinstance(points, list) else [
+                p for p in points if not (isinstance(p, list) and len(p) == 2 and all(map(_number, p)))][:1]
+            if bad:
+                raise DynlabError(f"{where}: run {run.label!r}: {key} must be a list of [s, number] pairs, "
+                                  f"got {_short(bad[0])}")
+    return runs
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _read_text(path: str) -> str:

@@ -30,19 +30,20 @@ from dynlab.engine.loop import STEP_START
 from dynlab.errors import DynlabError
 
 
-def build_controller(spec: str) -> Optional[Controller]:
+def build_controller(spec: str, shown: Optional[str] = None) -> Optional[Controller]:
     """The controller of ``spec`` (``--controller NAME[:KEY=VALUE,...]``), ``None`` for ``none`` (no controller,
-    a fixed fleet). Raises ``ValueError`` (one line) for an unknown name or an unknown or bad option."""
+    a fixed fleet). Raises ``ValueError`` (one line) for an unknown name or an unknown or bad option, quoting
+    ``shown`` (what the user typed, when a caller added options to it: ``plan``'s ``max=``) or else ``spec``."""
     from dynlab.plugins import controllers
 
     name, opts = parse_policy(spec, "controller")
     registry = controllers()
     if name not in registry:
         raise ValueError(f"unknown controller {name!r}; available: {', '.join(registry.names())}")
-    controller = registry.get(name)(opts, spec)
+    controller = registry.get(name)(opts, shown or spec)
     unread = controller.unread()
     if unread:
-        raise ValueError(f"controller {spec!r}: unknown option(s) {', '.join(unread)}")
+        raise ValueError(f"controller {shown or spec!r}: unknown option(s) {', '.join(unread)}")
     return None if type(controller) is NoController else controller
 
 

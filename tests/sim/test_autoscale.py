@@ -10,6 +10,7 @@ waiting in a worker's engine) with target 1, max 4 workers, cold start 10 s; rou
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -228,3 +229,27 @@ def test_dynamo_load_scales_down_on_the_survivors_prompt_tokens_and_up_whenever_
     assert make(",ttft=50,itl=100").decide(_load_state(0, 0)) == [Add(0.0)]
     # ttft=75: 70 <= 75, and the ITL 10 + 40 + 0.01 x 1,100 = 61 <= 100: one worker cannot go down: nothing
     assert make(",ttft=75,itl=100").decide(_load_state(0, 1000)) == ()
+
+
+@pytest.mark.parametrize("spec, words", [
+    # every replica bound is read as max is: an integer from 1 to MAX_WORKERS (2,000,000: dynlab/limits.py)
+    ("hpa:target=1,max=2.5", "max=2.5 must be an integer >= 1"),
+    ("hpa:target=1,decode_max=2.5", "decode_max=2.5 must be an integer >= 1"),
+    ("hpa:target=1,decode_max=4,prefill_max=2.5", "prefill_max=2.5 must be an integer >= 1"),
+    ("hpa:target=1,max=1e30", "max=1e30 must be at most 2,000,000"),
+    ("hpa:target=1,decode_max=1e30", "decode_max=1e30 must be at most 2,000,000"),
+    ("hpa:target=1,decode_max=4,prefill_max=3e6", "prefill_max=3e6 must be at most 2,000,000"),
+    ("dynamo-load:decode_min=2000001", "decode_min=2000001 must be at most 2,000,000"),
+    # a bound below its lower one names the keys the user gave
+    ("hpa:target=1,decode_max=4,decode_min=5", "decode_max=4 is below decode_min=5"),
+    ("hpa:target=1,max=4,min=5", ": max=4 is below min=5"),
+    ("hpa:target=1,decode_max=4,prefill_min=3,prefill_max=2", "prefill_max=2 is below prefill_min=3"),
+])
+def test_replica_bounds_are_integers_within_the_worker_limit(spec, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        build_controller(spec)
+
+
+def test_the_largest_replica_bound_is_taken():
+    assert build_controller("hpa:target=1,decode_max=2000000").max == 2_000_000  # MAX_WORKERS itself
+    assert build_controller("hpa:target=1,max=4e0").max == 4  # an integer written as a float is one
