@@ -82,3 +82,38 @@ def test_module_within_line_limit(path):
 def test_functions_within_line_limit(path):
     long = {name: n for name, n in function_lengths(path.read_text()).items() if n > MAX_FUNCTION_LINES}
     assert not long, f"{_name(path)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def private_imports_across_folders(path: Path, source: str) -> list:
+    """``(module, name)`` of every ``from dynlab.X import _name`` in ``source`` (the module at ``path``, under
+    ``dynlab/``) whose ``dynlab.X`` lies in another folder, and every import of a private module
+    (``dynlab.X._mod``) of another folder; lazy imports included."""
+    out = []
+    here = path.parent
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dynlab.")):
+            continue
+        target = PACKAGE.parent.joinpath(*node.module.split("."))
+        folder = target if target.is_dir() else target.parent
+        if folder == here:
+            continue
+        if target.name.startswith("_") and not target.name.startswith("__"):
+            out.append((node.module, "(private module)"))
+        out.extend((node.module, a.name) for a in node.names if a.name.startswith("_") and not a.name.startswith("__"))
+    return out
+
+
+def test_private_imports_across_folders_are_found():
+    engine = PACKAGE / "engine" / "timed.py"
+    assert private_imports_across_folders(engine, "from dynlab.kv.policies import _lru\n") == \
+        [("dynlab.kv.policies", "_lru")]
+    assert private_imports_across_folders(engine, "def f():\n    from dynlab.engine.run import _x\n") == []
+    assert private_imports_across_folders(engine, "from dynlab.sim._hidden import y\n") == \
+        [("dynlab.sim._hidden", "(private module)")]
+
+
+def test_no_private_name_is_imported_across_folders():
+    """Issue 39: a folder's private names (``_name``) stay in it; another folder uses its public interface."""
+    found = {_name(p): hits for p in sorted(PACKAGE.rglob("*.py"))
+             if (hits := private_imports_across_folders(p, p.read_text()))}
+    assert not found, found
