@@ -115,7 +115,7 @@ BLOCKS = (
                       for m in ("gemma-3-27b", "gemma-3-27b-full.json")),
            keys=("kv_blocks", "kv_blocks_source", "peak_kv_blocks", "prefix_hit_rate", "preemptions", "ttft_ms",
                  "tpot_ms"),
-           inputs=("examples/window-chat.json", "examples/gemma-3-27b-full.json")),
+           inputs=("examples/window-chat.json", "examples/models/gemma-3-27b-full.json")),
     Picked("docs/tiers.md", "for t in \"\" \"--cpu-memory-gb 100\"; do dynlab sim --timing --model gemma-3-27b "
            "--workload window-chat.json --workers 2 --capacity 10000 $t 2>/dev/null | python -c \"import json,sys; "
            "d=json.load(sys.stdin); print(json.dumps({k: d[k] for k in ('kv_blocks','cpu_kv_blocks',"
