@@ -4,7 +4,8 @@ Each entry of :data:`BLOCKS` names a file and a ``dynlab`` command shown in it a
 output is the lines that follow, up to the next ``$ `` line or the end of the code block. This script
 runs each command (in this process, through click's test runner, in an empty temporary folder, stdout
 and stderr together as a terminal shows them; ``compare`` without ``--format`` as on a terminal: a
-table) and writes the output it prints in place of the old one. It also rewrites the option tables of
+table) and writes the output it prints in place of the old one. A :class:`Picked` entry is a shell loop
+shown as one ``$ for ...`` line that picks keys of each run's JSON: its runs are given one by one. It also rewrites the option tables of
 :data:`OPTION_TABLES` (between their two markers) from the declarations of ``dynlab/engine/options.py``.
 
 Usage::
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -41,6 +44,26 @@ class Block:
 
     path: str
     command: str
+    cheap: bool = False
+    image: str | None = None
+
+
+@dataclass(frozen=True)
+class Picked:
+    """A shell loop shown in ``path`` as ``$ {command}`` that prints a few keys of each run's JSON, one line each.
+
+    ``runs``: the ``dynlab`` commands the loop runs, in order (stderr thrown away, as its ``2>/dev/null``);
+    ``keys``: the keys it picks (a key a run lacks is left out, as ``if k in d``); ``inputs``: files of the
+    repository copied (under their own names) into the folder the runs start in (the loop's workload file).
+    The Gemma 3 blocks of docs/engine.md and docs/tiers.md went stale twice unseen when this script knew
+    only single ``dynlab`` lines.
+    """
+
+    path: str
+    command: str
+    runs: tuple[str, ...]
+    keys: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
     cheap: bool = False
     image: str | None = None
 
@@ -84,14 +107,49 @@ BLOCKS = (
     Block("docs/disagg.md", "dynlab compare --trace mooncake-conversation --timing --mode kv --split 8:0,6:2,4:4 "
           "--slo-ttft-ms 2000 --slo-tpot-ms 50 --format table --quiet --plot out/disagg_split.png",
           image="docs/images/disagg_split.png"),
+    Picked("docs/engine.md", "for m in gemma-3-27b gemma-3-27b-full.json; do dynlab sim --timing --model $m "
+           "--workload window-chat.json --workers 2 2>/dev/null | python -c \"import json,sys; d=json.load(sys.stdin); "
+           "print(json.dumps({k: d[k] for k in ('kv_blocks','kv_blocks_source','peak_kv_blocks','prefix_hit_rate',"
+           "'preemptions','ttft_ms','tpot_ms')}))\"; done",
+           runs=tuple(f"dynlab sim --timing --model {m} --workload window-chat.json --workers 2"
+                      for m in ("gemma-3-27b", "gemma-3-27b-full.json")),
+           keys=("kv_blocks", "kv_blocks_source", "peak_kv_blocks", "prefix_hit_rate", "preemptions", "ttft_ms",
+                 "tpot_ms"),
+           inputs=("examples/window-chat.json", "examples/models/gemma-3-27b-full.json")),
+    Picked("docs/tiers.md", "for t in \"\" \"--cpu-memory-gb 100\"; do dynlab sim --timing --model gemma-3-27b "
+           "--workload window-chat.json --workers 2 --capacity 10000 $t 2>/dev/null | python -c \"import json,sys; "
+           "d=json.load(sys.stdin); print(json.dumps({k: d[k] for k in ('kv_blocks','cpu_kv_blocks',"
+           "'cpu_kv_blocks_source','prefix_hit_rate','cpu_hit_blocks','preemptions','ttft_ms') if k in d}))\"; done",
+           runs=tuple(f"dynlab sim --timing --model gemma-3-27b --workload window-chat.json --workers 2 "
+                      f"--capacity 10000{t}" for t in ("", " --cpu-memory-gb 100")),
+           keys=("kv_blocks", "cpu_kv_blocks", "cpu_kv_blocks_source", "prefix_hit_rate", "cpu_hit_blocks",
+                 "preemptions", "ttft_ms"),
+           inputs=("examples/window-chat.json",)),
 )
 
 
-def run(command: str, image: str | None = None) -> str:
+def run(command: str, image: str | None = None, inputs: tuple[str, ...] = ()) -> str:
     """What ``command`` (``dynlab ...``) prints, stdout then stderr, each line ending in a newline.
 
-    With ``image`` (a path in the repository), the file the command's ``--plot`` wrote replaces it.
+    With ``image`` (a path in the repository), the file the command's ``--plot`` wrote replaces it;
+    ``inputs``: files of the repository copied into the folder it runs in.
     """
+    result = _invoke(command, image, inputs)
+    text = result.stdout + result.stderr
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def run_picked(block: Picked) -> str:
+    """What ``block``'s shell loop prints: for each of its runs, the keys it picks of the run's JSON, one line."""
+    lines = []
+    for command in block.runs:
+        result = json.loads(_invoke(command, None, block.inputs).stdout)
+        lines.append(json.dumps({k: result[k] for k in block.keys if k in result}) + "\n")
+    return "".join(lines)
+
+
+def _invoke(command: str, image: str | None, inputs: tuple[str, ...]):
+    """Run ``command`` through click's test runner in an empty temporary folder holding ``inputs``."""
     from click.testing import CliRunner
 
     from dynlab.cli import main
@@ -104,6 +162,8 @@ def run(command: str, image: str | None = None) -> str:
         args += ["--format", "table"]  # what a terminal shows
     old = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
+        for name in inputs:
+            shutil.copyfile(ROOT / name, Path(tmp) / Path(name).name)
         os.chdir(tmp)
         for flag, value in zip(args, args[1:]):  # the folders of the files a command writes (--plot out/x.png)
             if flag in ("--plot", "--report", "--out", "--timeline") and os.path.dirname(value):
@@ -116,8 +176,7 @@ def run(command: str, image: str | None = None) -> str:
             _keep(Path(tmp) / args[args.index("--plot") + 1], ROOT / image)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise RuntimeError(f"{command}: {result.exception!r}")
-    text = result.stdout + result.stderr
-    return text if text.endswith("\n") or not text else text + "\n"
+    return result
 
 
 def _keep(made: Path, kept: Path) -> None:
@@ -141,12 +200,15 @@ def _span(lines: list[str], command: str, path: str) -> tuple[int, int]:
     return start + 1, end
 
 
-def update(block: Block, root: Path = ROOT, check: bool = False) -> list[str]:
+def update(block: Block | Picked, root: Path = ROOT, check: bool = False) -> list[str]:
     """Regenerate one block; returns the diff (empty when it was current). Writes unless ``check``."""
     path = root / block.path
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     first, end = _span(lines, block.command, block.path)
-    new = run(block.command, None if check else block.image).splitlines(keepends=True)
+    if isinstance(block, Picked):
+        new = run_picked(block).splitlines(keepends=True)
+    else:
+        new = run(block.command, None if check else block.image).splitlines(keepends=True)
     old = lines[first:end]
     diff = list(difflib.unified_diff(old, new, f"{block.path} (shown)", f"{block.path} (the command now)"))
     if diff and not check:

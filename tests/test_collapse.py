@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dynlab.collapse import COLLAPSE_SHARE, LOAD_AWARE, collapse_warning, collapsed_share
+from dynlab.collapse import COLLAPSE_SHARE, LOAD_AWARE, alive_rates, collapse_warning, collapsed_share
 from helpers import invoke, ok
 
 TIMED = {"ttft_ms": {"p50": 1.0}}
@@ -106,3 +106,40 @@ def test_sim_with_dp_attention_warns_of_a_rank():
     line = r.stderr.splitlines()[-1]
     assert line.startswith("Warning: one rank took almost every request (kv: 20 of 20 requests on one of 2 "
                            "attention-DP ranks (2 a worker)")
+
+
+def _elastic(per_worker, lives, makespan_s=100.0, **more):
+    """A timed elastic run's result: ``lives`` is ``(ready_s, left_s)`` per worker id."""
+    return dict(TIMED, mode="least-loaded", requests_per_worker=per_worker, makespan_s=makespan_s,
+                worker_lifetimes=[{"worker": w, "joined_s": ready, "ready_s": ready, "left_s": left, "left_by": None}
+                                  for w, (ready, left) in enumerate(lives)], **more)
+
+
+def test_an_elastic_run_is_judged_per_second_alive():
+    # worker 0 alive 0-100 s took 100 requests: 1.0/s; worker 1 ready at 90 s (to the end, 100 s) took 10:
+    # 10 / 10 s = 1.0/s; worker 2 never became ready (left out). Counts: 100 of 110 = 91 % (the count rule
+    # would warn), rates: 1.0 of 2.0 = 50 %: fair.
+    fair = _elastic([100, 10, 0], [(0.0, None), (90.0, None), (None, 95.0)])
+    assert alive_rates(fair) == [1.0, 1.0, None]
+    assert collapsed_share(fair) == (100, 110, 3)
+    assert collapse_warning({"least-loaded": fair}) is None
+    # worker 1 alive 90-100 s took none: rates 1.0 and 0.0, 100 % on worker 0
+    msg = collapse_warning({"least-loaded": _elastic([100, 0, 0], [(0.0, None), (90.0, None), (None, 95.0)])})
+    assert "least-loaded: 1 requests/s alive on one of 2 workers, the others 0 together (100% of the rates" in msg
+
+
+@pytest.mark.parametrize("first, warns", [(90, True), (89, False)])
+def test_the_elastic_threshold_by_hand(first, warns):
+    # worker 0: first requests over 100 s; worker 1 (ready 20 s, left 30 s: 10 s alive) 1 request = 0.1/s.
+    # 90: 0.9 of 1.0 = 90 % (the threshold); 89: 0.89 of 0.99 = 89.9 %
+    result = _elastic([first, 1], [(0.0, None), (20.0, 30.0)])
+    assert (collapse_warning({"kv": result}) is not None) is warns
+
+
+def test_decode_only_scaling_keeps_the_count_rule():
+    # --split with an elastic decode pool: the lifetimes are decode workers', the counts the 2 prefill workers'
+    result = _elastic([10, 0], [(0.0, None)] * 3)
+    for life in result["worker_lifetimes"]:
+        life["pool"] = "decode"
+    assert alive_rates(result) is None
+    assert "10 of 10 requests on one of 2 workers" in collapse_warning({"kv": result})

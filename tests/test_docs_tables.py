@@ -57,3 +57,25 @@ def test_the_committed_report_has_every_key_reproduce_writes():
     for name, artifact in result.artifacts.items():
         committed = ROOT / "docs" / "report" / name
         assert json.loads(committed.read_text()) == json.loads(artifact.text), name
+
+
+def test_a_picked_loop_block_is_rerun_with_its_input_files(tmp_path):
+    """A shell loop shown in a doc (the Gemma 3 blocks of docs/engine.md and docs/tiers.md) is run as its
+    dynlab commands, in a folder holding its inputs, and shows the keys it picks, one line per run."""
+    shown = "for w in 2 3; do dynlab sim --workload chat.json --workers $w | jq -c '{workers, requests}'; done"
+    block = docs_tables.Picked("doc.md", shown, runs=tuple(f"dynlab sim --workload chat.json --workers {w}"
+                                                           for w in (2, 3)),
+                               keys=("workers", "requests", "no_such_key"), inputs=("examples/chat.json",))
+    (tmp_path / "doc.md").write_text(f"```\n$ {shown}\n{{\"workers\": 9}}\n```\n")
+    assert docs_tables.update(block, root=tmp_path, check=True) != []
+    docs_tables.update(block, root=tmp_path)
+    requests = json.loads((ROOT / "examples" / "chat.json").read_text())["requests"]  # 3000
+    assert (tmp_path / "doc.md").read_text() == (f"```\n$ {shown}\n{{\"workers\": 2, \"requests\": {requests}}}\n"
+                                                 f"{{\"workers\": 3, \"requests\": {requests}}}\n```\n")
+
+
+def test_the_gemma_loops_of_engine_and_tiers_are_registered():
+    picked = {b.path for b in docs_tables.BLOCKS if isinstance(b, docs_tables.Picked)}
+    assert {"docs/engine.md", "docs/tiers.md"} <= picked
+    for block in docs_tables.BLOCKS:  # every input a block copies is in the repository
+        assert all((ROOT / name).is_file() for name in getattr(block, "inputs", ()))
