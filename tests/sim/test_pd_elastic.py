@@ -238,7 +238,7 @@ def test_dynamo_load_scales_the_decode_pool_by_dynamos_decode_planner():
     ("1:1", "hpa:target=1,decode_max=4,min=2", "as min= with a P/D split"),
     (None, "hpa:target=1,decode_max=4", "as decode_max= without a P/D split"),
     (None, "hpa:target=1,max=4,prefill_max=2", "as prefill_max= without a P/D split"),
-    ("1:1", "dynamo-throughput", "dynamo-throughput with a P/D split"),
+    ("1:1", "dynamo-throughput:max=4", "as max= with a P/D split"),
 ])
 def test_pool_bounds_are_named_by_the_pool_they_bound(split, spec, words):
     config = SimConfig(timing=True, split=split, controller=spec)
