@@ -1,5 +1,5 @@
 """``dynamo-throughput``: NVIDIA Dynamo Planner's throughput-based scaling (its predictive, profile-driven mode),
-adapted to one aggregated pool. Sources: Dynamo's ``docs/design-docs/planner-design.md`` ("Throughput-Based
+adapted to one aggregated pool and to a P/D fleet's pools. Sources: Dynamo's ``docs/design-docs/planner-design.md`` ("Throughput-Based
 Scaling", steps 1-5), ``components/src/dynamo/planner/utils/planner_core.py`` (the replica formulas,
 ``_apply_component_gpu_budget``), ``utils/load_predictor.py`` (the predictors) and ``defaults.py``
 (``SLAPlannerDefaults``: ``adjustment_interval`` 180 s, ``max_gpu_budget`` 8, ``min_endpoint`` 1, ``ttft`` 500 ms,
@@ -26,6 +26,14 @@ Every ``period`` (default 180 s):
    worker)`` workers, ``_apply_component_gpu_budget``); then the fleet goes to that count at once (adds ready after
    the cold start, retires newest first). Scaling is not blocking (Dynamo's default): a call while workers start
    still decides, counting them.
+
+In a P/D fleet (``--split P:D``) each call sizes the pool it is called for (the decode pool; the prefill pool too with
+``prefill_min=`` / ``prefill_max=``) by Dynamo's two formulas (``planner_core.py``, the prefill and decode planners'
+``_compute_replica_requirements``): prefill workers ``ceil(rate x ISL / a prefill worker's prompt tokens per ms)``,
+decode workers ``ceil(rate x OSL / a decode worker's output tokens per ms within itl)``, the capacities computed from
+the run's step model (:mod:`dynlab_builtins.dynamo_pd_capacity`, Dynamo's ``perf_interpolation.py`` interpolators'
+figures), not replayed; the period is observed once (on the first pool's call); ``gpu_budget`` bounds each pool apart
+(Dynamo's ``_apply_global_gpu_budget`` shares one budget: simplified).
 
 Left out: Dynamo's correction factors (observed TTFT and ITL over the profile's: ``--no-correction``'s behaviour), its
 Kalman and Prophet predictors, and warm-starting from a trace (in a simulation the profile is the run's own engine, so
@@ -131,7 +139,8 @@ def arima_next(values) -> float:
 
 
 class DynamoThroughput(Autoscaler):
-    """NVIDIA Dynamo Planner's throughput-based scaling on one aggregated pool (docs/autoscaling.md).
+    """NVIDIA Dynamo Planner's throughput-based scaling on one aggregated pool or a P/D fleet's pools
+    (docs/autoscaling.md).
 
     Predicted requests per interval x a worker's time per request (from the run's latency model, the calibrated one
     with --latency-profile) = the replicas; bounded by min, max and a GPU budget (module docstring)."""
