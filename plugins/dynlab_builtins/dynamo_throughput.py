@@ -1,9 +1,9 @@
 """``dynamo-throughput``: NVIDIA Dynamo Planner's throughput-based scaling (its predictive, profile-driven mode),
-adapted to one aggregated pool and to a P/D fleet's pools. Sources: Dynamo's ``docs/design-docs/planner-design.md`` ("Throughput-Based
-Scaling", steps 1-5), ``components/src/dynamo/planner/utils/planner_core.py`` (the replica formulas,
-``_apply_component_gpu_budget``), ``utils/load_predictor.py`` (the predictors) and ``defaults.py``
-(``SLAPlannerDefaults``: ``adjustment_interval`` 180 s, ``max_gpu_budget`` 8, ``min_endpoint`` 1, ``ttft`` 500 ms,
-``itl`` 50 ms).
+adapted to one aggregated pool and to a P/D fleet's pools. Sources: Dynamo's
+``docs/design-docs/planner-design.md`` ("Throughput-Based Scaling", steps 1-5),
+``components/src/dynamo/planner/utils/planner_core.py`` (the replica formulas, ``_apply_component_gpu_budget``),
+``utils/load_predictor.py`` (the predictors) and ``defaults.py`` (``SLAPlannerDefaults``: ``adjustment_interval``
+180 s, ``max_gpu_budget`` 8, ``min_endpoint`` 1, ``ttft`` 500 ms, ``itl`` 50 ms).
 
 Every ``period`` (default 180 s):
 
