@@ -1,14 +1,19 @@
 """``dynamo-throughput`` (issue 41, item 1): Dynamo Planner's throughput-based scaling on one aggregated pool. The
 formula and the predictors by hand on made-up states; the replayed capacity on the flat 100 ms step model of
-``tests/sim/test_autoscale.py``; statsmodels' ARIMA (the ``arima`` extra, in the ``test`` extra: these run in CI)."""
+``tests/sim/test_autoscale.py``; statsmodels' ARIMA (the ``arima`` extra, in the ``test`` extra: these run in CI); a
+P/D fleet's two pool formulas and their step-model capacities (``dynamo_pd_capacity``) by hand on a made-up model, and
+the decode batch's maximality as a property."""
 from __future__ import annotations
 
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dynlab.engine.config import SimConfig
 from dynlab.engine.controller import Add, FleetState, Retire, RunInfo, WorkerState
+from dynlab.latency.base import StepBatch
 from dynlab.sim.control import build_controller
 from dynlab_builtins.dynamo_pd_capacity import decode_batch, decode_tokens_per_ms, prefill_ms, prefill_tokens_per_ms
 from dynlab_builtins.dynamo_throughput import Predictor, capacity, two_digits
@@ -164,3 +169,23 @@ def test_without_prefill_bounds_only_the_decode_pool_is_sized_and_observes():
     # 40 arrivals = 8/s: 0.008 x 200 = 1.6 tokens per ms / 0.7206 = 2.22 -> 3 decode workers; 5 live: retire 2
     assert [d.worker for d in c.decide(_pd("", "decode", 40, live=5))] == [4, 3]
     assert c.num_req.values == [40.0]
+
+
+class _Affine:
+    def __init__(self, base, per_request, per_token):
+        self.base, self.per_request, self.per_token = base, per_request, per_token
+
+    def step_ms(self, batch):
+        return self.base + self.per_request * batch.decode_requests + self.per_token * batch.decode_context
+
+
+@given(st.floats(1, 20), st.floats(0.01, 2), st.floats(0, 0.001), st.floats(1, 100), st.integers(1, 512),
+       st.integers(100, 4000), st.integers(1_000, 2_000_000))
+def test_the_decode_batch_is_the_largest_within_the_target(base, per_request, per_token, itl, seqs, context, kv):
+    model = _Affine(base, per_request, per_token)
+    b, ms = decode_batch(model, context, itl, seqs, kv)
+    cap = max(min(seqs, kv // context), 1)
+    step = lambda n: model.step_ms(StepBatch((), (), n, n * context))  # noqa: E731
+    assert 1 <= b <= cap and ms == step(b)
+    if step(1) <= itl:  # within the target, and one more request would miss it or break a cap
+        assert ms <= itl and (b == cap or step(b + 1) > itl)
