@@ -756,13 +756,13 @@ def test_unbounded_capacity_is_refused_with_timing_in_a_pd_fleet_and_a_compared_
 
 
 def test_a_controller_names_the_pool_it_bounds_in_a_pd_fleet(run):
-    # a P/D fleet's decode pool scales (dynlab.disagg.elastic): its bounds are decode_min= and decode_max=, and
-    # dynamo-throughput is refused there for now (not in NO_EFFECT: sweep's workers axis clashes with --split first)
+    # a P/D fleet's decode pool scales (dynlab.disagg.elastic): its bounds are decode_min= and decode_max=, whatever
+    # the autoscaler (not in NO_EFFECT: sweep's workers axis clashes with --split first)
     for cmd in (["sim"], COMMANDS["compare"]):
         refused(run(*cmd, "--timing", "--split", "1:1", "--controller", "hpa:target=1,max=4"),
                 "--controller has no effect as max= with a P/D split")
-        refused(run(*cmd, "--timing", "--split", "1:1", "--controller", "dynamo-throughput"),
-                "--controller has no effect as dynamo-throughput with a P/D split")
+        refused(run(*cmd, "--timing", "--split", "1:1", "--controller", "dynamo-throughput:max=4"),
+                "--controller has no effect as max= with a P/D split")
 
 
 def test_a_refusal_names_the_flag_as_typed():

@@ -8,7 +8,8 @@ both pools; ``hpa`` applies its rule to each scaling pool on its own (its own st
 policy; decode ``queue``: requests waiting in a decode worker's engine, received and not admitted, or waiting for a
 reservation; prefill ``queue``: requests waiting in a prefill worker's engine; ``running``; ``kv``) within
 ``decode_min`` / ``decode_max`` and ``prefill_min`` / ``prefill_max``; ``dynamo-load`` follows Dynamo's decode and
-prefill planners (:mod:`dynlab_builtins.dynamo_planner`); ``dynamo-throughput`` is refused there (for now)."""
+prefill planners (:mod:`dynlab_builtins.dynamo_planner`); ``dynamo-throughput`` sizes each
+scaling pool by Dynamo's prefill and decode formulas (:mod:`dynlab_builtins.dynamo_pd_capacity`)."""
 from __future__ import annotations
 
 import math

@@ -1,9 +1,9 @@
 """``dynamo-throughput``: NVIDIA Dynamo Planner's throughput-based scaling (its predictive, profile-driven mode),
-adapted to one aggregated pool. Sources: Dynamo's ``docs/design-docs/planner-design.md`` ("Throughput-Based
-Scaling", steps 1-5), ``components/src/dynamo/planner/utils/planner_core.py`` (the replica formulas,
-``_apply_component_gpu_budget``), ``utils/load_predictor.py`` (the predictors) and ``defaults.py``
-(``SLAPlannerDefaults``: ``adjustment_interval`` 180 s, ``max_gpu_budget`` 8, ``min_endpoint`` 1, ``ttft`` 500 ms,
-``itl`` 50 ms).
+adapted to one aggregated pool and to a P/D fleet's pools. Sources: Dynamo's
+``docs/design-docs/planner-design.md`` ("Throughput-Based Scaling", steps 1-5),
+``components/src/dynamo/planner/utils/planner_core.py`` (the replica formulas, ``_apply_component_gpu_budget``),
+``utils/load_predictor.py`` (the predictors) and ``defaults.py`` (``SLAPlannerDefaults``: ``adjustment_interval``
+180 s, ``max_gpu_budget`` 8, ``min_endpoint`` 1, ``ttft`` 500 ms, ``itl`` 50 ms).
 
 Every ``period`` (default 180 s):
 
@@ -27,6 +27,14 @@ Every ``period`` (default 180 s):
    the cold start, retires newest first). Scaling is not blocking (Dynamo's default): a call while workers start
    still decides, counting them.
 
+In a P/D fleet (``--split P:D``) each call sizes the pool it is called for (the decode pool; the prefill pool too with
+``prefill_min=`` / ``prefill_max=``) by Dynamo's two formulas (``planner_core.py``, the prefill and decode planners'
+``_compute_replica_requirements``): prefill workers ``ceil(rate x ISL / a prefill worker's prompt tokens per ms)``,
+decode workers ``ceil(rate x OSL / a decode worker's output tokens per ms within itl)``, the capacities computed from
+the run's step model (:mod:`dynlab_builtins.dynamo_pd_capacity`, Dynamo's ``perf_interpolation.py`` interpolators'
+figures), not replayed; the period is observed once (on the first pool's call); ``gpu_budget`` bounds each pool apart
+(Dynamo's ``_apply_global_gpu_budget`` shares one budget: simplified).
+
 Left out: Dynamo's correction factors (observed TTFT and ITL over the profile's: ``--no-correction``'s behaviour), its
 Kalman and Prophet predictors, and warm-starting from a trace (in a simulation the profile is the run's own engine, so
 a correction factor would measure only the load's effects). An interval without arrivals predicts (with ``constant``)
@@ -45,6 +53,7 @@ from typing import Optional
 from dynlab.engine.autoscale import Autoscaler
 from dynlab.engine.config import SimConfig
 from dynlab.engine.sections import SECTIONS
+from dynlab_builtins.dynamo_pd_capacity import decode_tokens_per_ms, prefill_tokens_per_ms
 
 #: the few ARIMA orders (p, d, q) tried, the lowest AIC kept (a small stand-in for pmdarima's stepwise search)
 ARIMA_ORDERS = ((1, 0, 0), (0, 1, 1), (1, 1, 0), (1, 1, 1))
@@ -130,7 +139,8 @@ def arima_next(values) -> float:
 
 
 class DynamoThroughput(Autoscaler):
-    """NVIDIA Dynamo Planner's throughput-based scaling on one aggregated pool (docs/autoscaling.md).
+    """NVIDIA Dynamo Planner's throughput-based scaling on one aggregated pool or a P/D fleet's pools
+    (docs/autoscaling.md).
 
     Predicted requests per interval x a worker's time per request (from the run's latency model, the calibrated one
     with --latency-profile) = the replicas; bounded by min, max and a GPU budget (module docstring)."""
@@ -159,27 +169,28 @@ class DynamoThroughput(Autoscaler):
         self.info = None
         self.last: Optional[dict] = None  # the last call's figures (tests, docs)
 
-    @classmethod
-    def no_effect(cls, opts, pd: bool):
-        if pd:
-            return ("as dynamo-throughput with a P/D split: it sizes one aggregated pool from a replay of one worker; "
-                    "its decode formula, ceil(rate x OSL / a decode worker's throughput at the ITL target) of Dynamo's "
-                    "decode_planner.py, is not modelled yet (dynamo-load, hpa and static scale the decode pool)")
-        return super().no_effect(opts, pd)
-
     def bind(self, info) -> None:
         self.info = info
 
-    def decide(self, state):
+    def observe(self, state) -> None:
+        """Add the period's figures to the predictors (step 1): once a period, on the first pool's call of a P/D
+        fleet (the prefill pool's when it scales, else the decode pool's; both states carry the fleet's figures)."""
+        if state.pool == "decode" and self.scales_prefill:
+            return
         self.num_req.add(state.arrivals)
         if state.arrivals:
             self.isl.add(state.prompt_tokens / state.arrivals)
         if state.finished:
             self.osl.add(state.output_tokens / state.finished)
+
+    def decide(self, state):
+        self.observe(state)
         if not self.isl.values or not self.osl.values:
             return ()  # no request seen arriving and finishing yet: nothing to size by
         rate = max(self.num_req.next(), 0.0) / (state.period_s * 1000.0)  # requests per ms
         isl, osl = self.isl.next(), self.osl.next()
+        if state.pool:
+            return self.pd_pool(state, rate, isl, osl)
         key = (two_digits(isl), two_digits(osl))
         if key not in self.cache:
             self.cache[key] = capacity(self.info.config, *key, self.ttft, self.itl, self.requests)
@@ -188,4 +199,21 @@ class DynamoThroughput(Autoscaler):
         n = min(self.bounded(want), max(self.gpu_budget // self.info.gpus, 1))
         self.last = {"rate_per_s": rate * 1000.0, "isl": key[0], "osl": key[1], "worker_rate_per_s": per_worker,
                      "replicas": n}
+        return self.scale_to(state, n)
+
+    def pd_pool(self, state, rate: float, isl: float, osl: float):
+        """A P/D pool's count (module docstring, "In a P/D fleet"): ``rate`` requests per ms, ``isl`` / ``osl``
+        tokens predicted."""
+        info = self.info
+        if state.pool == "prefill":
+            per_worker = prefill_tokens_per_ms(info.latency, round(isl), info.max_batched_tokens)
+            tokens = rate * isl  # prompt tokens per ms to prefill
+        else:
+            per_worker = decode_tokens_per_ms(info.latency, isl, osl, self.itl, info.max_num_seqs,
+                                              info.kv_capacity_tokens)
+            tokens = rate * osl  # output tokens per ms to generate
+        want = math.ceil(tokens / per_worker - 1e-9)
+        n = min(self.bounded(want, state.pool), max(self.gpu_budget // info.gpus, 1))
+        self.last = {"pool": state.pool, "rate_per_s": rate * 1000.0, "isl": isl, "osl": osl,
+                     "worker_tokens_per_s": per_worker * 1000.0, "replicas": n}
         return self.scale_to(state, n)

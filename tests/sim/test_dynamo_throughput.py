@@ -1,15 +1,21 @@
 """``dynamo-throughput`` (issue 41, item 1): Dynamo Planner's throughput-based scaling on one aggregated pool. The
 formula and the predictors by hand on made-up states; the replayed capacity on the flat 100 ms step model of
-``tests/sim/test_autoscale.py``; statsmodels' ARIMA (the ``arima`` extra, in the ``test`` extra: these run in CI)."""
+``tests/sim/test_autoscale.py``; statsmodels' ARIMA (the ``arima`` extra, in the ``test`` extra: these run in CI); a
+P/D fleet's two pool formulas and their step-model capacities (``dynamo_pd_capacity``) by hand on a made-up model, and
+the decode batch's maximality as a property."""
 from __future__ import annotations
 
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dynlab.engine.config import SimConfig
 from dynlab.engine.controller import Add, FleetState, Retire, RunInfo, WorkerState
+from dynlab.latency.base import StepBatch
 from dynlab.sim.control import build_controller
+from dynlab_builtins.dynamo_pd_capacity import decode_batch, decode_tokens_per_ms, prefill_ms, prefill_tokens_per_ms
 from dynlab_builtins.dynamo_throughput import Predictor, capacity, two_digits
 from test_autoscale import FLAT, _step
 
@@ -98,3 +104,88 @@ def test_bad_options_are_refused():
                         ("dynamo-throughput:gpu_budget=0", "gpu_budget"), ("dynamo-throughput:window=0", "window")):
         with pytest.raises(ValueError, match=words):
             build_controller(spec)
+
+
+# ----------------------------------------------------------------------------- P/D pools (dynamo_pd_capacity)
+class _Lines:
+    """A made-up step model: 10 ms + 0.01 ms a prompt token + 1 ms a decoding request + 0.0001 ms a decode context
+    token (non-decreasing in every field, as the LatencyModel contract asks)."""
+
+    def step_ms(self, batch):
+        return 10.0 + 0.01 * sum(batch.prefill_tokens) + 1.0 * batch.decode_requests + 0.0001 * batch.decode_context
+
+
+def test_a_prefill_workers_capacity_is_the_prompt_over_its_chunked_prefill():
+    # ISL 1,000 in chunks of 512: 512 then 488 tokens, (10 + 5.12) + (10 + 4.88) = 30 ms: 1,000 / 30 tokens per ms
+    assert prefill_ms(_Lines(), 1000, 512) == pytest.approx(30.0)
+    assert prefill_tokens_per_ms(_Lines(), 1000, 512) == pytest.approx(1000 / 30)
+    # one chunk (budget 8,192): 10 + 10 = 20 ms: 50 tokens per ms
+    assert prefill_tokens_per_ms(_Lines(), 1000, 8192) == pytest.approx(50.0)
+
+
+def test_a_decode_workers_capacity_is_the_largest_batch_within_the_itl_target():
+    # context ISL + OSL / 2 = 1,000 + 100 = 1,100 tokens; step(B) = 10 + B + 0.0001 x 1,100 B = 10 + 1.11 B ms;
+    # within 50 ms: B <= 40 / 1.11 = 36.04, so B = 36, a step of 10 + 39.96 = 49.96 ms: 36 / 49.96 tokens per ms
+    assert decode_batch(_Lines(), 1100, 50.0, 256, 1_000_000) == (36, pytest.approx(49.96))
+    assert decode_tokens_per_ms(_Lines(), 1000, 200, 50.0, 256, 1_000_000) == pytest.approx(36 / 49.96)
+    # a KV pool of 22,000 tokens holds 22,000 // 1,100 = 20 such requests: B = 20, 10 + 22.2 = 32.2 ms
+    assert decode_tokens_per_ms(_Lines(), 1000, 200, 50.0, 256, 22_000) == pytest.approx(20 / 32.2)
+    # max_num_seqs 8 caps it first: 10 + 8.88 = 18.88 ms
+    assert decode_batch(_Lines(), 1100, 50.0, 8, 1_000_000) == (8, pytest.approx(18.88))
+    # a target below one request's step (10 + 1.11 = 11.11 ms): B = 1 (Dynamo's lowest-load figure)
+    assert decode_batch(_Lines(), 1100, 5.0, 256, 1_000_000) == (1, pytest.approx(11.11))
+
+
+def _pd(extra, pool, arrivals, live=1):
+    workers = tuple(WorkerState(i, "live", 0.0, 0, 0, 0.0, 0, pool=pool) for i in range(live))
+    # 5 s periods; ISL 1,000 a request, OSL 200 (20 finished, 4,000 output tokens)
+    return FleetState(10.0, 5.0, workers, arrivals, (), 0.0, (), arrivals * 1000, 20, 4000, pool)
+
+
+def test_a_pd_fleets_pools_are_sized_by_dynamos_two_formulas():
+    c = build_controller("dynamo-throughput:period=5,cold_start_s=0,itl=50,decode_max=20,prefill_max=4,gpu_budget=64")
+    c.bind(RunInfo(_Lines(), 1, 256, 512, 1_000_000, None))
+    # 200 arrivals in 5 s = 40 requests/s = 0.04 per ms. Prefill: 0.04 x 1,000 = 40 prompt tokens per ms over a
+    # worker's 1,000 / 30 (above): ceil(1.2) = 2 prefill workers, 1 live: one add to the prefill pool
+    assert c.decide(_pd("", "prefill", 200)) == [Add(0.0, "prefill")]
+    assert c.last["replicas"] == 2 and c.last["worker_tokens_per_s"] == pytest.approx(1000 / 30 * 1000)
+    # decode: 0.04 x 200 = 8 output tokens per ms over 36 / 49.96 = 0.7206: ceil(11.10) = 12 decode workers, 3 live
+    assert c.decide(_pd("", "decode", 200, live=3)) == [Add(0.0, "decode")] * 9
+    # the period was observed once (on the prefill pool's call), not once per pool
+    assert c.num_req.values == [200.0]
+    # decode_max=20 bounds it: 600 arrivals = 0.12 per ms, 24 tokens per ms / 0.7206 = 33.3 -> 20
+    c.decide(_pd("", "prefill", 600, live=2))
+    assert c.decide(_pd("", "decode", 600, live=12)) == [Add(0.0, "decode")] * 8
+    # the default GPU budget (8 GPUs, 1 a worker) bounds each pool at 8 workers: 12 wanted, 3 live: 5 adds
+    c = build_controller("dynamo-throughput:period=5,cold_start_s=0,itl=50,decode_max=20")
+    c.bind(RunInfo(_Lines(), 1, 256, 512, 1_000_000, None))
+    assert c.decide(_pd("", "decode", 200, live=3)) == [Add(0.0, "decode")] * 5
+
+
+def test_without_prefill_bounds_only_the_decode_pool_is_sized_and_observes():
+    c = build_controller("dynamo-throughput:period=5,cold_start_s=0,itl=50,decode_max=20")
+    c.bind(RunInfo(_Lines(), 1, 256, 512, 1_000_000, None))
+    assert not c.scales_prefill
+    # 40 arrivals = 8/s: 0.008 x 200 = 1.6 tokens per ms / 0.7206 = 2.22 -> 3 decode workers; 5 live: retire 2
+    assert [d.worker for d in c.decide(_pd("", "decode", 40, live=5))] == [4, 3]
+    assert c.num_req.values == [40.0]
+
+
+class _Affine:
+    def __init__(self, base, per_request, per_token):
+        self.base, self.per_request, self.per_token = base, per_request, per_token
+
+    def step_ms(self, batch):
+        return self.base + self.per_request * batch.decode_requests + self.per_token * batch.decode_context
+
+
+@given(st.floats(1, 20), st.floats(0.01, 2), st.floats(0, 0.001), st.floats(1, 100), st.integers(1, 512),
+       st.integers(100, 4000), st.integers(1_000, 2_000_000))
+def test_the_decode_batch_is_the_largest_within_the_target(base, per_request, per_token, itl, seqs, context, kv):
+    model = _Affine(base, per_request, per_token)
+    b, ms = decode_batch(model, context, itl, seqs, kv)
+    cap = max(min(seqs, kv // context), 1)
+    step = lambda n: model.step_ms(StepBatch((), (), n, n * context))  # noqa: E731
+    assert 1 <= b <= cap and ms == step(b)
+    if step(1) <= itl:  # within the target, and one more request would miss it or break a cap
+        assert ms <= itl and (b == cap or step(b + 1) > itl)

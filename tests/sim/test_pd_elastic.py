@@ -187,6 +187,23 @@ def test_hpa_scales_the_decode_pool_for_a_step_and_back(tmp_path):
     assert out["gpu_hours"] == pytest.approx((2 * 479.6 + 3 * 315) / 3600, abs=1e-6)
 
 
+def test_dynamo_throughput_sizes_the_decode_pool_for_the_step(tmp_path):
+    # dynamo-throughput (period 20 s, itl 150 ms, constant predictor) on the step above, one prefill and one decode
+    # worker. A decode worker (flat 100 ms steps, max_num_seqs 1) holds one request within 150 ms: 1 / 100 ms = 10
+    # output tokens/s. Each call sees the last 20 s: at 20-60 s 20 arrivals (1/s) of 5 output tokens: 5 tokens/s,
+    # ceil(5 / 10) = 1 worker. At 80 s the arrivals of [60, 80) are 60.1 + 0.25 k, k = 0..79: 80 (4/s), 20 tokens/s,
+    # ceil(20 / 10) = 2: one add, ready at 90 s (cold start 10). At 100 and 120 s again 80 arrivals: 2 (the starting
+    # or live worker counts). At 140 s the arrivals of [120, 140) are one a second: 20, back to 1: retire, newest.
+    out = _pd(tmp_path, _step_times(), "dynamo-throughput:period=20,itl=150,decode_max=4,cold_start_s=10", split="1:1",
+              slo_ttft_ms=1000)
+    assert out["scale_events"] == [[80.0, "add", 1, "decode"], [140.0, "retire", 1, "decode"]]
+    assert out["workers_over_time"] == [[0.0, 1], [90.0, 2], [140.0, 1]]
+    # GPU-hours: the prefill worker and decode worker 0 to the last finish (479.6 s, as above), decode worker 1 from
+    # its add (80 s) to its retirement (140 s; idle then, it leaves at once)
+    assert out["gpu_hours_per_pool"] == {"prefill": pytest.approx(479.6 / 3600, abs=1e-6),
+                                         "decode": pytest.approx((479.6 + 60) / 3600, abs=1e-6)}
+
+
 def test_static_on_a_pd_fleet_gives_the_fixed_fleets_serving_result(tmp_path):
     times = [0.1 * k for k in range(40)]
     fixed = _pd(tmp_path, times, "none")
@@ -238,7 +255,7 @@ def test_dynamo_load_scales_the_decode_pool_by_dynamos_decode_planner():
     ("1:1", "hpa:target=1,decode_max=4,min=2", "as min= with a P/D split"),
     (None, "hpa:target=1,decode_max=4", "as decode_max= without a P/D split"),
     (None, "hpa:target=1,max=4,prefill_max=2", "as prefill_max= without a P/D split"),
-    ("1:1", "dynamo-throughput", "dynamo-throughput with a P/D split"),
+    ("1:1", "dynamo-throughput:max=4", "as max= with a P/D split"),
 ])
 def test_pool_bounds_are_named_by_the_pool_they_bound(split, spec, words):
     config = SimConfig(timing=True, split=split, controller=spec)
