@@ -57,7 +57,8 @@ def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
     if isinstance(result, dict) and result.get("latency_domain"):  # the latency model's own word (models helper)
-        click.echo(f"Warning: latency model {config.latency_model}: {result['latency_domain']}", err=True)
+        model = result.get("latency_model") or config.latency_model  # a profile's model, when one replaced the flag's
+        click.echo(f"Warning: latency model {model}: {result['latency_domain']}", err=True)
     return result
 
 

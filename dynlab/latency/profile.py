@@ -81,12 +81,26 @@ def read_profile(path: str) -> dict[str, Any]:
     for key, kind in (("model", str), ("gpu", str), ("tp", int), ("latency_model", str), ("latency_opts", dict),
                       ("cv_error_pct", dict)):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
-            raise InputError(path, 1, f"{key!r} must be a {kind.__name__}, got {data.get(key)!r}")
+            raise InputError(path, _line_of(text, key), f"{key!r} must be a {kind.__name__}, got {data.get(key)!r}")
+    if data["tp"] < 1:
+        raise InputError(path, _line_of(text, "tp"), f"'tp' must be at least 1, got {data['tp']!r}")
+    for key in ("engine", "version"):  # names apart by commas, or null when the measured files stated none
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise InputError(path, _line_of(text, key), f"{key!r} must be a string or null, got {data[key]!r}")
     extra = {"request_overhead_ms": data["request_overhead_ms"]} if "request_overhead_ms" in data else {}
     for name, value in {**data["latency_opts"], **data["cv_error_pct"], **extra}.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise InputError(path, 1, f"{name!r} must be a finite number >= 0, got {value!r}")
+            raise InputError(path, _line_of(text, name), f"{name!r} must be a finite number >= 0, got {value!r}")
     return data
+
+
+def _line_of(text: str, key: str) -> int:
+    """The 1-based line of the first ``"key":`` in ``text`` (a profile's JSON), 1 when it is not found."""
+    needle = json.dumps(key) + ":"
+    for number, line in enumerate(text.splitlines(), 1):
+        if needle in line.replace('" :', '":'):
+            return number
+    return 1
 
 
 #: a profile's metric -> the figure of a run's result it bands (``key.stat`` for a stats object)

@@ -214,6 +214,21 @@ def test_read_profile_refuses_what_is_not_a_profile(tmp_path):
     path.write_text('{"a": 1}')
     with pytest.raises(InputError, match="not a dynlab calibration profile"):
         read_profile(str(path))
+    # a fresh user's cases: an engine that is not a string crashed later (other_engines split it), tp 0 was
+    # taken, and every error said line 1; a pretty-printed profile names the key's own line
+    good = {"dynlab_calibration": 1, "model": "m", "gpu": "h100", "tp": 1, "engine": "vllm",
+            "latency_model": "linear", "latency_opts": {"beta0": 1.0}, "cv_error_pct": {}}
+    for key, value, why in (("engine", 5, "'engine' must be a string or null, got 5"),
+                            ("engine", ["vllm"], "'engine' must be a string or null"),
+                            ("tp", 0, "'tp' must be at least 1, got 0"),
+                            ("latency_opts", {"beta0": "x"}, "'beta0' must be a finite number >= 0")):
+        path.write_text(json.dumps({**good, key: value}, indent=1))
+        line = 1 + next(i for i, text in enumerate(path.read_text().splitlines()) if '"beta0"' in text or
+                        f'"{key}"' in text and key != "latency_opts")
+        with pytest.raises(InputError, match=f"x.json:{line}: {why}"):
+            read_profile(str(path))
+    path.write_text(json.dumps({**good, "engine": None}))
+    assert read_profile(str(path))["engine"] is None
 
 
 def test_a_constant_rate_client_is_replayed_evenly_spaced():
