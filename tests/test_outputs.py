@@ -239,3 +239,13 @@ def test_an_output_naming_the_grid_file_or_the_workload_spec_is_refused(tmp_path
     assert out.exit_code == 2, out.output
     assert "an output would overwrite the input it reads" in out.output and out.output.count("\n") == 1, out.output
     assert inp.read_text() == text
+
+
+@pytest.mark.parametrize("args", [("sim", "--timing", "--timeline", ""), ("sim", "--timing", "--timeline", "  "),
+                                  ("sim", "--requests-out", "")])
+def test_an_empty_output_path_is_refused_in_one_line(args):
+    # a fresh user's --timeline "": the cwd's realpath stood in for the empty name, a directory, and the error read
+    # "is not a regular file, not a regular file"
+    result = invoke(*args)
+    assert result.exit_code == 2 and "an empty path; give a file" in result.stderr
+    assert "not a regular file" not in result.stderr and result.stdout == ""

@@ -88,11 +88,13 @@ def refuse_repeats(texts: list[str], values: list, option: str) -> None:
 
 def _special_kind(mode: int) -> str:
     return ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file")
 
 
 def _check_output(value: str, ctx, param, stream: bool) -> str:
     hint = "a file, or - for standard output" if stream else "a file"
+    if not value.strip():
+        raise click.BadParameter(f"an empty path; give {hint}", ctx, param)
     directory = os.path.dirname(os.path.abspath(value))
     if not os.path.isdir(directory):
         raise click.BadParameter(f"{value}: directory {directory} does not exist", ctx, param)
