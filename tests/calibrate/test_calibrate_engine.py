@@ -118,3 +118,16 @@ def test_calibrate_recovers_known_coefficients_on_sglang_and_sim_uses_the_profil
                                       "--latency-profile", str(out)])
         assert r.exit_code == 0, r.output
         assert ("latency_domain" in json.loads(r.stdout)) == warned, r.stdout
+
+
+def test_a_vllm_bench_result_states_its_server_with_metadata_engine(tmp_path):
+    # `vllm bench serve --metadata engine=sglang` against an SGLang server: the result's top-level "engine"
+    data = {"model_id": "llama-3.1-8b", "duration": 10.0, "max_concurrency": 4, "engine": "sglang",
+            "total_token_throughput": 800.0}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    from dynlab.calibrate.formats import read_points
+
+    assert replay_engine(read_points(path)) == "sglang"
+    with pytest.raises(CalibrationError, match="states engine 'sglang' but --engine is 'vllm'"):
+        replay_engine(read_points(path), "vllm")
