@@ -679,6 +679,9 @@ TABLE.update({
     ("calibrate", "--latency-model"): changes(CALIBRATE, ["--latency-model", "roofline"]),
     ("calibrate", "--max-num-seqs"): changes(CALIBRATE, ["--max-num-seqs", "1"]),
     ("calibrate", "--max-num-batched-tokens"): changes(CALIBRATE, ["--max-num-batched-tokens", "16"]),
+    ("calibrate", "--engine"): changes(CALIBRATE, ["--engine", "sglang"]),  # the file states none: vLLM by default
+    ("calibrate", "--max-running-requests"): changes(CALIBRATE + ["--engine", "sglang"], ["--max-running-requests", "1"]),
+    ("calibrate", "--chunked-prefill-size"): changes(CALIBRATE + ["--engine", "sglang"], ["--chunked-prefill-size", "16"]),
     ("calibrate", "--latency-opt"): changes(CALIBRATE + ["--fit", "beta0,beta2"], ["--latency-opt", "beta1=0.2"]),
     ("calibrate", "--fit"): changes(CALIBRATE, ["--fit", "beta0"]),
     ("calibrate", "--folds"): changes(CALIBRATE, ["--folds", "2"]),

@@ -6,6 +6,11 @@ file states, else ``tp`` (1 when neither). A file's model is a Hugging Face id
 (``meta-llama/Llama-3.1-8B-Instruct``): it is taken as dynlab's bundled name when its last part, lower
 case, is one (``llama-3.1-8b-instruct`` is not; give ``--model``). A profile is for one model and one
 GPU: points on several are refused.
+
+The points are replayed on one engine (:func:`replay_engine`): ``--engine`` when given, else the one the
+files state (a points file's ``engine`` column, a vLLM result's ``engine``), else vLLM; a file stating
+another engine than the one given is refused (issue 38 item 4: an SGLang server's benchmark is fitted on
+SGLang's scheduler, :mod:`dynlab.engine.sglang`, as ``benchmarks/fidelity_real.py`` replays SGLang rows).
 """
 from __future__ import annotations
 
@@ -54,11 +59,67 @@ def point_configs(points: Sequence[MeasuredPoint], base: SimConfig, model: Optio
     return configs
 
 
+#: the engines ``dynlab calibrate`` replays on (SimConfig's ``engine_kind``)
+ENGINES = ("vllm", "sglang")
+
+
+def replay_engine(points: Sequence[MeasuredPoint], given: Optional[str] = None) -> str:
+    """The engine kind the points are replayed on: ``given`` (``--engine``), else the one engine the points
+    state (compared in lower case), else ``"vllm"``. Raises :class:`CalibrationError` (one line naming both)
+    for a point stating another engine than ``given``, for points stating several, or for a stated engine
+    dynlab cannot replay (not in :data:`ENGINES`)."""
+    stated = {}
+    for p in points:
+        if p.engine:
+            stated.setdefault(p.engine.lower(), p.source)
+    if given is not None:
+        for name, source in stated.items():
+            if name != given:
+                raise CalibrationError(f"{source}: the file states engine {name!r} but --engine is {given!r}: "
+                                       "give the engine the file was measured on")
+        return given
+    if len(stated) > 1:
+        raise CalibrationError(f"the points state several engines ({', '.join(sorted(stated))}): "
+                               "calibrate one at a time")
+    name = next(iter(stated), "vllm")
+    if name not in ENGINES:
+        raise CalibrationError(f"{stated[name]}: engine {name!r} is not one dynlab replays "
+                               f"({', '.join(ENGINES)}): give --engine")
+    return name
+
+
+#: each engine's server flags (SimConfig fields) -> their flags and dynlab calibrate's defaults for them
+#: (None: SimConfig's; 256 and 8192 are vLLM's own defaults, vllm/config/scheduler.py)
+_ENGINE_FLAGS = {"vllm": {"max_num_seqs": ("--max-num-seqs", 256),
+                          "max_num_batched_tokens": ("--max-num-batched-tokens", 8192)},
+                 "sglang": {"max_running_requests": ("--max-running-requests", None),
+                            "chunked_prefill_size": ("--chunked-prefill-size", None)}}
+
+
+def engine_fields(kind: str, flags: Optional[dict]) -> dict:
+    """SimConfig fields of the server's flags ``flags`` (field -> value, ``None`` where not given) replayed on
+    engine ``kind``: its own flags with their defaults (:data:`_ENGINE_FLAGS`), ``engine_kind``. Raises
+    :class:`CalibrationError` for a flag of the other engine (it would do nothing)."""
+    out = {"engine_kind": kind}
+    for other, names in _ENGINE_FLAGS.items():
+        for field, (flag, default) in names.items():
+            value = (flags or {}).get(field)
+            if other != kind and value is not None:
+                raise CalibrationError(f"{flag} has no effect with engine {kind} (it is {other}'s flag)")
+            if other == kind and (value if value is not None else default) is not None:
+                out[field] = value if value is not None else default
+    for field, value in (flags or {}).items():  # fields no engine table names (fidelity_real's SGLang extras)
+        if value is not None and not any(field in names for names in _ENGINE_FLAGS.values()):
+            out[field] = value
+    return out
+
+
 def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Optional[str] = None,
                     gpu: Optional[str] = None, tp: Optional[int] = None, latency_model: str = "linear",
                     latency_opts: Optional[dict] = None, fit: Optional[Sequence[str]] = None,
                     folds: int = 5, concurrency: Optional[int] = None,
-                    engine: Optional[dict] = None) -> tuple[dict, Calibration]:
+                    engine: Optional[dict] = None, engine_kind: Optional[str] = None,
+                    max_nfev: int = 60) -> tuple[dict, Calibration]:
     """``(profile, calibration)`` of the points in ``paths`` (each read by
     :func:`~dynlab.calibrate.formats.read_points` with ``fmt``). Raises
     :class:`~dynlab.errors.InputError` / :class:`~dynlab.errors.InputFileError` for a bad file,
@@ -66,7 +127,9 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     fitted, ``ValueError`` for a bad option. ``concurrency``: the client's users where a file states neither
     ``max_concurrency`` nor a request rate (aiperf's per-request export). ``engine``: the server's engine
     settings the files do not state, as :class:`~dynlab.engine.config.SimConfig` fields
-    (``max_num_seqs``, ``max_num_batched_tokens``)."""
+    (vLLM's ``max_num_seqs``, ``max_num_batched_tokens``; SGLang's ``max_running_requests``,
+    ``chunked_prefill_size``). ``engine_kind``: ``--engine`` (:func:`replay_engine`); the profile records the
+    engine replayed on. ``max_nfev``: the optimiser's evaluations at most per fit."""
     points = []
     for path in paths:
         read = read_points(path, fmt)
@@ -78,12 +141,14 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
             raise CalibrationError("--concurrency has no effect: every point states its concurrency or request rate")
         points = [replace(p, max_concurrency=concurrency)
                   if p.max_concurrency is None and p.request_rate is None else p for p in points]
-    base = SimConfig(timing=True, latency_model=latency_model, latency_opts=dict(latency_opts or {}), **(engine or {}))
+    kind = replay_engine(points, engine_kind)
+    base = SimConfig(timing=True, latency_model=latency_model, latency_opts=dict(latency_opts or {}),
+                     **engine_fields(kind, engine))
     configs = point_configs(points, base, model, gpu, tp)
     for config in configs:
         config.validate()
-    calibration = calibrate(points, configs, fit, folds)
+    calibration = calibrate(points, configs, fit, folds, max_nfev)
     return profile_json(calibration, points, configs), calibration
 
 
-__all__ = ["calibrate_files", "point_configs"]
+__all__ = ["ENGINES", "calibrate_files", "point_configs", "replay_engine"]

@@ -56,10 +56,17 @@ def _table(profile: dict) -> str:
                                                                       "states none [default: 1].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="The client's concurrent users, where a file states neither them nor a request rate.")
-@click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
-              help="The measured server's running requests per engine at most (vLLM's).")
-@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
-              help="The measured server's token budget of one engine step (vLLM's).")
+@click.option("--engine", "engine_kind", type=click.Choice(["vllm", "sglang"]), default=None,
+              help="The measured server's engine, whose scheduler replays the points [default: the one the "
+                   "files state, else vllm]; a file stating another is refused.")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
+              help="The measured server's running requests per engine at most (vLLM's) [default: 256].")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=None,
+              help="The measured server's token budget of one engine step (vLLM's) [default: 8192].")
+@click.option("--max-running-requests", type=click.IntRange(min=1), default=None,
+              help="The measured server's running requests at most (SGLang's) [default: SGLang's, from memory].")
+@click.option("--chunked-prefill-size", type=click.IntRange(min=-1), default=None,
+              help="The measured server's prefill chunk in tokens (SGLang's; -1: none) [default: SGLang's].")
 @click.option("--latency-model", default="linear", show_default=True,
               help="The latency model to fit (linear or roofline, or any with --fit).")
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
@@ -73,8 +80,8 @@ def _table(profile: dict) -> str:
               help="Write the calibration profile (JSON) here, for --latency-profile.")
 @click.option("--output-format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the profile as JSON [default: table on a terminal, else json].")
-def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, max_num_seqs, max_num_batched_tokens, latency_model,
-                  latency_opts, fit, folds, out, fmt):
+def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, max_num_seqs, max_num_batched_tokens,
+                  max_running_requests, chunked_prefill_size, latency_model, latency_opts, fit, folds, out, fmt):
     """Fit a latency model to measured benchmark runs; print the error per point before and after.
 
     FILES: `vllm bench serve --save-result` JSON, aiperf's profile_export.jsonl or its summary JSON,
@@ -87,12 +94,13 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, max_num_seqs,
     from dynlab.calibrate.fit import CalibrationError
 
     names = split_list(fit, "'--fit'") if fit is not None else None
+    engine = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+              "max_running_requests": max_running_requests, "chunked_prefill_size": chunked_prefill_size}
     try:
         profile, _ = calibrate_files(files, file_format, model, gpu, tp, latency_model,
                                      parse_opts(latency_opts, "--latency-opt"), names, folds,
-                                     concurrency, {"max_num_seqs": max_num_seqs,
-                                                   "max_num_batched_tokens": max_num_batched_tokens})
-    except CalibrationError as exc:  # the options cannot calibrate these files (--fit, --model, --concurrency)
+                                     concurrency, engine, engine_kind)
+    except CalibrationError as exc:  # the options cannot calibrate these files (--fit, --model, --engine...)
         raise click.UsageError(str(exc)) from None
     except ValueError as exc:  # a point that cannot be replayed, a bad option value
         raise click.ClickException(str(exc)) from None

@@ -4,7 +4,9 @@ A profile is one JSON object (``PROFILE_KEYS``, in that order):
 
 - ``dynlab_calibration``: the format version, 1;
 - ``model``, ``gpu``, ``tp``: the hardware the points were replayed on (dynlab's names);
-- ``engine``, ``version``: the serving engine and its version when the files state them (else null);
+- ``engine``: the engine whose scheduler replayed the points (``dynlab calibrate --engine``, else the files'
+  stated engine, else vllm; profiles written before 2026-12-07 give the files' stated engine or null);
+- ``version``: the serving engine's version when the files state it (else null);
 - ``latency_model`` and ``latency_opts``: the model and every fitted option's value (floats);
 - ``request_overhead_ms``: the server's front end per request (``--request-overhead-ms``) the fit used: fitted
   when ``fitted`` names it, else the run's setting (profiles written before 2026-12-06 say 0 there);
@@ -37,7 +39,6 @@ def _round(mapping: dict, digits: int = 1) -> dict:
 def profile_json(calibration, points: Sequence, configs: Sequence) -> dict[str, Any]:
     """The profile object of a :class:`~dynlab.calibrate.fit.Calibration` of ``points`` replayed with ``configs``."""
     first = configs[0]
-    engines = {p.engine for p in points if p.engine}
     versions = {p.version for p in points if p.version}
     rows = []
     for i, p in enumerate(points):
@@ -50,7 +51,7 @@ def profile_json(calibration, points: Sequence, configs: Sequence) -> dict[str, 
             row["error_pct"]["cv"] = _round(calibration.cv_points[i]["error_pct"])
         rows.append(row)
     return {"dynlab_calibration": PROFILE_VERSION, "model": first.model, "gpu": first.gpu, "tp": first.tp,
-            "engine": ",".join(sorted(engines)) or None, "version": ",".join(sorted(versions)) or None,
+            "engine": first.engine_kind, "version": ",".join(sorted(versions)) or None,
             "latency_model": calibration.latency_model,
             "latency_opts": {k: float(f"{float(v):.6g}") for k, v in calibration.opts.items()
                              if k != "request_overhead_ms"},
