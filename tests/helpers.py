@@ -140,6 +140,36 @@ def terms_off(latency_model: str = "roofline", latency_opts=None) -> dict:
             **CLIENT_TERMS_OFF}
 
 
+
+# ---- P/D hand cases (tests/sim/test_pd_elastic.py, test_pd_prefill_elastic.py) ----
+
+#: the flat step model of the P/D hand cases: every step 100 ms, whatever it holds; no overhead terms
+PD_FLAT = {"latency_model": "linear", **terms_off("linear", {"beta0": 100, "beta1": 0, "beta2": 0})}
+
+
+def pd_trace(path, times_s, outs=None) -> str:
+    """A tokens trace at ``path``: request i arrives at ``times_s[i]`` s with 16 fresh prompt tokens (no prefix shared)
+    and ``outs[i]`` output tokens (5 each by default); returns its path."""
+    import json
+
+    outs = outs or [5] * len(times_s)
+    path.write_text("".join(json.dumps({"timestamp": round(t * 1000), "output_length": o,
+                                        "tokens": list(range(100 * i + 1, 100 * i + 17))}) + "\n"
+                            for i, (t, o) in enumerate(zip(times_s, outs))))
+    return str(path)
+
+
+def run_pd(tmp_path, times_s, controller, split="1:2", **kw) -> dict:
+    """The result of :func:`pd_trace`'s trace on a ``split`` P/D fleet under ``controller``: least-loaded routing, 256
+    blocks a worker, one request in a batch, :data:`PD_FLAT` steps (``kw`` overrides any of them)."""
+    from dynlab.engine.config import SimConfig
+    from dynlab.sim import run
+
+    config = SimConfig(trace=pd_trace(tmp_path / "t.jsonl", times_s), trace_format="tokens", timing=True,
+                       controller=controller, **{"mode": "least-loaded", "capacity": 256, "split": split,
+                                                  "max_num_seqs": 1, **PD_FLAT, **kw})
+    return run(config)
+
 # ---- library-level timed runs on hand-built engines (the CLI's only entry is the run layer, dynlab.sim) ----
 
 def replay_timed(requests, strategy, engines, *, names_of, env=None, runs_of=None, kv_bytes_per_block=None) -> dict:

@@ -26,8 +26,8 @@ from dynlab.errors import DynlabError
 from dynlab.sim import run
 from dynlab.sim.control import build_controller
 from helpers import terms_off
+from helpers import run_pd as _pd
 
-FLAT = {"latency_model": "linear", **terms_off("linear", {"beta0": 100, "beta1": 0, "beta2": 0})}
 KV_BYTES = 16 * 131_072  # one request's KV: 2,097,152 B
 
 
@@ -64,20 +64,6 @@ def scripted():
         yield PdScripted
     finally:
         pm.unregister(name="test-pd-scripted-controller")
-
-
-def _trace(path, times_s, output=5):
-    path.write_text("".join(json.dumps({"timestamp": round(t * 1000), "output_length": output,
-                                        "tokens": list(range(100 * i + 1, 100 * i + 17))}) + "\n"
-                            for i, t in enumerate(times_s)))
-    return str(path)
-
-
-def _pd(tmp_path, times_s, controller, split="1:2", **kw):
-    config = SimConfig(trace=_trace(tmp_path / "t.jsonl", times_s), trace_format="tokens", timing=True,
-                       controller=controller, **{"mode": "least-loaded", "capacity": 256, "split": split,
-                                                  "max_num_seqs": 1, **FLAT, **kw})
-    return run(config)
 
 
 # ----------------------------------------------------------------------------- kills on the decode pool

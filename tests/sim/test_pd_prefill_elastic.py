@@ -2,15 +2,13 @@
 ``scales_prefill`` (an autoscaler's ``prefill_min=`` / ``prefill_max=``) scales the prefill pool of a ``--split P:D``
 fleet too (dynlab.disagg.elastic.PrefillElastic).
 
-Hand cases on the flat step model of tests/sim/test_pd_elastic.py: every step 100 ms, one request in a batch
+Hand cases on the flat step model of the P/D hand cases (helpers.PD_FLAT, helpers.run_pd): every step 100 ms, one request in a batch
 (``max_num_seqs`` 1), 16-token prompts of fresh tokens, 5 output tokens: a prefill worker takes one step (100 ms) and
 hands the request off; its KV is 16 x 131,072 B = 2,097,152 B (Llama-3.1-8B); the decode worker computes the 4 tokens
 left in 4 steps (400 ms), the user's first token at the end of the first. At the default 50 GB/s the transfer takes
 0.042 ms; at ``SLOW`` GB/s (2,097,152 B / 1e8) it takes 2,097,152 / 20,971.52 B/ms = 100 ms.
 """
 from __future__ import annotations
-
-import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,8 +21,8 @@ from dynlab.engine.metrics import Recorder
 from dynlab.sim import run
 from dynlab.sim.control import build_controller
 from helpers import terms_off
+from helpers import pd_trace as _trace, run_pd as _pd
 
-FLAT = {"latency_model": "linear", **terms_off("linear", {"beta0": 100, "beta1": 0, "beta2": 0})}
 KV_BYTES = 16 * 131_072  # one request's KV: 2,097,152 B
 SLOW = KV_BYTES / 1e8  # GB/s: one request's KV in 100 ms
 
@@ -64,21 +62,6 @@ def scripted():
         yield BothScripted
     finally:
         pm.unregister(name="test-pd-both-scripted-controller")
-
-
-def _trace(path, times_s, outs=None):
-    outs = outs or [5] * len(times_s)
-    path.write_text("".join(json.dumps({"timestamp": round(t * 1000), "output_length": o,
-                                        "tokens": list(range(100 * i + 1, 100 * i + 17))}) + "\n"
-                            for i, (t, o) in enumerate(zip(times_s, outs))))
-    return str(path)
-
-
-def _pd(tmp_path, times_s, controller, split="1:2", **kw):
-    config = SimConfig(trace=_trace(tmp_path / "t.jsonl", times_s), trace_format="tokens", timing=True,
-                       controller=controller, **{"mode": "least-loaded", "capacity": 256, "split": split,
-                                                  "max_num_seqs": 1, **FLAT, **kw})
-    return run(config)
 
 
 # ----------------------------------------------------------------------------- adds
