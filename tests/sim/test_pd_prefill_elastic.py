@@ -2,8 +2,8 @@
 ``scales_prefill`` (an autoscaler's ``prefill_min=`` / ``prefill_max=``) scales the prefill pool of a ``--split P:D``
 fleet too (dynlab.disagg.elastic.PrefillElastic).
 
-Hand cases on the flat step model of the P/D hand cases (helpers.PD_FLAT, helpers.run_pd): every step 100 ms, one request in a batch
-(``max_num_seqs`` 1), 16-token prompts of fresh tokens, 5 output tokens: a prefill worker takes one step (100 ms) and
+Hand cases on the flat step model of the P/D hand cases (helpers.PD_FLAT, helpers.run_pd): every step 100 ms,
+one request in a batch (``max_num_seqs`` 1), 16-token prompts of fresh tokens, 5 output tokens: a prefill worker takes one step (100 ms) and
 hands the request off; its KV is 16 x 131,072 B = 2,097,152 B (Llama-3.1-8B); the decode worker computes the 4 tokens
 left in 4 steps (400 ms), the user's first token at the end of the first. At the default 50 GB/s the transfer takes
 0.042 ms; at ``SLOW`` GB/s (2,097,152 B / 1e8) it takes 2,097,152 / 20,971.52 B/ms = 100 ms.
