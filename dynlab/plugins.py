@@ -204,7 +204,7 @@ _FUNCTIONS = {kind: fn for kind, fn, _ in KINDS}
 def registry(kind: str, pm: pluggy.PluginManager | None = None) -> Registry:
     """Every class registered as ``kind`` (a :data:`KINDS` name) by the plugins of ``pm`` (the process's
     manager when ``None``), each checked to subclass the kind's base class. ``KeyError`` for an unknown kind."""
-    return _collect(f"dynlab_register_{_FUNCTIONS[kind]}", kind, _base(kind), pm)
+    return _collect(f"dynlab_register_{_FUNCTIONS[kind]}", kind, BASES[kind], pm)
 
 
 #: each kind's base class, by its dotted name: a plugin's class has it in its MRO (it imported the base to subclass
@@ -221,11 +221,6 @@ BASES = {
     "admission policy": "dynlab.engine.gateway.AdmissionPolicy",
     "controller": "dynlab.engine.controller.Controller",
 }
-
-
-def _base(kind: str) -> str:
-    """The dotted name of the base class a ``kind``'s plugins subclass (:data:`BASES`)."""
-    return BASES[kind]
 
 
 def _dotted(cls_or_name: type | str) -> str:
