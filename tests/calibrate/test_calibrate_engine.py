@@ -131,3 +131,23 @@ def test_a_vllm_bench_result_states_its_server_with_metadata_engine(tmp_path):
     assert replay_engine(read_points(path)) == "sglang"
     with pytest.raises(CalibrationError, match="states engine 'sglang' but --engine is 'vllm'"):
         replay_engine(read_points(path), "vllm")
+
+
+def test_the_docs_sglang_points_file_is_the_real_data_s_first_three_rows():
+    # docs/calibrate.md's SGLang run reads examples/measured/dsr1_sglang_points.csv: InferenceMAX's first three
+    # 1k/1k rows of benchmarks/data/real/inferencemax_dsr1_sglang.csv with the points format's columns, lengths
+    # rounded to whole tokens (921.6 -> 922), the p99 columns left out
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    with open(root / "benchmarks/data/real/inferencemax_dsr1_sglang.csv") as fh:
+        real = list(csv.DictReader(fh))[:3]
+    with open(root / "examples/measured/dsr1_sglang_points.csv") as fh:
+        points = list(csv.DictReader(fh))
+    assert len(points) == 3
+    for want, got in zip(real, points):
+        assert got["engine"] == want["engine"] == "sglang" and got["max_concurrency"] == want["max_concurrency"]
+        assert int(got["random_input_len"]) == round(float(want["random_input_len"]))
+        for key in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms", "total_token_throughput"):
+            assert float(got[key]) == pytest.approx(float(want[key]), abs=0.006), key
+        assert "p99_ttft_ms" not in got
