@@ -84,7 +84,7 @@ def replay_engine(points: Sequence[MeasuredPoint], given: Optional[str] = None) 
     name = next(iter(stated), "vllm")
     if name not in ENGINES:
         raise CalibrationError(f"{stated[name]}: engine {name!r} is not one dynlab replays "
-                               f"({', '.join(ENGINES)}): give --engine")
+                               f"({', '.join(ENGINES)}): calibrate on measurements of one of them")
     return name
 
 
