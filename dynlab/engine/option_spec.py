@@ -166,6 +166,8 @@ def check_value(option: Option, value) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
     if kind == "int" and option.min is not None and value < option.min:
         raise ValueError(f"{name} must be >= {option.min}, got {value}")
+    if kind == "int" and option.max is not None and value > option.max:
+        raise ValueError(f"{name} must be <= {option.max}, got {value}")
     if kind == "float" and not _in_range(option, value):
         raise ValueError(f"{name} must be {_range_text(option)}, got {value}")
 
