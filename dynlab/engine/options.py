@@ -247,8 +247,8 @@ OPTIONS: tuple = (
            help="With --engine sglang: running requests per worker at most (SGLang's; at most "
                 f"{MAX_RUNNING_REQUESTS:,}, see docs/limits.md) [default: SGLang's rule from the pool's tokens and the "
                 "model's context length, 2048 for most]."),
-    Option('chunked_prefill_size', 'engine', None, kind="int", min=-1, max=MAX_CHUNK_TOKENS, unit='tokens',
-           commands=PLAN_TOO, flags=('--chunked-prefill-size',), rules=('sglang',),
+    Option('chunked_prefill_size', 'engine', None, kind="int", min=1, max=MAX_CHUNK_TOKENS, also=((-1, 'no chunking'),),
+           unit='tokens', commands=PLAN_TOO, flags=('--chunked-prefill-size',), rules=('sglang',),
            help="With --engine sglang: tokens of a prefill chunk at most (SGLang's; -1: no chunking; at most "
                 f"{MAX_CHUNK_TOKENS:,}, see docs/limits.md) [default: by the GPU's memory, 8192 on an H100]."),
     Option('max_prefill_tokens', 'engine', 16384, kind="int", min=1, unit='tokens', commands=PLAN_TOO,

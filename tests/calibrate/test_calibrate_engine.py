@@ -152,3 +152,20 @@ def test_the_docs_sglang_points_file_is_the_real_data_s_first_three_rows():
         for key in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms", "total_token_throughput"):
             assert float(got[key]) == pytest.approx(float(want[key]), abs=0.006), key
         assert "p99_ttft_ms" not in got
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_a_chunk_of_0_is_refused_by_calibrate_as_by_sim_saying_what_is_allowed(tmp_path, value):
+    path = tmp_path / "sglang.csv"
+    path.write_text(",".join(COLUMNS) + "\nllama-3.1-8b,h100,1,sglang,4,40,1000,20,0.2,100,10,300,5000,true\n")
+    lines = []
+    for args in (["calibrate", str(path)], ["sim", "--timing", "--engine", "sglang"]):
+        r = CliRunner().invoke(main, [*args, "--chunked-prefill-size", value])
+        assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.output, r.output
+        (line,) = r.stderr.splitlines()
+        lines.append(line)
+    assert lines[0] == lines[1] == (f"Error: Invalid value for '--chunked-prefill-size': {value} is not -1 (no "
+                                    "chunking) or in the range 1<=x<=100000000.")
+    with pytest.raises(ValueError, match=r"^chunked_prefill_size must be -1 \(no chunking\) or an integer from 1 to "
+                                         r"100000000, got 0$"):
+        SimConfig(timing=True, engine_kind="sglang", chunked_prefill_size=0).validate()
