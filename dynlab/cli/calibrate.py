@@ -59,14 +59,16 @@ def _table(profile: dict) -> str:
 @click.option("--model", default=None, metavar="NAME|PATH",
               help="The model [default: the one each file names, when dynlab bundles it]; given, it replaces "
                    "the files' (needed where a file names none or one dynlab does not bundle).")
-@click.option("--gpu", default=None, help="The GPU [default: the one each file names]; given, it replaces the files'.")
+@click.option("--gpu", default=None, help="The GPU [default: the one each file names]; given, it replaces the files'. "
+                                         "Any case, as a file's (H100 is h100).")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="GPUs per server (tensor parallel), where a file "
                                                                       "states none [default: 1].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="The client's concurrent users, where a file states neither them nor a request rate.")
-@click.option("--engine", "engine_kind", type=click.Choice(["vllm", "sglang"]), default=None,
+@click.option("--engine", "engine_kind", type=click.Choice(["vllm", "sglang"], case_sensitive=False), default=None,
               help="The measured server's engine, whose scheduler replays the points [default: the one the "
-                   "files state, else vllm]; a file stating another is refused.")
+                   "files state, else vllm]; a file stating another is refused. Any case, as a file's "
+                   "(SGLang is sglang).")
 @click.option("--max-num-seqs", type=_sim_type("max_num_seqs"), default=None,
               help="The measured server's running requests per engine at most (vLLM's) [default: 256].")
 @click.option("--max-num-batched-tokens", type=_sim_type("max_num_batched_tokens"), default=None,

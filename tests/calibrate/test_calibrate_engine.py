@@ -169,3 +169,20 @@ def test_a_chunk_of_0_is_refused_by_calibrate_as_by_sim_saying_what_is_allowed(t
     with pytest.raises(ValueError, match=r"^chunked_prefill_size must be -1 \(no chunking\) or an integer from 1 to "
                                          r"100000000, got 0$"):
         SimConfig(timing=True, engine_kind="sglang", chunked_prefill_size=0).validate()
+
+
+def test_the_engine_and_gpu_given_are_compared_in_lower_case_as_the_files_are(tmp_path):
+    # a file's engine and GPU are the benchmark tool's spelling ("SGLang", "H100"), compared in lower case; the
+    # same facts given as calibrate's flags are taken the same way: --engine SGLANG is sglang, --gpu H100 is h100
+    path = tmp_path / "sglang.csv"
+    path.write_text(",".join(COLUMNS) + "\nllama-3.1-8b,H100,1,SGLang,4,40,1000,20,0.2,100,10,300,5000,true\n")
+    r = CliRunner().invoke(main, ["calibrate", str(path), "--engine", "SGLANG", "--max-num-seqs", "64"])
+    assert r.exit_code == 2 and r.stderr.splitlines() == [
+        "Error: --max-num-seqs has no effect with engine sglang (it is vllm's flag)"], r.output
+    from dynlab.calibrate.files import point_configs
+
+    (config,) = point_configs([MeasuredPoint(source="a", model="llama-3.1-8b")], SimConfig(), gpu="H100")
+    assert config.gpu == "h100"
+    gpu_file = str(tmp_path / "My.json")  # a GPU file's path is a path: its case is kept
+    (config,) = point_configs([MeasuredPoint(source="a", model="llama-3.1-8b")], SimConfig(), gpu=gpu_file)
+    assert config.gpu == gpu_file
