@@ -218,8 +218,8 @@ def test_read_profile_refuses_what_is_not_a_profile(tmp_path):
     # taken, and every error said line 1; a pretty-printed profile names the key's own line
     good = {"dynlab_calibration": 1, "model": "m", "gpu": "h100", "tp": 1, "engine": "vllm",
             "latency_model": "linear", "latency_opts": {"beta0": 1.0}, "cv_error_pct": {}}
-    for key, value, why in (("engine", 5, "'engine' must be a string or null, got 5"),
-                            ("engine", ["vllm"], "'engine' must be a string or null"),
+    for key, value, why in (("engine", 5, "'engine' must be a non-empty string or null, got 5"),
+                            ("engine", ["vllm"], "'engine' must be a non-empty string or null"),
                             ("tp", 0, "'tp' must be at least 1, got 0"),
                             ("latency_opts", {"beta0": "x"}, "'beta0' must be a finite number >= 0")):
         path.write_text(json.dumps({**good, key: value}, indent=1))
