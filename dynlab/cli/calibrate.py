@@ -77,7 +77,7 @@ def _table(profile: dict) -> str:
               help="The measured server's running requests at most (SGLang's) [default: SGLang's, from memory].")
 @click.option("--chunked-prefill-size", type=_sim_type("chunked_prefill_size"), default=None,
               help="The measured server's prefill chunk in tokens (SGLang's; -1: none) [default: SGLang's].")
-@click.option("--latency-model", default="linear", show_default=True,
+@click.option("--latency-model", type=_sim_type("latency_model"), default="linear", show_default=True,
               help="The latency model to fit (linear or roofline, or any with --fit).")
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
               help="A starting or fixed option of the latency model (repeatable).")

@@ -248,3 +248,19 @@ def test_vllm_bench_defaults_send_every_request_at_once():
     run = simulate(p, replace(TRUE_CONFIG, request_overhead_ms=0.0, detok_us_per_token=0.0))  # E2E: the engine's
     assert [r[3] for r in run.rows] == sorted(r[3] for r in run.rows)  # one batch: all arrive together
     assert run.span_ms == pytest.approx(max(r[3] for r in run.rows))  # from time 0
+
+
+@pytest.mark.parametrize("name", ["nosuch", "LINEAR"])
+def test_an_unknown_latency_model_is_refused_by_calibrate_as_by_sim(tmp_path, name):
+    # calibrate said "latency model nosuch has no default options to fit: name them with --fit", a dead end; it now
+    # refuses the name where it is parsed, listing the registered models, in sim's words
+    files = _write_points(tmp_path, 0, *DESIGN[0])
+    lines = []
+    for args in (["calibrate", *files, "--fit", "beta0"], ["sim", "--timing"]):
+        r = CliRunner().invoke(main, [*args, "--latency-model", name])
+        assert r.exit_code == 2 and r.stdout == "", r.output
+        (line,) = r.stderr.splitlines()
+        lines.append(line)
+    assert lines[0] == lines[1]
+    assert lines[0].startswith(f"Error: Invalid value for '--latency-model': unknown latency model {name!r}; "
+                               "available: roofline, linear, ")
