@@ -73,6 +73,8 @@ class Option:
               [f"rule {r!r}" for r in self.rules if r not in RULES]
         if bad:
             raise ValueError(f"option {self.name}: unknown {', '.join(bad)}")
+        if self.also and (self.kind != "int" or self.min is None or self.max is None):
+            raise ValueError(f"option {self.name}: also= is for an int option with its min and max")
 
     @property
     def flag(self) -> str:
