@@ -223,4 +223,5 @@ def test_also_is_declared_only_for_a_bounded_int():
     for kw in (dict(kind="float", min=0, max=1), dict(kind="int", min=1)):
         with pytest.raises(ValueError, match="also= is for an int option with its min and max"):
             Option(**{"name": "x", "section": "kv", "default": 1, "also": ((-1, "off"),), **kw})
-    assert Option("x", "kv", 1, kind="int", min=1, max=9, also=((-1, "off"),)).type_text() == "-1 (off) or integer 1 to 9"
+    toy = Option("x", "kv", 1, kind="int", min=1, max=9, also=((-1, "off"),))
+    assert toy.type_text() == "-1 (off) or integer 1 to 9"

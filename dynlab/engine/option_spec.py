@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 #: the kinds of value an option takes. ``int``/``float`` (``min``, ``max``, ``min_open``, ``max_open``; floats are
-#: finite; an ``int``'s ``also``: values taken outside that range, each with its meaning), ``text``, ``choice`` (``choices``), ``registry`` (a name in ``dynlab.plugins.<registry>()``, ``label`` its
-#: kind in messages), ``checked`` (text the CLI's check ``check`` accepts, ``label`` its form), ``capacity`` (blocks,
+#: finite; an ``int``'s ``also``: values taken outside that range, each with its meaning), ``text``, ``choice``
+#: (``choices``), ``registry`` (a name in ``dynlab.plugins.<registry>()``, ``label`` its kind in messages), ``checked`` (text the CLI's check ``check`` accepts, ``label`` its form), ``capacity`` (blocks,
 #: an int >= 0 or ``None``: unbounded), ``flag`` (on/off); ``mapping`` (``NAME=VALUE`` options) and ``pools``
 #: (``--pool`` texts) are repeatable options the CLI wires by hand
 KINDS = ("int", "float", "text", "choice", "registry", "checked", "capacity", "flag", "mapping", "pools")
@@ -105,7 +105,8 @@ class Option:
         if self.kind == "checked":
             return self.label
         if self.kind in ("int", "float"):
-            word = ("" if not self.also else self.also_text() + " or ") + ("integer" if self.kind == "int" else "number")
+            word = "integer" if self.kind == "int" else "number"
+            word = f"{self.also_text()} or {word}" if self.also else word
             if self.min is not None and self.max is not None:  # an open bound said as such: 0.0 <= x < 1.0
                 if self.min_open or self.max_open:
                     return f"{word} {'>' if self.min_open else '>='} {self.min} and {'<' if self.max_open else '<='} " \

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dynlab.engine.lora import DISK_GBPS
 from dynlab.engine.option_spec import Option
 from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
-from dynlab.limits import (MAX_CHUNK_TOKENS, MAX_PROMPT_TOKENS, MAX_RUNNING_REQUESTS, MAX_SEED_BLOCKS, MAX_SEED_REQUESTS,
-                           MAX_WORKERS)
+from dynlab.limits import (MAX_CHUNK_TOKENS, MAX_PROMPT_TOKENS, MAX_RUNNING_REQUESTS, MAX_SEED_BLOCKS,
+                           MAX_SEED_REQUESTS, MAX_WORKERS)
 
 #: the commands of an option ``dynlab plan`` takes too (with sim's meaning: ``dynlab/cli/plan.py``)
 PLAN_TOO = ("sim", "compare", "sweep", "plan")

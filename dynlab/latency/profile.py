@@ -89,7 +89,8 @@ def read_profile(path: str) -> dict[str, Any]:
         raise InputError(path, _line_of(text, "tp"), f"'tp' must be at least 1, got {data['tp']!r}")
     for key in ("engine", "version"):  # names apart by commas, or null when the measured files stated none
         if data.get(key) is not None and (not isinstance(data[key], str) or not data[key].strip()):
-            raise InputError(path, _line_of(text, key), f"{key!r} must be a non-empty string or null, got {data[key]!r}")
+            raise InputError(path, _line_of(text, key),
+                             f"{key!r} must be a non-empty string or null, got {data[key]!r}")
     _check_record_keys(data, text, path)
     extra = {"request_overhead_ms": data["request_overhead_ms"]} if "request_overhead_ms" in data else {}
     for name, value in {**data["latency_opts"], **data["cv_error_pct"], **extra}.items():
