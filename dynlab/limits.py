@@ -19,7 +19,9 @@ The reasoning, the same for every limit::
 Options that need no limit, because nothing is allocated per unit up front: ``--capacity``
 (count-based caches grow with what they store; the timed engine's block pool keeps its
 never-used blocks as a count, :class:`dynlab.kv.block_pool.BlockPool`), ``--max-num-seqs`` and
-``--max-num-batched-tokens`` (caps on a step, not reservations), ``--event-delay`` (holds the
+``--max-num-batched-tokens`` (caps on a step, not reservations; SGLang's ``--max-running-requests`` and
+``--chunked-prefill-size`` are caps too, bounded only as no run can reach more: :data:`MAX_RUNNING_REQUESTS`,
+:data:`MAX_CHUNK_TOKENS`), ``--event-delay`` (holds the
 events of K requests), ``scenario``/``cliff`` ``--gpu``/``--cpu``/``--tokens`` (numbers of
 tokens, never materialised), ``disagg --tokens`` and ``--gbps`` (arithmetic). A trace is
 streamed (the ``opt`` policy and ``compare`` hold it in memory, as big as the file the user gave).
@@ -32,7 +34,8 @@ from typing import Optional, Sequence
 __all__ = ["HORIZON_MS", "past_horizon", "MACHINE_BYTES", "BUDGET_BYTES", "WORKER_BYTES", "SEED_REQUEST_BYTES", "SEED_BLOCK_BYTES",
            "PROMPT_TOKEN_BYTES", "DOC_READ_BYTES", "GRID_CELL_BYTES", "MAX_WORKERS", "MAX_SEED_REQUESTS",
            "LOOPED_REQUEST_BYTES", "MAX_LOOPED_REQUESTS", "MAX_SEED_BLOCKS", "MAX_PROMPT_TOKENS", "MAX_DOC_READS", "MAX_GRID_CELLS", "OUTPUT_TOKEN_BYTES",
-           "MAX_OUTPUT_TOKENS", "SPEC_TOKEN_BYTES", "MAX_SPEC_TOKENS", "check_sim", "check_doc_reads", "check_grid_cells", "output_too_long"]
+           "MAX_OUTPUT_TOKENS", "SPEC_TOKEN_BYTES", "MAX_SPEC_TOKENS", "check_sim", "check_doc_reads", "check_grid_cells", "output_too_long",
+           "MAX_RUNNING_REQUESTS", "MAX_CHUNK_TOKENS"]
 
 GIB = 2**30
 #: memory of the machine dynlab is sized for
@@ -92,6 +95,16 @@ MAX_GRID_CELLS = _one_digit(BUDGET_BYTES // GRID_CELL_BYTES)
 #: window of a served model (Llama 4 Scout's 10M tokens), and vLLM refuses a request whose prompt
 #: plus output exceeds the model's ``max_model_len``, so no real trace records more.
 MAX_OUTPUT_TOKENS = min(10_000_000, _one_digit(BUDGET_BYTES // OUTPUT_TOKEN_BYTES))
+
+#: SGLang's ``--max-running-requests`` at most (100,000,000 requests per worker): a cap, no reservation, bounded at
+#: the most requests a generated workload may hold (:data:`MAX_SEED_REQUESTS`: ``--prefixes`` x ``--reps``, a
+#: ``--workload`` spec's ``requests``) as the controller's replica bounds are at :data:`MAX_WORKERS`; SGLang 0.5.23
+#: caps any value at the pool's tokens // 2 anyway (``resolve_max_num_reqs``, :mod:`dynlab.engine.sglang.defaults`)
+MAX_RUNNING_REQUESTS = MAX_SEED_REQUESTS
+#: SGLang's ``--chunked-prefill-size`` at most (100,000,000 tokens of one prefill chunk): a cap, no reservation,
+#: bounded at the longest prompt dynlab makes (:data:`MAX_PROMPT_TOKENS`: ``--plen`` + ``--tail``); a chunk
+#: that long never splits a prompt (``-1`` says no chunking outright)
+MAX_CHUNK_TOKENS = MAX_PROMPT_TOKENS
 
 
 #: one draft position of ``--spec-tokens K``: its per-position rate, running sum and counter per worker

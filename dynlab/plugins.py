@@ -100,7 +100,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
     A plugin whose module fails to import, or that implements a hook that does not
     exist, is left out with a one-line warning on stderr naming its distribution, so
-    one broken package cannot stop every command.
+    one broken package cannot stop every command (a register hook that raises leaves out
+    that hook's classes the same way: :func:`_collect`).
     """
     return load_plugins(importlib.metadata.entry_points(group=hookspecs.PROJECT))
 
@@ -166,7 +167,15 @@ def _plugin_sources(pm: pluggy.PluginManager) -> dict[int, str]:
     return {id(p): _SOURCES[id(p)] for p in pm.get_plugins() if id(p) in _SOURCES}
 
 
+#: (plugin source, hook name) of the register hooks that raised, each warned once per process (:func:`_collect`)
+_HOOK_FAILED: set = set()
+
+
 def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginManager | None) -> Registry:
+    """The registry of ``hook_name``'s implementations in ``pm``, each class credited to its plugin. A hook that
+    raises leaves out every class it registered, with one :class:`PluginWarning` per plugin and hook (the registries
+    are rebuilt on each call): one broken plugin cannot stop every command. Raises :class:`RegistryError` for a
+    class the registry refuses (:meth:`Registry.add`)."""
     pm = pm or get_plugin_manager()
     registry = Registry(kind, base)
     sources = _plugin_sources(pm)
@@ -174,13 +183,17 @@ def _collect(hook_name: str, kind: str, base: type | None, pm: pluggy.PluginMana
     # Call each implementation separately so every class is credited to its own plugin.
     for impl in reversed(hook.get_hookimpls()):
         source = sources.get(id(impl.plugin)) or impl.plugin_name
-        register: Callable[[type], None] = functools.partial(registry.add, source=source)
+        registered: list = []
         try:
-            impl.function(register=register)
-        except RegistryError:
-            raise
+            impl.function(register=registered.append)
         except Exception as exc:
-            raise RegistryError(f"{source}: its {hook_name} hook failed: {type(exc).__name__}: {exc}") from exc
+            if (source, hook_name) not in _HOOK_FAILED:
+                _HOOK_FAILED.add((source, hook_name))
+                warnings.warn(f"dynlab plugin {source} is left out of {_FUNCTIONS[kind]}: its {hook_name} hook failed: "
+                              f"{type(exc).__name__}: {exc}", PluginWarning, stacklevel=3)
+            continue
+        for cls in registered:
+            registry.add(cls, source)
     return registry
 
 

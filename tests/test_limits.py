@@ -246,3 +246,27 @@ def test_a_duration_that_loops_a_trace_past_memory_is_refused_before_the_loop(tm
     with pytest.raises(RateError, match=r"^--duration 100000 s loops the trace into about 100,000,002 requests, "
                                         r"more than dynlab allows: at most 8,000,000"):
         shape(reqs, 1.0, 1e5)
+
+
+# -- SGLang's scheduler caps: bounded like the sizes above ---------------------------------------------
+
+def test_sglang_caps_are_bounded_by_the_requests_and_tokens_limits():
+    # --max-running-requests: no run makes more requests than a synthetic workload or spec may have (100,000,000);
+    # --chunked-prefill-size: no prompt dynlab makes is longer than 100,000,000 tokens (--plen + --tail)
+    assert limits.MAX_RUNNING_REQUESTS == limits.MAX_SEED_REQUESTS == 100_000_000
+    assert limits.MAX_CHUNK_TOKENS == limits.MAX_PROMPT_TOKENS == 100_000_000
+    sg = {"timing": True, "engine_kind": "sglang"}
+    SimConfig(**sg, max_running_requests=10**8, chunked_prefill_size=10**8).validate()
+    with pytest.raises(ValueError, match=r"max_running_requests must be <= 100000000, got 100000001"):
+        SimConfig(**sg, max_running_requests=10**8 + 1).validate()
+    with pytest.raises(ValueError, match=r"chunked_prefill_size .*100000000.*, got 100000001"):
+        SimConfig(**sg, chunked_prefill_size=10**8 + 1).validate()
+
+
+@pytest.mark.parametrize("flag", ["--max-running-requests", "--chunked-prefill-size"])
+@pytest.mark.parametrize("command", ["sim", "compare", "calibrate"])
+def test_sglang_caps_over_their_bound_are_usage_errors_everywhere(tmp_path, command, flag):
+    given = {"sim": ["sim", "--timing", "--engine", "sglang"], "compare": ["compare", "--timing", "--engine", "sglang"],
+             "calibrate": ["calibrate", str(tmp_path / "points.csv"), "--engine", "sglang"]}[command]
+    (tmp_path / "points.csv").write_text("model,gpu,max_concurrency\nllama-3.1-8b,h100,4\n")
+    one_line_usage_error(invoke(*given, flag, 100_000_001), flag, "100000001", "100000000")

@@ -206,3 +206,22 @@ def test_compare_help_takes_one_value_of_an_option_with_its_own_commas():
         assert "One value: its commas are its own." in part and "A comma list varies it" not in part, flag
     part = text[text.index("--workers V[,V...]"):]
     assert "A comma list varies it." in part[:part.index("[type:")]
+
+
+@pytest.mark.parametrize("name, accepted, refused", [
+    ("chunked_prefill_size", (-1, 1, 10**8), (-2, 0, 10**8 + 1)),  # -1: no chunking (also=), else 1 to 100,000,000
+    ("max_running_requests", (1, 10**8), (0, 10**8 + 1))])
+def test_an_upper_bound_and_an_also_value_are_one_rule_for_the_core_and_the_cli(name, accepted, refused):
+    option = BY_NAME[name]
+    for value in accepted:
+        assert _core_accepts(option, value) and _cli_accepts(option, value), value
+    for value in refused:
+        assert not _core_accepts(option, value) and not _cli_accepts(option, value), value
+
+
+def test_also_is_declared_only_for_a_bounded_int():
+    for kw in (dict(kind="float", min=0, max=1), dict(kind="int", min=1)):
+        with pytest.raises(ValueError, match="also= is for an int option with its min and max"):
+            Option(**{"name": "x", "section": "kv", "default": 1, "also": ((-1, "off"),), **kw})
+    toy = Option("x", "kv", 1, kind="int", min=1, max=9, also=((-1, "off"),))
+    assert toy.type_text() == "-1 (off) or integer 1 to 9"

@@ -101,3 +101,31 @@ def test_a_malformed_over_time_key_is_refused_in_one_line(tmp_path, key, bad, sh
         where = f"{name}:2" if name.endswith("jsonl") else name
         assert line.startswith("Error: ") and f"{where}: run " in line and key in line and f"got {shown}" in line
         assert (tmp_path / "r.html").read_text() == "old"
+
+
+@pytest.mark.parametrize("key, bad, shown, said", [
+    ("workers_over_time", [[0, 1], [5, -1]], "[5, -1]", "[s, live workers] pairs, numbers >= 0, the workers whole"),
+    ("workers_over_time", [[0, 1.5]], "[0, 1.5]", "[s, live workers] pairs, numbers >= 0, the workers whole"),
+    ("workers_over_time", [[-3, 1]], "[-3, 1]", "[s, live workers] pairs"),
+    ("goodput_over_time", [[0, -0.5]], "[0, -0.5]", "[s, goodput] pairs, numbers >= 0"),
+    ("queue_over_time", [[0, -2]], "[0, -2]", "[s, mean requests waiting] pairs, numbers >= 0")])
+def test_a_negative_or_fractional_count_over_time_is_refused_naming_the_key(tmp_path, key, bad, shown, said):
+    from click.testing import CliRunner
+
+    from dynlab.cli import main
+
+    (tmp_path / "s.json").write_text(json.dumps({**HPA, key: bad}))
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "s.json"), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 1 and not (tmp_path / "r.html").exists(), res.output
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"Error: {tmp_path / 's.json'}: run 'least-loaded': {key} must be a list of {said}")
+    assert line.endswith(f"got {shown}"), line
+
+
+def test_whole_float_workers_and_zero_counts_over_time_are_read(tmp_path):
+    from dynlab.report.runs import read_runs
+
+    res = {**HPA, "workers_over_time": [[0.0, 2.0], [5.5, 0]], "queue_over_time": [[0, 0.0]]}
+    (tmp_path / "s.json").write_text(json.dumps(res))
+    (run,) = read_runs(str(tmp_path / "s.json"))
+    assert run.result["workers_over_time"] == [[0.0, 2.0], [5.5, 0]]

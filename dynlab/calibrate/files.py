@@ -4,7 +4,9 @@ return the profile (:mod:`dynlab.latency.profile`).
 Each point is replayed on ``model`` and ``gpu`` when given, else on those its file names; on the tp its
 file states, else ``tp`` (1 when neither). A file's model is a Hugging Face id
 (``meta-llama/Llama-3.1-8B-Instruct``): it is taken as dynlab's bundled name when its last part, lower
-case, is one (``llama-3.1-8b-instruct`` is not; give ``--model``). A profile is for one model and one
+case, is one (``llama-3.1-8b-instruct`` is not; give ``--model``). A GPU and an engine, a file's or given
+(``--gpu``, ``--engine``), are compared in lower case: the measured server's names as the benchmark tools
+spell them (``H100``, ``SGLang``); a GPU file's path (``.json``) is kept as it is. A profile is for one model and one
 GPU: points on several are refused.
 
 The points are replayed on one engine (:func:`replay_engine`): ``--engine`` when given, else the one the
@@ -38,8 +40,8 @@ def _model(point: MeasuredPoint, given: Optional[str]) -> str:
 
 
 def _gpu(point: MeasuredPoint, given: Optional[str]) -> str:
-    if given is not None:
-        return given
+    if given is not None:  # compared in lower case as a file's is (a GPU file's path kept as it is)
+        return given if given.endswith(".json") else given.lower()
     if point.gpu:
         return point.gpu.lower()
     raise CalibrationError(f"{point.source}: the file names no GPU: give --gpu")

@@ -7,9 +7,17 @@ import click
 
 from dynlab.cli import main
 from dynlab.cli.common import echo_table_or_json, json_text, output_path, parse_opts, split_list, write_atomic
+from dynlab.cli.sim_options import click_type
+from dynlab.engine.options import BY_NAME
 
 _SHORT = {"median_ttft_ms": "TTFT p50", "p99_ttft_ms": "TTFT p99", "median_tpot_ms": "TPOT p50",
           "p99_tpot_ms": "TPOT p99", "median_e2el_ms": "E2E p50", "total_token_throughput_per_gpu": "tok/s/GPU"}
+
+
+def _sim_type(field: str) -> click.ParamType:
+    """The click type of sim's option ``field`` (its range declared once, :data:`dynlab.engine.options.OPTIONS`):
+    the server's flags calibrate takes are refused as ``dynlab sim`` refuses them."""
+    return click_type(BY_NAME[field])
 
 
 def _pct(value) -> str:
@@ -51,23 +59,25 @@ def _table(profile: dict) -> str:
 @click.option("--model", default=None, metavar="NAME|PATH",
               help="The model [default: the one each file names, when dynlab bundles it]; given, it replaces "
                    "the files' (needed where a file names none or one dynlab does not bundle).")
-@click.option("--gpu", default=None, help="The GPU [default: the one each file names]; given, it replaces the files'.")
+@click.option("--gpu", default=None, help="The GPU [default: the one each file names]; given, it replaces the files'. "
+                                         "Any case, as a file's (H100 is h100).")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="GPUs per server (tensor parallel), where a file "
                                                                       "states none [default: 1].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="The client's concurrent users, where a file states neither them nor a request rate.")
-@click.option("--engine", "engine_kind", type=click.Choice(["vllm", "sglang"]), default=None,
+@click.option("--engine", "engine_kind", type=click.Choice(["vllm", "sglang"], case_sensitive=False), default=None,
               help="The measured server's engine, whose scheduler replays the points [default: the one the "
-                   "files state, else vllm]; a file stating another is refused.")
-@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
+                   "files state, else vllm]; a file stating another is refused. Any case, as a file's "
+                   "(SGLang is sglang).")
+@click.option("--max-num-seqs", type=_sim_type("max_num_seqs"), default=None,
               help="The measured server's running requests per engine at most (vLLM's) [default: 256].")
-@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=None,
+@click.option("--max-num-batched-tokens", type=_sim_type("max_num_batched_tokens"), default=None,
               help="The measured server's token budget of one engine step (vLLM's) [default: 8192].")
-@click.option("--max-running-requests", type=click.IntRange(min=1), default=None,
+@click.option("--max-running-requests", type=_sim_type("max_running_requests"), default=None,
               help="The measured server's running requests at most (SGLang's) [default: SGLang's, from memory].")
-@click.option("--chunked-prefill-size", type=click.IntRange(min=-1), default=None,
+@click.option("--chunked-prefill-size", type=_sim_type("chunked_prefill_size"), default=None,
               help="The measured server's prefill chunk in tokens (SGLang's; -1: none) [default: SGLang's].")
-@click.option("--latency-model", default="linear", show_default=True,
+@click.option("--latency-model", type=_sim_type("latency_model"), default="linear", show_default=True,
               help="The latency model to fit (linear or roofline, or any with --fit).")
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
               help="A starting or fixed option of the latency model (repeatable).")

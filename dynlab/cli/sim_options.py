@@ -45,6 +45,28 @@ class FiniteFloat(click.FloatRange):
         return v
 
 
+class IntRangeOr(click.IntRange):
+    """An integer range that also takes the values ``also`` (``(value, meaning)`` pairs: SGLang's chunk ``-1``, no
+    chunking); a value outside both is refused saying both: ``0 is not -1 (no chunking) or in the range 1<=x<=N``."""
+
+    def __init__(self, min, max, also):
+        super().__init__(min, max)
+        self.also = tuple(also)
+
+    def convert(self, value, param, ctx):
+        v = click.INT.convert(value, param, ctx)
+        if any(v == a for a, _ in self.also):
+            return v
+        try:
+            return super().convert(v, param, ctx)
+        except click.BadParameter:
+            said = " or ".join(f"{a} ({meaning})" for a, meaning in self.also)
+            self.fail(f"{v} is not {said} or in the range {super()._describe_range()}.", param, ctx)
+
+    def _describe_range(self) -> str:  # --help's [-1 or 1<=x<=N]
+        return " or ".join([*(str(a) for a, _ in self.also), super()._describe_range()])
+
+
 def _own_default(param, ctx, value) -> bool:
     """The option's own default, not given (its registry or check is then not imported at start-up)."""
     return param is not None and ctx is not None and value == param.default and \
@@ -122,6 +144,8 @@ CHECKS = {"class_slos": _class_slos, "admission_policy": _admission_policy, "pri
 def click_type(option: Option) -> click.ParamType:
     """The click type of a declaration's kind (:data:`dynlab.engine.option_spec.KINDS`) and range."""
     kind = option.kind
+    if kind == "int" and option.also:
+        return IntRangeOr(option.min, option.max, option.also)
     if kind == "int":
         return click.INT if option.min is None and option.max is None else click.IntRange(option.min, option.max)
     if kind == "float":

@@ -159,11 +159,6 @@ class SimConfig(Sectioned):
 
             parse_pools(self.pools)  # a malformed --pool, named
 
-    def _check_engine(self) -> None:
-        """The engine's rules beyond ranges: SGLang's chunk size (-1: no chunking)."""
-        if self.chunked_prefill_size is not None and not (self.chunked_prefill_size == -1 or self.chunked_prefill_size >= 1):
-            raise ValueError(f"chunked_prefill_size must be >= 1 or -1 (no chunking), got {self.chunked_prefill_size}")
-
     def _check_slo(self) -> None:
         """The class SLOs' text (:func:`dynlab.engine.class_metrics.parse_class_slos`)."""
         parse_class_slos(self.slo_classes)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 #: the kinds of value an option takes. ``int``/``float`` (``min``, ``max``, ``min_open``, ``max_open``; floats are
-#: finite), ``text``, ``choice`` (``choices``), ``registry`` (a name in ``dynlab.plugins.<registry>()``, ``label`` its
-#: kind in messages), ``checked`` (text the CLI's check ``check`` accepts, ``label`` its form), ``capacity`` (blocks,
+#: finite; an ``int``'s ``also``: values taken outside that range, each with its meaning), ``text``, ``choice``
+#: (``choices``), ``registry`` (a name in ``dynlab.plugins.<registry>()``, ``label`` its kind in messages), ``checked`` (text the CLI's check ``check`` accepts, ``label`` its form), ``capacity`` (blocks,
 #: an int >= 0 or ``None``: unbounded), ``flag`` (on/off); ``mapping`` (``NAME=VALUE`` options) and ``pools``
 #: (``--pool`` texts) are repeatable options the CLI wires by hand
 KINDS = ("int", "float", "text", "choice", "registry", "checked", "capacity", "flag", "mapping", "pools")
@@ -41,7 +41,8 @@ class Option:
     prints and compare's help and the docs' table say too), ``by_hand``: the CLI wires its click option itself (a
     repeatable option, or one of the flags every command shares), with this help, and ``plan_own``: how ``plan``'s
     option of the same flag differs from sim's (its range and default, ``dynlab/cli/plan.py:_TYPES``), for the
-    table."""
+    table. ``also``: an ``int``'s values outside ``min``..``max``, as ``(value, meaning)`` pairs (SGLang's chunk
+    ``-1``: no chunking)."""
 
     name: str
     section: str
@@ -64,6 +65,7 @@ class Option:
     none_means: str = ""
     by_hand: bool = False
     plan_own: str = ""
+    also: tuple = ()
 
     def __post_init__(self):
         bad = ([f"kind {self.kind!r}"] if self.kind not in KINDS else []) + \
@@ -71,6 +73,8 @@ class Option:
               [f"rule {r!r}" for r in self.rules if r not in RULES]
         if bad:
             raise ValueError(f"option {self.name}: unknown {', '.join(bad)}")
+        if self.also and (self.kind != "int" or self.min is None or self.max is None):
+            raise ValueError(f"option {self.name}: also= is for an int option with its min and max")
 
     @property
     def flag(self) -> str:
@@ -102,6 +106,7 @@ class Option:
             return self.label
         if self.kind in ("int", "float"):
             word = "integer" if self.kind == "int" else "number"
+            word = f"{self.also_text()} or {word}" if self.also else word
             if self.min is not None and self.max is not None:  # an open bound said as such: 0.0 <= x < 1.0
                 if self.min_open or self.max_open:
                     return f"{word} {'>' if self.min_open else '>='} {self.min} and {'<' if self.max_open else '<='} " \
@@ -111,6 +116,10 @@ class Option:
                 return f"{word} {'>' if self.min_open else '>='} {self.min}"
             return word
         return {"text": "text", "flag": "on/off", "mapping": "NAME=VALUE", "pools": "[ROLE:]GPU:tpN:COUNT"}[self.kind]
+
+    def also_text(self) -> str:
+        """The values of ``also`` with their meanings: ``-1 (no chunking)``; ``""`` without any."""
+        return " or ".join(f"{v} ({meaning})" for v, meaning in self.also)
 
     def default_text(self) -> str:
         """The default as compare's ``--help`` and the docs' table say it: the ``[default: ...]`` its help ends with
@@ -164,8 +173,15 @@ def check_value(option: Option, value) -> None:
         raise ValueError(f"{name} must be one of {', '.join(option.choices)}, got {value!r}")
     if kind == "capacity" and value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
+    if kind == "int" and any(value == v for v, _ in option.also):
+        return
+    if kind == "int" and option.also and not option.min <= value <= option.max:
+        raise ValueError(f"{name} must be {option.also_text()} or an integer from {option.min} to {option.max}, "
+                         f"got {value}")
     if kind == "int" and option.min is not None and value < option.min:
         raise ValueError(f"{name} must be >= {option.min}, got {value}")
+    if kind == "int" and option.max is not None and value > option.max:
+        raise ValueError(f"{name} must be <= {option.max}, got {value}")
     if kind == "float" and not _in_range(option, value):
         raise ValueError(f"{name} must be {_range_text(option)}, got {value}")
 

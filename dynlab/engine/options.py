@@ -14,7 +14,8 @@ from __future__ import annotations
 from dynlab.engine.lora import DISK_GBPS
 from dynlab.engine.option_spec import Option
 from dynlab.latency.overheads import DETOK_US_PER_TOKEN, FRONT_END_MS
-from dynlab.limits import MAX_PROMPT_TOKENS, MAX_SEED_BLOCKS, MAX_SEED_REQUESTS, MAX_WORKERS
+from dynlab.limits import (MAX_CHUNK_TOKENS, MAX_PROMPT_TOKENS, MAX_RUNNING_REQUESTS, MAX_SEED_BLOCKS,
+                           MAX_SEED_REQUESTS, MAX_WORKERS)
 
 #: the commands of an option ``dynlab plan`` takes too (with sim's meaning: ``dynlab/cli/plan.py``)
 PLAN_TOO = ("sim", "compare", "sweep", "plan")
@@ -241,14 +242,15 @@ OPTIONS: tuple = (
            flags=('--lora-disk-gbps',), rules=('lora',),
            help='With --max-loras: GB/s a worker reads an adapter from disk at when host memory lacks it (default: a '
                 "PCIe 4.0 x4 NVMe drive's link, an upper bound)."),
-    Option('max_running_requests', 'engine', None, kind="int", min=1, unit='requests', commands=PLAN_TOO,
-           flags=('--max-running-requests',), rules=('sglang',),
-           help="With --engine sglang: running requests per worker at most (SGLang's) [default: SGLang's rule from "
-                "the pool's tokens and the model's context length, 2048 for most]."),
-    Option('chunked_prefill_size', 'engine', None, kind="int", min=-1, unit='tokens', commands=PLAN_TOO,
-           flags=('--chunked-prefill-size',), rules=('sglang',),
-           help="With --engine sglang: tokens of a prefill chunk at most (SGLang's; -1: no chunking) [default: by the"
-                " GPU's memory, 8192 on an H100]."),
+    Option('max_running_requests', 'engine', None, kind="int", min=1, max=MAX_RUNNING_REQUESTS, unit='requests',
+           commands=PLAN_TOO, flags=('--max-running-requests',), rules=('sglang',),
+           help="With --engine sglang: running requests per worker at most (SGLang's; at most "
+                f"{MAX_RUNNING_REQUESTS:,}, see docs/limits.md) [default: SGLang's rule from the pool's tokens and the "
+                "model's context length, 2048 for most]."),
+    Option('chunked_prefill_size', 'engine', None, kind="int", min=1, max=MAX_CHUNK_TOKENS, also=((-1, 'no chunking'),),
+           unit='tokens', commands=PLAN_TOO, flags=('--chunked-prefill-size',), rules=('sglang',),
+           help="With --engine sglang: tokens of a prefill chunk at most (SGLang's; -1: no chunking; at most "
+                f"{MAX_CHUNK_TOKENS:,}, see docs/limits.md) [default: by the GPU's memory, 8192 on an H100]."),
     Option('max_prefill_tokens', 'engine', 16384, kind="int", min=1, unit='tokens', commands=PLAN_TOO,
            flags=('--max-prefill-tokens',), rules=('sglang',),
            help="With --engine sglang: tokens of one prefill pass at most (SGLang's)."),

@@ -16,7 +16,9 @@ A profile is one JSON object (``PROFILE_KEYS``, in that order):
 - ``points``: per measured point its ``source`` (FILE or FILE:LINE), ``max_concurrency``,
   ``request_rate`` (req/s, ``"inf"``: all at once), ``measured`` figures and ``error_pct`` before the fit, after it and held out (``cv``).
 
-:func:`read_profile` checks every key and says what is wrong in one line (``FILE: ...``).
+:func:`read_profile` checks every key and says what is wrong in one line (``FILE:LINE: ...``, the key's line): an
+``engine`` or ``version`` of ``""`` is refused (null says the files stated none); ``fitted``, ``folds`` and
+``points`` may be left out, but not be of another type.
 """
 from __future__ import annotations
 
@@ -86,13 +88,28 @@ def read_profile(path: str) -> dict[str, Any]:
     if data["tp"] < 1:
         raise InputError(path, _line_of(text, "tp"), f"'tp' must be at least 1, got {data['tp']!r}")
     for key in ("engine", "version"):  # names apart by commas, or null when the measured files stated none
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise InputError(path, _line_of(text, key), f"{key!r} must be a string or null, got {data[key]!r}")
+        if data.get(key) is not None and (not isinstance(data[key], str) or not data[key].strip()):
+            raise InputError(path, _line_of(text, key),
+                             f"{key!r} must be a non-empty string or null, got {data[key]!r}")
+    _check_record_keys(data, text, path)
     extra = {"request_overhead_ms": data["request_overhead_ms"]} if "request_overhead_ms" in data else {}
     for name, value in {**data["latency_opts"], **data["cv_error_pct"], **extra}.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise InputError(path, _line_of(text, name), f"{name!r} must be a finite number >= 0, got {value!r}")
     return data
+
+
+def _check_record_keys(data: dict, text: str, path: str) -> None:
+    """The keys a profile records and a run reads little of, each optional (hand-written profiles leave them out):
+    ``fitted`` a list of option names, ``folds`` an integer >= 0, ``points`` a list of objects. Raises
+    :class:`~dynlab.errors.InputError` at the key's line."""
+    checks = (("fitted", lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+               "a list of option names"),
+              ("folds", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
+              ("points", lambda v: isinstance(v, list) and all(isinstance(p, dict) for p in v), "a list of objects"))
+    for key, good, what in checks:
+        if key in data and not good(data[key]):
+            raise InputError(path, _line_of(text, key), f"{key!r} must be {what}, got {data[key]!r}")
 
 
 def _line_of(text: str, key: str) -> int:

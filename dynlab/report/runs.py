@@ -28,8 +28,10 @@ RECORD_KEYS = ("id", "worker", "arrival_ms", "first_scheduled_ms", "first_token_
 #: the keys a P/D run's records add
 PD_KEYS = ("prefill_worker", "decode_worker", "transfer_start_ms", "transfer_end_ms")
 #: a controller run's over-time keys (``dynlab.engine.scaling_metrics``, ``dynlab.engine.elastic``): each a list of
-#: ``[s, number]`` pairs (live workers, goodput, mean requests waiting), drawn by ``dynlab.report.scaling_figures``
-OVER_TIME_KEYS = ("workers_over_time", "goodput_over_time", "queue_over_time")
+#: ``[s, number]`` pairs, numbers >= 0 (live workers, a whole number; goodput; mean requests waiting), drawn by
+#: ``dynlab.report.scaling_figures``; the value is what the messages call it
+OVER_TIME_KEYS = {"workers_over_time": "live workers", "goodput_over_time": "goodput",
+                  "queue_over_time": "mean requests waiting"}
 
 
 @dataclass
@@ -109,19 +111,27 @@ def read_runs(path: str) -> list[Run]:
 
 def check_over_time(runs: list[Run], where: str) -> list[Run]:
     """``runs`` when each result's :data:`OVER_TIME_KEYS` (absent or ``null`` allowed) is a list of ``[s, number]``
-    pairs of finite numbers; raises :class:`DynlabError` naming ``where`` (the file, ``FILE:LINE`` for a sweep's
-    line), the run and the key, since a result file is the user's input."""
+    pairs of finite numbers >= 0, the live workers of ``workers_over_time`` whole (``2.0`` is 2); raises
+    :class:`DynlabError` naming ``where`` (the file, ``FILE:LINE`` for a sweep's line), the run and the key, since
+    a result file is the user's input: ``[[0, -1]]`` workers would draw a fleet below zero."""
     for run in runs:
-        for key in OVER_TIME_KEYS:
+        for key, what in OVER_TIME_KEYS.items():
             points = run.result.get(key)
             if points is None:
                 continue
-            bad = [points] if not isinstance(points, list) else [
-                p for p in points if not (isinstance(p, list) and len(p) == 2 and all(map(_number, p)))][:1]
+            whole = key == "workers_over_time"
+            bad = [points] if not isinstance(points, list) else [p for p in points if not _pair(p, whole)][:1]
             if bad:
-                raise DynlabError(f"{where}: run {run.label!r}: {key} must be a list of [s, number] pairs, "
-                                  f"got {_short(bad[0])}")
+                rule = ", the workers whole" if whole else ""
+                raise DynlabError(f"{where}: run {run.label!r}: {key} must be a list of [s, {what}] pairs, numbers "
+                                  f">= 0{rule}, got {_short(bad[0])}")
     return runs
+
+
+def _pair(p: Any, whole: bool) -> bool:
+    """``[s, value]``: two finite numbers >= 0, the value a whole number when ``whole``."""
+    return (isinstance(p, list) and len(p) == 2 and all(_number(v) and v >= 0 for v in p)
+            and (not whole or float(p[1]).is_integer()))
 
 
 def _short(value: Any) -> str:

@@ -218,8 +218,8 @@ def test_read_profile_refuses_what_is_not_a_profile(tmp_path):
     # taken, and every error said line 1; a pretty-printed profile names the key's own line
     good = {"dynlab_calibration": 1, "model": "m", "gpu": "h100", "tp": 1, "engine": "vllm",
             "latency_model": "linear", "latency_opts": {"beta0": 1.0}, "cv_error_pct": {}}
-    for key, value, why in (("engine", 5, "'engine' must be a string or null, got 5"),
-                            ("engine", ["vllm"], "'engine' must be a string or null"),
+    for key, value, why in (("engine", 5, "'engine' must be a non-empty string or null, got 5"),
+                            ("engine", ["vllm"], "'engine' must be a non-empty string or null"),
                             ("tp", 0, "'tp' must be at least 1, got 0"),
                             ("latency_opts", {"beta0": "x"}, "'beta0' must be a finite number >= 0")):
         path.write_text(json.dumps({**good, key: value}, indent=1))
@@ -248,3 +248,19 @@ def test_vllm_bench_defaults_send_every_request_at_once():
     run = simulate(p, replace(TRUE_CONFIG, request_overhead_ms=0.0, detok_us_per_token=0.0))  # E2E: the engine's
     assert [r[3] for r in run.rows] == sorted(r[3] for r in run.rows)  # one batch: all arrive together
     assert run.span_ms == pytest.approx(max(r[3] for r in run.rows))  # from time 0
+
+
+@pytest.mark.parametrize("name", ["nosuch", "LINEAR"])
+def test_an_unknown_latency_model_is_refused_by_calibrate_as_by_sim(tmp_path, name):
+    # calibrate said "latency model nosuch has no default options to fit: name them with --fit", a dead end; it now
+    # refuses the name where it is parsed, listing the registered models, in sim's words
+    files = _write_points(tmp_path, 0, *DESIGN[0])
+    lines = []
+    for args in (["calibrate", *files, "--fit", "beta0"], ["sim", "--timing"]):
+        r = CliRunner().invoke(main, [*args, "--latency-model", name])
+        assert r.exit_code == 2 and r.stdout == "", r.output
+        (line,) = r.stderr.splitlines()
+        lines.append(line)
+    assert lines[0] == lines[1]
+    assert lines[0].startswith(f"Error: Invalid value for '--latency-model': unknown latency model {name!r}; "
+                               "available: roofline, linear, ")

@@ -152,3 +152,37 @@ def test_the_docs_sglang_points_file_is_the_real_data_s_first_three_rows():
         for key in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms", "total_token_throughput"):
             assert float(got[key]) == pytest.approx(float(want[key]), abs=0.006), key
         assert "p99_ttft_ms" not in got
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_a_chunk_of_0_is_refused_by_calibrate_as_by_sim_saying_what_is_allowed(tmp_path, value):
+    path = tmp_path / "sglang.csv"
+    path.write_text(",".join(COLUMNS) + "\nllama-3.1-8b,h100,1,sglang,4,40,1000,20,0.2,100,10,300,5000,true\n")
+    lines = []
+    for args in (["calibrate", str(path)], ["sim", "--timing", "--engine", "sglang"]):
+        r = CliRunner().invoke(main, [*args, "--chunked-prefill-size", value])
+        assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.output, r.output
+        (line,) = r.stderr.splitlines()
+        lines.append(line)
+    assert lines[0] == lines[1] == (f"Error: Invalid value for '--chunked-prefill-size': {value} is not -1 (no "
+                                    "chunking) or in the range 1<=x<=100000000.")
+    with pytest.raises(ValueError, match=r"^chunked_prefill_size must be -1 \(no chunking\) or an integer from 1 to "
+                                         r"100000000, got 0$"):
+        SimConfig(timing=True, engine_kind="sglang", chunked_prefill_size=0).validate()
+
+
+def test_the_engine_and_gpu_given_are_compared_in_lower_case_as_the_files_are(tmp_path):
+    # a file's engine and GPU are the benchmark tool's spelling ("SGLang", "H100"), compared in lower case; the
+    # same facts given as calibrate's flags are taken the same way: --engine SGLANG is sglang, --gpu H100 is h100
+    path = tmp_path / "sglang.csv"
+    path.write_text(",".join(COLUMNS) + "\nllama-3.1-8b,H100,1,SGLang,4,40,1000,20,0.2,100,10,300,5000,true\n")
+    r = CliRunner().invoke(main, ["calibrate", str(path), "--engine", "SGLANG", "--max-num-seqs", "64"])
+    assert r.exit_code == 2 and r.stderr.splitlines() == [
+        "Error: --max-num-seqs has no effect with engine sglang (it is vllm's flag)"], r.output
+    from dynlab.calibrate.files import point_configs
+
+    (config,) = point_configs([MeasuredPoint(source="a", model="llama-3.1-8b")], SimConfig(), gpu="H100")
+    assert config.gpu == "h100"
+    gpu_file = str(tmp_path / "My.json")  # a GPU file's path is a path: its case is kept
+    (config,) = point_configs([MeasuredPoint(source="a", model="llama-3.1-8b")], SimConfig(), gpu=gpu_file)
+    assert config.gpu == gpu_file

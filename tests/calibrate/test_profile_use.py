@@ -181,3 +181,40 @@ def test_sweep_reads_the_profile_before_any_cell_runs(tmp_path):
     bad.write_text('{"dynlab_calibration": 2}')
     r = CliRunner().invoke(main, [*args, "--latency-profile", str(bad)])
     assert r.exit_code == 1 and "bad.json:1: not a dynlab calibration profile" in r.output and not out.exists()
+
+
+@pytest.mark.parametrize("key, bad, why", [
+    ("engine", "", "'engine' must be a non-empty string or null, got ''"),
+    ("version", "", "'version' must be a non-empty string or null, got ''"),
+    ("fitted", "beta0", "'fitted' must be a list of option names, got 'beta0'"),
+    ("fitted", ["beta0", 1], "'fitted' must be a list of option names, got ['beta0', 1]"),
+    ("folds", "3", "'folds' must be an integer >= 0, got '3'"),
+    ("folds", -1, "'folds' must be an integer >= 0, got -1"),
+    ("folds", True, "'folds' must be an integer >= 0, got True"),
+    ("folds", 2.5, "'folds' must be an integer >= 0, got 2.5"),
+    ("points", {}, "'points' must be a list of objects, got {}"),
+    ("points", [[]], "'points' must be a list of objects, got [[]]"),
+])
+def test_a_profile_key_of_the_wrong_type_is_refused_at_its_line(tmp_path, key, bad, why):
+    from dynlab.errors import InputError
+    from dynlab.latency.profile import read_profile
+
+    path = tmp_path / "bad.json"
+    text = json.dumps({**PROFILE, key: bad}, indent=2)
+    path.write_text(text)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if t.startswith(f'  "{key}":'))
+    assert line > 1
+    with pytest.raises(InputError) as err:
+        read_profile(str(path))
+    assert str(err.value) == f"{path}:{line}: {why}"
+    trace, _ = _files(tmp_path)
+    r = _sim("--trace", trace, "--latency-profile", str(path))
+    assert r.exit_code == 1 and r.stderr == f"Error: {path}:{line}: {why}\n"
+
+
+def test_a_profile_may_leave_out_fitted_folds_and_points(tmp_path):
+    from dynlab.latency.profile import read_profile
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({k: v for k, v in PROFILE.items() if k not in ("fitted", "folds", "points")}))
+    assert read_profile(str(path))["latency_opts"] == PROFILE["latency_opts"]
