@@ -49,6 +49,8 @@ one group, so one size for all groups), holding each group's blocks under that g
 Bulk decode runs: a run of decode-only steps stops where the next step would change the pool: a full
 group's block boundary (as for one group; a window table grows with it) or the first step at which a
 window group frees a block (:meth:`free_slots_of`); it never crosses boundaries (:meth:`take_boundaries`).
+Decode steps that free and take nothing are answered in O(1) from a per-request room
+(:mod:`dynlab.kv.hybrid_slots`, whose :meth:`grow` is the general path above).
 
 Pools working on runs (:class:`~dynlab.kv.run_pool.RunBlockPool`) are not modelled: with trace blocks of
 several engine blocks the engine set-up gives the groups the plain pool, names one by one.
