@@ -54,6 +54,11 @@ class SlidingWindowGroup:
         """Length of the block table for ``tokens`` tokens: ``ceil(tokens / block)`` (leading entries freed)."""
         return -(-tokens // self.block)
 
+    def room(self, entries: int) -> int:
+        """The most tokens a table of ``entries`` entries holds: ``entries * block`` (the largest ``t`` with
+        ``blocks_needed(t) <= entries``; :mod:`dynlab.kv.hybrid_slots` reads it)."""
+        return entries * self.block
+
     def skipped(self, computed: int) -> int:
         """Leading blocks out of the window once ``computed`` tokens are computed: ``max(0, computed - W + 1) // block``."""
         return max(0, computed - self.window + 1) // self.block
@@ -64,7 +69,8 @@ class SlidingWindowGroup:
 
     def next_drop(self, computed: int) -> int:
         """The least computed count ``> computed`` at which :meth:`skipped` grows (a block leaves the
-        window): ``W - 1 + block * (skipped(computed) + 1)``. A bulk decode run stops there."""
+        window): ``W - 1 + block * (skipped(computed) + 1)``. A bulk decode run stops there. Every group's rule:
+        :meth:`skipped` and ``next_drop`` are constant on ``[computed, next_drop(computed))``."""
         return self.window - 1 + self.block * (self.skipped(computed) + 1)
 
     def admission_cap(self, in_flight) -> float:
@@ -112,6 +118,11 @@ class StateGroup:
     def blocks_needed(self, tokens: int) -> int:
         """``per_request`` blocks once ``tokens > 0``."""
         return self.per_request if tokens > 0 else 0
+
+    def room(self, entries: int) -> float:
+        """The most tokens a table of ``entries`` entries holds: any (``inf``) once it has its ``per_request``
+        blocks, else none (0)."""
+        return math.inf if entries >= self.per_request else 0
 
     def skipped(self, computed: int) -> int:
         """None: the state is one fixed set of blocks."""

@@ -49,6 +49,8 @@ one group, so one size for all groups), holding each group's blocks under that g
 Bulk decode runs: a run of decode-only steps stops where the next step would change the pool: a full
 group's block boundary (as for one group; a window table grows with it) or the first step at which a
 window group frees a block (:meth:`free_slots_of`); it never crosses boundaries (:meth:`take_boundaries`).
+Decode steps that free and take nothing are answered in O(1) from a per-request room
+(:mod:`dynlab.kv.hybrid_slots`, whose :meth:`grow` is the general path above).
 
 Pools working on runs (:class:`~dynlab.kv.run_pool.RunBlockPool`) are not modelled: with trace blocks of
 several engine blocks the engine set-up gives the groups the plain pool, names one by one.
@@ -60,6 +62,7 @@ from typing import Optional, Tuple
 from dynlab.kv.cache_manager import FullAttentionGroup, KvCacheManager
 from dynlab.kv.cpu_tier import queue_load
 from dynlab.kv.groups import HybridPool, SlidingWindowGroup
+from dynlab.kv.hybrid_slots import HybridSlots
 
 __all__ = ["HybridKvCacheManager", "GROUP_NAME_STRIDE"]
 
@@ -70,7 +73,7 @@ engine block (names are < 2**64); :attr:`~dynlab.kv.groups.HybridPool.name_strid
 _NO_WINDOW = 1 << 62  # an extra full-attention group: a window nothing leaves
 
 
-class HybridKvCacheManager(KvCacheManager):
+class HybridKvCacheManager(HybridSlots, KvCacheManager):
     """One engine's KV cache over the groups of ``layout`` (:class:`~dynlab.kv.groups.HybridPool`), one pool
     of ``capacity`` blocks of ``block`` tokens; ``in_flight``: tokens one step may schedule (the engine's
     ``max_num_batched_tokens``), which caps a window group's blocks in the whole-sequence admission check
@@ -94,22 +97,13 @@ class HybridKvCacheManager(KvCacheManager):
         self._plan: Optional[tuple] = None  # (req, H, full GPU hits, [GPU hits per extra group]) of a CPU hit
         self._loads: dict = {}  # request -> [(extra group, first, end)] of its blocks loading from the CPU
         self._named: list = []  # (req, extra group, first, end) named this step (write-through)
+        self._room: dict = {}  # request -> (lo, hi, limit, stop): its decode steps' O(1) answers (hybrid_slots)
 
     # -- reading ------------------------------------------------------------------------------
     def fits(self, tokens: int) -> bool:
         """Whether every group's whole table for ``tokens`` tokens fits at once (conservative: a prompt
         computed in one chunk holds them all before the window frees any)."""
         return sum(g.blocks_needed(tokens) for g in self.groups) <= self.pool.capacity
-
-    def free_slots_of(self, sched: list) -> list:
-        """Tokens each request of ``sched`` can still decode before the pool changes: its full group's free
-        slots, or fewer when a window group frees a block sooner (its next drop minus ``computed``)."""
-        B, extra = self.block, self.extra
-        out = []
-        for r, _ in sched:
-            c = r.computed
-            out.append(min([len(r.keys) * B - c] + [g.next_drop(c) - c for g in extra]))
-        return out
 
     def seq_of(self, req, i: int) -> list:
         """Names of ``req``'s prompt blocks in extra group ``i`` (0-based): ``name + (i + 1) * stride``."""
@@ -231,39 +225,8 @@ class HybridKvCacheManager(KvCacheManager):
         if got is None:
             return None
         self.tables[req] = got[1]
+        self.forget_room(req)
         return got[0]
-
-    def _drop_skipped(self, req) -> None:
-        """Free each window group's blocks that left the window at ``req.computed`` tokens. Each is a computed
-        full block, which vLLM has hashed: all go to the free-queue tail (reversed), a generated token's
-        block as an unnamed block in a named block's place (:meth:`_release_table`)."""
-        for g, table in zip(self.extra, self.tables[req]):
-            s = g.skipped(req.computed)
-            d = min(s - table[0], len(table[1]))
-            if d > 0:
-                self._release_table(table[0], table[1][:d], req.nreg, table[0] + d)
-                del table[1][:d]
-                table[0] += d
-
-    def allocate_slots(self, req, tokens: int) -> bool:
-        """Free blocks out of the windows, then grow every table to ``tokens`` tokens; ``False`` (nothing
-        more taken) when the free queue cannot."""
-        self._drop_skipped(req)
-        tables = self.tables[req]
-        need = [g.blocks_needed(tokens) - t[0] - len(t[1]) for g, t in zip(self.extra, tables)]
-        full = self.blocks_needed(tokens) - len(req.keys)
-        total = max(full, 0) + sum(n for n in need if n > 0)
-        if total == 0:
-            return True
-        pool = self.pool
-        if total > pool.num_free:
-            return False
-        if full > 0:
-            req.keys += pool.allocate(full)
-        for n, t in zip(need, tables):
-            if n > 0:
-                t[1] += pool.allocate(n)
-        return True
 
     def name_blocks(self, req, n: int) -> None:
         """Name the full blocks the chunk completes in every group (an extra group's under its own names)."""
@@ -295,6 +258,7 @@ class HybridKvCacheManager(KvCacheManager):
         old = req.nreg
         super().free(req)
         tables = self.tables.pop(req, ())
+        self.forget_room(req)
         self._seqs.pop(req, None)
         self._loads.pop(req, None)
         hashed = req.nreg
@@ -356,6 +320,7 @@ class HybridKvCacheManager(KvCacheManager):
             return False
         self.count_hits(req, h, hc)
         req.keys, self.tables[req] = got
+        self.forget_room(req)
         loads = []
         for i, (g, a) in enumerate(zip(self.extra, gpu)):
             first = min(g.skipped(H * B), H) + a
@@ -390,6 +355,7 @@ class HybridKvCacheManager(KvCacheManager):
         """Keep every group's blocks of ``req`` in use after it leaves (handed off) until :meth:`release`."""
         super().hold(req)
         self.held_tables[req] = self.tables.pop(req)
+        self.forget_room(req)
 
     def release(self, req, now: float) -> None:
         """Free every group's blocks held for ``req`` at ``now`` (ms). Raises ``KeyError`` if none are held."""
@@ -413,6 +379,7 @@ class HybridKvCacheManager(KvCacheManager):
     def receive(self, req, prefix_cache: bool = False) -> None:
         """Give ``req`` every group's reserved blocks (its KV arrived). Raises ``KeyError`` without a reservation."""
         self.tables[req] = self.reserved_tables.pop(req)
+        self.forget_room(req)
         super().receive(req, prefix_cache)
 
     def check(self, holders: list) -> None:
