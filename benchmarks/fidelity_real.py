@@ -188,18 +188,20 @@ def _group_rows(members, configs, folds: int, max_nfev: int, fit: bool, fit_on, 
 
 
 def score(points: list, latency_model: str, folds: int = 5, max_nfev: int = 15, fit: bool = True,
-          fit_on=None, cv_only: bool = False, fit_names=None) -> list[dict]:
+          fit_on=None, cv_only: bool = False, fit_names=None, latency_opts=None) -> list[dict]:
     """Per row: ``{"source", "group", "uncalibrated": {metric: error %}, "cv": {metric: error %}}`` (``cv``
     empty when ``fit`` is false or the group has fewer than 3 rows). ``fit_on`` (a compiled regular
     expression): instead of k folds, fit each group once on its rows whose experiment matches and predict
     the others with it (their ``cv``; the fitted rows' is empty), without the defaults (``uncalibrated`` empty).
-    ``fit_names``: the options to fit (``dynlab calibrate --fit``; None: :data:`dynlab.calibrate.fit.DEFAULT_FIT`)."""
+    ``fit_names``: the options to fit (``dynlab calibrate --fit``; None: :data:`dynlab.calibrate.fit.DEFAULT_FIT`).
+    ``latency_opts``: ``{NAME: VALUE}`` given to every replay (``--latency-opt``), over the engine's defaults."""
     groups = defaultdict(list)
     for p in points:
         groups[(p.model, p.gpu, p.tp or 1)].append(p)
     rows = []
     for (model, gpu, tp), members in groups.items():
-        base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp)
+        base = SimConfig(timing=True, latency_model=latency_model, model=model_for(model), gpu=gpu, tp=tp,
+                         latency_opts=dict(latency_opts or {}))
         configs = [replace(base, **SERVER.get(p.source, {})) for p in members]
         mine = _group_rows(members, configs, folds, max_nfev, fit, fit_on, cv_only, fit_names)
         rows.extend(dict(r, group=f"{model} tp{tp} {gpu}") for r in mine)
@@ -270,6 +272,8 @@ def main() -> None:
     ap.add_argument("--fit-on", default=None, metavar="REGEX",
                     help="fit each group once on its rows whose experiment matches; score the others (no defaults)")
     ap.add_argument("--json", default=None, help="also write every row's errors here")
+    ap.add_argument("--latency-opt", action="append", default=[], metavar="NAME=VALUE",
+                    help="an option of the latency model for every replay (repeatable), as dynlab sim's")
     ap.add_argument("--fit", default=None, metavar="NAME[,NAME...]",
                     help="the options to fit, as dynlab calibrate --fit (default: its defaults per latency model)")
     args = ap.parse_args()
@@ -291,7 +295,8 @@ def main() -> None:
             results[name] = score(points, name, folds=args.folds or 5, max_nfev=args.max_nfev,
                                   fit=not args.uncalibrated, cv_only=args.cv_only,
                                   fit_on=re.compile(args.fit_on) if args.fit_on else None,
-                                  fit_names=args.fit.split(",") if args.fit else None)
+                                  fit_names=args.fit.split(",") if args.fit else None,
+                                  latency_opts=dict(o.split("=", 1) for o in args.latency_opt))
             print(f"# {file} {name}: {len(points)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
             out.setdefault(name, []).extend(dict(r, file=file) for r in results[name])
         report(file, results, len(names) > 1)
@@ -302,7 +307,11 @@ def main() -> None:
 
 def _refuse_idle(args) -> None:
     """Exit with one line when ``--folds`` or ``--cv-only`` would do nothing (no k-fold is run with
-    ``--uncalibrated``, ``--fit-on`` or ``--from-json``) or ``--folds`` is below 2."""
+    ``--uncalibrated``, ``--fit-on`` or ``--from-json``), ``--folds`` is below 2 or a ``--latency-opt`` is not
+    ``NAME=VALUE``."""
+    for opt in args.latency_opt:
+        if "=" not in opt:
+            sys.exit(f"fidelity_real.py: --latency-opt {opt}: give NAME=VALUE")
     if args.folds is not None and args.folds < 2:
         sys.exit(f"fidelity_real.py: --folds {args.folds}: k-fold needs at least 2 folds")
     given = [o for o, v in (("--folds", args.folds is not None), ("--cv-only", args.cv_only)) if v]

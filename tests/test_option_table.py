@@ -519,6 +519,7 @@ TABLE.update({
                                          LATENCY + ["--model", "qwen3-30b-a3b", "--ep", "2", "--dp-attention"]),
     ("latency", "--kv-cache-dtype"): changes(LATENCY, ["--kv-cache-dtype", "fp8"]),
     ("latency", "--latency-model"): changes(LATENCY, ["--latency-model", "linear"]),
+    ("latency", "--engine"): changes(LATENCY, ["--engine", "sglang"]),
     ("latency", "--latency-opt"): changes(LATENCY + ["--latency-model", "linear"], ["--latency-opt", "beta0=1"]),
     ("latency", "--list"): changes(LATENCY, ["--list"]),
     ("latency", "--plot"): changes(LATENCY, ["--plot", "l.png"]),

@@ -21,7 +21,7 @@ def _table(grid: dict) -> str:
             rows.append([f"decode {int(batch)} x context {int(ctx):,}"] +
                         [f"{grid['latency_models'][n]['decode_ms'][ctx][batch]:.2f}" for n in names])
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
-    head = f"{grid['model']} on {grid['tp']} x {grid['gpu']}"
+    head = f"{grid['model']} on {grid['tp']} x {grid['gpu']}" + (f" ({grid['engine']})" if "engine" in grid else "")
     return "\n".join([head] + ["  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j])
                                          for j, c in enumerate(r)) for r in rows] + _terms(grid))
 
@@ -32,8 +32,7 @@ def _terms(grid: dict) -> list:
     for name, row in grid["latency_models"].items():
         t = row.get("server_terms")
         if t:
-            graphs = (f"steps of <= {t['cuda_graph_max']} tokens padded to a CUDA-graph size"
-                      if t.get("cuda_graph_max") else "no CUDA-graph padding") if "cuda_graph_max" in t else ""
+            graphs = _graphs(t)
             lines.append(f"{name} includes server CPU {t['cpu_step_us']:.3g} us per step + "
                          f"{t['cpu_us_per_request']:.3g} us per request" + (f"; {graphs}" if graphs else ""))
     c = grid["client_terms"]
@@ -41,6 +40,34 @@ def _terms(grid: dict) -> list:
                  f"(--request-overhead-ms), detokenisation {c['detok_us_per_token']:.3g} us per output token "
                  "(--detok-us-per-token)")
     return lines
+
+
+def _graphs(t: dict) -> str:
+    """The CUDA-graph padding of a model's ``server_terms`` in words (``""`` for a model without it)."""
+    if "cuda_graph_max" not in t:
+        return ""
+    if t.get("cuda_graphs", "vllm") == "vllm":
+        return (f"steps of <= {t['cuda_graph_max']} tokens padded to a CUDA-graph size" if t["cuda_graph_max"]
+                else "no CUDA-graph padding")
+    decode = (f"decode passes of <= {t['cuda_graph_max']} requests" if t["cuda_graph_max"]
+              else "no decode pass")
+    prefill = (f"prefill passes of <= {t['cuda_graph_prefill_max']:,} tokens" if t.get("cuda_graph_prefill_max")
+               else "no prefill pass")
+    return f"{decode} and {prefill} padded to SGLang's CUDA-graph sizes"
+
+
+def _engine_defaults(engine: str):
+    """``hardware -> the engine kind's latency-option defaults`` (``None`` for vLLM's, the models' own); a usage
+    error for an unknown kind."""
+    if engine == "vllm":
+        return None
+    from dynlab import plugins
+
+    try:
+        kind = plugins.engine_kinds().get(engine)()
+    except plugins.UnknownNameError as exc:
+        raise click.UsageError(f"--engine: {exc.args[0]}") from None
+    return lambda hardware: kind.latency_defaults(None, hardware)
 
 
 def _gpu_table() -> str:
@@ -84,6 +111,8 @@ def _profiled(path: str, latency_models: str, opts: dict) -> tuple:
               metavar="NAME[,NAME...]", help="Registered latency model; a comma list compares them side by side.")
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
               help="An option of the latency model(s) (repeatable), e.g. mfu=0.6.")
+@click.option("--engine", default="vllm", show_default=True, metavar="NAME",
+              help="The engine kind whose server terms the latency models default to (vllm, sglang: docs/latency.md).")
 @click.option("--latency-profile", "profile_path", default=None, metavar="FILE",
               help="A calibration profile (dynlab calibrate): its latency model with its fitted options.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
@@ -92,8 +121,8 @@ def _profiled(path: str, latency_models: str, opts: dict) -> tuple:
               metavar="FILE.png",
               help="Also write step time against batch size (an image; the suffix sets its format, PNG without one).")
 @click.option("--list", "list_gpus", is_flag=True, help="List the catalogue GPUs and latency models, and exit.")
-def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_models, latency_opts, profile_path, fmt,
-                plot_path, list_gpus):
+def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_models, latency_opts, engine, profile_path,
+                fmt, plot_path, list_gpus):
     """Step times (ms) of one or more latency models on a fixed grid of steps.
 
     The grid: one prefill of 512, 2,048 and 8,192 tokens at context 0; 1, 16, 64 and 256 decodes,
@@ -105,6 +134,7 @@ def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_mo
             ("--ep", ep, 1), ("--pp", pp, 1), ("--dp-attention", dp_attention, False),
             ("--kv-cache-dtype", kv_cache_dtype, "auto"),
             ("--latency-model", latency_models, lib.DEFAULT_LATENCY_MODEL), ("--latency-opt", latency_opts, ()),
+            ("--engine", engine, "vllm"),
             ("--plot", plot_path, None), ("--latency-profile", profile_path, None)) if value != default]
         if given:
             raise click.UsageError(f"--list cannot be combined with {', '.join(given)}")
@@ -123,6 +153,7 @@ def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_mo
             for e in entries:
                 click.echo(f"{e.name.ljust(width)}  {e.description}  [{e.source}]")
         return
+    defaults = _engine_defaults(engine)
     names = split_list(latency_models, "'--latency-model'")
     opts = parse_opts(latency_opts, "'--latency-opt'")
     if profile_path is not None:
@@ -133,7 +164,8 @@ def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_mo
         check_plot(plot_path)  # before the work: a bad suffix or missing matplotlib fails now
     try:
         grid = lib.latency_grid(names, model=model, gpu=gpu, tp=tp, options=opts, ep=ep, pp=pp,
-                                dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype)
+                                dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype, engine=engine,
+                                defaults=defaults)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     for name, why in grid.get("latency_domain", {}).items():

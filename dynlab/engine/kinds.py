@@ -14,13 +14,22 @@ radix cache (:mod:`dynlab.engine.sglang`). The built-in plugin (``dynlab_builtin
 """
 from __future__ import annotations
 
-__all__ = ["EngineKind", "Sglang", "Vllm"]
+__all__ = ["EngineKind", "Sglang", "Vllm", "run_latency_model"]
 
 
 class EngineKind:
-    """Base class of engine kinds; subclasses set ``name`` (the ``--engine`` value) and implement :meth:`build`."""
+    """Base class of engine kinds; subclasses set ``name`` (the ``--engine`` value) and implement :meth:`build`,
+    and may override :meth:`latency_defaults`."""
 
     name: str = ""
+
+    def latency_defaults(self, config, hardware) -> dict:
+        """The defaults this engine gives the latency model's options (typed values: its server terms,
+        :mod:`dynlab.latency.overheads`) for a run of ``config`` (a :class:`~dynlab.engine.config.SimConfig`, or
+        ``None``: the engine's own defaults, as ``dynlab latency --engine`` shows) on ``hardware``; an option
+        the run's model does not declare is ignored, and ``--latency-opt`` wins over each. Default: ``{}``
+        (the latency model's declared defaults, vLLM's)."""
+        return {}
 
     def build(self, setup, worker_id: int, *, handoff: bool = False, decode: bool = False):
         """Worker ``worker_id`` of the run ``setup`` (a :class:`~dynlab.engine.serving.TimedSetup`: ``config``,
@@ -61,3 +70,24 @@ class Sglang(EngineKind):
         from dynlab.engine.sglang.defaults import sglang_worker
 
         return sglang_worker(setup, worker_id, handoff, decode)
+
+    def latency_defaults(self, config, hardware) -> dict:
+        """SGLang's server terms (:func:`dynlab.engine.sglang.defaults.server_terms`)."""
+        from dynlab.engine.sglang.defaults import server_terms
+
+        return server_terms(config, hardware)
+
+
+def run_latency_model(config, hardware):
+    """The latency model of a run of ``config`` on ``hardware``: ``config.latency_model`` with
+    ``config.latency_opts`` over its engine kind's :meth:`~EngineKind.latency_defaults`. Raises ``ValueError`` as
+    :func:`dynlab.latency.grid.build_latency_model` and for an unknown engine kind."""
+    from dynlab.latency.grid import build_latency_model
+    from dynlab.plugins import UnknownNameError, engine_kinds
+
+    try:
+        kind = engine_kinds().get(config.engine_kind)()
+    except UnknownNameError as exc:
+        raise ValueError(str(exc)) from None
+    return build_latency_model(config.latency_model, hardware, config.latency_opts,
+                               defaults=kind.latency_defaults(config, hardware))

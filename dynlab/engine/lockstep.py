@@ -126,9 +126,9 @@ def rank_latency(config: SimConfig, hardware):
     """The latency model of one attention-DP rank of ``hardware``: the run's model on the same GPUs and degrees
     without ``dp_attention`` (each rank's batch is priced alone; :mod:`dynlab.engine.lockstep` composes the
     worker's step), so a dp-aware model (the roofline's busiest-replica split) does not split it again."""
-    from dynlab.latency.grid import build_latency_model
+    from dynlab.engine.kinds import run_latency_model
 
-    return build_latency_model(config.latency_model, replace(hardware, dp_attention=False), config.latency_opts)
+    return run_latency_model(config, replace(hardware, dp_attention=False))
 
 
 def dp_rank_of(target: int, dp: int) -> tuple[int, int]:

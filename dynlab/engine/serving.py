@@ -253,12 +253,13 @@ def _warn_draft_size(config: SimConfig, target) -> None:
 def _hardware_pool(config: SimConfig) -> tuple:
     """``(hardware, latency model, pool blocks per worker, where that number comes from)`` of ``config``;
     raises ``ValueError`` for an unknown model, GPU or latency model, or a model that does not fit."""
-    from dynlab.latency.grid import build_latency_model, hardware_for
+    from dynlab.engine.kinds import run_latency_model
+    from dynlab.latency.grid import hardware_for
     from dynlab.latency.hardware import kv_blocks
 
     hardware = hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
                             dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype)
-    latency = build_latency_model(config.latency_model, hardware, config.latency_opts)
+    latency = run_latency_model(config, hardware)
     layout = None if hardware.model.uniform_kv else _kv_layout(config, hardware)
     if config.capacity is not None:
         return (hardware, latency, config.capacity, f"--capacity {config.capacity} blocks of {config.block} tokens",

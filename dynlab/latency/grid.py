@@ -6,12 +6,12 @@
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from dynlab import plugins
 from dynlab.latency import hardware as hw
 from dynlab.latency.base import Hardware, LatencyModel, StepBatch
-from dynlab.latency.overheads import CLIENT_TERMS, SERVER_TERMS
+from dynlab.latency.overheads import CLIENT_TERMS, SERVER_TERMS, SGLANG_GRAPH_TERMS, VLLM
 from dynlab.models.parallel import Parallelism, check_parallelism
 
 DEFAULT_LATENCY_MODEL = "roofline"
@@ -44,11 +44,14 @@ def hardware_for(model: str = hw.DEFAULT_MODEL, gpu: str = hw.DEFAULT_GPU, tp: i
     return Hardware(spec, hw.gpu_spec(gpu), tp, ep, pp, dp_attention)
 
 
-def build_latency_model(name: str, hardware: Hardware, options: Mapping[str, Any] | None = None) -> LatencyModel:
+def build_latency_model(name: str, hardware: Hardware, options: Mapping[str, Any] | None = None,
+                        defaults: Mapping[str, Any] | None = None) -> LatencyModel:
     """Construct the registered latency model ``name`` with ``options`` (strings are converted).
 
     Option values may be strings (``--latency-opt NAME=VALUE``, converted by the declared
-    ``StrategyOption``) or already-typed values; missing ones take their defaults. Raises
+    ``StrategyOption``) or already-typed values; missing ones take their defaults: ``defaults``' value
+    (typed; an engine kind's own, :meth:`dynlab.engine.kinds.EngineKind.latency_defaults`) for an option the
+    model declares (others in it are ignored), else the declared default. Raises
     ``ValueError`` (one line) for an unknown model name (listing the registered ones), an option the
     model does not declare (listing those it does), a bad value, or a model that refuses the hardware.
     """
@@ -58,6 +61,7 @@ def build_latency_model(name: str, hardware: Hardware, options: Mapping[str, Any
         raise ValueError(str(exc)) from None
     declared = {o.name: o for o in cls.options}
     values = {o.name: o.default for o in cls.options}
+    values.update((k, v) for k, v in (defaults or {}).items() if k in declared)
     for key, value in (options or {}).items():
         if key not in declared:
             known = ", ".join(declared) or "none"
@@ -73,31 +77,9 @@ def _row(model: LatencyModel) -> dict:
     return {"prefill_ms": prefill, "decode_ms": decode}
 
 
-def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model: str = hw.DEFAULT_MODEL,
-                 gpu: str = hw.DEFAULT_GPU, tp: int = 1, options: Mapping[str, str] | None = None,
-                 digits: int = 3, *, ep: int = 1, pp: int = 1, dp_attention: bool = False,
-                 kv_cache_dtype: str = "auto") -> dict:
-    """Step times (ms, rounded to ``digits`` decimals) of each latency model on the fixed grid.
-
-    Returns ``{"model", "gpu", "tp", "latency_models": {NAME: {"prefill_ms": {TOKENS: ms},
-    "decode_ms": {CONTEXT: {BATCH: ms}}, "server_terms": {OPTION: value}}}, "client_terms": {...}}`` (keys
-    are strings, as in JSON). ``server_terms``: the model's server options in the step times shown
-    (:mod:`dynlab.latency.overheads`; only for a model that declares them); ``client_terms``: the run's
-    request-level defaults, which are not in a step (``--request-overhead-ms``, ``--detok-us-per-token``). The grid: one prefill of
-    512/2,048/8,192 tokens at context 0; 1/16/64/256 decodes each at context 2,048 and 16,384.
-    ``options`` go to every listed model that declares them; one that no listed model declares is
-    a ``ValueError``. ``ep``, ``pp``, ``dp_attention``, ``kv_cache_dtype``: :func:`hardware_for`; when not
-    their defaults they are keys of the result too, and ``"latency_domain": {NAME: why}`` lists each model
-    that answers outside what it was fitted or measured on (:meth:`LatencyModel.domain`). Raises
-    ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`, and for ``spec_gamma`` (no
-    speculative step in the grid).
-    """
-    if not latency_models:
-        raise ValueError("no latency model given")
-    if len(set(latency_models)) != len(latency_models):
-        raise ValueError(f"a latency model is listed twice in {','.join(latency_models)}")
-    hardware = hardware_for(model, gpu, tp, ep=ep, pp=pp, dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype)
-    options = dict(options or {})
+def _declared(latency_models: Sequence[str], options: Mapping[str, str]) -> dict:
+    """``{model name: its option names}``; raises ``ValueError`` for an unknown model, ``spec_gamma``, or an option
+    no listed model declares (:func:`latency_grid`)."""
     if "spec_gamma" in options:  # the grid has no speculative step for it to price
         raise ValueError("--latency-opt spec_gamma has no effect here: the grid has no speculative decoding "
                          "step (it prices the drafter in sim --spec-method ... --spec-tokens K)")
@@ -109,10 +91,47 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
     for key in options:
         if not any(key in d for d in declared.values()):
             raise ValueError(f"no listed latency model ({', '.join(latency_models)}) has an option {key!r}")
+    return declared
+
+
+def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model: str = hw.DEFAULT_MODEL,
+                 gpu: str = hw.DEFAULT_GPU, tp: int = 1, options: Mapping[str, str] | None = None,
+                 digits: int = 3, *, ep: int = 1, pp: int = 1, dp_attention: bool = False,
+                 kv_cache_dtype: str = "auto", engine: str = "vllm", defaults: Callable[[Hardware], Mapping] | None = None
+                 ) -> dict:
+    """Step times (ms, rounded to ``digits`` decimals) of each latency model on the fixed grid.
+
+    Returns ``{"model", "gpu", "tp", "latency_models": {NAME: {"prefill_ms": {TOKENS: ms},
+    "decode_ms": {CONTEXT: {BATCH: ms}}, "server_terms": {OPTION: value}}}, "client_terms": {...}}`` (keys
+    are strings, as in JSON). ``server_terms``: the model's server options in the step times shown
+    (:mod:`dynlab.latency.overheads`; only for a model that declares them; ``cuda_graphs`` and
+    ``cuda_graph_prefill_max`` only with SGLang's rule); ``client_terms``: the run's
+    request-level defaults, which are not in a step (``--request-overhead-ms``, ``--detok-us-per-token``). The grid: one prefill of
+    512/2,048/8,192 tokens at context 0; 1/16/64/256 decodes each at context 2,048 and 16,384.
+    ``options`` go to every listed model that declares them; one that no listed model declares is
+    a ``ValueError``. ``ep``, ``pp``, ``dp_attention``, ``kv_cache_dtype``: :func:`hardware_for`; when not
+    their defaults they are keys of the result too, and ``"latency_domain": {NAME: why}`` lists each model
+    that answers outside what it was fitted or measured on (:meth:`LatencyModel.domain`). ``engine``: the engine
+    kind whose option defaults ``defaults(hardware)`` gives (:func:`build_latency_model`), a key of the result
+    unless ``vllm``. Raises
+    ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`, and for ``spec_gamma`` (no
+    speculative step in the grid).
+    """
+    if not latency_models:
+        raise ValueError("no latency model given")
+    if len(set(latency_models)) != len(latency_models):
+        raise ValueError(f"a latency model is listed twice in {','.join(latency_models)}")
+    hardware = hardware_for(model, gpu, tp, ep=ep, pp=pp, dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype)
+    options = dict(options or {})
+    declared = _declared(latency_models, options)
+    defaults = defaults(hardware) if defaults is not None else None
     out = {"model": hardware.model.name, "gpu": hardware.gpu.name, "tp": tp, "latency_models": {}}
+    if engine != "vllm":
+        out["engine"] = engine
     domains = {}
     for name in latency_models:
-        built = build_latency_model(name, hardware, {k: v for k, v in options.items() if k in declared[name]})
+        built = build_latency_model(name, hardware, {k: v for k, v in options.items() if k in declared[name]},
+                                    defaults)
         extra = built.describe_hardware()
         if "latency_domain" in extra:
             domains[name] = extra.pop("latency_domain")
@@ -122,7 +141,8 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
             "prefill_ms": {k: round(v, digits) for k, v in row["prefill_ms"].items()},
             "decode_ms": {c: {b: round(v, digits) for b, v in d.items()} for c, d in row["decode_ms"].items()},
         }
-        terms = {k: built.opts[k] for k in SERVER_TERMS if k in built.opts}
+        shown = SERVER_TERMS + (SGLANG_GRAPH_TERMS if built.opts.get("cuda_graphs", VLLM) != VLLM else ())
+        terms = {k: built.opts[k] for k in shown if k in built.opts}
         if terms:
             out["latency_models"][name]["server_terms"] = terms
     if domains:

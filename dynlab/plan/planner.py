@@ -97,15 +97,16 @@ def latency_for(config: SimConfig, rank: bool = False):
     ``--latency-profile``: :func:`with_profile`). ``rank``: with ``dp_attention``, one attention-DP rank's
     model instead (:func:`dynlab.engine.lockstep.rank_latency`: what a run prices each rank's own batch with),
     for the per-request floors: a request alone is served by one rank."""
+    from dynlab.engine.kinds import run_latency_model
     from dynlab.engine.lockstep import rank_latency
-    from dynlab.latency.grid import build_latency_model, hardware_for
+    from dynlab.latency.grid import hardware_for
 
     config = with_profile(config)
     hardware = hardware_for(config.model, config.gpu, config.tp, ep=config.ep, pp=config.pp,
                             dp_attention=config.dp_attention, kv_cache_dtype=config.kv_cache_dtype)
     if rank and config.dp_attention:
         return rank_latency(config, hardware)
-    return build_latency_model(config.latency_model, hardware, config.latency_opts)
+    return run_latency_model(config, hardware)
 
 
 def floor_latency_for(config: SimConfig):

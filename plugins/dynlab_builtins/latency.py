@@ -145,7 +145,7 @@ class Roofline(LatencyModel):
         step CPU time (:mod:`dynlab.latency.overheads`)."""
         server = self._server
         tokens = sum(batch.prefill_tokens)
-        pad = server.padded_rows(int(tokens) + batch.decode_requests)
+        pad = server.step_pad(batch)
         cpu = server.cpu_ms(batch)
         if self._terms is not None:
             compute, memory, comm = self._terms.parts(batch, pad=pad)
@@ -163,7 +163,7 @@ class Roofline(LatencyModel):
         terms, server = self._terms, self._server
         if terms is None or terms.dp == 1:
             return None
-        pads = [server.padded_rows(int(sum(b.prefill_tokens)) + b.decode_requests) for b in batches]
+        pads = [server.step_pad(b) for b in batches]
         whole = StepBatch(tuple(t for b in batches for t in b.prefill_tokens),
                           tuple(c for b in batches for c in b.prefill_context),
                           sum(b.decode_requests for b in batches), sum(b.decode_context for b in batches))

@@ -229,7 +229,7 @@ class RooflineTerms:
 
     def parts(self, batch, replicas=None, pad: int = 0) -> tuple[float, float, float]:
         """``(compute, memory, communication)`` ms of one step (a :class:`~dynlab.latency.base.StepBatch`) run as a
-        CUDA graph of ``pad`` padding rows more (:meth:`dynlab.latency.overheads.ServerTerms.padded_rows`); the
+        CUDA graph of ``pad`` padding rows more (:meth:`dynlab.latency.overheads.ServerTerms.step_pad`); the
         third adds the fixed times (``layer_us``, :func:`kernel_floors`) to the collectives. ``replicas``: the
         attention replicas' own batches and padding rows, ``(StepBatch, rows)`` pairs, when known (attention-DP
         ranks in lockstep, whose sum is ``batch`` and ``pad``), priced at the busiest instead of

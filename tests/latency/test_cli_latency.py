@@ -51,7 +51,8 @@ def test_list():
                                                             "moe_mfu": 0.3, "link_util": 0.4, "layer_us": 40.0,
                                                             "mla_layer_us": 90.0, "fp8_gemm_us": 59.0,
                                                             "comm_latency_us": 10.0, "cpu_step_us": 126.024825,
-                                                            "cpu_us_per_request": 4.41684444, "cuda_graph_max": 512}
+                                                            "cpu_us_per_request": 4.41684444, "cuda_graph_max": 512,
+                                                            "cuda_graphs": "vllm", "cuda_graph_prefill_max": 0}
 
 
 @pytest.mark.parametrize("args, needle", [

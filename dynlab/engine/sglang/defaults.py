@@ -14,12 +14,21 @@
   0.9): the share of GPU memory for weights and KV pool, sizing the pool as ``--gpu-memory-utilization``
   does for vLLM (:func:`dynlab.models.capacity.kv_blocks`). SGLang's own default derives it from the GPU's
   memory less an activation and CUDA-graph estimate (``memory_hook.py``), which dynlab does not model.
+
+Its server terms, the latency model's defaults on an SGLang engine (:func:`server_terms`; why each:
+:mod:`dynlab.latency.overheads`): no step CPU time (the overlap scheduler hides it), SGLang's CUDA-graph rule
+(``cuda_graphs=sglang``), the decode graph's largest batch ``cuda_graph_max`` by the GPU's memory and tp
+(``handle_gpu_memory_settings``, :func:`cuda_graph_max_bs_default`; capped at ``--max-running-requests`` when
+given) and the prefill graph's largest pass ``cuda_graph_prefill_max`` in tokens: the chunk
+(``--chunked-prefill-size`` as resolved above), at most 8,192 for an MLA model (SGLang's ``use_mla_backend``
+cap) and 4,096 for a Llama-2 one, 0 (no graph: an empty capture list) with chunking off.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["chunked_prefill_default", "max_running_default", "sglang_worker", "describe"]
+__all__ = ["chunked_prefill_default", "cuda_graph_max_bs_default", "max_running_default", "server_terms",
+           "sglang_worker", "describe"]
 
 GIB_MIB = 1024
 
@@ -31,6 +40,38 @@ def chunked_prefill_default(gpu_memory_gib: float) -> int:
         if mib < below * GIB_MIB:
             return chunk
     return 16384
+
+
+def cuda_graph_max_bs_default(gpu_memory_gib: float, tp: int) -> int:
+    """``handle_gpu_memory_settings``' decode CUDA-graph batch for a GPU of ``gpu_memory_gib`` GiB at ``tp`` GPUs:
+    8 below 20 GiB; below 35, 48 (160 at tp >= 4); below 60, 32 (160); below 160, 256 (512); else 512."""
+    mib = gpu_memory_gib * GIB_MIB
+    for below, small, large in ((20, 8, 8), (35, 48, 160), (60, 32, 160), (90, 256, 512), (160, 256, 512)):
+        if mib < below * GIB_MIB:
+            return small if tp < 4 else large
+    return 512
+
+
+def server_terms(config, hardware) -> dict:
+    """The latency options' defaults of an SGLang engine on ``hardware`` (the module docstring): ``config`` (a
+    ``SimConfig``, or ``None`` for SGLang's own defaults) gives ``--chunked-prefill-size`` and
+    ``--max-running-requests`` when set."""
+    from dynlab.latency.overheads import SGLANG
+
+    chunk = None if config is None else config.chunked_prefill_size
+    if chunk is None:
+        chunk = chunked_prefill_default(hardware.gpu.memory_gb)
+    prefill = 0 if chunk == -1 else chunk
+    if hardware.model.attention == "mla":
+        prefill = min(prefill, 8192)
+    if "llama-2" in hardware.model.name.lower():
+        prefill = min(prefill, 4096)
+    decode = cuda_graph_max_bs_default(hardware.gpu.memory_gb, hardware.tp)
+    given = None if config is None else config.max_running_requests
+    if given is not None:
+        decode = min(decode, given)
+    return {"cpu_step_us": 0.0, "cpu_us_per_request": 0.0, "cuda_graphs": SGLANG, "cuda_graph_max": decode,
+            "cuda_graph_prefill_max": prefill}
 
 
 def max_running_default(pool_tokens: int, context_len: Optional[int], given: Optional[int] = None) -> int:
