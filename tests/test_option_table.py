@@ -683,6 +683,12 @@ TABLE.update({
     ("calibrate", "--engine"): changes(CALIBRATE, ["--engine", "sglang"]),  # the file states none: vLLM by default
     ("calibrate", "--max-running-requests"): changes(CALIBRATE + ["--engine", "sglang"], ["--max-running-requests", "1"]),
     ("calibrate", "--chunked-prefill-size"): changes(CALIBRATE + ["--engine", "sglang"], ["--chunked-prefill-size", "16"]),
+    ("calibrate", "--max-prefill-tokens"): changes(CALIBRATE + ["--engine", "sglang"], ["--max-prefill-tokens", "16"]),
+    # 0.1873 x 80 GiB less llama-3.1-8b's 14.96 GiB of weights: a pool of ~13 blocks, where 4 users' 72 tokens queue
+    ("calibrate", "--mem-fraction-static"): changes(CALIBRATE + ["--engine", "sglang"], ["--mem-fraction-static", "0.1873"]),
+    # no replay depends on it (its prompts share no prefix): refused, saying so
+    ("calibrate", "--disable-radix-cache"): refuses(CALIBRATE + ["--engine", "sglang", "--disable-radix-cache"],
+                                                    "--disable-radix-cache"),
     ("calibrate", "--latency-opt"): changes(CALIBRATE + ["--fit", "beta0,beta2"], ["--latency-opt", "beta1=0.2"]),
     ("calibrate", "--fit"): changes(CALIBRATE, ["--fit", "beta0"]),
     ("calibrate", "--folds"): changes(CALIBRATE, ["--folds", "2"]),

@@ -91,26 +91,37 @@ def replay_engine(points: Sequence[MeasuredPoint], given: Optional[str] = None) 
 
 
 #: each engine's server flags (SimConfig fields) -> their flags and dynlab calibrate's defaults for them
-#: (None: SimConfig's; 256 and 8192 are vLLM's own defaults, vllm/config/scheduler.py)
+#: (None: SimConfig's, :data:`dynlab.engine.options.OPTIONS`; 256 and 8192 are vLLM's own defaults,
+#: vllm/config/scheduler.py)
 _ENGINE_FLAGS = {"vllm": {"max_num_seqs": ("--max-num-seqs", 256),
                           "max_num_batched_tokens": ("--max-num-batched-tokens", 8192)},
                  "sglang": {"max_running_requests": ("--max-running-requests", None),
-                            "chunked_prefill_size": ("--chunked-prefill-size", None)}}
+                            "chunked_prefill_size": ("--chunked-prefill-size", None),
+                            "max_prefill_tokens": ("--max-prefill-tokens", None),
+                            "mem_fraction_static": ("--mem-fraction-static", None),
+                            "disable_radix_cache": ("--disable-radix-cache", None)}}
+#: the engine's flags no replay of :mod:`dynlab.calibrate.replay` depends on -> why (refused, as sim refuses an
+#: option that would do nothing): every replayed prompt is distinct, so a prefix cache never matches one
+NO_EFFECT = {"disable_radix_cache": "their prompts share no prefix, so SGLang's radix cache never matches one"}
 
 
 def engine_fields(kind: str, flags: Optional[dict]) -> dict:
     """SimConfig fields of the server's flags ``flags`` (field -> value, ``None`` where not given) replayed on
     engine ``kind``: its own flags with their defaults (:data:`_ENGINE_FLAGS`), ``engine_kind``. Raises
-    :class:`CalibrationError` for a flag of the other engine (it would do nothing)."""
+    :class:`CalibrationError` (one line naming the flag) for a flag of the other engine, or one of
+    :data:`NO_EFFECT`: either would do nothing."""
     out = {"engine_kind": kind}
     for other, names in _ENGINE_FLAGS.items():
         for field, (flag, default) in names.items():
             value = (flags or {}).get(field)
             if other != kind and value is not None:
                 raise CalibrationError(f"{flag} has no effect with engine {kind} (it is {other}'s flag)")
+            if value is not None and field in NO_EFFECT:
+                raise CalibrationError(f"{flag} has no effect on dynlab calibrate's replays ({NO_EFFECT[field]}): "
+                                       "leave it out")
             if other == kind and (value if value is not None else default) is not None:
                 out[field] = value if value is not None else default
-    for field, value in (flags or {}).items():  # fields no engine table names (fidelity_real's SGLang extras)
+    for field, value in (flags or {}).items():  # other SimConfig fields no engine table names, kept as given
         if value is not None and not any(field in names for names in _ENGINE_FLAGS.values()):
             out[field] = value
     return out
@@ -130,8 +141,9 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     ``max_concurrency`` nor a request rate (aiperf's per-request export). ``engine``: the server's engine
     settings the files do not state, as :class:`~dynlab.engine.config.SimConfig` fields
     (vLLM's ``max_num_seqs``, ``max_num_batched_tokens``; SGLang's ``max_running_requests``,
-    ``chunked_prefill_size``). ``engine_kind``: ``--engine`` (:func:`replay_engine`); the profile records the
-    engine replayed on. ``max_nfev``: the optimiser's evaluations at most per fit."""
+    ``chunked_prefill_size``, ``max_prefill_tokens``, ``mem_fraction_static``; :func:`engine_fields`).
+    ``engine_kind``: ``--engine`` (:func:`replay_engine`); the profile records the engine replayed on.
+    ``max_nfev``: the optimiser's evaluations at most per fit."""
     points = []
     for path in paths:
         read = read_points(path, fmt)

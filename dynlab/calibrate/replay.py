@@ -163,7 +163,9 @@ class Replayed:
 def simulate(point: MeasuredPoint, config: SimConfig, pairs: Optional[list] = None) -> Replayed:
     """Replay ``point`` under ``config`` (one worker; its ``model``, ``gpu``, ``tp``, ``latency_model`` and
     ``latency_opts`` are the replay's). ``pairs``: the lengths (:func:`lengths`), to skip redrawing them.
-    Raises :class:`ReplayError`, or ``ValueError`` for a bad option."""
+    Requests the server refuses are left out of the figures, as ``vllm bench serve`` leaves out failed ones.
+    Raises :class:`ReplayError` (also when it refuses every request: no figure to compare), or ``ValueError``
+    for a bad option."""
     from dynlab.sim.runner import run
 
     pairs = lengths(point) if pairs is None else pairs
@@ -173,6 +175,10 @@ def simulate(point: MeasuredPoint, config: SimConfig, pairs: Optional[list] = No
     spacing = 1000.0 / point.request_rate if constant else None
     run(config, requests=_requests(pairs, config.block, spacing), recorders=(recorder,))
     rows = [recorder.rows[i] for i in sorted(recorder.rows)]
+    if not rows:
+        raise ReplayError(f"{point.source}: the replayed server refused all {len(pairs)} requests (each needs "
+                          "more KV cache than its pool holds: more GPUs or memory, or with SGLang a larger "
+                          "--mem-fraction-static)")
     return Replayed(rows, recorder.last - (recorder.first or 0.0), config.tp * config.pp)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -31,6 +32,15 @@ def _where(source: str) -> str:
     return source.replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def _shown(path: str) -> str:
+    """A profile's model or GPU as the table shows it: a stored absolute path (:func:`dynlab.latency.profile.stored_path`)
+    relative to the current directory when inside it, as the user typed it; anything else as it is."""
+    if not os.path.isabs(path):
+        return path
+    rel = os.path.relpath(path)
+    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
 def _table(profile: dict) -> str:
     """One row per point and measured metric: its error before the fit, after it and held out (cv)."""
     stages = ["before", "after"] + (["cv"] if profile["folds"] else [])
@@ -43,7 +53,8 @@ def _table(profile: dict) -> str:
     lines = ["  ".join(c.ljust(widths[j]) if j < 2 else c.rjust(widths[j]) for j, c in enumerate(r)) for r in rows]
     opts = ", ".join(f"{k}={v:g}" for k, v in profile["latency_opts"].items())
     opts += f", request_overhead_ms={profile['request_overhead_ms']:g}"
-    lines.append(f"fitted {profile['latency_model']} on {profile['model']}, {profile['tp']} x {profile['gpu']}: {opts}")
+    lines.append(f"fitted {profile['latency_model']} on {_shown(profile['model'])}, {profile['tp']} x "
+                 f"{_shown(profile['gpu'])}: {opts}")
     if profile["folds"]:
         cv = ", ".join(f"{_SHORT[m]} {v:.1f}%" for m, v in profile["cv_error_pct"].items())
         lines.append(f"{profile['folds']}-fold cross-validated median |error|: {cv}")
@@ -77,6 +88,14 @@ def _table(profile: dict) -> str:
               help="The measured server's running requests at most (SGLang's) [default: SGLang's, from memory].")
 @click.option("--chunked-prefill-size", type=_sim_type("chunked_prefill_size"), default=None,
               help="The measured server's prefill chunk in tokens (SGLang's; -1: none) [default: SGLang's].")
+@click.option("--max-prefill-tokens", type=_sim_type("max_prefill_tokens"), default=None,
+              help="The measured server's tokens of one prefill pass at most (SGLang's) [default: 16384, SGLang's].")
+@click.option("--mem-fraction-static", type=_sim_type("mem_fraction_static"), default=None,
+              help="The measured server's share of GPU memory for weights and KV (SGLang's); sizes the replay's KV "
+                   "pool [default: as sim, docs/engine.md].")
+@click.option("--disable-radix-cache", is_flag=True,
+              help="The measured server's (SGLang's): refused, it changes no replay (the replayed prompts share no "
+                   "prefix, so the radix cache never matches one).")
 @click.option("--latency-model", type=_sim_type("latency_model"), default="linear", show_default=True,
               help="The latency model to fit (linear or roofline, or any with --fit).")
 @click.option("--latency-opt", "latency_opts", multiple=True, metavar="NAME=VALUE",
@@ -91,7 +110,8 @@ def _table(profile: dict) -> str:
 @click.option("--output-format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or the profile as JSON [default: table on a terminal, else json].")
 def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, max_num_seqs, max_num_batched_tokens,
-                  max_running_requests, chunked_prefill_size, latency_model, latency_opts, fit, folds, out, fmt):
+                  max_running_requests, chunked_prefill_size, max_prefill_tokens, mem_fraction_static,
+                  disable_radix_cache, latency_model, latency_opts, fit, folds, out, fmt):
     """Fit a latency model to measured benchmark runs; print the error per point before and after.
 
     FILES: `vllm bench serve --save-result` JSON, aiperf's profile_export.jsonl or its summary JSON,
@@ -105,7 +125,9 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
 
     names = split_list(fit, "'--fit'") if fit is not None else None
     engine = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-              "max_running_requests": max_running_requests, "chunked_prefill_size": chunked_prefill_size}
+              "max_running_requests": max_running_requests, "chunked_prefill_size": chunked_prefill_size,
+              "max_prefill_tokens": max_prefill_tokens, "mem_fraction_static": mem_fraction_static,
+              "disable_radix_cache": disable_radix_cache or None}  # None: not given
     try:
         profile, _ = calibrate_files(files, file_format, model, gpu, tp, latency_model,
                                      parse_opts(latency_opts, "--latency-opt"), names, folds,

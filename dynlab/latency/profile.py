@@ -3,7 +3,10 @@
 A profile is one JSON object (``PROFILE_KEYS``, in that order):
 
 - ``dynlab_calibration``: the format version, 1;
-- ``model``, ``gpu``, ``tp``: the hardware the points were replayed on (dynlab's names);
+- ``model``, ``gpu``, ``tp``: the hardware the points were replayed on (dynlab's names); a model given as a path
+  (a ``config.json`` or its directory) and a GPU file (``.json``) are stored as absolute paths (:func:`stored_path`),
+  so a run from another directory compares the same file (profiles written before 2026-12-07 hold the path as
+  typed, read from the current directory);
 - ``engine``: the engine whose scheduler replayed the points (``dynlab calibrate --engine``, else the files'
   stated engine, else vllm; profiles written before 2026-12-07 give the files' stated engine or null);
 - ``version``: the serving engine's version when the files state it (else null);
@@ -38,6 +41,24 @@ def _round(mapping: dict, digits: int = 1) -> dict:
     return {k: round(float(v), digits) for k, v in mapping.items()}
 
 
+def stored_path(name: str, gpu: bool = False) -> str:
+    """``name`` (a model, or with ``gpu`` a GPU) as a profile stores it: a path as an absolute path, a catalogue name
+    as it is. A path is what a run reads as one: for a GPU a name ending ``.json``
+    (:func:`dynlab.models.gpus.gpu_spec`); for a model anything but a bundled name that contains ``/``, ends
+    ``.json`` or names an existing file or directory (:func:`dynlab.models.spec.model_spec`)."""
+    import os
+
+    if gpu:
+        return os.path.abspath(name) if name.endswith(".json") else name
+    from dynlab.models.config import bundled_models
+
+    if name in bundled_models():
+        return name
+    if os.sep in name or "/" in name or name.endswith(".json") or os.path.lexists(name):
+        return os.path.abspath(name)
+    return name
+
+
 def profile_json(calibration, points: Sequence, configs: Sequence) -> dict[str, Any]:
     """The profile object of a :class:`~dynlab.calibrate.fit.Calibration` of ``points`` replayed with ``configs``."""
     first = configs[0]
@@ -52,7 +73,8 @@ def profile_json(calibration, points: Sequence, configs: Sequence) -> dict[str, 
         if calibration.cv_points:
             row["error_pct"]["cv"] = _round(calibration.cv_points[i]["error_pct"])
         rows.append(row)
-    return {"dynlab_calibration": PROFILE_VERSION, "model": first.model, "gpu": first.gpu, "tp": first.tp,
+    return {"dynlab_calibration": PROFILE_VERSION, "model": stored_path(first.model),
+            "gpu": stored_path(first.gpu, gpu=True), "tp": first.tp,
             "engine": first.engine_kind, "version": ",".join(sorted(versions)) or None,
             "latency_model": calibration.latency_model,
             "latency_opts": {k: float(f"{float(v):.6g}") for k, v in calibration.opts.items()
@@ -128,8 +150,8 @@ BAND_KEYS = {"median_ttft_ms": "ttft_ms.p50", "p99_ttft_ms": "ttft_ms.p99", "med
 
 
 def _model_key(model: str) -> str:
-    """A model as compared between a profile and a run: a config.json path by its real path (so a relative
-    and an absolute spelling match), a bundled name as it is."""
+    """A model or GPU as compared between a profile and a run: an existing path by its real path (so a relative
+    and an absolute spelling match), a catalogue name as it is."""
     import os
 
     return os.path.realpath(model) if os.path.exists(model) else model
@@ -172,7 +194,7 @@ def apply_profile(config):
     keys = {"latency_profile": path, "error_band_pct": band}
     shape, here = (profile["model"], profile["gpu"], profile["tp"]), (config.model, config.gpu, config.tp)
     elsewhere = []
-    if (_model_key(shape[0]), *shape[1:]) != (_model_key(here[0]), *here[1:]):
+    if (_model_key(shape[0]), _model_key(shape[1]), shape[2]) != (_model_key(here[0]), _model_key(here[1]), here[2]):
         elsewhere.append(f"on {shape[0]}, {shape[2]} x {shape[1]}, not on {here[0]}, {here[2]} x {here[1]}")
     engines = other_engines(profile.get("engine"), config.engine_kind)
     if engines:
@@ -188,4 +210,4 @@ def apply_profile(config):
 
 
 __all__ = ["BAND_KEYS", "PROFILE_KEYS", "PROFILE_VERSION", "apply_profile", "other_engines", "profile_json",
-           "read_profile"]
+           "read_profile", "stored_path"]
