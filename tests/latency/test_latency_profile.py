@@ -65,3 +65,14 @@ def test_the_footer_gives_the_profiles_front_end(tmp_path):
                                             f"(--latency-profile {path}), detokenisation 45.9 us")
     plain = ok(invoke("latency", "--format", "table")).stdout.splitlines()[-1]
     assert "front end 15.56 ms per request (--request-overhead-ms)" in plain
+
+
+def test_the_models_own_word_and_the_profiles_share_one_line_as_in_sim(tmp_path):
+    roofline = {**LLAMA, "latency_model": "roofline", "latency_opts": {"mfu": 0.5},
+                "fitted": ["mfu", "request_overhead_ms"]}
+    path = _profile(tmp_path, roofline)
+    r = ok(invoke("latency", "--latency-profile", path, "--gpu", "b200"))
+    assert r.stderr.splitlines() == [
+        "Warning: latency model roofline: outside its fit (dense full-attention bf16 models on h100/h200 at tp 1-2): "
+        f"GPU b200 (see docs/latency.md); --latency-profile {path} was calibrated on llama-3.1-8b, 1 x h100, not on "
+        "llama-3.1-8b, 1 x b200: its error is unmeasured here"]
