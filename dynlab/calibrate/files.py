@@ -1,8 +1,9 @@
 """``dynlab calibrate``'s library side: read the benchmark files, settle each point's hardware, fit, and
 return the profile (:mod:`dynlab.latency.profile`).
 
-Each point is replayed on ``model`` and ``gpu`` when given, else on those its file names; on the tp its
-file states, else ``tp`` (1 when neither). A file's model is a Hugging Face id
+Each point is replayed on ``model``, ``gpu`` and ``tp`` when given, else on those its file names (tp 1 when
+neither gives one); a given ``tp`` also replaces the point's own, so its measured throughput per GPU is divided by
+it (:meth:`~dynlab.calibrate.measured.MeasuredPoint.gpus`). A file's model is a Hugging Face id
 (``meta-llama/Llama-3.1-8B-Instruct``): it is taken as dynlab's bundled name when its last part, lower
 case, is one (``llama-3.1-8b-instruct`` is not; give ``--model``). A GPU and an engine, a file's or given
 (``--gpu``, ``--engine``), are compared in lower case: the measured server's names as the benchmark tools
@@ -53,7 +54,7 @@ def point_configs(points: Sequence[MeasuredPoint], base: SimConfig, model: Optio
     Raises :class:`CalibrationError` for a point with none given, or for points on several models or GPUs."""
     configs = []
     for p in points:
-        configs.append(replace(base, model=_model(p, model), gpu=_gpu(p, gpu), tp=p.tp or tp or 1))
+        configs.append(replace(base, model=_model(p, model), gpu=_gpu(p, gpu), tp=tp or p.tp or 1))
     shapes = {(c.model, c.gpu) for c in configs}
     if len(shapes) > 1:
         listed = ", ".join(f"{m} on {g}" for m, g in sorted(shapes))
@@ -142,7 +143,8 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     settings the files do not state, as :class:`~dynlab.engine.config.SimConfig` fields
     (vLLM's ``max_num_seqs``, ``max_num_batched_tokens``; SGLang's ``max_running_requests``,
     ``chunked_prefill_size``, ``max_prefill_tokens``, ``mem_fraction_static``; :func:`engine_fields`).
-    ``engine_kind``: ``--engine`` (:func:`replay_engine`); the profile records the engine replayed on.
+    ``engine_kind``: ``--engine`` (:func:`replay_engine`); the profile records the engine replayed on. ``model``,
+    ``gpu``, ``tp``: given, they replace the files' (module docstring).
     ``max_nfev``: the optimiser's evaluations at most per fit."""
     points = []
     for path in paths:
@@ -155,6 +157,8 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
             raise CalibrationError("--concurrency has no effect: every point states its concurrency or request rate")
         points = [replace(p, max_concurrency=concurrency)
                   if p.max_concurrency is None and p.request_rate is None else p for p in points]
+    if tp is not None:  # given: replaces the files' tp, as --model and --gpu replace theirs
+        points = [replace(p, tp=tp) for p in points]
     kind = replay_engine(points, engine_kind)
     base = SimConfig(timing=True, latency_model=latency_model, latency_opts=dict(latency_opts or {}),
                      **engine_fields(kind, engine))

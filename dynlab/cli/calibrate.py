@@ -72,8 +72,9 @@ def _table(profile: dict) -> str:
                    "the files' (needed where a file names none or one dynlab does not bundle).")
 @click.option("--gpu", default=None, help="The GPU [default: the one each file names]; given, it replaces the files'. "
                                          "Any case, as a file's (H100 is h100).")
-@click.option("--tp", type=click.IntRange(min=1), default=None, help="GPUs per server (tensor parallel), where a file "
-                                                                      "states none [default: 1].")
+@click.option("--tp", type=click.IntRange(min=1), default=None,
+              help="GPUs per server (tensor parallel) [default: the one each file states, else 1]; given, it replaces "
+                   "the files' (and divides their throughput per GPU).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="The client's concurrent users, where a file states neither them nor a request rate.")
 @click.option("--engine", "engine_kind", type=click.Choice(["vllm", "sglang"], case_sensitive=False), default=None,

@@ -36,8 +36,9 @@ def _terms(grid: dict) -> list:
             lines.append(f"{name} includes server CPU {t['cpu_step_us']:.3g} us per step + "
                          f"{t['cpu_us_per_request']:.3g} us per request" + (f"; {graphs}" if graphs else ""))
     c = grid["client_terms"]
+    front = f"--latency-profile {grid['latency_profile']}" if "latency_profile" in grid else "--request-overhead-ms"
     lines.append(f"not in a step (a run's defaults): front end {c['request_overhead_ms']:.2f} ms per request "
-                 f"(--request-overhead-ms), detokenisation {c['detok_us_per_token']:.3g} us per output token "
+                 f"({front}), detokenisation {c['detok_us_per_token']:.3g} us per output token "
                  "(--detok-us-per-token)")
     return lines
 
@@ -79,18 +80,41 @@ def _gpu_table() -> str:
     return "\n".join("  ".join(c.ljust(widths[j]) for j, c in enumerate(r)).rstrip() for r in rows)
 
 
-def _profiled(path: str, latency_models: str, opts: dict) -> tuple:
-    """``([model], options)`` of the profile at ``path``; ``--latency-model`` or a fitted ``--latency-opt``
-    beside it is a usage error."""
+def _profiled(ctx: click.Context, path: str, opts: dict) -> tuple:
+    """``([model], options, profile)`` of the profile at ``path``, refused as ``sim`` refuses it
+    (:func:`dynlab.engine.arrival_options`, :func:`dynlab.latency.profile.apply_profile`): ``--latency-model``
+    given beside it, or a ``--latency-opt`` it fits, is a usage error."""
+    from click.core import ParameterSource
+
     from dynlab.latency.profile import read_profile
 
-    if latency_models != lib.DEFAULT_LATENCY_MODEL:
-        raise click.UsageError("--latency-model has no effect with --latency-profile (the profile names its model)")
+    if ctx.get_parameter_source("latency_models") != ParameterSource.DEFAULT:
+        raise click.UsageError("--latency-model has no effect with --latency-profile "
+                               "(the profile names its latency model)")
     profile = read_profile(path)
     fitted = sorted(set(opts) & set(profile["latency_opts"]))
     if fitted:
         raise click.UsageError(f"--latency-opt {fitted[0]}: --latency-profile {path} fits it")
-    return [profile["latency_model"]], {**{k: repr(float(v)) for k, v in profile["latency_opts"].items()}, **opts}
+    opts = {**{k: repr(float(v)) for k, v in profile["latency_opts"].items()}, **opts}
+    return [profile["latency_model"]], opts, profile
+
+
+def _with_profile(grid: dict, profile: dict, path: str, shape: tuple) -> dict:
+    """``grid`` with the profile at ``path``: its front end (``request_overhead_ms``, the one its fit used) in
+    ``client_terms``, the key ``latency_profile`` (the path), and in ``latency_domain`` what ``sim`` says of the
+    profile on ``shape`` (model, GPU, tp, engine as given: :func:`dynlab.latency.profile.profile_domain`), after
+    the latency model's own word as sim's result puts it."""
+    from dynlab.latency.profile import profile_domain
+
+    grid = {**grid, "client_terms": {**grid["client_terms"],
+                                      "request_overhead_ms": float(profile.get("request_overhead_ms", 0.0))},
+            "latency_profile": path}
+    why = profile_domain(profile, path, *shape)
+    if why:
+        name = profile["latency_model"]
+        own = grid.get("latency_domain", {}).get(name)
+        grid["latency_domain"] = {**grid.get("latency_domain", {}), name: f"{own}; {why}" if own else why}
+    return grid
 
 
 @main.command("latency")
@@ -114,14 +138,16 @@ def _profiled(path: str, latency_models: str, opts: dict) -> tuple:
 @click.option("--engine", default="vllm", show_default=True, metavar="NAME",
               help="The engine kind whose server terms the latency models default to (vllm, sglang: docs/latency.md).")
 @click.option("--latency-profile", "profile_path", default=None, metavar="FILE",
-              help="A calibration profile (dynlab calibrate): its latency model with its fitted options.")
+              help="A calibration profile (dynlab calibrate): its latency model, fitted options and front end; "
+                   "not with --latency-model; a warning when --model/--gpu/--tp/--engine are not its own.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
               help="Output: an aligned table or JSON [default: table on a terminal, else json].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=output_path,
               metavar="FILE.png",
               help="Also write step time against batch size (an image; the suffix sets its format, PNG without one).")
 @click.option("--list", "list_gpus", is_flag=True, help="List the catalogue GPUs and latency models, and exit.")
-def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_models, latency_opts, engine, profile_path,
+@click.pass_context
+def latency_cmd(ctx, model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_models, latency_opts, engine, profile_path,
                 fmt, plot_path, list_gpus):
     """Step times (ms) of one or more latency models on a fixed grid of steps.
 
@@ -156,8 +182,9 @@ def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_mo
     defaults = _engine_defaults(engine)
     names = split_list(latency_models, "'--latency-model'")
     opts = parse_opts(latency_opts, "'--latency-opt'")
+    profile = None
     if profile_path is not None:
-        names, opts = _profiled(profile_path, latency_models, opts)
+        names, opts, profile = _profiled(ctx, profile_path, opts)
     if plot_path:
         from dynlab.cli.common import check_plot
 
@@ -168,6 +195,8 @@ def latency_cmd(model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, latency_mo
                                 defaults=defaults)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if profile is not None:
+        grid = _with_profile(grid, profile, profile_path, (model, gpu, tp, engine))
     for name, why in grid.get("latency_domain", {}).items():
         click.echo(f"Warning: latency model {name}: {why}", err=True)
     if plot_path:

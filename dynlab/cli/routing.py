@@ -51,14 +51,21 @@ def check_options(config: SimConfig, given, requests=None) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _run(config: SimConfig, quiet: bool, requests=None, recorders=()) -> dict:
+def _run(config: SimConfig, quiet: bool, requests=None, recorders=(), warned: set | None = None) -> dict:
+    """``sim``'s result of ``config``, warning on stderr when it lies outside the latency model's (or the profile's)
+    domain; with ``warned`` (the warnings printed so far, a command's set) each warning once: one per shape, as
+    ``plan`` warns, since the text names what puts the shape outside (its GPU, model, tp)."""
     try:
         result = run(config, progress=not quiet and sys.stderr.isatty(), requests=requests, recorders=recorders)
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
     if isinstance(result, dict) and result.get("latency_domain"):  # the latency model's own word (models helper)
         model = result.get("latency_model") or config.latency_model  # a profile's model, when one replaced the flag's
-        click.echo(f"Warning: latency model {model}: {result['latency_domain']}", err=True)
+        line = f"Warning: latency model {model}: {result['latency_domain']}"
+        if warned is None or line not in warned:
+            click.echo(line, err=True)
+        if warned is not None:
+            warned.add(line)
     return result
 
 
@@ -213,12 +220,11 @@ def compare(ctx, opt, latency_opt, all_metrics, timing, quiet, fmt, plot_path, r
 
         keep_stdin()
     _check_timed_runs(configs, requests)
-    results = {}
-    usage = {}
+    results, usage, warned = {}, {}, set()
     with progress_bar(len(configs), "compare", "run", quiet) as bar:  # each run adds its own bar below
         for item, config in configs.items():
             recorder = usage_recorder(config, report_path)
-            results[item] = _run(config, quiet, requests, () if recorder is None else (recorder,))
+            results[item] = _run(config, quiet, requests, () if recorder is None else (recorder,), warned)
             if recorder is not None:
                 usage[item] = recorder
             bar.update(1)

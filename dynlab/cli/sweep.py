@@ -318,7 +318,7 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
     started = time.perf_counter()
     run_cells(todo, executor, jobs, ray_address, results_file, results, in_grid, quiet)
     elapsed = time.perf_counter() - started
-    results = {k: r for k, r in results.items() if k in in_grid}  # records of other grids stay out
+    results = _warned({k: r for k, r in results.items() if k in in_grid}, cells)  # records of other grids stay out
     if plot_path:
         metric = _plot_metric(results, metric)  # a metric no result has fails before any file is written
     if csv_path:
@@ -332,6 +332,18 @@ def sweep(ctx, grid_items, grid_file, executor, jobs, ray_address, out, resume, 
         where = f" into {out}" if out else ""
         extra = f"; {skipped} already there" if skipped else ""
         click.echo(f"sweep: {_cells(len(todo))} in {elapsed:.1f} s ({executor}){where}{extra}", err=True)
+
+
+def _warned(results: dict, cells: list) -> dict:
+    """``results``, after the warning ``sim`` prints for a result outside its latency model's (or profile's)
+    domain (``latency_domain``), on stderr once per distinct warning in the order of ``cells``: once per shape, as
+    ``plan`` and ``compare`` warn (the text names what puts the shape outside: its GPU, model, tp)."""
+    ordered = [results[cell_key(c)] for c in cells if cell_key(c) in results]
+    lines = {f"Warning: latency model {r.get('latency_model')}: {r['latency_domain']}": None
+             for r in ordered if isinstance(r, dict) and r.get("latency_domain")}
+    for line in lines:
+        click.echo(line, err=True)
+    return results
 
 
 def _check_plot_request(plot_path, metric, configs) -> None:

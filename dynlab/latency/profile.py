@@ -167,6 +167,27 @@ def other_engines(stated, engine_kind: str) -> str:
     return stated if names and engine_kind.lower() not in {n.lower() for n in names} else ""
 
 
+def profile_domain(profile: dict, path: str, model: str, gpu: str, tp: int, engine_kind: str) -> str:
+    """What a run on ``model``, ``tp`` x ``gpu`` under ``engine_kind`` (the run's ``--engine``) says of the profile
+    ``profile`` read from ``path`` (:func:`read_profile`): that it was calibrated elsewhere (another model, GPU or tp,
+    or another engine when it states its engine, :func:`other_engines`), so its error is unmeasured here; else that
+    it has no cross-validated error; else ``""``. The ``latency_domain`` of :func:`apply_profile`, and the
+    warning ``dynlab latency --latency-profile`` prints."""
+    shape = (profile["model"], profile["gpu"], profile["tp"])
+    elsewhere = []
+    if (_model_key(shape[0]), _model_key(shape[1]), shape[2]) != (_model_key(model), _model_key(gpu), tp):
+        elsewhere.append(f"on {shape[0]}, {shape[2]} x {shape[1]}, not on {model}, {tp} x {gpu}")
+    engines = other_engines(profile.get("engine"), engine_kind)
+    if engines:
+        elsewhere.append(f"with {engines}, not {engine_kind}")
+    if elsewhere:
+        return f"--latency-profile {path} was calibrated {' and '.join(elsewhere)}: its error is unmeasured here"
+    if not any(m in BAND_KEYS for m in profile["cv_error_pct"]):
+        return (f"--latency-profile {path} has no cross-validated error (it was fitted on fewer than 3 points): "
+                "its figures carry no error band")
+    return ""
+
+
 def apply_profile(config):
     """``(config, keys)``: ``config`` (a :class:`~dynlab.engine.config.SimConfig` with ``latency_profile``)
     with the profile's latency model, fitted options and request overhead (the one its fit used, unless the
@@ -192,22 +213,11 @@ def apply_profile(config):
     config = replace(config, latency_model=profile["latency_model"], latency_opts=opts, request_overhead_ms=front)
     band = {BAND_KEYS[m]: v for m, v in profile["cv_error_pct"].items() if m in BAND_KEYS}
     keys = {"latency_profile": path, "error_band_pct": band}
-    shape, here = (profile["model"], profile["gpu"], profile["tp"]), (config.model, config.gpu, config.tp)
-    elsewhere = []
-    if (_model_key(shape[0]), _model_key(shape[1]), shape[2]) != (_model_key(here[0]), _model_key(here[1]), here[2]):
-        elsewhere.append(f"on {shape[0]}, {shape[2]} x {shape[1]}, not on {here[0]}, {here[2]} x {here[1]}")
-    engines = other_engines(profile.get("engine"), config.engine_kind)
-    if engines:
-        elsewhere.append(f"with {engines}, not {config.engine_kind}")
-    if elsewhere:
-        keys["error_band_pct"] = {}
-        keys["latency_domain"] = (f"--latency-profile {path} was calibrated {' and '.join(elsewhere)}: "
-                                  "its error is unmeasured here")
-    elif not band:
-        keys["latency_domain"] = (f"--latency-profile {path} has no cross-validated error (it was fitted on fewer "
-                                  "than 3 points): its figures carry no error band")
+    domain = profile_domain(profile, path, config.model, config.gpu, config.tp, config.engine_kind)
+    if domain:  # calibrated elsewhere, or no cross-validated error: no band is claimed
+        keys["error_band_pct"], keys["latency_domain"] = {}, domain
     return config, keys
 
 
-__all__ = ["BAND_KEYS", "PROFILE_KEYS", "PROFILE_VERSION", "apply_profile", "other_engines", "profile_json",
-           "read_profile", "stored_path"]
+__all__ = ["BAND_KEYS", "PROFILE_KEYS", "PROFILE_VERSION", "apply_profile", "other_engines", "profile_domain",
+           "profile_json", "read_profile", "stored_path"]
