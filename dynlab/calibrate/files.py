@@ -132,7 +132,7 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
                     latency_opts: Optional[dict] = None, fit: Optional[Sequence[str]] = None,
                     folds: int = 5, concurrency: Optional[int] = None,
                     engine: Optional[dict] = None, engine_kind: Optional[str] = None,
-                    max_nfev: int = 60) -> tuple[dict, Calibration]:
+                    max_nfev: int = 60, progress=None) -> tuple[dict, Calibration]:
     """``(profile, calibration)`` of the points in ``paths`` (each read by
     :func:`~dynlab.calibrate.formats.read_points` with ``fmt``). Raises
     :class:`~dynlab.errors.InputError` / :class:`~dynlab.errors.InputFileError` for a bad file,
@@ -143,7 +143,8 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     (vLLM's ``max_num_seqs``, ``max_num_batched_tokens``; SGLang's ``max_running_requests``,
     ``chunked_prefill_size``, ``max_prefill_tokens``, ``mem_fraction_static``; :func:`engine_fields`).
     ``engine_kind``: ``--engine`` (:func:`replay_engine`); the profile records the engine replayed on.
-    ``max_nfev``: the optimiser's evaluations at most per fit."""
+    ``max_nfev``: the optimiser's evaluations at most per fit. ``progress``: called with the stage after every
+    replay (:func:`~dynlab.calibrate.fit.calibrate`), or ``None``."""
     points = []
     for path in paths:
         read = read_points(path, fmt)
@@ -161,7 +162,7 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     configs = point_configs(points, base, model, gpu, tp)
     for config in configs:
         config.validate()
-    calibration = calibrate(points, configs, fit, folds, max_nfev)
+    calibration = calibrate(points, configs, fit, folds, max_nfev, progress)
     return profile_json(calibration, points, configs), calibration
 
 

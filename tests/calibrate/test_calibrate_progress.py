@@ -57,8 +57,8 @@ class _Bar:
     def update(self, n=1):
         self.updates += n
 
-    def set_description(self, desc, refresh=True):
-        self.descs.append(desc)
+    def set_postfix_str(self, text, refresh=True):
+        self.descs.append(text)
 
 
 def _file(tmp_path):
@@ -85,4 +85,5 @@ def test_the_cli_drives_a_progress_bar_and_prints_none_off_a_terminal(tmp_path, 
     assert r.exit_code == 0, r.output
     [bar] = _Bar.made
     assert bar.args == (None, "calibrate", "replay") and bar.updates > 0
-    assert bar.descs[0] == "calibrate: fit" and bar.descs[-1] == "calibrate: fold 3/3"
+    assert bar.descs[0] == "fit" and bar.descs[-1] == "fold 3/3"
+    assert len(bar.descs) == bar.updates  # the stage told with every replay
