@@ -4,7 +4,9 @@ return the profile (:mod:`dynlab.latency.profile`).
 Each point is replayed on ``model`` and ``gpu`` when given, else on those its file names; on the tp its
 file states, else ``tp`` (1 when neither). A file's model is a Hugging Face id
 (``meta-llama/Llama-3.1-8B-Instruct``): it is taken as dynlab's bundled name when its last part, lower
-case, is one (``llama-3.1-8b-instruct`` is not; give ``--model``). A GPU and an engine, a file's or given
+case, is one, or is the Hub repository of a bundled config or an instruction-tuned release of the same
+architecture (:data:`dynlab.models.hub_ids.HUB_IDS`: ``llama-3.1-8b-instruct`` is ``llama-3.1-8b``); others need
+``--model``. A GPU and an engine, a file's or given
 (``--gpu``, ``--engine``), are compared in lower case: the measured server's names as the benchmark tools
 spell them (``H100``, ``SGLang``); a GPU file's path (``.json``) is kept as it is. A profile is for one model and one
 GPU: points on several are refused.
@@ -28,11 +30,11 @@ from dynlab.engine.config import SimConfig
 def _model(point: MeasuredPoint, given: Optional[str]) -> str:
     if given is not None:
         return given
-    from dynlab.models.config import bundled_models
+    from dynlab.models.hub_ids import bundled_name
 
     if point.model:
-        name = point.model.rsplit("/", 1)[-1].lower()
-        if name in bundled_models():
+        name = bundled_name(point.model)
+        if name is not None:
             return name
         raise CalibrationError(f"{point.source}: model {point.model!r} is not one dynlab bundles: give --model "
                                "(a bundled name, see dynlab models, or a config.json)")
