@@ -43,7 +43,10 @@ class Calibration:
     """A fit: ``latency_model`` with ``opts`` (every fitted option's value); ``before`` and ``after``:
     per point ``{"source", "measured", "predicted", "error_pct"}`` (error_pct: predicted / measured - 1,
     in percent) at the starting and at the fitted options; ``cv_error_pct``: per metric the median
-    absolute held-out error in percent (empty without cross-validation); ``folds``: k (0: none)."""
+    absolute held-out error in percent (empty without cross-validation); ``folds``: k (0: none);
+    ``on_bound``: each fitted option the fit on every point left on a bound of its range (its declared minimum or
+    maximum, or the fit's floor of 1e-6 times its start) -> that bound: the model cannot explain the points with
+    it inside its range (scipy's ``active_mask``)."""
 
     latency_model: str
     opts: dict
@@ -52,6 +55,7 @@ class Calibration:
     cv_error_pct: dict = field(default_factory=dict)
     folds: int = 0
     cv_points: list = field(default_factory=list)
+    on_bound: dict = field(default_factory=dict)
 
 
 def _fit_options(config: SimConfig, names: Sequence[str]) -> list:
@@ -119,11 +123,12 @@ def _residuals(points, configs, pairs, tick=None) -> list:
 FRONT_STARTS = (20.0, 1.0, 150.0)
 
 
-def _least_squares(points, configs, pairs, options, max_nfev: int, tick=None) -> list[float]:
+def _least_squares(points, configs, pairs, options, max_nfev: int, tick=None) -> tuple[list[float], dict]:
     """The fitted values of ``options``: scipy's ``least_squares`` (each option scaled by its starting value,
     so each moves by ratios) from every start of :data:`FRONT_STARTS` (one start when the front end is not
     fitted) with coarse finite differences (10 %), then polished from the best with fine ones (0.5 %).
-    ``tick``: called after every replay, or ``None``."""
+    ``tick``: called after every replay, or ``None``. Returns ``(values, on_bound)``: the options' fitted values and
+    those left on a bound -> the bound (:attr:`Calibration.on_bound`)."""
     try:
         from scipy.optimize import least_squares
     except ImportError:
@@ -156,7 +161,9 @@ def _least_squares(points, configs, pairs, options, max_nfev: int, tick=None) ->
     if best.cost > 1e-12:  # polish what is not exact already
         polished = solve(best.x, 0.005)
         fit = polished if polished.cost <= best.cost else best
-    return [float(ui * xi) for ui, xi in zip(fit.x, x0)]
+    on_bound = {n: float((lo[i] if side < 0 else hi[i]) * x0[i])
+                for i, (n, side) in enumerate(zip(names, fit.active_mask)) if side}
+    return [float(ui * xi) for ui, xi in zip(fit.x, x0)], on_bound
 
 
 def _prepare(points, configs, fit) -> tuple:
@@ -190,10 +197,10 @@ def calibrate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig], fit
     model, names, options, pairs = _prepare(points, configs, fit)
     tick = _ticker(progress, "fit")
     before = [_row(p, c, q, tick) for p, c, q in zip(points, configs, pairs)]
-    values = _least_squares(points, configs, pairs, options, max_nfev, tick)
+    values, on_bound = _least_squares(points, configs, pairs, options, max_nfev, tick)
     fitted = [_with(c, names, values) for c in configs]
     after = [_row(p, c, q, tick) for p, c, q in zip(points, fitted, pairs)]
-    out = Calibration(model, dict(zip(names, values)), before, after)
+    out = Calibration(model, dict(zip(names, values)), before, after, on_bound=on_bound)
     k = min(folds, len(points))
     if k >= 2 and len(points) >= 3:
         out.folds, out.cv_points = k, _cross_validate(points, configs, pairs, options, k, max_nfev, progress)
@@ -220,8 +227,8 @@ def _cross_validate(points, configs, pairs, options, k: int, max_nfev: int, prog
     for fold in range(k):
         tick = _ticker(progress, f"fold {fold + 1}/{k}")
         train = [i for i in range(len(points)) if i % k != fold]
-        values = _least_squares([points[i] for i in train], [configs[i] for i in train],
-                                [pairs[i] for i in train], options, max_nfev, tick)
+        values, _ = _least_squares([points[i] for i in train], [configs[i] for i in train],
+                                   [pairs[i] for i in train], options, max_nfev, tick)
         for i in range(fold, len(points), k):
             rows[i] = _row(points[i], _with(configs[i], names, values), pairs[i], tick)
     return rows

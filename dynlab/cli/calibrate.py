@@ -42,8 +42,9 @@ def _shown(path: str) -> str:
     return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
 
 
-def _table(profile: dict) -> str:
-    """One row per point and measured metric: its error before the fit, after it and held out (cv)."""
+def _table(profile: dict, on_bound: dict) -> str:
+    """One row per point and measured metric: its error before the fit, after it and held out (cv); the fit;
+    its cross-validated error; a line per option the fit left on a bound (``on_bound``: name -> bound)."""
     stages = ["before", "after"] + (["cv"] if profile["folds"] else [])
     rows = [["point", "metric", "measured"] + stages]
     for p in profile["points"]:
@@ -61,6 +62,8 @@ def _table(profile: dict) -> str:
         lines.append(f"{profile['folds']}-fold cross-validated median |error|: {cv}")
     else:
         lines.append("no cross-validation: it needs 3 points or more")
+    lines += [f"{name} ended on its bound {bound:g}: the model cannot explain these measurements with it inside its "
+              "range (a fit not to trust: measure more points, or fit fewer options)" for name, bound in on_bound.items()]
     return "\n".join(lines)
 
 
@@ -136,7 +139,7 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
                 bar.set_postfix_str(stage, refresh=False)
                 bar.update(1)
 
-            profile, _ = calibrate_files(files, file_format, model, gpu, tp, latency_model,
+            profile, calibration = calibrate_files(files, file_format, model, gpu, tp, latency_model,
                                          parse_opts(latency_opts, "--latency-opt"), names, folds,
                                          concurrency, engine, engine_kind, progress=progress)
     except CalibrationError as exc:  # the options cannot calibrate these files (--fit, --model, --engine...)
@@ -146,4 +149,4 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
     if out:
         json_text(profile)  # refuses a non-finite figure before writing
         write_atomic(out, json.dumps(profile, indent=2) + "\n")
-    echo_table_or_json(profile, fmt, _table)
+    echo_table_or_json(profile, fmt, lambda p: _table(p, calibration.on_bound))
