@@ -116,11 +116,11 @@ def read_profile(path: str) -> dict[str, Any]:
             raise InputError(path, _line_of(text, key),
                              f"{key!r} must be a non-empty string or null, got {data[key]!r}")
     _check_record_keys(data, text, path)
-    _check_latency_model(data, text, path)
     extra = {"request_overhead_ms": data["request_overhead_ms"]} if "request_overhead_ms" in data else {}
     for name, value in {**data["latency_opts"], **data["cv_error_pct"], **extra}.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise InputError(path, _line_of(text, name), f"{name!r} must be a finite number >= 0, got {value!r}")
+    _check_latency_model(data, text, path)
     return data
 
 
