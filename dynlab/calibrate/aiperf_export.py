@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from dynlab.calibrate.measured import (
-    _checked, _fill_summary, _first_json_line, _key_line, _load_json, MeasuredPoint, _number,
+    _checked, _fill_summary, _first_json_line, json_reason, _key_line, _load_json, MeasuredPoint, _number,
     _read_text, summarize,
 )
 from dynlab.errors import InputError
@@ -56,7 +56,7 @@ def _aiperf_record(path, line_no: int, line: str):
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(str(path), line_no, f"not valid JSON: {exc.msg}") from None
+        raise InputError(str(path), line_no, json_reason(exc)) from None
     if not isinstance(rec, dict):
         raise InputError(str(path), line_no, "expected a JSON object (an aiperf per-request record)")
     for key in rec:

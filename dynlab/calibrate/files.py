@@ -5,7 +5,9 @@ Each point is replayed on ``model``, ``gpu`` and ``tp`` when given, else on thos
 neither gives one); a given ``tp`` also replaces the point's own, so its measured throughput per GPU is divided by
 it (:meth:`~dynlab.calibrate.measured.MeasuredPoint.gpus`). A file's model is a Hugging Face id
 (``meta-llama/Llama-3.1-8B-Instruct``): it is taken as dynlab's bundled name when its last part, lower
-case, is one (``llama-3.1-8b-instruct`` is not; give ``--model``). A GPU and an engine, a file's or given
+case, is one, or is the Hub repository of a bundled config or an instruction-tuned release of the same
+architecture (:data:`dynlab.models.hub_ids.HUB_IDS`: ``llama-3.1-8b-instruct`` is ``llama-3.1-8b``); others need
+``--model``. A GPU and an engine, a file's or given
 (``--gpu``, ``--engine``), are compared in lower case: the measured server's names as the benchmark tools
 spell them (``H100``, ``SGLang``); a GPU file's path (``.json``) is kept as it is. A profile is for one model and one
 GPU: points on several are refused.
@@ -29,11 +31,11 @@ from dynlab.engine.config import SimConfig
 def _model(point: MeasuredPoint, given: Optional[str]) -> str:
     if given is not None:
         return given
-    from dynlab.models.config import bundled_models
+    from dynlab.models.hub_ids import bundled_name
 
     if point.model:
-        name = point.model.rsplit("/", 1)[-1].lower()
-        if name in bundled_models():
+        name = bundled_name(point.model)
+        if name is not None:
             return name
         raise CalibrationError(f"{point.source}: model {point.model!r} is not one dynlab bundles: give --model "
                                "(a bundled name, see dynlab models, or a config.json)")
@@ -133,7 +135,7 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
                     latency_opts: Optional[dict] = None, fit: Optional[Sequence[str]] = None,
                     folds: int = 5, concurrency: Optional[int] = None,
                     engine: Optional[dict] = None, engine_kind: Optional[str] = None,
-                    max_nfev: int = 60) -> tuple[dict, Calibration]:
+                    max_nfev: int = 60, progress=None) -> tuple[dict, Calibration]:
     """``(profile, calibration)`` of the points in ``paths`` (each read by
     :func:`~dynlab.calibrate.formats.read_points` with ``fmt``). Raises
     :class:`~dynlab.errors.InputError` / :class:`~dynlab.errors.InputFileError` for a bad file,
@@ -145,7 +147,8 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     ``chunked_prefill_size``, ``max_prefill_tokens``, ``mem_fraction_static``; :func:`engine_fields`).
     ``engine_kind``: ``--engine`` (:func:`replay_engine`); the profile records the engine replayed on. ``model``,
     ``gpu``, ``tp``: given, they replace the files' (module docstring).
-    ``max_nfev``: the optimiser's evaluations at most per fit."""
+    ``max_nfev``: the optimiser's evaluations at most per fit. ``progress``: called with the stage after every
+    replay (:func:`~dynlab.calibrate.fit.calibrate`), or ``None``."""
     points = []
     for path in paths:
         read = read_points(path, fmt)
@@ -165,7 +168,7 @@ def calibrate_files(paths: Sequence[str], fmt: Optional[str] = None, model: Opti
     configs = point_configs(points, base, model, gpu, tp)
     for config in configs:
         config.validate()
-    calibration = calibrate(points, configs, fit, folds, max_nfev)
+    calibration = calibrate(points, configs, fit, folds, max_nfev, progress)
     return profile_json(calibration, points, configs), calibration
 
 

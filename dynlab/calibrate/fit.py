@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from dynlab.calibrate.formats import MeasuredPoint
 from dynlab.calibrate.replay import METRICS, ReplayError, lengths, measured, replay
@@ -43,7 +43,10 @@ class Calibration:
     """A fit: ``latency_model`` with ``opts`` (every fitted option's value); ``before`` and ``after``:
     per point ``{"source", "measured", "predicted", "error_pct"}`` (error_pct: predicted / measured - 1,
     in percent) at the starting and at the fitted options; ``cv_error_pct``: per metric the median
-    absolute held-out error in percent (empty without cross-validation); ``folds``: k (0: none)."""
+    absolute held-out error in percent (empty without cross-validation); ``folds``: k (0: none);
+    ``on_bound``: each fitted option the fit on every point left on a bound of its range (its declared minimum or
+    maximum, or the fit's floor of 1e-6 times its start) -> that bound: the model cannot explain the points with
+    it inside its range (scipy's ``active_mask``)."""
 
     latency_model: str
     opts: dict
@@ -52,6 +55,7 @@ class Calibration:
     cv_error_pct: dict = field(default_factory=dict)
     folds: int = 0
     cv_points: list = field(default_factory=list)
+    on_bound: dict = field(default_factory=dict)
 
 
 def _fit_options(config: SimConfig, names: Sequence[str]) -> list:
@@ -90,18 +94,22 @@ def _with(config: SimConfig, names, values) -> SimConfig:
     return replace(config, latency_opts=opts, **run)
 
 
-def _row(point: MeasuredPoint, config: SimConfig, pairs) -> dict:
+def _row(point: MeasuredPoint, config: SimConfig, pairs, tick=None) -> dict:
     want = measured(point)
     got = replay(point, config, pairs)
+    if tick:
+        tick()
     return {"source": point.source, "measured": want,
             "predicted": {m: got[m] for m in want if m in got},
             "error_pct": {m: 100.0 * (got[m] / want[m] - 1.0) for m in want if m in got and math.isfinite(got[m])}}
 
 
-def _residuals(points, configs, pairs) -> list:
+def _residuals(points, configs, pairs, tick=None) -> list:
     out = []
     for point, config, p in zip(points, configs, pairs):
         want, got = measured(point), replay(point, config, p)
+        if tick:
+            tick()
         for m in FIT_METRICS:
             if m in want:
                 value = got.get(m)
@@ -115,10 +123,12 @@ def _residuals(points, configs, pairs) -> list:
 FRONT_STARTS = (20.0, 1.0, 150.0)
 
 
-def _least_squares(points, configs, pairs, options, max_nfev: int) -> list[float]:
+def _least_squares(points, configs, pairs, options, max_nfev: int, tick=None) -> tuple[list[float], dict]:
     """The fitted values of ``options``: scipy's ``least_squares`` (each option scaled by its starting value,
     so each moves by ratios) from every start of :data:`FRONT_STARTS` (one start when the front end is not
-    fitted) with coarse finite differences (10 %), then polished from the best with fine ones (0.5 %)."""
+    fitted) with coarse finite differences (10 %), then polished from the best with fine ones (0.5 %).
+    ``tick``: called after every replay, or ``None``. Returns ``(values, on_bound)``: the options' fitted values and
+    those left on a bound -> the bound (:attr:`Calibration.on_bound`)."""
     try:
         from scipy.optimize import least_squares
     except ImportError:
@@ -130,7 +140,7 @@ def _least_squares(points, configs, pairs, options, max_nfev: int) -> list[float
 
     def fun(u):
         values = [ui * xi for ui, xi in zip(u, x0)]
-        return _residuals(points, [_with(c, names, values) for c in configs], pairs)
+        return _residuals(points, [_with(c, names, values) for c in configs], pairs, tick)
 
     def solve(u, step):
         return least_squares(fun, u, bounds=(lo, hi), method="trf", diff_step=step, xtol=1e-8, ftol=1e-10,
@@ -151,7 +161,9 @@ def _least_squares(points, configs, pairs, options, max_nfev: int) -> list[float
     if best.cost > 1e-12:  # polish what is not exact already
         polished = solve(best.x, 0.005)
         fit = polished if polished.cost <= best.cost else best
-    return [float(ui * xi) for ui, xi in zip(fit.x, x0)]
+    on_bound = {n: float((lo[i] if side < 0 else hi[i]) * x0[i])
+                for i, (n, side) in enumerate(zip(names, fit.active_mask)) if side}
+    return [float(ui * xi) for ui, xi in zip(fit.x, x0)], on_bound
 
 
 def _prepare(points, configs, fit) -> tuple:
@@ -169,21 +181,29 @@ def _prepare(points, configs, fit) -> tuple:
     return model, names, options, [lengths(p) for p in points]
 
 
+def _ticker(progress: Optional[Callable[[str], None]], stage: str):
+    """A no-argument callable telling ``progress`` of one replay in ``stage``, or ``None`` without ``progress``."""
+    return (lambda: progress(stage)) if progress else None
+
+
 def calibrate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig], fit: Optional[Sequence[str]] = None,
-              folds: int = 5, max_nfev: int = 60) -> Calibration:
+              folds: int = 5, max_nfev: int = 60, progress: Optional[Callable[[str], None]] = None) -> Calibration:
     """Fit ``configs[0].latency_model``'s options ``fit`` (default :data:`DEFAULT_FIT`) to ``points``
     (``configs[i]`` replays ``points[i]``: its model, GPU, tp; module docstring). Raises
     :class:`CalibrationError` (nothing to fit, no scipy, a bad ``--fit`` name) or
-    :class:`~dynlab.calibrate.replay.ReplayError` (a point that cannot be replayed)."""
+    :class:`~dynlab.calibrate.replay.ReplayError` (a point that cannot be replayed). ``progress``: called with
+    the stage (``"fit"``, then ``"fold I/K"`` for each cross-validation fit) after every replay, so a caller can
+    show progress (the library prints nothing; ``dynlab calibrate`` drives a tqdm bar on a terminal), or ``None``."""
     model, names, options, pairs = _prepare(points, configs, fit)
-    before = [_row(p, c, q) for p, c, q in zip(points, configs, pairs)]
-    values = _least_squares(points, configs, pairs, options, max_nfev)
+    tick = _ticker(progress, "fit")
+    before = [_row(p, c, q, tick) for p, c, q in zip(points, configs, pairs)]
+    values, on_bound = _least_squares(points, configs, pairs, options, max_nfev, tick)
     fitted = [_with(c, names, values) for c in configs]
-    after = [_row(p, c, q) for p, c, q in zip(points, fitted, pairs)]
-    out = Calibration(model, dict(zip(names, values)), before, after)
+    after = [_row(p, c, q, tick) for p, c, q in zip(points, fitted, pairs)]
+    out = Calibration(model, dict(zip(names, values)), before, after, on_bound=on_bound)
     k = min(folds, len(points))
     if k >= 2 and len(points) >= 3:
-        out.folds, out.cv_points = k, _cross_validate(points, configs, pairs, options, k, max_nfev)
+        out.folds, out.cv_points = k, _cross_validate(points, configs, pairs, options, k, max_nfev, progress)
         out.cv_error_pct = cv_errors(out.cv_points)
     return out
 
@@ -201,15 +221,16 @@ def cross_validate(points: Sequence[MeasuredPoint], configs: Sequence[SimConfig]
     return _cross_validate(points, configs, pairs, options, k, max_nfev)
 
 
-def _cross_validate(points, configs, pairs, options, k: int, max_nfev: int) -> list:
+def _cross_validate(points, configs, pairs, options, k: int, max_nfev: int, progress=None) -> list:
     names = [o.name for o in options]
     rows = [None] * len(points)
     for fold in range(k):
+        tick = _ticker(progress, f"fold {fold + 1}/{k}")
         train = [i for i in range(len(points)) if i % k != fold]
-        values = _least_squares([points[i] for i in train], [configs[i] for i in train],
-                                [pairs[i] for i in train], options, max_nfev)
+        values, _ = _least_squares([points[i] for i in train], [configs[i] for i in train],
+                                   [pairs[i] for i in train], options, max_nfev, tick)
         for i in range(fold, len(points), k):
-            rows[i] = _row(points[i], _with(configs[i], names, values), pairs[i])
+            rows[i] = _row(points[i], _with(configs[i], names, values), pairs[i], tick)
     return rows
 
 

@@ -45,9 +45,11 @@ file that cannot be opened, :class:`~dynlab.errors.InputFileError`.
 """
 from __future__ import annotations
 
+import json
+
 from dynlab.calibrate.aiperf_export import _detect_aiperf, _read_aiperf
 from dynlab.calibrate.guidellm_json import _detect_guidellm, _read_guidellm
-from dynlab.calibrate.measured import MeasuredPoint, percentile, _read_text, summarize
+from dynlab.calibrate.measured import MeasuredPoint, json_reason, percentile, _read_text, summarize
 from dynlab.calibrate.points_table import POINT_COLUMNS, _detect_points, _read_points
 from dynlab.calibrate.vllm_bench import _detect_vllm, _read_vllm
 from dynlab.errors import InputError
@@ -74,7 +76,22 @@ def detect_format(path, text: str | None = None) -> str:
     for name, (detect, _) in _READERS.items():
         if detect(path, head):
             return name
+    _refuse_broken_json(path, text)
     raise InputError(str(path), 1, f"not a benchmark result file dynlab reads (formats: {', '.join(FORMATS)})")
+
+
+def _refuse_broken_json(path, text: str) -> None:
+    """A file that opens as a JSON object but does not parse (cut short, such as ``{"a": 1,\n "b": [1,2,``) is
+    refused as not valid JSON at the decoder's line, not as an unknown format: a truncated file may end before
+    the keys that detect its format. Data after a whole value (``Extra data``: JSON lines) is left to the
+    unknown-format message."""
+    if not text.lstrip().startswith("{"):
+        return
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not exc.msg.startswith("Extra data"):
+            raise InputError(str(path), exc.lineno, json_reason(exc)) from None
 
 
 def read_points(path, format: str | None = None) -> list:  # noqa: A002 - the public name

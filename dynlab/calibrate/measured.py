@@ -209,11 +209,17 @@ def _read_text(path) -> str:
         raise InputError(str(path), 1, "not a UTF-8 text file") from None
 
 
+def json_reason(exc: json.JSONDecodeError) -> str:
+    """The decoder's whole reason in one line, with the column its line number leaves out (``Unterminated
+    string starting at column 14``: ``json``'s ``msg`` alone drops the position)."""
+    return f"not valid JSON: {exc.msg}{'' if exc.msg.endswith(' at') else ' at'} column {exc.colno}"
+
+
 def _load_json(path, text: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(str(path), exc.lineno, f"not valid JSON: {exc.msg}") from None
+        raise InputError(str(path), exc.lineno, json_reason(exc)) from None
 
 
 def _key_line(text: str, key: str) -> int:

@@ -7,7 +7,8 @@ import os
 import click
 
 from dynlab.cli import main
-from dynlab.cli.common import echo_table_or_json, json_text, output_path, parse_opts, split_list, write_atomic
+from dynlab.cli.common import (echo_table_or_json, json_text, output_path, parse_opts, progress_bar, split_list,
+                               write_atomic)
 from dynlab.cli.sim_options import click_type
 from dynlab.engine.options import BY_NAME
 
@@ -41,8 +42,9 @@ def _shown(path: str) -> str:
     return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
 
 
-def _table(profile: dict) -> str:
-    """One row per point and measured metric: its error before the fit, after it and held out (cv)."""
+def _table(profile: dict, on_bound: dict) -> str:
+    """One row per point and measured metric: its error before the fit, after it and held out (cv); the fit;
+    its cross-validated error; a line per option the fit left on a bound (``on_bound``: name -> bound)."""
     stages = ["before", "after"] + (["cv"] if profile["folds"] else [])
     rows = [["point", "metric", "measured"] + stages]
     for p in profile["points"]:
@@ -60,6 +62,8 @@ def _table(profile: dict) -> str:
         lines.append(f"{profile['folds']}-fold cross-validated median |error|: {cv}")
     else:
         lines.append("no cross-validation: it needs 3 points or more")
+    lines += [f"{name} ended on its bound {bound:g}: the model cannot explain these measurements with it inside its "
+              "range (a fit not to trust: measure more points, or fit fewer options)" for name, bound in on_bound.items()]
     return "\n".join(lines)
 
 
@@ -119,6 +123,7 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
     guidellm's benchmarks JSON, or a points CSV/JSON (docs/calibrate.md). Each measured point is
     replayed as its client drove the server (fixed concurrency or a Poisson rate) and the latency
     model's options are fitted with scipy's least_squares; the error quoted is k-fold cross-validated.
+    A bar on stderr counts the replays done and names the fit or fold (on a terminal only).
     Example: `dynlab calibrate result.json --model llama-3.1-8b --gpu h100 --out profile.json`.
     """
     from dynlab.calibrate.files import calibrate_files
@@ -130,9 +135,14 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
               "max_prefill_tokens": max_prefill_tokens, "mem_fraction_static": mem_fraction_static,
               "disable_radix_cache": disable_radix_cache or None}  # None: not given
     try:
-        profile, _ = calibrate_files(files, file_format, model, gpu, tp, latency_model,
-                                     parse_opts(latency_opts, "--latency-opt"), names, folds,
-                                     concurrency, engine, engine_kind)
+        with progress_bar(None, "calibrate", "replay") as bar:
+            def progress(stage: str) -> None:  # one replay done in stage ("fit", "fold 2/5")
+                bar.set_postfix_str(stage, refresh=False)
+                bar.update(1)
+
+            profile, calibration = calibrate_files(files, file_format, model, gpu, tp, latency_model,
+                                         parse_opts(latency_opts, "--latency-opt"), names, folds,
+                                         concurrency, engine, engine_kind, progress=progress)
     except CalibrationError as exc:  # the options cannot calibrate these files (--fit, --model, --engine...)
         raise click.UsageError(str(exc)) from None
     except ValueError as exc:  # a point that cannot be replayed, a bad option value
@@ -140,4 +150,4 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
     if out:
         json_text(profile)  # refuses a non-finite figure before writing
         write_atomic(out, json.dumps(profile, indent=2) + "\n")
-    echo_table_or_json(profile, fmt, _table)
+    echo_table_or_json(profile, fmt, lambda p: _table(p, calibration.on_bound))

@@ -19,7 +19,8 @@ A profile is one JSON object (``PROFILE_KEYS``, in that order):
 - ``points``: per measured point its ``source`` (FILE or FILE:LINE), ``max_concurrency``,
   ``request_rate`` (req/s, ``"inf"``: all at once), ``measured`` figures and ``error_pct`` before the fit, after it and held out (``cv``).
 
-:func:`read_profile` checks every key and says what is wrong in one line (``FILE:LINE: ...``, the key's line): an
+:func:`read_profile` checks every key (the latency model and each option of it too, in its declared range) and says
+what is wrong in one line (``FILE:LINE: ...``, the key's line): an
 ``engine`` or ``version`` of ``""`` is refused (null says the files stated none); ``fitted``, ``folds`` and
 ``points`` may be left out, but not be of another type.
 """
@@ -102,11 +103,12 @@ def read_profile(path: str) -> dict[str, Any]:
                                   "write one with dynlab calibrate)")
     unknown = sorted(set(data) - set(PROFILE_KEYS))
     if unknown:
-        raise InputError(path, 1, f"unknown key {unknown[0]!r} (a profile has {', '.join(PROFILE_KEYS)})")
+        raise InputError(path, _line_of(text, unknown[0]),
+                         f"unknown key {unknown[0]!r} (a profile has {', '.join(PROFILE_KEYS)})")
     for key, kind in (("model", str), ("gpu", str), ("tp", int), ("latency_model", str), ("latency_opts", dict),
                       ("cv_error_pct", dict)):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
-            raise InputError(path, _line_of(text, key), f"{key!r} must be a {kind.__name__}, got {data.get(key)!r}")
+            raise InputError(path, _line_of(text, key), f"{key!r} must be {_KINDS[kind]}, got {data.get(key)!r}")
     if data["tp"] < 1:
         raise InputError(path, _line_of(text, "tp"), f"'tp' must be at least 1, got {data['tp']!r}")
     for key in ("engine", "version"):  # names apart by commas, or null when the measured files stated none
@@ -118,7 +120,36 @@ def read_profile(path: str) -> dict[str, Any]:
     for name, value in {**data["latency_opts"], **data["cv_error_pct"], **extra}.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise InputError(path, _line_of(text, name), f"{name!r} must be a finite number >= 0, got {value!r}")
+    _check_latency_model(data, text, path)
     return data
+
+
+#: a JSON type as a profile's messages name it
+_KINDS = {str: "a string", int: "an integer", dict: "an object"}
+
+
+def _check_latency_model(data: dict, text: str, path: str) -> None:
+    """``latency_model`` a registered latency model (:func:`dynlab.plugins.latency_models`) and each key of
+    ``latency_opts`` one of its options with a value in the option's declared range (its ``convert``, as
+    ``--latency-opt`` is checked), so a run refuses them at the key's line rather than as a bad option.
+    Raises :class:`~dynlab.errors.InputError`."""
+    from dynlab import plugins
+
+    registry = plugins.latency_models()
+    name = data["latency_model"]
+    if name not in registry:
+        raise InputError(path, _line_of(text, "latency_model"),
+                         f"unknown latency model {name!r} (available: {', '.join(registry.names())})")
+    declared = {o.name: o for o in registry.get(name).options}
+    for key, value in data["latency_opts"].items():
+        if key not in declared:
+            raise InputError(path, _line_of(text, key), f"latency model {name!r} has no option {key!r} "
+                                                        f"(its options: {', '.join(declared) or 'none'})")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                declared[key].convert(json.dumps(value))
+            except ValueError as exc:
+                raise InputError(path, _line_of(text, key), str(exc)) from None
 
 
 def _check_record_keys(data: dict, text: str, path: str) -> None:

@@ -190,7 +190,7 @@ def test_a_file_without_points_is_refused_by_name(tmp_path):
 def test_a_point_without_a_known_model_asks_for_model(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("model,gpu,max_concurrency,random_input_len,random_output_len,median_ttft_ms\n"
-                    "meta-llama/Llama-3.1-8B-Instruct,h100,4,100,10,20\n")
+                    "meta-llama/Llama-3.2-3B-Instruct,h100,4,100,10,20\n")
     r = CliRunner().invoke(main, ["calibrate", str(path)])
     assert r.exit_code == 2 and "is not one dynlab bundles: give --model" in r.output
 

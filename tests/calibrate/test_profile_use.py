@@ -218,3 +218,38 @@ def test_a_profile_may_leave_out_fitted_folds_and_points(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({k: v for k, v in PROFILE.items() if k not in ("fitted", "folds", "points")}))
     assert read_profile(str(path))["latency_opts"] == PROFILE["latency_opts"]
+
+
+@pytest.mark.parametrize("key, bad, at, why", [
+    ("tp", "x", "tp", "'tp' must be an integer, got 'x'"),
+    ("model", 3, "model", "'model' must be a string, got 3"),
+    ("latency_opts", [], "latency_opts", "'latency_opts' must be an object, got []"),
+    ("latency_model", "nosuch", "latency_model",
+     "unknown latency model 'nosuch' (available: roofline, linear, blis, aiconfigurator)"),
+    ("latency_opts", {"beta0": 20.0, "nosuch": 1.0}, "nosuch",
+     "latency model 'linear' has no option 'nosuch' (its options: beta0, beta1, beta2, spec_gamma, cpu_step_us, "
+     "cpu_us_per_request)"),
+    ("zzz", 1, "zzz", "unknown key 'zzz' (a profile has " + ", ".join(
+        ["dynlab_calibration", "model", "gpu", "tp", "engine", "version", "latency_model", "latency_opts",
+         "request_overhead_ms", "fitted", "folds", "cv_error_pct", "points"]) + ")"),
+])
+def test_a_bad_profile_key_names_the_file_and_the_keys_line(tmp_path, key, bad, at, why):
+    """Every refusal of a profile's content is exit 1 at FILE:LINE of the key at fault (not exit 2, not line 1)."""
+    path = tmp_path / "bad.json"
+    text = json.dumps({**PROFILE, key: bad}, indent=2)
+    path.write_text(text)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if t.strip().startswith(f'"{at}":'))
+    assert line > 1
+    trace, _ = _files(tmp_path)
+    for r in (_sim("--trace", trace, "--latency-profile", str(path)), _plan(trace, "--latency-profile", str(path))):
+        assert (r.exit_code, r.stderr) == (1, f"Error: {path}:{line}: {why}\n")
+
+
+def test_a_roofline_profile_option_out_of_its_range_names_its_line(tmp_path):
+    path = tmp_path / "bad.json"
+    text = json.dumps({**PROFILE, "latency_model": "roofline", "latency_opts": {"mbu": 0.5, "mfu": 5}}, indent=2)
+    path.write_text(text)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if t.strip().startswith('"mfu":'))
+    trace, _ = _files(tmp_path)
+    r = _sim("--trace", trace, "--latency-profile", str(path))
+    assert (r.exit_code, r.stderr) == (1, f"Error: {path}:{line}: option 'mfu' must be <= 1.0, got '5'\n")
