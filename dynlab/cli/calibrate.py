@@ -140,7 +140,7 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
                 bar.set_postfix_str(stage, refresh=False)
                 bar.update(1)
 
-            profile, calibration = calibrate_files(files, file_format, model, gpu, tp, latency_model,
+            profile, _ = calibrate_files(files, file_format, model, gpu, tp, latency_model,
                                          parse_opts(latency_opts, "--latency-opt"), names, folds,
                                          concurrency, engine, engine_kind, progress=progress)
     except CalibrationError as exc:  # the options cannot calibrate these files (--fit, --model, --engine...)
@@ -150,4 +150,4 @@ def calibrate_cmd(files, file_format, model, gpu, tp, concurrency, engine_kind, 
     if out:
         json_text(profile)  # refuses a non-finite figure before writing
         write_atomic(out, json.dumps(profile, indent=2) + "\n")
-    echo_table_or_json(profile, fmt, lambda p: _table(p, calibration.on_bound))
+    echo_table_or_json(profile, fmt, lambda p: _table(p, p["on_bound"]))

@@ -14,6 +14,8 @@ A profile is one JSON object (``PROFILE_KEYS``, in that order):
 - ``request_overhead_ms``: the server's front end per request (``--request-overhead-ms``) the fit used: fitted
   when ``fitted`` names it, else the run's setting (profiles written before 2026-12-06 say 0 there);
 - ``fitted``: the names of the fitted options;
+- ``on_bound``: each fitted option the fit left on a bound of its range -> that bound (``{}``: none; a fit
+  not to trust, :attr:`dynlab.calibrate.fit.Calibration.on_bound`; profiles written before 2026-12-07 lack it);
 - ``folds`` and ``cv_error_pct``: k of the k-fold cross-validation and, per metric, the median absolute
   held-out error in percent (:mod:`dynlab.calibrate.fit`); ``{}`` and 0 with fewer than 3 points;
 - ``points``: per measured point its ``source`` (FILE or FILE:LINE), ``max_concurrency``,
@@ -35,7 +37,7 @@ from dynlab.latency.overheads import FRONT_END_MS
 
 PROFILE_VERSION = 1
 PROFILE_KEYS = ("dynlab_calibration", "model", "gpu", "tp", "engine", "version", "latency_model", "latency_opts",
-                "request_overhead_ms", "fitted", "folds", "cv_error_pct", "points")
+                "request_overhead_ms", "fitted", "on_bound", "folds", "cv_error_pct", "points")
 
 
 def _round(mapping: dict, digits: int = 1) -> dict:
@@ -81,7 +83,9 @@ def profile_json(calibration, points: Sequence, configs: Sequence) -> dict[str, 
             "latency_opts": {k: float(f"{float(v):.6g}") for k, v in calibration.opts.items()
                              if k != "request_overhead_ms"},
             "request_overhead_ms": float(f"{float(calibration.opts.get('request_overhead_ms', first.request_overhead_ms)):.6g}"),
-            "fitted": list(calibration.opts), "folds": calibration.folds,
+            "fitted": list(calibration.opts),
+            "on_bound": {k: float(f"{float(v):.6g}") for k, v in calibration.on_bound.items()},
+            "folds": calibration.folds,
             "cv_error_pct": dict(calibration.cv_error_pct), "points": rows}
 
 
@@ -154,10 +158,12 @@ def _check_latency_model(data: dict, text: str, path: str) -> None:
 
 def _check_record_keys(data: dict, text: str, path: str) -> None:
     """The keys a profile records and a run reads little of, each optional (hand-written profiles leave them out):
-    ``fitted`` a list of option names, ``folds`` an integer >= 0, ``points`` a list of objects. Raises
-    :class:`~dynlab.errors.InputError` at the key's line."""
+    ``fitted`` a list of option names, ``on_bound`` an object of numbers, ``folds`` an integer >= 0, ``points`` a
+    list of objects. Raises :class:`~dynlab.errors.InputError` at the key's line."""
     checks = (("fitted", lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
                "a list of option names"),
+              ("on_bound", lambda v: isinstance(v, dict) and all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                                                                 for b in v.values()), "an object of option -> bound"),
               ("folds", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
               ("points", lambda v: isinstance(v, list) and all(isinstance(p, dict) for p in v), "a list of objects"))
     for key, good, what in checks:

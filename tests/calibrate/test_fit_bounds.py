@@ -41,3 +41,26 @@ def test_a_fit_faster_than_the_gpu_can_ends_on_mfus_upper_bound_and_the_table_sa
     assert lines[-1] == ("mfu ended on its bound 1: the model cannot explain these measurements with it inside its "
                          "range (a fit not to trust: measure more points, or fit fewer options)")
     assert _table(profile, {}).splitlines()[-1].startswith("no cross-validation")
+
+
+def test_the_profile_keeps_the_bounds_so_json_output_and_later_runs_see_them(tmp_path):
+    from dynlab.errors import InputError
+    from dynlab.latency.profile import profile_json, read_profile
+
+    point = _measured_at(0.9)
+    point = replace(point, median_ttft_ms=point.median_ttft_ms / 50)
+    cal = calibrate([point], [CONFIG], fit=["mfu"], max_nfev=20)
+    profile = profile_json(cal, [point], [CONFIG])
+    assert profile["on_bound"] == {"mfu": 1.0}
+    inside = profile_json(calibrate([_measured_at(0.3)], [CONFIG], fit=["mfu"], max_nfev=20), [POINT], [CONFIG])
+    assert inside["on_bound"] == {}
+    path = tmp_path / "p.json"
+    import json
+
+    path.write_text(json.dumps(profile, indent=2))
+    assert read_profile(str(path))["on_bound"] == {"mfu": 1.0}
+    text = json.dumps(dict(profile, on_bound=["mfu"]), indent=2)
+    path.write_text(text)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if '"on_bound"' in s)
+    with pytest.raises(InputError, match=f"p.json:{line}: 'on_bound' must be an object of option -> bound"):
+        read_profile(str(path))

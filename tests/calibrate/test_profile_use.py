@@ -231,7 +231,7 @@ def test_a_profile_may_leave_out_fitted_folds_and_points(tmp_path):
      "cpu_us_per_request)"),
     ("zzz", 1, "zzz", "unknown key 'zzz' (a profile has " + ", ".join(
         ["dynlab_calibration", "model", "gpu", "tp", "engine", "version", "latency_model", "latency_opts",
-         "request_overhead_ms", "fitted", "folds", "cv_error_pct", "points"]) + ")"),
+         "request_overhead_ms", "fitted", "on_bound", "folds", "cv_error_pct", "points"]) + ")"),
 ])
 def test_a_bad_profile_key_names_the_file_and_the_keys_line(tmp_path, key, bad, at, why):
     """Every refusal of a profile's content is exit 1 at FILE:LINE of the key at fault (not exit 2, not line 1)."""
