@@ -57,20 +57,6 @@ def _graphs(t: dict) -> str:
     return f"{decode} and {prefill} padded to SGLang's CUDA-graph sizes"
 
 
-def _engine_defaults(engine: str):
-    """``hardware -> the engine kind's latency-option defaults`` (``None`` for vLLM's, the models' own); a usage
-    error for an unknown kind."""
-    if engine == "vllm":
-        return None
-    from dynlab import plugins
-
-    try:
-        kind = plugins.engine_kinds().get(engine)()
-    except plugins.UnknownNameError as exc:
-        raise click.UsageError(f"--engine: {exc.args[0]}") from None
-    return lambda hardware: kind.latency_defaults(None, hardware)
-
-
 def _gpu_table() -> str:
     rows = [["gpu", "memory_gb", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gbps", "link", "link_gbps", "source"]]
     for name, g in lib.gpu_table().items():
@@ -179,7 +165,6 @@ def latency_cmd(ctx, model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, laten
             for e in entries:
                 click.echo(f"{e.name.ljust(width)}  {e.description}  [{e.source}]")
         return
-    defaults = _engine_defaults(engine)
     names = split_list(latency_models, "'--latency-model'")
     opts = parse_opts(latency_opts, "'--latency-opt'")
     profile = None
@@ -191,8 +176,7 @@ def latency_cmd(ctx, model, gpu, tp, ep, pp, dp_attention, kv_cache_dtype, laten
         check_plot(plot_path)  # before the work: a bad suffix or missing matplotlib fails now
     try:
         grid = lib.latency_grid(names, model=model, gpu=gpu, tp=tp, options=opts, ep=ep, pp=pp,
-                                dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype, engine=engine,
-                                defaults=defaults)
+                                dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype, engine=engine)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if profile is not None:

@@ -82,12 +82,11 @@ def run_latency_model(config, hardware):
     """The latency model of a run of ``config`` on ``hardware``: ``config.latency_model`` with
     ``config.latency_opts`` over its engine kind's :meth:`~EngineKind.latency_defaults`. Raises ``ValueError`` as
     :func:`dynlab.latency.grid.build_latency_model` and for an unknown engine kind."""
-    from dynlab.latency.grid import build_latency_model
-    from dynlab.plugins import UnknownNameError, engine_kinds
+    from dynlab.latency.grid import build_latency_model, engine_defaults
+    from dynlab.plugins import UnknownNameError
 
     try:
-        kind = engine_kinds().get(config.engine_kind)()
+        defaults = engine_defaults(config.engine_kind, config, hardware)
     except UnknownNameError as exc:
         raise ValueError(str(exc)) from None
-    return build_latency_model(config.latency_model, hardware, config.latency_opts,
-                               defaults=kind.latency_defaults(config, hardware))
+    return build_latency_model(config.latency_model, hardware, config.latency_opts, defaults=defaults)

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from dynlab import plugins
 from dynlab.latency import hardware as hw
@@ -77,6 +77,14 @@ def _row(model: LatencyModel) -> dict:
     return {"prefill_ms": prefill, "decode_ms": decode}
 
 
+def engine_defaults(engine: str, config, hardware: Hardware) -> dict:
+    """The latency-option defaults the engine kind ``engine`` gives a run of ``config`` (a ``SimConfig``, or
+    ``None``: the engine's own defaults) on ``hardware``
+    (:meth:`dynlab.engine.kinds.EngineKind.latency_defaults`). Raises
+    :class:`dynlab.plugins.UnknownNameError` for an unknown engine kind."""
+    return plugins.engine_kinds().get(engine)().latency_defaults(config, hardware)
+
+
 def _declared(latency_models: Sequence[str], options: Mapping[str, str]) -> dict:
     """``{model name: its option names}``; raises ``ValueError`` for an unknown model, ``spec_gamma``, or an option
     no listed model declares (:func:`latency_grid`)."""
@@ -97,8 +105,7 @@ def _declared(latency_models: Sequence[str], options: Mapping[str, str]) -> dict
 def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model: str = hw.DEFAULT_MODEL,
                  gpu: str = hw.DEFAULT_GPU, tp: int = 1, options: Mapping[str, str] | None = None,
                  digits: int = 3, *, ep: int = 1, pp: int = 1, dp_attention: bool = False,
-                 kv_cache_dtype: str = "auto", engine: str = "vllm", defaults: Callable[[Hardware], Mapping] | None = None
-                 ) -> dict:
+                 kv_cache_dtype: str = "auto", engine: str = "vllm") -> dict:
     """Step times (ms, rounded to ``digits`` decimals) of each latency model on the fixed grid.
 
     Returns ``{"model", "gpu", "tp", "latency_models": {NAME: {"prefill_ms": {TOKENS: ms},
@@ -112,8 +119,8 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
     a ``ValueError``. ``ep``, ``pp``, ``dp_attention``, ``kv_cache_dtype``: :func:`hardware_for`; when not
     their defaults they are keys of the result too, and ``"latency_domain": {NAME: why}`` lists each model
     that answers outside what it was fitted or measured on (:meth:`LatencyModel.domain`). ``engine``: the engine
-    kind whose option defaults ``defaults(hardware)`` gives (:func:`build_latency_model`), a key of the result
-    unless ``vllm``. Raises
+    kind whose option defaults the models take (:func:`engine_defaults`), a key of the result unless ``vllm``;
+    an unknown one is a ``ValueError``. Raises
     ``ValueError`` as :func:`build_latency_model` and :func:`hardware_for`, and for ``spec_gamma`` (no
     speculative step in the grid).
     """
@@ -124,7 +131,10 @@ def latency_grid(latency_models: Sequence[str] = (DEFAULT_LATENCY_MODEL,), model
     hardware = hardware_for(model, gpu, tp, ep=ep, pp=pp, dp_attention=dp_attention, kv_cache_dtype=kv_cache_dtype)
     options = dict(options or {})
     declared = _declared(latency_models, options)
-    defaults = defaults(hardware) if defaults is not None else None
+    try:
+        defaults = engine_defaults(engine, None, hardware)
+    except plugins.UnknownNameError as exc:
+        raise ValueError(f"--engine: {exc.args[0]}") from None
     out = {"model": hardware.model.name, "gpu": hardware.gpu.name, "tp": tp, "latency_models": {}}
     if engine != "vllm":
         out["engine"] = engine

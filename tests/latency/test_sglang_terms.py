@@ -148,7 +148,7 @@ def test_closed_form_decode_is_the_sum_of_its_steps_under_sglangs_rule(requests,
 
 
 def test_dynlab_latency_shows_sglangs_terms():
-    grid = latency_grid(("roofline", "linear"), engine="sglang", defaults=lambda hw: server_terms(None, hw))
+    grid = latency_grid(("roofline", "linear"), engine="sglang")
     assert grid["engine"] == "sglang"
     assert grid["latency_models"]["roofline"]["server_terms"] == SG
     assert grid["latency_models"]["linear"]["server_terms"] == {"cpu_step_us": 0.0, "cpu_us_per_request": 0.0}
