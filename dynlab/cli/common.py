@@ -38,6 +38,15 @@ def json_text(obj) -> str:
                                "(NaN or infinity): an input is too large or too small") from None
 
 
+def domain_warning(result, model: Optional[str] = None) -> Optional[str]:
+    """The stderr line for a run ``result`` outside its latency model's (or its profile's) domain
+    (``latency_domain``), naming the result's latency model (``model`` when the result names none); ``None``
+    inside it or for a result that is not a run's dict."""
+    if not isinstance(result, dict) or not result.get("latency_domain"):
+        return None
+    return f"Warning: latency model {result.get('latency_model') or model}: {result['latency_domain']}"
+
+
 def output_format(fmt):
     """The ``--format`` to print in: ``fmt`` when given (``"table"``/``"json"``), else a table on a terminal
     and JSON when stdout is a pipe or a file (what a script reads)."""

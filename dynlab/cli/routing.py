@@ -9,7 +9,7 @@ import click
 
 from dynlab import plugins
 from dynlab.cli import main
-from dynlab.cli.common import (INPUT_FIELDS, claim_inputs, echo_table_or_json, json_text, output_path,
+from dynlab.cli.common import (INPUT_FIELDS, claim_inputs, domain_warning, echo_table_or_json, json_text, output_path,
                                parse_opts, progress_bar, refuse_repeats, split_list, stream_output_path, write_atomic)
 from dynlab.cli.sim_options import (SIM_FLAGS, SIM_OPTIONS, OWN_COMMAS, common_flags, compare_options,  # noqa: F401
                                     pool_option, sim_options)
@@ -59,9 +59,8 @@ def _run(config: SimConfig, quiet: bool, requests=None, recorders=(), warned: se
         result = run(config, progress=not quiet and sys.stderr.isatty(), requests=requests, recorders=recorders)
     except (ValueError, plugins.UnknownNameError) as exc:
         raise click.UsageError(str(exc)) from None
-    if isinstance(result, dict) and result.get("latency_domain"):  # the latency model's own word (models helper)
-        model = result.get("latency_model") or config.latency_model  # a profile's model, when one replaced the flag's
-        line = f"Warning: latency model {model}: {result['latency_domain']}"
+    line = domain_warning(result, config.latency_model)  # a profile's model, when one replaced the flag's
+    if line is not None:
         if warned is None or line not in warned:
             click.echo(line, err=True)
         if warned is not None:

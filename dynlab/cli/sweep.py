@@ -16,7 +16,7 @@ from click.core import ParameterSource
 from dynlab import plugins
 from dynlab.cli import main
 from dynlab.sweep.plots import FRONTIER, FRONTIER_METRICS  # matplotlib is imported only when a plot is drawn
-from dynlab.cli.common import output_path, stream_output_path, write_atomic
+from dynlab.cli.common import domain_warning, output_path, stream_output_path, write_atomic
 from dynlab.cli.common import claim_inputs, input_path, parse_opts
 from dynlab.cli.sim_options import OWN_COMMAS, common_flags, sim_options
 from dynlab.cli.report import report_option
@@ -339,8 +339,7 @@ def _warned(results: dict, cells: list) -> dict:
     domain (``latency_domain``), on stderr once per distinct warning in the order of ``cells``: once per shape, as
     ``plan`` and ``compare`` warn (the text names what puts the shape outside: its GPU, model, tp)."""
     ordered = [results[cell_key(c)] for c in cells if cell_key(c) in results]
-    lines = {f"Warning: latency model {r.get('latency_model')}: {r['latency_domain']}": None
-             for r in ordered if isinstance(r, dict) and r.get("latency_domain")}
+    lines = {line: None for line in map(domain_warning, ordered) if line is not None}
     for line in lines:
         click.echo(line, err=True)
     return results
