@@ -46,12 +46,13 @@ class FiniteFloat(click.FloatRange):
 
 
 class IntRangeOr(click.IntRange):
-    """An integer range that also takes the values ``also`` (``(value, meaning)`` pairs: SGLang's chunk ``-1``, no
-    chunking); a value outside both is refused saying both: ``0 is not -1 (no chunking) or in the range 1<=x<=N``."""
+    """An ``int`` option's range (:class:`~dynlab.engine.option_spec.Option` with ``also``) that also takes the values
+    ``also`` (``(value, meaning)`` pairs: SGLang's chunk ``-1``, no chunking); a value outside both is refused saying
+    both: ``0 is not -1 (no chunking) or in the range 1<=x<=N``."""
 
-    def __init__(self, min, max, also):
-        super().__init__(min, max)
-        self.also = tuple(also)
+    def __init__(self, option):
+        super().__init__(option.min, option.max)
+        self.also, self.said = tuple(option.also), option.also_text()
 
     def convert(self, value, param, ctx):
         v = click.INT.convert(value, param, ctx)
@@ -60,8 +61,7 @@ class IntRangeOr(click.IntRange):
         try:
             return super().convert(v, param, ctx)
         except click.BadParameter:
-            said = " or ".join(f"{a} ({meaning})" for a, meaning in self.also)
-            self.fail(f"{v} is not {said} or in the range {super()._describe_range()}.", param, ctx)
+            self.fail(f"{v} is not {self.said} or in the range {super()._describe_range()}.", param, ctx)
 
     def _describe_range(self) -> str:  # --help's [-1 or 1<=x<=N]
         return " or ".join([*(str(a) for a, _ in self.also), super()._describe_range()])
@@ -145,7 +145,7 @@ def click_type(option: Option) -> click.ParamType:
     """The click type of a declaration's kind (:data:`dynlab.engine.option_spec.KINDS`) and range."""
     kind = option.kind
     if kind == "int" and option.also:
-        return IntRangeOr(option.min, option.max, option.also)
+        return IntRangeOr(option)
     if kind == "int":
         return click.INT if option.min is None and option.max is None else click.IntRange(option.min, option.max)
     if kind == "float":
